@@ -1,0 +1,67 @@
+# m0serve build, test, serve and benchmark entry points.
+#   make serve            build and serve the demo app on 127.0.0.1:8000
+#   make test             build and run every test (C parser tests under ASan/UBSan, pytest, docs check)
+#   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
+#   make bench            run the benchmark suites (see bench/README.md)
+
+PY ?= 3.11
+PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
+	elif command -v pyenv >/dev/null 2>&1 && [ -x "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python" ]; then \
+	  echo "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python"; \
+	else command -v python$(PY) || command -v python3; fi)
+VENV ?= .venv-$(PY)
+VPY := $(VENV)/bin/python
+SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev
+CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
+	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+.PHONY: all deps venv build serve test test-c test-py fuzz bench format clean
+
+all: build
+
+# System packages the tests and benchmarks need (installed only when missing).
+deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.ok: requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.ok
+
+build: venv
+	$(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+
+serve: build
+	$(VENV)/bin/m0serve m0serve.demo:app --host 127.0.0.1 --port 8000
+
+test-c: deps
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) -o tests/c/build/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
+	./tests/c/build/test_http
+
+test-py: build
+	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
+
+test: deps test-c test-py
+
+fuzz: deps
+	mkdir -p fuzz/build
+	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c src/http/parser.c
+	./fuzz/build/fuzz_parser -max_total_time=60 fuzz/corpus
+
+bench: deps build
+	$(VPY) -m bench
+
+format:
+	clang-format -i $$(find src tests/c fuzz bench -name '*.[ch]')
+
+clean:
+	rm -rf build tests/c/build fuzz/build .venv-* .bench-venv

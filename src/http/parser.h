@@ -1,0 +1,110 @@
+/* HTTP/1.1 request head parser and chunked body decoder.
+ *
+ * Contract (picohttpparser-style): the caller owns the buffer and the header
+ * array; the parser never allocates and never copies. Every span it returns
+ * points into the caller's buffer. It is incremental: call it again with the
+ * same (grown) buffer after M0_PARSE_INCOMPLETE; re-running over a partial
+ * head is cheap.
+ *
+ * Error convention of this layer: functions return a byte count (>= 0) on
+ * success, M0_PARSE_INCOMPLETE when more bytes are needed, or a negative
+ * m0_parse_error whose HTTP status m0_parse_error_status() gives.
+ *
+ * Strictness (DESIGN.md section 4, RFC 9112): obs-fold, whitespace before the
+ * colon, NUL/CR/bare LF in values, invalid token characters, a bad request
+ * line, Content-Length together with Transfer-Encoding, differing or malformed
+ * Content-Length, a transfer coding other than a final "chunked", an HTTP/1.1
+ * request without exactly one Host are all rejected. Any method token is
+ * accepted. No Python.h here.
+ */
+#ifndef M0_HTTP_PARSER_H
+#define M0_HTTP_PARSER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *base;
+    size_t len;
+} m0_span;
+
+typedef struct {
+    m0_span name;
+    m0_span value; /* leading and trailing OWS stripped */
+} m0_header;
+
+typedef enum {
+    M0_PARSE_INCOMPLETE = -1,
+    M0_PARSE_BAD_REQUEST = -2,       /* 400 */
+    M0_PARSE_URI_TOO_LONG = -3,      /* 414: request line over the limit */
+    M0_PARSE_HEADERS_TOO_LARGE = -4, /* 431: too many fields or a field too large */
+    M0_PARSE_NOT_IMPLEMENTED = -5,   /* 501: unsupported transfer coding */
+    M0_PARSE_BAD_VERSION = -6,       /* 505: HTTP major version other than 1 */
+    M0_PARSE_BODY_TOO_LARGE = -7,    /* 413: Content-Length or chunked body over the limit */
+} m0_parse_error;
+
+/* The HTTP status a parse error answers (400, 413, 414, 431, 501, 505). */
+int m0_parse_error_status(int err);
+
+typedef struct {
+    size_t max_request_line;  /* bytes in the request line, CRLF excluded (414) */
+    size_t max_header_count;  /* header fields (431); also the header array capacity */
+    size_t max_header_size;   /* bytes of one field line, name + value (431) */
+    uint64_t max_body;        /* body bytes, 0 = unlimited (413) */
+} m0_limits;
+
+/* Framing and connection facts the parser derives from the head, so that no
+ * later layer re-scans the headers for them. */
+enum {
+    M0_REQ_CHUNKED = 1u << 0,         /* Transfer-Encoding: chunked */
+    M0_REQ_KEEP_ALIVE = 1u << 1,      /* persistent per version + Connection */
+    M0_REQ_EXPECT_CONTINUE = 1u << 2, /* Expect: 100-continue */
+    M0_REQ_UPGRADE = 1u << 3,         /* Connection: upgrade and an Upgrade header */
+    M0_REQ_HEAD = 1u << 4,            /* method is HEAD */
+};
+
+typedef struct {
+    m0_span method;
+    m0_span target;       /* request-target as sent */
+    m0_span path;         /* target up to '?' (still percent-encoded) */
+    m0_span query;        /* after '?', without it; len 0 if none */
+    int minor_version;    /* 0 or 1 */
+    m0_header *headers;   /* caller-owned, capacity limits->max_header_count */
+    size_t num_headers;
+    int64_t content_length; /* -1 when absent */
+    unsigned flags;         /* M0_REQ_* */
+    m0_span host;           /* value of Host, len 0 if absent */
+    m0_span upgrade;        /* value of Upgrade when M0_REQ_UPGRADE */
+} m0_request;
+
+/* Parse one request head from buf[0..len). On success returns the length of
+ * the head including the final CRLFCRLF and fills *req (req->headers must
+ * point at an array of limits->max_header_count entries). Returns
+ * M0_PARSE_INCOMPLETE when buf holds a valid prefix of a head that is still
+ * within the limits, or a negative m0_parse_error. Leading empty lines before
+ * the request line (RFC 9112 section 2.2) are skipped and counted in the
+ * returned length. */
+int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limits *limits);
+
+/* Case-insensitive ASCII comparison of a span against a lowercase literal. */
+int m0_span_ieq(m0_span s, const char *lower_literal, size_t lower_len);
+
+/* Incremental in-place chunked body decoder. */
+typedef struct {
+    uint64_t chunk_remaining; /* data bytes left in the current chunk */
+    uint64_t total;           /* data bytes decoded so far */
+    uint64_t max_body;        /* 0 = unlimited (413 past it) */
+    int state;                /* private */
+    size_t ext_bytes;         /* private: bytes of size line / extensions / trailers seen */
+} m0_chunked_decoder;
+
+void m0_chunked_init(m0_chunked_decoder *d, uint64_t max_body);
+
+/* Decode buf[0..*len) in place: on return buf[0..*len) holds the body data
+ * decoded from it and *consumed the number of input bytes used. Returns 1 when
+ * the last chunk and trailers are complete (bytes after *consumed belong to
+ * the next request), 0 when more input is needed, or a negative
+ * m0_parse_error (bad chunk size or framing: 400; over max_body: 413). */
+int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *consumed);
+
+#endif

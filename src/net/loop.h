@@ -1,0 +1,67 @@
+/* The event loop: epoll, fd watchers and timers. It runs two ways, like
+ * libuv's run modes: m0_loop_run_once(loop, -1 or ms) blocks for the next
+ * events (the WSGI worker's serve loop), m0_loop_run_once(loop, 0) is one
+ * non-blocking pass (the ASGI bridge calls it when asyncio sees the epoll fd
+ * readable).
+ *
+ * Error convention of net/: 0 (or a count) on success, -errno on failure.
+ * No Python.h here.
+ */
+#ifndef M0_NET_LOOP_H
+#define M0_NET_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct m0_loop m0_loop;
+typedef struct m0_io m0_io;
+typedef struct m0_timer m0_timer;
+
+typedef void (*m0_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
+typedef void (*m0_timer_cb)(m0_loop *loop, m0_timer *timer);
+
+/* An fd watcher; embed it in the owning struct and recover the owner with
+ * container_of-style arithmetic. events are EPOLLIN/EPOLLOUT/... */
+struct m0_io {
+    int fd;
+    uint32_t events; /* currently registered, 0 if not registered */
+    m0_io_cb cb;
+};
+
+/* A one-shot timer in a binary min-heap keyed by deadline. */
+struct m0_timer {
+    uint64_t deadline_ms; /* monotonic, in loop-now milliseconds */
+    size_t heap_index;    /* private: SIZE_MAX when not armed */
+    m0_timer_cb cb;
+};
+
+int m0_loop_new(m0_loop **out);
+void m0_loop_free(m0_loop *loop);
+int m0_loop_fd(const m0_loop *loop); /* the epoll fd, for an outer loop to watch */
+
+/* Register, change or remove an fd watcher. events == 0 removes it. */
+int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events);
+void m0_io_close(m0_loop *loop, m0_io *io); /* unregister and close(fd) */
+
+void m0_timer_init(m0_timer *t, m0_timer_cb cb);
+void m0_timer_start(m0_loop *loop, m0_timer *t, uint64_t timeout_ms);
+void m0_timer_stop(m0_loop *loop, m0_timer *t);
+int m0_timer_armed(const m0_timer *t);
+
+/* Cached monotonic milliseconds, refreshed once per pass. */
+uint64_t m0_loop_now(const m0_loop *loop);
+/* Milliseconds until the earliest timer, or -1 when none is armed. */
+int m0_loop_next_timeout(const m0_loop *loop);
+
+/* Hooks run around a blocking epoll_wait (never around a zero-timeout one):
+ * the WSGI bridge releases the GIL in before and takes it back in after, so
+ * the GIL is held across a whole batch of ready events, never per syscall. */
+void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)(void *), void *arg);
+
+/* Wait up to timeout_ms (-1: until the next timer or forever; 0: do not
+ * block) for events, dispatch every ready one, then expire due timers and
+ * refresh the Date cache. Returns the number of events dispatched, or -errno
+ * (-EINTR when a signal interrupted the wait: the caller checks signals). */
+int m0_loop_run_once(m0_loop *loop, int timeout_ms);
+
+#endif

@@ -1,0 +1,142 @@
+/* Listeners and connections: accept, read, parse, dispatch to a handler,
+ * write, keep-alive, pipelining, timeouts, drain.
+ *
+ * A connection owns its read buffer (the parsed request's spans point into
+ * it) and its write buffer. It dispatches one request at a time to the
+ * handler and answers pipelined requests in order: the next buffered request
+ * is parsed only after m0_conn_finish() for the current one.
+ *
+ * Handlers: a synchronous handler (native hello, WSGI inline) calls
+ * m0_conn_finish() before on_request returns 0. An asynchronous handler (ASGI)
+ * returns 1 and calls m0_conn_finish() later, from any callback of the same
+ * thread; it is told about body data, write space and disconnects through
+ * on_event. The net layer never frees a connection while a handler callback
+ * for it is on the stack, and after on_event(M0_CONN_CLOSED) returns the
+ * handler must not touch the m0_conn again.
+ *
+ * Error convention: 0 or a count on success, -errno on failure.
+ * No Python.h here.
+ */
+#ifndef M0_NET_SERVER_H
+#define M0_NET_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "../http/parser.h"
+#include "loop.h"
+
+typedef struct m0_server m0_server;
+typedef struct m0_conn m0_conn;
+
+enum {
+    M0_CONN_BODY = 1,     /* body bytes (or the end of the body) became readable */
+    M0_CONN_WRITABLE = 2, /* the write buffer drained below the low-water mark */
+    M0_CONN_CLOSED = 3,   /* the peer went away or the connection was aborted */
+};
+
+typedef struct {
+    /* A complete request head was parsed. req and every span in it stay valid
+     * until m0_conn_finish(). Return 0 when the response is complete (the
+     * handler called m0_conn_finish), 1 when it will be finished later, -1 to
+     * abort the connection without a response. */
+    int (*on_request)(void *ctx, m0_conn *c, const m0_request *req);
+    /* Asynchronous handlers only (may be NULL for synchronous ones). */
+    void (*on_event)(void *ctx, m0_conn *c, int what);
+} m0_handler;
+
+typedef struct {
+    m0_limits limits;
+    uint32_t keep_alive_timeout_ms;  /* idle time between requests; 0 = close after each */
+    uint32_t max_keepalive_requests; /* per connection, 0 = unlimited */
+    uint32_t header_timeout_ms;      /* to receive a complete head, from its first byte (408) */
+    uint32_t body_timeout_ms;        /* a blocking body read or write waiting this long fails */
+    int server_header;               /* add "Server: m0serve" to canned responses */
+    int access_log_fd;               /* -1: off; else one line per response is written here */
+    uint64_t max_requests;           /* the server drains itself after this many, 0 = never */
+} m0_server_config;
+
+/* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
+void m0_server_config_defaults(m0_server_config *cfg);
+
+int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
+                  void *handler_ctx);
+/* Closes every connection (handlers get M0_CONN_CLOSED) and listener. */
+void m0_server_free(m0_server *srv);
+
+/* Start accepting on a bound, listening socket (made non-blocking here,
+ * registered with EPOLLEXCLUSIVE). The server does not own fd. */
+int m0_server_listen(m0_server *srv, int fd);
+
+/* Graceful drain: stop accepting, close idle connections now, close every
+ * other connection as soon as its current response is finished. */
+void m0_server_drain(m0_server *srv);
+int m0_server_draining(const m0_server *srv);
+/* Close every connection now (handlers get M0_CONN_CLOSED). */
+void m0_server_abort(m0_server *srv);
+size_t m0_server_connections(const m0_server *srv); /* open connections */
+uint64_t m0_server_requests(const m0_server *srv);   /* requests dispatched so far */
+/* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
+ * supervisor's heartbeat slot. NULL to disable. */
+void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
+
+/* --- per connection, for handlers --- */
+
+void *m0_conn_data(const m0_conn *c);
+void m0_conn_set_data(m0_conn *c, void *data);
+m0_server *m0_conn_server(const m0_conn *c);
+
+/* Addresses cached at accept time. Host is numeric ("127.0.0.1", "::1");
+ * for a Unix socket host is "" and port 0. */
+const char *m0_conn_peer_host(const m0_conn *c);
+int m0_conn_peer_port(const m0_conn *c);
+const char *m0_conn_local_host(const m0_conn *c);
+int m0_conn_local_port(const m0_conn *c);
+
+/* Whether the connection stays open after this response, as the net layer
+ * decides it (request's keep-alive, the per-connection cap, draining). The
+ * handler writes "Connection: close" in its head when this is 0, and may
+ * always choose to close by passing keep_alive = 0 to m0_conn_finish. */
+int m0_conn_keep_alive(const m0_conn *c);
+
+/* Read decoded request body bytes (Content-Length and chunked framing are
+ * handled here). The first call sends "HTTP/1.1 100 Continue" when the
+ * request asked for it. Returns n > 0, 0 at the end of the body, or
+ * -ECONNRESET (peer gone), -ETIMEDOUT (blocking read waited body_timeout_ms),
+ * -EBADMSG (bad chunked framing), -EFBIG (over limits.max_body),
+ * -EAGAIN (non-blocking and nothing buffered: the socket is re-armed and
+ * on_event(M0_CONN_BODY) follows). Bytes not yet read stay in the kernel
+ * beyond one read buffer: that is the read backpressure. */
+ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
+
+/* Write raw response bytes (the handler frames them with http/response.h).
+ * blocking: returns once everything is written, or -EPIPE/-ECONNRESET/
+ * -ETIMEDOUT. Non-blocking: writes what the socket takes, copies the rest
+ * into the connection's write buffer and returns 0; m0_conn_write_pending()
+ * then says how much is queued (backpressure: wait for M0_CONN_WRITABLE). */
+int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+/* sendfile(2) count bytes of fd from offset; same blocking semantics. Returns
+ * bytes sent (may be less than count at EOF) or -errno. */
+ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+size_t m0_conn_write_pending(const m0_conn *c);
+/* The write buffer mark above which an async handler should wait. */
+#define M0_WRITE_HIGH_WATER (256 * 1024)
+
+/* The current response is complete. keep_alive = 0 closes the connection
+ * once the write buffer is flushed (a short response, an error after the
+ * head). status and body_bytes feed the access log. Then the next pipelined
+ * request is dispatched. */
+void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+
+/* After a 101 response: the connection becomes a raw byte stream.
+ * m0_conn_body_read then returns raw bytes until EOF; no more requests are
+ * parsed. */
+void m0_conn_upgrade(m0_conn *c);
+
+/* Close now, without finishing (the handler gets no M0_CONN_CLOSED for a
+ * close it asked for). */
+void m0_conn_abort(m0_conn *c);
+
+#endif
