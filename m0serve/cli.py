@@ -1,0 +1,118 @@
+"""`m0serve [OPTIONS] APP`: parse the configuration, then serve in-process (one worker,
+no supervision flag) or under the supervisor (m0serve.supervisor).
+
+Exit status: 0 after a clean shutdown, 1 when the app cannot be loaded or the server
+cannot start, 2 for a bad flag or value.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from . import config, logs, sockets, worker
+from .loader import AppLoadError, detect_interface, load
+
+log = logs.log
+
+
+def resolve_app(cfg):
+    """(app, interface) for the configuration; exits 1 with the traceback when loading fails."""
+    if cfg.native is not None:
+        return None, f"native-{cfg.native}"
+    try:
+        app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
+    except AppLoadError as e:
+        log.error("cannot load %s: %s", cfg.app, e)
+        raise SystemExit(1) from None
+    except BaseException:
+        log.error("cannot import %s: the traceback follows", cfg.app, exc_info=True)
+        raise SystemExit(1) from None
+    interface = cfg.interface
+    if interface == "auto":
+        interface = detect_interface(app)
+    if interface == "asgi":
+        try:
+            worker.asgi_driver()
+        except worker.UnsupportedInterface as e:
+            log.error("%s is an ASGI application: %s", cfg.app, e)
+            raise SystemExit(2 if cfg.interface == "asgi" else 1) from None
+    return app, interface
+
+
+def check_interface_flag(cfg):
+    """Fail early (exit 2) for --interface asgi when this build has no ASGI driver."""
+    if cfg.native is None and cfg.interface == "asgi":
+        try:
+            worker.asgi_driver()
+        except worker.UnsupportedInterface as e:
+            config.die(f"argument --interface: {e}")
+
+
+def write_pid_file(path):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(tmp, path)
+
+
+def remove_pid_file(path):
+    try:
+        with open(path) as f:
+            if f.read().strip() != str(os.getpid()):
+                return
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def open_listeners(cfg):
+    try:
+        return sockets.open_listeners(cfg)
+    except sockets.BindError as e:
+        log.error("%s", e)
+        raise SystemExit(1) from None
+
+
+def run_single(cfg):
+    """One worker in this process: no fork, no supervisor."""
+    app, interface = resolve_app(cfg)
+    listeners = open_listeners(cfg)
+    if cfg.pid_file:
+        write_pid_file(cfg.pid_file)
+    policy = worker.SignalPolicy(cfg, listeners_to_close=listeners, supervised=False)
+
+    def on_ready():
+        for listener in listeners:
+            log.info("Listening on %s", listener.url)
+        log.info("m0serve: serving %s (%s) in process %d", cfg.app or "native hello", interface, os.getpid())
+
+    try:
+        worker.run(cfg, app, interface, [l.worker_socket() for l in listeners], policy=policy, on_ready=on_ready)
+    except worker.UnsupportedInterface as e:
+        log.error("%s", e)
+        return 1
+    finally:
+        for listener in listeners:
+            listener.close()
+        if cfg.pid_file:
+            remove_pid_file(cfg.pid_file)
+    log.info("shut down")
+    return 0
+
+
+def main(argv=None):
+    cfg = config.resolve(argv)
+    logs.setup(cfg.log_level, cfg.log_file)
+    check_interface_flag(cfg)
+    if cfg.supervised:
+        from .supervisor import Supervisor
+
+        return Supervisor(cfg).run()
+    try:
+        return run_single(cfg)
+    except KeyboardInterrupt:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

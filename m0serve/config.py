@@ -1,0 +1,316 @@
+"""Command-line and environment configuration.
+
+Every option is a row of OPTIONS. Each is settable on the command line
+(`--keep-alive-timeout 2`) or through the environment (`M0_KEEP_ALIVE_TIMEOUT=2`);
+the command line wins. A bad flag or value is reported on one line that names the
+flag (or the variable) and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+ENV_PREFIX = "M0_"
+
+
+class ConfigError(Exception):
+    """A bad value; the message names the flag or variable it came from."""
+
+
+# --- value types: each raises ValueError with a short reason ---------------------------
+
+
+def _int_in(lo, hi=None):
+    def conv(text):
+        try:
+            v = int(text, 10)
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid integer {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise ValueError(f"{v} is out of range ({bound})")
+        return v
+
+    conv.__name__ = "integer"
+    return conv
+
+
+def _seconds(text):
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid number of seconds {text!r}") from None
+    if not (v >= 0) or v == float("inf"):
+        raise ValueError(f"{text!r} must be a finite number >= 0")
+    return v
+
+
+def _choice(*choices):
+    def conv(text):
+        t = str(text).strip().lower()
+        if t not in choices:
+            raise ValueError(f"invalid choice {text!r} (choose from {', '.join(choices)})")
+        return t
+
+    return conv
+
+
+def _path(text):
+    if not text:
+        raise ValueError("empty path")
+    return text
+
+
+def _root_path(text):
+    if text and not text.startswith("/"):
+        raise ValueError(f"{text!r} must start with '/'")
+    return text.rstrip("/")
+
+
+def _bool(text):
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"invalid boolean {text!r} (use 1/0, true/false, yes/no, on/off)")
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str  # "--keep-alive-timeout"; "APP" for the positional
+    kind: str  # "value" | "flag" | "list"
+    conv: object  # str -> value, raises ValueError
+    default: object
+    help: str
+    group: str
+    metavar: str | None = None
+    supervision: bool = False  # needs a supervisor process even with one worker
+
+    @property
+    def dest(self):
+        return self.flag.lstrip("-").replace("-", "_").lower()
+
+    @property
+    def env(self):
+        return ENV_PREFIX + self.dest.upper()
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+OPTIONS = [
+    # Application
+    Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
+    Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
+           "the application's interface; auto detects ASGI (async callable) vs WSGI", "application"),
+    Option("--factory", "flag", _bool, False, "APP names a factory: call it with no arguments to get the app", "application"),
+    Option("--app-dir", "value", _path, ".", "directory inserted at the front of sys.path before importing APP",
+           "application", "DIR"),
+    Option("--native", "value", _choice("hello"), None,
+           "serve a built-in handler from C with no Python on the request path (hello: 13-byte 'Hello, world!'); APP is optional",
+           "application", "HANDLER"),
+    Option("--root-path", "value", _root_path, "", "mount point of the app: SCRIPT_NAME (WSGI) / root_path (ASGI)",
+           "application", "PATH"),
+    Option("--loop", "value", _choice("auto", "asyncio", "uvloop"), "auto",
+           "ASGI event loop (auto: uvloop when importable)", "application"),
+    # Sockets
+    Option("--host", "value", str, "127.0.0.1", "address to bind", "sockets"),
+    Option("--port", "value", _int_in(0, 65535), 8000, "port to bind; 0 picks a free one (logged at start)", "sockets"),
+    Option("--uds", "value", _path, None, "bind a Unix domain socket at PATH instead (a stale socket file is removed)",
+           "sockets", "PATH"),
+    Option("--fd", "value", _int_in(0), None, "serve an inherited, bound socket fd instead of binding", "sockets", "N"),
+    Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
+    Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
+           "sockets"),
+    # HTTP limits and timeouts
+    Option("--keep-alive-timeout", "value", _seconds, 5.0, "seconds an idle keep-alive connection is kept (0: close after each response)",
+           "http", "SECONDS"),
+    Option("--max-keepalive-requests", "value", _int_in(0), 0, "requests per connection before it is closed (0: unlimited)",
+           "http", "N"),
+    Option("--header-timeout", "value", _seconds, 10.0, "seconds to receive a complete request head (408)", "http", "SECONDS"),
+    Option("--limit-request-line", "value", _int_in(1), 8190, "maximum bytes of the request line (414)", "http", "BYTES"),
+    Option("--limit-request-fields", "value", _int_in(1), 100, "maximum number of header fields (431)", "http", "N"),
+    Option("--limit-request-field-size", "value", _int_in(1), 8190, "maximum bytes of one header field line (431)",
+           "http", "BYTES"),
+    Option("--limit-request-body", "value", _int_in(0), 0, "maximum request body bytes (413; 0: unlimited)", "http", "BYTES"),
+    Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
+    # Logging
+    Option("--log-level", "value", _choice(*LOG_LEVELS), "info", "critical, error, warning, info or debug", "logging", "LEVEL"),
+    Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
+           "logging", "FILE"),
+    Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
+    # Processes
+    Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
+    Option("--graceful-timeout", "value", _seconds, 30.0,
+           "seconds a stopping worker may spend finishing in-flight requests before it is killed", "processes", "SECONDS"),
+    Option("--max-requests", "value", _int_in(0), 0, "a worker retires gracefully after this many requests (0: never)",
+           "processes", "N", supervision=True),
+    Option("--max-requests-jitter", "value", _int_in(0), 0, "add a random 0..N to --max-requests per worker", "processes", "N"),
+    Option("--worker-timeout", "value", _seconds, 0.0,
+           "a worker stuck in one request this long has its stacks logged, then is killed and replaced (0: off)",
+           "processes", "SECONDS", supervision=True),
+    Option("--preload", "flag", _bool, False, "import the app once in the supervisor before forking workers", "processes"),
+    Option("--pid-file", "value", _path, None, "write the (supervisor) pid to FILE", "processes", "FILE"),
+    Option("--reload", "flag", _bool, False, "development: restart workers when a .py file changes", "processes",
+           supervision=True),
+    Option("--reload-dir", "list", _path, None, "directory watched by --reload (repeatable; default: --app-dir)",
+           "processes", "DIR"),
+]
+
+GROUP_TITLES = {
+    "application": "application",
+    "sockets": "sockets",
+    "http": "HTTP limits and timeouts",
+    "logging": "logging",
+    "processes": "processes",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # One line naming the flag (argparse's messages do: "argument --port: ...").
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _argparse_type(opt):
+    def conv(text):
+        try:
+            return opt.conv(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    conv.__name__ = getattr(opt.conv, "__name__", "value")
+    return conv
+
+
+def build_parser(prog="m0serve"):
+    from . import __version__
+
+    p = _Parser(
+        prog=prog,
+        description="Serve a WSGI or ASGI 3 application with m0serve's HTTP/1.1 engine. "
+        "Every option can also be set as an environment variable M0_<NAME> (e.g. M0_PORT=9000).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="version", version=f"m0serve {__version__}")
+    groups = {}
+    for opt in OPTIONS:
+        g = groups.get(opt.group)
+        if g is None:
+            g = groups[opt.group] = p.add_argument_group(GROUP_TITLES[opt.group])
+        help_text = f"{opt.help} [env {opt.env}]"
+        if opt.flag == "APP":
+            g.add_argument("app", nargs="?", metavar="APP", help=help_text, default=None)
+        elif opt.kind == "flag":
+            g.add_argument(opt.flag, dest=opt.dest, action="store_const", const=True, default=None, help=help_text)
+        elif opt.kind == "list":
+            g.add_argument(opt.flag, dest=opt.dest, action="append", type=_argparse_type(opt), default=None,
+                           metavar=opt.metavar, help=help_text)
+        else:
+            g.add_argument(opt.flag, dest=opt.dest, type=_argparse_type(opt), default=None, metavar=opt.metavar,
+                           help=help_text)
+    return p
+
+
+class Config:
+    """The resolved configuration: one attribute per option (dest name)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __repr__(self):
+        return f"Config({self.__dict__!r})"
+
+    @property
+    def supervised(self):
+        """Whether a supervisor process is needed (else the one worker serves in-process)."""
+        if self.workers > 1:
+            return True
+        return any(opt.supervision and getattr(self, opt.dest) for opt in OPTIONS)
+
+    def effective_max_requests(self, rand):
+        if not self.max_requests:
+            return 0
+        return self.max_requests + (rand.randint(0, self.max_requests_jitter) if self.max_requests_jitter else 0)
+
+
+def _from_env(opt, environ):
+    raw = environ.get(opt.env)
+    if raw is None:
+        return None
+    try:
+        if opt.kind == "list":
+            return [opt.conv(part) for part in raw.split(os.pathsep) if part]
+        return opt.conv(raw)
+    except ValueError as e:
+        raise ConfigError(f"environment variable {opt.env}: {e}") from None
+
+
+def resolve(argv=None, environ=None, prog="m0serve"):
+    """Parse argv and the environment into a Config; on a bad flag or value print one line and exit 2."""
+    environ = os.environ if environ is None else environ
+    parser = build_parser(prog)
+    ns = parser.parse_args(argv)
+    values = {}
+    try:
+        for opt in OPTIONS:
+            dest = "app" if opt.flag == "APP" else opt.dest
+            v = getattr(ns, dest)
+            if v is None:
+                v = _from_env(opt, environ)
+            if v is None and opt.flag == "--workers" and environ.get("WEB_CONCURRENCY"):
+                try:
+                    v = _int_in(1)(environ["WEB_CONCURRENCY"])
+                except ValueError as e:
+                    raise ConfigError(f"environment variable WEB_CONCURRENCY: {e}") from None
+            if v is None:
+                v = opt.default
+                if opt.kind == "list":
+                    v = []
+            values[dest] = v
+        if values["workers"] is None:
+            values["workers"] = 1
+        cfg = Config(**values)
+        _check(cfg)
+    except ConfigError as e:
+        parser.exit(2, f"{prog}: error: {e}\n")
+    return cfg
+
+
+def _check(cfg):
+    if cfg.native is None and not cfg.app:
+        raise ConfigError("the following arguments are required: APP (module:attribute), unless --native is given")
+    if cfg.app and cfg.native is None:
+        mod, sep, attr = cfg.app.partition(":")
+        if not sep or not mod or not attr:
+            raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
+    if cfg.uds is not None and cfg.fd is not None:
+        raise ConfigError("argument --uds: not allowed with argument --fd")
+    if cfg.reuse_port and (cfg.uds is not None or cfg.fd is not None):
+        raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
+    if cfg.max_requests_jitter and not cfg.max_requests:
+        raise ConfigError("argument --max-requests-jitter: needs --max-requests")
+
+
+def server_options(cfg):
+    """The keyword arguments of _core.Server that come from the configuration."""
+    return dict(
+        keep_alive_timeout=cfg.keep_alive_timeout,
+        max_keepalive_requests=cfg.max_keepalive_requests,
+        header_timeout=cfg.header_timeout,
+        limit_request_line=cfg.limit_request_line,
+        limit_request_fields=cfg.limit_request_fields,
+        limit_request_field_size=cfg.limit_request_field_size,
+        limit_request_body=cfg.limit_request_body,
+        root_path=cfg.root_path,
+        server_header=not cfg.no_server_header,
+        access_log=cfg.access_log,
+    )
+
+
+def die(message, code=2):
+    """Report a configuration problem found after parsing (one line) and exit."""
+    sys.stderr.write(f"m0serve: error: {message}\n")
+    raise SystemExit(code)

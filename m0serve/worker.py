@@ -1,0 +1,166 @@
+"""One worker: build the engine's Server over the listening sockets and serve.
+
+The same code runs in-process (one worker, no supervisor) and in forked workers.
+
+Worker signals:
+  TERM, INT   graceful: stop accepting, finish in-flight requests (bounded by
+              --graceful-timeout), return from serve(); a second one closes everything now
+  QUIT        close everything now
+  USR1        reopen --log-file
+  USR2        write the Python stack of every thread to the log (faulthandler); the
+              supervisor sends it to a worker stuck past --worker-timeout before killing it
+
+ASGI: m0serve.asgi provides `run_worker(server_kwargs, app, config, on_ready)`. It builds
+the Server (`_core.Server(app, "asgi", server_kwargs["listeners"], **rest)`) inside its
+event loop, runs lifespan startup, calls `on_ready(server)` once it serves (that installs
+the signal handlers above, which call server.shutdown(graceful), and reports readiness to
+the supervisor), returns when the server has shut down (after lifespan shutdown), and
+raises when start-up fails.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+
+from . import logs
+from .config import server_options
+
+log = logs.log
+
+
+class UnsupportedInterface(Exception):
+    pass
+
+
+def server_kwargs(cfg, listener_fds, *, max_requests=0, heartbeat=None, heartbeat_index=0):
+    kw = server_options(cfg)
+    kw["listeners"] = list(listener_fds)
+    kw["logger"] = log
+    kw["errors"] = sys.stderr
+    if max_requests:
+        kw["max_requests"] = max_requests
+    if heartbeat is not None:
+        kw["heartbeat"] = heartbeat
+        kw["heartbeat_index"] = heartbeat_index
+    return kw
+
+
+def asgi_driver():
+    try:
+        from . import asgi  # noqa: WPS433 (optional module)
+    except ImportError as e:
+        raise UnsupportedInterface(f"ASGI is not available in this build ({e})") from None
+    run = getattr(asgi, "run_worker", None)
+    if run is None:
+        raise UnsupportedInterface("ASGI is not available in this build (m0serve.asgi has no run_worker)")
+    return run
+
+
+class SignalPolicy:
+    """Installs the worker's signal handlers once its server serves."""
+
+    def __init__(self, cfg, *, listeners_to_close=(), supervised=False):
+        self.cfg = cfg
+        self.server = None
+        self.stopping = False
+        self.listeners_to_close = listeners_to_close  # in-process: refuse new connections at once on TERM
+        self.supervised = supervised
+
+    def install(self, server):
+        self.server = server
+        signal.signal(signal.SIGTERM, self._on_term)
+        # Supervised, Ctrl-C reaches the whole process group: the supervisor turns it
+        # into one TERM per worker, so the worker itself ignores INT.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self._on_term)
+        signal.signal(signal.SIGQUIT, self._on_quit)
+        signal.signal(signal.SIGUSR1, self._on_usr1)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def _on_term(self, signum, frame):
+        if self.stopping:
+            log.info("second %s: closing every connection now", signal.Signals(signum).name)
+            self.server.shutdown(graceful=False)
+            return
+        self.stopping = True
+        if not self.supervised:
+            log.info("%s: shutting down gracefully (up to %gs)", signal.Signals(signum).name,
+                     self.cfg.graceful_timeout)
+        self.server.shutdown(graceful=True)
+        for listener in self.listeners_to_close:
+            listener.stop_listening()
+        if self.cfg.graceful_timeout > 0:
+            signal.setitimer(signal.ITIMER_REAL, self.cfg.graceful_timeout)
+
+    def _on_alarm(self, signum, frame):
+        if self.stopping:
+            log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
+                        self.server.connections)
+            self.server.shutdown(graceful=False)
+
+    def _on_quit(self, signum, frame):
+        self.stopping = True
+        self.server.shutdown(graceful=False)
+        for listener in self.listeners_to_close:
+            listener.stop_listening()
+
+    def _on_usr1(self, signum, frame):
+        logs.reopen()
+
+    def _on_hup(self, signum, frame):
+        if not self.supervised:
+            log.warning("SIGHUP ignored: a rolling restart needs a supervisor (--workers 2 or more, or --reload)")
+
+
+def register_stack_dump():
+    """USR2 writes every thread's Python stack to fd 2 (the log), from a C signal handler."""
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=False)
+
+
+def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, **kw):
+    """Serve until shutdown. on_ready() runs once the server is built and serving."""
+    fds = [s.fileno() for s in listener_socks]
+    kwargs = server_kwargs(cfg, fds, **kw)
+    register_stack_dump()
+
+    def ready(server):
+        policy.install(server)
+        if on_ready is not None:
+            on_ready()
+
+    if interface == "asgi":
+        asgi_driver()(kwargs, app, cfg, ready)
+        return
+    from . import _core
+
+    listeners = kwargs.pop("listeners")
+    server = _core.Server(app, interface, listeners, **kwargs)
+    ready(server)
+    server.serve()
+
+
+def set_parent_death_signal(sig=signal.SIGTERM):
+    """Linux: the worker gets `sig` when its supervisor dies, so no orphan keeps serving."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except Exception:  # not fatal: only a safety net
+        pass
+
+
+def reset_signals():
+    """A forked worker starts from default dispositions (the supervisor's are not its own)."""
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTTIN,
+              signal.SIGTTOU, signal.SIGCHLD, signal.SIGALRM):
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+    os.environ.pop("LISTEN_FDS", None)
