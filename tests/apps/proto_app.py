@@ -1,0 +1,96 @@
+"""WSGI app for the protocol tests: it reports what the server handed it.
+
+Routes (by PATH_INFO):
+  /stream[?n=N&size=S]  N chunks of S bytes from a generator, no Content-Length
+                        (chunked on HTTP/1.1, close-delimited on HTTP/1.0)
+  /fixed                a 26-byte body with Content-Length
+  /expect[?delay=S]     sleeps S seconds, then reads the body (the 100 Continue
+                        is due only then); echoes like the default route
+  /ignore-body          answers without touching wsgi.input
+  /sleep?s=S            sleeps S seconds, then answers "slept"
+  anything else         echo: JSON of method, path, query, selected environ
+                        keys, the HTTP_* headers and the body read fully
+                        (wsgi.input.read() until b"", in pieces)
+
+The body is reported as a latin-1 string so that any byte survives JSON.
+"""
+import json
+import time
+import urllib.parse
+from wsgiref.validate import validator
+
+FIXED_BODY = b"abcdefghijklmnopqrstuvwxyz"
+ENVIRON_KEYS = (
+    "REQUEST_METHOD",
+    "SCRIPT_NAME",
+    "PATH_INFO",
+    "QUERY_STRING",
+    "SERVER_PROTOCOL",
+    "CONTENT_TYPE",
+    "CONTENT_LENGTH",
+    "RAW_URI",
+    "REMOTE_PORT",
+)
+
+
+def _query(environ):
+    return dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", "")))
+
+
+def _read_body(environ):
+    inp = environ["wsgi.input"]
+    parts = []
+    while True:
+        b = inp.read(4096)
+        if not b:
+            break
+        parts.append(b)
+    return b"".join(parts)
+
+
+def _echo(environ, start_response, body):
+    report = {
+        "method": environ["REQUEST_METHOD"],
+        "path": environ.get("PATH_INFO", ""),
+        "query": environ.get("QUERY_STRING", ""),
+        "env": {k: environ[k] for k in ENVIRON_KEYS if k in environ},
+        "headers": {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")},
+        "body": body.decode("latin-1"),
+        "body_len": len(body),
+    }
+    out = json.dumps(report, sort_keys=True).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
+    return [out]
+
+
+def _stream(n, size):
+    for i in range(n):
+        yield (b"%d" % (i % 10)) * size
+
+
+def _app(environ, start_response):
+    path = environ.get("PATH_INFO", "")
+    if path == "/stream":
+        q = _query(environ)
+        n, size = int(q.get("n", "5")), int(q.get("size", "10"))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return _stream(n, size)
+    if path == "/fixed":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FIXED_BODY)))])
+        return [FIXED_BODY]
+    if path == "/expect":
+        time.sleep(float(_query(environ).get("delay", "0")))
+        return _echo(environ, start_response, _read_body(environ))
+    if path == "/ignore-body":
+        out = b"ignored"
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
+        return [out]
+    if path == "/sleep":
+        time.sleep(float(_query(environ).get("s", "0.5")))
+        out = b"slept"
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
+        return [out]
+    return _echo(environ, start_response, _read_body(environ))
+
+
+app = validator(_app)
