@@ -55,7 +55,8 @@ test: deps test-c test-py
 fuzz: deps
 	mkdir -p fuzz/build
 	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c src/http/parser.c
-	./fuzz/build/fuzz_parser -max_total_time=60 fuzz/corpus
+	mkdir -p fuzz/build/corpus
+	./fuzz/build/fuzz_parser -max_total_time=60 -print_final_stats=1 fuzz/build/corpus fuzz/corpus
 
 bench: deps build
 	$(VPY) -m bench

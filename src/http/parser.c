@@ -1,0 +1,684 @@
+/* HTTP/1.1 request head parser and chunked body decoder (see parser.h).
+ *
+ * Design: one forward pass over the caller's buffer, table-driven character
+ * classes, no allocation, no copies. The pass is re-run from the start after
+ * M0_PARSE_INCOMPLETE (heads are small; this keeps the parser stateless).
+ *
+ * Errors are decided by position: the parser reports the first offending byte
+ * in buffer order, and limits are checked against the byte that would exceed
+ * them. So a prefix of a request either returns INCOMPLETE or the very error
+ * the whole request gets, and an oversized line or field is refused as soon
+ * as its first byte over the limit arrives, without waiting for its CRLF.
+ *
+ * Choices where RFC 9112 leaves room (all on the strict side):
+ *  - Line endings are CRLF only. A bare LF (or a CR not followed by LF) is a
+ *    400 anywhere in the head: section 2.2 allows recipients to accept bare
+ *    LF, but servers and proxies that disagree on it are a smuggling vector.
+ *  - Leading empty lines (CRLF) before the request line are skipped (2.2), at
+ *    most max_request_line bytes of them (400 beyond).
+ *  - Version: "HTTP/" DIGIT "." DIGIT, case-sensitive. HTTP/1.0 and HTTP/1.1
+ *    are served; any other well-formed version (HTTP/2.0, HTTP/3.x, HTTP/0.9,
+ *    HTTP/1.2) answers 505; anything else (HTTX/1.1, HTTP/1.x, HTTP/1.10) 400.
+ *  - request-target: no CTL, no SP; obs-text is tolerated. Forms: origin
+ *    ("/p?q"), asterisk ("*"), absolute ("scheme://authority/p?q": path is
+ *    the part after the authority, empty if there is none; host stays the
+ *    Host header's value, the authority remains visible in target), authority
+ *    (only for CONNECT: path is the whole target). Anything else is a 400.
+ *  - Field lines: a token name immediately followed by ':' (whitespace before
+ *    the colon: 400, section 5.1), a line starting with SP/HTAB (obs-fold, or
+ *    whitespace before the first field) is a 400, values refuse every CTL but
+ *    HTAB. max_header_size counts the whole field line without its CRLF.
+ *  - Transfer-Encoding (all field lines joined in order): the final coding
+ *    must be "chunked", else 400 (6.3: the body length cannot be determined);
+ *    other codings before a final chunked are 501 (6.1: not understood);
+ *    chunked applied twice is 400 (7.1). Any Transfer-Encoding in an HTTP/1.0
+ *    request and Transfer-Encoding together with Content-Length are 400.
+ *  - Content-Length: 1*DIGIT, at most INT64_MAX; repeated fields or comma
+ *    lists of one identical value are that value (RFC 9110 8.6), differing
+ *    values or any other octet are 400.
+ *  - Host: more than one Host field line or an invalid value is a 400 for any
+ *    version, none is a 400 for HTTP/1.1 (RFC 9112 3.2).
+ *  - Expect: 100-continue and Upgrade are ignored in HTTP/1.0 requests (RFC
+ *    9110 10.1.1 and 7.8).
+ */
+#include "parser.h"
+
+#include <limits.h>
+#include <string.h>
+
+#define C_TOKEN 1  /* RFC 9110 tchar */
+#define C_VALUE 2  /* field-value octet: HTAB, SP, VCHAR, obs-text */
+#define C_TARGET 4 /* request-target octet: VCHAR, obs-text */
+#define C_HOST 8   /* uri-host / port octet: unreserved, sub-delims, '%', ':', '[', ']' */
+
+static const unsigned char cls[256] = {
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+    0,  0,  0,  2,  15, 6,  7,  15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15, 6,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    14, 14, 6,  14, 6,  6,  6,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 15, 15, 14, 6,  14, 7,  15, 7,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 15, 15, 15, 15, 15, 6,  7,  6,  15, 0,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+};
+
+#define IS(c, k) (cls[(unsigned char)(c)] & (k))
+
+int m0_parse_error_status(int err)
+{
+    switch (err) {
+    case M0_PARSE_URI_TOO_LONG:
+        return 414;
+    case M0_PARSE_HEADERS_TOO_LARGE:
+        return 431;
+    case M0_PARSE_NOT_IMPLEMENTED:
+        return 501;
+    case M0_PARSE_BAD_VERSION:
+        return 505;
+    case M0_PARSE_BODY_TOO_LARGE:
+        return 413;
+    default:
+        return 400;
+    }
+}
+
+int m0_span_ieq(m0_span s, const char *lower_literal, size_t lower_len)
+{
+    if (s.len != lower_len)
+        return 0;
+    for (size_t i = 0; i < lower_len; i++) {
+        unsigned char c = (unsigned char)s.base[i];
+        if (c >= 'A' && c <= 'Z')
+            c |= 0x20;
+        if (c != (unsigned char)lower_literal[i])
+            return 0;
+    }
+    return 1;
+}
+
+#define SPAN_IEQ(s, lit) m0_span_ieq((s), lit, sizeof(lit) - 1)
+
+/* The end of the scan window of a line that may hold at most `max` content
+ * bytes: reaching it means either "need more bytes" (the buffer ended) or
+ * "limit exceeded" (max + 1 content bytes seen). */
+static inline const char *window_end(const char *line, const char *end, size_t max, int *over)
+{
+    size_t room = (size_t)(end - line);
+    *over = room > max;
+    return *over ? line + max + 1 : end;
+}
+
+static inline int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Calls fn(ctx, element) for each non-empty element of a comma list
+ * (RFC 9110 5.6.1: empty elements are ignored), OWS trimmed. */
+#define FOR_EACH_LIST_ELEMENT(value, elem, body)                                                                       \
+    do {                                                                                                               \
+        const char *lp_ = (value).base, *le_ = lp_ + (value).len;                                                      \
+        while (lp_ < le_) {                                                                                            \
+            const char *ls_, *lx_;                                                                                     \
+            while (lp_ < le_ && (is_ows(*lp_) || *lp_ == ','))                                                         \
+                lp_++;                                                                                                 \
+            if (lp_ == le_)                                                                                            \
+                break;                                                                                                 \
+            ls_ = lp_;                                                                                                 \
+            while (lp_ < le_ && *lp_ != ',')                                                                           \
+                lp_++;                                                                                                 \
+            lx_ = lp_;                                                                                                 \
+            while (lx_ > ls_ && is_ows(lx_[-1]))                                                                       \
+                lx_--;                                                                                                 \
+            m0_span elem = {ls_, (size_t)(lx_ - ls_)};                                                                 \
+            body                                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+/* Content-Length: 1*DIGIT, or a comma list of one identical value. Returns 0
+ * and merges into *cl (-1 = none yet), or -1 when invalid or differing. */
+static int content_length_merge(m0_span v, int64_t *cl)
+{
+    const char *p = v.base, *end = v.base + v.len;
+
+    for (;;) {
+        int64_t x = 0;
+        const char *digits;
+        while (p < end && is_ows(*p))
+            p++;
+        digits = p;
+        while (p < end && *p >= '0' && *p <= '9') {
+            int d = *p - '0';
+            if (x > (INT64_MAX - d) / 10)
+                return -1;
+            x = x * 10 + d;
+            p++;
+        }
+        if (p == digits)
+            return -1;
+        while (p < end && is_ows(*p))
+            p++;
+        if (*cl >= 0 && *cl != x)
+            return -1;
+        *cl = x;
+        if (p == end)
+            return 0;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+/* uri-host [ ":" port ] (RFC 9110 7.2); empty is valid (RFC 9112 3.2). */
+static int host_valid(m0_span v)
+{
+    const char *p = v.base, *end = v.base + v.len;
+
+    if (p < end && *p == '[') {
+        const char *close = memchr(p, ']', v.len);
+        if (close == NULL || close == p + 1)
+            return 0;
+        for (p++; p < close; p++)
+            if (!IS(*p, C_HOST) || *p == '[')
+                return 0;
+        p++;
+    } else {
+        for (; p < end && *p != ':'; p++)
+            if (!IS(*p, C_HOST) || *p == '[' || *p == ']')
+                return 0;
+    }
+    if (p == end)
+        return 1;
+    if (*p != ':')
+        return 0;
+    for (p++; p < end; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
+/* Splits req->target into path and query per the request-target form. */
+static int target_split(m0_request *req)
+{
+    const char *t = req->target.base, *end = t + req->target.len, *path = t, *q;
+
+    if (*t == '/') {
+        /* origin-form */
+    } else if (req->target.len == 1 && *t == '*') {
+        /* asterisk-form */
+    } else {
+        /* absolute-form: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) */
+        const char *s = t;
+        if ((*s | 0x20) >= 'a' && (*s | 0x20) <= 'z') {
+            s++;
+            while (s < end && (((*s | 0x20) >= 'a' && (*s | 0x20) <= 'z') || (*s >= '0' && *s <= '9') || *s == '+' ||
+                               *s == '-' || *s == '.'))
+                s++;
+        }
+        if (s > t && end - s > 3 && s[0] == ':' && s[1] == '/' && s[2] == '/') {
+            const char *auth = s + 3;
+            path = auth;
+            while (path < end && *path != '/' && *path != '?')
+                path++;
+            if (path == auth)
+                return -1;
+        } else if (req->method.len == 7 && memcmp(req->method.base, "CONNECT", 7) == 0) {
+            /* authority-form */
+        } else {
+            return -1;
+        }
+    }
+    q = memchr(path, '?', (size_t)(end - path));
+    if (q == NULL) {
+        req->path = (m0_span){path, (size_t)(end - path)};
+        req->query = (m0_span){end, 0};
+    } else {
+        req->path = (m0_span){path, (size_t)(q - path)};
+        req->query = (m0_span){q + 1, (size_t)(end - q - 1)};
+    }
+    return 0;
+}
+
+/* Derives framing and connection facts from the complete head. */
+static int head_facts(m0_request *req, const m0_limits *limits)
+{
+    int64_t cl = -1;
+    int hosts = 0, te = 0, te_chunked = 0, te_last_chunked = 0, te_other = 0, te_twice = 0;
+    int conn_close = 0, conn_keep = 0, conn_upgrade = 0, expect = 0, has_upgrade = 0;
+    m0_span upgrade = {NULL, 0};
+
+    req->host = (m0_span){NULL, 0};
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const m0_header *h = &req->headers[i];
+        switch (h->name.len) {
+        case 4:
+            if (SPAN_IEQ(h->name, "host")) {
+                if (++hosts > 1 || !host_valid(h->value))
+                    return M0_PARSE_BAD_REQUEST;
+                req->host = h->value;
+            }
+            break;
+        case 6:
+            if (SPAN_IEQ(h->name, "expect") && SPAN_IEQ(h->value, "100-continue"))
+                expect = 1;
+            break;
+        case 7:
+            if (SPAN_IEQ(h->name, "upgrade") && !has_upgrade) {
+                has_upgrade = 1;
+                upgrade = h->value;
+            }
+            break;
+        case 10:
+            if (SPAN_IEQ(h->name, "connection")) {
+                FOR_EACH_LIST_ELEMENT(h->value, e, {
+                    if (SPAN_IEQ(e, "close"))
+                        conn_close = 1;
+                    else if (SPAN_IEQ(e, "keep-alive"))
+                        conn_keep = 1;
+                    else if (SPAN_IEQ(e, "upgrade"))
+                        conn_upgrade = 1;
+                });
+            }
+            break;
+        case 14:
+            if (SPAN_IEQ(h->name, "content-length") && content_length_merge(h->value, &cl) < 0)
+                return M0_PARSE_BAD_REQUEST;
+            break;
+        case 17:
+            if (SPAN_IEQ(h->name, "transfer-encoding")) {
+                te = 1;
+                FOR_EACH_LIST_ELEMENT(h->value, e, {
+                    if (SPAN_IEQ(e, "chunked")) {
+                        te_twice |= te_chunked;
+                        te_chunked = 1;
+                        te_last_chunked = 1;
+                    } else {
+                        te_other = 1;
+                        te_last_chunked = 0;
+                    }
+                });
+            }
+            break;
+        default:
+            break;
+        }
+    }
+
+    if (te) {
+        if (req->minor_version == 0 || cl >= 0 || !te_last_chunked || te_twice)
+            return M0_PARSE_BAD_REQUEST;
+        if (te_other)
+            return M0_PARSE_NOT_IMPLEMENTED;
+    }
+    if (req->minor_version == 1 && hosts != 1)
+        return M0_PARSE_BAD_REQUEST;
+    if (cl >= 0 && limits->max_body != 0 && (uint64_t)cl > limits->max_body)
+        return M0_PARSE_BODY_TOO_LARGE;
+
+    req->content_length = cl;
+    req->upgrade = (m0_span){NULL, 0};
+    unsigned flags = 0;
+    if (te)
+        flags |= M0_REQ_CHUNKED;
+    if (req->minor_version == 1) {
+        if (!conn_close)
+            flags |= M0_REQ_KEEP_ALIVE;
+        if (expect)
+            flags |= M0_REQ_EXPECT_CONTINUE;
+        if (conn_upgrade && has_upgrade) {
+            flags |= M0_REQ_UPGRADE;
+            req->upgrade = upgrade;
+        }
+    } else if (conn_keep && !conn_close) {
+        flags |= M0_REQ_KEEP_ALIVE;
+    }
+    if (req->method.len == 4 && memcmp(req->method.base, "HEAD", 4) == 0)
+        flags |= M0_REQ_HEAD;
+    req->flags = flags;
+    return 0;
+}
+
+int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limits *limits)
+{
+    const char *p = buf, *end = buf + len, *line, *stop, *mark;
+    int over, major, minor, rc;
+    size_t n = 0;
+
+    /* Leading empty lines. */
+    for (;;) {
+        if (p == end)
+            return M0_PARSE_INCOMPLETE;
+        if (*p != '\r')
+            break;
+        if (p + 1 == end)
+            return M0_PARSE_INCOMPLETE;
+        if (p[1] != '\n')
+            return M0_PARSE_BAD_REQUEST;
+        p += 2;
+        if ((size_t)(p - buf) > limits->max_request_line)
+            return M0_PARSE_BAD_REQUEST;
+    }
+
+    /* request-line = method SP request-target SP HTTP-version CRLF */
+    line = p;
+    stop = window_end(line, end, limits->max_request_line, &over);
+#define LINE_STOP() return over ? M0_PARSE_URI_TOO_LONG : M0_PARSE_INCOMPLETE
+    while (p < stop && IS(*p, C_TOKEN))
+        p++;
+    if (p == stop)
+        LINE_STOP();
+    if (*p != ' ' || p == line)
+        return M0_PARSE_BAD_REQUEST;
+    req->method = (m0_span){line, (size_t)(p - line)};
+    mark = ++p;
+    while (p < stop && IS(*p, C_TARGET))
+        p++;
+    if (p == stop)
+        LINE_STOP();
+    if (*p != ' ' || p == mark)
+        return M0_PARSE_BAD_REQUEST;
+    req->target = (m0_span){mark, (size_t)(p - mark)};
+    p++;
+    if (stop - p >= 9) {
+        /* Fast path: the whole version and its CR are in the window. */
+        if (memcmp(p, "HTTP/", 5) != 0 || p[5] < '0' || p[5] > '9' || p[6] != '.' || p[7] < '0' || p[7] > '9' ||
+            p[8] != '\r')
+            return M0_PARSE_BAD_REQUEST;
+        p += 9;
+    } else {
+        static const char pattern[] = "HTTP/0.0\r";
+        for (int i = 0; i < 9; i++, p++) {
+            if (p == stop)
+                LINE_STOP();
+            if (pattern[i] == '0' ? (*p < '0' || *p > '9') : *p != pattern[i])
+                return M0_PARSE_BAD_REQUEST;
+        }
+    }
+#undef LINE_STOP
+    major = p[-4] - '0';
+    minor = p[-2] - '0';
+    if (p == end)
+        return M0_PARSE_INCOMPLETE;
+    if (*p++ != '\n')
+        return M0_PARSE_BAD_REQUEST;
+    if (major != 1 || minor > 1)
+        return M0_PARSE_BAD_VERSION;
+    req->minor_version = minor;
+
+    /* *( field-line CRLF ) CRLF */
+    for (;;) {
+        const char *value, *vend;
+        if (p == end)
+            return M0_PARSE_INCOMPLETE;
+        if (*p == '\r') {
+            if (++p == end)
+                return M0_PARSE_INCOMPLETE;
+            if (*p++ != '\n')
+                return M0_PARSE_BAD_REQUEST;
+            break;
+        }
+        /* SP/HTAB here is obs-fold; LF a bare LF; ':' an empty name. */
+        if (!IS(*p, C_TOKEN))
+            return M0_PARSE_BAD_REQUEST;
+        if (n == limits->max_header_count)
+            return M0_PARSE_HEADERS_TOO_LARGE;
+        line = p;
+        stop = window_end(line, end, limits->max_header_size, &over);
+#define FIELD_STOP() return over ? M0_PARSE_HEADERS_TOO_LARGE : M0_PARSE_INCOMPLETE
+        while (p < stop && IS(*p, C_TOKEN))
+            p++;
+        if (p == stop)
+            FIELD_STOP();
+        if (*p != ':')
+            return M0_PARSE_BAD_REQUEST;
+        req->headers[n].name = (m0_span){line, (size_t)(p - line)};
+        p++;
+        while (p < stop && is_ows(*p))
+            p++;
+        value = p;
+        /* Hot loop: four table lookups per iteration. */
+        while (stop - p >= 4) {
+            if (!IS(p[0], C_VALUE))
+                goto value_end;
+            if (!IS(p[1], C_VALUE)) {
+                p += 1;
+                goto value_end;
+            }
+            if (!IS(p[2], C_VALUE)) {
+                p += 2;
+                goto value_end;
+            }
+            if (!IS(p[3], C_VALUE)) {
+                p += 3;
+                goto value_end;
+            }
+            p += 4;
+        }
+        while (p < stop && IS(*p, C_VALUE))
+            p++;
+    value_end:
+        if (p == stop)
+            FIELD_STOP();
+#undef FIELD_STOP
+        if (*p != '\r')
+            return M0_PARSE_BAD_REQUEST;
+        vend = p;
+        while (vend > value && is_ows(vend[-1]))
+            vend--;
+        req->headers[n].value = (m0_span){value, (size_t)(vend - value)};
+        n++;
+        if (++p == end)
+            return M0_PARSE_INCOMPLETE;
+        if (*p++ != '\n')
+            return M0_PARSE_BAD_REQUEST;
+    }
+    req->num_headers = n;
+
+    if (target_split(req) < 0)
+        return M0_PARSE_BAD_REQUEST;
+    rc = head_facts(req, limits);
+    if (rc < 0)
+        return rc;
+    if (p - buf > INT_MAX)
+        return M0_PARSE_HEADERS_TOO_LARGE;
+    return (int)(p - buf);
+}
+
+/* Chunked decoder (RFC 9112 section 7.1). */
+enum {
+    CS_SIZE_START,
+    CS_SIZE,
+    CS_SIZE_WS,
+    CS_EXT,
+    CS_SIZE_LF,
+    CS_DATA,
+    CS_DATA_CR,
+    CS_DATA_LF,
+    CS_TRAILER_START,
+    CS_TRAILER_NAME,
+    CS_TRAILER_VALUE,
+    CS_TRAILER_LF,
+    CS_END_LF,
+    CS_DONE,
+};
+
+#define M0_CHUNK_LINE_MAX 4096    /* bytes of one chunk-size line before its CRLF, extensions included */
+#define M0_CHUNK_TRAILER_MAX 8192 /* bytes of the trailer field lines with their CRLFs, final CRLF excluded */
+
+void m0_chunked_init(m0_chunked_decoder *d, uint64_t max_body)
+{
+    memset(d, 0, sizeof *d);
+    d->max_body = max_body;
+    d->state = CS_SIZE_START;
+}
+
+static inline int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *consumed)
+{
+    size_t in = 0, out = 0, n = *len;
+    int state = d->state, rc = 0, h;
+
+    if (state < 0) {
+        /* An error is final. */
+        *len = 0;
+        *consumed = 0;
+        return state;
+    }
+    while (in < n && state != CS_DONE) {
+        unsigned char c = (unsigned char)buf[in];
+
+        if (state == CS_DATA) {
+            size_t k = n - in;
+            if (k > d->chunk_remaining)
+                k = (size_t)d->chunk_remaining;
+            if (out != in)
+                memmove(buf + out, buf + in, k);
+            out += k;
+            in += k;
+            d->chunk_remaining -= k;
+            d->total += k;
+            if (d->chunk_remaining == 0)
+                state = CS_DATA_CR;
+            continue;
+        }
+        switch (state) {
+        case CS_SIZE_START:
+            h = hex_value(c);
+            if (h < 0)
+                goto bad;
+            d->chunk_remaining = (uint64_t)h;
+            d->ext_bytes = 1;
+            state = CS_SIZE;
+            break;
+        case CS_SIZE:
+            h = hex_value(c);
+            if (h >= 0) {
+                if (d->chunk_remaining >> 60)
+                    goto bad; /* would overflow 64 bits */
+                d->chunk_remaining = (d->chunk_remaining << 4) | (uint64_t)h;
+            } else if (c == '\r') {
+                state = CS_SIZE_LF;
+                break;
+            } else if (c == ';') {
+                state = CS_EXT;
+            } else if (c == ' ' || c == '\t') {
+                state = CS_SIZE_WS; /* BWS, only before ';' */
+            } else {
+                goto bad;
+            }
+            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
+                goto bad;
+            break;
+        case CS_SIZE_WS:
+            if (c == ';')
+                state = CS_EXT;
+            else if (c != ' ' && c != '\t')
+                goto bad;
+            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
+                goto bad;
+            break;
+        case CS_EXT:
+            if (c == '\r') {
+                state = CS_SIZE_LF;
+                break;
+            }
+            if (!IS(c, C_VALUE))
+                goto bad;
+            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
+                goto bad;
+            break;
+        case CS_SIZE_LF:
+            if (c != '\n')
+                goto bad;
+            d->ext_bytes = 0;
+            if (d->chunk_remaining == 0) {
+                state = CS_TRAILER_START;
+                break;
+            }
+            if (d->total + d->chunk_remaining < d->total ||
+                (d->max_body != 0 && d->chunk_remaining > d->max_body - d->total)) {
+                rc = M0_PARSE_BODY_TOO_LARGE;
+                goto error;
+            }
+            state = CS_DATA;
+            break;
+        case CS_DATA_CR:
+            if (c != '\r')
+                goto bad;
+            state = CS_DATA_LF;
+            break;
+        case CS_DATA_LF:
+            if (c != '\n')
+                goto bad;
+            state = CS_SIZE_START;
+            break;
+        case CS_TRAILER_START:
+            if (c == '\r') {
+                state = CS_END_LF;
+                break;
+            }
+            if (IS(c, C_TOKEN))
+                state = CS_TRAILER_NAME;
+            else
+                goto bad; /* obs-fold, bare LF, empty name */
+            if (++d->ext_bytes > M0_CHUNK_TRAILER_MAX)
+                goto bad;
+            break;
+        case CS_TRAILER_NAME:
+            if (c == ':')
+                state = CS_TRAILER_VALUE;
+            else if (!IS(c, C_TOKEN))
+                goto bad;
+            if (++d->ext_bytes > M0_CHUNK_TRAILER_MAX)
+                goto bad;
+            break;
+        case CS_TRAILER_VALUE:
+            if (c == '\r')
+                state = CS_TRAILER_LF;
+            else if (!IS(c, C_VALUE))
+                goto bad;
+            if (++d->ext_bytes > M0_CHUNK_TRAILER_MAX)
+                goto bad;
+            break;
+        case CS_TRAILER_LF:
+            if (c != '\n')
+                goto bad;
+            state = CS_TRAILER_START;
+            if (++d->ext_bytes > M0_CHUNK_TRAILER_MAX)
+                goto bad;
+            break;
+        case CS_END_LF:
+            if (c != '\n')
+                goto bad;
+            state = CS_DONE;
+            break;
+        default:
+            goto bad;
+        }
+        in++;
+    }
+    if (state == CS_DONE)
+        rc = 1;
+    d->state = state;
+    *len = out;
+    *consumed = in;
+    return rc;
+
+bad:
+    rc = M0_PARSE_BAD_REQUEST;
+error:
+    d->state = rc;
+    *len = out;
+    *consumed = in;
+    return rc;
+}
