@@ -46,6 +46,8 @@ test-c: deps
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -o tests/c/build/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http
+	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c
+	./tests/c/build/test_ws
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
