@@ -135,6 +135,15 @@ static int asgi_options_read(m0_asgi *a, PyObject *extra)
         }
         a->state = Py_NewRef(v);
     }
+    if (asgi_extra_get(extra, "tasks", &v) < 0)
+        return -1;
+    if (v != NULL && v != Py_None) {
+        if (!PySet_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "asgi tasks must be a set");
+            return -1;
+        }
+        a->tasks = Py_NewRef(v);
+    }
     a->ws_enabled = 1;
     if (asgi_extra_get(extra, "ws", &v) < 0)
         return -1;
@@ -242,6 +251,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->create_task);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->http_extensions);
+    Py_CLEAR(a->tasks);
     Py_CLEAR(a->module);
     PyMem_Free(a);
 }
@@ -256,6 +266,7 @@ int m0_asgi_traverse(m0_asgi *a, visitproc visit, void *arg)
     Py_VISIT(a->loop);
     Py_VISIT(a->create_task);
     Py_VISIT(a->create_future);
+    Py_VISIT(a->tasks);
     return 0;
 }
 
@@ -355,12 +366,19 @@ PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb)
     if (task == NULL || done_cb == NULL)
         return task;
     PyObject *r = PyObject_CallMethodOneArg(task, a->st->s_add_done_callback, done_cb);
-    if (r == NULL) {
+    if (r == NULL || (a->tasks != NULL && PySet_Add(a->tasks, task) < 0)) {
+        Py_XDECREF(r);
         Py_DECREF(task);
         return NULL;
     }
     Py_DECREF(r);
     return task;
+}
+
+void m0_asgi_task_forget(m0_asgi *a, PyObject *task)
+{
+    if (a->tasks != NULL && PySet_Discard(a->tasks, task) < 0)
+        PyErr_Clear();
 }
 
 void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc)

@@ -32,6 +32,7 @@ typedef struct {
     /* borrowed: dict of ASGI-only settings or NULL/Py_None. Keys (all optional):
      *   "loop":  the asyncio loop (default: the running loop at the first request)
      *   "state": dict, the lifespan state; each scope gets a shallow copy
+     *   "tasks": set, the bridge keeps its running request tasks in it
      *   "ws": bool (default True), "ws_max_size": int, "ws_ping_interval": float,
      *   "ws_ping_timeout": float (seconds, 0 = off): read by the WebSocket part. */
     PyObject *extra;

@@ -870,6 +870,7 @@ static PyObject *http_task_done(PyObject *self, PyObject *task)
     m0_asgi *a = h->base.asgi;
     m0_asgi_state *st = a->st;
     PyObject *exc = NULL;
+    m0_asgi_task_forget(a, task);
     PyObject *r = PyObject_CallMethodNoArgs(task, st->s_cancelled);
     if (r == NULL)
         return NULL;

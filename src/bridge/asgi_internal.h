@@ -117,6 +117,7 @@ struct m0_asgi {
     PyObject *create_task;     /* bound loop.create_task */
     PyObject *create_future;   /* bound loop.create_future */
     PyObject *http_extensions; /* {"http.response.pathsend": {}} */
+    PyObject *tasks;           /* strong set or NULL: the running request tasks */
     int server_header;
     int ws_enabled;
     uint64_t ws_max_size;
@@ -150,8 +151,12 @@ PyObject *m0_asgi_future_new(m0_asgi *a);
 int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value);
 int m0_asgi_future_fail(m0_asgi *a, PyObject *fut, PyObject *exc);
 /* task = loop.create_task(coro); task.add_done_callback(done_cb) when
- * done_cb is not NULL. Steals nothing; returns a new reference to the task. */
+ * done_cb is not NULL; the task is added to the bridge's task set (so the
+ * worker can wait for and cancel request tasks at shutdown). Steals nothing;
+ * returns a new reference to the task. done_cb must call
+ * m0_asgi_task_forget(a, task). */
 PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb);
+void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:
  * the exception is consumed) through the logger, or print it. */
