@@ -1,0 +1,484 @@
+/* The `_core.Server` type and its serve loop. See serve.h and
+ * docs/ARCHITECTURE.md. */
+#include "serve.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../net/native_hello.h"
+#include "state.h"
+#include "wsgi.h"
+
+enum {
+    M0_IFACE_NATIVE_HELLO = 0,
+    M0_IFACE_WSGI = 1,
+    M0_IFACE_ASGI = 2,
+};
+
+/* A timeout of 0 seconds for the head means "no timeout": about 24 days. */
+#define M0_TIMEOUT_NONE_MS 0x7fffffffu
+/* serve() waits at most this long per pass, so that a signal arriving just
+ * before epoll_wait is handled within this delay. */
+#define M0_SERVE_MAX_WAIT_MS 1000
+
+struct m0_server_object {
+    PyObject_HEAD m0_loop *loop;
+    m0_server *srv;
+    int interface;
+    m0_wsgi *wsgi;
+    m0_native_hello hello;
+    PyObject *app;
+    PyObject *logger;
+    PyObject *errors;
+    PyObject *root_path;
+    PyObject *url_scheme;
+    Py_buffer heartbeat;
+    int heartbeat_held;
+    PyThreadState *wait_state; /* the thread state saved around epoll_wait */
+    int shutdown_requested;
+    int serving;
+};
+
+typedef struct m0_server_object ServerObject;
+
+/* --- wait hooks: the GIL is released only around a blocking epoll_wait --- */
+
+static void server_wait_before(void *arg)
+{
+    ServerObject *self = arg;
+    self->wait_state = PyEval_SaveThread();
+}
+
+static void server_wait_after(void *arg)
+{
+    ServerObject *self = arg;
+    PyEval_RestoreThread(self->wait_state);
+    self->wait_state = NULL;
+}
+
+/* --- construction --- */
+
+static int seconds_to_ms(const char *name, double s, int zero_is_none, uint32_t *out)
+{
+    if (!isfinite(s) || s < 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a finite number of seconds >= 0", name);
+        return -1;
+    }
+    double ms = s * 1000.0;
+    if (ms > (double)M0_TIMEOUT_NONE_MS || (ms == 0 && zero_is_none))
+        *out = M0_TIMEOUT_NONE_MS;
+    else
+        *out = (uint32_t)llround(ms);
+    if (*out == 0 && s > 0)
+        *out = 1;
+    return 0;
+}
+
+static int positive_size(const char *name, Py_ssize_t v, size_t *out)
+{
+    if (v < 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= 1", name);
+        return -1;
+    }
+    *out = (size_t)v;
+    return 0;
+}
+
+static int server_parse_interface(PyObject *interface)
+{
+    if (PyUnicode_CompareWithASCIIString(interface, "native-hello") == 0)
+        return M0_IFACE_NATIVE_HELLO;
+    if (PyUnicode_CompareWithASCIIString(interface, "wsgi") == 0)
+        return M0_IFACE_WSGI;
+    if (PyUnicode_CompareWithASCIIString(interface, "asgi") == 0)
+        return M0_IFACE_ASGI;
+    PyErr_Format(PyExc_ValueError, "interface must be 'wsgi', 'asgi' or 'native-hello', not %R", interface);
+    return -1;
+}
+
+static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssize_t index)
+{
+    if (heartbeat == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(heartbeat, &self->heartbeat, PyBUF_WRITABLE) < 0)
+        return -1;
+    self->heartbeat_held = 1;
+    if (index < 0 || (size_t)(index + 1) * sizeof(int64_t) > (size_t)self->heartbeat.len) {
+        PyErr_Format(PyExc_ValueError, "heartbeat_index %zd is outside the heartbeat buffer (%zd bytes)", index,
+                     self->heartbeat.len);
+        return -1;
+    }
+    char *slot = (char *)self->heartbeat.buf + (size_t)index * sizeof(int64_t);
+    if ((uintptr_t)slot % sizeof(int64_t) != 0) {
+        PyErr_SetString(PyExc_ValueError, "the heartbeat slot is not 8-byte aligned");
+        return -1;
+    }
+    *(volatile int64_t *)slot = 0;
+    m0_server_set_heartbeat(self->srv, (volatile int64_t *)slot);
+    return 0;
+}
+
+/* The handler for the interface: the switch point for every bridge. */
+static int server_handler_init(ServerObject *self, PyObject *module, const m0_handler **handler, void **ctx)
+{
+    switch (self->interface) {
+    case M0_IFACE_NATIVE_HELLO:
+        *handler = &m0_native_hello_handler;
+        *ctx = &self->hello;
+        return 0;
+    case M0_IFACE_WSGI: {
+        if (!PyCallable_Check(self->app)) {
+            PyErr_SetString(PyExc_TypeError, "the WSGI app must be callable");
+            return -1;
+        }
+        m0_wsgi_options opts = {
+            .app = self->app,
+            .logger = self->logger,
+            .errors = self->errors,
+            .root_path = self->root_path,
+            .url_scheme = self->url_scheme,
+            .server_header = self->hello.server_header,
+        };
+        self->wsgi = m0_wsgi_new(module, &opts);
+        if (self->wsgi == NULL)
+            return -1;
+        *handler = &m0_wsgi_handler;
+        *ctx = self->wsgi;
+        return 0;
+    }
+    case M0_IFACE_ASGI:
+        /* The ASGI bridge plugs in here (its handler and ctx). */
+        PyErr_SetString(PyExc_NotImplementedError, "the ASGI interface is not built yet");
+        return -1;
+    default:
+        PyErr_SetString(PyExc_SystemError, "unknown interface");
+        return -1;
+    }
+}
+
+static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"app",
+                             "interface",
+                             "listeners",
+                             "keep_alive_timeout",
+                             "max_keepalive_requests",
+                             "header_timeout",
+                             "limit_request_line",
+                             "limit_request_fields",
+                             "limit_request_field_size",
+                             "limit_request_body",
+                             "root_path",
+                             "server_header",
+                             "access_log",
+                             "url_scheme",
+                             "logger",
+                             "errors",
+                             "max_requests",
+                             "heartbeat",
+                             "heartbeat_index",
+                             NULL};
+    PyObject *app, *interface, *listeners;
+    double keep_alive_timeout = 5.0, header_timeout = 10.0;
+    Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
+               limit_request_field_size = 8190, heartbeat_index = 0;
+    long long limit_request_body = 0, max_requests = 0;
+    PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None;
+    int server_header = 1, access_log = 0;
+    ServerObject *self = NULL;
+    PyObject *fast = NULL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOn:Server", kwlist, &app, &interface, &listeners,
+                                     &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line,
+                                     &limit_request_fields, &limit_request_field_size, &limit_request_body, &root_path,
+                                     &server_header, &access_log, &url_scheme, &logger, &errors, &max_requests,
+                                     &heartbeat, &heartbeat_index))
+        return NULL;
+
+    self = (ServerObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->interface = server_parse_interface(interface);
+    if (self->interface < 0)
+        goto error;
+    self->hello.server_header = server_header;
+
+    m0_server_config cfg;
+    m0_server_config_defaults(&cfg);
+    if (seconds_to_ms("keep_alive_timeout", keep_alive_timeout, 0, &cfg.keep_alive_timeout_ms) < 0 ||
+        seconds_to_ms("header_timeout", header_timeout, 1, &cfg.header_timeout_ms) < 0 ||
+        positive_size("limit_request_line", limit_request_line, &cfg.limits.max_request_line) < 0 ||
+        positive_size("limit_request_fields", limit_request_fields, &cfg.limits.max_header_count) < 0 ||
+        positive_size("limit_request_field_size", limit_request_field_size, &cfg.limits.max_header_size) < 0)
+        goto error;
+    if (max_keepalive_requests < 0 || limit_request_body < 0 || max_requests < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_keepalive_requests, limit_request_body and max_requests must be >= 0");
+        goto error;
+    }
+    if (max_keepalive_requests > (Py_ssize_t)UINT32_MAX)
+        max_keepalive_requests = 0;
+    cfg.max_keepalive_requests = (uint32_t)max_keepalive_requests;
+    cfg.limits.max_body = (uint64_t)limit_request_body;
+    cfg.max_requests = (uint64_t)max_requests;
+    cfg.server_header = server_header;
+    cfg.access_log_fd = access_log ? 2 : -1;
+
+    if (root_path == Py_None)
+        self->root_path = PyUnicode_FromString("");
+    else if (PyUnicode_Check(root_path))
+        self->root_path = Py_NewRef(root_path);
+    else
+        PyErr_SetString(PyExc_TypeError, "root_path must be a str");
+    if (self->root_path == NULL)
+        goto error;
+    if (url_scheme == Py_None)
+        self->url_scheme = PyUnicode_FromString("http");
+    else if (PyUnicode_Check(url_scheme))
+        self->url_scheme = Py_NewRef(url_scheme);
+    else
+        PyErr_SetString(PyExc_TypeError, "url_scheme must be a str");
+    if (self->url_scheme == NULL)
+        goto error;
+    self->app = Py_NewRef(app);
+    self->logger = Py_NewRef(logger);
+    self->errors = Py_NewRef(errors);
+
+    int r = m0_loop_new(&self->loop);
+    if (r < 0) {
+        errno = -r;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    m0_loop_set_wait_hooks(self->loop, server_wait_before, server_wait_after, self);
+
+    const m0_handler *handler = NULL;
+    void *ctx = NULL;
+    if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
+        goto error;
+    r = m0_server_new(&self->srv, self->loop, &cfg, handler, ctx);
+    if (r < 0) {
+        errno = -r;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    if (server_heartbeat_init(self, heartbeat, heartbeat_index) < 0)
+        goto error;
+
+    fast = PySequence_Fast(listeners, "listeners must be a sequence of socket fds");
+    if (fast == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i)); // borrowed item
+        if (fd == -1 && PyErr_Occurred())
+            goto error;
+        if (fd < 0 || fd > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "invalid listener fd %ld", fd);
+            goto error;
+        }
+        r = m0_server_listen(self->srv, (int)fd);
+        if (r < 0) {
+            errno = -r;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto error;
+        }
+    }
+    Py_DECREF(fast);
+    return (PyObject *)self;
+
+error:
+    Py_XDECREF(fast);
+    Py_XDECREF(self);
+    return NULL;
+}
+
+static int Server_traverse(ServerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->app);
+    Py_VISIT(self->logger);
+    Py_VISIT(self->errors);
+    Py_VISIT(self->root_path);
+    Py_VISIT(self->url_scheme);
+    if (self->heartbeat_held)
+        Py_VISIT(self->heartbeat.obj);
+    return 0;
+}
+
+static int Server_clear(ServerObject *self)
+{
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->logger);
+    Py_CLEAR(self->errors);
+    Py_CLEAR(self->root_path);
+    Py_CLEAR(self->url_scheme);
+    return 0;
+}
+
+static void Server_dealloc(ServerObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    /* The server first: closing connections may call into the bridge. */
+    if (self->srv != NULL) {
+        m0_server_set_heartbeat(self->srv, NULL);
+        m0_server_free(self->srv);
+        self->srv = NULL;
+    }
+    if (self->wsgi != NULL) {
+        m0_wsgi_free(self->wsgi);
+        self->wsgi = NULL;
+    }
+    m0_loop_free(self->loop);
+    self->loop = NULL;
+    if (self->heartbeat_held) {
+        PyBuffer_Release(&self->heartbeat);
+        self->heartbeat_held = 0;
+    }
+    Server_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* --- methods --- */
+
+static PyObject *server_errno(int r)
+{
+    errno = -r;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->serving) {
+        PyErr_SetString(PyExc_RuntimeError, "serve() is already running");
+        return NULL;
+    }
+    self->serving = 1;
+    for (;;) {
+        if ((self->shutdown_requested || m0_server_draining(self->srv)) && m0_server_connections(self->srv) == 0)
+            break;
+        int r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
+        if (r < 0 && r != -EINTR) {
+            m0_server_abort(self->srv);
+            self->serving = 0;
+            return server_errno(r);
+        }
+        if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
+            PyErr_WriteUnraisable((PyObject *)self);
+        if (PyErr_CheckSignals() < 0) {
+            /* A signal handler raised (KeyboardInterrupt...): close everything
+             * and let the exception propagate out of serve(). */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            m0_server_drain(self->srv);
+            m0_server_abort(self->srv);
+            self->shutdown_requested = 1;
+            self->serving = 0;
+            PyErr_Restore(type, value, tb);
+            return NULL;
+        }
+    }
+    self->serving = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"graceful", NULL};
+    int graceful = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:shutdown", kwlist, &graceful))
+        return NULL;
+    self->shutdown_requested = 1;
+    m0_server_drain(self->srv);
+    if (!graceful)
+        m0_server_abort(self->srv);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Server_run_once(ServerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    int r = m0_loop_run_once(self->loop, 0);
+    if (r == -EINTR)
+        r = 0;
+    if (r < 0)
+        return server_errno(r);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong(r);
+}
+
+static PyObject *Server_fileno(ServerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLong(m0_loop_fd(self->loop));
+}
+
+static PyObject *Server_get_requests(ServerObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(m0_server_requests(self->srv));
+}
+
+static PyObject *Server_get_connections(ServerObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(m0_server_connections(self->srv));
+}
+
+static PyMethodDef Server_methods[] = {
+    {"serve", (PyCFunction)Server_serve, METH_NOARGS,
+     "serve()\n--\n\nServe until shutdown() was called and every connection is closed."},
+    {"shutdown", (PyCFunction)(void (*)(void))Server_shutdown, METH_VARARGS | METH_KEYWORDS,
+     "shutdown(graceful=True)\n--\n\nStop accepting; graceful: idle connections close now, busy ones after "
+     "their response; otherwise close everything now. Safe from signal handlers."},
+    {"run_once", (PyCFunction)Server_run_once, METH_NOARGS,
+     "run_once()\n--\n\nOne non-blocking pass of the loop; returns the number of events handled."},
+    {"fileno", (PyCFunction)Server_fileno, METH_NOARGS, "fileno()\n--\n\nThe epoll fd."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Server_getset[] = {
+    {"requests", (getter)Server_get_requests, NULL, "requests dispatched so far", NULL},
+    {"connections", (getter)Server_get_connections, NULL, "open connections", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Server_slots[] = {
+    {Py_tp_new, Server_new},
+    {Py_tp_dealloc, Server_dealloc},
+    {Py_tp_traverse, Server_traverse},
+    {Py_tp_clear, Server_clear},
+    {Py_tp_methods, Server_methods},
+    {Py_tp_getset, Server_getset},
+    {Py_tp_doc, "Server(app, interface, listeners, **options): the HTTP/1.1 engine over listening sockets."},
+    {0, NULL},
+};
+
+static PyType_Spec Server_spec = {
+    .name = "m0serve._core.Server",
+    .basicsize = sizeof(ServerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Server_slots,
+};
+
+int m0_serve_module_init(PyObject *module)
+{
+    m0_module_state *st = m0_module_state_get(module);
+    st->server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Server_spec, NULL);
+    if (st->server_type == NULL)
+        return -1;
+    return PyModule_AddType(module, st->server_type);
+}
+
+m0_loop *m0_server_object_loop(PyObject *server)
+{
+    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
+        return NULL;
+    return ((ServerObject *)server)->loop;
+}
+
+m0_server *m0_server_object_server(PyObject *server)
+{
+    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
+        return NULL;
+    return ((ServerObject *)server)->srv;
+}

@@ -1,0 +1,68 @@
+/* The m0serve._core extension module: multi-phase initialisation, the
+ * module state (bridge/state.h), and the exec slot that lets each bridge
+ * create its own types. No logic lives here. */
+#include "bridge/serve.h"
+#include "bridge/state.h"
+#include "bridge/wsgi.h"
+
+m0_module_state *m0_module_state_get(PyObject *module)
+{
+    return (m0_module_state *)PyModule_GetState(module);
+}
+
+static int core_exec(PyObject *module)
+{
+    if (m0_serve_module_init(module) < 0)
+        return -1;
+    if (m0_wsgi_module_init(module) < 0)
+        return -1;
+    return 0;
+}
+
+static int core_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    m0_module_state *st = m0_module_state_get(module);
+    if (st == NULL)
+        return 0;
+    Py_VISIT(st->server_type);
+    return m0_wsgi_module_traverse(module, visit, arg);
+}
+
+static int core_clear(PyObject *module)
+{
+    m0_module_state *st = m0_module_state_get(module);
+    if (st == NULL)
+        return 0;
+    Py_CLEAR(st->server_type);
+    m0_wsgi_module_clear(module);
+    return 0;
+}
+
+static void core_free(void *module)
+{
+    core_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "m0serve._core",
+    .m_doc = "The HTTP/1.1 engine of m0serve (epoll loop, parser, WSGI and ASGI bridges).",
+    .m_size = sizeof(m0_module_state),
+    .m_slots = core_slots,
+    .m_traverse = core_traverse,
+    .m_clear = core_clear,
+    .m_free = core_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
+}

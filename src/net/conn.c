@@ -1,0 +1,686 @@
+/* The connection state machine: accept-time setup, readiness, the parse and
+ * dispatch loop (pipelining), finish, keep-alive and header timers, closing
+ * (plain and lingering) and deferred freeing.
+ *
+ * Lifetime: every net-layer frame that may call a handler holds a reference
+ * (c->refs). m0_conn_close() takes the connection out of the server at once;
+ * the memory is released by the last m0_conn_release(). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../http/response.h"
+#include "conn_int.h"
+
+static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events);
+static void conn_timer_cb(m0_loop *loop, m0_timer *t);
+
+uint64_t m0_conn_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void addr_format(const struct sockaddr *sa, char *host, size_t hostcap, int *port)
+{
+    host[0] = '\0';
+    *port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)hostcap);
+        *port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, (socklen_t)hostcap);
+        *port = ntohs(in6->sin6_port);
+    }
+}
+
+m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen)
+{
+    (void)peerlen;
+    m0_conn *c = srv->freelist;
+    if (c != NULL) {
+        srv->freelist = c->next;
+        srv->nfree--;
+    } else {
+        c = calloc(1, sizeof(*c));
+        if (c == NULL)
+            return NULL;
+        c->headers = malloc(srv->cfg.limits.max_header_count * sizeof(m0_header));
+        c->rbuf = malloc(M0_RBUF_INITIAL);
+        if (c->headers == NULL || c->rbuf == NULL) {
+            free(c->headers);
+            free(c->rbuf);
+            free(c);
+            return NULL;
+        }
+        c->rcap = M0_RBUF_INITIAL;
+    }
+    /* Reset everything but the reusable buffers. */
+    char *rbuf = c->rbuf, *wbuf = c->wbuf;
+    size_t rcap = c->rcap, wcap = c->wcap;
+    m0_header *headers = c->headers;
+    memset(c, 0, sizeof(*c));
+    c->rbuf = rbuf;
+    c->rcap = rcap;
+    c->wbuf = wbuf;
+    c->wcap = wcap;
+    c->headers = headers;
+    c->srv = srv;
+    c->io.fd = fd;
+    c->io.cb = conn_io_cb;
+    m0_timer_init(&c->timer, conn_timer_cb);
+    c->family = peer->sa_family;
+    c->local_port = -1;
+    addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
+    c->req.headers = c->headers;
+    if (m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        c->io.fd = -1;
+        c->srv = srv;
+        c->state = M0_CS_CLOSED;
+        m0_conn_destroy(c);
+        return NULL;
+    }
+    m0_server_link(srv, c);
+    /* The first head must start within the header timeout. */
+    m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    return c;
+}
+
+/* Not inlined: callers hold references the compiler cannot count, and a
+ * visible free() makes it warn about uses that happen only while refs > 0. */
+__attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX && c->rcap == M0_RBUF_INITIAL) {
+        if (c->wcap > 16 * 1024) {
+            free(c->wbuf);
+            c->wbuf = NULL;
+            c->wcap = 0;
+        }
+        c->next = srv->freelist;
+        srv->freelist = c;
+        srv->nfree++;
+        return;
+    }
+    free(c->rbuf);
+    free(c->wbuf);
+    free(c->headers);
+    free(c);
+}
+
+void m0_conn_release(m0_conn *c)
+{
+    if (--c->refs == 0 && c->state == M0_CS_CLOSED)
+        m0_conn_destroy(c);
+}
+
+void m0_conn_close(m0_conn *c, int notify)
+{
+    if (c->state == M0_CS_CLOSED)
+        return;
+    m0_server *srv = c->srv;
+    c->state = M0_CS_CLOSED;
+    m0_timer_stop(srv->loop, &c->timer);
+    m0_io_close(srv->loop, &c->io);
+    m0_server_unlink(srv, c);
+    int was_pending = c->pending;
+    if (c->pending) {
+        c->pending = 0;
+        if (srv->heartbeat != NULL)
+            *srv->heartbeat = 0;
+    }
+    c->refs++;
+    if (notify && srv->handler.on_event != NULL && (was_pending || c->data != NULL))
+        srv->handler.on_event(srv->handler_ctx, c, M0_CONN_CLOSED);
+    m0_conn_release(c);
+}
+
+void m0_conn_abort(m0_conn *c)
+{
+    m0_conn_close(c, 0);
+}
+
+/* --- timers (lazy: re-arming later than the armed deadline costs nothing) --- */
+
+void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
+{
+    m0_loop *loop = c->srv->loop;
+    c->timer_kind = kind;
+    c->deadline_ms = m0_loop_now(loop) + timeout_ms;
+    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
+        m0_timer_start(loop, &c->timer, timeout_ms);
+}
+
+static void conn_timer_cb(m0_loop *loop, m0_timer *t)
+{
+    m0_conn *c = (m0_conn *)((char *)t - offsetof(m0_conn, timer));
+    if (c->timer_kind == M0_TIMER_NONE || c->state == M0_CS_CLOSED)
+        return;
+    uint64_t now = m0_loop_now(loop);
+    if (now < c->deadline_ms) {
+        m0_timer_start(loop, t, c->deadline_ms - now);
+        return;
+    }
+    int kind = c->timer_kind;
+    c->timer_kind = M0_TIMER_NONE;
+    c->refs++;
+    if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
+        m0_conn_error(c, 408);
+    else
+        m0_conn_close(c, 1);
+    m0_conn_release(c);
+}
+
+/* --- interest --- */
+
+void m0_conn_interest(m0_conn *c)
+{
+    if (c->state == M0_CS_CLOSED)
+        return;
+    uint32_t ev = 0;
+    int out = c->wlen > c->wpos || c->writable_wanted;
+    if (c->close_after) {
+        ev = 0; /* flushing before the close: input waits */
+    } else if (c->state == M0_CS_LINGER) {
+        ev = EPOLLIN | EPOLLRDHUP;
+    } else if (c->peer_eof) {
+        ev = 0;
+    } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {
+        /* A pending request: buffer what fits (pipelined requests, body),
+         * stop reading when the buffer is full (read backpressure) but keep
+         * watching for the peer going away. */
+        if (c->rlen < c->rcap || c->want_body)
+            ev = EPOLLIN | EPOLLRDHUP;
+        else if (c->state == M0_CS_REQUEST)
+            ev = EPOLLRDHUP;
+    } else {
+        ev = EPOLLIN | EPOLLRDHUP;
+    }
+    if (out)
+        ev |= EPOLLOUT;
+    if (ev == 0 && c->io.events != 0) {
+        /* Keep the fd registered for nothing rather than DEL+ADD churn:
+         * EPOLLERR/EPOLLHUP are still reported, which we want. */
+        ev = EPOLLET;
+    }
+    if (ev != 0 || c->io.events != 0) {
+        if (m0_io_set(c->srv->loop, &c->io, ev) < 0)
+            m0_conn_close(c, 1);
+    }
+}
+
+/* --- closing --- */
+
+/* Close once the write buffer is flushed. linger: shut down output and
+ * discard input for a while first, so that input the peer is still sending
+ * does not turn into an RST that destroys the response on its side. */
+void m0_conn_close_after(m0_conn *c, int linger)
+{
+    if (c->state == M0_CS_CLOSED)
+        return;
+    if (c->wlen > c->wpos) {
+        c->close_after = 1;
+        c->linger_after = c->linger_after || linger;
+        m0_conn_interest(c);
+        return;
+    }
+    if (!linger || c->peer_eof || c->broken) {
+        m0_conn_close(c, 1);
+        return;
+    }
+    shutdown(c->io.fd, SHUT_WR);
+    c->state = M0_CS_LINGER;
+    c->close_after = 0;
+    c->writable_wanted = 0;
+    c->rlen = c->rpos = 0;
+    m0_conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
+    m0_conn_interest(c);
+}
+
+/* A protocol error: the canned response, then a lingering close. */
+void m0_conn_error(m0_conn *c, int status)
+{
+    char buf[512];
+    int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
+    if (n > 0) {
+        struct iovec iov = {buf, (size_t)n};
+        if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+            m0_conn_close(c, 1);
+            return;
+        }
+        if (c->srv->cfg.access_log_fd >= 0)
+            m0_conn_log(c, NULL, status, (uint64_t)n, 0);
+    }
+    c->timer_kind = M0_TIMER_NONE;
+    m0_conn_close_after(c, 1);
+}
+
+/* --- reading the socket --- */
+
+/* One read into the free end of the read buffer, growing it (up to the head
+ * limit) only while waiting for a head. Returns bytes read, 0 at EOF (sets
+ * peer_eof), -EAGAIN, -ENOBUFS when there is no room, or -errno. */
+ssize_t m0_conn_fill(m0_conn *c)
+{
+    if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD || c->state == M0_CS_LINGER) {
+        if (c->rpos == c->rlen) {
+            c->rpos = c->rlen = 0;
+        } else if (c->rpos > 0 && c->rcap - c->rlen < 1024) {
+            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+            c->rlen -= c->rpos;
+            c->rpos = 0;
+        }
+        if (c->rlen == c->rcap && c->state == M0_CS_HEAD && c->rcap < c->srv->head_cap) {
+            size_t cap = c->rcap * 2;
+            if (cap > c->srv->head_cap)
+                cap = c->srv->head_cap;
+            char *nb = realloc(c->rbuf, cap);
+            if (nb == NULL)
+                return -ENOMEM;
+            c->rbuf = nb;
+            c->rcap = cap;
+        }
+    }
+    if (c->rlen == c->rcap)
+        return -ENOBUFS;
+    for (;;) {
+        ssize_t n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (n > 0) {
+            c->rlen += (size_t)n;
+            return n;
+        }
+        if (n == 0) {
+            c->peer_eof = 1;
+            return 0;
+        }
+        if (errno == EINTR)
+            continue;
+        return -errno;
+    }
+}
+
+static void conn_readable(m0_conn *c, uint32_t events)
+{
+    m0_server *srv = c->srv;
+    switch (c->state) {
+    case M0_CS_HEAD:
+    case M0_CS_DISCARD:
+        for (int i = 0; i < 4; i++) {
+            size_t room = c->rcap - c->rlen;
+            ssize_t n = m0_conn_fill(c);
+            if (n == -EAGAIN)
+                break;
+            if (n < 0 && n != -ENOBUFS) {
+                m0_conn_close(c, 1);
+                return;
+            }
+            if (n == 0)
+                m0_conn_interest(c); /* stop reading; answer what is buffered */
+            m0_conn_process(c);
+            /* One read per readiness unless it filled the buffer. */
+            if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
+                break;
+        }
+        return;
+    case M0_CS_REQUEST:
+    case M0_CS_RAW: {
+        ssize_t n = -ENOBUFS;
+        if (c->rlen < c->rcap && !c->want_body)
+            n = m0_conn_fill(c);
+        if (c->want_body || c->state == M0_CS_RAW) {
+            /* The handler reads from the socket itself through body_read. */
+            c->want_body = 0;
+            if (n == 0)
+                c->peer_eof = 1;
+            m0_conn_interest(c);
+            c->refs++;
+            if (srv->handler.on_event != NULL)
+                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
+            m0_conn_release(c);
+            return;
+        }
+        if (n == 0 || (n == -ENOBUFS && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) ||
+            (n < 0 && n != -EAGAIN && n != -ENOBUFS)) {
+            m0_conn_close(c, 1); /* the peer went away while a request is pending */
+            return;
+        }
+        m0_conn_interest(c);
+        return;
+    }
+    case M0_CS_LINGER:
+        for (;;) {
+            c->rlen = c->rpos = 0;
+            ssize_t n = m0_conn_fill(c);
+            if (n == -EAGAIN)
+                return;
+            if (n <= 0) {
+                m0_conn_close(c, 1);
+                return;
+            }
+        }
+    default:
+        return;
+    }
+}
+
+static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
+{
+    (void)loop;
+    m0_conn *c = (m0_conn *)io;
+    c->refs++;
+    if (events & EPOLLOUT)
+        m0_conn_flush(c);
+    if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+        if (c->close_after && !(events & (EPOLLHUP | EPOLLERR))) {
+            /* flushing before a close: input waits */
+        } else if (c->close_after) {
+            m0_conn_close(c, 1);
+        } else {
+            conn_readable(c, events);
+        }
+    }
+    m0_conn_release(c);
+}
+
+/* --- dispatch --- */
+
+static int conn_prepare_body(m0_conn *c)
+{
+    const m0_request *req = &c->req;
+    size_t head_end = c->rpos + c->head_len;
+    c->body_rd = c->body_end = c->body_raw = head_end;
+    c->body_done = 0;
+    c->continue_sent = 0;
+    c->want_body = 0;
+    if (req->flags & M0_REQ_CHUNKED) {
+        c->body_mode = M0_BODY_CHUNKED;
+        m0_chunked_init(&c->dec, c->srv->cfg.limits.max_body);
+        if (c->rcap - head_end < M0_BODY_ROOM) {
+            /* In-place decoding needs room past the head: move the head to
+             * the front (growing if needed) and parse it again there. */
+            size_t len = c->rlen - c->rpos;
+            memmove(c->rbuf, c->rbuf + c->rpos, len);
+            c->rpos = 0;
+            c->rlen = len;
+            if (c->rcap - c->head_len < M0_BODY_ROOM) {
+                size_t cap = c->head_len + M0_BODY_ROOM;
+                char *nb = realloc(c->rbuf, cap);
+                if (nb == NULL)
+                    return -ENOMEM;
+                c->rbuf = nb;
+                c->rcap = cap;
+            }
+            int r = m0_parse_request(c->rbuf, c->rlen, &c->req, &c->srv->cfg.limits);
+            if (r != (int)c->head_len)
+                return -EINVAL;
+            c->body_rd = c->body_end = c->body_raw = c->head_len;
+        }
+    } else if (req->content_length > 0) {
+        c->body_mode = M0_BODY_LENGTH;
+        c->body_left = (uint64_t)req->content_length;
+    } else {
+        c->body_mode = M0_BODY_NONE;
+        c->body_done = 1;
+    }
+    c->expect_continue = (req->flags & M0_REQ_EXPECT_CONTINUE) && req->minor_version >= 1 && !c->body_done;
+    return 0;
+}
+
+static void conn_dispatch(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    c->timer_kind = M0_TIMER_NONE;
+    if (conn_prepare_body(c) < 0) {
+        m0_conn_error(c, 500);
+        return;
+    }
+    c->state = M0_CS_REQUEST;
+    c->pending = 1;
+    c->nreq++;
+    srv->requests++;
+    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0) {
+        c->start_ns = m0_conn_clock_ns();
+        if (srv->heartbeat != NULL)
+            *srv->heartbeat = (int64_t)c->start_ns;
+    }
+    if (srv->cfg.max_requests != 0 && srv->requests >= srv->cfg.max_requests && !srv->draining)
+        m0_server_drain(srv);
+    int r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    if (c->state == M0_CS_CLOSED)
+        return;
+    if (r < 0 || (r == 0 && c->pending)) {
+        /* -1, or a synchronous handler that did not finish: no response. */
+        m0_conn_close(c, 0);
+        return;
+    }
+    if (c->pending)
+        m0_conn_interest(c);
+}
+
+/* Parse and dispatch buffered requests in order until one stays pending,
+ * the buffer holds no complete head, or the connection closes. A loop, not
+ * recursion: m0_conn_finish() inside on_request only updates the state and
+ * the loop here picks up the next request. */
+void m0_conn_process(m0_conn *c)
+{
+    if (c->processing)
+        return;
+    m0_server *srv = c->srv;
+    c->processing = 1;
+    c->refs++;
+    while (c->state != M0_CS_CLOSED && !c->close_after) {
+        if (c->state == M0_CS_DISCARD) {
+            int r = m0_conn_discard(c);
+            if (r < 0) {
+                m0_conn_close_after(c, 1);
+                break;
+            }
+            if (r == 0) {
+                if (c->peer_eof)
+                    m0_conn_close(c, 1);
+                else
+                    m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+                break;
+            }
+            continue; /* state is HEAD again */
+        }
+        if (c->state != M0_CS_HEAD)
+            break;
+        if (c->rpos == c->rlen) {
+            c->rpos = c->rlen = 0;
+            if (c->peer_eof || srv->draining) {
+                m0_conn_close(c, 1);
+            } else if (c->timer_kind != M0_TIMER_IDLE) {
+                uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
+                m0_conn_arm(c, M0_TIMER_IDLE, idle);
+            }
+            break;
+        }
+        int r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
+        if (r == M0_PARSE_INCOMPLETE) {
+            if (c->peer_eof) {
+                m0_conn_close(c, 1);
+                break;
+            }
+            if (c->rlen - c->rpos >= srv->head_cap) {
+                m0_conn_error(c, 431);
+                break;
+            }
+            if (c->timer_kind != M0_TIMER_HEADER)
+                m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+            break;
+        }
+        if (r < 0) {
+            m0_conn_error(c, m0_parse_error_status(r));
+            break;
+        }
+        c->head_len = (size_t)r;
+        conn_dispatch(c);
+    }
+    c->processing = 0;
+    m0_conn_interest(c);
+    m0_conn_release(c);
+}
+
+/* --- finishing a response --- */
+
+int m0_conn_keep_alive(const m0_conn *c)
+{
+    const m0_server *srv = c->srv;
+    if (c->state != M0_CS_REQUEST || c->broken || c->peer_eof || srv->draining)
+        return 0;
+    if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
+        return 0;
+    if (srv->cfg.max_keepalive_requests != 0 && c->nreq >= srv->cfg.max_keepalive_requests)
+        return 0;
+    if (!c->body_done) {
+        if (c->expect_continue && !c->continue_sent)
+            return 0; /* the client waits for a 100 that never comes: close instead of reading */
+        if (c->body_mode == M0_BODY_LENGTH) {
+            uint64_t buffered = c->rlen - c->body_rd;
+            if (c->body_left > buffered && c->body_left - buffered > M0_DISCARD_MAX)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+{
+    if (!c->pending)
+        return;
+    m0_server *srv = c->srv;
+    c->pending = 0;
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    if (srv->cfg.access_log_fd >= 0)
+        m0_conn_log(c, &c->req, status, body_bytes, m0_conn_clock_ns() - c->start_ns);
+    c->refs++;
+    int keep = keep_alive && m0_conn_keep_alive(c);
+    c->want_body = 0;
+    if (c->state == M0_CS_RAW) {
+        m0_conn_close_after(c, 0);
+    } else if (!keep) {
+        /* Unread input (a body, pipelined requests) makes the close linger. */
+        size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        int unread = !c->body_done || c->rlen > next;
+        c->state = M0_CS_HEAD;
+        m0_conn_close_after(c, unread);
+    } else {
+        if (!c->body_done) {
+            c->state = M0_CS_DISCARD;
+            c->discard_budget = M0_DISCARD_MAX;
+        } else {
+            c->state = M0_CS_HEAD;
+            c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        }
+        if (!c->processing)
+            m0_conn_process(c);
+        else
+            m0_conn_interest(c);
+    }
+    m0_conn_release(c);
+}
+
+void m0_conn_upgrade(m0_conn *c)
+{
+    if (c->state != M0_CS_REQUEST)
+        return;
+    c->state = M0_CS_RAW;
+    if (c->body_mode == M0_BODY_CHUNKED)
+        c->body_rd = c->body_end; /* a body on an upgrade request is not part of the stream */
+    c->body_mode = M0_BODY_LENGTH;
+    c->body_left = UINT64_MAX;
+    c->body_done = 0;
+    c->expect_continue = 0;
+    c->timer_kind = M0_TIMER_NONE;
+}
+
+/* --- access log --- */
+
+void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
+{
+    char line[2300];
+    const char *open = c->family == AF_INET6 ? "[" : "";
+    const char *close = c->family == AF_INET6 ? "]" : "";
+    const char *host = c->peer_host[0] ? c->peer_host : "-";
+    int n;
+    if (req != NULL) {
+        int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
+        int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
+        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host,
+                     close, c->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, status,
+                     (unsigned long long)body_bytes, (unsigned long long)(ns / 1000000),
+                     (unsigned long long)(ns / 1000 % 1000));
+    } else {
+        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, c->peer_port, status,
+                     (unsigned long long)body_bytes);
+    }
+    if (n <= 0)
+        return;
+    if ((size_t)n >= sizeof(line))
+        n = sizeof(line) - 1;
+    ssize_t w = write(c->srv->cfg.access_log_fd, line, (size_t)n);
+    (void)w;
+}
+
+/* --- accessors --- */
+
+void *m0_conn_data(const m0_conn *c)
+{
+    return c->data;
+}
+
+void m0_conn_set_data(m0_conn *c, void *data)
+{
+    c->data = data;
+}
+
+m0_server *m0_conn_server(const m0_conn *c)
+{
+    return c->srv;
+}
+
+const char *m0_conn_peer_host(const m0_conn *c)
+{
+    return c->peer_host;
+}
+
+int m0_conn_peer_port(const m0_conn *c)
+{
+    return c->peer_port;
+}
+
+static void conn_local_resolve(const m0_conn *cc)
+{
+    m0_conn *c = (m0_conn *)cc; /* a cache filled on first use */
+    if (c->local_port >= 0)
+        return;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    c->local_port = 0;
+    c->local_host[0] = '\0';
+    if (c->io.fd >= 0 && getsockname(c->io.fd, (struct sockaddr *)&ss, &len) == 0)
+        addr_format((struct sockaddr *)&ss, c->local_host, sizeof(c->local_host), &c->local_port);
+}
+
+const char *m0_conn_local_host(const m0_conn *c)
+{
+    conn_local_resolve(c);
+    return c->local_host;
+}
+
+int m0_conn_local_port(const m0_conn *c)
+{
+    conn_local_resolve(c);
+    return c->local_port;
+}

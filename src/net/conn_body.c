@@ -1,0 +1,202 @@
+/* Request bodies: Content-Length and chunked framing over the connection's
+ * read buffer (chunked is decoded in place), 100-continue on the first read,
+ * blocking reads bounded by body_timeout_ms, discarding an unread body after
+ * the response, and the raw stream after an upgrade. */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn_int.h"
+
+static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Copy buffered decoded body bytes into dst. Returns n > 0, 0 when nothing
+ * is buffered (c->body_done says whether the body ended), or -EBADMSG/-EFBIG. */
+static ssize_t body_take(m0_conn *c, char *dst, size_t cap)
+{
+    if (c->body_mode == M0_BODY_LENGTH) {
+        size_t avail = c->rlen - c->body_rd;
+        if (avail > c->body_left)
+            avail = (size_t)c->body_left;
+        if (avail == 0) {
+            if (c->body_left == 0)
+                c->body_done = 1;
+            return 0;
+        }
+        size_t n = avail < cap ? avail : cap;
+        memcpy(dst, c->rbuf + c->body_rd, n);
+        c->body_rd += n;
+        c->body_left -= n;
+        if (c->body_left == 0)
+            c->body_done = 1;
+        return (ssize_t)n;
+    }
+    if (c->body_mode != M0_BODY_CHUNKED)
+        return 0;
+    for (;;) {
+        if (c->body_rd < c->body_end) {
+            size_t n = c->body_end - c->body_rd;
+            if (n > cap)
+                n = cap;
+            memcpy(dst, c->rbuf + c->body_rd, n);
+            c->body_rd += n;
+            return (ssize_t)n;
+        }
+        if (c->body_done || c->body_raw == c->rlen)
+            return 0;
+        size_t len = c->rlen - c->body_raw, consumed = 0;
+        int r = m0_chunked_decode(&c->dec, c->rbuf + c->body_raw, &len, &consumed);
+        if (r < 0)
+            return r == M0_PARSE_BODY_TOO_LARGE ? -EFBIG : -EBADMSG;
+        c->body_rd = c->body_raw;
+        c->body_end = c->body_raw + len;
+        c->body_raw += consumed;
+        if (r == 1)
+            c->body_done = 1;
+        else if (consumed == 0)
+            return 0; /* a partial size line: more input needed */
+    }
+}
+
+/* Make room at the end of the read buffer while a request is pending: the
+ * head stays in place (its spans are live), consumed body bytes go. */
+static void body_compact(m0_conn *c)
+{
+    size_t head_end = c->rpos + c->head_len;
+    if (c->body_mode == M0_BODY_LENGTH) {
+        if (c->body_rd == c->rlen) {
+            c->rlen = c->body_rd = head_end;
+        } else if (c->body_rd > head_end) {
+            size_t rest = c->rlen - c->body_rd;
+            memmove(c->rbuf + head_end, c->rbuf + c->body_rd, rest);
+            c->body_rd = head_end;
+            c->rlen = head_end + rest;
+        }
+    } else if (c->body_mode == M0_BODY_CHUNKED && c->body_rd == c->body_end && c->body_raw > head_end) {
+        size_t rest = c->rlen - c->body_raw;
+        memmove(c->rbuf + head_end, c->rbuf + c->body_raw, rest);
+        c->body_rd = c->body_end = c->body_raw = head_end;
+        c->rlen = head_end + rest;
+    }
+}
+
+ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+{
+    if (c->state == M0_CS_CLOSED)
+        return -ECONNRESET;
+    if ((c->state != M0_CS_REQUEST && c->state != M0_CS_RAW) || c->body_done || cap == 0)
+        return 0;
+    if (c->expect_continue && !c->continue_sent) {
+        c->continue_sent = 1;
+        struct iovec iov = {(void *)continue_line, sizeof(continue_line) - 1};
+        int r = m0_conn_writev(c, &iov, 1, blocking);
+        if (r < 0)
+            return r;
+    }
+    for (;;) {
+        ssize_t n = body_take(c, dst, cap);
+        if (n != 0)
+            return n;
+        if (c->body_done)
+            return 0;
+        if (c->peer_eof)
+            return c->state == M0_CS_RAW ? 0 : -ECONNRESET;
+        body_compact(c);
+        size_t room = c->rcap - c->rlen;
+        if (c->body_mode == M0_BODY_LENGTH && c->rlen == c->body_rd && (cap >= room || room < 512)) {
+            /* Nothing buffered and the caller's buffer is the larger one:
+             * read straight into it, never past the body. */
+            size_t want = cap < c->body_left ? cap : (size_t)c->body_left;
+            n = read(c->io.fd, dst, want);
+            if (n > 0) {
+                c->body_left -= (size_t)n;
+                if (c->body_left == 0)
+                    c->body_done = 1;
+                return n;
+            }
+        } else if (room == 0) {
+            return -EBADMSG; /* a chunk size line longer than the buffer */
+        } else {
+            n = read(c->io.fd, c->rbuf + c->rlen, room);
+            if (n > 0) {
+                c->rlen += (size_t)n;
+                continue;
+            }
+        }
+        if (n == 0) {
+            c->peer_eof = 1;
+            continue;
+        }
+        int err = errno;
+        if (err == EINTR)
+            continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+            if (blocking) {
+                int w = m0_conn_wait(c, POLLIN);
+                if (w < 0)
+                    return w;
+                continue;
+            }
+            c->want_body = 1;
+            m0_conn_interest(c);
+            return -EAGAIN;
+        }
+        c->broken = 1;
+        return -ECONNRESET;
+    }
+}
+
+int m0_conn_discard(m0_conn *c)
+{
+    if (c->body_mode == M0_BODY_LENGTH) {
+        size_t avail = c->rlen - c->body_rd;
+        if (avail > c->body_left)
+            avail = (size_t)c->body_left;
+        if (avail > c->discard_budget)
+            return -1;
+        c->discard_budget -= avail;
+        c->body_rd += avail;
+        c->body_left -= avail;
+        if (c->body_left == 0) {
+            c->body_done = 1;
+            c->state = M0_CS_HEAD;
+            c->rpos = c->body_rd;
+            return 1;
+        }
+        c->rpos = c->rlen = c->body_rd = 0;
+        return 0;
+    }
+    if (c->body_mode != M0_BODY_CHUNKED) {
+        c->state = M0_CS_HEAD;
+        c->rpos = c->body_rd;
+        return 1;
+    }
+    for (;;) {
+        c->body_rd = c->body_end;
+        if (c->body_raw < c->rlen) {
+            size_t len = c->rlen - c->body_raw, consumed = 0;
+            int r = m0_chunked_decode(&c->dec, c->rbuf + c->body_raw, &len, &consumed);
+            if (r < 0 || len > c->discard_budget)
+                return -1;
+            c->discard_budget -= len;
+            c->body_raw += consumed;
+            if (r == 1) {
+                c->body_done = 1;
+                c->state = M0_CS_HEAD;
+                c->rpos = c->body_raw;
+                return 1;
+            }
+            if (consumed > 0)
+                continue;
+        }
+        /* More input needed: keep the undecoded rest at the front. */
+        size_t rest = c->rlen - c->body_raw;
+        memmove(c->rbuf, c->rbuf + c->body_raw, rest);
+        c->rpos = c->body_rd = c->body_end = c->body_raw = 0;
+        c->rlen = rest;
+        if (rest == c->rcap)
+            return -1;
+        return 0;
+    }
+}

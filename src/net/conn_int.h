@@ -1,0 +1,28 @@
+/* Private to src/net: functions shared by conn.c (state machine),
+ * conn_body.c (request bodies) and conn_write.c (output). */
+#ifndef M0_NET_CONN_INT_H
+#define M0_NET_CONN_INT_H
+
+#include "server_int.h"
+
+uint64_t m0_conn_clock_ns(void);
+void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms);
+/* Recompute the epoll interest from the connection state. */
+void m0_conn_interest(m0_conn *c);
+void m0_conn_close_after(m0_conn *c, int linger);
+void m0_conn_error(m0_conn *c, int status);
+ssize_t m0_conn_fill(m0_conn *c);
+void m0_conn_process(m0_conn *c);
+void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
+
+/* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
+void m0_conn_flush(m0_conn *c);
+/* Wait for POLLIN or POLLOUT up to body_timeout_ms: 0, -ETIMEDOUT or -errno. */
+int m0_conn_wait(m0_conn *c, short events);
+
+/* conn_body.c: skip the rest of a finished request's body from what is
+ * buffered. 1 when it ended (state is HEAD again), 0 when more input is
+ * needed, negative when the connection must close. */
+int m0_conn_discard(m0_conn *c);
+
+#endif

@@ -1,0 +1,241 @@
+/* Output: one sendmsg for a whole response when the socket takes it, the
+ * rest copied into the connection's write buffer (non-blocking) or waited
+ * for with poll() (blocking), the EPOLLOUT flush, and sendfile. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include "conn_int.h"
+
+#define M0_SEND_WINDOW 64
+
+int m0_conn_wait(m0_conn *c, short events)
+{
+    struct pollfd p = {.fd = c->io.fd, .events = events};
+    int timeout = c->srv->cfg.body_timeout_ms ? (int)c->srv->cfg.body_timeout_ms : -1;
+    for (;;) {
+        int r = poll(&p, 1, timeout);
+        if (r > 0)
+            return 0; /* errors and hang-ups surface from the next syscall */
+        if (r == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Append the bytes of iov after the first skip bytes to the write buffer. */
+static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t skip)
+{
+    size_t need = 0;
+    for (int i = 0; i < iovcnt; i++)
+        need += iov[i].iov_len;
+    need -= skip;
+    if (c->wpos > 0 && c->wcap - c->wlen < need) {
+        memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
+        c->wlen -= c->wpos;
+        c->wpos = 0;
+    }
+    if (c->wcap - c->wlen < need) {
+        size_t cap = c->wcap ? c->wcap * 2 : 4096;
+        while (cap < c->wlen + need)
+            cap *= 2;
+        char *nb = realloc(c->wbuf, cap);
+        if (nb == NULL)
+            return -ENOMEM;
+        c->wbuf = nb;
+        c->wcap = cap;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        size_t len = iov[i].iov_len;
+        const char *base = iov[i].iov_base;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        memcpy(c->wbuf + c->wlen, base + skip, len - skip);
+        c->wlen += len - skip;
+        skip = 0;
+    }
+    return 0;
+}
+
+static int conn_flush_blocking(m0_conn *c)
+{
+    while (c->wpos < c->wlen) {
+        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->wpos += (size_t)n;
+            continue;
+        }
+        int err = errno;
+        if (n < 0 && err == EINTR)
+            continue;
+        if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+            int w = m0_conn_wait(c, POLLOUT);
+            if (w < 0)
+                return w;
+            continue;
+        }
+        c->broken = 1;
+        return n < 0 ? -err : -EPIPE;
+    }
+    c->wpos = c->wlen = 0;
+    return 0;
+}
+
+int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    if (c->state == M0_CS_CLOSED || c->broken)
+        return -EPIPE;
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (total == 0)
+        return 0;
+    if (c->wlen > c->wpos) {
+        if (!blocking) {
+            if (wbuf_append(c, iov, iovcnt, 0) < 0)
+                return -ENOMEM;
+            c->writable_wanted = 1;
+            return 0;
+        }
+        int r = conn_flush_blocking(c);
+        if (r < 0)
+            return r;
+    }
+    size_t done = 0;
+    for (;;) {
+        struct iovec win[M0_SEND_WINDOW];
+        int wn = 0;
+        size_t skip = done;
+        for (int i = 0; i < iovcnt && wn < M0_SEND_WINDOW; i++) {
+            if (skip >= iov[i].iov_len) {
+                skip -= iov[i].iov_len;
+                continue;
+            }
+            win[wn].iov_base = (char *)iov[i].iov_base + skip;
+            win[wn].iov_len = iov[i].iov_len - skip;
+            skip = 0;
+            wn++;
+        }
+        struct msghdr msg = {.msg_iov = win, .msg_iovlen = (size_t)wn};
+        ssize_t n = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += (size_t)n;
+            if (done == total)
+                return 0;
+            continue;
+        }
+        int err = errno;
+        if (n < 0 && err == EINTR)
+            continue;
+        if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+            if (blocking) {
+                int w = m0_conn_wait(c, POLLOUT);
+                if (w < 0)
+                    return w;
+                continue;
+            }
+            if (wbuf_append(c, iov, iovcnt, done) < 0)
+                return -ENOMEM;
+            c->writable_wanted = 1;
+            m0_conn_interest(c);
+            return 0;
+        }
+        c->broken = 1;
+        return n < 0 ? -err : -EPIPE;
+    }
+}
+
+ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+{
+    if (c->state == M0_CS_CLOSED || c->broken)
+        return -EPIPE;
+    if (c->wlen > c->wpos) {
+        if (!blocking) {
+            c->writable_wanted = 1;
+            m0_conn_interest(c);
+            return 0;
+        }
+        int r = conn_flush_blocking(c);
+        if (r < 0)
+            return r;
+    }
+    size_t sent = 0;
+    off_t off = offset;
+    while (sent < count) {
+        ssize_t n = sendfile(c->io.fd, fd, &off, count - sent);
+        if (n > 0) {
+            sent += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            break; /* end of file */
+        int err = errno;
+        if (err == EINTR)
+            continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+            if (blocking) {
+                int w = m0_conn_wait(c, POLLOUT);
+                if (w < 0)
+                    return w;
+                continue;
+            }
+            c->writable_wanted = 1;
+            m0_conn_interest(c);
+            break;
+        }
+        if (err == EPIPE || err == ECONNRESET)
+            c->broken = 1;
+        return -err;
+    }
+    return (ssize_t)sent;
+}
+
+size_t m0_conn_write_pending(const m0_conn *c)
+{
+    return c->wlen - c->wpos;
+}
+
+void m0_conn_flush(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    while (c->wpos < c->wlen) {
+        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->wpos += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        c->broken = 1;
+        m0_conn_close(c, 1);
+        return;
+    }
+    if (c->wpos == c->wlen) {
+        c->wpos = c->wlen = 0;
+        if (c->close_after) {
+            int linger = c->linger_after;
+            c->close_after = c->linger_after = 0;
+            m0_conn_close_after(c, linger);
+            return;
+        }
+    }
+    if (c->writable_wanted && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+        c->writable_wanted = 0;
+        if ((c->pending || c->state == M0_CS_RAW) && srv->handler.on_event != NULL) {
+            c->refs++;
+            srv->handler.on_event(srv->handler_ctx, c, M0_CONN_WRITABLE);
+            m0_conn_release(c);
+            if (c->state == M0_CS_CLOSED)
+                return;
+        }
+    }
+    m0_conn_interest(c);
+}

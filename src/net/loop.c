@@ -1,0 +1,272 @@
+/* The epoll loop: fd watchers, a binary min-heap of timers, a cached
+ * monotonic clock and the per-pass Date refresh. See loop.h. */
+#include "loop.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../http/response.h"
+
+#define M0_LOOP_BATCH 256
+
+struct m0_loop {
+    int epfd;
+    uint64_t now_ms;
+    m0_timer **heap;
+    size_t heap_len;
+    size_t heap_cap;
+    void (*before)(void *);
+    void (*after)(void *);
+    void *hook_arg;
+    /* The batch being dispatched: a watcher removed during the batch is
+     * scrubbed from the entries not yet dispatched, so its owner may be
+     * freed right away. */
+    size_t batch_next;
+    size_t batch_len;
+    struct epoll_event batch[M0_LOOP_BATCH];
+};
+
+static uint64_t loop_clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int m0_loop_new(m0_loop **out)
+{
+    m0_loop *loop = calloc(1, sizeof(*loop));
+    if (loop == NULL)
+        return -ENOMEM;
+    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (loop->epfd < 0) {
+        int err = errno;
+        free(loop);
+        return -err;
+    }
+    loop->now_ms = loop_clock_ms();
+    m0_date_refresh(time(NULL));
+    *out = loop;
+    return 0;
+}
+
+void m0_loop_free(m0_loop *loop)
+{
+    if (loop == NULL)
+        return;
+    for (size_t i = 0; i < loop->heap_len; i++)
+        loop->heap[i]->heap_index = SIZE_MAX;
+    free(loop->heap);
+    close(loop->epfd);
+    free(loop);
+}
+
+int m0_loop_fd(const m0_loop *loop)
+{
+    return loop->epfd;
+}
+
+static void loop_batch_scrub(m0_loop *loop, const m0_io *io)
+{
+    for (size_t i = loop->batch_next; i < loop->batch_len; i++)
+        if (loop->batch[i].data.ptr == io)
+            loop->batch[i].data.ptr = NULL;
+}
+
+int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events)
+{
+    if (events == io->events)
+        return 0;
+    if (events == 0) {
+        /* The kernel drops a closed fd by itself; a failing DEL is harmless. */
+        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+        io->events = 0;
+        loop_batch_scrub(loop, io);
+        return 0;
+    }
+    struct epoll_event ev = {.events = events, .data.ptr = io};
+    int op = io->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    if (epoll_ctl(loop->epfd, op, io->fd, &ev) < 0)
+        return -errno;
+    io->events = events;
+    return 0;
+}
+
+void m0_io_close(m0_loop *loop, m0_io *io)
+{
+    if (io->fd < 0)
+        return;
+    /* close() removes the fd from the epoll set when it was the last
+     * reference; an explicit DEL covers fds duplicated elsewhere (fork). */
+    if (io->events != 0)
+        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+    io->events = 0;
+    loop_batch_scrub(loop, io);
+    close(io->fd);
+    io->fd = -1;
+}
+
+/* --- timers: binary min-heap on deadline_ms --- */
+
+static void heap_place(m0_loop *loop, size_t i, m0_timer *t)
+{
+    loop->heap[i] = t;
+    t->heap_index = i;
+}
+
+static void heap_up(m0_loop *loop, size_t i)
+{
+    m0_timer *t = loop->heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (loop->heap[parent]->deadline_ms <= t->deadline_ms)
+            break;
+        heap_place(loop, i, loop->heap[parent]);
+        i = parent;
+    }
+    heap_place(loop, i, t);
+}
+
+static void heap_down(m0_loop *loop, size_t i)
+{
+    m0_timer *t = loop->heap[i];
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= loop->heap_len)
+            break;
+        if (child + 1 < loop->heap_len && loop->heap[child + 1]->deadline_ms < loop->heap[child]->deadline_ms)
+            child++;
+        if (t->deadline_ms <= loop->heap[child]->deadline_ms)
+            break;
+        heap_place(loop, i, loop->heap[child]);
+        i = child;
+    }
+    heap_place(loop, i, t);
+}
+
+void m0_timer_init(m0_timer *t, m0_timer_cb cb)
+{
+    t->deadline_ms = 0;
+    t->heap_index = SIZE_MAX;
+    t->cb = cb;
+}
+
+int m0_timer_armed(const m0_timer *t)
+{
+    return t->heap_index != SIZE_MAX;
+}
+
+void m0_timer_stop(m0_loop *loop, m0_timer *t)
+{
+    size_t i = t->heap_index;
+    if (i == SIZE_MAX)
+        return;
+    t->heap_index = SIZE_MAX;
+    m0_timer *last = loop->heap[--loop->heap_len];
+    if (i == loop->heap_len)
+        return;
+    heap_place(loop, i, last);
+    heap_up(loop, i);
+    heap_down(loop, last->heap_index);
+}
+
+void m0_timer_start(m0_loop *loop, m0_timer *t, uint64_t timeout_ms)
+{
+    uint64_t deadline = loop->now_ms + timeout_ms;
+    if (t->heap_index != SIZE_MAX) {
+        uint64_t old = t->deadline_ms;
+        t->deadline_ms = deadline;
+        if (deadline < old)
+            heap_up(loop, t->heap_index);
+        else
+            heap_down(loop, t->heap_index);
+        return;
+    }
+    if (loop->heap_len == loop->heap_cap) {
+        size_t cap = loop->heap_cap ? loop->heap_cap * 2 : 64;
+        m0_timer **heap = realloc(loop->heap, cap * sizeof(*heap));
+        if (heap == NULL)
+            abort(); /* a timer that silently never fires is worse */
+        loop->heap = heap;
+        loop->heap_cap = cap;
+    }
+    t->deadline_ms = deadline;
+    heap_place(loop, loop->heap_len++, t);
+    heap_up(loop, t->heap_index);
+}
+
+uint64_t m0_loop_now(const m0_loop *loop)
+{
+    return loop->now_ms;
+}
+
+int m0_loop_next_timeout(const m0_loop *loop)
+{
+    if (loop->heap_len == 0)
+        return -1;
+    uint64_t d = loop->heap[0]->deadline_ms;
+    if (d <= loop->now_ms)
+        return 0;
+    uint64_t diff = d - loop->now_ms;
+    return diff > INT32_MAX ? INT32_MAX : (int)diff;
+}
+
+void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)(void *), void *arg)
+{
+    loop->before = before;
+    loop->after = after;
+    loop->hook_arg = arg;
+}
+
+static void loop_timers_expire(m0_loop *loop)
+{
+    /* Bounded by the timers due now, so a callback re-arming itself with a
+     * zero timeout runs on the next pass instead of spinning here. */
+    size_t budget = loop->heap_len;
+    while (budget-- > 0 && loop->heap_len > 0 && loop->heap[0]->deadline_ms <= loop->now_ms) {
+        m0_timer *t = loop->heap[0];
+        m0_timer_stop(loop, t);
+        t->cb(loop, t);
+    }
+}
+
+int m0_loop_run_once(m0_loop *loop, int timeout_ms)
+{
+    int wait = timeout_ms;
+    if (wait != 0) {
+        int next = m0_loop_next_timeout(loop);
+        if (next >= 0 && (wait < 0 || next < wait))
+            wait = next;
+    }
+    int n;
+    if (wait != 0 && loop->before != NULL) {
+        loop->before(loop->hook_arg);
+        n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
+        int err = errno;
+        loop->after(loop->hook_arg);
+        errno = err;
+    } else {
+        n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
+    }
+    if (n < 0) {
+        int err = errno;
+        loop->now_ms = loop_clock_ms();
+        return -err;
+    }
+    loop->now_ms = loop_clock_ms();
+    loop->batch_len = (size_t)n;
+    for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
+        struct epoll_event *ev = &loop->batch[loop->batch_next++];
+        m0_io *io = ev->data.ptr;
+        if (io != NULL)
+            io->cb(loop, io, ev->events);
+    }
+    loop->batch_len = 0;
+    loop->batch_next = 0;
+    loop_timers_expire(loop);
+    m0_date_refresh(time(NULL));
+    return n;
+}

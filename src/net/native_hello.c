@@ -1,0 +1,61 @@
+/* The native hello handler: see native_hello.h. */
+#include "native_hello.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "../http/response.h"
+
+#define HELLO_BODY "Hello, world!"
+#define HELLO_STATUS "HTTP/1.1 200 OK\r\n"
+#define HELLO_SERVER "Server: m0serve\r\n"
+#define HELLO_FIELDS "Content-Type: text/plain\r\nContent-Length: 13\r\n"
+#define HELLO_CLOSE "Connection: close\r\n"
+#define HELLO_KEEP "Connection: keep-alive\r\n"
+
+#define LIT(s) s, sizeof(s) - 1
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
+{
+    const m0_native_hello *h = ctx;
+    int keep = 1;
+    if ((req->flags & M0_REQ_CHUNKED) || req->content_length > 0) {
+        char sink[16384];
+        ssize_t n;
+        while ((n = m0_conn_body_read(c, sink, sizeof(sink), 1)) > 0) {
+        }
+        if (n < 0)
+            keep = 0;
+    }
+    keep = keep && m0_conn_keep_alive(c);
+    char out[256];
+    char *p = out;
+    p = put(p, LIT(HELLO_STATUS));
+    p = put(p, m0_date_line(), M0_DATE_LINE_LEN);
+    if (h->server_header)
+        p = put(p, LIT(HELLO_SERVER));
+    p = put(p, LIT(HELLO_FIELDS));
+    if (!keep)
+        p = put(p, LIT(HELLO_CLOSE));
+    else if (req->minor_version == 0)
+        p = put(p, LIT(HELLO_KEEP)); /* an HTTP/1.0 client that asked for keep-alive */
+    p = put(p, LIT("\r\n"));
+    uint64_t body = 0;
+    if (!(req->flags & M0_REQ_HEAD)) {
+        p = put(p, LIT(HELLO_BODY));
+        body = 13;
+    }
+    struct iovec iov = {out, (size_t)(p - out)};
+    if (m0_conn_writev(c, &iov, 1, 0) < 0)
+        keep = 0;
+    m0_conn_finish(c, keep, 200, body);
+    return 0;
+}
+
+const m0_handler m0_native_hello_handler = {hello_on_request, NULL};

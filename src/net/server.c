@@ -1,0 +1,152 @@
+/* The server object: configuration, the list of open connections, drain,
+ * abort and counters. Accepting is in listener.c, connections in conn*.c. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "server_int.h"
+
+void m0_server_config_defaults(m0_server_config *cfg)
+{
+    cfg->limits.max_request_line = 8190;
+    cfg->limits.max_header_count = 100;
+    cfg->limits.max_header_size = 8190;
+    cfg->limits.max_body = 0;
+    cfg->keep_alive_timeout_ms = 5000;
+    cfg->max_keepalive_requests = 0;
+    cfg->header_timeout_ms = 10000;
+    cfg->body_timeout_ms = 30000;
+    cfg->server_header = 1;
+    cfg->access_log_fd = -1;
+    cfg->max_requests = 0;
+}
+
+static void server_accept_timer(m0_loop *loop, m0_timer *t)
+{
+    (void)loop;
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, accept_timer));
+    if (!srv->draining)
+        m0_listeners_pause(srv, 0);
+}
+
+int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
+                  void *handler_ctx)
+{
+    if (cfg->limits.max_header_count == 0 || cfg->limits.max_request_line == 0 || cfg->limits.max_header_size == 0)
+        return -EINVAL;
+    m0_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return -ENOMEM;
+    srv->loop = loop;
+    srv->cfg = *cfg;
+    srv->handler = *handler;
+    srv->handler_ctx = handler_ctx;
+    /* A head may use its request line, one maximal field and 64 KiB more. */
+    srv->head_cap = cfg->limits.max_request_line + cfg->limits.max_header_size + 64 * 1024;
+    m0_timer_init(&srv->accept_timer, server_accept_timer);
+    *out = srv;
+    return 0;
+}
+
+void m0_server_link(m0_server *srv, m0_conn *c)
+{
+    c->prev = NULL;
+    c->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+}
+
+void m0_server_unlink(m0_server *srv, m0_conn *c)
+{
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    srv->nconns--;
+}
+
+static void server_listeners_close(m0_server *srv)
+{
+    m0_listener *l = srv->listeners;
+    while (l != NULL) {
+        m0_listener *next = l->next;
+        m0_io_set(srv->loop, &l->io, 0);
+        free(l);
+        l = next;
+    }
+    srv->listeners = NULL;
+}
+
+void m0_server_free(m0_server *srv)
+{
+    if (srv == NULL)
+        return;
+    srv->draining = 1;
+    m0_server_abort(srv);
+    server_listeners_close(srv);
+    m0_timer_stop(srv->loop, &srv->accept_timer);
+    while (srv->freelist != NULL) {
+        m0_conn *c = srv->freelist;
+        srv->freelist = c->next;
+        srv->nfree--;
+        c->srv = NULL;
+        m0_conn_destroy(c);
+    }
+    free(srv);
+}
+
+void m0_server_drain(m0_server *srv)
+{
+    if (!srv->draining) {
+        srv->draining = 1;
+        m0_listeners_pause(srv, 1);
+        m0_timer_stop(srv->loop, &srv->accept_timer);
+    }
+    /* Idle connections close now; each other one closes after its current
+     * response (m0_conn_keep_alive answers 0 from now on). A reference on
+     * the next connection keeps it alive across a close callback. */
+    m0_conn *c = srv->conns;
+    if (c != NULL)
+        c->refs++;
+    while (c != NULL) {
+        m0_conn *next = c->next;
+        if (next != NULL)
+            next->refs++;
+        int idle = (c->state == M0_CS_HEAD && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
+                   c->state == M0_CS_DISCARD;
+        if (idle)
+            m0_conn_close(c, 1);
+        m0_conn_release(c);
+        c = next;
+    }
+}
+
+int m0_server_draining(const m0_server *srv)
+{
+    return srv->draining;
+}
+
+void m0_server_abort(m0_server *srv)
+{
+    while (srv->conns != NULL)
+        m0_conn_close(srv->conns, 1);
+}
+
+size_t m0_server_connections(const m0_server *srv)
+{
+    return srv->nconns;
+}
+
+uint64_t m0_server_requests(const m0_server *srv)
+{
+    return srv->requests;
+}
+
+void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot)
+{
+    srv->heartbeat = slot;
+}

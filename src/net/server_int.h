@@ -1,0 +1,143 @@
+/* Private to src/net: the server and connection structs shared by
+ * server.c (the server object, drain, the connection list), listener.c
+ * (accept) and conn*.c (the per-connection state machine). */
+#ifndef M0_NET_SERVER_INT_H
+#define M0_NET_SERVER_INT_H
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "server.h"
+
+#define M0_RBUF_INITIAL 4096
+/* Room a request with a chunked body needs past its head for in-place decoding. */
+#define M0_BODY_ROOM 4096
+/* Unread request body the server still reads and discards to keep the
+ * connection alive; more than this closes the connection instead. */
+#define M0_DISCARD_MAX (64 * 1024)
+/* The write buffer drained below this mark: M0_CONN_WRITABLE. */
+#define M0_WRITE_LOW_WATER (64 * 1024)
+/* Lingering close: how long input is discarded after shutdown(SHUT_WR). */
+#define M0_LINGER_MS 2000
+#define M0_CONN_FREELIST_MAX 64
+
+enum {
+    M0_CS_HEAD = 0,    /* waiting for (the rest of) a request head */
+    M0_CS_REQUEST = 1, /* a request is dispatched to the handler */
+    M0_CS_DISCARD = 2, /* finished; discarding the unread body of the last request */
+    M0_CS_LINGER = 3,  /* output shut down; discarding input until EOF */
+    M0_CS_RAW = 4,     /* upgraded: raw byte stream */
+    M0_CS_CLOSED = 5,
+};
+
+enum {
+    M0_BODY_NONE = 0,
+    M0_BODY_LENGTH = 1,
+    M0_BODY_CHUNKED = 2,
+};
+
+enum {
+    M0_TIMER_NONE = 0,
+    M0_TIMER_HEADER = 1, /* head started: 408 when it expires */
+    M0_TIMER_IDLE = 2,   /* keep-alive idle or a fresh connection: close */
+    M0_TIMER_LINGER = 3,
+};
+
+typedef struct m0_listener {
+    m0_io io;
+    m0_server *srv;
+    struct m0_listener *next;
+} m0_listener;
+
+struct m0_conn {
+    m0_io io;
+    m0_timer timer;
+    m0_server *srv;
+    m0_conn *prev;
+    m0_conn *next;
+    void *data;
+    int refs;         /* net-layer frames on the stack for this connection */
+    int state;        /* M0_CS_* */
+    int processing;   /* conn_process() is on the stack */
+    int pending;      /* a request is dispatched and not finished */
+    int close_after;  /* close once the write buffer is flushed */
+    int linger_after; /* ... with a lingering close */
+    int broken;       /* the peer is gone: writes fail */
+    int want_body;    /* a non-blocking body read returned -EAGAIN */
+    int peer_eof;     /* read() returned 0 */
+    int continue_sent;
+    int expect_continue;
+    int discard_ok;       /* finish may discard the rest of the body */
+    int timer_kind;       /* M0_TIMER_* */
+    uint64_t deadline_ms; /* lazy: the timer may fire earlier and re-arm */
+
+    /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
+     * request is pending, [rpos, rpos + head_len) is its head. */
+    char *rbuf;
+    size_t rcap;
+    size_t rlen;
+    size_t rpos;
+    size_t head_len;
+    m0_request req;
+    m0_header *headers;
+
+    /* body framing of the pending (or discarded) request */
+    int body_mode;
+    int body_done;
+    uint64_t body_left; /* LENGTH: bytes not yet consumed */
+    size_t body_rd;     /* next unread decoded byte in rbuf */
+    size_t body_end;    /* CHUNKED: end of decoded bytes; raw input follows at body_raw */
+    size_t body_raw;
+    uint64_t discard_budget;
+    m0_chunked_decoder dec;
+
+    /* write buffer: [wpos, wlen) not yet sent */
+    char *wbuf;
+    size_t wcap;
+    size_t wlen;
+    size_t wpos;
+    int writable_wanted; /* notify M0_CONN_WRITABLE below the low-water mark */
+
+    uint32_t nreq;
+    uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
+
+    int family;
+    int peer_port;
+    int local_port; /* -1 until asked */
+    char peer_host[46];
+    char local_host[46];
+};
+
+struct m0_server {
+    m0_loop *loop;
+    m0_server_config cfg;
+    m0_handler handler;
+    void *handler_ctx;
+    m0_listener *listeners;
+    m0_conn *conns; /* doubly linked list of open connections */
+    size_t nconns;
+    uint64_t requests;
+    int draining;
+    int accept_paused;
+    m0_timer accept_timer;
+    volatile int64_t *heartbeat;
+    size_t head_cap; /* read buffer growth limit while waiting for a head */
+    m0_conn *freelist;
+    size_t nfree;
+};
+
+/* listener.c */
+void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events);
+void m0_listeners_pause(m0_server *srv, int paused);
+
+/* conn.c */
+m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
+void m0_conn_close(m0_conn *c, int notify);
+void m0_conn_release(m0_conn *c);
+void m0_conn_destroy(m0_conn *c);
+
+/* server.c */
+void m0_server_link(m0_server *srv, m0_conn *c);
+void m0_server_unlink(m0_server *srv, m0_conn *c);
+
+#endif
