@@ -15,7 +15,7 @@ SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: all deps venv build serve test test-c test-py fuzz bench format clean
+.PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
 
 all: build
 
@@ -52,7 +52,11 @@ test-c: deps
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
 
-test: deps test-c test-py
+# The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
+test-docs:
+	$(PYTHON) -m bench.render --check
+
+test: deps test-c test-py test-docs
 
 fuzz: deps
 	mkdir -p fuzz/build
@@ -61,10 +65,11 @@ fuzz: deps
 	./fuzz/build/fuzz_parser -max_total_time=60 -print_final_stats=1 fuzz/build/corpus fuzz/corpus
 
 bench: deps build
-	$(VPY) -m bench
+	$(VPY) -m bench $(SUITES)
+	$(VPY) -m bench.render
 
 format:
 	clang-format -i $$(find src tests/c fuzz bench -name '*.[ch]')
 
 clean:
-	rm -rf build tests/c/build fuzz/build .venv-* .bench-venv
+	rm -rf build tests/c/build fuzz/build .venv-* .bench-venv bench/floor/build

@@ -77,7 +77,7 @@ int m0_server_draining(const m0_server *srv);
 /* Close every connection now (handlers get M0_CONN_CLOSED). */
 void m0_server_abort(m0_server *srv);
 size_t m0_server_connections(const m0_server *srv); /* open connections */
-uint64_t m0_server_requests(const m0_server *srv);  /* requests dispatched so far */
+uint64_t m0_server_requests(const m0_server *srv);   /* requests dispatched so far */
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);

@@ -1,0 +1,62 @@
+"""python -m bench [SUITE ...]: run benchmark suites and write one artifact per suite to bench/results/.
+
+Then `python -m bench.render` renders docs/BENCHMARKS.md and the README summary from the artifacts.
+"""
+import argparse
+import sys
+
+from . import env, procs, runner, suites
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("suites", nargs="*", help=f"suites to run (default: all): {', '.join(suites.SUITES)}")
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per timed wrk run (default 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds, at least 3 for an artifact")
+    ap.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per arm (default 2)")
+    ap.add_argument("--cooldown", type=float, default=3.0, help="seconds between rows (default 3)")
+    ap.add_argument("--arms", help="comma-separated arm names to keep (default: all)")
+    ap.add_argument("--results", default=str(env.RESULTS_DIR), help="artifact directory")
+    ap.add_argument("--no-install", action="store_true", help="do not create the venv or apt-get install")
+    ap.add_argument("--note", default="", help="free text stored in the artifact")
+    args = ap.parse_args(argv)
+
+    names = args.suites or list(suites.SUITES)
+    unknown = [n for n in names if n not in suites.SUITES]
+    if unknown:
+        ap.error(f"unknown suite(s) {unknown}; choose from {list(suites.SUITES)}")
+    if args.rounds < 3:
+        env.log(f"--rounds {args.rounds} < 3: the artifact will be marked as not publishable")
+
+    procs.install_signal_handlers()
+    if not args.no_install:
+        env.ensure_system_packages()
+        env.ensure_bench_venv()
+    env.build_floor()
+    settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
+                               cooldown_s=args.cooldown)
+    keep = set(args.arms.split(",")) if args.arms else None
+    status = 0
+    for name in names:
+        rows = suites.SUITES[name]()
+        if keep:
+            for row in rows:
+                row.arms = [a for a in row.arms if a.name in keep]
+        env.log(f"suite {name}: {len(rows)} row(s)")
+        artifact = runner.run_suite(name, rows, settings, note=args.note)
+        suites.validate(artifact)
+        if args.rounds < 3:
+            artifact["valid"] = False
+            artifact["invalid_reasons"].append(f"only {args.rounds} round(s)")
+        path = runner.write_artifact(artifact, args.results)
+        env.log(f"suite {name}: wrote {path}" + ("" if artifact["valid"] else
+                                                  f" (INVALID: {'; '.join(artifact['invalid_reasons'])})"))
+        for reason in artifact["invalid_reasons"]:
+            env.log(f"  {reason}")
+        if not artifact["valid"]:
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,521 @@
+"""Render benchmark artifacts into docs/BENCHMARKS.md, docs/bench/*.svg and the README summary.
+
+    python -m bench.render            rewrite the generated regions from the newest artifacts
+    python -m bench.render --check    exit 1 when any generated region, chart or span differs from what the
+                                      newest artifacts render, or when an artifact cannot back the doc
+
+Only the standard library is used, so `--check` runs on a fresh clone without the benchmark venv.
+
+Generated regions in a document:
+    <!-- bench:platform = TEXT -->                     the platform the doc's numbers are about
+    <!-- bench:table:SUITE -->...<!-- /bench:table:SUITE -->   a suite's tables, standings and chart
+    <!-- bench:span:KEY -->...<!-- /bench:span -->     one number in prose (keys: see span_value)
+    README: <!-- section:benchmarks -->...<!-- /section:benchmarks -->   the summary
+
+The guard (newest artifact per platform): a suite's table is rendered from its newest artifact in
+bench/results/. If that newest artifact was recorded on a different platform than the doc declares,
+rendering and --check refuse, naming the remedy, rather than silently picking an older artifact or
+letting another machine's numbers sit under this machine's description. An artifact whose `dirty`
+is null (git could not tell whether the tree was the commit) cannot back a table either.
+"""
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+README = ROOT / "README.md"
+CHART_DIR = ROOT / "docs" / "bench"
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "memory"]
+FAILED = "MEASUREMENT FAILED"
+
+PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
+TABLE_RE = re.compile(r"(<!-- bench:table:([\w-]+) -->\n)(.*?)(<!-- /bench:table:\2 -->)", re.S)
+SPAN_RE = re.compile(r"(<!-- bench:span:([^ ]+?) -->)(.*?)(<!-- /bench:span -->)", re.S)
+README_RE = re.compile(r"(<!-- section:benchmarks -->\n)(.*?)(<!-- /section:benchmarks -->)", re.S)
+
+
+class RenderError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- artifacts
+
+
+def load_artifacts(results_dir):
+    """{suite: [artifact, ...]} of the JSON files directly in results_dir, oldest first."""
+    by_suite = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        try:
+            art = json.loads(path.read_text())
+        except ValueError as e:
+            raise RenderError(f"{path}: not JSON ({e})")
+        art["_path"] = path
+        by_suite.setdefault(art.get("suite"), []).append(art)
+    for arts in by_suite.values():
+        arts.sort(key=lambda a: (a["provenance"].get("timestamp", ""), a["_path"].name))
+    return by_suite
+
+
+def newest_for(suite, by_suite, platform):
+    """The newest artifact of a suite, refusing when it comes from another platform or cannot tell."""
+    arts = by_suite.get(suite) or []
+    if not arts:
+        return None
+    art = arts[-1]
+    name = _rel(art["_path"])
+    if art["provenance"].get("platform") != platform:
+        raise RenderError(
+            f"{name}: the newest '{suite}' artifact was recorded on '{art['provenance'].get('platform')}', but "
+            f"the doc declares '{platform}'. Move artifacts from other machines into a subdirectory of "
+            f"bench/results/ (they are kept, not rendered), or re-declare the platform deliberately with "
+            f"`python -m bench.render --platform '...'` after re-recording every suite there.")
+    if art["provenance"].get("git", {}).get("dirty") is None:
+        raise RenderError(f"{name}: git could not tell whether the tree was the commit (dirty: null); such an "
+                          f"artifact cannot back a rendered table. Re-record it from a git checkout.")
+    return art
+
+
+def _rel(path):
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def fmt_num(v, kind):
+    if v is None:
+        return "–"
+    if kind == "int":
+        return f"{v:,.0f}"
+    if kind == "ms":
+        return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+    if kind == "cores":
+        return f"{v:.2f}"
+    if kind == "us":
+        return f"{v:.1f}"
+    if kind == "mb":
+        return f"{v / 1e6:.1f}"
+    return f"{v:g}"
+
+
+def fmt_med(arm, metric, kind):
+    """'12,345 ±1.2%': the median and half the min–max range of the rounds as a share of it."""
+    med = arm.get("median", {}).get(metric)
+    if med is None:
+        return "–"
+    spread = arm.get("spread", {}).get(metric) or {}
+    s = fmt_num(med, kind)
+    if spread.get("n", 0) > 1 and spread.get("spread_pct") is not None:
+        s += f" ±{spread['spread_pct'] / 2:.1f}%"
+    return s
+
+
+def fmt_ratio(entry):
+    if not entry or entry.get("median") is None:
+        return "–"
+    s = f"{entry['median']:.2f}×"
+    if entry.get("n", 0) > 1:
+        s += f" ({entry['min']:.2f}–{entry['max']:.2f})"
+    return s
+
+
+def _arm(row, name):
+    return next((a for a in row["arms"] if a["name"] == name), None)
+
+
+def _label(arm, versions):
+    v = versions.get(arm.get("version_key") or "", None)
+    return f"{arm['label']}" + (f" {v}" if v and arm.get("version_key") not in ("cc",) else "")
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+
+def provenance_line(art):
+    p = art["provenance"]
+    g = p.get("git", {})
+    dirty = {True: "dirty tree", False: "clean tree", None: "tree state unknown"}[g.get("dirty")]
+    py = (p.get("python") or {}).get("comparators") or {}
+    m0py = (p.get("python") or {}).get("m0serve") or {}
+    v = p.get("versions", {})
+    comps = ", ".join(f"{k} {v[k]}" for k in ("granian", "uvicorn", "uvloop", "httptools", "gunicorn", "bjoern", "wrk")
+                      if v.get(k))
+    s = art["settings"]
+    return (f"Recorded {p['timestamp']} from commit `{(g.get('commit') or 'unknown')[:10]}` ({dirty}); "
+            f"{p['platform']}, kernel {p.get('kernel')}; comparators on Python {py.get('version', '?')} "
+            f"({py.get('build', '?')}), m0serve {v.get('m0serve') or 'not installed'} on Python "
+            f"{m0py.get('version', '?')} ({m0py.get('build', '?')}); {comps}. "
+            f"wrk -t{s['wrk_threads']} pinned to CPU {s['wrk_cpu']}, every server pinned to CPU {s['server_cpu']}; "
+            f"{s['rounds']} alternating rounds of {s['duration_s']:g} s after {s['warmup_s']:g} s of warm-up; "
+            f"browser-shaped request ({len(s['headers']) + 1} headers). Artifact: `{_rel(art['_path'])}`.")
+
+
+def throughput_table(row, versions):
+    ref = row.get("reference")
+    head = ["server", "rps", "server cores", "CPU µs/req", "req per core-s", "p50 ms", "p90 ms", "p99 ms",
+            f"{_short(ref)} ÷ this, per core" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] == "skipped":
+            lines.append(f"| {label} | not measured: did not start | " + " | ".join(["–"] * (len(head) - 2)) + " |")
+            continue
+        if arm["status"] != "ok":
+            lines.append(f"| {label} | **{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]} | "
+                         + " | ".join(["–"] * (len(head) - 2)) + " |")
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
+        cells = [label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"),
+                 fmt_med(arm, "p50_ms", "ms"), fmt_med(arm, "p90_ms", "ms"), fmt_med(arm, "p99_ms", "ms"), ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def memory_table(row, versions):
+    head = ["server", "RSS after warm-up MB", "RSS after 100,000 requests MB", "growth MB", "requests", "rps"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            why = "not measured: did not start" if arm["status"] == "skipped" else f"**{FAILED}**"
+            lines.append(f"| {label} | {why} | – | – | – | – |")
+            continue
+        r = arm["rounds"][0]
+        warm, after = arm.get("rss_after_warmup"), r.get("rss_after")
+        growth = (after - warm) if (warm is not None and after is not None) else None
+        lines.append(f"| {label} | {fmt_num(warm, 'mb')} | {fmt_num(after, 'mb')} | "
+                     f"{'–' if growth is None else f'{growth / 1e6:+.1f}'} | {fmt_num(r['requests'], 'int')} | "
+                     f"{fmt_num(r['rps'], 'int')} |")
+    return "\n".join(lines)
+
+
+def mixed_table(art, versions):
+    head = ["server", "slow requests in flight", "fast-route p50 ms", "p90 ms", "p99 ms", "rps", "control"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 5 + ["---"]) + "|"]
+    names = []
+    for row in art["rows"]:
+        for arm in row["arms"]:
+            if arm["name"] not in names:
+                names.append(arm["name"])
+    for name in names:
+        for row in art["rows"]:
+            arm = _arm(row, name)
+            if not arm:
+                continue
+            label = _label(arm, versions)
+            if arm["status"] != "ok":
+                why = "not measured: did not start" if arm["status"] == "skipped" else f"**{FAILED}**"
+                lines.append(f"| {label} | {row['slow_inflight']} | {why} | – | – | – | – |")
+                continue
+            control = arm.get("control") or ("no slow load" if not row["slow_inflight"] else
+                                             {"stall": "expects stall", "isolated": "expects isolation"}.get(
+                                                 arm.get("expect"), "reference"))
+            lines.append(f"| {label} | {row['slow_inflight']} | {fmt_med(arm, 'p50_ms', 'ms')} | "
+                         f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
+                         f"{fmt_med(arm, 'rps', 'int')} | {control} |")
+    return "\n".join(lines)
+
+
+def _short(name):
+    return name or "?"
+
+
+def _esc(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def standings(row, versions):
+    """Generated sentences: where the reference arm stands against each other arm, same-run ratios."""
+    ref = row.get("reference")
+    if not ref:
+        return "No arm of this row was measured."
+    out = []
+    m0 = [a for a in row["arms"] if a.get("is_m0serve")]
+    if not any(a["status"] == "ok" for a in m0):
+        why = "; ".join(f"{a['name']}: {a['status']}" for a in m0) or "no m0serve arm in this row"
+        out.append(f"m0serve is not in this artifact ({_esc(why)[:200]}); ratios are against {ref}.")
+    for arm in row["arms"]:
+        if arm["name"] == ref or arm["status"] != "ok":
+            continue
+        r = row["ratios"].get(arm["name"], {})
+        out.append(f"{ref} ÷ {arm['name']}: {fmt_ratio(r.get('rps_per_core'))} requests per core-second, "
+                   f"{fmt_ratio(r.get('rps'))} rps, {fmt_ratio(r.get('cpu_us_per_req'))} CPU per request "
+                   f"(median of same-round ratios, range in parentheses).")
+    return "\n".join(f"- {line}" for line in out)
+
+
+def suite_block(suite, art):
+    if art is None:
+        return f"_No `{suite}` artifact has been recorded yet: run `python -m bench {suite}`._\n"
+    versions = art["provenance"].get("versions", {})
+    parts = [provenance_line(art), ""]
+    if not art.get("valid", True):
+        parts += [f"**INVALID RUN**: {_esc('; '.join(art.get('invalid_reasons', [])))}", ""]
+    if suite == "mixed":
+        parts += [mixed_table(art, versions), ""]
+    else:
+        for row in art["rows"]:
+            parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
+                         + (f" with a {row['body_size']}-byte body" if row.get("body_size") else "")
+                         + f", {row['connections']} connections"
+                         + ("" if row["status"] == "ok" else f" — **{FAILED}**"))
+            parts.append("")
+            if suite == "memory":
+                parts.append(memory_table(row, versions))
+            else:
+                parts.append(throughput_table(row, versions))
+                parts.append("")
+                parts.append(standings(row, versions))
+            for f in row.get("failures", []):
+                parts += ["", f"**{FAILED}**: {_esc(f)[:300]}"]
+            parts.append("")
+    if suite not in ("memory", "mixed"):
+        parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
+        parts.append("")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- chart
+
+
+def chart_svg(suite, art):
+    """Horizontal bars: median requests per core-second of each arm, grouped by row, with min–max whiskers."""
+    groups = []
+    for row in art["rows"]:
+        bars = [(a["label"], a["median"]["rps_per_core"], a["spread"]["rps_per_core"], a.get("is_m0serve"))
+                for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
+        if bars:
+            groups.append((row["title"], bars))
+    vmax = max((s["max"] if s else v) for _, bars in groups for _, v, s, _ in bars) if groups else 1
+    width, left, right, bar_h, gap = 760, 250, 110, 16, 6
+    plot_w = width - left - right
+    y = 40
+    body = []
+    for title, bars in groups:
+        body.append(f'<text x="8" y="{y + 12}" font-weight="bold">{_xml(title)}</text>')
+        y += 20
+        for label, v, spread, m0 in bars:
+            w = v / vmax * plot_w
+            color = "#d9480f" if m0 else "#4c6ef5"
+            body.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{_xml(label)}</text>')
+            body.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}"/>')
+            if spread:
+                x0, x1 = left + spread["min"] / vmax * plot_w, left + spread["max"] / vmax * plot_w
+                body.append(f'<line x1="{x0:.1f}" y1="{y + bar_h / 2}" x2="{x1:.1f}" y2="{y + bar_h / 2}" '
+                            f'stroke="#222" stroke-width="1.5"/>')
+            body.append(f'<text x="{left + w + 6:.1f}" y="{y + 12}">{v:,.0f}</text>')
+            y += bar_h + gap
+        y += 10
+    height = y + 10
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">\n'
+            f'<rect width="100%" height="100%" fill="white"/>\n'
+            f'<text x="8" y="20" font-size="14" font-weight="bold">{_xml(suite)}: requests per core-second of '
+            f'server CPU (median, whisker = min–max of rounds)</text>\n')
+    return head + "\n".join(body) + "\n</svg>\n"
+
+
+def _xml(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# ---------------------------------------------------------------------------------------------- spans
+
+
+def span_value(key, arts):
+    """Value of a prose span. Keys:
+        SUITE.ROW.ARM.METRIC          median with spread (metrics: rps, cores, cpu_us_per_req, rps_per_core,
+                                      p50_ms, p90_ms, p99_ms)
+        SUITE.ROW.ratio.ARM.METRIC    same-round ratio reference ÷ ARM, median (min–max)
+        SUITE.ROW.reference           the reference arm's name
+        SUITE.date                    the artifact's timestamp
+    """
+    parts = key.split(".")
+    art = arts.get(parts[0])
+    if art is None:
+        raise RenderError(f"span '{key}': no artifact for suite '{parts[0]}'")
+    if parts[1:] == ["date"]:
+        return art["provenance"]["timestamp"][:10]
+    row = next((r for r in art["rows"] if r["id"] == parts[1]), None) if len(parts) > 1 else None
+    if row is None:
+        raise RenderError(f"span '{key}': no row '{parts[1] if len(parts) > 1 else ''}' in {parts[0]}")
+    if parts[2:] == ["reference"]:
+        return str(row.get("reference"))
+    if len(parts) == 5 and parts[2] == "ratio":
+        entry = row["ratios"].get(parts[3], {}).get(parts[4])
+        if not entry:
+            raise RenderError(f"span '{key}': no ratio for '{parts[3]}' / '{parts[4]}'")
+        return fmt_ratio(entry)
+    if len(parts) == 4:
+        arm = _arm(row, parts[2])
+        if arm is None or arm["status"] != "ok":
+            return f"{FAILED if arm else 'not measured'}"
+        kind = {"rps": "int", "rps_per_core": "int", "cores": "cores", "cpu_us_per_req": "us"}.get(parts[3], "ms")
+        return fmt_med(arm, parts[3], kind)
+    raise RenderError(f"span '{key}': unknown key shape")
+
+
+# ---------------------------------------------------------------------------------------------- documents
+
+
+DOC_TEMPLATE = """# Benchmarks
+
+<!-- bench:platform = {platform} -->
+
+Every table on this page is rendered from a JSON artifact in `bench/results/` by
+`python -m bench.render`; `make test` runs `python -m bench.render --check`, which fails when a table
+differs from its newest artifact or when that artifact comes from another platform than the one
+declared above. Rerun any suite with `python -m bench SUITE` (or `make bench` for all).
+
+{suites}
+"""
+
+
+def default_doc(platform):
+    blocks = "\n".join(f"## {s}\n\n<!-- bench:table:{s} -->\n<!-- /bench:table:{s} -->\n" for s in SUITE_ORDER)
+    return DOC_TEMPLATE.format(platform=platform, suites=blocks)
+
+
+def render_doc(text, arts):
+    missing = [s for s in SUITE_ORDER if f"<!-- bench:table:{s} -->" not in text]
+    for s in missing:
+        text = text.rstrip("\n") + f"\n\n## {s}\n\n<!-- bench:table:{s} -->\n<!-- /bench:table:{s} -->\n"
+
+    def table(m):
+        return m.group(1) + suite_block(m.group(2), arts.get(m.group(2))) + m.group(4)
+
+    text = TABLE_RE.sub(table, text)
+
+    def span(m):
+        return m.group(1) + span_value(m.group(2), arts) + m.group(4)
+
+    return SPAN_RE.sub(span, text)
+
+
+def readme_summary(arts):
+    lines = ["## Benchmarks", "",
+             "Same-run ratios of requests per core-second of server CPU (median of per-round ratios, min–max in "
+             "parentheses), one worker each, every server pinned to one CPU and wrk to another. Generated from "
+             "`bench/results/` by `python -m bench.render`; methods, absolute numbers and spreads in "
+             "[docs/BENCHMARKS.md](docs/BENCHMARKS.md).", ""]
+    rows = []
+    for suite in SUITE_ORDER:
+        art = arts.get(suite)
+        if art is None or suite in ("memory", "mixed"):
+            continue
+        for row in art["rows"]:
+            ref = row.get("reference")
+            if not ref:
+                continue
+            vs = [f"{name}: {fmt_ratio(r.get('rps_per_core'))}" for name, r in row["ratios"].items()]
+            rows.append(f"| {suite} | {row['title']} | {ref} | {'; '.join(vs) or '–'} |")
+    if rows:
+        lines += ["| suite | row | reference | reference ÷ peer, per core |", "|---|---|---|---|"] + rows + [""]
+    else:
+        lines += ["_No artifacts recorded yet._", ""]
+    if arts.get("wsgi"):
+        lines += ["![wsgi: requests per core-second by server](docs/bench/wsgi.svg)", ""]
+    return "\n".join(lines)
+
+
+def render_readme(text, arts):
+    if not README_RE.search(text):
+        raise RenderError("README.md has no <!-- section:benchmarks --> ... <!-- /section:benchmarks --> markers")
+    return README_RE.sub(lambda m: m.group(1) + readme_summary(arts) + m.group(3), text)
+
+
+def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=CHART_DIR, platform=None):
+    """{path: new text} for every generated file; raises RenderError when the artifacts cannot back the doc."""
+    by_suite = load_artifacts(results_dir)
+    doc_path, readme_path, chart_dir = Path(doc_path), Path(readme_path), Path(chart_dir)
+    doc_text = doc_path.read_text() if doc_path.exists() else None
+    declared = None
+    if doc_text is not None:
+        m = PLATFORM_RE.search(doc_text)
+        declared = m.group(1) if m else None
+    if platform:
+        declared = platform
+        if doc_text is not None:
+            if PLATFORM_RE.search(doc_text):
+                doc_text = PLATFORM_RE.sub(f"<!-- bench:platform = {platform} -->", doc_text)
+            else:
+                doc_text = doc_text.replace("\n", f"\n\n<!-- bench:platform = {platform} -->\n", 1)
+    if declared is None:
+        newest = [arts[-1] for arts in by_suite.values() if arts]
+        if not newest:
+            declared = "not declared"
+        else:
+            newest.sort(key=lambda a: a["provenance"]["timestamp"])
+            declared = newest[-1]["provenance"]["platform"]
+    if doc_text is None:
+        doc_text = default_doc(declared)
+    arts = {}
+    errors = []
+    for suite in by_suite:
+        try:
+            art = newest_for(suite, by_suite, declared)
+        except RenderError as e:
+            errors.append(str(e))
+            continue
+        if art is not None:
+            arts[suite] = art
+    if errors:
+        raise RenderError("\n".join(errors))
+    out = {doc_path: render_doc(doc_text, arts)}
+    if readme_path.exists():
+        out[readme_path] = render_readme(readme_path.read_text(), arts)
+    for suite, art in arts.items():
+        if suite not in ("memory", "mixed"):
+            out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="exit 1 if any generated file is stale")
+    ap.add_argument("--platform", help="declare the platform the doc describes (only with fresh artifacts)")
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--doc", default=str(DOC))
+    ap.add_argument("--readme", default=str(README))
+    ap.add_argument("--charts", default=str(CHART_DIR))
+    args = ap.parse_args(argv)
+    try:
+        out = render_all(args.results, args.doc, args.readme, args.charts, platform=args.platform)
+    except RenderError as e:
+        print(f"bench.render: {e}", file=sys.stderr)
+        return 1
+    stale = []
+    for path, text in out.items():
+        old = path.read_text() if path.exists() else None
+        if old != text:
+            stale.append(path)
+            if args.check:
+                diff = difflib.unified_diff((old or "").splitlines(), text.splitlines(), str(path), "rendered",
+                                            lineterm="", n=1)
+                print("\n".join(list(diff)[:40]), file=sys.stderr)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    if args.check:
+        if stale:
+            print(f"bench.render --check: stale: {', '.join(_rel(p) for p in stale)}; run `python -m bench.render`",
+                  file=sys.stderr)
+            return 1
+        print(f"bench.render --check: {len(out)} generated file(s) match their artifacts")
+        return 0
+    print(f"bench.render: wrote {len(stale)} file(s)" + (": " + ", ".join(_rel(p) for p in stale) if stale else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

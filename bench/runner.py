@@ -1,0 +1,353 @@
+"""The runner: one row = several arms (servers) on the same app, measured side by side.
+
+For each row: start every arm (server pinned to CPU 0), wait until each answers, check that every
+arm returns a byte-identical body, warm each up, then alternate the arms for R rounds (the arm order
+rotates each round), so every comparator is re-measured beside every arm. Each measurement is one
+wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before and after.
+"""
+import hashlib
+import http.client
+import json
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import env, procs, wrk
+
+SERVER_CPU = 0
+WRK_CPU = 1
+METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms")
+FAILED = "MEASUREMENT FAILED"
+
+
+@dataclass
+class Row:
+    id: str
+    title: str
+    app: str  # module:callable in bench/apps
+    arms: list
+    path: str = "/"
+    method: str = "GET"
+    body_size: int = 0
+    connections: int = 16
+    slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
+    slow_ms: int = 200
+    stop_after: int = 0  # memory suite: requests per measurement (wrk stops itself)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Settings:
+    duration_s: float = 5.0
+    rounds: int = 3
+    warmup_s: float = 2.0
+    cooldown_s: float = 3.0
+    pause_s: float = 0.5
+    time_wait_limit: int = 20000
+    time_wait_timeout_s: float = 70.0
+    start_timeout_s: float = 30.0
+    wrk_threads: int = 1
+
+
+def median_spread(values):
+    """(median, {min, max, spread_pct}) where spread_pct = (max - min) / median * 100."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    med = statistics.median(values)
+    lo, hi = min(values), max(values)
+    return med, {"min": lo, "max": hi, "spread_pct": (hi - lo) / med * 100 if med else None, "n": len(values)}
+
+
+def fetch(port, path, method="GET", body=b"", timeout=5.0):
+    """One request with the browser headers; returns (status, body bytes)."""
+    conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
+    try:
+        headers = dict(wrk.BROWSER_HEADERS)
+        if body:
+            headers["Content-Type"] = "application/octet-stream"
+        conn.request(method, path, body=body or None, headers=headers)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def procs_host():
+    return "127.0.0.1"
+
+
+def wait_ready(proc, port, path, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with status {proc.returncode}"
+        try:
+            status, _ = fetch(port, path, timeout=2.0)
+            return None if status else "no status"
+        except (OSError, http.client.HTTPException) as e:
+            last = e
+            time.sleep(0.1)
+    return f"did not answer within {timeout_s:.0f} s ({last})"
+
+
+class SlowLoad:
+    """Keep `n` requests to /slow?ms=M in flight (each on its own connection, re-sent when answered)."""
+
+    def __init__(self, port, n, ms):
+        self.port, self.n, self.ms = port, n, ms
+        self.stop = threading.Event()
+        self.completed = 0
+        self.errors = 0
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(n)]
+
+    def _loop(self):
+        while not self.stop.is_set():
+            try:
+                status, _ = fetch(self.port, f"/slow?ms={self.ms}", timeout=30.0)
+                if status == 200:
+                    self.completed += 1
+                else:
+                    self.errors += 1
+            except (OSError, http.client.HTTPException):
+                self.errors += 1
+                time.sleep(0.05)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        if self.n:
+            time.sleep(min(0.05, self.ms / 4000))  # the first slow requests are in the server
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(self.ms / 1000 + 30)
+
+
+class RowRunner:
+    def __init__(self, suite, row, settings, workdir):
+        self.suite, self.row, self.s = suite, row, settings
+        self.workdir = Path(workdir)
+        self.script = None
+        script = wrk.lua_script(row.method, row.body_size, row.stop_after)
+        if script:
+            self.script = wrk.write_script(self.workdir, f"{suite}-{row.id}.lua", script)
+
+    def wrk_argv(self, port, duration_s):
+        url = f"http://127.0.0.1:{port}{self.row.path}"
+        return wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
+                           script_path=self.script, cpu=WRK_CPU)
+
+    def measure(self, arm_state, duration_s):
+        """One timed wrk run against one arm; returns the round record."""
+        port, proc = arm_state["port"], arm_state["proc"]
+        argv = self.wrk_argv(port, duration_s)
+        tw = procs.time_wait_count()
+        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow:
+            before = procs.tree(proc.pid)
+            t0 = time.monotonic()
+            timeout = duration_s + 60 if not self.row.stop_after else 600
+            result, raw = wrk.run(argv, timeout_s=timeout)
+            wall = time.monotonic() - t0
+            after = procs.tree(proc.pid)
+        cpu_s = procs.cpu_seconds_between(before, after)
+        req = result.get("requests", 0)
+        lat = result.get("latency_s", {})
+        rec = {
+            "rps": result.get("rps"),
+            "requests": req,
+            "wrk_duration_s": result.get("duration_s"),
+            "wall_s": wall,
+            "cpu_s": cpu_s,
+            "cores": cpu_s / wall if wall else None,
+            "cpu_us_per_req": cpu_s / req * 1e6 if req else None,
+            "rps_per_core": req / cpu_s if cpu_s else None,
+            "p50_ms": lat["p50"] * 1e3 if "p50" in lat else None,
+            "p90_ms": lat["p90"] * 1e3 if "p90" in lat else None,
+            "p99_ms": lat["p99"] * 1e3 if "p99" in lat else None,
+            "errors": result.get("errors"),
+            "non_2xx": result.get("non_2xx"),
+            "failed": bool(result.get("failed")),
+            "failure": result.get("failure"),
+            "time_wait_before": tw,
+            "server_processes": len(after),
+            "wrk_output": raw,
+        }
+        if self.row.slow_inflight:
+            rec["slow_completed"] = slow.completed
+            rec["slow_errors"] = slow.errors
+        if proc.poll() is not None:
+            rec["failed"] = True
+            rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + f"server exited ({proc.returncode})"
+        return rec
+
+    def start_arm(self, arm):
+        port = procs.free_port()
+        argv = arm.command(self.row.app, port)
+        log_path = self.workdir / f"{self.suite}-{self.row.id}-{arm.name}.log"
+        run_env = dict(__import__("os").environ)
+        run_env["PYTHONPATH"] = str(env.APPS_DIR)
+        run_env["PYTHONUNBUFFERED"] = "1"
+        run_env.update(arm.env)
+        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
+        err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s)
+        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
+                 "log": log_path}
+        if err:
+            procs.stop(proc)
+            tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
+            state["skipped"] = f"{err}: {tail.strip()}"
+        return state
+
+    def run(self):
+        row, s = self.row, self.s
+        out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
+               "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
+               "slow_ms": row.slow_ms if row.slow_inflight else None, "stop_after": row.stop_after, **row.extra,
+               "arms": [], "status": "ok", "failures": []}
+        gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
+        out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
+        states = []
+        try:
+            for arm in row.arms:
+                env.log(f"{self.suite}/{row.id}: starting {arm.name}")
+                states.append(self.start_arm(arm))
+            live = [st for st in states if "skipped" not in st]
+            for st in states:
+                if "skipped" in st:
+                    env.log(f"{self.suite}/{row.id}: {st['arm'].name} skipped: {st['skipped'][:300]}")
+            # Byte parity before any timing.
+            body = b"x" * row.body_size if row.body_size else b""
+            bodies = {}
+            for st in live:
+                try:
+                    status, got = fetch(st["port"], row.path, row.method, body)
+                except (OSError, http.client.HTTPException) as e:
+                    status, got = None, repr(e).encode()
+                st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
+                bodies[st["arm"].name] = (status, got)
+            distinct = {(stt, b) for stt, b in bodies.values()}
+            if len(distinct) > 1 or any(stt != 200 for stt, _ in bodies.values()):
+                out["status"] = FAILED
+                out["failures"].append("parity: arms differ in status or body: " + json.dumps(
+                    {k: [v[0], v[1][:40].decode("latin-1")] for k, v in bodies.items()}))
+            if out["status"] == "ok" and live:
+                for st in live:  # warm-up
+                    if s.warmup_s > 0:
+                        wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s))), timeout_s=s.warmup_s + 60)
+                    st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
+                    st["rounds"] = []
+                rounds = 1 if row.stop_after else s.rounds
+                for r in range(rounds):
+                    order = live[r % len(live):] + live[: r % len(live)]
+                    for st in order:
+                        time.sleep(s.pause_s)
+                        rec = self.measure(st, s.duration_s if not row.stop_after else 600)
+                        rec["round"] = r + 1
+                        rec["rss_after"] = procs.rss_bytes(st["proc"].pid)
+                        st["rounds"].append(rec)
+                        env.log(f"{self.suite}/{row.id} r{r + 1} {st['arm'].name}: {_brief(rec)}")
+        finally:
+            for st in states:
+                if "skipped" not in st:
+                    procs.stop(st["proc"])
+        for st in states:
+            out["arms"].append(self._arm_record(st))
+        if any(a["status"] == FAILED for a in out["arms"]):
+            out["status"] = FAILED
+        out["reference"] = _reference(out["arms"])
+        out["ratios"] = _ratios(out["arms"], out["reference"])
+        time.sleep(s.cooldown_s)
+        return out
+
+    def _arm_record(self, st):
+        arm = st["arm"]
+        rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
+               "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
+               "wrk_command": self.wrk_argv(st["port"], self.s.duration_s), "status": "ok"}
+        if "skipped" in st:
+            rec["status"] = "skipped"
+            rec["skipped"] = st["skipped"]
+            return rec
+        rec["parity"] = st.get("parity")
+        rec["rss_after_warmup"] = st.get("rss_after_warmup")
+        rounds = st.get("rounds", [])
+        rec["rounds"] = rounds
+        if not rounds:
+            rec["status"] = "not measured"
+            return rec
+        failed = [r for r in rounds if r["failed"]]
+        if failed:
+            rec["status"] = FAILED
+            rec["failure"] = "; ".join(f"round {r['round']}: {r['failure']}" for r in failed)
+        rec["median"], rec["spread"] = {}, {}
+        for m in METRICS + ("rss_after",):
+            med, spread = median_spread([r.get(m) for r in rounds if not r["failed"]])
+            rec["median"][m] = med
+            rec["spread"][m] = spread
+        return rec
+
+
+def _brief(rec):
+    f = f" {FAILED}: {rec['failure']}" if rec["failed"] else ""
+    cores = rec["cores"] or 0
+    p99 = rec["p99_ms"] if rec["p99_ms"] is not None else float("nan")
+    return f"{rec['rps'] or 0:,.0f} rps, {cores:.2f} cores, p99 {p99:.2f} ms{f}"
+
+
+def _reference(arms):
+    """The arm every ratio is taken against: m0serve when it was measured, else the first measured arm."""
+    ok = [a for a in arms if a["status"] == "ok"]
+    for a in ok:
+        if a["is_m0serve"]:
+            return a["name"]
+    return ok[0]["name"] if ok else None
+
+
+def _ratios(arms, ref_name):
+    """Per-round ratios reference/other (same round, so same machine state), their median and range."""
+    ref = next((a for a in arms if a["name"] == ref_name), None)
+    if not ref:
+        return {}
+    out = {}
+    for a in arms:
+        if a["name"] == ref_name or a["status"] != "ok":
+            continue
+        entry = {}
+        for m in ("rps", "rps_per_core", "cpu_us_per_req", "p99_ms"):
+            per_round = []
+            for rr, ro in zip(ref["rounds"], a["rounds"]):
+                if rr.get(m) and ro.get(m):
+                    per_round.append(rr[m] / ro[m])
+            med, spread = median_spread(per_round)
+            entry[m] = {"median": med, "rounds": per_round, **(spread or {})}
+        out[a["name"]] = entry
+    return out
+
+
+def run_suite(suite, rows, settings, note=""):
+    """Run every row of a suite; returns the artifact dict (not yet written)."""
+    prov = env.provenance()
+    artifact = {"schema": 1, "suite": suite, "note": note, "provenance": prov,
+                "settings": {**settings.__dict__, "server_cpu": SERVER_CPU, "wrk_cpu": WRK_CPU,
+                             "headers": [f"{k}: {v}" for k, v in wrk.BROWSER_HEADERS]},
+                "rows": [], "valid": True, "invalid_reasons": []}
+    with tempfile.TemporaryDirectory(prefix=f"bench-{suite}-") as workdir:
+        for row in rows:
+            artifact["rows"].append(RowRunner(suite, row, settings, workdir).run())
+    return artifact
+
+
+def write_artifact(artifact, results_dir=None):
+    results_dir = Path(results_dir or env.RESULTS_DIR)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = artifact["provenance"]["timestamp"].replace(":", "").replace("-", "")
+    path = results_dir / f"{artifact['suite']}-{stamp}.json"
+    path.write_text(json.dumps(artifact, indent=1, sort_keys=False) + "\n")
+    return path

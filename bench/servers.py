@@ -1,0 +1,92 @@
+"""The arms: how each server is started on an app, with settings made equivalent (one worker, one
+thread of application code unless a row says otherwise).
+
+Every argv uses the placeholders {app} (module:callable under bench/apps) and {port}.
+"""
+from dataclasses import dataclass, field
+
+from . import env
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Arm:
+    name: str  # stable key used in artifacts and docs
+    label: str  # shown in tables
+    argv: list  # with {app} and {port} placeholders
+    version_key: str = None  # key into provenance versions
+    is_m0serve: bool = False
+    interface: str = "wsgi"  # wsgi | asgi | native
+    expect: str = None  # mixed suite: "stall" (no slow-view isolation: must show the stall) | "isolated"
+    note: str = ""
+    env: dict = field(default_factory=dict)
+
+    def command(self, app, port):
+        return [a.format(app=app, port=port, host=HOST) for a in self.argv]
+
+
+def _bin(name):
+    return str(env.BENCH_VENV / "bin" / name)
+
+
+def _m0():
+    return str(env.m0serve_python())
+
+
+def floor():
+    return Arm("floor", "floor (C epoll responder)", [str(env.FLOOR_BIN), "{port}"], version_key="cc",
+               interface="native")
+
+
+def m0serve_native():
+    return Arm("m0serve-native", "m0serve --native hello", [_m0(), "-m", "m0serve", "--native", "hello", "--host",
+               "{host}", "--port", "{port}", "--workers", "1"], version_key="m0serve", is_m0serve=True,
+               interface="native")
+
+
+def m0serve(interface="wsgi", extra=(), name=None, label=None, expect=None):
+    argv = [_m0(), "-m", "m0serve", "{app}", "--host", "{host}", "--port", "{port}", "--workers", "1"]
+    if interface == "asgi":
+        argv += ["--interface", "asgi"]
+    argv += list(extra)
+    return Arm(name or "m0serve", label or f"m0serve ({interface}, 1 worker)", argv, version_key="m0serve",
+               is_m0serve=True, interface=interface, expect=expect)
+
+
+def granian(interface="wsgi", blocking_threads=1, expect=None):
+    argv = [_bin("granian"), "--interface", interface, "--workers", "1", "--runtime-threads", "1", "--host", "{host}",
+            "--port", "{port}", "--no-access-log", "--log-level", "warning"]
+    label = f"Granian ({interface}, 1 worker"
+    if interface == "wsgi":
+        argv += ["--blocking-threads", str(blocking_threads)]
+        label += f", {blocking_threads} blocking thread{'s' if blocking_threads > 1 else ''}"
+    argv.append("{app}")
+    return Arm("granian" if blocking_threads == 1 else f"granian-bt{blocking_threads}", label + ")", argv,
+               version_key="granian", interface=interface, expect=expect)
+
+
+def gunicorn(expect=None):
+    return Arm("gunicorn", "gunicorn (sync, 1 worker)",
+               [_bin("gunicorn"), "-k", "sync", "-w", "1", "-b", "{host}:{port}", "--log-level", "warning",
+                "--backlog", "2048", "{app}"], version_key="gunicorn", expect=expect,
+               note="the sync worker closes the connection after every response (no keep-alive)")
+
+
+def bjoern(expect=None):
+    return Arm("bjoern", "bjoern", [str(env.bench_python()), str(env.APPS_DIR / "run_bjoern.py"), "{app}", "{host}",
+               "{port}"], version_key="bjoern", expect=expect)
+
+
+def uvicorn(loop="uvloop"):
+    return Arm(f"uvicorn-{loop}", f"uvicorn ({loop}, httptools)",
+               [_bin("uvicorn"), "{app}", "--host", "{host}", "--port", "{port}", "--loop", loop, "--http",
+                "httptools", "--no-access-log", "--log-level", "warning"], version_key="uvicorn", interface="asgi")
+
+
+def wsgi_peers(expect=None):
+    return [granian("wsgi", expect=expect), bjoern(expect=expect), gunicorn(expect=expect)]
+
+
+def asgi_peers():
+    return [granian("asgi"), uvicorn("uvloop"), uvicorn("asyncio")]

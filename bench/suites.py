@@ -1,0 +1,119 @@
+"""The suites: which rows, which arms. Every row has one worker per server unless it says otherwise."""
+from . import servers as S
+from .runner import FAILED, Row
+
+WSGI_HELLO = "hello_wsgi:app"
+ASGI_HELLO = "hello_asgi:app"
+
+
+def wsgi_arms(expect=None):
+    return [S.m0serve("wsgi", expect=expect)] + S.wsgi_peers(expect=expect)
+
+
+def asgi_arms():
+    return [S.m0serve("asgi")] + S.asgi_peers()
+
+
+def floor():
+    return [Row("hello-c16", "Fixed 13-byte hello, no Python: the floor vs m0serve --native hello", WSGI_HELLO,
+                [S.m0serve_native(), S.floor()])]
+
+
+def wsgi():
+    return [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO, wsgi_arms())]
+
+
+def asgi():
+    return [Row("hello-c16", "Bare ASGI hello, 16 connections", ASGI_HELLO, asgi_arms())]
+
+
+def post():
+    return [
+        Row("echo-wsgi", "1 KB POST echoed, WSGI", "echo_wsgi:app", wsgi_arms(), method="POST", body_size=1024),
+        Row("echo-asgi", "1 KB POST echoed, ASGI", "echo_asgi:app", asgi_arms(), method="POST", body_size=1024),
+    ]
+
+
+def concurrency():
+    return [Row(f"hello-c{c}", f"Bare WSGI hello, {c} connections", WSGI_HELLO, wsgi_arms(), connections=c)
+            for c in (16, 64, 256)]
+
+
+def frameworks():
+    wsgi_fw = [S.m0serve("wsgi"), S.granian("wsgi"), S.bjoern(), S.gunicorn()]
+    return [
+        Row("django", "Django hello (WSGI, DEBUG off, no middleware)", "django_hello:application", wsgi_fw),
+        Row("flask", "Flask hello (WSGI)", "flask_hello:app", [S.m0serve("wsgi"), S.granian("wsgi"), S.bjoern(),
+                                                              S.gunicorn()]),
+        Row("starlette", "Starlette hello (ASGI)", "starlette_hello:app", asgi_arms()),
+        Row("fastapi", "FastAPI hello (ASGI)", "fastapi_hello:app", asgi_arms()),
+    ]
+
+
+def mixed_arms():
+    return [
+        S.m0serve("wsgi", expect="stall", label="m0serve (wsgi, inline)"),
+        S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
+                  label="m0serve (wsgi, --blocking-threads 4)", expect="isolated"),
+        S.gunicorn(expect="stall"),
+        S.bjoern(expect="stall"),
+        S.granian("wsgi", blocking_threads=1, expect="stall"),
+        S.granian("wsgi", blocking_threads=4),
+    ]
+
+
+def mixed():
+    return [Row(f"slow{k}", f"Fast route while {k} request(s) to /slow?ms=200 are in flight", "slow_wsgi:app",
+                mixed_arms(), slow_inflight=k, slow_ms=200) for k in (0, 1, 2)]
+
+
+def memory():
+    return [
+        Row("wsgi-100k", "Bare WSGI hello: RSS after warm-up and after 100,000 requests", WSGI_HELLO, wsgi_arms(),
+            stop_after=100_000),
+        Row("asgi-100k", "Bare ASGI hello: RSS after warm-up and after 100,000 requests", ASGI_HELLO, asgi_arms(),
+            stop_after=100_000),
+    ]
+
+
+SUITES = {
+    "floor": floor,
+    "wsgi": wsgi,
+    "asgi": asgi,
+    "post": post,
+    "concurrency": concurrency,
+    "frameworks": frameworks,
+    "mixed": mixed,
+    "memory": memory,
+}
+
+
+def validate(artifact):
+    """Suite-level validity. The mixed suite's controls (rows without slow-view isolation) must keep
+    showing the stall: a control that stops failing has stopped measuring anything."""
+    reasons = []
+    if artifact["suite"] == "mixed":
+        for row in artifact["rows"]:
+            if not row["slow_inflight"]:
+                continue
+            for arm in row["arms"]:
+                if arm["status"] != "ok":
+                    continue
+                p99 = arm["median"]["p99_ms"]
+                threshold = row["slow_ms"] / 2
+                if arm["expect"] == "stall":
+                    arm["control"] = "stall shown" if p99 is not None and p99 >= threshold else "STALL NOT SHOWN"
+                    if arm["control"] != "stall shown":
+                        reasons.append(f"{row['id']}/{arm['name']}: control without isolation shows p99 {p99} ms "
+                                       f"< {threshold} ms with {row['slow_inflight']} slow request(s) in flight")
+                elif arm["expect"] == "isolated":
+                    arm["control"] = "isolated" if p99 is not None and p99 < threshold else "NOT ISOLATED"
+                slow = sum(r.get("slow_completed", 0) for r in arm["rounds"])
+                if slow == 0:
+                    reasons.append(f"{row['id']}/{arm['name']}: no slow request completed during the measurement")
+    for row in artifact["rows"]:
+        if row["status"] == FAILED:
+            reasons.append(f"{row['id']}: {FAILED}")
+    artifact["invalid_reasons"] = reasons
+    artifact["valid"] = not any(r for r in reasons if FAILED not in r)
+    return artifact

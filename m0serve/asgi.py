@@ -1,0 +1,336 @@
+"""The ASGI worker: one asyncio loop that drives the C engine (DESIGN.md section 2).
+
+The C loop's epoll fd (``Server.fileno()``) is an asyncio reader whose callback is
+``Server.run_once``: every wake handles every ready event without blocking. Each request
+runs as an asyncio Task created from C; ``receive()``/``send()`` are C awaitables. A slow
+ticker also calls ``run_once`` so the C loop's timers (keep-alive, header timeouts) and its
+Date cache advance while no socket is ready. There is no executor thread.
+
+Entry point for m0serve.worker::
+
+    run_worker(server_kwargs, app, config, on_ready)
+
+``server_kwargs``: keyword arguments of ``_core.Server`` (``listeners`` included).
+``config``: the resolved configuration; read here: ``loop`` (auto|asyncio|uvloop),
+``lifespan`` (auto|on|off, default auto), ``graceful_timeout``, and, for WebSockets,
+``ws`` / ``ws_max_size`` / ``ws_ping_interval`` / ``ws_ping_timeout`` when present.
+``on_ready(server)`` is called once the server serves (after lifespan startup) with an
+object offering ``shutdown(graceful=True)``, ``connections`` and ``requests``; the signal
+handlers it installs are moved onto the asyncio loop so they run at once on any loop.
+
+Returns after shutdown: stop accepting, in-flight requests finish within
+``--graceful-timeout``, then the still-streaming get ``http.disconnect`` (their send()
+raises ``ClientDisconnected``) and are cancelled; lifespan shutdown always runs last.
+A failed lifespan startup logs the traceback and raises ``SystemExit(3)``
+(gunicorn's worker boot error status): the process must exit non-zero and a supervisor
+should not respawn it in a loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from . import _core
+
+log = logging.getLogger("m0serve")
+
+BOOT_ERROR = 3
+TICK = 0.5  # seconds between C-loop timer passes while idle
+STOP_TICK = 0.05  # while draining
+
+
+def new_event_loop(name="auto"):
+    """uvloop for auto (when importable) and uvloop; the stdlib loop otherwise."""
+    if name in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if name == "uvloop":
+                raise RuntimeError("--loop uvloop: uvloop is not installed") from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+class LifespanFailure(Exception):
+    pass
+
+
+class Lifespan:
+    """The ASGI lifespan protocol with uvicorn's semantics.
+
+    auto: an app that raises before answering does not support lifespan (logged at info,
+    serving goes on); on: that is a startup failure. ``lifespan.startup.failed`` is a
+    failure in both modes. ``state`` is the dict every request scope gets a copy of.
+    """
+
+    def __init__(self, app, mode, loop):
+        self.app = app
+        self.mode = mode
+        self.loop = loop
+        self.state = {}
+        self.queue = asyncio.Queue()
+        self.startup_event = asyncio.Event()
+        self.shutdown_event = asyncio.Event()
+        self.startup_failed = False
+        self.shutdown_failed = False
+        self.error_occurred = False
+        self.task = None
+
+    async def startup(self):
+        if self.mode == "off":
+            return
+        log.info("Waiting for application startup.")
+        self.task = self.loop.create_task(self._main())
+        await self.queue.put({"type": "lifespan.startup"})
+        await self.startup_event.wait()
+        if self.startup_failed or (self.error_occurred and self.mode == "on"):
+            log.error("Application startup failed. Exiting.")
+            raise LifespanFailure()
+        if not self.error_occurred:
+            log.info("Application startup complete.")
+
+    async def shutdown(self):
+        if self.mode == "off" or self.task is None or self.error_occurred:
+            return
+        log.info("Waiting for application shutdown.")
+        await self.queue.put({"type": "lifespan.shutdown"})
+        await self.shutdown_event.wait()
+        if self.shutdown_failed or (self.error_occurred and self.mode == "on"):
+            log.error("Application shutdown failed. Exiting.")
+        else:
+            log.info("Application shutdown complete.")
+
+    async def _main(self):
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": self.state}
+        try:
+            await self.app(scope, self.receive, self.send)
+        except BaseException as exc:
+            self.error_occurred = True
+            if self.startup_failed or self.shutdown_failed:
+                return
+            if self.mode == "auto":
+                log.info("ASGI 'lifespan' protocol appears unsupported.")
+            else:
+                log.error("Exception in 'lifespan' protocol", exc_info=exc)
+        finally:
+            self.startup_event.set()
+            self.shutdown_event.set()
+
+    async def receive(self):
+        return await self.queue.get()
+
+    async def send(self, message):
+        kind = message["type"]
+        if kind == "lifespan.startup.complete":
+            if self.startup_event.is_set():
+                raise RuntimeError("lifespan.startup.complete sent twice or too late")
+            self.startup_event.set()
+        elif kind == "lifespan.startup.failed":
+            if self.startup_event.is_set():
+                raise RuntimeError("lifespan.startup.failed sent twice or too late")
+            self.startup_failed = True
+            self.startup_event.set()
+            if message.get("message"):
+                log.error(message["message"])
+        elif kind == "lifespan.shutdown.complete":
+            if not self.startup_event.is_set() or self.shutdown_event.is_set():
+                raise RuntimeError("unexpected lifespan.shutdown.complete")
+            self.shutdown_event.set()
+        elif kind == "lifespan.shutdown.failed":
+            if not self.startup_event.is_set() or self.shutdown_event.is_set():
+                raise RuntimeError("unexpected lifespan.shutdown.failed")
+            self.shutdown_failed = True
+            self.shutdown_event.set()
+            if message.get("message"):
+                log.error(message["message"])
+        else:
+            raise RuntimeError(f"unexpected ASGI lifespan message type {kind!r}")
+
+
+class ServerHandle:
+    """What on_ready() receives: the Server's controls, with the worker told of shutdowns."""
+
+    def __init__(self, server, worker):
+        self._server = server
+        self._worker = worker
+
+    def shutdown(self, graceful=True):
+        self._worker.request_shutdown(graceful)
+
+    @property
+    def connections(self):
+        return self._server.connections
+
+    @property
+    def requests(self):
+        return self._server.requests
+
+    def fileno(self):
+        return self._server.fileno()
+
+
+class Worker:
+    def __init__(self, server_kwargs, app, config, on_ready, loop):
+        self.kwargs = dict(server_kwargs)
+        self.app = app
+        self.config = config
+        self.on_ready = on_ready
+        self.loop = loop
+        self.server = None
+        self.stopping = False
+        self.aborted = False
+        self.deadline = None
+        self.done = loop.create_future()
+        self.main_task = None
+        self.tasks = set()  # running request tasks, maintained by the C bridge
+        self.tick_handle = None
+        self.max_requests = self.kwargs.get("max_requests", 0) or 0
+        self.graceful_timeout = float(getattr(config, "graceful_timeout", 30.0) or 0.0)
+
+    # -- options passed to the C bridge --
+    def asgi_options(self, state):
+        opts = {"loop": self.loop, "state": state, "tasks": self.tasks}
+        for name in ("ws", "ws_max_size", "ws_ping_interval", "ws_ping_timeout"):
+            value = getattr(self.config, name, None)
+            if value is not None:
+                opts[name] = value != "off" if name == "ws" and isinstance(value, str) else value
+        return opts
+
+    async def main(self):
+        self.main_task = asyncio.current_task()
+        lifespan = Lifespan(self.app, getattr(self.config, "lifespan", "auto") or "auto", self.loop)
+        try:
+            await lifespan.startup()
+        except LifespanFailure:
+            raise SystemExit(BOOT_ERROR) from None
+        try:
+            listeners = self.kwargs.pop("listeners")
+            self.kwargs["asgi"] = self.asgi_options(lifespan.state)
+            self.server = _core.Server(self.app, "asgi", listeners, **self.kwargs)
+            self.loop.add_reader(self.server.fileno(), self.server.run_once)
+            self.tick()
+            handle = ServerHandle(self.server, self)
+            if self.on_ready is not None:
+                self.on_ready(handle)
+            self.move_signal_handlers()
+            await self.done
+        finally:
+            if self.server is not None:
+                try:
+                    self.loop.remove_reader(self.server.fileno())
+                except Exception:
+                    pass
+            if self.tick_handle is not None:
+                self.tick_handle.cancel()
+            await lifespan.shutdown()
+
+    def move_signal_handlers(self):
+        """Run the Python signal handlers installed by on_ready from the loop itself."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGALRM, signal.SIGUSR1, signal.SIGHUP):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                try:
+                    self.loop.add_signal_handler(sig, handler, sig, None)
+                except (RuntimeError, ValueError, NotImplementedError):
+                    pass
+
+    def tick(self):
+        try:
+            self.server.run_once()
+        except BaseException as exc:  # a signal handler's exception, or a bug
+            if not self.done.done():
+                self.done.set_exception(exc)
+            return
+        self.check_drained()
+        if not self.done.done():
+            self.tick_handle = self.loop.call_later(STOP_TICK if self.stopping else TICK, self.tick)
+
+    def request_shutdown(self, graceful=True):
+        if self.server is None:
+            return
+        if not self.stopping:
+            self.stopping = True
+            self.deadline = time.monotonic() + self.graceful_timeout if self.graceful_timeout > 0 else None
+            self.loop.remove_reader(self.server.fileno())
+            self.loop.add_reader(self.server.fileno(), self.pump)
+        if graceful:
+            self.server.shutdown(graceful=True)
+        else:
+            self.abort()
+        self.check_drained()
+
+    def abort(self):
+        """Close every connection now (tasks waiting in receive() get http.disconnect, in
+        send() ClientDisconnected), then cancel the request tasks still running."""
+        self.aborted = True
+        self.server.shutdown(graceful=False)
+        self.loop.call_soon(self.cancel_requests)
+
+    def request_tasks(self):
+        return [t for t in self.tasks if not t.done()]
+
+    def cancel_requests(self):
+        for t in self.request_tasks():
+            t.cancel()
+
+    def pump(self):
+        try:
+            self.server.run_once()
+        except BaseException as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+            return
+        self.check_drained()
+
+    def check_drained(self):
+        if self.done.done() or self.server is None:
+            return
+        if not self.stopping:
+            if self.max_requests and self.server.requests >= self.max_requests and self.server.connections == 0:
+                self.stopping = True
+                self.deadline = time.monotonic() + self.graceful_timeout if self.graceful_timeout > 0 else None
+            else:
+                return
+        if self.server.connections > 0:
+            if self.deadline is not None and time.monotonic() >= self.deadline and not self.aborted:
+                log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.graceful_timeout,
+                            self.server.connections)
+                self.abort()
+            return
+        # Every connection is closed; tasks still running (background work after the
+        # response) get the rest of the graceful period, then are cancelled.
+        pending = self.request_tasks()
+        if pending and not self.aborted and (self.deadline is None or time.monotonic() < self.deadline):
+            return
+        if pending:
+            for t in pending:
+                t.cancel()
+            self.loop.create_task(self._finish_after(pending))
+            self.aborted = True
+            return
+        if not self.done.done():
+            self.done.set_result(None)
+
+    async def _finish_after(self, tasks):
+        await asyncio.wait(tasks, timeout=5.0)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def run_worker(server_kwargs, app, config, on_ready=None):
+    """Serve the ASGI app until shutdown (see the module docstring)."""
+    loop = new_event_loop(getattr(config, "loop", "auto") or "auto")
+    asyncio.set_event_loop(loop)
+    worker = Worker(server_kwargs, app, config, on_ready, loop)
+    try:
+        loop.run_until_complete(worker.main())
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except Exception:
+            pass
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -1,0 +1,1025 @@
+/* ASGI HTTP: one object per request, attached to its m0_conn from the head
+ * until the response is complete (or the client goes away). It carries the
+ * receive()/send() callables and the done callback of the app's Task.
+ *
+ * receive(): http.request messages read without blocking straight into bytes
+ * objects (the socket is only read when the app asks: read backpressure);
+ * when nothing is buffered it waits on a loop future resolved by
+ * M0_CONN_BODY. Once the body is consumed it waits for the disconnect, and
+ * once the response is complete or the client is gone it returns
+ * http.disconnect at once.
+ *
+ * send(): the head is built at http.response.start and written together with
+ * the first body chunk in one writev (so a one-shot body gets its
+ * Content-Length); without a length a streamed body is chunked (HTTP/1.1) or
+ * close-delimited (HTTP/1.0). A write that leaves more than
+ * M0_WRITE_HIGH_WATER queued waits for M0_CONN_WRITABLE. The final body
+ * finishes the m0_conn, which may dispatch the next pipelined request at once.
+ */
+#include "asgi_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../http/response.h"
+
+enum {
+    RESP_NONE,    /* nothing sent */
+    RESP_STARTED, /* http.response.start accepted, head not written yet */
+    RESP_BODY,    /* head written, body streaming */
+    RESP_DONE,    /* complete (or abandoned after an error) */
+};
+
+#define HEAD_INLINE 1024
+#define BODY_CHUNK_MAX (1024 * 1024)
+#define BODY_CHUNK_UNKNOWN (64 * 1024)
+
+typedef struct {
+    int fd; /* -1 when no pathsend is in progress */
+    off_t offset;
+    uint64_t left;
+} m0_pathsend;
+
+typedef struct {
+    m0_asgi_base base;
+    PyObject *recv_waiter; /* future or NULL */
+    PyObject *send_waiter; /* future or NULL */
+    /* request */
+    int64_t content_length; /* -1 when unknown (chunked) */
+    uint64_t body_read;
+    unsigned req_flags;
+    int minor_version;
+    int body_done;
+    int body_error; /* HTTP status for a bad or too large body, else 0 */
+    int disconnected;
+    /* response */
+    int resp;
+    int status;
+    int keep_alive;
+    int chunked;
+    int no_body;         /* HEAD, 1xx, 204, 304 */
+    int64_t resp_length; /* Content-Length given or computed, -1 when none */
+    uint64_t body_sent;  /* body bytes accepted from the app */
+    int has_date, has_server, has_connection;
+    char *head; /* head being built (inline or PyMem) */
+    size_t head_len, head_cap;
+    m0_pathsend pathsend;
+    char head_inline[HEAD_INLINE];
+} m0_asgi_http;
+
+static PyObject *http_disconnect_msg(m0_asgi_state *st)
+{
+    PyObject *m = PyDict_New();
+    if (m != NULL && PyDict_SetItem(m, st->s_type, st->msg_disconnect_type) < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+static PyObject *http_request_msg(m0_asgi_state *st, PyObject *body, int more) // steals body
+{
+    if (body == NULL)
+        return NULL;
+    PyObject *m = PyDict_New();
+    if (m == NULL || PyDict_SetItem(m, st->s_type, st->msg_request_type) < 0 ||
+        PyDict_SetItem(m, st->s_body, body) < 0 || PyDict_SetItem(m, st->s_more_body, more ? Py_True : Py_False) < 0)
+        Py_CLEAR(m);
+    Py_DECREF(body);
+    return m;
+}
+
+/* --- receive --- */
+
+/* Read what the connection has. Returns 1 with *msg (an http.request or, when
+ * the client is gone, an http.disconnect), 0 when nothing is there yet (the
+ * net layer re-armed the socket; M0_CONN_BODY follows), -1 on error. */
+static int http_body_read(m0_asgi_http *h, PyObject **msg)
+{
+    m0_asgi_state *st = h->base.asgi->st;
+    m0_conn *c = h->base.conn;
+    *msg = NULL;
+    if (h->content_length == 0 || (h->content_length < 0 && !(h->req_flags & M0_REQ_CHUNKED))) {
+        h->body_done = 1;
+        *msg = http_request_msg(st, Py_NewRef(st->empty_bytes), 0);
+        return *msg == NULL ? -1 : 1;
+    }
+    size_t cap = BODY_CHUNK_UNKNOWN;
+    if (h->content_length > 0) {
+        uint64_t left = (uint64_t)h->content_length - h->body_read;
+        cap = left < BODY_CHUNK_MAX ? (size_t)left : BODY_CHUNK_MAX;
+    }
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    if (buf == NULL)
+        return -1;
+    size_t got = 0;
+    ssize_t n = 0;
+    while (got < cap) {
+        n = m0_conn_body_read(c, PyBytes_AS_STRING(buf) + got, cap - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    h->body_read += got;
+    if (n == 0 || (h->content_length > 0 && h->body_read >= (uint64_t)h->content_length)) {
+        h->body_done = 1;
+    } else if (n < 0 && n != -EAGAIN) {
+        /* The body cannot be completed: the app sees a disconnect, and the
+         * done callback answers 400/413 when it did not respond. */
+        Py_DECREF(buf);
+        h->body_error = n == -EFBIG ? 413 : n == -EBADMSG ? 400 : 0;
+        h->disconnected = 1;
+        *msg = http_disconnect_msg(st);
+        return *msg == NULL ? -1 : 1;
+    }
+    if (got == 0 && !h->body_done) {
+        Py_DECREF(buf);
+        return 0;
+    }
+    if (got < cap && _PyBytes_Resize(&buf, (Py_ssize_t)got) < 0)
+        return -1;
+    *msg = http_request_msg(st, buf, !h->body_done);
+    return *msg == NULL ? -1 : 1;
+}
+
+static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
+{
+    (void)arg;
+    m0_asgi_http *h = (m0_asgi_http *)owner;
+    m0_asgi *a = h->base.asgi;
+    if (h->disconnected || h->resp == RESP_DONE || h->base.conn == NULL) {
+        *out = http_disconnect_msg(a->st);
+        return *out == NULL ? -1 : 1;
+    }
+    if (h->recv_waiter != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
+        return -1;
+    }
+    if (!h->body_done) {
+        int r = http_body_read(h, out);
+        if (r != 0)
+            return r;
+    }
+    /* Wait: for body bytes (M0_CONN_BODY), or once the body is consumed, for
+     * the disconnect or the end of the response. */
+    PyObject *fut = m0_asgi_future_new(a);
+    if (fut == NULL)
+        return -1;
+    h->recv_waiter = Py_NewRef(fut);
+    *out = fut;
+    return 0;
+}
+
+static PyObject *http_receive(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    return m0_asgi_op_new(h->base.asgi->st, http_receive_op, self, NULL);
+}
+
+/* Resolve a pending receive() with msg (steals it). */
+static void http_recv_wake(m0_asgi_http *h, PyObject *msg)
+{
+    PyObject *fut = h->recv_waiter;
+    h->recv_waiter = NULL;
+    if (fut == NULL || msg == NULL || m0_asgi_future_resolve(h->base.asgi, fut, msg) < 0)
+        if (PyErr_Occurred())
+            m0_asgi_log_error(h->base.asgi, "ASGI receive() wake-up failed");
+    Py_XDECREF(msg);
+    Py_XDECREF(fut);
+}
+
+/* --- send --- */
+
+static int head_reserve(m0_asgi_http *h, size_t more)
+{
+    if (h->head_len + more <= h->head_cap)
+        return 0;
+    size_t cap = h->head_cap * 2;
+    while (cap < h->head_len + more)
+        cap *= 2;
+    char *p = h->head == h->head_inline ? PyMem_Malloc(cap) : PyMem_Realloc(h->head, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (h->head == h->head_inline)
+        memcpy(p, h->head_inline, h->head_len);
+    h->head = p;
+    h->head_cap = cap;
+    return 0;
+}
+
+static int head_add(m0_asgi_http *h, const char *s, size_t n)
+{
+    if (head_reserve(h, n) < 0)
+        return -1;
+    memcpy(h->head + h->head_len, s, n);
+    h->head_len += n;
+    return 0;
+}
+
+static void head_free(m0_asgi_http *h)
+{
+    if (h->head != NULL && h->head != h->head_inline)
+        PyMem_Free(h->head);
+    h->head = h->head_inline;
+    h->head_cap = HEAD_INLINE;
+    h->head_len = 0;
+}
+
+static int ieq(const char *s, size_t n, const char *lower)
+{
+    size_t ln = strlen(lower);
+    if (n != ln)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch + 32);
+        if (ch != lower[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* Get a bytes-like item of a header pair as (ptr, len); *keep holds the
+ * buffer (release with PyBuffer_Release). */
+static int header_part(PyObject *o, Py_buffer *view, const char *what)
+{
+    if (PyUnicode_Check(o) || PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "ASGI response header %s must be bytes, got %.100s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_length(const char *s, size_t n, int64_t *out)
+{
+    if (n == 0 || n > 18)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* http.response.start: validate and serialise the status line and the app's
+ * headers; framing headers are added when the first body arrives. */
+static int http_start(m0_asgi_http *h, PyObject *msg)
+{
+    m0_asgi_state *st = h->base.asgi->st;
+    PyObject *status = PyDict_GetItemWithError(msg, st->s_status); // borrowed
+    PyObject *headers, *seq = NULL;
+    if (status == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "http.response.start message is missing 'status'");
+        return -1;
+    }
+    if (!PyLong_Check(status) || PyBool_Check(status)) {
+        PyErr_Format(PyExc_TypeError, "ASGI response status must be an int, got %.100s", Py_TYPE(status)->tp_name);
+        return -1;
+    }
+    long code = PyLong_AsLong(status);
+    if (code == -1 && PyErr_Occurred())
+        return -1;
+    if (code < 100 || code > 999) {
+        PyErr_Format(PyExc_ValueError, "invalid ASGI response status %ld", code);
+        return -1;
+    }
+    h->status = (int)code;
+    h->resp_length = -1;
+    h->keep_alive = m0_conn_keep_alive(h->base.conn);
+    h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
+    char line[96];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", (int)code, m0_status_reason((int)code));
+    h->head_len = 0;
+    if (head_add(h, line, (size_t)n) < 0)
+        return -1;
+    headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
+    if (headers == NULL && PyErr_Occurred())
+        return -1;
+    if (headers == NULL || headers == Py_None)
+        return 0;
+    seq = PySequence_Fast(headers, "ASGI response headers must be an iterable of [name, value] pairs");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i); // borrowed
+        PyObject *name_o, *value_o;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            name_o = PyTuple_GET_ITEM(pair, 0);
+            value_o = PyTuple_GET_ITEM(pair, 1);
+        } else if (PyList_Check(pair) && PyList_GET_SIZE(pair) == 2) {
+            name_o = PyList_GET_ITEM(pair, 0);
+            value_o = PyList_GET_ITEM(pair, 1);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "each ASGI response header must be a [name, value] pair");
+            goto error;
+        }
+        Py_buffer nb, vb;
+        if (header_part(name_o, &nb, "name") < 0)
+            goto error;
+        if (header_part(value_o, &vb, "value") < 0) {
+            PyBuffer_Release(&nb);
+            goto error;
+        }
+        const char *name = nb.buf, *value = vb.buf;
+        size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
+        int bad = 0;
+        if (!m0_valid_header_name(name, nlen)) {
+            PyErr_Format(PyExc_ValueError, "invalid ASGI response header name %R", name_o);
+            bad = 1;
+        } else if (!m0_valid_header_value(value, vlen)) {
+            PyErr_Format(PyExc_ValueError, "invalid ASGI response header value %R", value_o);
+            bad = 1;
+        } else if (ieq(name, nlen, "content-length")) {
+            int64_t cl;
+            if (parse_length(value, vlen, &cl) < 0 || (h->resp_length >= 0 && h->resp_length != cl)) {
+                PyErr_Format(PyExc_ValueError, "invalid ASGI response Content-Length %R", value_o);
+                bad = 1;
+            } else {
+                h->resp_length = cl;
+            }
+        } else if (ieq(name, nlen, "transfer-encoding")) {
+            if (!ieq(value, vlen, "chunked")) {
+                PyErr_Format(PyExc_ValueError, "unsupported ASGI response Transfer-Encoding %R", value_o);
+                bad = 1;
+            } else {
+                h->chunked = 1;
+            }
+        } else if (ieq(name, nlen, "connection")) {
+            h->has_connection = 1;
+            if (ieq(value, vlen, "close"))
+                h->keep_alive = 0;
+            else if (!h->keep_alive && ieq(value, vlen, "keep-alive")) {
+                PyBuffer_Release(&nb);
+                PyBuffer_Release(&vb);
+                continue; /* the connection closes: drop the app's keep-alive */
+            }
+        } else if (ieq(name, nlen, "date")) {
+            h->has_date = 1;
+        } else if (ieq(name, nlen, "server")) {
+            h->has_server = 1;
+        }
+        if (!bad && (head_reserve(h, nlen + vlen + 4) < 0))
+            bad = 1;
+        if (!bad) {
+            memcpy(h->head + h->head_len, name, nlen);
+            h->head_len += nlen;
+            h->head[h->head_len++] = ':';
+            h->head[h->head_len++] = ' ';
+            memcpy(h->head + h->head_len, value, vlen);
+            h->head_len += vlen;
+            h->head[h->head_len++] = '\r';
+            h->head[h->head_len++] = '\n';
+        }
+        PyBuffer_Release(&nb);
+        PyBuffer_Release(&vb);
+        if (bad)
+            goto error;
+    }
+    if (h->chunked && h->resp_length >= 0) {
+        PyErr_SetString(PyExc_ValueError, "ASGI response has both Content-Length and Transfer-Encoding");
+        goto error;
+    }
+    if (h->chunked && h->minor_version == 0) {
+        PyErr_SetString(PyExc_ValueError, "chunked Transfer-Encoding in a response to HTTP/1.0");
+        goto error;
+    }
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_XDECREF(seq);
+    return -1;
+}
+
+/* Framing headers and the blank line, once the first body chunk says whether
+ * the body is complete. */
+static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
+{
+    char line[64];
+    if (!h->has_date && head_add(h, m0_date_line(), M0_DATE_LINE_LEN) < 0)
+        return -1;
+    if (h->base.asgi->server_header && !h->has_server && head_add(h, "Server: m0serve\r\n", 17) < 0)
+        return -1;
+    if (h->resp_length < 0 && !h->chunked && h->status >= 200 && h->status != 204 && h->status != 304) {
+        if (!more) {
+            h->resp_length = (int64_t)first_len;
+            int n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", first_len);
+            if (head_add(h, line, (size_t)n) < 0)
+                return -1;
+        } else if (h->minor_version >= 1) {
+            h->chunked = 1;
+            if (head_add(h, "Transfer-Encoding: chunked\r\n", 28) < 0)
+                return -1;
+        } else {
+            h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
+        }
+    }
+    if (!h->has_connection) {
+        if (!h->keep_alive) {
+            if (head_add(h, "Connection: close\r\n", 19) < 0)
+                return -1;
+        } else if (h->minor_version == 0) {
+            if (head_add(h, "Connection: keep-alive\r\n", 24) < 0)
+                return -1;
+        }
+    }
+    return head_add(h, "\r\n", 2);
+}
+
+/* The response is complete: detach, finish the connection (which may start
+ * the next pipelined request) and wake a receive() waiting for the end. */
+static void http_complete(m0_asgi_http *h, int keep_alive)
+{
+    m0_conn *c = h->base.conn;
+    h->resp = RESP_DONE;
+    head_free(h);
+    if (c == NULL)
+        return;
+    Py_INCREF(h);
+    m0_asgi_detach(&h->base);
+    m0_conn_finish(c, keep_alive, h->status, h->body_sent);
+    if (h->recv_waiter != NULL)
+        http_recv_wake(h, http_disconnect_msg(h->base.asgi->st));
+    Py_DECREF(h);
+}
+
+static int http_raise_disconnected(m0_asgi_http *h)
+{
+    PyObject *e = m0_asgi_disconnected_new(h->base.asgi, "the client disconnected");
+    if (e != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+    }
+    return -1;
+}
+
+/* Wait for the write buffer to drain below the high-water mark, if needed. */
+static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
+{
+    if (h->base.conn == NULL || m0_conn_write_pending(h->base.conn) <= M0_WRITE_HIGH_WATER) {
+        *out = Py_NewRef(Py_None);
+        return 1;
+    }
+    PyObject *fut = m0_asgi_future_new(h->base.asgi);
+    if (fut == NULL)
+        return -1;
+    Py_XSETREF(h->send_waiter, Py_NewRef(fut));
+    *out = fut;
+    return 0;
+}
+
+static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
+    m0_asgi_state *st = h->base.asgi->st;
+    PyObject *body = PyDict_GetItemWithError(msg, st->s_body); // borrowed
+    PyObject *more_o;
+    Py_buffer view = {0};
+    int more = 0, r = -1;
+    if (body == NULL && PyErr_Occurred())
+        return -1;
+    if (body == NULL)
+        body = st->empty_bytes;
+    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "http.response.body 'body' must be bytes, got %.100s", Py_TYPE(body)->tp_name);
+        return -1;
+    }
+    more_o = PyDict_GetItemWithError(msg, st->s_more_body); // borrowed
+    if (more_o == NULL && PyErr_Occurred())
+        goto done;
+    if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
+        goto done;
+    size_t len = (size_t)view.len;
+    if (h->resp_length >= 0 && h->body_sent + len > (uint64_t)h->resp_length) {
+        h->keep_alive = 0;
+        PyErr_Format(PyExc_RuntimeError, "Response content longer than Content-Length (%lld bytes)",
+                     (long long)h->resp_length);
+        goto done;
+    }
+    if (h->resp == RESP_STARTED && http_head_finish(h, len, more) < 0)
+        goto done;
+    if (!more && h->resp_length >= 0 && h->body_sent + len < (uint64_t)h->resp_length && !h->no_body) {
+        h->keep_alive = 0;
+        PyErr_Format(PyExc_RuntimeError, "Response content shorter than Content-Length (%llu of %lld bytes)",
+                     (unsigned long long)(h->body_sent + len), (long long)h->resp_length);
+        goto done;
+    }
+    struct iovec iov[5];
+    int n = 0;
+    char chunk_head[20];
+    if (h->resp == RESP_STARTED) {
+        iov[n].iov_base = h->head;
+        iov[n++].iov_len = h->head_len;
+    }
+    if (len > 0 && !h->no_body) {
+        if (h->chunked) {
+            iov[n].iov_base = chunk_head;
+            iov[n++].iov_len = m0_chunk_header(chunk_head, len);
+        }
+        iov[n].iov_base = view.buf;
+        iov[n++].iov_len = len;
+        if (h->chunked) {
+            iov[n].iov_base = "\r\n";
+            iov[n++].iov_len = 2;
+        }
+    }
+    if (!more && h->chunked && !h->no_body) {
+        iov[n].iov_base = M0_LAST_CHUNK;
+        iov[n++].iov_len = M0_LAST_CHUNK_LEN;
+    }
+    if (n > 0 && m0_conn_writev(h->base.conn, iov, n, 0) < 0) {
+        h->disconnected = 1;
+        h->resp = RESP_DONE;
+        http_raise_disconnected(h);
+        goto done;
+    }
+    if (h->resp == RESP_STARTED) {
+        h->resp = RESP_BODY;
+        head_free(h);
+    }
+    h->body_sent += len;
+    if (!more) {
+        http_complete(h, h->keep_alive);
+        *out = Py_NewRef(Py_None);
+        r = 1;
+    } else {
+        r = http_maybe_wait_writable(h, out);
+    }
+done:
+    PyBuffer_Release(&view);
+    return r;
+}
+
+static int http_sendfile_step(m0_asgi_http *h, PyObject **out);
+static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out);
+
+static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
+{
+    m0_asgi_http *h = (m0_asgi_http *)owner;
+    m0_asgi_state *st = h->base.asgi->st;
+    if (!PyDict_Check(msg)) {
+        PyErr_Format(PyExc_TypeError, "ASGI send() takes a dict message, got %.100s", Py_TYPE(msg)->tp_name);
+        return -1;
+    }
+    PyObject *type = PyDict_GetItemWithError(msg, st->s_type); // borrowed
+    if (type == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "ASGI message is missing 'type'");
+        return -1;
+    }
+    if (!PyUnicode_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "ASGI message 'type' must be a str");
+        return -1;
+    }
+    if (h->disconnected)
+        return http_raise_disconnected(h);
+    if (h->send_waiter != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
+        return -1;
+    }
+    const char *t = PyUnicode_AsUTF8(type);
+    if (t == NULL)
+        return -1;
+    switch (h->resp) {
+    case RESP_NONE:
+        if (strcmp(t, "http.response.start") != 0)
+            break;
+        if (h->base.conn == NULL)
+            return http_raise_disconnected(h);
+        if (http_start(h, msg) < 0)
+            return -1;
+        h->resp = RESP_STARTED;
+        *out = Py_NewRef(Py_None);
+        return 1;
+    case RESP_STARTED:
+        if (strcmp(t, "http.response.pathsend") == 0)
+            return http_send_path(h, msg, out);
+        /* fall through */
+    case RESP_BODY:
+        if (strcmp(t, "http.response.body") != 0)
+            break;
+        if (h->base.conn == NULL)
+            return http_raise_disconnected(h);
+        return http_send_body(h, msg, out);
+    default:
+        PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message '%s' sent, after response already completed", t);
+        return -1;
+    }
+    PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message '%s' sent, expected %s", t,
+                 h->resp == RESP_NONE ? "'http.response.start'" : "'http.response.body'");
+    return -1;
+}
+
+static PyObject *http_send(PyObject *self, PyObject *msg)
+{
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    return m0_asgi_op_new(h->base.asgi->st, http_send_op, self, msg);
+}
+
+/* --- pathsend --- */
+
+static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
+    m0_asgi_state *st = h->base.asgi->st;
+    PyObject *path = PyDict_GetItemWithError(msg, st->s_path); // borrowed
+    PyObject *fspath = NULL;
+    int fd = -1;
+    if (path == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "http.response.pathsend message is missing 'path'");
+        return -1;
+    }
+    if (!PyUnicode_FSConverter(path, &fspath))
+        return -1;
+    fd = open(PyBytes_AS_STRING(fspath), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        goto error;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        if (errno == 0)
+            errno = EINVAL;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        goto error;
+    }
+    if (h->resp_length >= 0 && h->resp_length != (int64_t)sb.st_size) {
+        PyErr_Format(PyExc_RuntimeError, "pathsend: Content-Length %lld differs from the file size %lld",
+                     (long long)h->resp_length, (long long)sb.st_size);
+        goto error;
+    }
+    if (h->chunked) {
+        PyErr_SetString(PyExc_RuntimeError, "pathsend cannot be used with a chunked response");
+        goto error;
+    }
+    if (http_head_finish(h, (size_t)sb.st_size, 0) < 0)
+        goto error;
+    struct iovec iov = {h->head, h->head_len};
+    if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+        h->disconnected = 1;
+        h->resp = RESP_DONE;
+        http_raise_disconnected(h);
+        goto error;
+    }
+    head_free(h);
+    h->resp = RESP_BODY;
+    Py_DECREF(fspath);
+    if (h->no_body || sb.st_size == 0) {
+        close(fd);
+        http_complete(h, h->keep_alive);
+        *out = Py_NewRef(Py_None);
+        return 1;
+    }
+    /* Send blocking-free: sendfile what the socket takes now; the rest after
+     * M0_CONN_WRITABLE (see http_sendfile_step). */
+    h->pathsend.fd = fd;
+    h->pathsend.offset = 0;
+    h->pathsend.left = (uint64_t)sb.st_size;
+    return http_sendfile_step(h, out);
+error:
+    if (fd >= 0)
+        close(fd);
+    Py_XDECREF(fspath);
+    return -1;
+}
+
+static void pathsend_close(m0_asgi_http *h)
+{
+    if (h->pathsend.fd >= 0)
+        close(h->pathsend.fd);
+    h->pathsend.fd = -1;
+}
+
+/* Push the file while the socket takes it. Returns 1 when the response is
+ * complete (*out = None), 0 with *out a future to wait on (M0_CONN_WRITABLE
+ * continues it), -1 on error. */
+static int http_sendfile_step(m0_asgi_http *h, PyObject **out)
+{
+    m0_conn *c = h->base.conn;
+    while (h->pathsend.left > 0) {
+        if (c == NULL) {
+            pathsend_close(h);
+            return http_raise_disconnected(h);
+        }
+        ssize_t n = 0;
+        if (m0_conn_write_pending(c) == 0)
+            n = m0_conn_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
+        if (n == -EAGAIN || (n == 0 && m0_conn_write_pending(c) > 0)) {
+            if (h->send_waiter == NULL) {
+                PyObject *fut = m0_asgi_future_new(h->base.asgi);
+                if (fut == NULL)
+                    return -1;
+                h->send_waiter = Py_NewRef(fut);
+                *out = fut;
+            }
+            return 0;
+        }
+        if (n < 0) {
+            pathsend_close(h);
+            h->disconnected = 1;
+            h->resp = RESP_DONE;
+            return http_raise_disconnected(h);
+        }
+        if (n == 0) { /* the file shrank: the promised length cannot be kept */
+            pathsend_close(h);
+            h->keep_alive = 0;
+            PyErr_SetString(PyExc_RuntimeError, "pathsend: the file shrank while it was sent");
+            return -1;
+        }
+        h->pathsend.offset += n;
+        h->pathsend.left -= (uint64_t)n;
+        h->body_sent += (uint64_t)n;
+    }
+    pathsend_close(h);
+    http_complete(h, h->keep_alive);
+    *out = Py_NewRef(Py_None);
+    return 1;
+}
+
+/* --- connection events --- */
+
+static void http_on_event(m0_asgi_base *base, int what)
+{
+    m0_asgi_http *h = (m0_asgi_http *)base;
+    m0_asgi *a = base->asgi;
+    if (what == M0_CONN_CLOSED) {
+        h->disconnected = 1;
+        pathsend_close(h);
+        if (h->recv_waiter != NULL)
+            http_recv_wake(h, http_disconnect_msg(a->st));
+        PyObject *fut = h->send_waiter;
+        h->send_waiter = NULL;
+        if (fut != NULL) {
+            PyObject *e = m0_asgi_disconnected_new(a, "the client disconnected");
+            if (e == NULL || m0_asgi_future_fail(a, fut, e) < 0)
+                m0_asgi_log_error(a, "ASGI send() wake-up failed");
+            Py_XDECREF(e);
+            Py_DECREF(fut);
+        }
+        return;
+    }
+    if (what == M0_CONN_BODY && h->recv_waiter != NULL && !h->body_done) {
+        PyObject *msg = NULL;
+        int done = 0;
+        PyObject *r = PyObject_CallMethodNoArgs(h->recv_waiter, a->st->s_done);
+        if (r != NULL) {
+            done = PyObject_IsTrue(r);
+            Py_DECREF(r);
+        }
+        if (r == NULL || done) { /* cancelled: leave the bytes in the connection */
+            if (r == NULL)
+                m0_asgi_log_error(a, "ASGI receive() wake-up failed");
+            Py_CLEAR(h->recv_waiter);
+            return;
+        }
+        int got = http_body_read(h, &msg);
+        if (got < 0) {
+            PyObject *fut = h->recv_waiter;
+            h->recv_waiter = NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+            PyObject *exc = PyErr_GetRaisedException();
+#else
+            PyObject *typ, *exc, *tb;
+            PyErr_Fetch(&typ, &exc, &tb);
+            PyErr_NormalizeException(&typ, &exc, &tb);
+            Py_XDECREF(typ);
+            Py_XDECREF(tb);
+#endif
+            if (exc == NULL || m0_asgi_future_fail(a, fut, exc) < 0)
+                m0_asgi_log_error(a, "ASGI receive() wake-up failed");
+            Py_XDECREF(exc);
+            Py_DECREF(fut);
+        } else if (got > 0) {
+            http_recv_wake(h, msg);
+        }
+        return;
+    }
+    if (what == M0_CONN_WRITABLE && h->send_waiter != NULL) {
+        PyObject *fut = h->send_waiter;
+        if (h->pathsend.fd >= 0) {
+            PyObject *out = NULL;
+            h->send_waiter = NULL;
+            int r = http_sendfile_step(h, &out);
+            if (r == 0) {        /* still waiting: keep the same future */
+                Py_XDECREF(out); /* NULL: the waiter was reset above, so a new one was made */
+                Py_XSETREF(h->send_waiter, fut);
+                return;
+            }
+            h->send_waiter = NULL;
+            if (r > 0) {
+                Py_XDECREF(out);
+                if (m0_asgi_future_resolve(a, fut, Py_None) < 0)
+                    m0_asgi_log_error(a, "ASGI send() wake-up failed");
+            } else {
+#if PY_VERSION_HEX >= 0x030C0000
+                PyObject *exc = PyErr_GetRaisedException();
+#else
+                PyObject *typ, *exc, *tb;
+                PyErr_Fetch(&typ, &exc, &tb);
+                PyErr_NormalizeException(&typ, &exc, &tb);
+                Py_XDECREF(typ);
+                Py_XDECREF(tb);
+#endif
+                if (exc == NULL || m0_asgi_future_fail(a, fut, exc) < 0)
+                    m0_asgi_log_error(a, "ASGI send() wake-up failed");
+                Py_XDECREF(exc);
+            }
+            Py_DECREF(fut);
+            return;
+        }
+        if (base->conn != NULL && m0_conn_write_pending(base->conn) > M0_WRITE_HIGH_WATER)
+            return;
+        h->send_waiter = NULL;
+        if (m0_asgi_future_resolve(a, fut, Py_None) < 0)
+            m0_asgi_log_error(a, "ASGI send() wake-up failed");
+        Py_DECREF(fut);
+    }
+}
+
+/* --- the app's task is done --- */
+
+static void http_answer_error(m0_asgi_http *h, int status)
+{
+    m0_conn *c = h->base.conn;
+    char buf[512];
+    int n = m0_error_response(buf, sizeof(buf), status, h->base.asgi->server_header);
+    h->status = status;
+    h->body_sent = 0;
+    if (n > 0) {
+        struct iovec iov = {buf, (size_t)n};
+        (void)m0_conn_writev(c, &iov, 1, 0);
+    }
+    (void)c;
+    http_complete(h, 0);
+}
+
+static PyObject *http_task_done(PyObject *self, PyObject *task)
+{
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    m0_asgi *a = h->base.asgi;
+    m0_asgi_state *st = a->st;
+    PyObject *exc = NULL;
+    m0_asgi_task_forget(a, task);
+    PyObject *r = PyObject_CallMethodNoArgs(task, st->s_cancelled);
+    if (r == NULL)
+        return NULL;
+    int cancelled = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (!cancelled) {
+        exc = PyObject_CallMethodNoArgs(task, st->s_exception);
+        if (exc == NULL)
+            return NULL;
+        if (exc != Py_None)
+            m0_asgi_log_exception(a, "Exception in ASGI application", exc);
+    }
+    pathsend_close(h);
+    if (h->base.conn != NULL && h->resp != RESP_DONE) {
+        if (h->resp == RESP_NONE || h->resp == RESP_STARTED) {
+            if (!cancelled && exc == Py_None && h->body_error == 0)
+                m0_asgi_log_exception(a, "ASGI callable returned without starting response", NULL);
+            http_answer_error(h, h->body_error ? h->body_error : 500);
+        } else {
+            if (!cancelled && exc == Py_None)
+                m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
+            http_complete(h, 0); /* the client sees a truncated body and the close */
+        }
+    } else if (h->base.conn != NULL) {
+        m0_asgi_detach(&h->base);
+    }
+    Py_CLEAR(h->recv_waiter);
+    Py_CLEAR(h->send_waiter);
+    Py_XDECREF(exc);
+    Py_RETURN_NONE;
+}
+
+/* --- the type --- */
+
+static PyMethodDef http_receive_def = {"receive", http_receive, METH_NOARGS, NULL};
+static PyMethodDef http_send_def = {"send", http_send, METH_O, NULL};
+static PyMethodDef http_done_def = {"_done", http_task_done, METH_O, NULL};
+
+static int http_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(h->recv_waiter);
+    Py_VISIT(h->send_waiter);
+    return 0;
+}
+
+static int http_clear(PyObject *self)
+{
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    Py_CLEAR(h->recv_waiter);
+    Py_CLEAR(h->send_waiter);
+    return 0;
+}
+
+static void http_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    m0_asgi_http *h = (m0_asgi_http *)self;
+    PyObject_GC_UnTrack(self);
+    http_clear(self);
+    pathsend_close(h);
+    head_free(h);
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot http_slots[] = {
+    {Py_tp_traverse, http_traverse},
+    {Py_tp_clear, http_clear},
+    {Py_tp_dealloc, http_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec http_spec = {
+    .name = "m0serve._core.AsgiHttpRequest",
+    .basicsize = sizeof(m0_asgi_http),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = http_slots,
+};
+
+int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st)
+{
+    st->http_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &http_spec, NULL);
+    return st->http_type == NULL ? -1 : 0;
+}
+
+int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
+{
+    PyObject *scope = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL;
+    m0_asgi_http *h = PyObject_GC_New(m0_asgi_http, a->st->http_type);
+    if (h == NULL)
+        return -1;
+    memset((char *)h + sizeof(PyObject), 0, sizeof(*h) - sizeof(PyObject));
+    h->base.on_event = http_on_event;
+    h->base.asgi = a;
+    h->content_length = req->content_length;
+    h->req_flags = req->flags;
+    h->minor_version = req->minor_version;
+    h->resp_length = -1;
+    h->head = h->head_inline;
+    h->head_cap = HEAD_INLINE;
+    h->pathsend.fd = -1;
+    PyObject_GC_Track(h);
+    scope = m0_asgi_scope_new(a, c, req, 0);
+    if (scope == NULL)
+        goto error;
+    receive = PyCFunction_New(&http_receive_def, (PyObject *)h);
+    send = PyCFunction_New(&http_send_def, (PyObject *)h);
+    done = PyCFunction_New(&http_done_def, (PyObject *)h);
+    if (receive == NULL || send == NULL || done == NULL)
+        goto error;
+    PyObject *args[3] = {scope, receive, send};
+    coro = PyObject_Vectorcall(a->app, args, 3, NULL);
+    if (coro == NULL) {
+        /* The app failed before it could start a response: 500, logged. */
+        m0_asgi_log_error(a, "Exception in ASGI application");
+        m0_asgi_attach(a, &h->base, c);
+        http_answer_error(h, 500);
+        goto done;
+    }
+    m0_asgi_attach(a, &h->base, c);
+    task = m0_asgi_task_start(a, coro, done);
+    if (task == NULL) {
+        m0_asgi_log_error(a, "Exception in ASGI application");
+        if (h->base.conn != NULL)
+            http_answer_error(h, 500);
+        /* close the never-started coroutine quietly */
+        if (PyCoro_CheckExact(coro)) {
+            PyObject *r = PyObject_CallMethod(coro, "close", NULL);
+            if (r == NULL)
+                PyErr_Clear();
+            Py_XDECREF(r);
+        }
+    }
+done:
+    Py_XDECREF(task);
+    Py_XDECREF(coro);
+    Py_DECREF(scope);
+    Py_DECREF(receive);
+    Py_DECREF(send);
+    Py_DECREF(done);
+    Py_DECREF(h);
+    return 0;
+error:
+    Py_XDECREF(scope);
+    Py_XDECREF(receive);
+    Py_XDECREF(send);
+    Py_XDECREF(done);
+    Py_DECREF(h);
+    return -1;
+}

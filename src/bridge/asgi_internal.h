@@ -1,0 +1,195 @@
+/* Private contract between the ASGI bridge's parts: asgi.c (module state,
+ * handler, scope, tasks), asgi_await.c (the C awaitable), asgi_http.c (HTTP
+ * request/response) and asgi_ws.c (WebSocket, built on these pieces).
+ *
+ * Threading: everything here runs on the asyncio loop's thread with the GIL
+ * held; nothing is thread-safe and nothing needs to be.
+ *
+ * Per-connection objects. The handler stores one Python object per active
+ * request as the m0_conn's data. Its struct starts with m0_asgi_base, whose
+ * on_event the handler calls for M0_CONN_BODY / M0_CONN_WRITABLE /
+ * M0_CONN_CLOSED. While attached (base->conn != NULL) the connection holds a
+ * strong reference to the object; m0_asgi_detach() drops it. After
+ * M0_CONN_CLOSED the handler detaches the object itself once on_event
+ * returns, so on_event(CLOSED) must only resolve waiters and mark state: it
+ * must not call m0_conn_* (the connection is going away).
+ *
+ * How a WebSocket request is handed over: asgi.c's on_request calls
+ * m0_asgi_ws_request() for every request with M0_REQ_UPGRADE whose Upgrade
+ * value is "websocket" (token compared case-insensitively). asgi.c carries a
+ * weak default that returns 0 ("not mine": served as plain HTTP); asgi_ws.c
+ * defines the strong one. A WebSocket implementation typically:
+ *   1. scope = m0_asgi_scope_new(a, c, req, 1)  (type "websocket", ws/wss
+ *      scheme, no "method"; it adds "subprotocols" and "extensions"),
+ *   2. creates its own object (struct starting with m0_asgi_base, its
+ *      on_event set) and m0_asgi_attach()es it to c,
+ *   3. builds receive/send callables returning m0_asgi_op_new() awaitables,
+ *   4. m0_asgi_task_start(a, app(scope, receive, send), done_cb),
+ *   5. on websocket.accept writes the 101 head with m0_conn_writev and calls
+ *      m0_conn_upgrade(c): from then m0_conn_body_read() returns raw frame
+ *      bytes; on a denial it writes an HTTP response and calls
+ *      m0_conn_finish(c, 0, status, bytes) then m0_asgi_detach(),
+ *   6. on the end calls m0_conn_finish(c, 0, 101, 0) (or m0_conn_abort) and
+ *      m0_asgi_detach().
+ *
+ * Error convention: NULL / -1 with a Python exception set, as in bridge/.
+ */
+#ifndef M0_BRIDGE_ASGI_INTERNAL_H
+#define M0_BRIDGE_ASGI_INTERNAL_H
+
+#include <stdint.h>
+
+#include "asgi.h"
+#include "state.h"
+
+/* Interned strings and shared constants (module lifetime). */
+#define M0_ASGI_STRINGS(X)                                                                                             \
+    X(type)                                                                                                            \
+    X(asgi)                                                                                                            \
+    X(version)                                                                                                         \
+    X(spec_version)                                                                                                    \
+    X(http_version)                                                                                                    \
+    X(method)                                                                                                          \
+    X(scheme)                                                                                                          \
+    X(path)                                                                                                            \
+    X(raw_path)                                                                                                        \
+    X(query_string)                                                                                                    \
+    X(root_path)                                                                                                       \
+    X(headers)                                                                                                         \
+    X(client)                                                                                                          \
+    X(server)                                                                                                          \
+    X(state)                                                                                                           \
+    X(extensions)                                                                                                      \
+    X(body)                                                                                                            \
+    X(more_body)                                                                                                       \
+    X(status)                                                                                                          \
+    X(trailers)                                                                                                        \
+    X(http)                                                                                                            \
+    X(websocket)                                                                                                       \
+    X(done)                                                                                                            \
+    X(cancelled)                                                                                                       \
+    X(exception)                                                                                                       \
+    X(set_result)                                                                                                      \
+    X(set_exception)                                                                                                   \
+    X(create_future)                                                                                                   \
+    X(create_task)                                                                                                     \
+    X(add_done_callback)                                                                                               \
+    X(cancel)                                                                                                          \
+    X(error)                                                                                                           \
+    X(exc_info)                                                                                                        \
+    X(copy)
+
+struct m0_asgi_state {
+    PyTypeObject *op_type;   /* the awaitable returned by receive()/send() */
+    PyTypeObject *http_type; /* per-request HTTP object (asgi_http.c) */
+    PyObject *disconnected;  /* m0serve._core.ClientDisconnected(OSError) */
+    PyObject *asgi_version;  /* {"version": "3.0", "spec_version": "2.4"} */
+    PyObject *http_10, *http_11;
+    PyObject *msg_request_type;    /* "http.request" */
+    PyObject *msg_disconnect_type; /* "http.disconnect" */
+    PyObject *empty_bytes;
+#define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
+    M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
+#undef M0_ASGI_STR_FIELD
+};
+
+typedef struct m0_asgi_base m0_asgi_base;
+typedef void (*m0_asgi_event_fn)(m0_asgi_base *self, int what);
+
+struct m0_asgi_base {
+    PyObject_HEAD m0_asgi_event_fn on_event; /* required */
+    m0_asgi *asgi;                           /* borrowed; the bridge outlives its objects */
+    m0_conn *conn;                           /* NULL once detached */
+    m0_asgi_base *prev, *next;               /* the bridge's list of attached objects */
+};
+
+struct m0_asgi {
+    PyObject *module;    /* strong */
+    m0_asgi_state *st;   /* borrowed from the module state */
+    PyObject *app;       /* strong */
+    PyObject *logger;    /* strong, Py_None when none */
+    PyObject *root_path; /* strong str */
+    PyObject *root_path_bytes;
+    PyObject *scheme;          /* strong str: "http"/"https" */
+    PyObject *ws_scheme;       /* strong str: "ws"/"wss" */
+    PyObject *state;           /* strong dict or NULL: lifespan state */
+    PyObject *loop;            /* strong or NULL until the first request */
+    PyObject *create_task;     /* bound loop.create_task */
+    PyObject *create_future;   /* bound loop.create_future */
+    PyObject *http_extensions; /* {"http.response.pathsend": {}} */
+    PyObject *tasks;           /* strong set or NULL: the running request tasks */
+    int server_header;
+    int ws_enabled;
+    uint64_t ws_max_size;
+    double ws_ping_interval, ws_ping_timeout;
+    m0_asgi_base *live; /* attached objects */
+};
+
+/* --- asgi.c --- */
+
+/* The bridge's module state (never NULL after module init). */
+m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
+
+/* The scope dict for req (new reference): type, asgi, http_version, scheme,
+ * path (root_path + percent-decoded UTF-8 path), raw_path, query_string,
+ * root_path, headers (list of (lowercased name, value) bytes tuples in
+ * order), client, server, state (shallow copy of the lifespan state), and for
+ * HTTP "method" and "extensions". websocket != 0 builds a websocket scope. */
+PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
+
+/* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
+ * its data, taking a reference for the connection. */
+void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_conn *c);
+/* Clear the connection's data and drop its reference. The caller must hold
+ * its own reference across the call. No-op when already detached. */
+void m0_asgi_detach(m0_asgi_base *obj);
+
+/* loop.create_future() (new reference). */
+PyObject *m0_asgi_future_new(m0_asgi *a);
+/* fut.set_result(value) / fut.set_exception(exc) unless fut is done.
+ * Returns 0 (also when done already) or -1. */
+int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value);
+int m0_asgi_future_fail(m0_asgi *a, PyObject *fut, PyObject *exc);
+/* task = loop.create_task(coro); task.add_done_callback(done_cb) when
+ * done_cb is not NULL; the task is added to the bridge's task set (so the
+ * worker can wait for and cancel request tasks at shutdown). Steals nothing;
+ * returns a new reference to the task. done_cb must call
+ * m0_asgi_task_forget(a, task). */
+PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb);
+void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
+
+/* Log msg with the current exception (PyErr_GetRaisedException semantics:
+ * the exception is consumed) through the logger, or print it. */
+void m0_asgi_log_error(m0_asgi *a, const char *msg);
+/* Log msg with the given exception object (borrowed). */
+void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc);
+
+/* A new ClientDisconnected instance (new reference). */
+PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
+
+/* Provided by asgi_ws.c (weak default in asgi.c returns 0): 1 when the
+ * request was taken asynchronously, 0 when it should be served as HTTP,
+ * -1 with an exception set to abort the connection. */
+int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req);
+
+/* --- asgi_await.c --- */
+
+/* The operation behind an awaitable, called once, at its first step, with
+ * owner and arg (borrowed). Return 1 and set *out (new ref) to the value when
+ * done at once; return 0 and set *out (new ref) to a future to wait on (the
+ * awaitable's value is then that future's result, or its exception is raised);
+ * return -1 with an exception set to raise it in the awaiting coroutine. */
+typedef int (*m0_asgi_op_fn)(PyObject *owner, PyObject *arg, PyObject **out);
+
+/* A new awaitable (new reference) performing fn(owner, arg) when awaited.
+ * owner and arg (may be NULL) are kept alive until it is done. */
+PyObject *m0_asgi_op_new(m0_asgi_state *st, m0_asgi_op_fn fn, PyObject *owner, PyObject *arg);
+int m0_asgi_await_module_init(PyObject *module, m0_asgi_state *st);
+
+/* --- asgi_http.c --- */
+
+int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st);
+/* Start the HTTP request req on c: returns 1 (finished later) or -1. */
+int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req);
+
+#endif

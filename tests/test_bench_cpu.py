@@ -1,0 +1,79 @@
+"""CPU accounting of a process tree from /proc, against children that burn a known amount of CPU."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import procs  # noqa: E402
+
+# The parent starts N children; each waits for a line on stdin, burns BURN seconds of its own CPU
+# (measured with process_time), reports, and sleeps; the parent itself stays idle.
+PARENT = r"""
+import subprocess, sys
+n, burn = int(sys.argv[1]), float(sys.argv[2])
+child = '''
+import sys, time
+sys.stdin.readline()
+t0 = time.process_time()
+while time.process_time() - t0 < %f:
+    pass
+print("done", flush=True)
+time.sleep(60)
+''' % burn
+kids = [subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=sys.stdout) for _ in range(n)]
+print("ready", flush=True)
+sys.stdin.readline()
+for k in kids:
+    k.stdin.write(b"go\n"); k.stdin.flush()
+time.sleep(60)
+"""
+
+
+def _run_burn(n, burn):
+    p = subprocess.Popen([sys.executable, "-c", PARENT, str(n), str(burn)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    procs._LIVE[p.pid] = p
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while len(procs.tree(p.pid)) < n + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the children finish importing before the window opens
+        before = procs.tree(p.pid)
+        assert len(before) == n + 1
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        for _ in range(n):
+            assert p.stdout.readline().strip() == "done"
+        after = procs.tree(p.pid)
+        return procs.cpu_seconds_between(before, after)
+    finally:
+        procs.stop(p)
+
+
+def test_cpu_of_one_burning_child():
+    cpu = _run_burn(1, 0.4)
+    assert abs(cpu - 0.4) < 0.06, cpu
+
+
+def test_cpu_sums_every_process_of_the_tree():
+    cpu = _run_burn(2, 0.3)
+    assert abs(cpu - 0.6) < 0.08, cpu
+
+
+def test_stop_kills_the_whole_tree():
+    p = subprocess.Popen([sys.executable, "-c", PARENT, "2", "0.1"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    procs._LIVE[p.pid] = p
+    assert p.stdout.readline().strip() == "ready"
+    members = [pid for pid, _ in procs.tree(p.pid)]
+    assert len(members) == 3
+    procs.stop(p, timeout_s=3)
+    time.sleep(0.1)
+    assert not [pid for pid in members if procs._alive(pid)]
+
+
+def test_time_wait_count_is_a_count():
+    assert procs.time_wait_count() >= 0

@@ -1,0 +1,186 @@
+"""The renderer, its --check, the platform guard, and the failure markers of the runner."""
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import render, runner, suites  # noqa: E402
+
+PLATFORM = "linux x86_64 · Test CPU · 2 logical cores"
+
+
+def _round(i, rps, cores, failed=False, failure=None, p99=1.0, slow=0):
+    req = int(rps * 5)
+    cpu = cores * 5
+    return {"round": i, "rps": rps, "requests": req, "wall_s": 5.0, "cpu_s": cpu, "cores": cores,
+            "cpu_us_per_req": cpu / req * 1e6, "rps_per_core": req / cpu, "p50_ms": 0.3, "p90_ms": 0.5,
+            "p99_ms": p99, "errors": {"connect": 0, "read": 0, "write": 0, "timeout": 0}, "non_2xx": 0,
+            "failed": failed, "failure": failure, "rss_after": 20_000_000, "slow_completed": slow}
+
+
+class FakeArm:
+    def __init__(self, name, is_m0=False, expect=None):
+        self.name, self.label, self.is_m0serve, self.interface = name, name, is_m0, "wsgi"
+        self.version_key, self.expect, self.note = name, expect, ""
+
+
+def _arm_record(name, rounds, is_m0=False, expect=None):
+    rr = runner.RowRunner.__new__(runner.RowRunner)
+    rr.s = runner.Settings()
+    rr.row = runner.Row("r", "t", "a:app", [])
+    rr.script = None
+    st = {"arm": FakeArm(name, is_m0, expect), "port": 1, "command": [name], "rounds": rounds,
+          "parity": {"status": 200}, "rss_after_warmup": 10_000_000}
+    return rr._arm_record(st)
+
+
+def make_artifact(scale=1.0, platform=PLATFORM, stamp="2026-11-30T10:00:00Z", dirty=False, fail_peer=False):
+    arms = [
+        _arm_record("m0serve", [_round(i, 30000 * scale + i, 0.9) for i in range(1, 4)], is_m0=True),
+        _arm_record("granian", [_round(i, 25000 + i * 10, 0.95, failed=fail_peer and i == 2,
+                                       failure="socket errors read 2" if fail_peer and i == 2 else None)
+                                for i in range(1, 4)]),
+    ]
+    row = {"id": "hello-c16", "title": "Bare WSGI hello, 16 connections", "app": "hello_wsgi:app", "path": "/",
+           "method": "GET", "body_size": 0, "connections": 16, "slow_inflight": 0, "slow_ms": None,
+           "stop_after": 0, "arms": arms, "status": "ok", "failures": []}
+    if any(a["status"] == runner.FAILED for a in arms):
+        row["status"] = runner.FAILED
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return {"schema": 1, "suite": "wsgi", "valid": True, "invalid_reasons": [],
+            "provenance": {"timestamp": stamp, "platform": platform, "git": {"commit": "abc123", "dirty": dirty},
+                           "kernel": "6.x", "versions": {"granian": "2.8.9", "wrk": "4.1.0"},
+                           "python": {"comparators": {"version": "3.11.7", "build": "GIL"},
+                                      "m0serve": {"version": "3.11.7", "build": "GIL"}}},
+            "settings": {"wrk_threads": 1, "wrk_cpu": 1, "server_cpu": 0, "rounds": 3, "duration_s": 5.0,
+                         "warmup_s": 2.0, "headers": ["h"] * 11},
+            "rows": [row]}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- section:benchmarks -->\n<!-- /section:benchmarks -->\n")
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(render.default_doc(PLATFORM) + "\nm0serve leads Granian by "
+                   "<!-- bench:span:wsgi.hello-c16.ratio.granian.rps_per_core -->?<!-- /bench:span --> per core.\n")
+    charts = tmp_path / "charts"
+
+    def cli(*extra):
+        return render.main(["--results", str(results), "--doc", str(doc), "--readme", str(readme),
+                            "--charts", str(charts), *extra])
+
+    def write(name, art):
+        (results / name).write_text(json.dumps(art))
+
+    return {"results": results, "doc": doc, "readme": readme, "charts": charts, "cli": cli, "write": write}
+
+
+def test_ratios_are_same_round_medians():
+    art = make_artifact()
+    r = art["rows"][0]["ratios"]["granian"]["rps"]
+    assert len(r["rounds"]) == 3
+    assert r["median"] == pytest.approx((30002) / (25020))
+    assert art["rows"][0]["reference"] == "m0serve"
+
+
+def test_render_then_check_passes_and_fills_spans(tree):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    assert "| m0serve | 30,002 ±0.0%" in doc
+    assert "per core-s" in doc
+    ratio = render.fmt_ratio(make_artifact()["rows"][0]["ratios"]["granian"]["rps_per_core"])
+    assert f"-->{ratio}<!--" in doc
+    assert "wsgi: requests per core-second" in (tree["charts"] / "wsgi.svg").read_text()
+    assert "granian: " in tree["readme"].read_text()
+
+
+def test_check_fails_on_a_hand_edited_table(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["doc"].write_text(tree["doc"].read_text().replace("30,002", "31,002"))
+    assert tree["cli"]("--check") == 1
+    assert "stale" in capsys.readouterr().err
+
+
+def test_check_fails_when_a_newer_artifact_is_not_rendered(tree):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["write"]("wsgi-2.json", make_artifact(scale=1.2, stamp="2026-11-30T11:00:00Z"))
+    assert tree["cli"]("--check") == 1
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    assert "36,002" in tree["doc"].read_text()
+
+
+def test_check_fails_on_a_newer_artifact_from_another_platform(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["write"]("wsgi-2.json", make_artifact(platform="darwin arm64 · Apple M4 · 10 logical cores",
+                                               stamp="2026-11-30T11:00:00Z"))
+    assert tree["cli"]("--check") == 1
+    err = capsys.readouterr().err
+    assert "Apple M4" in err and "subdirectory" in err
+    assert tree["cli"]() == 1  # rendering refuses too, rather than silently using the older artifact
+    (tree["results"] / "darwin").mkdir()
+    (tree["results"] / "wsgi-2.json").rename(tree["results"] / "darwin" / "wsgi-2.json")
+    assert tree["cli"]("--check") == 0
+
+
+def test_unknown_dirty_cannot_back_a_table(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact(dirty=None))
+    assert tree["cli"]() == 1
+    assert "dirty: null" in capsys.readouterr().err
+
+
+def test_failed_round_marks_the_arm_and_row(tree):
+    art = make_artifact(fail_peer=True)
+    row = art["rows"][0]
+    granian = [a for a in row["arms"] if a["name"] == "granian"][0]
+    assert granian["status"] == runner.FAILED
+    assert "round 2: socket errors read 2" in granian["failure"]
+    assert row["status"] == runner.FAILED
+    assert "granian" not in row["ratios"]  # a failed measurement is never a ratio
+    tree["doc"].write_text(render.default_doc(PLATFORM))
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    assert f"**{runner.FAILED}**: round 2: socket errors read 2" in doc
+
+
+def test_mixed_control_that_stops_stalling_invalidates_the_run():
+    def mixed_art(p99):
+        arms = [_arm_record("gunicorn", [_round(i, 3000, 0.5, p99=p99, slow=20) for i in range(1, 4)],
+                            expect="stall"),
+                _arm_record("m0serve-bt4", [_round(i, 9000, 0.9, p99=3.0, slow=20) for i in range(1, 4)],
+                            is_m0=True, expect="isolated")]
+        row = {"id": "slow1", "slow_inflight": 1, "slow_ms": 200, "arms": arms, "status": "ok"}
+        return {"suite": "mixed", "rows": [row]}
+
+    good = suites.validate(mixed_art(p99=205.0))
+    assert good["valid"] is True
+    assert good["rows"][0]["arms"][0]["control"] == "stall shown"
+    assert good["rows"][0]["arms"][1]["control"] == "isolated"
+    bad = suites.validate(mixed_art(p99=2.0))
+    assert bad["valid"] is False
+    assert "control without isolation" in bad["invalid_reasons"][0]
+
+
+def test_median_spread():
+    med, spread = runner.median_spread([100.0, 110.0, 90.0])
+    assert med == 100.0 and spread["spread_pct"] == pytest.approx(20.0) and spread["n"] == 3
+    assert runner.median_spread([]) == (None, None)
+
+
+def test_committed_docs_match_committed_artifacts():
+    """The repository's own docs are current (what `make test` checks through bench.render --check)."""
+    assert render.main(["--check"]) == 0
