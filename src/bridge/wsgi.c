@@ -1,45 +1,591 @@
-/* Placeholder so the extension links while the WSGI bridge is written: every
- * entry point refuses with NotImplementedError. Replaced by the bridge. */
-#include "wsgi.h"
+/* The WSGI bridge: module state, the per-server bridge and the synchronous
+ * m0_handler that runs the app inline on the loop thread with the GIL held.
+ *
+ * One request: reuse (or make) the start_response / write / wsgi.input trio,
+ * build the environ (wsgi_environ.c), call app(environ, start_response) by
+ * vectorcall, send the result (a list or tuple of bytes in one writev with
+ * the head; a file_wrapper by sendfile; anything else by iteration, chunked
+ * when its length is unknown), close the result, then m0_conn_finish as the
+ * very last step: the net layer may dispatch the next pipelined request from
+ * inside it, so nothing of this request is touched after it.
+ *
+ * Re-entrancy: the connection may go away during any call into Python (a
+ * signal handler aborting the server): on_event(M0_CONN_CLOSED) clears sr->c
+ * and the input's c, and every step re-checks them.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include "wsgi_internal.h"
+
+/* ---- exceptions ---- */
+
+PyObject *m0_wsgi_exc_fetch(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (!t)
+        return NULL;
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+void m0_wsgi_exc_restore(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *tb = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, tb);
+#endif
+}
+
+static int lookup_attr(PyObject *obj, PyObject *name, PyObject **out)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttr(obj, name, out);
+#else
+    return _PyObject_LookupAttr(obj, name, out);
+#endif
+}
+
+/* ---- module state ---- */
+
+static const char *const wsgi_strings[] = {
+#define M0_WSGI_STR_TEXT(id, text) text,
+    M0_WSGI_STRINGS(M0_WSGI_STR_TEXT)
+#undef M0_WSGI_STR_TEXT
+};
 
 int m0_wsgi_module_init(PyObject *module)
 {
-    (void)module;
-    return 0;
+    m0_module_state *ms = m0_module_state_get(module); // borrowed
+    m0_wsgi_state *st = PyMem_Calloc(1, sizeof(*st));
+    if (!st) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    ms->wsgi = st;
+    st->sr_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_sr_spec, NULL);
+    if (!st->sr_type)
+        return -1;
+    st->write_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_write_spec, NULL);
+    if (!st->write_type)
+        return -1;
+    st->input_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_input_spec, NULL);
+    if (!st->input_type)
+        return -1;
+    st->file_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_file_wrapper_spec, NULL);
+    if (!st->file_wrapper_type)
+        return -1;
+    if (PyModule_AddObjectRef(module, "FileWrapper", (PyObject *)st->file_wrapper_type) < 0)
+        return -1;
+    for (int i = 0; i < M0_WSGI_S_COUNT; i++) {
+        st->str[i] = PyUnicode_InternFromString(wsgi_strings[i]);
+        if (!st->str[i])
+            return -1;
+    }
+    st->exc_info_kwnames = PyTuple_Pack(1, M0_WSGI_STR(st, exc_info));
+    if (!st->exc_info_kwnames)
+        return -1;
+    st->file_kwnames = PyTuple_Pack(1, M0_WSGI_STR(st, file));
+    if (!st->file_kwnames)
+        return -1;
+    return m0_wsgi_environ_init(st);
 }
 
 int m0_wsgi_module_traverse(PyObject *module, visitproc visit, void *arg)
 {
-    (void)module;
-    (void)visit;
-    (void)arg;
+    m0_module_state *ms = m0_module_state_get(module); // borrowed
+    m0_wsgi_state *st = ms ? ms->wsgi : NULL;
+    if (!st)
+        return 0;
+    Py_VISIT(st->sr_type);
+    Py_VISIT(st->write_type);
+    Py_VISIT(st->input_type);
+    Py_VISIT(st->file_wrapper_type);
     return 0;
 }
 
 void m0_wsgi_module_clear(PyObject *module)
 {
-    (void)module;
+    m0_module_state *ms = m0_module_state_get(module); // borrowed
+    m0_wsgi_state *st = ms ? ms->wsgi : NULL;
+    if (!st)
+        return;
+    ms->wsgi = NULL;
+    Py_CLEAR(st->sr_type);
+    Py_CLEAR(st->write_type);
+    Py_CLEAR(st->input_type);
+    Py_CLEAR(st->file_wrapper_type);
+    for (int i = 0; i < M0_WSGI_S_COUNT; i++)
+        Py_CLEAR(st->str[i]);
+    for (int i = 0; i < M0_WSGI_HDR_MAX; i++)
+        Py_CLEAR(st->hdr_key[i]);
+    Py_CLEAR(st->exc_info_kwnames);
+    Py_CLEAR(st->file_kwnames);
+    PyMem_Free(st);
 }
+
+/* ---- the per-request trio ---- */
+
+static m0_wsgi_input *input_new(m0_wsgi_state *st)
+{
+    m0_wsgi_input *in = PyObject_New(m0_wsgi_input, st->input_type);
+    if (!in)
+        return NULL;
+    memset((char *)in + sizeof(PyObject), 0, sizeof(*in) - sizeof(PyObject));
+    return in;
+}
+
+/* New references to a start_response, its write() and a wsgi.input for one
+ * request: the server's own trio when nothing else holds it, else a new one
+ * (which becomes the server's). */
+static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
+{
+    if (!(w->sr && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 && Py_REFCNT(w->input) == 1)) {
+        m0_wsgi_sr *nsr = m0_wsgi_sr_new(w->st);
+        PyObject *nwr = nsr ? m0_wsgi_write_new(w->st, nsr) : NULL;
+        m0_wsgi_input *nin = nwr ? input_new(w->st) : NULL;
+        if (!nin) {
+            Py_XDECREF(nwr);
+            Py_XDECREF(nsr);
+            return -1;
+        }
+        Py_XSETREF(w->sr, nsr);
+        Py_XSETREF(w->write, nwr);
+        Py_XSETREF(w->input, nin);
+    }
+    *sr = (m0_wsgi_sr *)Py_NewRef(w->sr);
+    *wr = Py_NewRef(w->write);
+    *in = (m0_wsgi_input *)Py_NewRef(w->input);
+    return 0;
+}
+
+static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *wr, m0_wsgi_input *in)
+{
+    sr->w = w;
+    sr->c = c;
+    sr->input = in;
+    sr->write = wr;
+    sr->active = 1;
+    sr->minor_version = req->minor_version;
+    sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
+    sr->status = 0;
+    sr->head_len = 0;
+    sr->content_length = -1;
+    sr->app_flags = 0;
+    sr->head_sent = 0;
+    sr->no_body = 0;
+    sr->chunked = 0;
+    sr->keep_alive = 0;
+    sr->overflow = 0;
+    sr->write_error = 0;
+    sr->sent = 0;
+    m0_wsgi_input_reset(in, c, req);
+}
+
+static void sr_end(m0_wsgi_sr *sr)
+{
+    sr->active = 0;
+    sr->c = NULL;
+    if (sr->input)
+        sr->input->c = NULL;
+    sr->input = NULL;
+    sr->write = NULL;
+    sr->w = NULL;
+}
+
+/* ---- the bridge ---- */
 
 m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
 {
-    (void)module;
-    (void)opts;
-    PyErr_SetString(PyExc_NotImplementedError, "the WSGI bridge is not built");
+    m0_module_state *ms = m0_module_state_get(module); // borrowed
+    PyObject *script_name = NULL;
+    m0_wsgi *w = NULL;
+
+    if (!ms->wsgi) {
+        PyErr_SetString(PyExc_RuntimeError, "the WSGI bridge is not initialised");
+        return NULL;
+    }
+    if (!PyCallable_Check(opts->app)) {
+        PyErr_SetString(PyExc_TypeError, "the WSGI application must be callable");
+        return NULL;
+    }
+    if (!PyUnicode_Check(opts->root_path) || !PyUnicode_Check(opts->url_scheme)) {
+        PyErr_SetString(PyExc_TypeError, "root_path and url_scheme must be str");
+        return NULL;
+    }
+    w = PyMem_Calloc(1, sizeof(*w));
+    if (!w) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    w->module = Py_NewRef(module);
+    w->st = ms->wsgi;
+    w->app = Py_NewRef(opts->app);
+    w->logger = Py_NewRef(opts->logger ? opts->logger : Py_None);
+    if (opts->errors && opts->errors != Py_None) {
+        w->errors = Py_NewRef(opts->errors);
+    } else {
+        PyObject *err = PySys_GetObject("stderr"); // borrowed
+        w->errors = Py_NewRef(err ? err : Py_None);
+    }
+    w->server_header = opts->server_header;
+
+    /* root_path as UTF-8 bytes without trailing '/'; SCRIPT_NAME is their
+     * latin-1 tunnel, like PATH_INFO. */
+    Py_ssize_t rlen;
+    const char *root = PyUnicode_AsUTF8AndSize(opts->root_path, &rlen);
+    if (!root)
+        goto error;
+    while (rlen > 0 && root[rlen - 1] == '/')
+        rlen--;
+    if (rlen > 0 && root[0] != '/') {
+        PyErr_SetString(PyExc_ValueError, "root_path must be empty or start with '/'");
+        goto error;
+    }
+    if (rlen > 0) {
+        w->root = PyMem_Malloc((size_t)rlen);
+        if (!w->root) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        memcpy(w->root, root, (size_t)rlen);
+        w->root_len = (size_t)rlen;
+    }
+    script_name = PyUnicode_DecodeLatin1(root, rlen, NULL);
+    if (!script_name)
+        goto error;
+    w->template = m0_wsgi_template_new(w, opts->url_scheme, script_name);
+    if (!w->template)
+        goto error;
+    Py_DECREF(script_name);
+    return w;
+error:
+    Py_XDECREF(script_name);
+    m0_wsgi_free(w);
     return NULL;
 }
 
 void m0_wsgi_free(m0_wsgi *w)
 {
-    (void)w;
+    if (!w)
+        return;
+    if (w->sr && w->sr->active)
+        sr_end(w->sr);
+    Py_CLEAR(w->sr);
+    Py_CLEAR(w->write);
+    Py_CLEAR(w->input);
+    m0_wsgi_environ_clear_cache(w);
+    Py_CLEAR(w->template);
+    Py_CLEAR(w->app);
+    Py_CLEAR(w->logger);
+    Py_CLEAR(w->errors);
+    Py_CLEAR(w->module);
+    PyMem_Free(w->root);
+    PyMem_Free(w->head);
+    PyMem_Free(w);
+}
+
+/* ---- logging ---- */
+
+/* Log msg (a printf-free literal) with the request line and, when exc is not
+ * NULL, its traceback: logger.error(msg + " %s %s", method, target,
+ * exc_info=exc), or a line and traceback.print_exception on wsgi.errors. */
+static void log_error(m0_wsgi *w, const char *msg, const m0_request *req, PyObject *exc)
+{
+    m0_wsgi_state *st = w->st;
+    PyObject *saved = m0_wsgi_exc_fetch(); /* do not disturb an exception in flight */
+    PyObject *fmt = NULL, *method = NULL, *target = NULL, *r = NULL, *line = NULL, *tbmod = NULL;
+    PyObject *logger = Py_NewRef(w->logger), *errors = Py_NewRef(w->errors);
+
+    method = PyUnicode_DecodeLatin1(req->method.base, (Py_ssize_t)req->method.len, NULL);
+    target = PyUnicode_DecodeLatin1(req->target.base, (Py_ssize_t)req->target.len, NULL);
+    if (!method || !target)
+        goto error;
+    if (logger != Py_None) {
+        fmt = PyUnicode_FromFormat("%s: %%s %%s", msg);
+        if (!fmt)
+            goto error;
+        PyObject *args[5] = {logger, fmt, method, target, exc};
+        r = PyObject_VectorcallMethod(M0_WSGI_STR(st, error), args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                      exc ? st->exc_info_kwnames : NULL);
+        if (!r)
+            goto error;
+    } else if (errors != Py_None) {
+        line = PyUnicode_FromFormat("%s: %U %U\n", msg, method, target);
+        if (!line)
+            goto error;
+        r = PyObject_CallMethod(errors, "write", "O", line);
+        if (!r)
+            goto error;
+        Py_CLEAR(r);
+        if (exc) {
+            tbmod = PyImport_ImportModule("traceback");
+            if (!tbmod)
+                goto error;
+            PyObject *args[3] = {tbmod, exc, errors};
+            r = PyObject_VectorcallMethod(M0_WSGI_STR(st, print_exception), args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          st->file_kwnames);
+            if (!r)
+                goto error;
+        }
+    }
+    goto done;
+error:
+    PyErr_WriteUnraisable(logger);
+done:
+    Py_XDECREF(r);
+    Py_XDECREF(fmt);
+    Py_XDECREF(line);
+    Py_XDECREF(tbmod);
+    Py_XDECREF(method);
+    Py_XDECREF(target);
+    Py_DECREF(logger);
+    Py_DECREF(errors);
+    if (saved)
+        m0_wsgi_exc_restore(saved);
+}
+
+/* ---- the response ---- */
+
+/* result.close() when it has one. -1 with an exception when close raised. */
+static int result_close(m0_wsgi *w, PyObject *result)
+{
+    PyObject *close = NULL, *r = NULL;
+    if (PyList_CheckExact(result) || PyTuple_CheckExact(result) || PyBytes_CheckExact(result))
+        return 0;
+    if (lookup_attr(result, M0_WSGI_STR(w->st, close), &close) < 0)
+        return -1;
+    if (!close)
+        return 0;
+    r = PyObject_CallNoArgs(close);
+    Py_DECREF(close);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Send the app's result. -1 with an exception when the app failed (raised
+ * while iterating, yielded a non-bytes, never called start_response); a
+ * write error is not an exception: it is left in sr->write_error. */
+static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result)
+{
+    PyObject *it = NULL, *item = NULL;
+
+    if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status &&
+        PySequence_Fast_GET_SIZE(result) <= M0_WSGI_SEND_PIECES_MAX) {
+        struct iovec iov[M0_WSGI_SEND_PIECES_MAX];
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
+        size_t total = 0;
+        int k = 0, all_bytes = 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+            if (!PyBytes_Check(b)) {
+                all_bytes = 0;
+                break;
+            }
+            size_t len = (size_t)PyBytes_GET_SIZE(b);
+            if (len) {
+                iov[k].iov_base = PyBytes_AS_STRING(b);
+                iov[k].iov_len = len;
+                k++;
+                total += len;
+            }
+        }
+        if (all_bytes) {
+            m0_wsgi_send(sr, iov, k, total, 1);
+            return 0;
+        }
+    } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
+        int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
+    }
+
+    it = PyObject_GetIter(result);
+    if (!it)
+        goto error;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "the application's iterable yielded %.100s, not bytes",
+                         Py_TYPE(item)->tp_name);
+            goto error;
+        }
+        size_t len = (size_t)PyBytes_GET_SIZE(item);
+        if (len) {
+            if (!sr->status) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "the application yielded body bytes before calling start_response()");
+                goto error;
+            }
+            struct iovec iov = {PyBytes_AS_STRING(item), len};
+            int rc = m0_wsgi_send(sr, &iov, 1, len, 0);
+            if (rc < 0 || sr->overflow)
+                break; /* peer gone, or past the Content-Length */
+        }
+        Py_CLEAR(item);
+        if (!sr->c) /* closed while the iterator ran */
+            break;
+    }
+    Py_CLEAR(item);
+    if (PyErr_Occurred())
+        goto error;
+    Py_CLEAR(it);
+    if (!sr->status) {
+        PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
+        return -1;
+    }
+    if (!sr->write_error && !sr->overflow && sr->c)
+        m0_wsgi_send(sr, NULL, 0, 0, 1);
+    return 0;
+error:
+    Py_XDECREF(item);
+    Py_XDECREF(it);
+    return -1;
+}
+
+/* The status of the canned response for a failure before the head, 0 when
+ * none can be sent. */
+static int error_status(m0_wsgi_sr *sr, const m0_wsgi_input *in)
+{
+    switch (in->err) {
+    case 0:
+        return 500;
+    case -EFBIG:
+        return 413;
+    case -EBADMSG:
+        return 400;
+    case -ETIMEDOUT:
+        return 408;
+    default:
+        (void)sr;
+        return 0; /* the peer is gone */
+    }
 }
 
 static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
-    (void)ctx;
-    (void)c;
-    (void)req;
-    return -1;
+    m0_wsgi *w = ctx;
+    m0_wsgi_sr *sr = NULL;
+    PyObject *wr = NULL;
+    m0_wsgi_input *in = NULL;
+    PyObject *env = NULL, *result = NULL, *app = NULL, *exc = NULL, *close_exc = NULL;
+    m0_wsgi_sr *outer = w->active;
+    int keep_alive = 0, status = 500, interrupted = 0;
+    uint64_t body_bytes = 0;
+
+    if (trio_acquire(w, &sr, &wr, &in) < 0) {
+        PyErr_WriteUnraisable(w->app);
+        char buf[512];
+        int n = m0_error_response(buf, sizeof(buf), 500, w->server_header);
+        if (n > 0) {
+            struct iovec iov = {buf, (size_t)n};
+            m0_conn_writev(c, &iov, 1, 1);
+        }
+        m0_conn_finish(c, 0, 500, 0);
+        return 0;
+    }
+    sr_begin(sr, w, c, req, wr, in);
+    w->active = sr;
+
+    env = m0_wsgi_environ_build(w, c, req, (PyObject *)in);
+    if (!env)
+        goto error;
+    app = Py_NewRef(w->app);
+    {
+        PyObject *args[3] = {NULL, env, (PyObject *)sr};
+        result = PyObject_Vectorcall(app, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    if (!result)
+        goto error;
+    if (result_send(w, sr, result) < 0)
+        goto error;
+    if (result_close(w, result) < 0) {
+        exc = m0_wsgi_exc_fetch();
+        log_error(w, "Exception in the close() of a WSGI response", req, exc);
+        Py_CLEAR(exc);
+    }
+    if (sr->overflow)
+        log_error(w, "WSGI response longer than its Content-Length: truncated, connection closed", req, NULL);
+    else if (sr->head_sent && !sr->write_error && sr->c && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
+             sr->content_length >= 0 && sr->sent < (uint64_t)sr->content_length)
+        log_error(w, "WSGI response shorter than its Content-Length: connection closed", req, NULL);
+    status = sr->status;
+    keep_alive = m0_wsgi_keep_alive(sr);
+    goto done;
+
+error:
+    exc = m0_wsgi_exc_fetch();
+    if (result && result_close(w, result) < 0)
+        close_exc = m0_wsgi_exc_fetch();
+    status = sr->head_sent ? sr->status : error_status(sr, in);
+    if (exc && !sr->write_error && in->err == 0 && sr->c) {
+        log_error(w,
+                  sr->head_sent ? "Exception in WSGI application after the response head was sent: connection closed"
+                                : "Exception in WSGI application",
+                  req, exc);
+    }
+    if (close_exc) {
+        log_error(w, "Exception in the close() of a WSGI response", req, close_exc);
+        Py_CLEAR(close_exc);
+    }
+    if (exc && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
+        interrupted = 1;
+    if (!sr->head_sent && sr->c && !sr->write_error && status) {
+        char buf[512];
+        int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
+        if (n > 0) {
+            struct iovec iov = {buf, (size_t)n};
+            if (m0_conn_writev(sr->c, &iov, 1, 1) < 0)
+                sr->write_error = -EPIPE;
+        }
+    }
+    keep_alive = 0;
+
+done:
+    body_bytes = sr->no_body ? 0 : sr->sent;
+    Py_CLEAR(exc);
+    Py_CLEAR(result);
+    Py_CLEAR(env);
+    Py_CLEAR(app);
+    {
+        m0_conn *live = sr->c; /* NULL when the peer went away during the request */
+        sr_end(sr);
+        w->active = outer;
+        Py_DECREF(in);
+        Py_DECREF(wr);
+        Py_DECREF(sr);
+        if (interrupted)
+            PyErr_SetInterrupt(); /* re-deliver Ctrl-C to the serve loop */
+        if (live)
+            m0_conn_finish(live, keep_alive, status, body_bytes);
+    }
+    return 0;
 }
 
-const m0_handler m0_wsgi_handler = {wsgi_on_request, NULL};
+static void wsgi_on_event(void *ctx, m0_conn *c, int what)
+{
+    m0_wsgi *w = ctx;
+    if (what != M0_CONN_CLOSED)
+        return;
+    m0_wsgi_sr *sr = w->active;
+    if (sr && sr->c == c) {
+        sr->c = NULL;
+        if (sr->input)
+            sr->input->c = NULL;
+    }
+}
+
+const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event};

@@ -1,0 +1,216 @@
+/* Private to the WSGI bridge (wsgi*.c): module state, the per-server bridge,
+ * the per-request objects and the functions the bridge's files share.
+ *
+ * Per-request objects. start_response (m0_wsgi_sr), its write() callable
+ * (m0_wsgi_write) and wsgi.input (m0_wsgi_input) are Python objects created
+ * once per server and reused for the next request when nothing but the bridge
+ * still references them (refcount check); otherwise a fresh trio is made, so
+ * an app that keeps them never sees a later request. When a request ends the
+ * bridge marks its objects inactive: a stale start_response or write() raises,
+ * a stale wsgi.input reads b"".
+ *
+ * Error convention: NULL or -1 with a Python exception set, unless a comment
+ * says otherwise.
+ */
+#ifndef M0_BRIDGE_WSGI_INTERNAL_H
+#define M0_BRIDGE_WSGI_INTERNAL_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "../http/response.h"
+#include "state.h"
+#include "wsgi.h"
+
+/* Interned strings: environ keys, constant values and method names. */
+#define M0_WSGI_STRINGS(X)                                                                                             \
+    X(REQUEST_METHOD, "REQUEST_METHOD")                                                                                \
+    X(SCRIPT_NAME, "SCRIPT_NAME")                                                                                      \
+    X(PATH_INFO, "PATH_INFO")                                                                                          \
+    X(QUERY_STRING, "QUERY_STRING")                                                                                    \
+    X(RAW_URI, "RAW_URI")                                                                                              \
+    X(SERVER_PROTOCOL, "SERVER_PROTOCOL")                                                                              \
+    X(SERVER_NAME, "SERVER_NAME")                                                                                      \
+    X(SERVER_PORT, "SERVER_PORT")                                                                                      \
+    X(SERVER_SOFTWARE, "SERVER_SOFTWARE")                                                                              \
+    X(REMOTE_ADDR, "REMOTE_ADDR")                                                                                      \
+    X(REMOTE_PORT, "REMOTE_PORT")                                                                                      \
+    X(wsgi_version, "wsgi.version")                                                                                    \
+    X(wsgi_url_scheme, "wsgi.url_scheme")                                                                              \
+    X(wsgi_input, "wsgi.input")                                                                                        \
+    X(wsgi_errors, "wsgi.errors")                                                                                      \
+    X(wsgi_multithread, "wsgi.multithread")                                                                            \
+    X(wsgi_multiprocess, "wsgi.multiprocess")                                                                          \
+    X(wsgi_run_once, "wsgi.run_once")                                                                                  \
+    X(wsgi_file_wrapper, "wsgi.file_wrapper")                                                                          \
+    X(wsgi_input_terminated, "wsgi.input_terminated")                                                                  \
+    X(empty, "")                                                                                                       \
+    X(slash, "/")                                                                                                      \
+    X(http11, "HTTP/1.1")                                                                                              \
+    X(http10, "HTTP/1.0")                                                                                              \
+    X(m_GET, "GET")                                                                                                    \
+    X(m_POST, "POST")                                                                                                  \
+    X(m_HEAD, "HEAD")                                                                                                  \
+    X(m_PUT, "PUT")                                                                                                    \
+    X(m_DELETE, "DELETE")                                                                                              \
+    X(m_PATCH, "PATCH")                                                                                                \
+    X(m_OPTIONS, "OPTIONS")                                                                                            \
+    X(close, "close")                                                                                                  \
+    X(read, "read")                                                                                                    \
+    X(fileno, "fileno")                                                                                                \
+    X(error, "error")                                                                                                  \
+    X(exc_info, "exc_info")                                                                                            \
+    X(file, "file")                                                                                                    \
+    X(print_exception, "print_exception")                                                                              \
+    X(sep_comma, ", ")                                                                                                 \
+    X(sep_semicolon, "; ")
+
+enum {
+#define M0_WSGI_STR_ENUM(id, text) M0_WSGI_S_##id,
+    M0_WSGI_STRINGS(M0_WSGI_STR_ENUM)
+#undef M0_WSGI_STR_ENUM
+        M0_WSGI_S_COUNT
+};
+
+/* Request headers with a prebuilt environ key (wsgi_environ.c). */
+#define M0_WSGI_HDR_MAX 64
+
+struct m0_wsgi_state {
+    PyTypeObject *sr_type;
+    PyTypeObject *write_type;
+    PyTypeObject *input_type;
+    PyTypeObject *file_wrapper_type;
+    PyObject *str[M0_WSGI_S_COUNT];
+    PyObject *hdr_key[M0_WSGI_HDR_MAX];
+    PyObject *exc_info_kwnames; /* ("exc_info",) */
+    PyObject *file_kwnames;     /* ("file",) */
+};
+
+#define M0_WSGI_STR(st, id) ((st)->str[M0_WSGI_S_##id])
+
+typedef struct m0_wsgi_sr m0_wsgi_sr;
+typedef struct m0_wsgi_input m0_wsgi_input;
+
+struct m0_wsgi {
+    PyObject *module; /* strong: keeps the state and the types alive */
+    m0_wsgi_state *st;
+    PyObject *app;      /* strong */
+    PyObject *logger;   /* strong, Py_None when none */
+    PyObject *errors;   /* strong: wsgi.errors */
+    PyObject *template; /* strong: environ template, copied per request */
+    char *root;         /* root_path as UTF-8, no trailing '/'; root_len 0 when none */
+    size_t root_len;
+    int server_header;
+
+    /* Reusable per-request objects (strong) and the request being served. */
+    m0_wsgi_sr *sr;
+    PyObject *write;
+    m0_wsgi_input *input;
+    m0_wsgi_sr *active; /* borrowed, NULL between requests */
+
+    /* Response head, reused across requests. */
+    char *head;
+    size_t head_cap;
+
+    /* Value caches: the str built for the previous request, reused when the
+     * bytes are the same (strong or NULL). */
+    PyObject *hdr_val[M0_WSGI_HDR_MAX];
+    PyObject *path_val;
+    PyObject *uri_val;
+    PyObject *query_val;
+    PyObject *peer_host_val;
+    PyObject *local_host_val;
+    PyObject *peer_port_val;
+    PyObject *local_port_val;
+    int peer_port;
+    int local_port;
+};
+
+/* start_response: holds the state of the response being produced. */
+struct m0_wsgi_sr {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    m0_wsgi *w;             /* valid while active */
+    m0_conn *c;             /* NULL once the peer is gone */
+    m0_wsgi_input *input;   /* borrowed, valid while active */
+    PyObject *write;        /* borrowed, valid while active */
+    int active;             /* the request is being served */
+    int minor_version;      /* of the request */
+    int is_head;            /* HEAD request */
+    int status;             /* 0 until start_response succeeded */
+    size_t head_len;        /* status line + app headers in w->head */
+    int64_t content_length; /* from the app, -1 when absent */
+    unsigned app_flags;     /* M0_WSGI_APP_* */
+    int head_sent;
+    int no_body;     /* HEAD, 1xx, 204, 304: body bytes are counted, not sent */
+    int chunked;     /* framing chosen when the head was built */
+    int keep_alive;  /* decided when the head was built */
+    int overflow;    /* the app produced more than its Content-Length */
+    int write_error; /* -errno of a failed write: the peer is gone */
+    uint64_t sent;   /* body bytes produced (sent, or counted when no_body) */
+};
+
+enum {
+    M0_WSGI_APP_CLOSE = 1u << 0,  /* the app sent Connection: close */
+    M0_WSGI_APP_DATE = 1u << 1,   /* the app sent Date */
+    M0_WSGI_APP_SERVER = 1u << 2, /* the app sent Server */
+};
+
+typedef struct {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    m0_wsgi_sr *sr; /* strong */
+} m0_wsgi_write;
+
+struct m0_wsgi_input {
+    PyObject_HEAD m0_conn *c; /* NULL when the request is over or the peer gone */
+    int eof;                  /* the body end was read */
+    int err;                  /* -errno of the failed body read, 0 if none */
+    int64_t remaining;        /* declared body bytes not yet read, -1 when chunked */
+    char *buf;                /* readahead for readline, allocated on first use */
+    size_t pos, len, cap;
+};
+
+typedef struct {
+    PyObject_HEAD PyObject *filelike;
+    Py_ssize_t blksize;
+} m0_wsgi_file_wrapper;
+
+/* wsgi_environ.c */
+int m0_wsgi_environ_init(m0_wsgi_state *st);
+PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_path);
+PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *input);
+void m0_wsgi_environ_clear_cache(m0_wsgi *w);
+
+/* wsgi_input.c */
+extern PyType_Spec m0_wsgi_input_spec;
+void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req);
+
+/* wsgi_response.c */
+extern PyType_Spec m0_wsgi_sr_spec;
+extern PyType_Spec m0_wsgi_write_spec;
+/* Send body pieces (after the head when it is not sent yet). final: these are
+ * the last bytes of the response (the head may then carry their total as
+ * Content-Length, and the last chunk is appended). Returns 0, or -1 WITHOUT
+ * an exception when the peer is gone (sr->write_error says why) or no memory
+ * was available for the head. */
+#define M0_WSGI_SEND_PIECES_MAX 64 /* n <= this */
+int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final);
+/* Put "Content-Length: len" in the head (before it is sent), for a body whose
+ * length is known before its bytes (sendfile). */
+void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len);
+m0_wsgi_sr *m0_wsgi_sr_new(m0_wsgi_state *st);
+PyObject *m0_wsgi_write_new(m0_wsgi_state *st, m0_wsgi_sr *sr);
+/* Whether the connection may be kept after this (finished) response. */
+int m0_wsgi_keep_alive(const m0_wsgi_sr *sr);
+
+/* wsgi_file_wrapper.c */
+extern PyType_Spec m0_wsgi_file_wrapper_spec;
+/* Send a file_wrapper result with sendfile when its file is a regular file.
+ * Returns 1 when sent (or the peer went away: sr->write_error), 0 when the
+ * caller must iterate it instead, -1 with an exception. */
+int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw);
+
+/* wsgi.c */
+PyObject *m0_wsgi_exc_fetch(void);
+void m0_wsgi_exc_restore(PyObject *exc);
+
+#endif

@@ -1,0 +1,570 @@
+/* start_response, write() and the response head.
+ *
+ * start_response validates the status and headers and serialises them at
+ * once into the bridge's reusable head buffer (so a list the app mutates
+ * later cannot smuggle anything into the head). The rest of the head (Date,
+ * Server, framing, Connection) is appended when the first body bytes are
+ * sent, in the same writev as those bytes.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "wsgi_internal.h"
+
+#include <structmember.h>
+
+/* Room kept after the app's headers for what m0_wsgi_send appends: Date (37),
+ * Server (17), Content-Length (38) or Transfer-Encoding (28), Connection (24),
+ * the blank line. */
+#define HEAD_SUFFIX_ROOM 192
+#define SEND_IOV_MAX (M0_WSGI_SEND_PIECES_MAX + 4)
+
+static const char SERVER_LINE[] = "Server: m0serve\r\n";
+
+static int head_reserve(m0_wsgi *w, size_t need)
+{
+    if (need <= w->head_cap)
+        return 0;
+    size_t cap = w->head_cap ? w->head_cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    char *p = PyMem_Realloc(w->head, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->head = p;
+    w->head_cap = cap;
+    return 0;
+}
+
+/* The latin-1 bytes of a str (its 1-byte data), or NULL with a TypeError /
+ * ValueError naming what. */
+static const char *latin1_view(PyObject *s, Py_ssize_t *len, const char *what)
+{
+    if (!PyUnicode_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(s)->tp_name);
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0)
+        return NULL;
+#endif
+    if (PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND) {
+        PyErr_Format(PyExc_ValueError, "%s is not latin-1 encodable: %R", what, s);
+        return NULL;
+    }
+    *len = PyUnicode_GET_LENGTH(s);
+    return (const char *)PyUnicode_1BYTE_DATA(s);
+}
+
+static inline int ieq(const char *s, size_t n, const char *lower, size_t ln)
+{
+    if (n != ln)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        if (ch != lower[i])
+            return 0;
+    }
+    return 1;
+}
+#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
+
+/* Whether a Connection value lists the "close" option. */
+static int has_close_token(const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (IEQ(v + start, i - start, "close"))
+            return 1;
+    }
+    return 0;
+}
+
+static int parse_content_length(const char *v, size_t n, int64_t *out)
+{
+    int64_t x = 0;
+    if (n == 0 || n > 18)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+/* Validate status and headers and write the status line and the app's
+ * headers into w->head. Sets sr->status, head_len, content_length,
+ * app_flags, no_body. */
+static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers)
+{
+    m0_wsgi *w = sr->w;
+    Py_ssize_t slen;
+    const char *s = latin1_view(status, &slen, "status");
+    size_t pos;
+    int64_t cl = -1;
+    unsigned flags = 0;
+
+    sr->status = 0;
+    if (!s)
+        return -1;
+    if (!m0_valid_status_line(s, (size_t)slen)) {
+        PyErr_Format(PyExc_ValueError, "invalid status %R: expected '<3 digits> <reason>' without control characters",
+                     status);
+        return -1;
+    }
+    if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
+        PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
+        return -1;
+    }
+    if (head_reserve(w, 9 + (size_t)slen + 2 + HEAD_SUFFIX_ROOM) < 0)
+        return -1;
+    memcpy(w->head, "HTTP/1.1 ", 9);
+    memcpy(w->head + 9, s, (size_t)slen);
+    memcpy(w->head + 9 + slen, "\r\n", 2);
+    pos = 9 + (size_t)slen + 2;
+
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(headers, i); // borrowed
+        if (!(PyTuple_Check(item) || PyList_Check(item)) || PySequence_Fast_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "each response header must be a (name, value) tuple, not %R", item);
+            return -1;
+        }
+        PyObject *oname = PySequence_Fast_GET_ITEM(item, 0);  // borrowed
+        PyObject *ovalue = PySequence_Fast_GET_ITEM(item, 1); // borrowed
+        Py_ssize_t nlen, vlen;
+        const char *name = latin1_view(oname, &nlen, "header name");
+        if (!name)
+            return -1;
+        const char *value = latin1_view(ovalue, &vlen, "header value");
+        if (!value)
+            return -1;
+        if (!m0_valid_header_name(name, (size_t)nlen)) {
+            PyErr_Format(PyExc_ValueError, "invalid header name %R", oname);
+            return -1;
+        }
+        if (!m0_valid_header_value(value, (size_t)vlen)) {
+            PyErr_Format(PyExc_ValueError,
+                         "invalid value for header %R: %R (CR, LF, NUL and other controls are refused)", oname, ovalue);
+            return -1;
+        }
+        switch (nlen) {
+        case 2:
+            if (IEQ(name, 2, "te"))
+                continue;
+            break;
+        case 4:
+            if (IEQ(name, 4, "date"))
+                flags |= M0_WSGI_APP_DATE;
+            break;
+        case 6:
+            if (IEQ(name, 6, "server"))
+                flags |= M0_WSGI_APP_SERVER;
+            break;
+        case 7:
+            if (IEQ(name, 7, "trailer") || IEQ(name, 7, "upgrade"))
+                continue;
+            break;
+        case 10:
+            if (IEQ(name, 10, "connection")) {
+                if (has_close_token(value, (size_t)vlen))
+                    flags |= M0_WSGI_APP_CLOSE;
+                continue;
+            }
+            if (IEQ(name, 10, "keep-alive"))
+                continue;
+            break;
+        case 14:
+            if (IEQ(name, 14, "content-length")) {
+                int64_t v;
+                if (parse_content_length(value, (size_t)vlen, &v) < 0) {
+                    PyErr_Format(PyExc_ValueError, "invalid Content-Length %R", ovalue);
+                    return -1;
+                }
+                if (cl >= 0) {
+                    if (v != cl) {
+                        PyErr_SetString(PyExc_ValueError, "differing Content-Length headers");
+                        return -1;
+                    }
+                    continue;
+                }
+                cl = v;
+            }
+            break;
+        case 16:
+            if (IEQ(name, 16, "proxy-connection"))
+                continue;
+            break;
+        case 17:
+            if (IEQ(name, 17, "transfer-encoding"))
+                continue;
+            break;
+        }
+        size_t line = (size_t)nlen + 2 + (size_t)vlen + 2;
+        if (head_reserve(w, pos + line + HEAD_SUFFIX_ROOM) < 0)
+            return -1;
+        char *p = w->head + pos;
+        memcpy(p, name, (size_t)nlen);
+        p += nlen;
+        *p++ = ':';
+        *p++ = ' ';
+        memcpy(p, value, (size_t)vlen);
+        p += vlen;
+        *p++ = '\r';
+        *p++ = '\n';
+        pos += line;
+    }
+    int code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
+    sr->head_len = pos;
+    sr->content_length = cl;
+    sr->app_flags = flags;
+    sr->no_body = sr->is_head || code < 200 || code == 204 || code == 304;
+    sr->status = code;
+    return 0;
+}
+
+static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    m0_wsgi_sr *sr = (m0_wsgi_sr *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *status = nargs > 0 ? args[0] : NULL;
+    PyObject *headers = nargs > 1 ? args[1] : NULL;
+    PyObject *exc_info = nargs > 2 ? args[2] : Py_None;
+
+    if (nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "start_response() takes at most 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (kwnames) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            PyObject *kw = PyTuple_GET_ITEM(kwnames, i); // borrowed
+            PyObject *v = args[nargs + i];               // borrowed
+            if (PyUnicode_CompareWithASCIIString(kw, "status") == 0 && !status)
+                status = v;
+            else if ((PyUnicode_CompareWithASCIIString(kw, "response_headers") == 0 ||
+                      PyUnicode_CompareWithASCIIString(kw, "headers") == 0) &&
+                     !headers)
+                headers = v;
+            else if (PyUnicode_CompareWithASCIIString(kw, "exc_info") == 0 && nargs < 3)
+                exc_info = v;
+            else {
+                PyErr_Format(PyExc_TypeError, "start_response() got an unexpected keyword argument %R", kw);
+                return NULL;
+            }
+        }
+    }
+    if (!status || !headers) {
+        PyErr_SetString(PyExc_TypeError, "start_response() missing required arguments status and response_headers");
+        return NULL;
+    }
+    if (!sr->active) {
+        PyErr_SetString(PyExc_RuntimeError, "start_response() called after its request finished");
+        return NULL;
+    }
+    if (exc_info != Py_None) {
+        if (sr->head_sent) {
+            /* PEP 3333: too late to change the response, re-raise. */
+            if (!PyTuple_Check(exc_info) || PyTuple_GET_SIZE(exc_info) != 3) {
+                PyErr_SetString(PyExc_TypeError, "exc_info must be a (type, value, traceback) tuple");
+                return NULL;
+            }
+            PyObject *t = PyTuple_GET_ITEM(exc_info, 0), *v = PyTuple_GET_ITEM(exc_info, 1),
+                     *tb = PyTuple_GET_ITEM(exc_info, 2);
+            Py_INCREF(t);
+            Py_INCREF(v);
+            if (tb == Py_None)
+                tb = NULL;
+            Py_XINCREF(tb);
+            PyErr_Restore(t, v, tb);
+            return NULL;
+        }
+    } else if (sr->status != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "start_response() called a second time without exc_info");
+        return NULL;
+    }
+    if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
+        PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
+        return NULL;
+    }
+    if (head_prefix_build(sr, status, headers) < 0)
+        return NULL;
+    return Py_NewRef(sr->write);
+}
+
+static void sr_dealloc(m0_wsgi_sr *sr)
+{
+    PyTypeObject *tp = Py_TYPE(sr);
+    tp->tp_free((PyObject *)sr);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef sr_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(m0_wsgi_sr, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot sr_slots[] = {
+    {Py_tp_dealloc, sr_dealloc},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, sr_members},
+    {Py_tp_doc, "start_response(status, response_headers, exc_info=None) -> write"},
+    {0, NULL},
+};
+
+PyType_Spec m0_wsgi_sr_spec = {
+    .name = "m0serve._core.StartResponse",
+    .basicsize = sizeof(m0_wsgi_sr),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = sr_slots,
+};
+
+/* ---- write() ---- */
+
+static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    m0_wsgi_sr *sr = ((m0_wsgi_write *)self)->sr;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "write() takes exactly one bytes argument");
+        return NULL;
+    }
+    PyObject *data = args[0]; // borrowed
+    if (!PyBytes_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "write() argument must be bytes, not %.100s", Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    if (!sr->active) {
+        PyErr_SetString(PyExc_RuntimeError, "write() called after its request finished");
+        return NULL;
+    }
+    if (!sr->status) {
+        PyErr_SetString(PyExc_RuntimeError, "write() called before start_response()");
+        return NULL;
+    }
+    size_t len = (size_t)PyBytes_GET_SIZE(data);
+    if (len == 0)
+        Py_RETURN_NONE;
+    struct iovec iov = {PyBytes_AS_STRING(data), len};
+    if (m0_wsgi_send(sr, &iov, 1, len, 0) < 0) {
+        PyObject *a = Py_BuildValue("(is)", sr->write_error ? -sr->write_error : ECONNRESET, "client disconnected");
+        if (a) {
+            PyErr_SetObject(PyExc_OSError, a);
+            Py_DECREF(a);
+        }
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int write_traverse(m0_wsgi_write *wr, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(wr));
+    Py_VISIT(wr->sr);
+    return 0;
+}
+
+static int write_clear(m0_wsgi_write *wr)
+{
+    Py_CLEAR(wr->sr);
+    return 0;
+}
+
+static void write_dealloc(m0_wsgi_write *wr)
+{
+    PyTypeObject *tp = Py_TYPE(wr);
+    PyObject_GC_UnTrack(wr);
+    write_clear(wr);
+    tp->tp_free((PyObject *)wr);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef write_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(m0_wsgi_write, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot write_slots[] = {
+    {Py_tp_dealloc, write_dealloc},
+    {Py_tp_traverse, write_traverse},
+    {Py_tp_clear, write_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, write_members},
+    {Py_tp_doc, "write(data): send body bytes now (PEP 3333 imperative API)"},
+    {0, NULL},
+};
+
+PyType_Spec m0_wsgi_write_spec = {
+    .name = "m0serve._core.WSGIWrite",
+    .basicsize = sizeof(m0_wsgi_write),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .slots = write_slots,
+};
+
+PyObject *m0_wsgi_write_new(m0_wsgi_state *st, m0_wsgi_sr *sr)
+{
+    m0_wsgi_write *wr = PyObject_GC_New(m0_wsgi_write, st->write_type);
+    if (!wr)
+        return NULL;
+    wr->vectorcall = write_vectorcall;
+    wr->sr = (m0_wsgi_sr *)Py_NewRef(sr);
+    PyObject_GC_Track(wr);
+    return (PyObject *)wr;
+}
+
+m0_wsgi_sr *m0_wsgi_sr_new(m0_wsgi_state *st)
+{
+    m0_wsgi_sr *sr = PyObject_New(m0_wsgi_sr, st->sr_type);
+    if (!sr)
+        return NULL;
+    memset((char *)sr + sizeof(PyObject), 0, sizeof(*sr) - sizeof(PyObject));
+    sr->vectorcall = sr_vectorcall;
+    return sr;
+}
+
+/* ---- sending ---- */
+
+/* Append Date, Server, framing and Connection to the head prefix. */
+static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
+{
+    m0_wsgi *w = sr->w;
+    char *p = w->head + sr->head_len;
+    int keep = m0_conn_keep_alive(sr->c) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
+    int bodyless_status = sr->status < 200 || sr->status == 204 || sr->status == 304;
+
+    if (!(sr->app_flags & M0_WSGI_APP_DATE)) {
+        memcpy(p, m0_date_line(), M0_DATE_LINE_LEN);
+        p += M0_DATE_LINE_LEN;
+    }
+    if (w->server_header && !(sr->app_flags & M0_WSGI_APP_SERVER)) {
+        memcpy(p, SERVER_LINE, sizeof(SERVER_LINE) - 1);
+        p += sizeof(SERVER_LINE) - 1;
+    }
+    if (bodyless_status || sr->content_length >= 0) {
+        /* no framing, or the app's Content-Length (already in the prefix) */
+    } else if (final) {
+        uint64_t total = sr->sent + body_len;
+        p += sprintf(p, "Content-Length: %" PRIu64 "\r\n", total);
+        sr->content_length = (int64_t)total;
+    } else if (sr->minor_version >= 1) {
+        memcpy(p, "Transfer-Encoding: chunked\r\n", 28);
+        p += 28;
+        sr->chunked = !sr->no_body;
+    } else {
+        keep = 0; /* HTTP/1.0 and an unknown length: the close delimits the body */
+    }
+    if (!keep) {
+        memcpy(p, "Connection: close\r\n", 19);
+        p += 19;
+    } else if (sr->minor_version == 0) {
+        memcpy(p, "Connection: keep-alive\r\n", 24);
+        p += 24;
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    sr->keep_alive = keep;
+    return (size_t)(p - w->head);
+}
+
+int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final)
+{
+    struct iovec iov[SEND_IOV_MAX];
+    char chunk_head[24];
+    int k = 0;
+
+    if (sr->write_error)
+        return -1;
+    if (!sr->c) {
+        sr->write_error = -ECONNRESET;
+        return -1;
+    }
+    if (!sr->head_sent) {
+        if (sr->no_body && !final) {
+            sr->sent += len; /* counted for the HEAD Content-Length */
+            return 0;
+        }
+        if (sr->no_body) {
+            sr->sent += len;
+            len = 0;
+        }
+        iov[k].iov_base = sr->w->head;
+        iov[k].iov_len = head_suffix_build(sr, len, final);
+        k++;
+        sr->head_sent = 1;
+    }
+    if (sr->no_body)
+        len = 0;
+    if (len && sr->content_length >= 0 && sr->sent + len > (uint64_t)sr->content_length) {
+        len = (size_t)((uint64_t)sr->content_length - sr->sent);
+        sr->overflow = 1;
+    }
+    if (len) {
+        if (sr->chunked) {
+            iov[k].iov_base = chunk_head;
+            iov[k].iov_len = m0_chunk_header(chunk_head, len);
+            k++;
+        }
+        size_t left = len;
+        for (int i = 0; i < n && left && k < SEND_IOV_MAX - 1; i++) {
+            size_t part = body[i].iov_len < left ? body[i].iov_len : left;
+            if (!part)
+                continue;
+            iov[k].iov_base = body[i].iov_base;
+            iov[k].iov_len = part;
+            k++;
+            left -= part;
+        }
+        if (sr->chunked) {
+            if (final) {
+                iov[k].iov_base = (void *)"\r\n" M0_LAST_CHUNK;
+                iov[k].iov_len = 2 + M0_LAST_CHUNK_LEN;
+            } else {
+                iov[k].iov_base = (void *)"\r\n";
+                iov[k].iov_len = 2;
+            }
+            k++;
+        }
+    } else if (sr->chunked && final) {
+        iov[k].iov_base = (void *)M0_LAST_CHUNK;
+        iov[k].iov_len = M0_LAST_CHUNK_LEN;
+        k++;
+    }
+    if (k == 0)
+        return 0;
+    int rc = m0_conn_writev(sr->c, iov, k, 1);
+    if (rc < 0) {
+        sr->write_error = rc;
+        return -1;
+    }
+    sr->sent += len;
+    return 0;
+}
+
+int m0_wsgi_keep_alive(const m0_wsgi_sr *sr)
+{
+    if (!sr->keep_alive || sr->overflow || sr->write_error || !sr->c)
+        return 0;
+    if (!sr->no_body && sr->content_length >= 0 && sr->sent != (uint64_t)sr->content_length)
+        return 0;
+    return 1;
+}
+
+void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len)
+{
+    /* HEAD_SUFFIX_ROOM leaves space for this line and the whole suffix. */
+    char *p = sr->w->head + sr->head_len;
+    sr->head_len += (size_t)sprintf(p, "Content-Length: %" PRIu64 "\r\n", len);
+    sr->content_length = (int64_t)len;
+}
