@@ -22,6 +22,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import socket
 import sys
 
 from . import logs
@@ -61,8 +62,9 @@ def asgi_driver():
 class SignalPolicy:
     """Installs the worker's signal handlers once its server serves."""
 
-    def __init__(self, cfg, *, listeners_to_close=(), supervised=False):
+    def __init__(self, cfg, *, listeners_to_close=(), supervised=False, on_drain=None):
         self.cfg = cfg
+        self.on_drain = on_drain  # called once the server stopped accepting (tells the supervisor)
         self.server = None
         self.stopping = False
         self.listeners_to_close = listeners_to_close  # in-process: refuse new connections at once on TERM
@@ -89,10 +91,19 @@ class SignalPolicy:
             log.info("%s: shutting down gracefully (up to %gs)", signal.Signals(signum).name,
                      self.cfg.graceful_timeout)
         self.server.shutdown(graceful=True)
-        for listener in self.listeners_to_close:
-            listener.stop_listening()
+        self._stop_listening()
+        if self.on_drain is not None:
+            self.on_drain()
         if self.cfg.graceful_timeout > 0:
             signal.setitimer(signal.ITIMER_REAL, self.cfg.graceful_timeout)
+
+    def _stop_listening(self):
+        for listener in self.listeners_to_close:
+            sock = getattr(listener, "sock", listener)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # new connections are refused from now on
+            except OSError:
+                pass
 
     def _on_alarm(self, signum, frame):
         if self.stopping:
@@ -103,8 +114,9 @@ class SignalPolicy:
     def _on_quit(self, signum, frame):
         self.stopping = True
         self.server.shutdown(graceful=False)
-        for listener in self.listeners_to_close:
-            listener.stop_listening()
+        self._stop_listening()
+        if self.on_drain is not None:
+            self.on_drain()
 
     def _on_usr1(self, signum, frame):
         logs.reopen()

@@ -1,0 +1,527 @@
+"""The supervisor: binds every listener, forks the workers, and runs their lifecycle.
+
+Off the request path. One loop waits (selectors) on a signal wake-up pipe and on one
+status pipe per worker; signal handlers only queue the signal number.
+
+Worker -> supervisor status pipe, one byte per event:
+  b"R"  the worker's server is built and serving (it booted)
+  b"D"  the worker stopped accepting (after TERM/QUIT)
+A worker that exits before b"R" failed to boot: the supervisor stops with a non-zero
+status (the worker already wrote its traceback), except during a rolling restart, where
+the old workers are kept, and under --reload, where the next file change retries.
+
+Heartbeats: an anonymous shared mmap, one int64 slot per worker, created before the
+first fork; the engine writes the CLOCK_MONOTONIC ns at which the current request began
+(0 when idle). A worker whose request is older than --worker-timeout gets SIGUSR2 (its
+faulthandler writes every thread's stack to the log), then SIGKILL a moment later, and
+is replaced.
+
+Signals: TERM/INT graceful stop (a second one forces it), QUIT immediate stop, HUP rolling
+restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers).
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import random
+import selectors
+import signal
+import struct
+import sys
+import time
+
+from . import logs, sockets, worker
+from .cli import open_listeners, remove_pid_file, resolve_app, write_pid_file
+
+log = logs.log
+
+HEARTBEAT_SLOTS = 1024
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
+           signal.SIGUSR1, signal.SIGCHLD)
+DUMP_GRACE = 1.0  # seconds between the stack-dump signal and SIGKILL
+DRAIN_ACK_WAIT = 1.0  # seconds to wait for workers to stop accepting before closing the listeners
+
+
+def _now():
+    return time.monotonic()
+
+
+def _describe_status(status):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"was killed by signal {name}", 128 + sig
+    code = os.waitstatus_to_exitcode(status)
+    return f"exited with code {code}", code
+
+
+class Worker:
+    def __init__(self, pid, slot, generation, status_fd):
+        self.pid = pid
+        self.slot = slot
+        self.generation = generation
+        self.status_fd = status_fd
+        self.started = _now()
+        self.ready = False
+        self.stopping = False  # the supervisor asked it to stop
+        self.stop_reason = ""
+        self.kill_at = None  # monotonic deadline for SIGKILL
+        self.drained = False
+        self.dumped_at = None  # when the stack dump was requested (worker timeout)
+
+
+class Supervisor:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.target = cfg.workers
+        self.workers = {}  # pid -> Worker
+        self.generation = 0
+        self.pending_signals = []
+        self.stopping = None  # None | "graceful" | "fast"
+        self.stop_deadline = None
+        self.listeners_stopped = False
+        self.listening_logged = False
+        self.exit_code = 0
+        self.boot_blocked = False  # --reload after a failed boot: wait for the next change
+        self.crashes = []  # monotonic times of recent crashes (respawn back-off)
+        self.respawn_after = 0.0
+        self.free_slots = list(range(HEARTBEAT_SLOTS - 1, -1, -1))
+        self.app = None
+        self.interface = None
+        self.listeners = []
+        self.heartbeat = None
+        self.reloader = None
+        self.next_reload_check = 0.0
+        self.rand = random.Random()
+
+    # --- start-up -------------------------------------------------------------------
+
+    def run(self):
+        cfg = self.cfg
+        if cfg.reload and cfg.preload:
+            log.warning("--preload is ignored with --reload (workers must import the new code)")
+        if cfg.preload and not cfg.reload:
+            self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
+        self.listeners = open_listeners(cfg)
+        if cfg.pid_file:
+            write_pid_file(cfg.pid_file)
+        self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * 8)  # anonymous, MAP_SHARED: survives fork
+        if cfg.reload:
+            from .reload import Reloader
+
+            dirs = cfg.reload_dir or [cfg.app_dir]
+            self.reloader = Reloader(dirs)
+            log.info("watching %s for changes to .py files", ", ".join(self.reloader.dirs))
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        for s in HANDLED:
+            signal.signal(s, self._on_signal)
+        log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
+                 ", reload on" if cfg.reload else "")
+        try:
+            self._loop()
+        finally:
+            self._cleanup()
+        return self.exit_code
+
+    def _cleanup(self):
+        for w in list(self.workers.values()):
+            try:
+                os.kill(w.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for w in list(self.workers.values()):
+            try:
+                os.waitpid(w.pid, 0)
+            except ChildProcessError:
+                pass
+        for listener in self.listeners:
+            listener.close()
+        if self.cfg.pid_file:
+            remove_pid_file(self.cfg.pid_file)
+        signal.set_wakeup_fd(-1)
+
+    def _on_signal(self, signum, frame):
+        self.pending_signals.append(signum)
+
+    # --- the loop -------------------------------------------------------------------
+
+    def _loop(self):
+        while True:
+            self._handle_signals()
+            self._reap()
+            if self.stopping and not self.workers:
+                log.info("supervisor %d: all workers stopped; exiting", os.getpid())
+                return
+            if self.stopping is None:
+                self._check_reload()
+                self._maintain()
+                self._check_heartbeats()
+            self._enforce_deadlines()
+            if self.stopping and not self.listeners_stopped:
+                self._maybe_stop_listening()
+            for key, _ in self.selector.select(self._tick()):
+                if key.data is None:
+                    self._drain_wakeup()
+                else:
+                    self._read_status(key.data)
+
+    def _tick(self):
+        t = 0.5
+        if self.cfg.worker_timeout:
+            t = min(t, max(0.05, self.cfg.worker_timeout / 4))
+        if self.respawn_after:
+            t = min(t, max(0.01, self.respawn_after - _now()))
+        return t
+
+    def _drain_wakeup(self):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _read_status(self, w):
+        try:
+            data = os.read(w.status_fd, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(w.status_fd)
+            os.close(w.status_fd)
+            w.status_fd = None
+            return
+        if b"R" in data and not w.ready:
+            w.ready = True
+            log.info("worker %d ready (boot took %.2fs)", w.pid, _now() - w.started)
+            if not self.listening_logged:
+                self.listening_logged = True
+                for listener in self.listeners:
+                    log.info("Listening on %s", listener.url)
+            self._progress_rollout()
+        if b"D" in data:
+            w.drained = True
+
+    # --- signals --------------------------------------------------------------------
+
+    def _handle_signals(self):
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
+            if sig == signal.SIGCHLD:
+                continue  # _reap() runs every iteration
+            if sig in (signal.SIGTERM, signal.SIGINT):
+                if self.stopping:
+                    log.info("second %s: stopping now", signal.Signals(sig).name)
+                    self._stop(fast=True)
+                else:
+                    log.info("%s: graceful stop (up to %gs)", signal.Signals(sig).name, self.cfg.graceful_timeout)
+                    self._stop(fast=False)
+            elif sig == signal.SIGQUIT:
+                log.info("SIGQUIT: stopping now")
+                self._stop(fast=True)
+            elif self.stopping:
+                continue
+            elif sig == signal.SIGHUP:
+                log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
+                self._start_rollout()
+            elif sig == signal.SIGTTIN:
+                self.target += 1
+                log.info("SIGTTIN: %d worker(s)", self.target)
+            elif sig == signal.SIGTTOU:
+                if self.target > 1:
+                    self.target -= 1
+                    log.info("SIGTTOU: %d worker(s)", self.target)
+                    self._retire_extra()
+                else:
+                    log.info("SIGTTOU ignored: already at 1 worker")
+            elif sig == signal.SIGUSR1:
+                logs.reopen()
+                for w in self.workers.values():
+                    self._kill(w, signal.SIGUSR1)
+
+    def _stop(self, fast):
+        now = _now()
+        if fast:
+            self.stopping = "fast"
+            self.stop_deadline = now + 1.0
+            self._stop_listening()
+            for w in self.workers.values():
+                w.stopping = True
+                w.kill_at = min(w.kill_at or self.stop_deadline, self.stop_deadline)
+                self._kill(w, signal.SIGQUIT)
+            return
+        self.stopping = "graceful"
+        self.stop_deadline = now + self.cfg.graceful_timeout + 1.0
+        self.stop_requested = now
+        for w in self.workers.values():
+            if not w.ready:
+                # Still booting: nothing in flight.
+                self._stop_worker(w, "stop", sig=signal.SIGKILL)
+            elif not w.stopping:
+                self._stop_worker(w, "stop")
+            w.kill_at = min(w.kill_at or self.stop_deadline, self.stop_deadline)
+
+    def _maybe_stop_listening(self):
+        # Refuse new connections once every worker stopped accepting (their engines no
+        # longer poll the listener), or after DRAIN_ACK_WAIT.
+        pending = [w for w in self.workers.values() if w.ready and not w.drained]
+        if not pending or _now() - getattr(self, "stop_requested", 0) > DRAIN_ACK_WAIT:
+            self._stop_listening()
+
+    def _stop_listening(self):
+        if not self.listeners_stopped:
+            self.listeners_stopped = True
+            for listener in self.listeners:
+                listener.stop_listening()
+
+    # --- workers --------------------------------------------------------------------
+
+    def _kill(self, w, sig):
+        try:
+            os.kill(w.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _stop_worker(self, w, reason, sig=signal.SIGTERM):
+        w.stopping = True
+        w.stop_reason = reason
+        if w.kill_at is None:
+            w.kill_at = _now() + self.cfg.graceful_timeout + 1.0
+        self._kill(w, sig)
+
+    def _spawn(self):
+        if not self.free_slots:
+            log.error("no free heartbeat slot: cannot start more than %d workers", HEARTBEAT_SLOTS)
+            return None
+        slot = self.free_slots.pop()
+        struct.pack_into("q", self.heartbeat, slot * 8, 0)
+        max_requests = self.cfg.effective_max_requests(self.rand)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(status_r)
+                code = self._worker_main(status_w, slot, max_requests)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:
+                log.error("worker %d failed", os.getpid(), exc_info=True)
+                code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(status_w)
+        os.set_blocking(status_r, False)
+        w = Worker(pid, slot, self.generation, status_r)
+        self.workers[pid] = w
+        self.selector.register(status_r, selectors.EVENT_READ, w)
+        log.info("worker %d started (slot %d%s)", pid, slot,
+                 f", retires after {max_requests} requests" if max_requests else "")
+        return w
+
+    def _worker_main(self, status_w, slot, max_requests):
+        """Runs in the forked child; returns its exit status."""
+        worker.reset_signals()
+        worker.set_parent_death_signal()
+        for fd in [self.wake_r, self.wake_w, self.selector.fileno()] + [
+            w.status_fd for w in self.workers.values() if w.status_fd is not None
+        ]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.workers = {}
+        if self.app is not None:
+            app, interface = self.app, self.interface
+        else:
+            app, interface = resolve_app(self.cfg)
+        socks = [listener.worker_socket() for listener in self.listeners]
+        private = [s for listener, s in zip(self.listeners, socks) if s is not listener.sock]
+
+        def notify(byte):
+            try:
+                os.write(status_w, byte)
+            except OSError:
+                pass
+
+        policy = worker.SignalPolicy(self.cfg, listeners_to_close=private, supervised=True,
+                                     on_drain=lambda: notify(b"D"))
+        worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
+                   max_requests=max_requests, heartbeat=self.heartbeat, heartbeat_index=slot)
+        return 0
+
+    def _reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            w = self.workers.pop(pid, None)
+            if w is None:
+                continue
+            if w.status_fd is not None:
+                # Read what the worker wrote before it died (its ready byte).
+                try:
+                    data = os.read(w.status_fd, 64)
+                    if b"R" in data:
+                        w.ready = True
+                except OSError:
+                    pass
+                self.selector.unregister(w.status_fd)
+                os.close(w.status_fd)
+                w.status_fd = None
+            self.free_slots.append(w.slot)
+            self._on_exit(w, status)
+
+    def _on_exit(self, w, status):
+        what, code = _describe_status(status)
+        if w.stopping:
+            log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or "stopped")
+            return
+        if not w.ready:
+            self._on_boot_failure(w, what)
+            return
+        if code == 0:
+            log.info("worker %d %s after %s requests; replacing it", w.pid, what,
+                     "its max" if self.cfg.max_requests else "serving its")
+        else:
+            log.warning("worker %d %s; replacing it", w.pid, what)
+            now = _now()
+            self.crashes = [t for t in self.crashes if now - t < 10.0] + [now]
+            if len(self.crashes) >= 5:
+                self.respawn_after = now + 1.0
+                log.warning("%d crashes in 10s: waiting 1s before respawning", len(self.crashes))
+
+    def _on_boot_failure(self, w, what):
+        old = [x for x in self.workers.values() if x.generation < self.generation and not x.stopping]
+        if old:
+            log.error("worker %d %s before it was ready: rolling restart abandoned, keeping the %d running "
+                      "worker(s) until the next %s", w.pid, what, len(old),
+                      "file change" if self.reloader is not None else "SIGHUP")
+            self._abandon_rollout()
+            return
+        if self.reloader is not None:
+            log.error("worker %d %s before it was ready; waiting for a file change", w.pid, what)
+            self.boot_blocked = True
+            for x in list(self.workers.values()):
+                if not x.ready and not x.stopping:
+                    self._stop_worker(x, "boot failed", sig=signal.SIGKILL)
+            return
+        log.error("worker %d %s before it was ready (see its traceback above): stopping", w.pid, what)
+        self.exit_code = 1
+        self._stop(fast=False)
+
+    # --- keeping the right number of workers ----------------------------------------
+
+    def _current(self):
+        return [w for w in self.workers.values() if w.generation == self.generation and not w.stopping]
+
+    def _maintain(self):
+        if self.boot_blocked:
+            return
+        if self.respawn_after:
+            if _now() < self.respawn_after:
+                return
+            self.respawn_after = 0.0
+        current = self._current()
+        # While a new worker of the current generation is still booting after a failure of
+        # its predecessor, spawn no more than one at a time (no respawn storm).
+        for _ in range(self.target - len(current)):
+            if self._spawn() is None:
+                break
+        self._progress_rollout()
+
+    def _retire_extra(self):
+        current = sorted(self._current(), key=lambda w: w.started)
+        for w in current[: max(0, len(current) - self.target)]:
+            self._stop_worker(w, "TTOU")
+
+    def _start_rollout(self):
+        self.generation += 1
+        self.boot_blocked = False
+        self._maintain()
+
+    def _abandon_rollout(self):
+        for w in list(self.workers.values()):
+            if not w.ready and not w.stopping:
+                self._stop_worker(w, "rolling restart abandoned", sig=signal.SIGKILL)
+        for w in self.workers.values():
+            if not w.stopping:
+                w.generation = self.generation
+        # No new worker starts until the next SIGHUP (or file change under --reload).
+        self.boot_blocked = True
+
+    def _progress_rollout(self):
+        """Retire old-generation workers as new ones become ready: capacity never drops."""
+        old = sorted((w for w in self.workers.values() if w.generation < self.generation and not w.stopping),
+                     key=lambda w: w.started)
+        if not old:
+            return
+        ready_new = sum(1 for w in self._current() if w.ready)
+        excess = ready_new + len(old) - self.target
+        for w in old[: max(0, min(excess, len(old)))]:
+            self._stop_worker(w, "replaced by the rolling restart")
+
+    # --- timeouts -------------------------------------------------------------------
+
+    def _check_heartbeats(self):
+        timeout = self.cfg.worker_timeout
+        if not timeout:
+            return
+        now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        for w in list(self.workers.values()):
+            if not w.ready or (w.stopping and w.dumped_at is None):
+                continue
+            if w.dumped_at is not None:
+                if _now() - w.dumped_at >= DUMP_GRACE:
+                    log.error("worker %d: killing it (worker timeout)", w.pid)
+                    self._kill(w, signal.SIGKILL)
+                    w.kill_at = None
+                    w.dumped_at = float("inf")
+                continue
+            (started,) = struct.unpack_from("q", self.heartbeat, w.slot * 8)
+            if started and now_ns - started > timeout * 1e9:
+                log.error("worker %d: one request has run for %.1fs (--worker-timeout %gs); its thread stacks "
+                          "follow, then it is killed and replaced", w.pid, (now_ns - started) / 1e9, timeout)
+                w.dumped_at = _now()
+                w.stopping = True
+                w.stop_reason = "worker timeout"
+                self._kill(w, signal.SIGUSR2)
+
+    def _enforce_deadlines(self):
+        now = _now()
+        for w in self.workers.values():
+            if w.kill_at is not None and now >= w.kill_at:
+                log.warning("worker %d did not stop in time: killing it", w.pid)
+                self._kill(w, signal.SIGKILL)
+                w.kill_at = None
+
+    # --- reload ---------------------------------------------------------------------
+
+    def _check_reload(self):
+        if self.reloader is None or _now() < self.next_reload_check:
+            return
+        self.next_reload_check = _now() + 0.5
+        changed = self.reloader.changed()
+        if not changed:
+            return
+        shown = ", ".join(os.path.relpath(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
+        log.info("changes detected (%s): restarting workers", shown)
+        self._start_rollout()
