@@ -46,7 +46,7 @@ test-c: deps
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -o tests/c/build/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http
-	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c
+	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 
 test-py: build
@@ -63,6 +63,9 @@ fuzz: deps
 	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c src/http/parser.c
 	mkdir -p fuzz/build/corpus
 	./fuzz/build/fuzz_parser -max_total_time=60 -print_final_stats=1 fuzz/build/corpus fuzz/corpus
+	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
+	mkdir -p fuzz/build/corpus_ws
+	./fuzz/build/fuzz_ws -max_total_time=60 -print_final_stats=1 fuzz/build/corpus_ws fuzz/corpus_ws
 
 bench: deps build
 	$(VPY) -m bench $(SUITES)

@@ -931,6 +931,53 @@ static void test_handshake(void)
     CHECK_EQ(m0_ws_handshake_check(&r, &hs), M0_WS_BAD_HANDSHAKE);
 }
 
+/* The same checks on requests parsed by the real parser (M0_REQ_UPGRADE and
+ * req->upgrade come from it). */
+static int parse_and_check(const char *raw, m0_ws_handshake *hs, int *is_upgrade)
+{
+    m0_limits lim = {8190, 32, 8190, 0};
+    m0_header hdrs[32];
+    m0_request req;
+    memset(&req, 0, sizeof(req));
+    req.headers = hdrs;
+    int n = m0_parse_request(raw, strlen(raw), &req, &lim);
+    CHECK_EQ(n, (int)strlen(raw));
+    *is_upgrade = m0_ws_is_upgrade(&req);
+    return m0_ws_handshake_check(&req, hs);
+}
+
+static void test_handshake_parsed(void)
+{
+    m0_ws_handshake hs;
+    int up;
+    char accept[M0_WS_ACCEPT_LEN];
+    CHECK_EQ(parse_and_check("GET /chat HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n"
+                             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                             "Origin: http://example.com\r\nSec-WebSocket-Protocol: chat, superchat\r\n"
+                             "Sec-WebSocket-Version: 13\r\n\r\n",
+                             &hs, &up),
+             0);
+    CHECK(up);
+    m0_ws_accept(hs.key.base, hs.key.len, accept);
+    CHECK(memcmp(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", M0_WS_ACCEPT_LEN) == 0);
+    /* HTTP/1.0: the parser ignores Upgrade, so it is plain HTTP. */
+    parse_and_check("GET / HTTP/1.0\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                    &hs, &up);
+    CHECK(!up);
+    /* Connection without the upgrade token: not an upgrade. */
+    CHECK_EQ(parse_and_check("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: keep-alive\r\n"
+                             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                             &hs, &up),
+             M0_WS_BAD_HANDSHAKE);
+    CHECK(!up);
+    CHECK_EQ(parse_and_check("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 7\r\n\r\n",
+                             &hs, &up),
+             M0_WS_BAD_VERSION);
+    CHECK(up);
+}
+
 static void test_lists(void)
 {
     m0_span list = {" chat , ,superchat,\tv2.json ,", 29}, item;
@@ -972,6 +1019,7 @@ int main(void)
     test_stream();
     test_writer();
     test_handshake();
+    test_handshake_parsed();
     test_lists();
     test_error_codes();
     printf("test_ws: %d checks passed\n", checks);
