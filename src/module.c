@@ -2,6 +2,7 @@
  * module state (bridge/state.h), and the exec slot that lets each bridge
  * create its own types. No logic lives here. */
 #include "bridge/serve.h"
+#include "bridge/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi.h"
 
@@ -16,6 +17,8 @@ static int core_exec(PyObject *module)
         return -1;
     if (m0_wsgi_module_init(module) < 0)
         return -1;
+    if (m0_asgi_module_init(module) < 0)
+        return -1;
     return 0;
 }
 
@@ -25,7 +28,9 @@ static int core_traverse(PyObject *module, visitproc visit, void *arg)
     if (st == NULL)
         return 0;
     Py_VISIT(st->server_type);
-    return m0_wsgi_module_traverse(module, visit, arg);
+    if (m0_wsgi_module_traverse(module, visit, arg) < 0)
+        return -1;
+    return m0_asgi_module_traverse(module, visit, arg);
 }
 
 static int core_clear(PyObject *module)
@@ -35,6 +40,7 @@ static int core_clear(PyObject *module)
         return 0;
     Py_CLEAR(st->server_type);
     m0_wsgi_module_clear(module);
+    m0_asgi_module_clear(module);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../net/native_hello.h"
+#include "asgi.h"
 #include "state.h"
 #include "wsgi.h"
 
@@ -28,6 +29,8 @@ struct m0_server_object {
     m0_server *srv;
     int interface;
     m0_wsgi *wsgi;
+    m0_asgi *asgi;
+    PyObject *asgi_extra; /* the asgi= keyword argument (dict or None) */
     m0_native_hello hello;
     PyObject *app;
     PyObject *logger;
@@ -148,10 +151,22 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
         *ctx = self->wsgi;
         return 0;
     }
-    case M0_IFACE_ASGI:
-        /* The ASGI bridge plugs in here (its handler and ctx). */
-        PyErr_SetString(PyExc_NotImplementedError, "the ASGI interface is not built yet");
-        return -1;
+    case M0_IFACE_ASGI: {
+        m0_asgi_options opts = {
+            .app = self->app,
+            .logger = self->logger,
+            .root_path = self->root_path,
+            .url_scheme = self->url_scheme,
+            .server_header = self->hello.server_header,
+            .extra = self->asgi_extra,
+        };
+        self->asgi = m0_asgi_new(module, &opts);
+        if (self->asgi == NULL)
+            return -1;
+        *handler = &m0_asgi_handler;
+        *ctx = self->asgi;
+        return 0;
+    }
     default:
         PyErr_SetString(PyExc_SystemError, "unknown interface");
         return -1;
@@ -179,22 +194,24 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "max_requests",
                              "heartbeat",
                              "heartbeat_index",
+                             "asgi",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0;
-    PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None;
+    PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
+             *asgi_extra = Py_None;
     int server_header = 1, access_log = 0;
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOn:Server", kwlist, &app, &interface, &listeners,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOnO:Server", kwlist, &app, &interface, &listeners,
                                      &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line,
                                      &limit_request_fields, &limit_request_field_size, &limit_request_body, &root_path,
                                      &server_header, &access_log, &url_scheme, &logger, &errors, &max_requests,
-                                     &heartbeat, &heartbeat_index))
+                                     &heartbeat, &heartbeat_index, &asgi_extra))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -244,6 +261,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->app = Py_NewRef(app);
     self->logger = Py_NewRef(logger);
     self->errors = Py_NewRef(errors);
+    self->asgi_extra = Py_NewRef(asgi_extra);
 
     int r = m0_loop_new(&self->loop);
     if (r < 0) {
@@ -301,6 +319,9 @@ static int Server_traverse(ServerObject *self, visitproc visit, void *arg)
     Py_VISIT(self->errors);
     Py_VISIT(self->root_path);
     Py_VISIT(self->url_scheme);
+    Py_VISIT(self->asgi_extra);
+    if (m0_asgi_traverse(self->asgi, visit, arg) < 0)
+        return -1;
     if (self->heartbeat_held)
         Py_VISIT(self->heartbeat.obj);
     return 0;
@@ -313,6 +334,7 @@ static int Server_clear(ServerObject *self)
     Py_CLEAR(self->errors);
     Py_CLEAR(self->root_path);
     Py_CLEAR(self->url_scheme);
+    Py_CLEAR(self->asgi_extra);
     return 0;
 }
 
@@ -329,6 +351,10 @@ static void Server_dealloc(ServerObject *self)
     if (self->wsgi != NULL) {
         m0_wsgi_free(self->wsgi);
         self->wsgi = NULL;
+    }
+    if (self->asgi != NULL) {
+        m0_asgi_free(self->asgi);
+        self->asgi = NULL;
     }
     m0_loop_free(self->loop);
     self->loop = NULL;
