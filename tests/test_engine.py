@@ -1,0 +1,354 @@
+"""The C engine (loop, connections, native hello handler) through `_core.Server`,
+in a real process on an ephemeral port (tests/apps/engine_server.py)."""
+import json
+import re
+import signal
+import socket
+import sys
+import time
+
+import pytest
+
+from conftest import APPS_DIR, Server, header, read_response, recv_until_eof, server_env
+
+HELLO = b"Hello, world!"
+GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+BROWSER_HEADERS = (
+    b"User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36\r\n"
+    b"Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8\r\n"
+    b"Accept-Language: en-US,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCache-Control: max-age=0\r\n"
+    b"Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document\r\n"
+    b"Referer: http://127.0.0.1/\r\n"
+)
+
+
+@pytest.fixture
+def engine():
+    started = []
+
+    def start(**kwargs):
+        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
+        s = Server(argv, server_env(), str(APPS_DIR))
+        started.append(s)
+        return s.wait_ready()
+
+    yield start
+    for s in started:
+        s.stop(signal.SIGKILL)
+
+
+def assert_hello(resp, method="GET"):
+    status, headers, body, _ = resp
+    assert status == 200
+    assert header(headers, "content-type") == "text/plain"
+    assert header(headers, "content-length") == "13"
+    assert re.fullmatch(r"\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT", header(headers, "date"))
+    assert body == (b"" if method == "HEAD" else HELLO)
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(engine):
+    srv = engine()
+    with srv.connect() as s:
+        for _ in range(5):
+            s.sendall(GET)
+            resp = read_response(s)
+            assert_hello(resp)
+            assert header(resp[1], "connection") is None
+            assert header(resp[1], "server") == "m0serve"
+
+
+def test_pipelined_requests_answered_in_order(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(GET + b"HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n" + b"GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        assert_hello(read_response(s))
+        assert_hello(read_response(s, method="HEAD"), "HEAD")
+        last = read_response(s)
+        assert_hello(last)
+        assert header(last[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+
+
+def test_large_pipelined_burst(engine):
+    srv = engine()
+    n = 300
+    with srv.connect() as s:
+        s.sendall((b"GET / HTTP/1.1\r\nHost: t\r\n" + BROWSER_HEADERS + b"\r\n") * n)
+        for _ in range(n):
+            assert_hello(read_response(s))
+
+
+def test_http10_closes_unless_keep_alive_asked(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        resp = read_response(s)
+        assert_hello(resp)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+    with srv.connect() as s:
+        for _ in range(2):
+            s.sendall(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            resp = read_response(s)
+            assert_hello(resp)
+            assert header(resp[1], "connection") == "keep-alive"
+
+
+def test_head_has_headers_and_no_body(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"HEAD / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        data = recv_until_eof(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\nContent-Length: 13\r\n" in head + b"\r\n"
+    assert body == b""
+
+
+def test_connection_close_closes(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        resp = read_response(s)
+        assert_hello(resp)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+
+
+def test_idle_keep_alive_timeout_closes(engine):
+    srv = engine(keep_alive_timeout=0.3)
+    with srv.connect() as s:
+        s.sendall(GET)
+        assert_hello(read_response(s))
+        t0 = time.monotonic()
+        assert recv_until_eof(s, timeout=5) == b""
+        assert 0.2 <= time.monotonic() - t0 < 3
+
+
+def test_keep_alive_timeout_zero_closes_after_each_response(engine):
+    srv = engine(keep_alive_timeout=0)
+    with srv.connect() as s:
+        s.sendall(GET)
+        resp = read_response(s)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+
+
+def test_max_keepalive_requests(engine):
+    srv = engine(max_keepalive_requests=3)
+    with srv.connect() as s:
+        for i in range(3):
+            s.sendall(GET)
+            resp = read_response(s)
+            assert_hello(resp)
+            assert header(resp[1], "connection") == ("close" if i == 2 else None)
+        assert recv_until_eof(s) == b""
+
+
+def test_header_timeout_answers_408(engine):
+    srv = engine(header_timeout=0.4)
+    with srv.connect() as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # never finished
+        t0 = time.monotonic()
+        status, headers, _, _ = read_response(s, timeout=5)
+        assert status == 408
+        assert header(headers, "connection") == "close"
+        assert 0.3 <= time.monotonic() - t0 < 3
+        assert recv_until_eof(s) == b""
+
+
+def test_header_timeout_counts_from_the_first_byte_of_a_later_head(engine):
+    srv = engine(header_timeout=0.5, keep_alive_timeout=5)
+    with srv.connect() as s:
+        s.sendall(GET)
+        assert_hello(read_response(s))
+        time.sleep(0.8)  # idle longer than the header timeout: still open
+        s.sendall(GET)
+        assert_hello(read_response(s))
+
+
+def test_silent_connection_closed_after_header_timeout_without_response(engine):
+    srv = engine(header_timeout=0.3)
+    with srv.connect() as s:
+        assert recv_until_eof(s, timeout=5) == b""
+
+
+@pytest.mark.parametrize(
+    "request_bytes,status,kwargs",
+    [
+        (b"GET /" + b"a" * 300 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414, {"limit_request_line": 100}),
+        (b"GET / HTTP/1.1\r\nHost: t\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(10)) + b"\r\n", 431,
+         {"limit_request_fields": 5}),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"b" * 500 + b"\r\n\r\n", 431, {"limit_request_field_size": 100}),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n", 400, {}),
+        (b"GET / HTTP/1.1\r\n\r\n", 400, {}),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n", 413, {"limit_request_body": 10}),
+    ],
+)
+def test_protocol_errors_close_while_others_are_served(engine, request_bytes, status, kwargs):
+    srv = engine(**kwargs)
+    with srv.connect() as good:
+        good.sendall(GET)
+        assert_hello(read_response(good))
+        with srv.connect() as bad:
+            bad.sendall(request_bytes)
+            st, headers, body, _ = read_response(bad)
+            assert st == status
+            assert header(headers, "connection") == "close"
+            assert str(status).encode() in body
+            assert recv_until_eof(bad) == b""
+        good.sendall(GET)
+        assert_hello(read_response(good))
+
+
+def test_error_response_survives_unread_input(engine):
+    """A rejected request followed by more input still gets its response (lingering close, no RST)."""
+    srv = engine(limit_request_fields=5)
+    with srv.connect() as s:
+        flood = b"GET / HTTP/1.1\r\nHost: t\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(10)) + b"\r\n"
+        s.sendall(flood + b"x" * 200000)
+        st, headers, _, _ = read_response(s)
+        assert st == 431
+
+
+def test_request_bodies_are_read_and_connection_kept(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+        assert_hello(read_response(s))
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n")
+        assert_hello(read_response(s))
+        # a body split across sends
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345")
+        time.sleep(0.1)
+        s.sendall(b"67890" + GET)
+        assert_hello(read_response(s))
+        assert_hello(read_response(s))
+
+
+def test_large_request_body(engine):
+    srv = engine()
+    body = b"z" * (3 * 1024 * 1024)
+    with srv.connect() as s:
+        s.sendall(b"PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert_hello(read_response(s, timeout=10))
+        s.sendall(GET)
+        assert_hello(read_response(s))
+
+
+def test_bad_chunked_body_closes(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+        resp = read_response(s)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+
+
+def test_expect_100_continue(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        status, _, _, _ = read_response(s)
+        assert status == 100
+        s.sendall(b"data")
+        assert_hello(read_response(s))
+        s.sendall(GET)
+        assert_hello(read_response(s))
+
+
+def test_access_log_line(engine):
+    srv = engine(access_log=True)
+    with srv.connect() as s:
+        s.sendall(b"GET /path?q=1 HTTP/1.1\r\nHost: t\r\n\r\nHEAD /h HTTP/1.1\r\nHost: t\r\n\r\n")
+        read_response(s)
+        read_response(s, method="HEAD")
+        port = s.getsockname()[1]
+    m = srv.wait_log(r'127\.0\.0\.1:(\d+) - "GET /path\?q=1 HTTP/1\.1" 200 13 (\d+\.\d{3})ms\n')
+    assert int(m.group(1)) == port
+    assert float(m.group(2)) < 1000
+    srv.wait_log(r'127\.0\.0\.1:%d - "HEAD /h HTTP/1\.1" 200 0 \d+\.\d{3}ms\n' % port)
+
+
+def test_sigterm_shutdown_finishes_in_flight_request(engine):
+    srv = engine()
+    idle = srv.connect()
+    idle.sendall(GET)
+    assert_hello(read_response(idle))
+    with srv.connect() as busy:
+        busy.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # head in flight
+        time.sleep(0.2)
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.wait_log("shutdown requested")
+        assert recv_until_eof(idle) == b""  # the idle connection is closed at once
+        busy.sendall(b"\r\n")
+        resp = read_response(busy)
+        assert_hello(resp)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(busy) == b""
+    assert srv.proc.wait(5) == 0
+    srv.wait_log(r"served 2 requests, 0 connections")
+    with pytest.raises(OSError):
+        socket.create_connection((srv.host, srv.port), timeout=2).recv(1)
+
+
+def test_max_requests_drains_and_returns(engine):
+    srv = engine(max_requests=3)
+    with srv.connect() as s:
+        for i in range(3):
+            s.sendall(GET)
+            resp = read_response(s)
+            assert_hello(resp)
+        assert header(resp[1], "connection") == "close"
+        assert recv_until_eof(s) == b""
+    assert srv.proc.wait(5) == 0
+    srv.wait_log(r"served 3 requests, 0 connections")
+
+
+def test_server_api_in_process():
+    from m0serve import _core
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    hb = bytearray(16)
+    srv = _core.Server(None, "native-hello", [lsock.fileno()], heartbeat=hb, heartbeat_index=1, server_header=False)
+    assert srv.requests == 0 and srv.connections == 0
+    assert isinstance(srv.fileno(), int) and srv.fileno() >= 0
+    c = socket.create_connection(lsock.getsockname())
+    c.sendall(GET)
+    deadline = time.monotonic() + 5
+    while srv.requests == 0 and time.monotonic() < deadline:
+        srv.run_once()
+    c.settimeout(5)
+    resp = read_response(c)
+    assert_hello(resp)
+    assert header(resp[1], "server") is None
+    assert srv.requests == 1 and srv.connections == 1
+    assert hb == bytearray(16)  # idle: the slot is 0 again
+    srv.shutdown(graceful=True)
+    srv.run_once()
+    assert srv.connections == 0
+    srv.serve()  # returns at once: shut down and no connection left
+    c.close()
+    lsock.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        ({"interface": "nope"}, ValueError),
+        ({"keep_alive_timeout": -1}, ValueError),
+        ({"limit_request_fields": 0}, ValueError),
+        ({"heartbeat": bytearray(8), "heartbeat_index": 1}, ValueError),
+        ({"heartbeat": b"12345678"}, (TypeError, BufferError)),
+        ({"listeners": [10**6]}, OSError),
+    ],
+)
+def test_server_rejects_bad_arguments(kwargs, exc):
+    from m0serve import _core
+
+    args = {"app": None, "interface": "native-hello", "listeners": []}
+    args.update(kwargs)
+    with pytest.raises(exc):
+        _core.Server(args.pop("app"), args.pop("interface"), args.pop("listeners"), **args)
