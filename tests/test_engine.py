@@ -1,6 +1,7 @@
 """The C engine (loop, connections, native hello handler) through `_core.Server`,
 in a real process on an ephemeral port (tests/apps/engine_server.py)."""
 import json
+import os
 import re
 import signal
 import socket
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, Server, header, read_response, recv_until_eof, server_env
+from conftest import APPS_DIR, TESTS_DIR, Server, header, read_response, recv_until_eof, server_env
 
 HELLO = b"Hello, world!"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -305,50 +306,71 @@ def test_max_requests_drains_and_returns(engine):
     srv.wait_log(r"served 3 requests, 0 connections")
 
 
-def test_server_api_in_process():
-    from m0serve import _core
+def run_python(code, timeout=30):
+    """Run code in a fresh interpreter outside the source tree (the installed package)."""
+    import subprocess
 
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(16)
-    hb = bytearray(16)
-    srv = _core.Server(None, "native-hello", [lsock.fileno()], heartbeat=hb, heartbeat_index=1, server_header=False)
-    assert srv.requests == 0 and srv.connections == 0
-    assert isinstance(srv.fileno(), int) and srv.fileno() >= 0
-    c = socket.create_connection(lsock.getsockname())
-    c.sendall(GET)
-    deadline = time.monotonic() + 5
-    while srv.requests == 0 and time.monotonic() < deadline:
-        srv.run_once()
-    c.settimeout(5)
-    resp = read_response(c)
-    assert_hello(resp)
-    assert header(resp[1], "server") is None
-    assert srv.requests == 1 and srv.connections == 1
-    assert hb == bytearray(16)  # idle: the slot is 0 again
-    srv.shutdown(graceful=True)
+    env = server_env()
+    env["PYTHONPATH"] = str(TESTS_DIR) + os.pathsep + env["PYTHONPATH"]
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(APPS_DIR), env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_server_api_in_process():
+    out = run_python(r"""
+import socket, time
+from m0serve import _core
+from conftest import read_response, header
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+hb = bytearray(16)
+srv = _core.Server(None, "native-hello", [lsock.fileno()], heartbeat=hb, heartbeat_index=1, server_header=False)
+assert srv.requests == 0 and srv.connections == 0
+assert isinstance(srv.fileno(), int) and srv.fileno() >= 0
+c = socket.create_connection(lsock.getsockname())
+c.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+deadline = time.monotonic() + 5
+while srv.requests == 0 and time.monotonic() < deadline:
     srv.run_once()
-    assert srv.connections == 0
-    srv.serve()  # returns at once: shut down and no connection left
-    c.close()
-    lsock.close()
+c.settimeout(5)
+status, headers, body, _ = read_response(c)
+assert status == 200 and body == b"Hello, world!", (status, body)
+assert header(headers, "server") is None
+assert srv.requests == 1 and srv.connections == 1
+assert hb == bytearray(16)  # idle: the slot is 0 again
+srv.shutdown(graceful=True)
+srv.run_once()
+assert srv.connections == 0
+srv.serve()  # returns at once: shut down and no connection left
+print("ok")
+""")
+    assert out.strip() == "ok"
 
 
 @pytest.mark.parametrize(
     "kwargs,exc",
     [
-        ({"interface": "nope"}, ValueError),
-        ({"keep_alive_timeout": -1}, ValueError),
-        ({"limit_request_fields": 0}, ValueError),
-        ({"heartbeat": bytearray(8), "heartbeat_index": 1}, ValueError),
-        ({"heartbeat": b"12345678"}, (TypeError, BufferError)),
-        ({"listeners": [10**6]}, OSError),
+        ('interface="nope"', "ValueError"),
+        ("keep_alive_timeout=-1", "ValueError"),
+        ("limit_request_fields=0", "ValueError"),
+        ("heartbeat=bytearray(8), heartbeat_index=1", "ValueError"),
+        ('heartbeat=b"12345678"', "BufferError"),
+        ("listeners=[10**6]", "OSError"),
+        ('interface="wsgi", app=42', "TypeError"),
     ],
 )
 def test_server_rejects_bad_arguments(kwargs, exc):
-    from m0serve import _core
-
-    args = {"app": None, "interface": "native-hello", "listeners": []}
-    args.update(kwargs)
-    with pytest.raises(exc):
-        _core.Server(args.pop("app"), args.pop("interface"), args.pop("listeners"), **args)
+    out = run_python(f"""
+from m0serve import _core
+args = dict(app=None, interface="native-hello", listeners=[])
+args.update(dict({kwargs}))
+try:
+    _core.Server(args.pop("app"), args.pop("interface"), args.pop("listeners"), **args)
+except Exception as e:
+    print(type(e).__name__)
+""")
+    assert out.strip() == exc
