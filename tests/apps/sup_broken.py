@@ -1,0 +1,3 @@
+"""A worker app that fails to import: the supervisor must stop with this traceback, not respawn."""
+
+raise ImportError("sup_broken: a dependency is missing")

@@ -1,0 +1,348 @@
+"""The command line: flags, environment variables, app loading, sockets."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import APPS_DIR, LISTEN_RE, Server, server_env
+
+from m0serve.config import OPTIONS, resolve
+from m0serve.loader import AppLoadError, detect_interface, load
+
+
+def run_cli(*args, env=None, timeout=20):
+    return subprocess.run(
+        [sys.executable, "-m", "m0serve", *args],
+        env=server_env(env),
+        cwd=str(APPS_DIR),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def exchange(sock, raw, timeout=5):
+    """Send one request with `Connection: close`; return (status, headers dict, body)."""
+    sock.settimeout(timeout)
+    sock.sendall(raw)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise ConnectionError(f"incomplete response: {data!r}")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        out = b""
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out, body = out + body[:size], body[size + 2 :]
+        body = out
+    elif "content-length" in headers:
+        n = int(headers["content-length"])
+        if len(body) < n:
+            raise ConnectionError(f"short body: {len(body)} < {n}")
+        body = body[:n]
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+def get(host, port, path="/", timeout=5):
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        return exchange(s, f"GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode(), timeout)
+
+
+# --- bad flags and values: one line naming them, exit 2 ------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        (["cli_hello:app", "--port", "abc"], "--port"),
+        (["cli_hello:app", "--port", "70000"], "--port"),
+        (["cli_hello:app", "--bogus-flag"], "--bogus-flag"),
+        (["cli_hello:app", "--keep-alive-timeout", "-1"], "--keep-alive-timeout"),
+        (["cli_hello:app", "--workers", "0"], "--workers"),
+        (["cli_hello:app", "--interface", "cgi"], "--interface"),
+        (["cli_hello:app", "--log-level", "loud"], "--log-level"),
+        (["cli_hello:app", "--limit-request-line", "x"], "--limit-request-line"),
+        (["no_colon_here"], "APP"),
+        ([], "APP"),
+    ],
+)
+def test_bad_flag_or_value_exits_2_with_one_line(args, name):
+    r = run_cli(*args)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert name in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [("M0_PORT", "eighty"), ("M0_KEEP_ALIVE_TIMEOUT", "soon"), ("M0_ACCESS_LOG", "maybe"), ("WEB_CONCURRENCY", "0")],
+)
+def test_bad_environment_value_names_the_variable(var, value):
+    r = run_cli("cli_hello:app", env={var: value})
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and var in lines[0], r.stderr
+
+
+def test_every_option_has_an_environment_variable():
+    env = {
+        "M0_HOST": "0.0.0.0",
+        "M0_PORT": "9001",
+        "M0_KEEP_ALIVE_TIMEOUT": "2.5",
+        "M0_MAX_KEEPALIVE_REQUESTS": "7",
+        "M0_LIMIT_REQUEST_BODY": "1024",
+        "M0_ACCESS_LOG": "yes",
+        "M0_NO_SERVER_HEADER": "1",
+        "M0_RELOAD_DIR": os.pathsep.join(["a", "b"]),
+        "WEB_CONCURRENCY": "3",
+    }
+    cfg = resolve(["x:app"], environ=env)
+    assert (cfg.host, cfg.port, cfg.keep_alive_timeout, cfg.max_keepalive_requests) == ("0.0.0.0", 9001, 2.5, 7)
+    assert cfg.limit_request_body == 1024 and cfg.access_log is True and cfg.no_server_header is True
+    assert cfg.reload_dir == ["a", "b"] and cfg.workers == 3
+    # The command line wins over the environment; M0_WORKERS over WEB_CONCURRENCY.
+    cfg = resolve(["x:app", "--port", "9002"], environ=dict(env, M0_WORKERS="5"))
+    assert cfg.port == 9002 and cfg.workers == 5
+    assert resolve(["x:app"], environ={}).workers == 1
+    names = {o.env for o in OPTIONS}
+    assert {"M0_APP", "M0_WORKERS", "M0_WORKER_TIMEOUT", "M0_LIMIT_REQUEST_FIELD_SIZE", "M0_UDS", "M0_FD"} <= names
+
+
+def test_environment_configures_a_running_server(serve):
+    # M0_PORT=1 would fail to bind: the fixture's --port 0 must win over it.
+    s = serve("cli_hello:app", env={"M0_ROOT_PATH": "/from-env", "M0_PORT": "1", "M0_NO_SERVER_HEADER": "true"})
+    status, headers, body = get(s.host, s.port, "/from-env/page")
+    assert status == 200
+    assert body == b"hello script=/from-env path=/page"
+    assert "server" not in {k.lower() for k in headers}
+
+
+def test_app_from_environment(serve):
+    s = serve("--factory", env={"M0_APP": "cli_hello:create_app"})
+    assert get(s.host, s.port)[2] == b"factory"
+
+
+# --- app loading -------------------------------------------------------------------------
+
+
+def test_import_error_prints_traceback_and_exits_1():
+    r = run_cli("cli_broken:app", "--port", "0")
+    assert r.returncode == 1, r
+    out = r.stdout + r.stderr
+    assert "Traceback (most recent call last)" in out
+    assert "cli_broken.py" in out and "in configure" in out
+    assert "RuntimeError: cli_broken: configuration failed at import time" in out
+    assert "Listening on" not in out
+
+
+def test_missing_module_and_attribute_exit_1():
+    r = run_cli("no_such_module_anywhere:app", "--port", "0")
+    assert r.returncode == 1 and "ModuleNotFoundError" in r.stderr, r
+    r = run_cli("cli_hello:nope", "--port", "0")
+    assert r.returncode == 1 and "has no attribute 'nope'" in r.stderr, r
+
+
+def test_factory(serve):
+    s = serve("cli_hello:create_app", "--factory")
+    assert get(s.host, s.port)[2] == b"factory"
+    s2 = serve("cli_hello:create_app()")
+    assert get(s2.host, s2.port)[2] == b"factory"
+
+
+def test_app_dir(serve, tmp_path):
+    (tmp_path / "cli_appdir_mod.py").write_text(
+        textwrap.dedent(
+            """
+            def app(environ, start_response):
+                start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "6")])
+                return [b"appdir"]
+            """
+        )
+    )
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    s = serve("cli_appdir_mod:app", "--app-dir", str(tmp_path), cwd=str(cwd))
+    assert get(s.host, s.port)[2] == b"appdir"
+
+
+def test_root_path_reaches_script_name(serve):
+    s = serve("cli_hello:app", "--root-path", "/mnt/app")
+    status, _, body = get(s.host, s.port, "/mnt/app/x/y")
+    assert status == 200 and body == b"hello script=/mnt/app path=/x/y"
+
+
+def test_interface_detection():
+    assert detect_interface(load("cli_asgi_like:asgi_function", app_dir=str(APPS_DIR))) == "asgi"
+    assert detect_interface(load("cli_asgi_like:asgi_object", app_dir=str(APPS_DIR))) == "asgi"
+    assert detect_interface(load("cli_asgi_like:wsgi_function", app_dir=str(APPS_DIR))) == "wsgi"
+    assert detect_interface(load("cli_asgi_like:wsgi_object", app_dir=str(APPS_DIR))) == "wsgi"
+    with pytest.raises(AppLoadError):
+        load("cli_asgi_like:missing", app_dir=str(APPS_DIR))
+
+
+# --- sockets -------------------------------------------------------------------------------
+
+
+def test_port_zero_logs_the_picked_port(serve):
+    s = serve("cli_hello:app")
+    m = LISTEN_RE.search(s.log)
+    assert m and m.group(0) == f"Listening on http://127.0.0.1:{s.port}" and s.port != 0
+    assert get(s.host, s.port)[0] == 200
+
+
+def test_native_hello(serve):
+    s = serve("--native=hello")  # the fixture puts its first argument before --host
+    status, headers, body = get(s.host, s.port, "/anything")
+    assert status == 200 and body == b"Hello, world!"
+    assert headers["content-type"].startswith("text/plain")
+
+
+def test_unix_socket_replaces_a_stale_file(serve, tmp_path):
+    path = str(tmp_path / "m0.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()  # the file stays behind, nobody listens
+    s = serve("cli_hello:app", "--uds", path, wait=False)
+    s.wait_log(re.escape(f"Listening on unix:{path}"))
+    c = socket.socket(socket.AF_UNIX)
+    c.settimeout(5)
+    c.connect(path)
+    status, _, body = exchange(c, b"GET /u HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    c.close()
+    assert status == 200 and body == b"hello script= path=/u"
+    assert s.stop() == 0
+    assert not os.path.exists(path)
+
+
+def test_unix_socket_in_use_is_refused(tmp_path):
+    path = str(tmp_path / "busy.sock")
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(path)
+    live.listen(1)
+    try:
+        r = run_cli("cli_hello:app", "--uds", path)
+    finally:
+        live.close()
+    assert r.returncode == 1 and "another server" in r.stderr, r
+
+
+def _listening_socket():
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(64)
+    return ls
+
+
+def test_inherited_fd():
+    ls = _listening_socket()
+    port = ls.getsockname()[1]
+    fd = ls.fileno()
+    argv = [sys.executable, "-m", "m0serve", "cli_hello:app", "--fd", str(fd)]
+    proc = subprocess.Popen(argv, env=server_env(), cwd=str(APPS_DIR), pass_fds=(fd,), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    ls.close()
+    s = _adopt(proc, argv)
+    try:
+        s.wait_ready()
+        assert s.port == port
+        assert get("127.0.0.1", port, "/fd")[2] == b"hello script= path=/fd"
+    finally:
+        assert s.stop() == 0
+
+
+def test_systemd_socket_activation():
+    ls = _listening_socket()
+    port = ls.getsockname()[1]
+    src = ls.fileno()
+    env = server_env({"LISTEN_FDS": "1"})
+    # systemd passes the socket as fd 3 and LISTEN_PID is the server's own pid: the shell
+    # moves the fd and sets the variable before it execs the server. --port 1 is ignored.
+    argv = ["/bin/bash", "-c",
+            f'exec 3<&{src} {src}<&-; LISTEN_PID=$$ exec "{sys.executable}" -m m0serve cli_hello:app --port 1']
+    proc = subprocess.Popen(argv, env=env, cwd=str(APPS_DIR), pass_fds=(src,),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ls.close()
+    s = _adopt(proc, argv)
+    try:
+        s.wait_ready()
+        assert s.port == port
+        assert get("127.0.0.1", port, "/sd")[2] == b"hello script= path=/sd"
+    finally:
+        assert s.stop() == 0
+
+
+def _adopt(proc, argv):
+    """A conftest.Server around an already started process."""
+    import threading
+
+    s = Server.__new__(Server)
+    s.argv, s.proc, s.lines = argv, proc, []
+    s._ready = threading.Event()
+    s.host = s.port = None
+    s._reader = threading.Thread(target=s._read, daemon=True)
+    s._reader.start()
+    return s
+
+
+def test_access_log(serve):
+    s = serve("cli_hello:app", "--access-log")
+    get(s.host, s.port, "/logged-path")
+    s.wait_log(r"/logged-path")
+
+
+def test_log_file_and_pid_file(tmp_path, serve):
+    log_file = tmp_path / "m0.log"
+    pid_file = tmp_path / "m0.pid"
+    s = serve("cli_hello:app", "--log-file", str(log_file), "--pid-file", str(pid_file), wait=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "Listening on" not in (log_file.read_text() if log_file.exists() else ""):
+        time.sleep(0.05)
+    text = log_file.read_text()
+    m = LISTEN_RE.search(text)
+    assert m, text
+    assert int(pid_file.read_text()) == s.proc.pid
+    assert re.search(rf"\[{s.proc.pid}\] \[INFO\] Listening on", text)
+    assert get("127.0.0.1", int(m.group(2)))[0] == 200
+    assert s.stop() == 0
+    assert not pid_file.exists()
+
+
+def test_demo_app(serve):
+    s = serve("m0serve.demo:app")
+    status, headers, body = get(s.host, s.port, "/")
+    assert status == 200 and b"m0<span>serve</span>" in body
+    with socket.create_connection((s.host, s.port), timeout=5) as c:
+        status, headers, body = exchange(c, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                                         b"Content-Length: 5\r\nConnection: close\r\n\r\nhello")
+    assert status == 200 and body == b"hello"
+    status, _, body = get(s.host, s.port, "/stream?n=3")
+    assert status == 200 and body.count(b"line ") == 3
+    assert get(s.host, s.port, "/nope")[0] == 404
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("m0serve", path=os.path.dirname(sys.executable))
+    assert exe, "the m0serve console script is not installed next to the interpreter"
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stdout.startswith("m0serve ")

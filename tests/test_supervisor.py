@@ -1,0 +1,315 @@
+"""The supervisor: prefork workers, respawn, signals, timeouts, recycling, reload.
+
+Every test runs real processes on 127.0.0.1 and is bounded in time. Clients open one
+connection per request, so a failure is the server's, never a keep-alive race.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import APPS_DIR, server_env
+from test_cli import get
+
+
+class Loop:
+    """Clients sending GET / in a loop on fresh connections; records (start, end, pid or error)."""
+
+    def __init__(self, server, clients=1, path="/"):
+        self.server = server
+        self.path = path
+        self.results = []
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            t0 = time.monotonic()
+            try:
+                status, _, body = get(self.server.host, self.server.port, self.path, timeout=10)
+                outcome = int(body) if status == 200 else f"status {status}"
+            except (OSError, ValueError) as e:
+                outcome = e
+            self.results.append((t0, time.monotonic(), outcome))
+
+    def stop(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(15)
+        return self.results
+
+    def failures(self, after=None):
+        return [r for r in self.results if not isinstance(r[2], int) and (after is None or r[0] >= after)]
+
+    def pids(self, after=0.0):
+        return {r[2] for r in self.results if isinstance(r[2], int) and r[0] >= after}
+
+
+def worker_pids(server, n, timeout=10):
+    """The pids of the first n workers that reported ready."""
+    wait_until(lambda: len(re.findall(r"worker \d+ ready", server.log)) >= n, timeout, f"{n} workers ready")
+    return [int(p) for p in re.findall(r"worker (\d+) ready", server.log)[:n]]
+
+
+def wait_until(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killed_worker_is_replaced_while_requests_continue(serve):
+    s = serve("sup_app:app", "--workers", "2")
+    first = worker_pids(s, 2)
+    loop = Loop(s, clients=2)
+    wait_until(lambda: len(loop.pids()) == 2, 10, "both workers to serve")
+    victim = first[0]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    s.wait_log(rf"worker {victim} was killed by signal SIGKILL")
+    m = s.wait_log(rf"worker {victim} was killed[\s\S]*?worker (\d+) ready")
+    new_pid = int(m.group(1))
+    wait_until(lambda: new_pid in loop.pids(), 10, "the replacement to serve")
+    time.sleep(0.3)
+    loop.stop()
+    # Only a request in flight on the killed worker may fail: one per client at most,
+    # and none that started after the kill.
+    assert len(loop.failures()) <= 2, loop.failures()
+    assert not loop.failures(after=killed_at + 0.05), loop.failures(after=killed_at + 0.05)
+    assert victim not in loop.pids(after=killed_at + 0.05)
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_term_finishes_the_request_in_flight_then_refuses(serve, workers):
+    s = serve("sup_app:app", "--workers", workers)
+    if workers == "2":
+        worker_pids(s, 2)
+    result = {}
+
+    def slow():
+        try:
+            result["r"] = get(s.host, s.port, "/sleep?s=2", timeout=10)
+        except OSError as e:
+            result["r"] = e
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.5)  # the request is inside the view
+    t_term = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((s.host, s.port), timeout=2).close()
+    t.join(10)
+    status, _, body = result["r"]
+    assert (status, body) == (200, b"slept")
+    assert s.proc.wait(10) == 0
+    assert time.monotonic() - t_term < 5
+
+
+def test_hup_rolling_restart_without_failures(serve):
+    s = serve("sup_app:app", "--workers", "2")
+    old = set(worker_pids(s, 2))
+    loop = Loop(s, clients=2)
+    wait_until(lambda: len(loop.pids()) == 2, 10, "both workers to serve")
+    s.proc.send_signal(signal.SIGHUP)
+    for pid in old:
+        s.wait_log(rf"worker {pid} exited with code 0 \(replaced by the rolling restart\)", timeout=15)
+    t_done = time.monotonic()
+    wait_until(lambda: len(loop.pids(after=t_done)) >= 2, 10, "the new workers to serve")
+    results = loop.stop()
+    assert len(results) > 20
+    assert loop.failures() == []
+    new = loop.pids(after=t_done)
+    assert new and not (new & old), (new, old)
+    assert s.stop() == 0
+
+
+def test_stuck_worker_stack_is_logged_then_replaced(serve):
+    s = serve("sup_app:app", "--workers", "2", "--worker-timeout", "1")
+    first = set(worker_pids(s, 2))
+    result = {}
+
+    def stuck():
+        try:
+            result["r"] = get(s.host, s.port, "/sleep?s=30", timeout=20)
+        except OSError as e:
+            result["r"] = e
+
+    t = threading.Thread(target=stuck, daemon=True)
+    t.start()
+    time.sleep(0.3)  # inside the view: this worker accepts nothing more
+    loop = Loop(s, clients=1)
+    m = s.wait_log(r"worker (\d+): one request has run for", timeout=10)
+    stuck_pid = int(m.group(1))
+    # The stack dump names the stuck view: its file, line and function.
+    s.wait_log(r'File "[^"]*sup_app\.py", line \d+ in slow_view', timeout=5)
+    s.wait_log(rf"worker {stuck_pid} was killed by signal SIGKILL", timeout=5)
+    t.join(10)
+    assert isinstance(result.get("r"), OSError), result  # the stuck request was cut off
+    wait_until(lambda: set(map(int, re.findall(r"worker (\d+) ready", s.log))) - first, 10, "a replacement")
+    replacement = (set(map(int, re.findall(r"worker (\d+) ready", s.log))) - first).pop()
+    wait_until(lambda: replacement in loop.pids(), 10, "the replacement to serve")
+    loop.stop()
+    assert loop.failures() == []
+    assert len(loop.results) > 5
+    assert stuck_pid not in loop.pids()
+    assert replacement != stuck_pid
+    assert s.stop() == 0
+
+
+def test_import_error_with_workers_stops_with_traceback(serve):
+    s = serve("sup_broken:app", "--workers", "2", wait=False)
+    t0 = time.monotonic()
+    code = s.proc.wait(10)
+    assert code != 0
+    assert time.monotonic() - t0 < 10
+    s._reader.join(5)
+    assert "Traceback (most recent call last)" in s.log
+    assert "ImportError: sup_broken: a dependency is missing" in s.log
+    assert len(re.findall(r"worker \d+ started", s.log)) <= 2  # no respawn storm
+    assert "Listening on" not in s.log
+
+
+def test_max_requests_recycles_workers_without_failures(serve):
+    s = serve("sup_app:app", "--workers", "2", "--max-requests", "50", "--max-requests-jitter", "10")
+    first = set(worker_pids(s, 2))
+    loop = Loop(s, clients=2)
+    wait_until(lambda: len(loop.results) >= 300, 30, "300 requests")
+    loop.stop()
+    assert loop.failures() == []
+    assert len(loop.pids() - first) >= 2, loop.pids()
+    assert re.search(r"worker \d+ exited with code 0 after its max requests", s.log)
+    assert s.stop() == 0
+
+
+def test_reload_picks_up_edits_and_survives_a_syntax_error(serve, tmp_path):
+    app_file = tmp_path / "sup_reload_app.py"
+
+    def write(text):
+        app_file.write_text(text)
+        st = app_file.stat()
+        os.utime(app_file, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+
+    template = (
+        "def app(environ, start_response):\n"
+        "    body = b'%s'\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain'), ('Content-Length', str(len(body)))])\n"
+        "    return [body]\n"
+    )
+    write(template % "1")
+    s = serve("sup_reload_app:app", "--app-dir", str(tmp_path), "--reload")
+
+    def body():
+        try:
+            return get(s.host, s.port, "/")[2]
+        except OSError:
+            return None
+
+    assert body() == b"1"
+    write(template % "2")
+    wait_until(lambda: body() == b"2", 10, "the edit to be served")
+    write("def app(environ, start_response)\n    oops\n")  # a syntax error
+    s.wait_log(r"SyntaxError", timeout=10)
+    s.wait_log(r"before it was ready", timeout=10)
+    assert s.proc.poll() is None  # the supervisor waits for the next change
+    assert body() == b"2"  # and the last good workers keep serving
+    write(template % "3")
+    wait_until(lambda: body() == b"3", 10, "the fixed app to be served")
+    assert s.stop() == 0
+
+
+def test_ttin_ttou_and_pid_file(serve, tmp_path):
+    pid_file = tmp_path / "sup.pid"
+    s = serve("sup_app:app", "--workers", "2", "--pid-file", str(pid_file))
+    worker_pids(s, 2)
+    assert int(pid_file.read_text()) == s.proc.pid
+    s.proc.send_signal(signal.SIGTTIN)
+    s.wait_log(r"SIGTTIN: 3 worker\(s\)")
+    worker_pids(s, 3)
+    s.proc.send_signal(signal.SIGTTOU)
+    s.wait_log(r"worker \d+ exited with code 0 \(TTOU\)")
+    assert s.stop() == 0
+    assert not pid_file.exists()
+
+
+def test_quit_stops_at_once(serve):
+    s = serve("sup_app:app", "--workers", "2", "--graceful-timeout", "30")
+    worker_pids(s, 2)
+    t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
+                         daemon=True)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGQUIT)
+    assert s.proc.wait(5) == 0
+    assert time.monotonic() - t0 < 3
+
+
+def test_second_term_forces_exit(serve):
+    s = serve("sup_app:app", "--workers", "2", "--graceful-timeout", "30")
+    worker_pids(s, 2)
+    t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
+                         daemon=True)
+    t.start()
+    time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert s.proc.poll() is None  # draining the 20 s request
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    s.proc.wait(5)
+    assert time.monotonic() - t0 < 3
+
+
+def test_graceful_timeout_bounds_the_drain(serve):
+    s = serve("sup_app:app", "--workers", "2", "--graceful-timeout", "1")
+    worker_pids(s, 2)
+    t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
+                         daemon=True)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    s.proc.wait(6)
+    assert time.monotonic() - t0 < 4
+
+
+def test_preload_imports_once_in_the_supervisor(serve):
+    s = serve("sup_app:app", "--workers", "2", "--preload")
+    worker_pids(s, 2)
+    assert get(s.host, s.port)[0] == 200
+    r = subprocess.run([sys.executable, "-m", "m0serve", "sup_broken:app", "--workers", "2", "--preload",
+                        "--port", "0"], env=server_env(), cwd=str(APPS_DIR), capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 1
+    assert "ImportError: sup_broken" in r.stderr and "worker" not in r.stderr
+
+
+def test_reuse_port_workers(serve):
+    s = serve("sup_app:app", "--workers", "2", "--reuse-port")
+    worker_pids(s, 2)
+    loop = Loop(s, clients=2)
+    wait_until(lambda: len(loop.results) >= 100, 20, "100 requests")
+    loop.stop()
+    assert loop.failures() == []
+    assert len(loop.pids()) == 2  # the kernel spreads connections over both sockets
+    assert s.stop() == 0
+
+
+def _swallow(fn):
+    try:
+        fn()
+    except OSError:
+        pass
