@@ -497,7 +497,7 @@ void m0_conn_process(m0_conn *c)
             break;
         if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
-            if (c->peer_eof || srv->draining) {
+            if (c->peer_eof || (srv->draining && c->nreq > 0)) {
                 m0_conn_close(c, 1);
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;

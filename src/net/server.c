@@ -106,9 +106,13 @@ void m0_server_drain(m0_server *srv)
         m0_listeners_pause(srv, 1);
         m0_timer_stop(srv->loop, &srv->accept_timer);
     }
-    /* Idle connections close now; each other one closes after its current
-     * response (m0_conn_keep_alive answers 0 from now on). A reference on
-     * the next connection keeps it alive across a close callback. */
+    /* Idle keep-alive connections close now; each other one closes after its
+     * current response (m0_conn_keep_alive answers 0 from now on). A
+     * connection that has not sent its first request yet is not idle: it was
+     * accepted from the shared queue and its request is on the way, so it is
+     * answered (bounded by the header timeout) rather than reset; that is what
+     * makes rolling restarts and max_requests recycling lose no request. A
+     * reference on the next connection keeps it alive across a close callback. */
     m0_conn *c = srv->conns;
     if (c != NULL)
         c->refs++;
@@ -116,7 +120,7 @@ void m0_server_drain(m0_server *srv)
         m0_conn *next = c->next;
         if (next != NULL)
             next->refs++;
-        int idle = (c->state == M0_CS_HEAD && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
+        int idle = (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
                    c->state == M0_CS_DISCARD;
         if (idle)
             m0_conn_close(c, 1);
