@@ -115,6 +115,9 @@ OPTIONS = [
            "application", "PATH"),
     Option("--loop", "value", _choice("auto", "asyncio", "uvloop"), "auto",
            "ASGI event loop (auto: uvloop when importable)", "application"),
+    Option("--lifespan", "value", _choice("auto", "on", "off"), "auto",
+           "ASGI lifespan protocol: auto (used when the app supports it), on (a failure stops start-up), off",
+           "application"),
     # Sockets
     Option("--host", "value", str, "127.0.0.1", "address to bind", "sockets"),
     Option("--port", "value", _int_in(0, 65535), 8000, "port to bind; 0 picks a free one (logged at start)", "sockets"),

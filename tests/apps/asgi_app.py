@@ -12,6 +12,7 @@
   /big?size=N          N bytes streamed in 64 KiB chunks (write backpressure)
   /pathsend            this file through http.response.pathsend
   /state               JSON of scope["state"]
+  /loop                module.class of the running event loop
   /error-before        raises before http.response.start
   /error-after         starts a streamed response, sends a chunk, raises
   /no-response         returns without sending anything
@@ -169,6 +170,9 @@ async def app(scope, receive, send):
         assert "http.response.pathsend" in scope.get("extensions", {})
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/x-python")]})
         return await send({"type": "http.response.pathsend", "path": HERE})
+    if path == "/loop":
+        loop = asyncio.get_running_loop()
+        return await _respond(send, 200, f"{type(loop).__module__}.{type(loop).__name__}".encode())
     if path == "/state":
         return await _respond(send, 200, json.dumps(scope.get("state")).encode())
     if path == "/error-before":
