@@ -1,0 +1,55 @@
+"""Real frameworks served over the ASGI bridge: Starlette, FastAPI, Django."""
+import os
+
+import httpx
+
+
+def test_starlette(serve):
+    srv = serve("starlette_app:app", "--interface", "asgi")
+    with httpx.Client(base_url=srv.url, timeout=5) as c:
+        assert c.get("/").json() == {"framework": "starlette", "greeting": "hello from lifespan"}
+        assert c.get("/items/42?q=x").json() == {"id": 42, "q": "x"}
+        assert c.get("/items/nope").status_code == 404
+        r = c.post("/echo", content=b"a" * 100000)
+        assert r.content == b"a" * 100000 and r.headers["x-length"] == "100000"
+        r = c.get("/stream")
+        assert r.text == "".join(f"line {i}\n" for i in range(5))
+        assert r.headers.get("transfer-encoding") == "chunked"
+        r = c.get("/file")
+        with open(os.path.join(os.path.dirname(__file__), "apps", "starlette_app.py"), "rb") as f:
+            assert r.content == f.read()
+
+
+def test_fastapi(serve):
+    srv = serve("fastapi_app:app", "--interface", "asgi")
+    with httpx.Client(base_url=srv.url, timeout=5) as c:
+        assert c.get("/").json() == {"framework": "fastapi"}
+        assert c.get("/items/5", params={"q": "z"}).json() == {"item_id": 5, "q": "z"}
+        assert c.get("/items/abc").status_code == 422
+        r = c.get("/items/404")
+        assert r.status_code == 404 and r.json() == {"detail": "no such item"}
+        assert c.post("/items", json={"name": "pen", "price": 1.5}).json() == {"name": "pen", "total": 3.0}
+        assert c.post("/items", json={"name": "pen"}).status_code == 422
+        assert c.post("/background").json() == {"queued": True}
+        assert c.get("/background").json() == {"done": ["ran"]}
+        assert c.get("/sync").json() == {"threadpool": True}
+        assert c.get("/openapi.json").json()["info"]["title"] == "FastAPI"
+
+
+def test_django(serve):
+    srv = serve("django_asgi.asgi:application", "--interface", "asgi")
+    with httpx.Client(base_url=srv.url, timeout=10) as c:
+        r = c.get("/")
+        assert r.status_code == 200 and r.text == "hello from django"
+        assert c.get("/async/?q=1").json() == {"async": True, "path": "/async/", "q": "1"}
+        r = c.post("/echo/", content=b"x=1", headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.json() == {"method": "POST", "body": "x=1", "ct": "application/x-www-form-urlencoded"}
+        assert c.get("/stream/").text == "chunk 0\nchunk 1\nchunk 2\n"
+        assert c.get("/missing/").status_code == 404
+
+
+def test_django_root_path(serve):
+    srv = serve("django_asgi.asgi:application", "--interface", "asgi", "--root-path", "/app")
+    r = httpx.get(srv.url + "/async/", timeout=10)
+    assert r.status_code == 200
+    assert r.json()["path"] == "/app/async/"
