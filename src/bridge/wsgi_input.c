@@ -173,7 +173,7 @@ static PyObject *input_read(m0_wsgi_input *in, PyObject *const *args, Py_ssize_t
 static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
 {
     PyObject *out = NULL;
-    size_t want = limit < 0 ? SIZE_MAX : (size_t)limit, got = 0;
+    size_t want = limit < 0 ? SIZE_MAX : (size_t)limit, got = 0, ocap = 0;
 
     if (want == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
@@ -199,22 +199,34 @@ static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
             scan = want - got;
         const char *nl = memchr(p, '\n', scan);
         size_t take = nl ? (size_t)(nl - p) + 1 : scan;
-        if (!out) {
-            out = PyBytes_FromStringAndSize(p, (Py_ssize_t)take);
-            if (!out)
-                goto error;
-        } else {
-            if (_PyBytes_Resize(&out, (Py_ssize_t)(got + take)) < 0)
-                goto error;
-            memcpy(PyBytes_AS_STRING(out) + got, p, take);
-        }
         in->pos += take;
+        if (!out && (nl || take == want)) {
+            /* the whole line is in the readahead: one copy */
+            return PyBytes_FromStringAndSize(p, (Py_ssize_t)take);
+        }
+        if (got + take > ocap) {
+            /* never a 0- or 1-byte singleton: those cannot be resized */
+            size_t ncap = ocap ? ocap * 2 : 2 * INPUT_READAHEAD;
+            while (ncap < got + take)
+                ncap *= 2;
+            if (!out) {
+                out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ncap);
+                if (!out)
+                    goto error;
+            } else if (_PyBytes_Resize(&out, (Py_ssize_t)ncap) < 0) {
+                goto error;
+            }
+            ocap = ncap;
+        }
+        memcpy(PyBytes_AS_STRING(out) + got, p, take);
         got += take;
         if (nl || got == want)
             break;
     }
     if (!out)
         return PyBytes_FromStringAndSize(NULL, 0);
+    if (_PyBytes_Resize(&out, (Py_ssize_t)got) < 0)
+        goto error;
     return out;
 error:
     Py_XDECREF(out);

@@ -491,10 +491,8 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
         return -1;
     }
     if (!sr->head_sent) {
-        if (sr->no_body && !final) {
-            sr->sent += len; /* counted for the HEAD Content-Length */
-            return 0;
-        }
+        /* HEAD frames like GET would (the same headers), its bytes counted
+         * but not sent. */
         if (sr->no_body) {
             sr->sent += len;
             len = 0;
