@@ -102,6 +102,31 @@ def wait_time_wait_below(limit, timeout_s):
     return n, time.monotonic() - start
 
 
+def _cpu_totals():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]), idle
+
+
+def host_busy(interval_s=0.5):
+    """Share of all CPUs busy over interval_s (0..1): other work on a shared machine."""
+    t0, i0 = _cpu_totals()
+    time.sleep(interval_s)
+    t1, i1 = _cpu_totals()
+    return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def wait_quiet(limit, timeout_s):
+    """The quiet gate: wait (up to timeout_s) until the host is less than `limit` busy while the
+    servers under test are idle. Returns (busy share, waited_s); the run records both."""
+    start = time.monotonic()
+    busy = host_busy()
+    while busy >= limit and time.monotonic() - start < timeout_s:
+        busy = host_busy(1.0)
+    return busy, time.monotonic() - start
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

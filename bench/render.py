@@ -155,7 +155,22 @@ def provenance_line(art):
             f"{m0py.get('version', '?')} ({m0py.get('build', '?')}); {comps}. "
             f"wrk -t{s['wrk_threads']} pinned to CPU {s['wrk_cpu']}, every server pinned to CPU {s['server_cpu']}; "
             f"{s['rounds']} alternating rounds of {s['duration_s']:g} s after {s['warmup_s']:g} s of warm-up; "
-            f"browser-shaped request ({len(s['headers']) + 1} headers). Artifact: `{_rel(art['_path'])}`.")
+            f"browser-shaped request ({len(s['headers']) + 1} headers){_nice(s)}. {_host_load(art)}"
+            f"Artifact: `{_rel(art['_path'])}`.")
+
+
+def _nice(settings):
+    return f", servers and wrk at nice {settings['nice']}" if settings.get("nice") else ""
+
+
+def _host_load(art):
+    """Other work on the host just before each measurement (CPU share busy while the servers idled)."""
+    busy = sorted(r["host_busy_before"] for row in art["rows"] for a in row["arms"] for r in a.get("rounds", [])
+                  if r.get("host_busy_before") is not None)
+    if not busy:
+        return ""
+    return (f"Host CPU busy with other work before a measurement: median {busy[len(busy) // 2] * 100:.0f}%, "
+            f"max {busy[-1] * 100:.0f}%. ")
 
 
 def throughput_table(row, versions):
@@ -296,7 +311,7 @@ def chart_svg(suite, art):
         if bars:
             groups.append((row["title"], bars))
     vmax = max((s["max"] if s else v) for _, bars in groups for _, v, s, _ in bars) if groups else 1
-    width, left, right, bar_h, gap = 760, 250, 110, 16, 6
+    width, left, right, bar_h, gap = 880, 330, 110, 16, 6
     plot_w = width - left - right
     y = 40
     body = []

@@ -45,9 +45,12 @@ class Settings:
     rounds: int = 3
     warmup_s: float = 2.0
     cooldown_s: float = 3.0
-    pause_s: float = 0.5
+    pause_s: float = 0.0
+    nice: int = 0  # niceness of servers and wrk (negative: ahead of other work on the host)
     time_wait_limit: int = 20000
     time_wait_timeout_s: float = 70.0
+    quiet_limit: float = 0.25  # host CPU share busy (servers idle) below which a measurement starts
+    quiet_timeout_s: float = 20.0
     start_timeout_s: float = 30.0
     wrk_threads: int = 1
 
@@ -141,14 +144,16 @@ class RowRunner:
 
     def wrk_argv(self, port, duration_s):
         url = f"http://127.0.0.1:{port}{self.row.path}"
-        return wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
+        argv = wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
                            script_path=self.script, cpu=WRK_CPU)
+        return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
 
     def measure(self, arm_state, duration_s):
         """One timed wrk run against one arm; returns the round record."""
         port, proc = arm_state["port"], arm_state["proc"]
         argv = self.wrk_argv(port, duration_s)
         tw = procs.time_wait_count()
+        busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
         with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
@@ -176,6 +181,9 @@ class RowRunner:
             "failed": bool(result.get("failed")),
             "failure": result.get("failure"),
             "time_wait_before": tw,
+            "loadavg_1m": _loadavg(),
+            "host_busy_before": round(busy, 3),
+            "quiet_wait_s": round(waited, 1),
             "server_processes": len(after),
             "wrk_output": raw,
         }
@@ -195,6 +203,8 @@ class RowRunner:
         run_env["PYTHONPATH"] = str(env.APPS_DIR)
         run_env["PYTHONUNBUFFERED"] = "1"
         run_env.update(arm.env)
+        if self.s.nice:
+            argv = ["nice", "-n", str(self.s.nice)] + argv
         proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
         err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s)
         state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
@@ -292,6 +302,15 @@ class RowRunner:
             rec["median"][m] = med
             rec["spread"][m] = spread
         return rec
+
+
+def _loadavg():
+    """The host's 1-minute load average after the run (other work on a shared machine shows here)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _brief(rec):

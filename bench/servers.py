@@ -47,8 +47,7 @@ def m0serve_native():
 
 def m0serve(interface="wsgi", extra=(), name=None, label=None, expect=None):
     argv = [_m0(), "-m", "m0serve", "{app}", "--host", "{host}", "--port", "{port}", "--workers", "1"]
-    if interface == "asgi":
-        argv += ["--interface", "asgi"]
+    argv += ["--interface", interface]
     argv += list(extra)
     return Arm(name or "m0serve", label or f"m0serve ({interface}, 1 worker)", argv, version_key="m0serve",
                is_m0serve=True, interface=interface, expect=expect)
