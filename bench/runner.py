@@ -35,7 +35,7 @@ class Row:
     connections: int = 16
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
-    stop_after: int = 0  # memory suite: requests per measurement (wrk stops itself)
+    target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
     extra: dict = field(default_factory=dict)
 
 
@@ -138,7 +138,7 @@ class RowRunner:
         self.suite, self.row, self.s = suite, row, settings
         self.workdir = Path(workdir)
         self.script = None
-        script = wrk.lua_script(row.method, row.body_size, row.stop_after)
+        script = wrk.lua_script(row.method, row.body_size)
         if script:
             self.script = wrk.write_script(self.workdir, f"{suite}-{row.id}.lua", script)
 
@@ -151,14 +151,15 @@ class RowRunner:
     def measure(self, arm_state, duration_s):
         """One timed wrk run against one arm; returns the round record."""
         port, proc = arm_state["port"], arm_state["proc"]
-        argv = self.wrk_argv(port, duration_s)
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
         with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
-            timeout = duration_s + 60 if not self.row.stop_after else 600
-            result, raw = wrk.run(argv, timeout_s=timeout)
+            if self.row.target_requests:
+                result, raw = self._run_until(port, self.row.target_requests, arm_state.get("warm_rps") or 5000)
+            else:
+                result, raw = wrk.run(self.wrk_argv(port, duration_s), timeout_s=duration_s + 60)
             wall = time.monotonic() - t0
             after = procs.tree(proc.pid)
         cpu_s = procs.cpu_seconds_between(before, after)
@@ -195,6 +196,38 @@ class RowRunner:
             rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + f"server exited ({proc.returncode})"
         return rec
 
+    def _run_until(self, port, target, est_rps):
+        """wrk in consecutive runs sized from the observed rate until `target` requests completed
+        (wrk's -d always runs to the end, so a request count is reached this way). Latency
+        percentiles are the worst of the runs'."""
+        total = {"requests": 0, "duration_s": 0.0, "errors": {}, "non_2xx": 0, "latency_s": {}}
+        raws = []
+        failures = []
+        for _ in range(50):
+            remaining = target - total["requests"]
+            if remaining <= 0:
+                break
+            d = max(1, min(120, int(remaining / max(est_rps, 100) * 1.1) + 1))
+            r, raw = wrk.run(self.wrk_argv(port, d), timeout_s=d + 60)
+            raws.append(raw)
+            if r.get("failure"):
+                failures.append(r["failure"])
+            total["requests"] += r.get("requests", 0)
+            total["duration_s"] += r.get("duration_s", 0.0)
+            total["non_2xx"] += r.get("non_2xx", 0)
+            for k, v in (r.get("errors") or {}).items():
+                total["errors"][k] = total["errors"].get(k, 0) + v
+            for k, v in r.get("latency_s", {}).items():
+                total["latency_s"][k] = max(v, total["latency_s"].get(k, 0))
+            if not r.get("requests"):
+                break
+            est_rps = r["requests"] / r["duration_s"] if r.get("duration_s") else est_rps
+        total["rps"] = total["requests"] / total["duration_s"] if total["duration_s"] else 0.0
+        total["failure"] = "; ".join(failures) or (None if total["requests"] >= target else
+                                                    f"only {total['requests']} of {target} requests")
+        total["failed"] = total["failure"] is not None
+        return total, "\n".join(raws)
+
     def start_arm(self, arm):
         port = procs.free_port()
         argv = arm.command(self.row.app, port)
@@ -219,7 +252,7 @@ class RowRunner:
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
-               "slow_ms": row.slow_ms if row.slow_inflight else None, "stop_after": row.stop_after, **row.extra,
+               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests, **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
@@ -250,15 +283,17 @@ class RowRunner:
             if out["status"] == "ok" and live:
                 for st in live:  # warm-up
                     if s.warmup_s > 0:
-                        wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s))), timeout_s=s.warmup_s + 60)
+                        warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s))),
+                                          timeout_s=s.warmup_s + 60)
+                        st["warm_rps"] = warm.get("rps")
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
                     st["rounds"] = []
-                rounds = 1 if row.stop_after else s.rounds
+                rounds = 1 if row.target_requests else s.rounds
                 for r in range(rounds):
                     order = live[r % len(live):] + live[: r % len(live)]
                     for st in order:
                         time.sleep(s.pause_s)
-                        rec = self.measure(st, s.duration_s if not row.stop_after else 600)
+                        rec = self.measure(st, s.duration_s)
                         rec["round"] = r + 1
                         rec["rss_after"] = procs.rss_bytes(st["proc"].pid)
                         st["rounds"].append(rec)

@@ -70,9 +70,9 @@ def mixed():
 def memory():
     return [
         Row("wsgi-100k", "Bare WSGI hello: RSS after warm-up and after 100,000 requests", WSGI_HELLO, wsgi_arms(),
-            stop_after=100_000),
+            target_requests=100_000),
         Row("asgi-100k", "Bare ASGI hello: RSS after warm-up and after 100,000 requests", ASGI_HELLO, asgi_arms(),
-            stop_after=100_000),
+            target_requests=100_000),
     ]
 
 

@@ -90,17 +90,14 @@ def version(wrk="wrk"):
     return m.group(1) if m else None
 
 
-def lua_script(method="GET", body_size=0, stop_after=0):
-    """A Lua script for wrk: a POST body of body_size bytes, and/or stop after stop_after responses."""
+def lua_script(method="GET", body_size=0):
+    """A Lua script for wrk sending a body of body_size bytes with `method` ("" when none is needed)."""
     parts = []
     if method != "GET" or body_size:
         parts.append(f'wrk.method = "{method}"')
     if body_size:
         parts.append(f'wrk.body = string.rep("x", {body_size})')
         parts.append('wrk.headers["Content-Type"] = "application/octet-stream"')
-    if stop_after:
-        parts.append(f"local seen = 0\nfunction response(status, headers, body)\n"
-                     f"  seen = seen + 1\n  if seen >= {stop_after} then wrk.thread:stop() end\nend")
     return "\n".join(parts) + "\n" if parts else ""
 
 

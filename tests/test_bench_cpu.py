@@ -15,6 +15,7 @@ import subprocess, sys
 n, burn = int(sys.argv[1]), float(sys.argv[2])
 child = '''
 import sys, time
+print("armed", flush=True)
 sys.stdin.readline()
 t0 = time.process_time()
 while time.process_time() - t0 < %f:
@@ -22,11 +23,17 @@ while time.process_time() - t0 < %f:
 print("done", flush=True)
 time.sleep(60)
 ''' % burn
-kids = [subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=sys.stdout) for _ in range(n)]
+kids = [subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for _ in range(n)]
+for k in kids:
+    assert k.stdout.readline().strip() == b"armed"
 print("ready", flush=True)
 sys.stdin.readline()
 for k in kids:
     k.stdin.write(b"go\n"); k.stdin.flush()
+for k in kids:
+    assert k.stdout.readline().strip() == b"done"
+print("done", flush=True)
 time.sleep(60)
 """
 
@@ -36,17 +43,12 @@ def _run_burn(n, burn):
                          stdout=subprocess.PIPE, text=True, start_new_session=True)
     procs._LIVE[p.pid] = p
     try:
-        assert p.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 10
-        while len(procs.tree(p.pid)) < n + 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the children finish importing before the window opens
+        assert p.stdout.readline().strip() == "ready"  # every child has started and waits on stdin
         before = procs.tree(p.pid)
         assert len(before) == n + 1
         p.stdin.write("go\n")
         p.stdin.flush()
-        for _ in range(n):
-            assert p.stdout.readline().strip() == "done"
+        assert p.stdout.readline().strip() == "done"
         after = procs.tree(p.pid)
         return procs.cpu_seconds_between(before, after)
     finally:

@@ -47,7 +47,7 @@ def make_artifact(scale=1.0, platform=PLATFORM, stamp="2026-11-30T10:00:00Z", di
     ]
     row = {"id": "hello-c16", "title": "Bare WSGI hello, 16 connections", "app": "hello_wsgi:app", "path": "/",
            "method": "GET", "body_size": 0, "connections": 16, "slow_inflight": 0, "slow_ms": None,
-           "stop_after": 0, "arms": arms, "status": "ok", "failures": []}
+           "target_requests": 0, "arms": arms, "status": "ok", "failures": []}
     if any(a["status"] == runner.FAILED for a in arms):
         row["status"] = runner.FAILED
     row["reference"] = runner._reference(arms)
