@@ -212,6 +212,21 @@ def server_versions():
     return versions
 
 
+def m0serve_build():
+    """Where the m0serve under test is installed and a hash of its compiled engine (null if absent)."""
+    code = ("import hashlib, json, m0serve, m0serve._core as c; "
+            "print(json.dumps({'package': m0serve.__file__, 'core': c.__file__, "
+            "'core_sha256': hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest()}))")
+    try:
+        p = subprocess.run([str(m0serve_python()), "-c", code], capture_output=True, text=True, timeout=60,
+                           cwd="/")
+        import json
+
+        return json.loads(p.stdout) if p.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
 def provenance():
     cpu = cpu_info()
     return {
@@ -229,6 +244,7 @@ def provenance():
                         "build": "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "GIL"},
         },
         "versions": server_versions(),
+        "m0serve_build": m0serve_build(),
         "pinning": {"server_cpu": 0, "wrk_cpu": 1},
     }
 

@@ -50,7 +50,7 @@ class Settings:
     time_wait_limit: int = 20000
     time_wait_timeout_s: float = 70.0
     quiet_limit: float = 0.25  # host CPU share busy (servers idle) below which a measurement starts
-    quiet_timeout_s: float = 20.0
+    quiet_timeout_s: float = 3.0
     start_timeout_s: float = 30.0
     wrk_threads: int = 1
 
