@@ -104,7 +104,8 @@ OPTIONS = [
     # Application
     Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
     Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
-           "the application's interface; auto detects ASGI (async callable) vs WSGI", "application"),
+           "the application's interface; auto detects ASGI (async callable) vs WSGI", "application",
+           "auto|wsgi|asgi"),
     Option("--factory", "flag", _bool, False, "APP names a factory: call it with no arguments to get the app", "application"),
     Option("--app-dir", "value", _path, ".", "directory inserted at the front of sys.path before importing APP",
            "application", "DIR"),
@@ -113,11 +114,20 @@ OPTIONS = [
            "application", "HANDLER"),
     Option("--root-path", "value", _root_path, "", "mount point of the app: SCRIPT_NAME (WSGI) / root_path (ASGI)",
            "application", "PATH"),
+    # ASGI
     Option("--loop", "value", _choice("auto", "asyncio", "uvloop"), "auto",
-           "ASGI event loop (auto: uvloop when importable)", "application"),
+           "ASGI event loop (auto: uvloop when importable)", "asgi",
+           "auto|asyncio|uvloop"),
     Option("--lifespan", "value", _choice("auto", "on", "off"), "auto",
            "ASGI lifespan protocol: auto (used when the app supports it), on (a failure stops start-up), off",
-           "application"),
+           "asgi", "auto|on|off"),
+    Option("--ws", "value", _choice("auto", "on", "off"), "auto", "ASGI WebSocket upgrades (off: answered as plain HTTP)",
+           "asgi", "auto|on|off"),
+    Option("--ws-max-size", "value", _int_in(1), 16 * 1024 * 1024, "maximum WebSocket message size", "asgi", "BYTES"),
+    Option("--ws-ping-interval", "value", _seconds, 20.0, "seconds between WebSocket pings", "asgi",
+           "SECONDS"),
+    Option("--ws-ping-timeout", "value", _seconds, 20.0, "seconds to wait for a pong before closing", "asgi",
+           "SECONDS"),
     # Sockets
     Option("--host", "value", str, "127.0.0.1", "address to bind", "sockets"),
     Option("--port", "value", _int_in(0, 65535), 8000, "port to bind; 0 picks a free one (logged at start)", "sockets"),
@@ -164,6 +174,7 @@ OPTIONS = [
 
 GROUP_TITLES = {
     "application": "application",
+    "asgi": "ASGI",
     "sockets": "sockets",
     "http": "HTTP limits and timeouts",
     "logging": "logging",
