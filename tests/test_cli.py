@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -346,3 +347,20 @@ def test_console_script_is_installed():
     assert exe, "the m0serve console script is not installed next to the interpreter"
     r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 0 and r.stdout.startswith("m0serve ")
+
+
+def test_asgi_app_is_detected_and_served(serve):
+    s = serve("sup_asgi:app")
+    s.wait_log(r"sup_asgi:app \(asgi\)")
+    status, _, body = get(s.host, s.port, "/")
+    assert status == 200 and int(body) == s.proc.pid
+
+
+def test_readme_documents_every_option():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start, end = readme.index("<!-- section:cli -->"), readme.index("<!-- /section:cli -->")
+    section = readme[start:end]
+    for opt in OPTIONS:
+        if opt.flag != "APP":
+            assert f"`{opt.flag}" in section, opt.flag
+        assert f"`{opt.env}`" in section, opt.env

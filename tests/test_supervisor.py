@@ -90,9 +90,10 @@ def test_killed_worker_is_replaced_while_requests_continue(serve):
     assert s.stop() == 0
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_term_finishes_the_request_in_flight_then_refuses(serve, workers):
-    s = serve("sup_app:app", "--workers", workers)
+@pytest.mark.parametrize("app, workers", [("sup_app:app", "1"), ("sup_app:app", "2"), ("sup_asgi:app", "1"),
+                                          ("sup_asgi:app", "2")])
+def test_term_finishes_the_request_in_flight_then_refuses(serve, app, workers):
+    s = serve(app, "--workers", workers)
     if workers == "2":
         worker_pids(s, 2)
     result = {}
@@ -118,8 +119,9 @@ def test_term_finishes_the_request_in_flight_then_refuses(serve, workers):
     assert time.monotonic() - t_term < 5
 
 
-def test_hup_rolling_restart_without_failures(serve):
-    s = serve("sup_app:app", "--workers", "2")
+@pytest.mark.parametrize("app", ["sup_app:app", "sup_asgi:app"])
+def test_hup_rolling_restart_without_failures(serve, app):
+    s = serve(app, "--workers", "2")
     old = set(worker_pids(s, 2))
     loop = Loop(s, clients=2)
     wait_until(lambda: len(loop.pids()) == 2, 10, "both workers to serve")
@@ -182,8 +184,9 @@ def test_import_error_with_workers_stops_with_traceback(serve):
     assert "Listening on" not in s.log
 
 
-def test_max_requests_recycles_workers_without_failures(serve):
-    s = serve("sup_app:app", "--workers", "2", "--max-requests", "50", "--max-requests-jitter", "10")
+@pytest.mark.parametrize("app", ["sup_app:app", "sup_asgi:app"])
+def test_max_requests_recycles_workers_without_failures(serve, app):
+    s = serve(app, "--workers", "2", "--max-requests", "50", "--max-requests-jitter", "10")
     first = set(worker_pids(s, 2))
     loop = Loop(s, clients=2)
     wait_until(lambda: len(loop.results) >= 300, 30, "300 requests")

@@ -1,0 +1,31 @@
+"""Supervisor test app, ASGI flavour (auto-detected): "/" answers the worker pid,
+/sleep?s=N awaits asyncio.sleep(N) in the view."""
+import asyncio
+import os
+from urllib.parse import parse_qs
+
+
+async def slow_view(seconds):
+    await asyncio.sleep(seconds)
+    return b"slept"
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        return
+    if scope["path"] == "/sleep":
+        seconds = float(parse_qs(scope["query_string"].decode()).get("s", ["1"])[0])
+        body = await slow_view(seconds)
+    else:
+        body = str(os.getpid()).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
