@@ -343,6 +343,7 @@ static const struct good_case good_cases[] = {
     {S("GET http://example.com/a/b?c HTTP/1.1\r\nHost: example.com\r\n\r\n"), 0, "GET", "/a/b", "c", "example.com", 1,
      KA, -1, 1},
     {S("GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"), 0, "GET", "", "", "example.com", 1, KA, -1, 1},
+    {S("GET http://a HTTP/1.1\r\nHost: a\r\n\r\n"), 0, "GET", "", "", "a", 1, KA, -1, 1},
     {S("GET HTTPS://example.com:8443?x HTTP/1.1\r\nHost: example.com\r\n\r\n"), 0, "GET", "", "x", "example.com", 1, KA,
      -1, 1},
     {S("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 0, "OPTIONS", "*", "", "a", 1, KA, -1, 1},
@@ -421,6 +422,58 @@ static void test_spans(void)
     CHECK(m0_span_ieq(s, "content-length", 14));
     CHECK(!m0_span_ieq(s, "content-lengtx", 14));
     CHECK(!m0_span_ieq(s, "content-length", 13));
+}
+
+/* Every octet value at every position of a long value and a long target,
+ * so that the word-at-a-time scans are checked in every lane. */
+static void test_octets_everywhere(void)
+{
+    for (int c = 0; c < 256; c++) {
+        int value_ok = c == '\t' || (c >= 0x20 && c != 0x7f);
+        int target_ok = c > 0x20 && c != 0x7f;
+        for (int pos = 0; pos < 24; pos++) {
+            char r[128], value[33], target[33];
+            m0_header hdrs[MAX_HEADERS];
+            m0_request req;
+            char *buf;
+            int n, rc;
+
+            memset(value, 'a', 32);
+            value[32] = '\0';
+            value[pos] = (char)c;
+            n = snprintf(r, sizeof r, "GET / HTTP/1.1\r\nHost: a\r\nX-V: ");
+            memcpy(r + n, value, 32);
+            n += 32;
+            n += snprintf(r + n, sizeof r - (size_t)n, "z\r\n\r\n");
+            rc = parse_copy(r, (size_t)n, &default_limits, &req, hdrs, &buf);
+            if (value_ok) {
+                CHECK_INT(rc, n, "octet in value");
+                CHECK(rc == n && req.headers[1].value.len == (pos == 0 && (c == ' ' || c == '\t') ? 32 : 33));
+            } else {
+                CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "octet in value");
+            }
+            free(buf);
+
+            memset(target, 'a', 32);
+            target[0] = '/';
+            target[32] = '\0';
+            if (pos == 0)
+                continue;
+            target[pos] = (char)c;
+            n = snprintf(r, sizeof r, "GET ");
+            memcpy(r + n, target, 32);
+            n += 32;
+            n += snprintf(r + n, sizeof r - (size_t)n, " HTTP/1.1\r\nHost: a\r\n\r\n");
+            rc = parse_copy(r, (size_t)n, &default_limits, &req, hdrs, &buf);
+            if (target_ok) {
+                CHECK_INT(rc, n, "octet in target");
+                CHECK(rc == n && req.target.len == 32);
+            } else {
+                CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "octet in target");
+            }
+            free(buf);
+        }
+    }
 }
 
 /* ---- limits -------------------------------------------------------------- */
@@ -590,6 +643,8 @@ static const struct chunk_case chunk_cases[] = {
     {S("5\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5\rhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5\r\nhelloX\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5\r\nhelloX\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5\r\nhello\rX0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5\r\nhello\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5\r\nhello\r0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5;a\0b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
@@ -873,6 +928,7 @@ int main(void)
     test_bad_heads();
     test_good_heads();
     test_spans();
+    test_octets_everywhere();
     test_limits();
     test_chunked();
     test_response();
