@@ -46,6 +46,8 @@ test-c: deps
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -o tests/c/build/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http
+	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
+	./tests/c/build/test_http_nosimd
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 

@@ -476,6 +476,39 @@ static void test_octets_everywhere(void)
     }
 }
 
+static void test_name_octets_everywhere(void)
+{
+    for (int c = 0; c < 256; c++) {
+        for (int pos = 1; pos < 24; pos++) {
+            char r[128], name[25];
+            m0_header hdrs[MAX_HEADERS];
+            m0_request req;
+            char *buf;
+            int n, rc;
+
+            memset(name, 'n', 24);
+            name[24] = '\0';
+            name[pos] = (char)c;
+            n = snprintf(r, sizeof r, "GET / HTTP/1.1\r\nHost: a\r\n");
+            memcpy(r + n, name, 24);
+            n += 24;
+            n += snprintf(r + n, sizeof r - (size_t)n, ": v\r\n\r\n");
+            rc = parse_copy(r, (size_t)n, &default_limits, &req, hdrs, &buf);
+            if (c == ':') {
+                CHECK_INT(rc, n, "colon in name");
+                CHECK(rc == n && req.headers[1].name.len == (size_t)pos);
+            } else if ((c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL) || (c >= '0' && c <= '9') ||
+                       (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+                CHECK_INT(rc, n, "octet in name");
+                CHECK(rc == n && req.headers[1].name.len == 24);
+            } else {
+                CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "octet in name");
+            }
+            free(buf);
+        }
+    }
+}
+
 /* ---- limits -------------------------------------------------------------- */
 
 static char *make_request_line(size_t line_len)
@@ -929,6 +962,7 @@ int main(void)
     test_good_heads();
     test_spans();
     test_octets_everywhere();
+    test_name_octets_everywhere();
     test_limits();
     test_chunked();
     test_response();
