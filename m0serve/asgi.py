@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import struct
 import time
 
 from . import _core
@@ -188,7 +189,16 @@ class Worker:
         self.tasks = set()  # running request tasks, maintained by the C bridge
         self.tick_handle = None
         self.max_requests = self.kwargs.get("max_requests", 0) or 0
+        # The supervisor's heartbeat slot means "a request began at this monotonic ns and
+        # has not ended". On an event loop, many requests overlap and a long stream is not
+        # a stuck worker; what can get stuck is the loop. So the slot is written here: the
+        # ticker stamps it with the current time, and a loop blocked past --worker-timeout
+        # leaves a stale stamp behind.
+        self.heartbeat = self.kwargs.pop("heartbeat", None)
+        self.heartbeat_offset = 8 * int(self.kwargs.pop("heartbeat_index", 0) or 0)
         self.graceful_timeout = float(getattr(config, "graceful_timeout", 30.0) or 0.0)
+        worker_timeout = float(getattr(config, "worker_timeout", 0.0) or 0.0)
+        self.tick_interval = min(TICK, worker_timeout / 4) if worker_timeout > 0 else TICK
 
     # -- options passed to the C bridge --
     def asgi_options(self, state):
@@ -225,6 +235,8 @@ class Worker:
                     pass
             if self.tick_handle is not None:
                 self.tick_handle.cancel()
+            if self.heartbeat is not None:
+                struct.pack_into("q", self.heartbeat, self.heartbeat_offset, 0)
             await lifespan.shutdown()
 
     def move_signal_handlers(self):
@@ -238,6 +250,8 @@ class Worker:
                     pass
 
     def tick(self):
+        if self.heartbeat is not None:
+            struct.pack_into("q", self.heartbeat, self.heartbeat_offset, time.monotonic_ns())
         try:
             self.server.run_once()
         except BaseException as exc:  # a signal handler's exception, or a bug
@@ -246,7 +260,7 @@ class Worker:
             return
         self.check_drained()
         if not self.done.done():
-            self.tick_handle = self.loop.call_later(STOP_TICK if self.stopping else TICK, self.tick)
+            self.tick_handle = self.loop.call_later(STOP_TICK if self.stopping else self.tick_interval, self.tick)
 
     def request_shutdown(self, graceful=True):
         if self.server is None:
@@ -296,8 +310,8 @@ class Worker:
                 return
         if self.server.connections > 0:
             if self.deadline is not None and time.monotonic() >= self.deadline and not self.aborted:
-                log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.graceful_timeout,
-                            self.server.connections)
+                log.debug("graceful timeout (%gs) expired: closing %d connection(s)", self.graceful_timeout,
+                          self.server.connections)
                 self.abort()
             return
         # Every connection is closed; tasks still running (background work after the

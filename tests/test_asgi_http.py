@@ -223,3 +223,41 @@ def test_many_sequential_requests_one_connection(srv):
         for i in range(200):
             r = c.post(srv.url + "/echo", content=str(i).encode())
             assert r.text == str(i)
+
+
+def test_read_backpressure(srv):
+    # The app does not read for 1.5 s: the server must not buffer the body meanwhile, so
+    # the client's sends block once the kernel buffers are full.
+    total = 64 * 1024 * 1024
+    with srv.connect() as sock:
+        sock.sendall(b"POST /slow-reader?s=1.5 HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % total)
+        sock.setblocking(False)
+        chunk = b"r" * 65536
+        sent = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.0:
+            try:
+                sent += sock.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.01)
+        assert sent < 24 * 1024 * 1024, sent  # kernel buffers only, not 64 MB
+        sock.setblocking(True)
+        sock.settimeout(30)
+        while sent < total:
+            sent += sock.send(chunk[: min(len(chunk), total - sent)])
+        status, _, body, _ = read_response(sock, timeout=30)
+    assert status == 200 and body == str(total).encode()
+
+
+def test_write_backpressure(srv):
+    # A client that does not read: send() must wait (the app cannot finish 32 MB into
+    # buffers), and everything arrives once the client reads.
+    size = 32 * 1024 * 1024
+    with srv.connect() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(b"GET /big?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % size)
+        time.sleep(1.0)
+        assert "BIG-DONE" not in srv.log
+        status, headers, body, _ = read_response(sock, timeout=30)
+    assert status == 200 and len(body) == size
+    srv.wait_log(r"BIG-DONE %d" % size)

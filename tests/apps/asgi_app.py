@@ -5,14 +5,17 @@
   /echo-stream         answers each received chunk as it arrives (chunked)
   /upload              reads the body; JSON {"messages": n, "bytes": total, "more": [more_body...]}
   /sse?n=N&gap=S       N server-sent events S seconds apart; each carries time.time() at send
+  /slow-reader?s=S     sleeps S seconds before reading the body, answers its length
   /sleep?s=S           await asyncio.sleep(S), then "slept"
   /wait-disconnect     reads the body, then awaits receive(): logs "DISCONNECT-AFTER-BODY <type>"
   /partial-body        awaits receive() until a disconnect: logs "DISCONNECT-IN-BODY <bytes>"
   /stream-forever      a chunk every 0.05 s until send() fails: logs "SEND-FAILED <cls> <is OSError>"
-  /big?size=N          N bytes streamed in 64 KiB chunks (write backpressure)
+  /big?size=N          N bytes streamed in 64 KiB chunks (write backpressure); logs BIG-DONE
   /pathsend            this file through http.response.pathsend
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
+  /pid                 the worker's pid
+  /block?s=S           time.sleep(S): blocks the whole event loop
   /error-before        raises before http.response.start
   /error-after         starts a streamed response, sends a chunk, raises
   /no-response         returns without sending anything
@@ -125,6 +128,10 @@ async def app(scope, receive, send):
             data = f"data: {i} {time.time():.6f}\n\n".encode()
             await send({"type": "http.response.body", "body": data, "more_body": True})
         return await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if path == "/slow-reader":
+        await asyncio.sleep(float(q.get("s", "1")))
+        body = await _read_body(receive)
+        return await _respond(send, 200, str(len(body)).encode())
     if path == "/sleep":
         await asyncio.sleep(float(q.get("s", "1.5")))
         return await _respond(send, 200, b"slept")
@@ -165,11 +172,17 @@ async def app(scope, receive, send):
             part = chunk[: min(len(chunk), size - sent)]
             sent += len(part)
             await send({"type": "http.response.body", "body": part, "more_body": sent < size})
+        log(f"BIG-DONE {sent}")
         return
     if path == "/pathsend":
         assert "http.response.pathsend" in scope.get("extensions", {})
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/x-python")]})
         return await send({"type": "http.response.pathsend", "path": HERE})
+    if path == "/pid":
+        return await _respond(send, 200, str(os.getpid()).encode())
+    if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
+        time.sleep(float(q.get("s", "3")))
+        return await _respond(send, 200, b"unblocked")
     if path == "/loop":
         loop = asyncio.get_running_loop()
         return await _respond(send, 200, f"{type(loop).__module__}.{type(loop).__name__}".encode())
