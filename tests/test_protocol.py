@@ -1,0 +1,682 @@
+"""HTTP/1.1 connection behaviour of m0serve against a real server process:
+keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
+100-continue, chunked bodies in and out, every limit, the header timeout, the
+keep-alive idle timeout, the per-connection request cap and the Date header.
+Where the Python app does not matter the same checks run against
+`--native hello` (the HTTP layer without Python on the request path).
+"""
+import email.utils
+import json
+import re
+import select
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import PeerReset, header, read_response, recv_until_eof
+from corpus import LIMIT_ARGS, MALFORMED
+
+APP = "proto_app:app"
+HOST = b"Host: example.com\r\n"
+HELLO = b"Hello, world!"
+IMF_FIXDATE = re.compile(
+    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT$"
+)
+
+
+def get(path, extra=b"", version=b"HTTP/1.1", method=b"GET"):
+    return method + b" " + path.encode() + b" " + version + b"\r\n" + (HOST if version == b"HTTP/1.1" else b"") + extra + b"\r\n"
+
+
+def post(path, body, extra=b""):
+    return b"POST " + path.encode() + b" HTTP/1.1\r\n" + HOST + b"Content-Length: %d\r\n" % len(body) + extra + b"\r\n" + body
+
+
+def chunked(body, size=5, ext=b"", trailers=b""):
+    out = b""
+    for i in range(0, len(body), size):
+        piece = body[i : i + size]
+        out += b"%x%s\r\n%s\r\n" % (len(piece), ext, piece)
+    return out + b"0\r\n" + trailers + b"\r\n"
+
+
+def post_chunked(path, body, size=5, ext=b"", trailers=b"", extra=b""):
+    return (
+        b"POST " + path.encode() + b" HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n" + extra + b"\r\n"
+        + chunked(body, size, ext, trailers)
+    )  # fmt: skip
+
+
+def conn_tokens(headers):
+    return {t.strip().lower() for n, v in headers if n == "connection" for t in v.split(",")}
+
+
+def echo(body):
+    return json.loads(body)
+
+
+def connect(server, timeout=10):
+    s = server.connect(timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def assert_clean_eof(s, timeout=10, what=""):
+    try:
+        rest = recv_until_eof(s, timeout=timeout)
+    except PeerReset as e:
+        raise AssertionError(f"{what}: connection reset instead of a clean close") from e
+    except socket.timeout:
+        raise AssertionError(f"{what}: connection still open after {timeout} s") from None
+    assert rest == b"", f"{what}: unexpected bytes before EOF: {rest[:300]!r}"
+
+
+def nothing_within(s, seconds):
+    """True when the peer sends nothing (and does not close) for `seconds`."""
+    r, _, _ = select.select([s], [], [], seconds)
+    return not r
+
+
+@pytest.fixture(params=["wsgi", "native"])
+def backend(request):
+    return request.param
+
+
+def start(serve, backend, *args):
+    extra = ("--native", "hello") if backend == "native" else ()
+    return serve(APP, *extra, *args)
+
+
+def check_ok(status, body, backend, path=None, headers=None):
+    assert status == 200, body[:300]
+    if backend == "native":
+        assert body == HELLO
+    elif path is not None:
+        assert echo(body)["path"] == path
+
+
+# --- keep-alive and pipelining -------------------------------------------------
+
+
+def test_keep_alive_several_requests(serve, backend):
+    server = start(serve, backend)
+    with connect(server) as s:
+        ports = set()
+        for i in range(6):
+            s.sendall(get(f"/ka/{i}"))
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/ka/{i}")
+            assert "close" not in conn_tokens(headers), head
+            if backend == "wsgi":
+                ports.add(echo(body)["env"]["REMOTE_PORT"])
+        assert len(ports) <= 1  # every request arrived on the same connection
+        assert server.proc.poll() is None
+
+
+def test_keep_alive_mixed_bodies(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(post("/one", b"first body"))
+        assert echo(read_response(s)[2])["body"] == "first body"
+        s.sendall(post_chunked("/two", b"second, chunked", size=4))
+        assert echo(read_response(s)[2])["body"] == "second, chunked"
+        s.sendall(get("/fixed"))
+        assert read_response(s)[2] == b"abcdefghijklmnopqrstuvwxyz"
+        s.sendall(get("/stream?n=3&size=4"))
+        assert read_response(s)[2] == b"000011112222"
+        s.sendall(post("/ignore-body", b"not read by the app"))
+        assert read_response(s)[2] == b"ignored"
+        s.sendall(get("/last"))
+        assert echo(read_response(s)[2])["path"] == "/last"
+
+
+def test_pipelining_in_order_with_bodies(serve):
+    server = serve(APP)
+    batch = (
+        get("/p1") + post("/p2", b"content-length body") + post_chunked("/p3", b"chunked body here", size=3)
+        + get("/stream?n=4&size=3") + post("/ignore-body", b"ignored body") + get("/p6")
+    )  # fmt: skip
+    with connect(server) as s:
+        s.sendall(batch)
+        r = [read_response(s) for _ in range(6)]
+    assert [x[0] for x in r] == [200] * 6
+    assert echo(r[0][2])["path"] == "/p1"
+    assert (echo(r[1][2])["path"], echo(r[1][2])["body"]) == ("/p2", "content-length body")
+    assert (echo(r[2][2])["path"], echo(r[2][2])["body"]) == ("/p3", "chunked body here")
+    assert r[3][2] == b"000111222333"
+    assert r[4][2] == b"ignored"
+    assert echo(r[5][2])["path"] == "/p6"
+
+
+def test_pipelining_many(serve, backend):
+    server = start(serve, backend)
+    n = 50
+    with connect(server) as s:
+        s.sendall(b"".join(get(f"/many/{i}") for i in range(n)))
+        for i in range(n):
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/many/{i}")
+
+
+def test_pipelining_split_at_every_offset(serve, backend):
+    """Three pipelined requests (one with a body) split into two sends at
+    every byte offset: framing never depends on how bytes arrive."""
+    server = start(serve, backend)
+    batch = get("/s1") + post("/s2", b"0123456789") + get("/s3")
+    with connect(server) as s:
+        for cut in range(1, len(batch), 7):
+            s.sendall(batch[:cut])
+            time.sleep(0.002)
+            s.sendall(batch[cut:])
+            for path in ("/s1", "/s2", "/s3"):
+                status, headers, body, head = read_response(s)
+                check_ok(status, body, backend, path)
+                if backend == "wsgi" and path == "/s2":
+                    assert echo(body)["body"] == "0123456789"
+
+
+# --- Connection: close and HTTP/1.0 ------------------------------------------------
+
+
+def test_connection_close(serve, backend):
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/bye", b"Connection: close\r\n"))
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/bye")
+        assert "close" in conn_tokens(headers), head
+        assert_clean_eof(s, what="after Connection: close")
+
+
+def test_connection_close_ends_pipeline(serve, backend):
+    """Requests pipelined after a Connection: close request are not answered."""
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/first", b"Connection: close\r\n") + get("/second"))
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/first")
+        assert "close" in conn_tokens(headers), head
+        assert_clean_eof(s, what="after Connection: close with a pipelined request behind it")
+
+
+def test_http10_closes_by_default(serve, backend):
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/ten", version=b"HTTP/1.0"))
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/ten")
+        assert head.startswith(b"HTTP/1.")
+        assert "keep-alive" not in conn_tokens(headers), head
+        assert_clean_eof(s, what="HTTP/1.0 without keep-alive")
+
+
+def test_http10_keep_alive_when_asked(serve, backend):
+    server = start(serve, backend)
+    with connect(server) as s:
+        for i in range(3):
+            s.sendall(get(f"/ten/{i}", b"Connection: keep-alive\r\n", version=b"HTTP/1.0"))
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/ten/{i}")
+            # An HTTP/1.0 client keeps the connection only when the response says so.
+            assert "keep-alive" in conn_tokens(headers), head
+            assert header(headers, "content-length") is not None, head
+        s.sendall(get("/ten/last", version=b"HTTP/1.0"))
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/ten/last")
+        assert_clean_eof(s, what="HTTP/1.0 request without keep-alive after keep-alive ones")
+
+
+def test_http10_post_keep_alive(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /tp HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello" + get("/after"))
+        assert echo(read_response(s)[2])["body"] == "hello"
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+# --- HEAD ---------------------------------------------------------------------------
+
+
+def _without_date(headers):
+    return [(n, v) for n, v in headers if n != "date"]
+
+
+@pytest.mark.parametrize("path", ["/fixed", "/stream?n=3&size=5"])
+def test_head_same_headers_no_body(serve, path):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(get(path))
+        g_status, g_headers, g_body, _ = read_response(s)
+        s.sendall(get(path, method=b"HEAD"))
+        h_status, h_headers, h_body, h_head = read_response(s, method="HEAD")
+        # No body bytes follow the HEAD response: the next response starts right after it.
+        s.sendall(get("/after-head"))
+        status, _, body, head = read_response(s)
+    assert g_status == h_status == 200
+    assert g_body and h_body == b""
+    assert status == 200 and echo(body)["path"] == "/after-head", f"bytes after HEAD: {head[:200]!r}"
+    if path == "/fixed":
+        assert _without_date(h_headers) == _without_date(g_headers)
+    else:
+        # Unknown length: the GET is chunked; HEAD may omit the framing but nothing else.
+        assert [h for h in _without_date(g_headers) if h[0] != "transfer-encoding"] == [
+            h for h in _without_date(h_headers) if h[0] != "transfer-encoding"
+        ]
+
+
+def test_head_native(serve):
+    server = serve(APP, "--native", "hello")
+    with connect(server) as s:
+        s.sendall(get("/", method=b"HEAD") + get("/"))
+        h_status, h_headers, h_body, _ = read_response(s, method="HEAD")
+        g_status, g_headers, g_body, _ = read_response(s)
+    assert h_status == g_status == 200
+    assert header(h_headers, "content-length") == "13"
+    assert _without_date(h_headers) == _without_date(g_headers)
+    assert g_body == HELLO
+
+
+# --- Expect: 100-continue ----------------------------------------------------------------
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def _read_interim(s, timeout=5):
+    status, headers, body, head = read_response(s, timeout=timeout)
+    return status, head
+
+
+def test_expect_continue_when_app_reads(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 11\r\n\r\n")
+        status, head = _read_interim(s)
+        assert status == 100, head
+        s.sendall(b"hello world")
+        status, headers, body, head = read_response(s)
+        assert status == 200 and echo(body)["body"] == "hello world"
+        # Still a good keep-alive connection.
+        s.sendall(get("/after"))
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+def test_expect_continue_chunked(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n")
+        status, head = _read_interim(s)
+        assert status == 100, head
+        s.sendall(chunked(b"chunked after continue", 4))
+        status, headers, body, head = read_response(s)
+        assert status == 200 and echo(body)["body"] == "chunked after continue"
+
+
+def test_expect_continue_sent_only_when_app_starts_reading(serve):
+    """The app sleeps 1 s before it reads: no 100 before that."""
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /expect?delay=1.0 HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+        t0 = time.monotonic()
+        assert nothing_within(s, 0.6), "the 100 Continue came before the app read the body"
+        status, head = _read_interim(s)
+        assert status == 100, head
+        assert time.monotonic() - t0 >= 0.9
+        s.sendall(b"data")
+        status, headers, body, head = read_response(s)
+        assert status == 200 and echo(body)["body"] == "data"
+
+
+def test_expect_continue_app_ignores_body(serve):
+    """An app that never reads the body: no 100, the final response directly."""
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /ignore-body HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, f"expected the final response without a 100 first, got {head!r}"
+        assert body == b"ignored"
+
+
+def test_expect_continue_ignored_for_http10(serve):
+    """RFC 9110 10.1.1: a server MUST ignore 100-continue in an HTTP/1.0 request."""
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /expect HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\nabcd")
+        status, headers, body, head = read_response(s)
+        assert status == 200, head
+        assert echo(body)["body"] == "abcd"
+
+
+def test_expect_continue_body_over_limit(serve, backend):
+    """A declared body over the limit gets 413 at once, never a 100."""
+    server = start(serve, backend, "--limit-request-body", "100")
+    with connect(server) as s:
+        s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 101\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 413, head
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, what="413 for an expected body")
+
+
+# --- chunked request bodies -----------------------------------------------------------------
+
+
+def test_chunked_extensions_and_trailers(serve):
+    server = serve(APP)
+    body = b"The quick brown fox jumps over the lazy dog"
+    with connect(server) as s:
+        s.sendall(post_chunked("/c", body, size=6, ext=b';ext=1;q="a b"', trailers=b"X-Sum: 42\r\nX-More: y\r\n"))
+        status, headers, rbody, head = read_response(s)
+        assert status == 200, head
+        assert echo(rbody)["body"] == body.decode()
+        s.sendall(get("/after"))
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+def test_chunked_byte_by_byte(serve, backend):
+    server = start(serve, backend)
+    raw = post_chunked("/bytes", b"sent one byte at a time", size=5, ext=b";x=y", trailers=b"T: v\r\n") + get("/next")
+    with connect(server) as s:
+        for i in range(len(raw)):
+            s.send(raw[i : i + 1])
+            time.sleep(0.001)
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/bytes")
+        if backend == "wsgi":
+            assert echo(body)["body"] == "sent one byte at a time"
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/next")
+
+
+def test_chunked_large_body(serve):
+    server = serve(APP)
+    body = bytes(range(256)) * 2000  # 512000 bytes
+    sizes = [1, 7, 4096, 65536, 100000, 3]
+    raw, i, k = b"", 0, 0
+    while i < len(body):
+        piece = body[i : i + sizes[k % len(sizes)]]
+        raw += b"%X\r\n%s\r\n" % (len(piece), piece)
+        i, k = i + len(piece), k + 1
+    raw += b"0\r\n\r\n"
+    with connect(server, timeout=30) as s:
+        s.sendall(b"POST /big HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\n" + raw)
+        status, headers, rbody, head = read_response(s, timeout=30)
+    assert status == 200, head
+    seen = echo(rbody)
+    assert seen["body_len"] == len(body) and seen["body"].encode("latin-1") == body
+
+
+# --- chunked and close-delimited responses ---------------------------------------------------
+
+
+def _raw_until(s, marker, timeout=5):
+    s.settimeout(timeout)
+    buf = b""
+    while marker not in buf:
+        b = s.recv(65536)
+        if not b:
+            break
+        buf += b
+    return buf
+
+
+def test_streamed_response_chunked_on_http11(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(get("/stream?n=4&size=3"))
+        raw = _raw_until(s, b"\r\n0\r\n\r\n")
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        headers = [line.split(b":", 1)[0].strip().lower() for line in head.split(b"\r\n")[1:]]
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert re.search(rb"(?im)^transfer-encoding: *chunked\r?$", head), head
+        assert b"content-length" not in headers
+        # Strict framing: size CRLF data CRLF ... 0 CRLF CRLF, nothing else.
+        assert re.fullmatch(rb"(?:[0-9a-fA-F]+\r\n(?:000|111|222|333)+\r\n)+0\r\n\r\n", rest), rest
+        body = b"".join(re.findall(rb"[0-9a-fA-F]+\r\n((?:000|111|222|333)+)\r\n", rest))
+        assert body == b"000111222333"
+        s.sendall(get("/after"))
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+def test_streamed_empty_response(serve):
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(get("/stream?n=0"))
+        status, headers, body, head = read_response(s)
+        assert status == 200 and body == b""
+        s.sendall(get("/after"))
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_streamed_response_close_delimited_on_http10(serve, keep_alive):
+    """HTTP/1.0 has no chunked coding: the body ends with the connection, even
+    when the client asked for keep-alive."""
+    server = serve(APP)
+    extra = b"Connection: keep-alive\r\n" if keep_alive else b""
+    with connect(server) as s:
+        s.sendall(get("/stream?n=5&size=1000", extra, version=b"HTTP/1.0"))
+        try:
+            raw = recv_until_eof(s, timeout=10)
+        except PeerReset as e:
+            raise AssertionError("reset instead of the close that delimits the body") from e
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1."), head
+    assert not re.search(rb"(?im)^transfer-encoding:", head), head
+    assert not re.search(rb"(?im)^content-length:", head), head
+    assert not re.search(rb"(?im)^connection:.*keep-alive", head), head
+    assert body == b"".join(b"%d" % i * 1000 for i in range(5))
+
+
+def test_large_streamed_response(serve):
+    server = serve(APP)
+    with connect(server, timeout=30) as s:
+        s.sendall(get("/stream?n=200&size=10000") + get("/after"))
+        status, headers, body, head = read_response(s, timeout=30)
+        assert status == 200 and len(body) == 2_000_000
+        assert body == b"".join(b"%d" % (i % 10) * 10000 for i in range(200))
+        assert echo(read_response(s, timeout=30)[2])["path"] == "/after"
+
+
+# --- limits --------------------------------------------------------------------------------
+
+LIMIT_CASES = {c.name: c for c in MALFORMED}
+HEAD_LIMIT_CASES = ["request-line-over-limit", "too-many-fields", "field-over-limit", "cl-over-body-limit"]
+
+
+def _limit_case_meanwhile(server, backend, case):
+    with connect(server) as other:
+        other.sendall(get("/before"))
+        status, _, body, _ = read_response(other)
+        check_ok(status, body, backend, "/before")
+        with connect(server) as bad:
+            bad.sendall(case.raw)
+            status, headers, body, head = read_response(bad, timeout=10)
+            assert status in case.statuses, f"{case.name}: {head!r}"
+            assert "close" in conn_tokens(headers), head
+            assert_clean_eof(bad, what=case.name)
+        # The other connection, open all along, is served as before ...
+        other.sendall(get("/during"))
+        status, _, body, _ = read_response(other)
+        check_ok(status, body, backend, "/during")
+    # ... and so is a new one.
+    with connect(server) as new:
+        new.sendall(get("/after"))
+        status, _, body, _ = read_response(new)
+        check_ok(status, body, backend, "/after")
+
+
+@pytest.mark.parametrize("name", HEAD_LIMIT_CASES)
+def test_limit_status_and_others_served(serve, backend, name):
+    server = start(serve, backend, *LIMIT_ARGS)
+    _limit_case_meanwhile(server, backend, LIMIT_CASES[name])
+
+
+def test_chunked_body_limit_and_others_served(serve):
+    server = serve(APP, *LIMIT_ARGS)
+    _limit_case_meanwhile(server, "wsgi", LIMIT_CASES["chunked-over-body-limit"])
+
+
+@pytest.mark.parametrize(
+    "flag,value,ok,bad,status",
+    [
+        ("--limit-request-line", "64", b"GET /" + b"a" * 50 + b" HTTP/1.1\r\n" + HOST + b"\r\n",
+         b"GET /" + b"a" * 51 + b" HTTP/1.1\r\n" + HOST + b"\r\n", 414),
+        ("--limit-request-fields", "3", b"GET / HTTP/1.1\r\n" + HOST + b"A: 1\r\nB: 2\r\n\r\n",
+         b"GET / HTTP/1.1\r\n" + HOST + b"A: 1\r\nB: 2\r\nC: 3\r\n\r\n", 431),
+        ("--limit-request-field-size", "40", b"GET / HTTP/1.1\r\n" + HOST + b"X: " + b"v" * 30 + b"\r\n\r\n",
+         b"GET / HTTP/1.1\r\n" + HOST + b"X: " + b"v" * 45 + b"\r\n\r\n", 431),
+        ("--limit-request-body", "16", post("/", b"x" * 16), post("/", b"x" * 17), 413),
+    ],
+    ids=["line", "fields", "field-size", "body"],
+)  # fmt: skip
+def test_limit_flags_take_effect(serve, backend, flag, value, ok, bad, status):
+    """Each limit flag moves the boundary: just under it is served, over it
+    answers its status and closes."""
+    server = start(serve, backend, flag, value)
+    with connect(server) as s:
+        s.sendall(ok)
+        st, _, body, head = read_response(s)
+        assert st == 200, head
+    with connect(server) as s:
+        s.sendall(bad)
+        st, headers, body, head = read_response(s)
+        assert st == status, head
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, what=f"{flag} {value}")
+
+
+# --- timeouts and the per-connection cap ------------------------------------------------------
+
+
+def test_header_timeout_slow_client_gets_408(serve, backend):
+    """A head trickling in slower than --header-timeout 1 gets 408 and is
+    disconnected; a fast client on another connection is served meanwhile."""
+    server = start(serve, backend, "--header-timeout", "1")
+    slow_head = get("/slow", b"X-Padding: " + b"p" * 60 + b"\r\n")
+    result = {}
+
+    def slow():
+        with connect(server) as s:
+            t0 = time.monotonic()
+            for i in range(len(slow_head)):
+                r, _, _ = select.select([s], [], [], 0.1)  # one byte every 0.1 s: the head needs ~9 s
+                if r or time.monotonic() - t0 > 8:
+                    break
+                s.send(slow_head[i : i + 1])
+            try:
+                status, headers, body, head = read_response(s, timeout=5)
+                result["status"], result["headers"], result["elapsed"] = status, headers, time.monotonic() - t0
+                rest = recv_until_eof(s, timeout=5)
+                result["eof"] = rest == b""
+            except Exception as e:  # reported by the assertions below
+                result["error"] = repr(e)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    served, latencies = 0, []
+    while t.is_alive():
+        with connect(server) as f:
+            t0 = time.monotonic()
+            f.sendall(get(f"/fast/{served}", b"Connection: close\r\n"))
+            status, _, body, _ = read_response(f)
+            latencies.append(time.monotonic() - t0)
+            check_ok(status, body, backend, f"/fast/{served}")
+            served += 1
+        time.sleep(0.1)
+    t.join()
+    assert "error" not in result, result
+    assert result["status"] == 408, result
+    assert "close" in conn_tokens(result["headers"])
+    assert 0.8 <= result["elapsed"] <= 3.5, result
+    assert result["eof"], result
+    assert served >= 3 and max(latencies) < 0.5, (served, latencies)
+
+
+def test_header_timeout_stalled_partial_head(serve, backend):
+    server = start(serve, backend, "--header-timeout", "1")
+    with connect(server) as s:
+        s.sendall(b"GET /stalled HTTP/1.1\r\nHost: exa")
+        t0 = time.monotonic()
+        status, headers, body, head = read_response(s, timeout=5)
+        assert status == 408, head
+        assert 0.8 <= time.monotonic() - t0 <= 3.5
+        assert_clean_eof(s, what="408")
+
+
+def test_header_timeout_slow_but_in_time(serve, backend):
+    """A head that takes 0.5 s in all, under --header-timeout 2, is served."""
+    server = start(serve, backend, "--header-timeout", "2")
+    raw = get("/in-time")
+    with connect(server) as s:
+        step = 0.5 / len(raw)
+        for i in range(len(raw)):
+            s.send(raw[i : i + 1])
+            time.sleep(step)
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/in-time")
+
+
+def test_keep_alive_idle_timeout(serve, backend):
+    server = start(serve, backend, "--keep-alive-timeout", "1")
+    with connect(server) as s:
+        s.sendall(get("/idle"))
+        status, _, body, _ = read_response(s)
+        check_ok(status, body, backend, "/idle")
+        # Idle under the timeout: still open, and a request resets the clock.
+        assert nothing_within(s, 0.5)
+        s.sendall(get("/idle2"))
+        status, _, body, _ = read_response(s)
+        check_ok(status, body, backend, "/idle2")
+        t0 = time.monotonic()
+        assert_clean_eof(s, timeout=5, what="idle keep-alive connection")
+        assert 0.7 <= time.monotonic() - t0 <= 3.0, time.monotonic() - t0
+
+
+def test_max_keepalive_requests(serve, backend):
+    server = start(serve, backend, "--max-keepalive-requests", "3")
+    with connect(server) as s:
+        for i in range(3):
+            s.sendall(get(f"/cap/{i}"))
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/cap/{i}")
+            assert ("close" in conn_tokens(headers)) == (i == 2), head
+        assert_clean_eof(s, what="after the last allowed request")
+
+
+def test_max_keepalive_requests_pipelined(serve, backend):
+    server = start(serve, backend, "--max-keepalive-requests", "3")
+    with connect(server) as s:
+        s.sendall(b"".join(get(f"/capp/{i}") for i in range(5)))
+        for i in range(3):
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/capp/{i}")
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, what="pipelined requests past the cap")
+
+
+# --- Date -------------------------------------------------------------------------------------
+
+
+def _check_date(headers):
+    dates = [v for n, v in headers if n == "date"]
+    assert len(dates) == 1, headers
+    assert IMF_FIXDATE.match(dates[0]), dates[0]
+    when = email.utils.parsedate_to_datetime(dates[0]).timestamp()
+    assert abs(when - time.time()) < 5, dates[0]
+
+
+def test_date_header(serve, backend):
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/date"))
+        _check_date(read_response(s)[1])
+        time.sleep(1.1)  # the cached Date moves on with the clock
+        s.sendall(get("/date"))
+        _check_date(read_response(s)[1])
+    with connect(server) as s:  # error responses carry it too
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        status, headers, _, _ = read_response(s)
+        assert status == 400
+        _check_date(headers)
