@@ -260,10 +260,14 @@ def test_head_same_headers_no_body(serve, path):
     if path == "/fixed":
         assert _without_date(h_headers) == _without_date(g_headers)
     else:
-        # Unknown length: the GET is chunked; HEAD may omit the framing but nothing else.
-        assert [h for h in _without_date(g_headers) if h[0] != "transfer-encoding"] == [
-            h for h in _without_date(h_headers) if h[0] != "transfer-encoding"
+        # Unknown length: the GET is chunked. The HEAD response may differ only
+        # in framing: no Transfer-Encoding, or a Content-Length that must then
+        # equal the GET's body length (RFC 9110 8.6).
+        framing = ("transfer-encoding", "content-length")
+        assert [h for h in _without_date(g_headers) if h[0] not in framing] == [
+            h for h in _without_date(h_headers) if h[0] not in framing
         ]
+        assert header(h_headers, "content-length") in (None, str(len(g_body))), h_head
 
 
 def test_head_native(serve):
@@ -680,3 +684,96 @@ def test_date_header(serve, backend):
         status, headers, _, _ = read_response(s)
         assert status == 400
         _check_date(headers)
+
+
+# --- unread bodies, errors behind good requests, timers around the app ------------------------
+
+
+@pytest.mark.parametrize("size", [10, 300_000])
+def test_unread_body_then_next_request(serve, backend, size):
+    """The app never reads the body: the server skips it and answers the
+    pipelined request behind it, or says Connection: close and closes
+    cleanly; it never parses body bytes as a request."""
+    server = start(serve, backend)
+    body = (b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n" * (size // 36 + 1))[:size]
+    with connect(server, timeout=15) as s:
+        s.sendall(post("/ignore-body", body) + get("/after"))
+        status, headers, rbody, head = read_response(s, timeout=15)
+        assert status == 200, head
+        if backend == "wsgi":
+            assert rbody == b"ignored"
+        if "close" in conn_tokens(headers):
+            assert_clean_eof(s, what="closing instead of skipping an unread body")
+        else:
+            status, headers, rbody, head = read_response(s, timeout=15)
+            check_ok(status, rbody, backend, "/after")
+
+
+def test_unread_body_connection_close_is_clean(serve, backend):
+    """Connection: close with a large body the app ignores: the response
+    arrives whole and the close is a FIN, not a reset (RFC 9112 9.6)."""
+    server = start(serve, backend)
+    with connect(server, timeout=15) as s:
+        s.sendall(post("/ignore-body", b"b" * 300_000, b"Connection: close\r\n"))
+        status, headers, rbody, head = read_response(s, timeout=15)
+        assert status == 200, head
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, timeout=15, what="Connection: close with an unread body")
+
+
+def test_bad_request_behind_good_ones(serve, backend):
+    """Pipelined: two good requests, then a malformed one. The good ones are
+    answered in order, then the 400, then a clean close."""
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/g1") + post("/g2", b"abc") + b"GET / HTTP/1.1\r\n" + HOST + b"Bad Header\r\n\r\n" + get("/never"))
+        for path in ("/g1", "/g2"):
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, path)
+        status, headers, body, head = read_response(s)
+        assert status == 400, head
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, what="400 behind good pipelined requests")
+
+
+def test_idle_connection_without_a_request_is_closed(serve, backend):
+    """A connection that never sends a byte does not stay open forever."""
+    server = start(serve, backend, "--keep-alive-timeout", "1", "--header-timeout", "2")
+    with connect(server) as s:
+        t0 = time.monotonic()
+        try:
+            rest = recv_until_eof(s, timeout=6)
+        except PeerReset as e:
+            raise AssertionError("idle connection reset instead of closed") from e
+        except socket.timeout:
+            raise AssertionError("idle connection still open after 6 s") from None
+        assert time.monotonic() - t0 <= 4
+        assert rest == b"" or rest.startswith(b"HTTP/1.1 408 "), rest[:200]
+
+
+def test_keep_alive_timeout_does_not_cut_a_running_request(serve):
+    server = serve(APP, "--keep-alive-timeout", "1")
+    with connect(server) as s:
+        s.sendall(get("/sleep?s=1.5"))
+        status, headers, body, head = read_response(s)
+        assert status == 200 and body == b"slept"
+        assert "close" not in conn_tokens(headers)
+        s.sendall(get("/after"))
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+def test_header_timeout_on_a_later_request(serve, backend):
+    """The header timeout also guards the second request of a keep-alive
+    connection: its head stalls and gets 408."""
+    server = start(serve, backend, "--header-timeout", "1", "--keep-alive-timeout", "10")
+    with connect(server) as s:
+        s.sendall(get("/first"))
+        status, _, body, _ = read_response(s)
+        check_ok(status, body, backend, "/first")
+        s.sendall(b"GET /second HTTP/1.1\r\nHo")
+        t0 = time.monotonic()
+        status, headers, body, head = read_response(s, timeout=6)
+        assert status == 408, head
+        assert 0.8 <= time.monotonic() - t0 <= 3.5
+        assert "close" in conn_tokens(headers)
+        assert_clean_eof(s, what="408 on a later request")
