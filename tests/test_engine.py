@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, TESTS_DIR, Server, header, read_response, recv_until_eof, server_env
+from conftest import APPS_DIR, TESTS_DIR, Server, _take_leftover, header, read_response, recv_until_eof, server_env
 
 HELLO = b"Hello, world!"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -374,3 +374,41 @@ except Exception as e:
     print(type(e).__name__)
 """)
     assert out.strip() == exc
+
+
+def test_pipelined_flood_with_a_slow_reader(engine):
+    """A deep pipeline read slowly: every response arrives, and a connection whose responses are still
+    unread is not closed as idle."""
+    import threading
+
+    srv = engine(keep_alive_timeout=1)
+    n = 30000  # about 4 MB of responses
+    req = GET
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # the kernel must not absorb all responses
+    s.settimeout(30)
+    s.connect((srv.host, srv.port))
+    with s:
+        sender = threading.Thread(target=s.sendall, args=(req * n,), daemon=True)
+        sender.start()
+        time.sleep(1.5)  # longer than the keep-alive timeout: a connection with unread responses is not idle
+        expected = read_response(s)[3] + b"\r\n\r\n" + HELLO
+        total = len(expected) * (n - 1)
+        got = len(_take_leftover(s))  # read ahead by read_response
+        s.settimeout(30)
+        while got < total:
+            b = s.recv(1 << 20)
+            assert b, f"closed after {got} of {total} bytes"
+            got += len(b)
+        assert got == total
+        sender.join(10)
+
+
+def test_half_closed_client_gets_every_pipelined_response(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(GET * 3)
+        s.shutdown(socket.SHUT_WR)
+        for _ in range(3):
+            assert_hello(read_response(s))
+        assert recv_until_eof(s) == b""

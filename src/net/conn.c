@@ -151,6 +151,12 @@ void m0_conn_abort(m0_conn *c)
 
 /* --- timers (lazy: re-arming later than the armed deadline costs nothing) --- */
 
+/* How long queued output may make no progress before the connection closes. */
+uint32_t m0_conn_send_timeout(const m0_conn *c)
+{
+    return c->srv->cfg.body_timeout_ms ? c->srv->cfg.body_timeout_ms : 30000;
+}
+
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
@@ -171,6 +177,11 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         return;
     }
     int kind = c->timer_kind;
+    if (kind == M0_TIMER_IDLE && c->wlen > c->wpos) {
+        /* Not idle: the peer is still reading responses. */
+        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+        return;
+    }
     c->timer_kind = M0_TIMER_NONE;
     c->refs++;
     if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
@@ -192,7 +203,7 @@ void m0_conn_interest(m0_conn *c)
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof) {
+    } else if (c->peer_eof || c->out_blocked) {
         ev = 0;
     } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {
         /* A pending request: buffer what fits (pipelined requests, body),
@@ -230,6 +241,7 @@ void m0_conn_close_after(m0_conn *c, int linger)
     if (c->wlen > c->wpos) {
         c->close_after = 1;
         c->linger_after = c->linger_after || linger;
+        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
         m0_conn_interest(c);
         return;
     }
@@ -495,6 +507,13 @@ void m0_conn_process(m0_conn *c)
         }
         if (c->state != M0_CS_HEAD)
             break;
+        if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
+            /* A peer that pipelines without reading: parse on once the
+             * responses drain (m0_conn_flush resumes), or give up. */
+            c->out_blocked = 1;
+            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            break;
+        }
         if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
@@ -536,7 +555,7 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken || c->peer_eof || srv->draining)
+    if (c->state != M0_CS_REQUEST || c->broken || srv->draining)
         return 0;
     if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
         return 0;

@@ -7,6 +7,7 @@
 
 uint64_t m0_conn_clock_ns(void);
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms);
+uint32_t m0_conn_send_timeout(const m0_conn *c);
 /* Recompute the epoll interest from the connection state. */
 void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);

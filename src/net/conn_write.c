@@ -204,6 +204,7 @@ size_t m0_conn_write_pending(const m0_conn *c)
 void m0_conn_flush(m0_conn *c)
 {
     m0_server *srv = c->srv;
+    size_t before = c->wpos;
     while (c->wpos < c->wlen) {
         ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
         if (n > 0) {
@@ -218,14 +219,26 @@ void m0_conn_flush(m0_conn *c)
         m0_conn_close(c, 1);
         return;
     }
+    if (c->timer_kind == M0_TIMER_SEND && c->wpos > before)
+        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* progress */
     if (c->wpos == c->wlen) {
         c->wpos = c->wlen = 0;
+        if (c->timer_kind == M0_TIMER_SEND && !c->close_after && !c->out_blocked && c->state == M0_CS_HEAD &&
+            c->rpos == c->rlen)
+            m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
         if (c->close_after) {
             int linger = c->linger_after;
             c->close_after = c->linger_after = 0;
             m0_conn_close_after(c, linger);
             return;
         }
+    }
+    if (c->out_blocked && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+        c->out_blocked = 0;
+        c->timer_kind = M0_TIMER_NONE;
+        m0_conn_process(c);
+        if (c->state == M0_CS_CLOSED)
+            return;
     }
     if (c->writable_wanted && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
         c->writable_wanted = 0;

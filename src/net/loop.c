@@ -24,6 +24,7 @@ struct m0_loop {
     /* The batch being dispatched: a watcher removed during the batch is
      * scrubbed from the entries not yet dispatched, so its owner may be
      * freed right away. */
+    int running; /* run_once is not re-entrant: the batch array is shared */
     size_t batch_next;
     size_t batch_len;
     struct epoll_event batch[M0_LOOP_BATCH];
@@ -235,6 +236,8 @@ static void loop_timers_expire(m0_loop *loop)
 
 int m0_loop_run_once(m0_loop *loop, int timeout_ms)
 {
+    if (loop->running)
+        return -EBUSY;
     int wait = timeout_ms;
     if (wait != 0) {
         int next = m0_loop_next_timeout(loop);
@@ -257,6 +260,7 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
         return -err;
     }
     loop->now_ms = loop_clock_ms();
+    loop->running = 1;
     loop->batch_len = (size_t)n;
     for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
         struct epoll_event *ev = &loop->batch[loop->batch_next++];
@@ -268,5 +272,6 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
     loop->batch_next = 0;
     loop_timers_expire(loop);
     m0_date_refresh(time(NULL));
+    loop->running = 0;
     return n;
 }

@@ -61,7 +61,8 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
 /* Wait up to timeout_ms (-1: until the next timer or forever; 0: do not
  * block) for events, dispatch every ready one, then expire due timers and
  * refresh the Date cache. Returns the number of events dispatched, or -errno
- * (-EINTR when a signal interrupted the wait: the caller checks signals). */
+ * (-EINTR when a signal interrupted the wait: the caller checks signals;
+ * -EBUSY when called from one of the loop's own callbacks). */
 int m0_loop_run_once(m0_loop *loop, int timeout_ms);
 
 #endif

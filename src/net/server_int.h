@@ -41,6 +41,7 @@ enum {
     M0_TIMER_HEADER = 1, /* head started: 408 when it expires */
     M0_TIMER_IDLE = 2,   /* keep-alive idle or a fresh connection: close */
     M0_TIMER_LINGER = 3,
+    M0_TIMER_SEND = 4, /* output stalled (a peer that does not read): close */
 };
 
 typedef struct m0_listener {
@@ -97,6 +98,7 @@ struct m0_conn {
     size_t wlen;
     size_t wpos;
     int writable_wanted; /* notify M0_CONN_WRITABLE below the low-water mark */
+    int out_blocked;     /* pipelined requests wait: too many responses unsent */
 
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
