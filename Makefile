@@ -62,7 +62,7 @@ test: deps test-c test-py test-docs
 
 fuzz: deps
 	mkdir -p fuzz/build
-	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c src/http/parser.c
+	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	mkdir -p fuzz/build/corpus
 	./fuzz/build/fuzz_parser -max_total_time=60 -print_final_stats=1 -dict=fuzz/http.dict fuzz/build/corpus fuzz/corpus
 	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
