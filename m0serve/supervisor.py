@@ -90,6 +90,7 @@ class Supervisor:
         self.boot_blocked = False  # --reload after a failed boot: wait for the next change
         self.crashes = []  # monotonic times of recent crashes (respawn back-off)
         self.respawn_after = 0.0
+        self.replacing = []  # pids of workers that died or retired, for the "replacing" log line
         self.free_slots = list(range(HEARTBEAT_SLOTS - 1, -1, -1))
         self.app = None
         self.interface = None
@@ -260,7 +261,7 @@ class Supervisor:
                 self._kill(w, signal.SIGQUIT)
             return
         self.stopping = "graceful"
-        self.stop_deadline = now + self.cfg.graceful_timeout + 1.0
+        self.stop_deadline = now + self.cfg.graceful_timeout + 0.5
         self.stop_requested = now
         for w in self.workers.values():
             if not w.ready:
@@ -330,8 +331,9 @@ class Supervisor:
         w = Worker(pid, slot, self.generation, status_r)
         self.workers[pid] = w
         self.selector.register(status_r, selectors.EVENT_READ, w)
-        log.info("worker %d started (slot %d%s)", pid, slot,
-                 f", retires after {max_requests} requests" if max_requests else "")
+        replaced = f", replacing {self.replacing.pop(0)}" if self.replacing else ""
+        log.info("worker %d started (slot %d%s%s)", pid, slot,
+                 f", retires after {max_requests} requests" if max_requests else "", replaced)
         return w
 
     def _worker_main(self, status_w, slot, max_requests):
@@ -398,6 +400,7 @@ class Supervisor:
         if not w.ready:
             self._on_boot_failure(w, what)
             return
+        self.replacing.append(w.pid)
         if code == 0:
             log.info("worker %d %s after %s requests; replacing it", w.pid, what,
                      "its max" if self.cfg.max_requests else "serving its")
@@ -503,15 +506,24 @@ class Supervisor:
                 w.dumped_at = _now()
                 w.stopping = True
                 w.stop_reason = "worker timeout"
+                self.replacing.append(w.pid)  # its replacement starts now
                 self._kill(w, signal.SIGUSR2)
 
     def _enforce_deadlines(self):
         now = _now()
         for w in self.workers.values():
-            if w.kill_at is not None and now >= w.kill_at:
-                log.warning("worker %d did not stop in time: killing it", w.pid)
-                self._kill(w, signal.SIGKILL)
-                w.kill_at = None
+            if w.kill_at is None or now < w.kill_at:
+                continue
+            if w.ready and w.dumped_at is None and self.stopping != "fast":
+                # Show what it is stuck in before killing it.
+                log.warning("worker %d did not stop in time; its thread stacks follow, then it is killed", w.pid)
+                w.dumped_at = now
+                w.kill_at = now + DUMP_GRACE
+                self._kill(w, signal.SIGUSR2)
+                continue
+            log.warning("worker %d did not stop in time: killing it", w.pid)
+            self._kill(w, signal.SIGKILL)
+            w.kill_at = None
 
     # --- reload ---------------------------------------------------------------------
 

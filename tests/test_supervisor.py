@@ -79,6 +79,7 @@ def test_killed_worker_is_replaced_while_requests_continue(serve):
     s.wait_log(rf"worker {victim} was killed by signal SIGKILL")
     m = s.wait_log(rf"worker {victim} was killed[\s\S]*?worker (\d+) ready")
     new_pid = int(m.group(1))
+    assert re.search(rf"worker {new_pid} started \(slot \d+, replacing {victim}\)", s.log), s.log
     wait_until(lambda: new_pid in loop.pids(), 10, "the replacement to serve")
     time.sleep(0.3)
     loop.stop()
@@ -287,6 +288,10 @@ def test_graceful_timeout_bounds_the_drain(serve):
     s.proc.send_signal(signal.SIGTERM)
     s.proc.wait(6)
     assert time.monotonic() - t0 < 4
+    s._reader.join(5)
+    # Before the kill, the stuck worker's stacks are logged.
+    assert re.search(r"did not stop in time; its thread stacks follow", s.log), s.log
+    assert re.search(r'File "[^"]*sup_app\.py", line \d+ in slow_view', s.log), s.log
 
 
 def test_preload_imports_once_in_the_supervisor(serve):
