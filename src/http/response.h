@@ -18,7 +18,9 @@ const char *m0_status_reason(int status);
 
 /* The cached "Date: <IMF-fixdate>\r\n" line (37 bytes + NUL). Refreshed at
  * most once per second: m0_date_refresh(now) is called by the loop once per
- * iteration with the current wall-clock second. */
+ * iteration with the current wall-clock second. The cache is per thread; in a
+ * thread that never calls m0_date_refresh() (a blocking-pool thread),
+ * m0_date_line() refreshes it from time(NULL) itself. */
 void m0_date_refresh(time_t now);
 const char *m0_date_line(void); /* borrowed, valid until the next refresh */
 #define M0_DATE_LINE_LEN 37

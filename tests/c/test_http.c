@@ -5,8 +5,10 @@
 #include "../../src/http/parser.h"
 #include "../../src/http/response.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -831,6 +833,28 @@ static void test_chunked(void)
 
 /* ---- response helpers ---------------------------------------------------- */
 
+struct date_probe {
+    char line[M0_DATE_LINE_LEN + 1];
+    time_t second; /* the second `line` must show, -1 if the clock ticked while reading */
+};
+
+/* In a thread that never calls m0_date_refresh(): read the line, wait for
+ * the next wall-clock second (at most 3 s), read it again. */
+static void *date_in_fresh_thread(void *arg)
+{
+    struct date_probe *probe = arg;
+    struct timespec ten_ms = {0, 10 * 1000 * 1000};
+    time_t t0 = time(NULL), a, b;
+    (void)m0_date_line();
+    for (int i = 0; i < 300 && time(NULL) == t0; i++)
+        nanosleep(&ten_ms, NULL);
+    a = time(NULL);
+    memcpy(probe->line, m0_date_line(), M0_DATE_LINE_LEN + 1);
+    b = time(NULL);
+    probe->second = a == b && a != t0 ? a : (time_t)-1;
+    return NULL;
+}
+
 static void test_response(void)
 {
     char out[512];
@@ -862,6 +886,24 @@ static void test_response(void)
     CHECK(strcmp(m0_date_line(), "Date: Tue, 29 Feb 2000 23:59:59 GMT\r\n") == 0);
     m0_date_refresh(4102444800);
     CHECK(strcmp(m0_date_line(), "Date: Fri, 01 Jan 2100 00:00:00 GMT\r\n") == 0);
+
+    /* A thread whose loop never refreshes still gets the current second,
+     * also after the clock moved on. */
+    {
+        pthread_t t;
+        struct date_probe probe;
+        for (int attempt = 0; attempt < 3; attempt++) {
+            CHECK(pthread_create(&t, NULL, date_in_fresh_thread, &probe) == 0);
+            pthread_join(t, NULL);
+            if (probe.second != (time_t)-1)
+                break;
+        }
+        CHECK(probe.second != (time_t)-1);
+        m0_date_refresh(probe.second);
+        CHECK(strcmp(probe.line, m0_date_line()) == 0);
+        m0_date_refresh(784111777);
+        CHECK(strcmp(m0_date_line(), "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n") == 0);
+    }
 
     /* Validators. */
     CHECK(m0_valid_status_line(S("200 OK")));
