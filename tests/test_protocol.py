@@ -777,3 +777,42 @@ def test_header_timeout_on_a_later_request(serve, backend):
         assert 0.8 <= time.monotonic() - t0 <= 3.5
         assert "close" in conn_tokens(headers)
         assert_clean_eof(s, what="408 on a later request")
+
+
+def test_streamed_response_with_empty_yields(serve):
+    """b"" from the app iterable writes nothing: it must not end the chunked body."""
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(get("/stream?n=3&size=4&empty=1") + get("/after"))
+        status, headers, body, head = read_response(s)
+        assert status == 200 and body == b"000011112222", (head, body)
+        assert echo(read_response(s)[2])["path"] == "/after"
+
+
+def test_transfer_encoding_in_http10_is_faulty_framing(serve, backend):
+    """RFC 9112 6.1: TE in an HTTP/1.0 request means faulty framing: the
+    server may answer it (400, or process it) but then closes; the bytes
+    behind it are never answered as a request."""
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(b"POST /te10 HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get("/smuggled"))
+        status, headers, body, head = read_response(s)
+        assert status in (200, 400), head
+        assert_clean_eof(s, what="TE in HTTP/1.0")
+
+
+def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
+    """300 pipelined POSTs with 1000-byte bodies in one send (300 KB): every
+    body is framed exactly, across however many reads the server needs."""
+    server = start(serve, backend)
+    n = 300
+    bodies = [bytes([65 + i % 26]) * 1000 for i in range(n)]
+    with connect(server, timeout=30) as s:
+        sender = threading.Thread(target=s.sendall, args=(b"".join(post(f"/pp/{i}", bodies[i]) for i in range(n)),))
+        sender.start()
+        for i in range(n):
+            status, headers, body, head = read_response(s, timeout=30)
+            check_ok(status, body, backend, f"/pp/{i}")
+            if backend == "wsgi":
+                assert echo(body)["body"].encode() == bodies[i]
+        sender.join()

@@ -1,8 +1,10 @@
 """WSGI app for the protocol tests: it reports what the server handed it.
 
 Routes (by PATH_INFO):
-  /stream[?n=N&size=S]  N chunks of S bytes from a generator, no Content-Length
-                        (chunked on HTTP/1.1, close-delimited on HTTP/1.0)
+  /stream[?n=N&size=S&empty=1]
+                        N chunks of S bytes from a generator, no Content-Length
+                        (chunked on HTTP/1.1, close-delimited on HTTP/1.0);
+                        empty=1 also yields b"" before each chunk and at the end
   /fixed                a 26-byte body with Content-Length
   /expect[?delay=S]     sleeps S seconds, then reads the body (the 100 Continue
                         is due only then); echoes like the default route
@@ -63,9 +65,13 @@ def _echo(environ, start_response, body):
     return [out]
 
 
-def _stream(n, size):
+def _stream(n, size, empty):
     for i in range(n):
+        if empty:
+            yield b""  # must not end the chunked body early
         yield (b"%d" % (i % 10)) * size
+    if empty:
+        yield b""
 
 
 def _app(environ, start_response):
@@ -74,7 +80,7 @@ def _app(environ, start_response):
         q = _query(environ)
         n, size = int(q.get("n", "5")), int(q.get("size", "10"))
         start_response("200 OK", [("Content-Type", "text/plain")])
-        return _stream(n, size)
+        return _stream(n, size, q.get("empty") == "1")
     if path == "/fixed":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FIXED_BODY)))])
         return [FIXED_BODY]

@@ -242,6 +242,12 @@ VALID = [
     Valid("leading-empty-line", b"\r\nGET /after-crlf HTTP/1.1\r\n" + H + b"\r\n", {"path": "/after-crlf"}),
     Valid("expect-continue-body-sent", b"POST /expect HTTP/1.1\r\n" + H + b"Expect: 100-continue\r\nContent-Length: 4\r\n\r\nbody",
           {"body": "body"}),
+    Valid("upgrade-h2c-ignored", b"GET /u HTTP/1.1\r\n" + H + b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+          b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n", {"path": "/u"}),
+    Valid("upgrade-websocket-ignored-by-wsgi", b"GET /u HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+          b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", {"path": "/u"}),
+    Valid("cl-duplicate-identical", b"POST /p HTTP/1.1\r\n" + H + b"Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+          {"body": "abc", "env": {"CONTENT_LENGTH": "3"}}),
     Valid("connection-keep-alive-11", b"GET / HTTP/1.1\r\n" + H + b"Connection: keep-alive\r\n\r\n", {"path": "/"}),
     Valid("request-line-at-limit", _line(LINE_LIMIT) + b"\r\n" + H + b"\r\n", {"method": "GET"}),
     Valid("fields-at-limit", b"GET / HTTP/1.1\r\n" + _fields(FIELDS_LIMIT) + b"\r\n", {"headers": {"x-f00": "v", "x-f%02d" % (FIELDS_LIMIT - 2): "v"}}),
