@@ -159,7 +159,7 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
         if (!blocking) {
             c->writable_wanted = 1;
             m0_conn_interest(c);
-            return 0;
+            return -EAGAIN;
         }
         int r = conn_flush_blocking(c);
         if (r < 0)
@@ -187,6 +187,8 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
             }
             c->writable_wanted = 1;
             m0_conn_interest(c);
+            if (sent == 0)
+                return -EAGAIN; /* 0 means end of file */
             break;
         }
         if (err == EPIPE || err == ECONNRESET)

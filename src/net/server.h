@@ -117,8 +117,10 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
  * into the connection's write buffer and returns 0; m0_conn_write_pending()
  * then says how much is queued (backpressure: wait for M0_CONN_WRITABLE). */
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
-/* sendfile(2) count bytes of fd from offset; same blocking semantics. Returns
- * bytes sent (may be less than count at EOF) or -errno. */
+/* sendfile(2) count bytes of fd from offset. Blocking: returns once count
+ * bytes are sent or at end of file (fewer), or -errno. Non-blocking: returns
+ * the bytes the socket took (> 0), 0 at end of file, or -EAGAIN when it took
+ * none (queued output first, or a full socket): M0_CONN_WRITABLE follows. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 size_t m0_conn_write_pending(const m0_conn *c);
 /* The write buffer mark above which an async handler should wait. */
