@@ -587,7 +587,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     int keep = keep_alive && m0_conn_keep_alive(c);
     c->want_body = 0;
     if (c->state == M0_CS_RAW) {
-        m0_conn_close_after(c, 0);
+        /* Half-close and read the peer's last bytes away (a WebSocket close
+         * frame answering ours) so that the close is a FIN, not a reset that
+         * could destroy our last frame unread (RFC 6455 section 7.1.1). */
+        m0_conn_close_after(c, 1);
     } else if (!keep) {
         /* Unread input (a body, pipelined requests) makes the close linger. */
         size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
