@@ -65,7 +65,8 @@ int m0_asgi_module_init(PyObject *module)
         NULL);
     if (st->disconnected == NULL || PyModule_AddObjectRef(module, "ClientDisconnected", st->disconnected) < 0)
         return -1;
-    if (m0_asgi_await_module_init(module, st) < 0 || m0_asgi_http_module_init(module, st) < 0)
+    if (m0_asgi_await_module_init(module, st) < 0 || m0_asgi_http_module_init(module, st) < 0 ||
+        m0_asgi_ws_module_init(module, st) < 0)
         return -1;
     return 0;
 }
@@ -77,6 +78,7 @@ int m0_asgi_module_traverse(PyObject *module, visitproc visit, void *arg)
         return 0;
     Py_VISIT(st->op_type);
     Py_VISIT(st->http_type);
+    Py_VISIT(st->ws_type);
     Py_VISIT(st->disconnected);
     Py_VISIT(st->asgi_version);
     return 0;
@@ -90,6 +92,7 @@ void m0_asgi_module_clear(PyObject *module)
         return;
     Py_CLEAR(st->op_type);
     Py_CLEAR(st->http_type);
+    m0_asgi_ws_module_clear(st);
     Py_CLEAR(st->disconnected);
     Py_CLEAR(st->asgi_version);
     Py_CLEAR(st->http_10);
@@ -321,6 +324,26 @@ void m0_asgi_detach(m0_asgi_base *obj)
         obj->next->prev = obj->prev;
     obj->prev = obj->next = NULL;
     Py_DECREF(obj);
+}
+
+void m0_asgi_drain(m0_asgi *a)
+{
+    /* Handlers may detach themselves (and others may finish) while being
+     * told: take a snapshot of the live list with references first. */
+    PyObject *live = PyList_New(0);
+    if (live == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    for (m0_asgi_base *b = a->live; b != NULL; b = b->next)
+        if (PyList_Append(live, (PyObject *)b) < 0)
+            PyErr_Clear();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(live); i++) {
+        m0_asgi_base *b = (m0_asgi_base *)PyList_GET_ITEM(live, i); // borrowed
+        if (b->conn != NULL && b->on_event != NULL)
+            b->on_event(b, M0_ASGI_DRAIN);
+    }
+    Py_DECREF(live);
 }
 
 /* --- futures, tasks, logging --- */

@@ -88,10 +88,16 @@ struct m0_asgi_state {
     PyObject *msg_request_type;    /* "http.request" */
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;
+    PyTypeObject *ws_type;       /* per-connection WebSocket object (asgi_ws.c) */
+    struct m0_asgi_ws_state *ws; /* asgi_ws.c's interned strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
 #undef M0_ASGI_STR_FIELD
 };
+
+/* on_event code besides M0_CONN_*: the server started a graceful drain
+ * (m0_asgi_drain). Objects that do not care ignore it. */
+#define M0_ASGI_DRAIN 100
 
 typedef struct m0_asgi_base m0_asgi_base;
 typedef void (*m0_asgi_event_fn)(m0_asgi_base *self, int what);
@@ -171,6 +177,10 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
  * request was taken asynchronously, 0 when it should be served as HTTP,
  * -1 with an exception set to abort the connection. */
 int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req);
+/* asgi_ws.c's part of the module state: its type and strings. */
+typedef struct m0_asgi_ws_state m0_asgi_ws_state;
+int m0_asgi_ws_module_init(PyObject *module, m0_asgi_state *st);
+void m0_asgi_ws_module_clear(m0_asgi_state *st);
 
 /* --- asgi_await.c --- */
 

@@ -50,6 +50,7 @@ enum {
     M0_WS_CLOSE_POLICY = 1008,
     M0_WS_CLOSE_TOO_BIG = 1009,
     M0_WS_CLOSE_INTERNAL_ERROR = 1011,
+    M0_WS_CLOSE_SERVICE_RESTART = 1012,
 };
 
 /* The close code for a frame error, the HTTP status for a handshake error. */
