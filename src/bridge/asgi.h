@@ -51,6 +51,11 @@ m0_asgi *m0_asgi_new(PyObject *module, const m0_asgi_options *opts);
 void m0_asgi_free(m0_asgi *a);
 int m0_asgi_traverse(m0_asgi *a, visitproc visit, void *arg);
 
+/* A graceful shutdown began (after m0_server_drain): every live request is
+ * told; open WebSockets are closed with 1012 (service restart), HTTP
+ * requests finish normally. */
+void m0_asgi_drain(m0_asgi *a);
+
 /* The handler; its ctx is the m0_asgi*. Runs with the GIL held, on the thread
  * of the asyncio loop. */
 extern const m0_handler m0_asgi_handler;

@@ -420,6 +420,8 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
     m0_server_drain(self->srv);
     if (!graceful)
         m0_server_abort(self->srv);
+    else if (self->asgi != NULL)
+        m0_asgi_drain(self->asgi); /* open WebSockets close now (1012) */
     Py_RETURN_NONE;
 }
 
