@@ -1,0 +1,593 @@
+"""ASGI WebSockets through a real server process, with the `websockets` client library and raw
+sockets (for what a well-behaved client never sends)."""
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import time
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from conftest import APPS_DIR, Server, server_env
+
+pytestmark = pytest.mark.timeout(60)
+
+APP = "ws_app:app"
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+@pytest.fixture(scope="module")
+def srv():
+    """One server for the tests that need no special flags."""
+    import sys
+
+    s = Server(
+        [sys.executable, "-m", "m0serve", APP, "--interface", "asgi", "--host", "127.0.0.1", "--port", "0"],
+        server_env(),
+        str(APPS_DIR),
+    ).wait_ready()
+    yield s
+    s.stop()
+
+
+def ws_url(s, path):
+    return f"ws://{s.host}:{s.port}{path}"
+
+
+def run(coro, timeout=20):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def events(s, clear=False):
+    r = httpx.get(s.url + ("/events?clear=1" if clear else "/events"), timeout=5)
+    assert r.status_code == 200
+    return r.json()
+
+
+def wait_event(s, pred, timeout=5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ev = events(s)
+        hits = [e for e in ev if pred(e)]
+        if hits:
+            return hits
+        time.sleep(0.05)
+    raise AssertionError(f"no matching event in {events(s)}")
+
+
+# --- raw frames ---
+
+
+def client_frame(opcode, payload, fin=True, mask=True, rsv=0):
+    b0 = (0x80 if fin else 0) | rsv | opcode
+    n = len(payload)
+    mbit = 0x80 if mask else 0
+    if n < 126:
+        head = bytes([b0, mbit | n])
+    elif n < 65536:
+        head = bytes([b0, mbit | 126]) + struct.pack(">H", n)
+    else:
+        head = bytes([b0, mbit | 127]) + struct.pack(">Q", n)
+    if not mask:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+class RawWS:
+    """A hand-driven WebSocket client over a plain socket."""
+
+    def __init__(self, s, path="/echo", extra=b"", timeout=5):
+        self.sock = socket.create_connection((s.host, s.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16))
+        self.sock.sendall(
+            b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n"
+        )
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            assert chunk, self.buf
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        self.head = head.decode("latin-1")
+        self.status = int(self.head.split(" ")[1])
+        if self.status == 101:
+            want = base64.b64encode(hashlib.sha1(key + GUID).digest()).decode()
+            assert f"Sec-WebSocket-Accept: {want}" in self.head, self.head
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError(self.buf)
+            self.buf += chunk
+
+    def recv_frame(self):
+        """(fin, opcode, payload) of the next server frame, which must be unmasked."""
+        self._need(2)
+        b0, b1 = self.buf[0], self.buf[1]
+        assert b1 & 0x80 == 0, "server frames are not masked"
+        n, off = b1 & 0x7F, 2
+        if n == 126:
+            self._need(4)
+            n, off = struct.unpack(">H", self.buf[2:4])[0], 4
+        elif n == 127:
+            self._need(10)
+            n, off = struct.unpack(">Q", self.buf[2:10])[0], 10
+        self._need(off + n)
+        payload = self.buf[off : off + n]
+        self.buf = self.buf[off + n :]
+        return bool(b0 & 0x80), b0 & 0x0F, payload
+
+    def recv_close(self):
+        """Skip to the close frame; returns (code, reason)."""
+        while True:
+            fin, op, payload = self.recv_frame()
+            if op == 8:
+                if not payload:
+                    return 1005, ""
+                return struct.unpack(">H", payload[:2])[0], payload[2:].decode()
+
+    def at_eof(self, timeout=3):
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                b = self.sock.recv(65536)
+                if not b:
+                    return True
+        except ConnectionResetError:
+            return False
+
+    def close(self):
+        self.sock.close()
+
+
+# --- echo, fragmentation, ping, subprotocols ---
+
+
+def test_echo_text_binary_and_subprotocol(srv):
+    async def go():
+        async with connect(ws_url(srv, "/echo"), subprotocols=["x-other", "superchat", "chat"], max_size=None) as ws:
+            assert ws.subprotocol == "superchat"
+            await ws.send("hello ✓ €")
+            assert await ws.recv() == "hello ✓ €"
+            await ws.send(b"\x00\xffbinary")
+            assert await ws.recv() == b"\x00\xffbinary"
+            await ws.send("")
+            assert await ws.recv() == ""
+            await ws.send(b"")
+            assert await ws.recv() == b""
+            for size in (125, 126, 65535, 65536, 5 * 1024 * 1024):
+                data = os.urandom(size)
+                await ws.send(data)
+                assert await ws.recv() == data
+
+    run(go())
+
+
+def test_no_subprotocol_when_none_offered(srv):
+    async def go():
+        async with connect(ws_url(srv, "/echo")) as ws:
+            assert ws.subprotocol is None
+            assert "sec-websocket-protocol" not in ws.response.headers
+
+    run(go())
+
+
+def test_fragmented_messages_are_reassembled(srv):
+    async def go():
+        async with connect(ws_url(srv, "/echo")) as ws:
+            await ws.send(["frag", "mented ", "text ✓"])
+            assert await ws.recv() == "fragmented text ✓"
+            await ws.send([b"a" * 70000, b"b", b"c" * 10])
+            assert await ws.recv() == b"a" * 70000 + b"b" + b"c" * 10
+
+    run(go())
+    # By hand: a character split across fragments, a ping between fragments (answered at once).
+    ws = RawWS(srv)
+    try:
+        euro = "€".encode()
+        ws.send(client_frame(1, b"x" + euro[:1], fin=False))
+        ws.send(client_frame(9, b"mid"))
+        assert ws.recv_frame() == (True, 10, b"mid")
+        ws.send(client_frame(0, euro[1:], fin=False))
+        ws.send(client_frame(0, b"y", fin=True))
+        assert ws.recv_frame() == (True, 1, "x€y".encode())
+    finally:
+        ws.close()
+
+
+def test_many_small_messages_in_one_read(srv):
+    ws = RawWS(srv)
+    try:
+        ws.send(b"".join(client_frame(1, f"m{i}".encode()) for i in range(500)))
+        for i in range(500):
+            assert ws.recv_frame() == (True, 1, f"m{i}".encode())
+    finally:
+        ws.close()
+
+
+def test_ping_pong(srv):
+    async def go():
+        async with connect(ws_url(srv, "/echo")) as ws:
+            for payload in (b"", b"abc", os.urandom(125)):
+                waiter = await ws.ping(payload)
+                latency = await asyncio.wait_for(waiter, 3)
+                assert latency >= 0
+
+    run(go())
+
+
+def test_reading_pauses_and_resumes_for_a_slow_app(srv):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/slow-reader")
+    try:
+        ws.send(b"".join(client_frame(1, f"{i:04d}".encode() * 50) for i in range(300)))
+        for i in range(300):
+            assert ws.recv_frame() == (True, 1, f"{i:04d}".encode() * 50)
+    finally:
+        ws.close()
+
+
+# --- closing ---
+
+
+def test_client_close_code_and_reason_reach_the_app(srv):
+    events(srv, clear=True)
+
+    async def go():
+        async with connect(ws_url(srv, "/echo")) as ws:
+            await ws.send("hi")
+            await ws.recv()
+            await ws.close(4005, "client says bye")
+            assert ws.close_code == 4005  # the server echoed the code
+        return ws
+
+    run(go())
+    wait_event(srv, lambda e: e == ["/echo", "disconnect", 4005, "client says bye"])
+
+
+def test_client_close_without_code_is_1005(srv):
+    events(srv, clear=True)
+    ws = RawWS(srv)
+    try:
+        ws.send(client_frame(8, b""))
+        assert ws.recv_close() == (1005, "")
+        assert ws.at_eof()
+    finally:
+        ws.close()
+    wait_event(srv, lambda e: e == ["/echo", "disconnect", 1005, ""])
+
+
+def test_app_close_code_and_reason_reach_the_client(srv):
+    events(srv, clear=True)
+
+    async def go():
+        async with connect(ws_url(srv, "/echo")) as ws:
+            await ws.send("close 4002 app says bye")
+            with pytest.raises(ConnectionClosed) as ei:
+                await ws.recv()
+            assert ei.value.rcvd.code == 4002
+            assert ei.value.rcvd.reason == "app says bye"
+
+    run(go())
+    wait_event(srv, lambda e: e == ["/echo", "app-closed", 4002, "app says bye"])
+    wait_event(srv, lambda e: e == ["/echo", "after-close", "websocket.disconnect"])
+
+
+def test_server_close_is_a_clean_close_handshake(srv):
+    ws = RawWS(srv, "/server-close")
+    try:
+        assert ws.recv_close() == (4001, "bye")
+        ws.send(client_frame(8, struct.pack(">H", 4001)))
+        assert ws.at_eof()  # FIN, not a reset
+    finally:
+        ws.close()
+
+
+def test_abrupt_client_disconnect_is_1006(srv):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/idle")
+    ws.close()
+    wait_event(srv, lambda e: e == ["/idle", "disconnect", 1006, ""])
+
+
+def test_send_after_disconnect_raises_oserror(srv):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/send-after-close")
+    ws.send(client_frame(8, struct.pack(">H", 1000)))
+    assert ws.recv_close()[0] == 1000
+    ws.close()
+    wait_event(srv, lambda e: e == ["/send-after-close", "send-error", "ClientDisconnected", True])
+
+
+def test_app_return_after_accept_closes_1000(srv):
+    ws = RawWS(srv, "/return-after")
+    try:
+        assert ws.recv_close() == (1000, "")
+    finally:
+        ws.close()
+
+
+def test_app_error_after_accept_closes_1011(srv):
+    ws = RawWS(srv, "/error-after")
+    try:
+        assert ws.recv_close()[0] == 1011
+    finally:
+        ws.close()
+    assert "boom after accept" in srv.log
+
+
+# --- protocol errors ---
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(client_frame(1, b"unmasked", mask=False), id="unmasked"),
+        pytest.param(client_frame(1, b"rsv1", rsv=0x40), id="rsv1"),
+        pytest.param(client_frame(3, b"op3"), id="reserved-opcode"),
+        pytest.param(client_frame(9, b"p" * 126), id="long-ping"),
+        pytest.param(client_frame(9, b"p", fin=False), id="fragmented-ping"),
+        pytest.param(client_frame(0, b"cont"), id="orphan-continuation"),
+        pytest.param(client_frame(1, b"a", fin=False) + client_frame(1, b"b"), id="new-message-mid-fragment"),
+        pytest.param(client_frame(8, b"\x03"), id="one-byte-close"),
+        pytest.param(client_frame(8, struct.pack(">H", 1005)), id="close-1005"),
+    ],
+)
+def test_protocol_errors_close_1002(srv, frame):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/idle")
+    try:
+        ws.send(frame)
+        assert ws.recv_close()[0] == 1002
+        assert ws.at_eof()
+    finally:
+        ws.close()
+    wait_event(srv, lambda e: e[:3] == ["/idle", "disconnect", 1002])
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        pytest.param([client_frame(1, b"bad \xc0\x80")], id="overlong"),
+        pytest.param([client_frame(1, b"\xed\xa0\x80")], id="surrogate"),
+        pytest.param([client_frame(1, b"ok\xe2\x82", fin=False), client_frame(0, b"")], id="truncated"),
+        pytest.param([client_frame(8, struct.pack(">H", 1000) + b"\xff")], id="close-reason"),
+    ],
+)
+def test_invalid_utf8_closes_1007(srv, frames):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/idle")
+    try:
+        ws.send(b"".join(frames))
+        assert ws.recv_close()[0] == 1007
+    finally:
+        ws.close()
+    wait_event(srv, lambda e: e[:3] == ["/idle", "disconnect", 1007])
+
+
+def test_oversize_message_closes_1009(serve):
+    s = serve(APP, "--interface", "asgi", "--ws-max-size", "1000")
+
+    async def go():
+        async with connect(ws_url(s, "/echo"), max_size=None) as ws:
+            await ws.send(b"x" * 1000)  # exactly the limit passes
+            assert await ws.recv() == b"x" * 1000
+            await ws.send([b"y" * 600, b"y" * 600])  # fragments add up
+            with pytest.raises(ConnectionClosed) as ei:
+                await ws.recv()
+            assert ei.value.rcvd.code == 1009
+
+    run(go())
+    wait_event(s, lambda e: e[:3] == ["/echo", "disconnect", 1009])
+    # A single huge frame is refused from its header, before its payload arrives.
+    ws = RawWS(s, "/echo")
+    try:
+        ws.send(bytes([0x82, 0xFF]) + struct.pack(">Q", 1 << 40) + b"\x01\x02\x03\x04")
+        assert ws.recv_close()[0] == 1009
+    finally:
+        ws.close()
+
+
+# --- handshake, scope, denial ---
+
+
+def test_scope(srv):
+    async def go():
+        async with connect(ws_url(srv, "/scope?x=1%202"), subprotocols=["a", "b"],
+                           additional_headers={"X-Custom": "v"}) as ws:
+            return json.loads(await ws.recv())
+
+    s = run(go())
+    assert s["type"] == "websocket"
+    assert s["asgi"] == {"version": "3.0", "spec_version": "2.4"}
+    assert s["http_version"] == "1.1"
+    assert s["scheme"] == "ws"
+    assert s["path"] == "/scope"
+    assert s["raw_path"] == "/scope"
+    assert s["query_string"] == "x=1%202"
+    assert s["root_path"] == ""
+    assert s["subprotocols"] == ["a", "b"]
+    assert ["x-custom", "v"] in s["headers"]
+    assert ["upgrade", "websocket"] in s["headers"]
+    assert s["client"][0] == "127.0.0.1" and s["client"][1] > 0
+    assert s["server"] == ["127.0.0.1", srv.port]
+    assert "websocket.http.response" in s["extensions"]
+    assert "method" not in s
+
+
+def test_accept_headers(srv):
+    async def go():
+        async with connect(ws_url(srv, "/headers")) as ws:
+            return ws.response
+
+    resp = run(go())
+    assert resp.status_code == 101
+    assert resp.headers["x-accept"] == "yes"
+    assert resp.headers["upgrade"].lower() == "websocket"
+
+
+def test_denial_before_accept_is_403(srv):
+    async def go():
+        with pytest.raises(InvalidStatus) as ei:
+            async with connect(ws_url(srv, "/deny")):
+                pass
+        return ei.value.response
+
+    resp = run(go())
+    assert resp.status_code == 403
+
+
+def test_http_response_extension(srv):
+    ws = RawWS(srv, "/deny-response")
+    try:
+        assert ws.status == 418
+        assert "x-denied: 1" in ws.head
+        assert "Content-Length: 25" in ws.head
+        ws._need(25)
+        assert ws.buf == b"no websockets for teapots"
+        assert ws.at_eof()
+    finally:
+        ws.close()
+    ws = RawWS(srv, "/deny-stream")
+    try:
+        assert ws.status == 401
+        assert "Transfer-Encoding: chunked" in ws.head
+        ws.sock.settimeout(5)
+        while not ws.buf.endswith(b"0\r\n\r\n"):
+            chunk = ws.sock.recv(65536)
+            assert chunk, ws.buf
+            ws.buf += chunk
+        assert ws.buf == b"a\r\npart one, \r\n8\r\npart two\r\n0\r\n\r\n"
+    finally:
+        ws.close()
+
+
+@pytest.mark.parametrize("path", ["/error-before", "/no-handshake"])
+def test_app_failure_before_accept_is_500(srv, path):
+    ws = RawWS(srv, path)
+    try:
+        assert ws.status == 500
+    finally:
+        ws.close()
+
+
+def test_bad_handshakes(srv):
+    def raw(req):
+        with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+            sock.sendall(req)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode("latin-1")
+
+    base = b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    r = raw(base + b"Sec-WebSocket-Key: c2hvcnQ=\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    assert r.startswith("HTTP/1.1 400 ")
+    r = raw(base + b"Sec-WebSocket-Version: 13\r\n\r\n")
+    assert r.startswith("HTTP/1.1 400 ")
+    r = raw(base + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n")
+    assert r.startswith("HTTP/1.1 426 ")
+    assert "Sec-WebSocket-Version: 13" in r
+    # The RFC's example key gets the RFC's answer.
+    r = raw(base + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    assert r.startswith("HTTP/1.1 101 ")
+    assert "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in r
+
+
+def test_ws_off_serves_upgrades_as_plain_http(serve):
+    s = serve(APP, "--interface", "asgi", "--ws", "off")
+    ws = RawWS(s, "/echo")
+    try:
+        assert ws.status == 200
+    finally:
+        ws.close()
+
+
+# --- keepalive pings ---
+
+
+def test_server_pings_and_closes_1011_without_pong(serve):
+    s = serve(APP, "--interface", "asgi", "--ws-ping-interval", "0.2", "--ws-ping-timeout", "0.3")
+    # A client that answers pings stays connected well past interval + timeout.
+    async def go():
+        async with connect(ws_url(s, "/echo"), ping_interval=None) as ws:
+            await asyncio.sleep(1.2)
+            await ws.send("still here")
+            assert await ws.recv() == "still here"
+
+    run(go())
+    # A client that never answers gets pinged, then closed with 1011.
+    ws = RawWS(s, "/idle")
+    try:
+        t0 = time.monotonic()
+        fin, op, payload = ws.recv_frame()
+        assert op == 9 and 0.1 < time.monotonic() - t0 < 1.0
+        code, reason = ws.recv_close()
+        assert code == 1011 and "ping" in reason
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        ws.close()
+    wait_event(s, lambda e: e[:3] == ["/idle", "disconnect", 1011])
+
+
+def test_graceful_shutdown_closes_open_websockets_1012(serve):
+    s = serve(APP, "--interface", "asgi")
+
+    async def go():
+        async with connect(ws_url(s, "/idle")) as ws:
+            s.proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            with pytest.raises(ConnectionClosed) as ei:
+                await ws.recv()
+            assert ei.value.rcvd.code == 1012
+            return time.monotonic() - t0
+
+    assert run(go()) < 3.0
+    assert s.proc.wait(10) == 0
+    s.wait_log(r"WS-DISCONNECT /idle 1012")
+
+
+# --- a real framework ---
+
+
+def test_fastapi_websocket_route(serve):
+    s = serve("fastapi_ws_app:app", "--interface", "asgi")
+
+    async def go():
+        async with connect(ws_url(s, "/ws/lobby?name=ann")) as ws:
+            assert json.loads(await ws.recv()) == {"room": "lobby", "name": "ann"}
+            await ws.send(json.dumps({"msg": "hi"}))
+            assert json.loads(await ws.recv()) == {"room": "lobby", "echo": {"msg": "hi"}, "n": 13}
+            await ws.close(1000)
+        async with connect(ws_url(s, "/bytes")) as ws:
+            await ws.send(b"abc")
+            assert await ws.recv() == b"cba"
+        with pytest.raises(InvalidStatus) as ei:
+            async with connect(ws_url(s, "/policy")):
+                pass
+        assert ei.value.response.status_code == 403
+
+    run(go())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        closed = httpx.get(s.url + "/closed", timeout=5).json()["closed"]
+        if closed:
+            break
+        time.sleep(0.05)
+    assert closed == [1000]
