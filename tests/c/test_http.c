@@ -247,6 +247,20 @@ static const struct bad_case bad_cases[] = {
     {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775808\r\n\r\n"), 400},
     {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1048577\r\n\r\n"), 413},
     {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775807\r\n\r\n"), 413},
+    /* request smuggling classics */
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\x0b\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5,6\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\tContent-Length: 6\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\nContent-Length: 6\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\rContent-Length: 6\r\n\r\n"), 400},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nX\xff: 1\r\n\r\n"), 400},
+    {S("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\0\r\n\r\n"), 400},
+    {S("GET / HTTP/1.1\r\nHost: a\r\n\r\r\n"), 400},
 };
 
 static int rc_of_status(int status)
@@ -334,6 +348,9 @@ static const struct good_case good_cases[] = {
      KA | M0_REQ_CHUNKED, -1, 2},
     {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked\r\n\r\n"), 0, "POST", "/", "", "a", 1,
      KA | M0_REQ_CHUNKED, -1, 2},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked , \t\r\n\r\n"), 0, "POST", "/", "", "a", 1,
+     KA | M0_REQ_CHUNKED, -1, 2},
+    {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\t5\t\r\n\r\n"), 0, "POST", "/", "", "a", 1, KA, 5, 2},
     {S("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n"), 0, "POST", "/", "", "a", 1,
      KA | M0_REQ_EXPECT_CONTINUE, 2, 3},
     {S("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"), 0, "POST", "/", "", "", 0, 0, 2, 2},
