@@ -1,8 +1,11 @@
 /* HTTP/1.1 request head parser and chunked body decoder (see parser.h).
  *
  * Design: one forward pass over the caller's buffer, table-driven character
- * classes, no allocation, no copies. The pass is re-run from the start after
- * M0_PARSE_INCOMPLETE (heads are small; this keeps the parser stateless).
+ * classes (SSE2 scans of targets, names and values), no allocation, no
+ * copies. The pass is re-run from the start after M0_PARSE_INCOMPLETE: this
+ * keeps the parser stateless, but a caller that re-parses after every tiny
+ * read does quadratic work on a head trickled in byte by byte; re-parse when
+ * the new bytes hold a LF or push a line past its limit.
  *
  * Errors are decided by position: the parser reports the first offending byte
  * in buffer order, and limits are checked against the byte that would exceed
@@ -55,17 +58,26 @@
 #define C_TARGET 4 /* request-target octet: VCHAR, obs-text */
 #define C_HOST 8   /* uri-host / port octet: unreserved, sub-delims, '%', ':', '[', ']' */
 
+/* clang-format off */
 static const unsigned char cls[256] = {
-    0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-    0,  0,  0,  2,  15, 6,  7,  15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15, 6,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-    14, 14, 6,  14, 6,  6,  6,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-    15, 15, 15, 15, 14, 6,  14, 7,  15, 7,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-    15, 15, 15, 15, 15, 15, 15, 6,  7,  6,  15, 0,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
-    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
-    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
-    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
-    6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  /* 0x00 */
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
+     2, 15,  6,  7, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15,  6,  /* 0x20 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  6, 14,  6,  6,  /* 0x30 */
+     6, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x40 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14,  6, 14,  7, 15,  /* 0x50 */
+     7, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x60 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  6,  7,  6, 15,  0,  /* 0x70 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x80 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x90 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xa0 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xb0 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xc0 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xd0 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xe0 */
+     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xf0 */
 };
+/* clang-format on */
 
 #define IS(c, k) (cls[(unsigned char)(c)] & (k))
 
