@@ -816,3 +816,34 @@ def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
             if backend == "wsgi":
                 assert echo(body)["body"].encode() == bodies[i]
         sender.join()
+
+
+def test_half_close_after_pipelined_requests(serve, backend):
+    """A client may send its requests and then shut down its sending side:
+    every complete request it sent is still answered, in order, then the
+    server closes."""
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/hc/0") + post("/hc/1", b"body") + get("/hc/2"))
+        s.shutdown(socket.SHUT_WR)
+        for i in range(3):
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/hc/{i}")
+        assert_clean_eof(s, what="after the answers to a half-closed client")
+
+
+def test_header_timeout_does_not_cover_the_body(serve, backend):
+    """--header-timeout bounds the head only: a body trickling in over 2 s
+    after a fast head is read whole (the keep-alive timer does not fire
+    either while a request is in progress)."""
+    server = start(serve, backend, "--header-timeout", "1", "--keep-alive-timeout", "1")
+    body = b"0123456789"
+    with connect(server) as s:
+        s.sendall(b"POST /slow-body HTTP/1.1\r\n" + HOST + b"Content-Length: %d\r\n\r\n" % len(body))
+        for i in range(len(body)):
+            time.sleep(0.2)
+            s.sendall(body[i : i + 1])
+        status, headers, rbody, head = read_response(s)
+        check_ok(status, rbody, backend, "/slow-body")
+        if backend == "wsgi":
+            assert echo(rbody)["body"] == body.decode()
