@@ -272,7 +272,8 @@ def test_inherited_fd():
         assert s.stop() == 0
 
 
-def test_systemd_socket_activation():
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_systemd_socket_activation(workers):
     ls = _listening_socket()
     port = ls.getsockname()[1]
     src = ls.fileno()
@@ -280,7 +281,8 @@ def test_systemd_socket_activation():
     # systemd passes the socket as fd 3 and LISTEN_PID is the server's own pid: the shell
     # moves the fd and sets the variable before it execs the server. --port 1 is ignored.
     argv = ["/bin/bash", "-c",
-            f'exec 3<&{src} {src}<&-; LISTEN_PID=$$ exec "{sys.executable}" -m m0serve cli_hello:app --port 1']
+            f'exec 3<&{src} {src}<&-; LISTEN_PID=$$ exec "{sys.executable}" -m m0serve cli_hello:app --port 1 '
+            f'--workers {workers}']
     proc = subprocess.Popen(argv, env=env, cwd=str(APPS_DIR), pass_fds=(src,),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ls.close()

@@ -321,3 +321,20 @@ def _swallow(fn):
         fn()
     except OSError:
         pass
+
+
+def test_usr1_reopens_the_log_file(serve, tmp_path):
+    log_file = tmp_path / "m0.log"
+    s = serve("sup_app:app", "--workers", "2", "--log-file", str(log_file), "--access-log", wait=False)
+    wait_until(lambda: log_file.exists() and len(re.findall(r"worker \d+ ready", log_file.read_text())) == 2, 15,
+               "two workers ready")
+    port = int(re.search(r"Listening on http://127.0.0.1:(\d+)", log_file.read_text()).group(1))
+    rotated = tmp_path / "m0.log.1"
+    log_file.rename(rotated)  # what logrotate does
+    s.proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: log_file.exists() and len(re.findall(r"reopened log file", log_file.read_text())) == 3, 10,
+               "the supervisor and both workers to reopen the log")
+    assert get("127.0.0.1", port, "/after-rotation")[0] == 200
+    wait_until(lambda: "/after-rotation" in log_file.read_text(), 5, "the access log line in the new file")
+    assert "/after-rotation" not in rotated.read_text()
+    assert s.stop() == 0
