@@ -12,7 +12,8 @@ the old workers are kept, and under --reload, where the next file change retries
 
 Heartbeats: an anonymous shared mmap, one int64 slot per worker, created before the
 first fork; the engine writes the CLOCK_MONOTONIC ns at which the current request began
-(0 when idle). A worker whose request is older than --worker-timeout gets SIGUSR2 (its
+(0 when idle). ASGI workers write the time of their event loop's last beat there instead
+(m0serve.worker), so a long-lived stream is not "stuck" but a blocked loop is. A worker whose request is older than --worker-timeout gets SIGUSR2 (its
 faulthandler writes every thread's stack to the log), then SIGKILL a moment later, and
 is replaced.
 
@@ -501,7 +502,7 @@ class Supervisor:
                 continue
             (started,) = struct.unpack_from("q", self.heartbeat, w.slot * 8)
             if started and now_ns - started > timeout * 1e9:
-                log.error("worker %d: one request has run for %.1fs (--worker-timeout %gs); its thread stacks "
+                log.error("worker %d has been stuck for %.1fs (--worker-timeout %gs); its thread stacks "
                           "follow, then it is killed and replaced", w.pid, (now_ns - started) / 1e9, timeout)
                 w.dumped_at = _now()
                 w.stopping = True

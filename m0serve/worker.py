@@ -134,11 +134,20 @@ def register_stack_dump():
 def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, **kw):
     """Serve until shutdown. on_ready() runs once the server is built and serving."""
     fds = [s.fileno() for s in listener_socks]
+    loop_beat = None
+    if interface == "asgi" and kw.get("heartbeat") is not None:
+        # One request in flight for a long time is normal for ASGI (streams, long
+        # polls, WebSockets): what must not stall is the event loop. The slot holds
+        # the time of the loop's last beat instead, so it goes stale only when the
+        # loop is blocked, and the stack dump then shows what blocks it.
+        loop_beat = (kw.pop("heartbeat"), kw.pop("heartbeat_index", 0))
     kwargs = server_kwargs(cfg, fds, **kw)
     register_stack_dump()
 
     def ready(server):
         policy.install(server)
+        if loop_beat is not None:
+            _start_loop_beat(*loop_beat, interval=min(1.0, max(0.05, cfg.worker_timeout / 4)))
         if on_ready is not None:
             on_ready()
 
@@ -151,6 +160,23 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, **kw):
     server = _core.Server(app, interface, listeners, **kwargs)
     ready(server)
     server.serve()
+
+
+def _start_loop_beat(buf, index, interval):
+    import asyncio
+    import struct
+    import time
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    def beat():
+        struct.pack_into("q", buf, index * 8, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        loop.call_later(interval, beat)
+
+    beat()
 
 
 def set_parent_death_signal(sig=signal.SIGTERM):

@@ -154,7 +154,7 @@ def test_stuck_worker_stack_is_logged_then_replaced(serve):
     t.start()
     time.sleep(0.3)  # inside the view: this worker accepts nothing more
     loop = Loop(s, clients=1)
-    m = s.wait_log(r"worker (\d+): one request has run for", timeout=10)
+    m = s.wait_log(r"worker (\d+) has been stuck for", timeout=10)
     stuck_pid = int(m.group(1))
     # The stack dump names the stuck view: its file, line and function.
     s.wait_log(r'File "[^"]*sup_app\.py", line \d+ in slow_view', timeout=5)
@@ -337,4 +337,20 @@ def test_usr1_reopens_the_log_file(serve, tmp_path):
     assert get("127.0.0.1", port, "/after-rotation")[0] == 200
     wait_until(lambda: "/after-rotation" in log_file.read_text(), 5, "the access log line in the new file")
     assert "/after-rotation" not in rotated.read_text()
+    assert s.stop() == 0
+
+
+def test_asgi_worker_timeout_watches_the_event_loop(serve):
+    s = serve("sup_asgi:app", "--workers", "2", "--worker-timeout", "1")
+    worker_pids(s, 2)
+    # A request that awaits longer than the timeout is fine: the loop is not blocked.
+    assert get(s.host, s.port, "/sleep?s=2.5", timeout=10)[2] == b"slept"
+    assert "has been stuck" not in s.log
+    t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/block?s=30", timeout=20)),
+                         daemon=True)
+    t.start()
+    m = s.wait_log(r"worker (\d+) has been stuck for", timeout=10)
+    s.wait_log(r'File "[^"]*sup_asgi\.py", line \d+ in blocking_view', timeout=5)
+    s.wait_log(rf"worker {m.group(1)} was killed by signal SIGKILL", timeout=5)
+    assert get(s.host, s.port, "/")[0] == 200
     assert s.stop() == 0

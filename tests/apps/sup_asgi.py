@@ -1,13 +1,20 @@
 """Supervisor test app, ASGI flavour (auto-detected): "/" answers the worker pid,
-/sleep?s=N awaits asyncio.sleep(N) in the view."""
+/sleep?s=N awaits asyncio.sleep(N) in the view, /block?s=N blocks the event loop with
+time.sleep(N)."""
 import asyncio
 import os
+import time
 from urllib.parse import parse_qs
 
 
 async def slow_view(seconds):
     await asyncio.sleep(seconds)
     return b"slept"
+
+
+async def blocking_view(seconds):
+    time.sleep(seconds)
+    return b"blocked"
 
 
 async def app(scope, receive, send):
@@ -24,6 +31,9 @@ async def app(scope, receive, send):
     if scope["path"] == "/sleep":
         seconds = float(parse_qs(scope["query_string"].decode()).get("s", ["1"])[0])
         body = await slow_view(seconds)
+    elif scope["path"] == "/block":
+        seconds = float(parse_qs(scope["query_string"].decode()).get("s", ["1"])[0])
+        body = await blocking_view(seconds)
     else:
         body = str(os.getpid()).encode()
     await send({"type": "http.response.start", "status": 200,
