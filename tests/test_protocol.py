@@ -555,9 +555,10 @@ def test_limit_flags_take_effect(serve, backend, flag, value, ok, bad, status):
 
 
 def test_header_timeout_slow_client_gets_408(serve, backend):
-    """A head trickling in slower than --header-timeout 1 gets 408 and is
-    disconnected; a fast client on another connection is served meanwhile."""
-    server = start(serve, backend, "--header-timeout", "1")
+    """A head trickling in slower than --header-timeout 2 gets 408 and is
+    disconnected; a fast client on another connection is served meanwhile
+    (well under the 2 s a server blocked by the slow head would take)."""
+    server = start(serve, backend, "--header-timeout", "2")
     slow_head = get("/slow", b"X-Padding: " + b"p" * 60 + b"\r\n")
     result = {}
 
@@ -593,9 +594,9 @@ def test_header_timeout_slow_client_gets_408(serve, backend):
     assert "error" not in result, result
     assert result["status"] == 408, result
     assert "close" in conn_tokens(result["headers"])
-    assert 0.8 <= result["elapsed"] <= 3.5, result
+    assert 1.8 <= result["elapsed"] <= 4.5, result
     assert result["eof"], result
-    assert served >= 3 and max(latencies) < 0.5, (served, latencies)
+    assert served >= 5 and max(latencies) < 1.0, (served, latencies)
 
 
 def test_header_timeout_stalled_partial_head(serve, backend):
