@@ -303,3 +303,29 @@ def bad_app(environ, start_response):
 
 
 validated = validator(app)
+
+
+def leak_app(environ, start_response):
+    """Routes that keep nothing between requests, for the RSS growth test."""
+    path = environ["PATH_INFO"]
+    if path == "/list":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"Hello, world!"]
+    if path == "/gen":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return (b"x" * 100 for _ in range(3))
+    if path == "/write":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"written")
+        return []
+    if path == "/upload":
+        inp = environ["wsgi.input"]
+        n = len(inp.readline()) + len(inp.read(100)) + len(inp.read(-1))
+        return _plain(start_response, str(n).encode())
+    if path == "/file":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return environ["wsgi.file_wrapper"](open(__file__, "rb"))
+    if path == "/bad":
+        start_response("200 OK", [("X-Bad", "a\r\nb")])
+        return [b"never"]
+    return _json(start_response, {k: v for k, v in environ.items() if isinstance(v, str)})

@@ -1,0 +1,1 @@
+"""A minimal real Django project for the WSGI bridge tests (no database)."""

@@ -1,0 +1,10 @@
+SECRET_KEY = "m0serve-tests-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "django_app.urls"
+INSTALLED_APPS = []
+MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+DATABASES = {}
+USE_TZ = True
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
