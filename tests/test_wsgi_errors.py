@@ -4,9 +4,10 @@ result in every path and the worker keeps serving."""
 import json
 import socket
 import re
+import sys
 import time
 
-from conftest import header, read_response, recv_until_eof
+from conftest import APPS_DIR, Server, header, read_response, recv_until_eof, server_env
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"
@@ -119,3 +120,28 @@ def test_start_response_validation(serve):
         with srv.connect() as s:
             status, _, body, _ = get(s, "/?kind=none")
             assert (status, body) == (200, b"should not be sent")
+
+
+def test_without_logger_traceback_goes_to_wsgi_errors(tmp_path):
+    """logger=None: the failure and its traceback are written to wsgi.errors."""
+    errors = tmp_path / "errors.log"
+    argv = [sys.executable, str(APPS_DIR / "wsgi_launcher.py"), APP, str(errors), "--no-server-header", "--https"]
+    srv = Server(argv, server_env(), str(APPS_DIR)).wait_ready()
+    try:
+        with srv.connect() as s:
+            status, headers, _, _ = get(s, "/error-before")
+            assert status == 500
+            assert header(headers, "server") is None
+        with srv.connect() as s:
+            status, headers, body, _ = get(s, "/env")
+            assert status == 200 and header(headers, "server") is None
+            assert json.loads(body)["wsgi.url_scheme"] == "https"
+        deadline = time.monotonic() + 5
+        while "RuntimeError: boom-before-head" not in errors.read_text():
+            assert time.monotonic() < deadline, errors.read_text()
+            time.sleep(0.05)
+        text = errors.read_text()
+        assert "Exception in WSGI application: GET /error-before" in text
+        assert "Traceback (most recent call last):" in text
+    finally:
+        srv.stop()

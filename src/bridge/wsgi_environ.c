@@ -409,11 +409,18 @@ static int add_headers(m0_wsgi *w, PyObject *env, const m0_request *req)
     return 0;
 }
 
+/* The template holds the constant keys and a placeholder for every key that
+ * each request sets (overwriting a key adds no entry). It is grown past the
+ * 32-slot table with dummy keys that are then deleted: PyDict_Copy clones the
+ * 64-slot table in one memcpy, and a request with up to 20 more headers fills
+ * its copy without a resize. */
+#define TEMPLATE_GROW_TO 22
+
 PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_path)
 {
     m0_wsgi_state *st = w->st;
-    PyObject *d = _PyDict_NewPresized(48);
-    PyObject *version = NULL;
+    PyObject *d = PyDict_New();
+    PyObject *version = NULL, *dummies = NULL;
     if (!d)
         return NULL;
     version = Py_BuildValue("(ii)", 1, 0);
@@ -432,9 +439,34 @@ PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_
     PyObject *software = PyUnicode_FromString("m0serve");
     if (set_steal(d, M0_WSGI_STR(st, SERVER_SOFTWARE), software) < 0)
         goto error;
+    /* placeholders, overwritten by every m0_wsgi_environ_build */
+    static const int per_request[] = {
+        M0_WSGI_S_REQUEST_METHOD,  M0_WSGI_S_PATH_INFO,   M0_WSGI_S_QUERY_STRING, M0_WSGI_S_RAW_URI,
+        M0_WSGI_S_SERVER_PROTOCOL, M0_WSGI_S_SERVER_NAME, M0_WSGI_S_SERVER_PORT,  M0_WSGI_S_REMOTE_ADDR,
+        M0_WSGI_S_REMOTE_PORT,     M0_WSGI_S_wsgi_input,
+    };
+    for (size_t i = 0; i < sizeof(per_request) / sizeof(per_request[0]); i++)
+        if (PyDict_SetItem(d, st->str[per_request[i]], M0_WSGI_STR(st, empty)) < 0)
+            goto error;
+    dummies = PyList_New(0);
+    if (!dummies)
+        goto error;
+    for (int i = 0; PyDict_GET_SIZE(d) < TEMPLATE_GROW_TO; i++) {
+        PyObject *k = PyUnicode_FromFormat("\x01m0serve-presize-%d", i);
+        if (!k || PyList_Append(dummies, k) < 0 || PyDict_SetItem(d, k, Py_None) < 0) {
+            Py_XDECREF(k);
+            goto error;
+        }
+        Py_DECREF(k);
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dummies); i++)
+        if (PyDict_DelItem(d, PyList_GET_ITEM(dummies, i)) < 0)
+            goto error;
+    Py_DECREF(dummies);
     Py_DECREF(version);
     return d;
 error:
+    Py_XDECREF(dummies);
     Py_XDECREF(version);
     Py_DECREF(d);
     return NULL;
