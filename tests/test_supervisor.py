@@ -354,3 +354,11 @@ def test_asgi_worker_timeout_watches_the_event_loop(serve):
     s.wait_log(rf"worker {m.group(1)} was killed by signal SIGKILL", timeout=5)
     assert get(s.host, s.port, "/")[0] == 200
     assert s.stop() == 0
+
+
+def test_one_worker_serves_in_process_and_workers_fork(serve):
+    single = serve("sup_app:app")
+    assert int(get(single.host, single.port)[2]) == single.proc.pid  # no supervisor, no fork
+    multi = serve("sup_app:app", "--workers", "2")
+    pids = set(worker_pids(multi, 2))
+    assert int(get(multi.host, multi.port)[2]) in pids and multi.proc.pid not in pids
