@@ -185,6 +185,12 @@ MALFORMED = [
               "size line ended by bare LF", head=False),
     Malformed("chunk-bad-trailer", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nno colon here\r\n\r\n", 400,
               "a trailer line is a field line", head=False),
+    Malformed("chunk-extension-1mb", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5;x=" + b"e" * (1 << 20) + b"\r\nhello\r\n0\r\n\r\n",
+              (400, 413, 431), "unbounded chunk extensions are refused with a 4xx (RFC 9112 7.1.1)", head=False),
+    Malformed("trailers-too-many", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+              + b"".join(b"T%d: v\r\n" % i for i in range(5000)) + b"\r\n", (400, 431), "trailer fields are bounded like header fields", head=False),
+    Malformed("trailer-field-1mb", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nT: " + b"v" * (1 << 20) + b"\r\n\r\n",
+              (400, 431), "a trailer field is bounded like a header field", head=False),
     # --- limits ---
     Malformed("request-line-over-limit", _line(LINE_LIMIT + 1) + b"\r\n" + H + b"\r\n", 414, "one byte over --limit-request-line"),
     Malformed("request-line-far-over-limit", _line(LINE_LIMIT * 8) + b"\r\n" + H + b"\r\n", 414, "far over --limit-request-line"),
