@@ -190,6 +190,28 @@ def test_connection_close(serve, backend):
         assert_clean_eof(s, what="after Connection: close")
 
 
+@pytest.mark.parametrize("value", [b"CLOSE", b"Close ", b"upgrade, close", b"x-foo,close"])
+def test_connection_close_token_forms(serve, backend, value):
+    """The close option is a case-insensitive token anywhere in the list."""
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/bye", b"Connection: " + value + b"\r\n") + get("/never"))
+        status, headers, body, head = read_response(s)
+        check_ok(status, body, backend, "/bye")
+        assert "close" in conn_tokens(headers), head
+        assert_clean_eof(s, what=f"Connection: {value!r}")
+
+
+@pytest.mark.parametrize("value", [b"Keep-Alive", b"KEEP-ALIVE", b"foo, keep-alive"])
+def test_http10_keep_alive_token_forms(serve, backend, value):
+    server = start(serve, backend)
+    with connect(server) as s:
+        s.sendall(get("/k1", b"Connection: " + value + b"\r\n", version=b"HTTP/1.0") + get("/k2"))
+        for path in ("/k1", "/k2"):
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, path)
+
+
 def test_connection_close_ends_pipeline(serve, backend):
     """Requests pipelined after a Connection: close request are not answered."""
     server = start(serve, backend)
