@@ -79,6 +79,8 @@ int m0_asgi_module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->op_type);
     Py_VISIT(st->http_type);
     Py_VISIT(st->ws_type);
+    Py_VISIT(st->runner_type);
+    Py_VISIT(st->cancelled_error);
     Py_VISIT(st->disconnected);
     Py_VISIT(st->asgi_version);
     return 0;
@@ -93,6 +95,8 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->op_type);
     Py_CLEAR(st->http_type);
     m0_asgi_ws_module_clear(st);
+    Py_CLEAR(st->runner_type);
+    Py_CLEAR(st->cancelled_error);
     Py_CLEAR(st->disconnected);
     Py_CLEAR(st->asgi_version);
     Py_CLEAR(st->http_10);

@@ -204,8 +204,200 @@ static PyType_Spec op_spec = {
     .slots = op_slots,
 };
 
+/* --- the request task's coroutine wrapper --- */
+
+typedef struct {
+    PyObject_HEAD PyObject *coro; /* strong; NULL once finished */
+    PyObject *owner;              /* strong; NULL once finished */
+    m0_asgi_done_fn done;
+    PyObject *cancelled_error; /* borrowed from the module state */
+} m0_asgi_runner;
+
+PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn done, PyObject *owner)
+{
+    m0_asgi_runner *r = PyObject_GC_New(m0_asgi_runner, st->runner_type);
+    if (r == NULL)
+        return NULL;
+    r->coro = Py_NewRef(coro);
+    r->owner = Py_NewRef(owner);
+    r->done = done;
+    r->cancelled_error = st->cancelled_error;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
+static PyObject *runner_fetch(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *typ, *val, *tb;
+    PyErr_Fetch(&typ, &val, &tb);
+    PyErr_NormalizeException(&typ, &val, &tb);
+    if (val != NULL && tb != NULL)
+        PyException_SetTraceback(val, tb);
+    Py_XDECREF(typ);
+    Py_XDECREF(tb);
+    return val;
+#endif
+}
+
+static void runner_restore(PyObject *exc) // steals exc
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *tb = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, tb);
+#endif
+}
+
+/* The coroutine finished (res from a send/throw was NULL or a return). */
+static PyObject *runner_finish(m0_asgi_runner *r, int returned)
+{
+    PyObject *exc = returned ? NULL : runner_fetch();
+    PyObject *coro = r->coro, *owner = r->owner;
+    m0_asgi_done_fn done = r->done;
+    r->coro = NULL;
+    r->owner = NULL;
+    if (!returned && exc != NULL && PyErr_GivenExceptionMatches(exc, PyExc_StopIteration)) {
+        returned = 1; /* a throw() that made the coroutine return */
+        Py_CLEAR(exc);
+    }
+    if (owner != NULL)
+        done(owner, exc);
+    Py_XDECREF(coro);
+    Py_XDECREF(owner);
+    if (exc != NULL &&
+        (PyErr_GivenExceptionMatches(exc, r->cancelled_error) || !PyErr_GivenExceptionMatches(exc, PyExc_Exception))) {
+        runner_restore(exc); /* cancellation, KeyboardInterrupt, SystemExit: the task sees it */
+        return NULL;
+    }
+    Py_XDECREF(exc);
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+}
+
+static PyObject *runner_send(PyObject *self, PyObject *value)
+{
+    m0_asgi_runner *r = (m0_asgi_runner *)self;
+    if (r->coro == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    PyObject *res;
+    PySendResult s = PyIter_Send(r->coro, value, &res);
+    if (s == PYGEN_NEXT)
+        return res;
+    if (s == PYGEN_RETURN) {
+        Py_DECREF(res);
+        return runner_finish(r, 1);
+    }
+    return runner_finish(r, 0);
+}
+
+static PyObject *runner_iternext(PyObject *self)
+{
+    return runner_send(self, Py_None);
+}
+
+static PyObject *runner_throw(PyObject *self, PyObject *args)
+{
+    m0_asgi_runner *r = (m0_asgi_runner *)self;
+    if (r->coro == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    PyObject *meth = PyObject_GetAttrString(r->coro, "throw");
+    if (meth == NULL)
+        return NULL;
+    PyObject *res = PyObject_CallObject(meth, args);
+    Py_DECREF(meth);
+    if (res != NULL)
+        return res;
+    return runner_finish(r, 0);
+}
+
+static PyObject *runner_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    m0_asgi_runner *r = (m0_asgi_runner *)self;
+    if (r->coro == NULL)
+        Py_RETURN_NONE;
+    PyObject *res = PyObject_CallMethod(r->coro, "close", NULL);
+    Py_XDECREF(res);
+    return res == NULL ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *runner_await(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static int runner_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    m0_asgi_runner *r = (m0_asgi_runner *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(r->coro);
+    Py_VISIT(r->owner);
+    return 0;
+}
+
+static int runner_clear(PyObject *self)
+{
+    m0_asgi_runner *r = (m0_asgi_runner *)self;
+    Py_CLEAR(r->coro);
+    Py_CLEAR(r->owner);
+    return 0;
+}
+
+static void runner_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    runner_clear(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef runner_methods[] = {
+    {"send", runner_send, METH_O, NULL},
+    {"throw", runner_throw, METH_VARARGS, NULL},
+    {"close", runner_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot runner_slots[] = {
+    {Py_am_await, runner_await},       {Py_tp_iter, runner_await},
+    {Py_tp_iternext, runner_iternext}, {Py_tp_methods, runner_methods},
+    {Py_tp_traverse, runner_traverse}, {Py_tp_clear, runner_clear},
+    {Py_tp_dealloc, runner_dealloc},   {0, NULL},
+};
+
+static PyType_Spec runner_spec = {
+    .name = "m0serve._core.AsgiRequestRunner",
+    .basicsize = sizeof(m0_asgi_runner),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = runner_slots,
+};
+
+static int runner_module_init(PyObject *module, m0_asgi_state *st)
+{
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (asyncio == NULL)
+        return -1;
+    st->cancelled_error = PyObject_GetAttrString(asyncio, "CancelledError");
+    Py_DECREF(asyncio);
+    if (st->cancelled_error == NULL)
+        return -1;
+    st->runner_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &runner_spec, NULL);
+    return st->runner_type == NULL ? -1 : 0;
+}
+
 int m0_asgi_await_module_init(PyObject *module, m0_asgi_state *st)
 {
     st->op_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &op_spec, NULL);
-    return st->op_type == NULL ? -1 : 0;
+    if (st->op_type == NULL)
+        return -1;
+    return runner_module_init(module, st);
 }

@@ -48,6 +48,7 @@ typedef struct {
     m0_asgi_base base;
     PyObject *recv_waiter; /* future or NULL */
     PyObject *send_waiter; /* future or NULL */
+    PyObject *task;        /* the app's task while it runs, else NULL */
     /* request */
     int64_t content_length; /* -1 when unknown (chunked) */
     uint64_t body_read;
@@ -864,33 +865,28 @@ static void http_answer_error(m0_asgi_http *h, int status)
     http_complete(h, 0);
 }
 
-static PyObject *http_task_done(PyObject *self, PyObject *task)
+/* The app's coroutine finished (exc: NULL, its exception, or CancelledError). */
+static void http_app_done(PyObject *self, PyObject *exc)
 {
     m0_asgi_http *h = (m0_asgi_http *)self;
     m0_asgi *a = h->base.asgi;
-    m0_asgi_state *st = a->st;
-    PyObject *exc = NULL;
-    m0_asgi_task_forget(a, task);
-    PyObject *r = PyObject_CallMethodNoArgs(task, st->s_cancelled);
-    if (r == NULL)
-        return NULL;
-    int cancelled = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    if (!cancelled) {
-        exc = PyObject_CallMethodNoArgs(task, st->s_exception);
-        if (exc == NULL)
-            return NULL;
-        if (exc != Py_None)
-            m0_asgi_log_exception(a, "Exception in ASGI application", exc);
+    int cancelled = exc != NULL && PyErr_GivenExceptionMatches(exc, a->st->cancelled_error);
+    PyObject *task = h->task;
+    h->task = NULL;
+    if (task != NULL) {
+        m0_asgi_task_forget(a, task);
+        Py_DECREF(task);
     }
+    if (exc != NULL && !cancelled)
+        m0_asgi_log_exception(a, "Exception in ASGI application", exc);
     pathsend_close(h);
     if (h->base.conn != NULL && h->resp != RESP_DONE) {
         if (h->resp == RESP_NONE || h->resp == RESP_STARTED) {
-            if (!cancelled && exc == Py_None && h->body_error == 0)
+            if (exc == NULL && h->body_error == 0)
                 m0_asgi_log_exception(a, "ASGI callable returned without starting response", NULL);
             http_answer_error(h, h->body_error ? h->body_error : 500);
         } else {
-            if (!cancelled && exc == Py_None)
+            if (exc == NULL)
                 m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
             http_complete(h, 0); /* the client sees a truncated body and the close */
         }
@@ -899,15 +895,14 @@ static PyObject *http_task_done(PyObject *self, PyObject *task)
     }
     Py_CLEAR(h->recv_waiter);
     Py_CLEAR(h->send_waiter);
-    Py_XDECREF(exc);
-    Py_RETURN_NONE;
+    if (PyErr_Occurred())
+        m0_asgi_log_error(a, "ASGI bridge error");
 }
 
 /* --- the type --- */
 
 static PyMethodDef http_receive_def = {"receive", http_receive, METH_NOARGS, NULL};
 static PyMethodDef http_send_def = {"send", http_send, METH_O, NULL};
-static PyMethodDef http_done_def = {"_done", http_task_done, METH_O, NULL};
 
 static int http_traverse(PyObject *self, visitproc visit, void *arg)
 {
@@ -915,6 +910,7 @@ static int http_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(h->recv_waiter);
     Py_VISIT(h->send_waiter);
+    Py_VISIT(h->task);
     return 0;
 }
 
@@ -923,6 +919,7 @@ static int http_clear(PyObject *self)
     m0_asgi_http *h = (m0_asgi_http *)self;
     Py_CLEAR(h->recv_waiter);
     Py_CLEAR(h->send_waiter);
+    Py_CLEAR(h->task);
     return 0;
 }
 
@@ -960,7 +957,7 @@ int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st)
 
 int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
 {
-    PyObject *scope = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL;
+    PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *runner = NULL;
     m0_asgi_http *h = PyObject_GC_New(m0_asgi_http, a->st->http_type);
     if (h == NULL)
         return -1;
@@ -980,26 +977,40 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
         goto error;
     receive = PyCFunction_New(&http_receive_def, (PyObject *)h);
     send = PyCFunction_New(&http_send_def, (PyObject *)h);
-    done = PyCFunction_New(&http_done_def, (PyObject *)h);
-    if (receive == NULL || send == NULL || done == NULL)
+    if (receive == NULL || send == NULL)
         goto error;
+    m0_asgi_attach(a, &h->base, c);
     PyObject *args[3] = {scope, receive, send};
     coro = PyObject_Vectorcall(a->app, args, 3, NULL);
     if (coro == NULL) {
         /* The app failed before it could start a response: 500, logged. */
         m0_asgi_log_error(a, "Exception in ASGI application");
-        m0_asgi_attach(a, &h->base, c);
         http_answer_error(h, 500);
         goto done;
     }
-    m0_asgi_attach(a, &h->base, c);
-    task = m0_asgi_task_start(a, coro, done);
-    if (task == NULL) {
+    if (!PyCoro_CheckExact(coro) && !PyIter_Check(coro)) {
+        /* Any awaitable will do: drive its __await__ iterator. */
+        PyAsyncMethods *am = Py_TYPE(coro)->tp_as_async;
+        PyObject *it = am != NULL && am->am_await != NULL ? am->am_await(coro) : NULL;
+        if (it == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "the ASGI app returned %.100s, not an awaitable", Py_TYPE(coro)->tp_name);
+            m0_asgi_log_error(a, "Exception in ASGI application");
+            http_answer_error(h, 500);
+            goto done;
+        }
+        Py_SETREF(coro, it);
+    }
+    runner = m0_asgi_runner_new(a->st, coro, http_app_done, (PyObject *)h);
+    if (runner != NULL)
+        h->task = PyObject_CallOneArg(a->create_task, runner);
+    if (h->task == NULL || (a->tasks != NULL && PySet_Add(a->tasks, h->task) < 0)) {
         m0_asgi_log_error(a, "Exception in ASGI application");
+        Py_CLEAR(h->task);
         if (h->base.conn != NULL)
             http_answer_error(h, 500);
-        /* close the never-started coroutine quietly */
-        if (PyCoro_CheckExact(coro)) {
+        if (runner == NULL || h->task == NULL) {
+            /* close the never-started coroutine quietly */
             PyObject *r = PyObject_CallMethod(coro, "close", NULL);
             if (r == NULL)
                 PyErr_Clear();
@@ -1007,19 +1018,17 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
         }
     }
 done:
-    Py_XDECREF(task);
+    Py_XDECREF(runner);
     Py_XDECREF(coro);
     Py_DECREF(scope);
     Py_DECREF(receive);
     Py_DECREF(send);
-    Py_DECREF(done);
     Py_DECREF(h);
     return 0;
 error:
     Py_XDECREF(scope);
     Py_XDECREF(receive);
     Py_XDECREF(send);
-    Py_XDECREF(done);
     Py_DECREF(h);
     return -1;
 }

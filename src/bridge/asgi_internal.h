@@ -80,10 +80,12 @@
     X(copy)
 
 struct m0_asgi_state {
-    PyTypeObject *op_type;   /* the awaitable returned by receive()/send() */
-    PyTypeObject *http_type; /* per-request HTTP object (asgi_http.c) */
-    PyObject *disconnected;  /* m0serve._core.ClientDisconnected(OSError) */
-    PyObject *asgi_version;  /* {"version": "3.0", "spec_version": "2.4"} */
+    PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
+    PyTypeObject *http_type;   /* per-request HTTP object (asgi_http.c) */
+    PyTypeObject *runner_type; /* the coroutine wrapper a request task runs */
+    PyObject *cancelled_error; /* asyncio.CancelledError */
+    PyObject *disconnected;    /* m0serve._core.ClientDisconnected(OSError) */
+    PyObject *asgi_version;    /* {"version": "3.0", "spec_version": "2.4"} */
     PyObject *http_10, *http_11;
     PyObject *msg_request_type;    /* "http.request" */
     PyObject *msg_disconnect_type; /* "http.disconnect" */
@@ -195,6 +197,20 @@ typedef int (*m0_asgi_op_fn)(PyObject *owner, PyObject *arg, PyObject **out);
  * owner and arg (may be NULL) are kept alive until it is done. */
 PyObject *m0_asgi_op_new(m0_asgi_state *st, m0_asgi_op_fn fn, PyObject *owner, PyObject *arg);
 int m0_asgi_await_module_init(PyObject *module, m0_asgi_state *st);
+
+/* Called once when the app's coroutine has finished, inside the task's last
+ * step: exc is NULL on a normal return, else the exception (borrowed; an
+ * asyncio.CancelledError when the task was cancelled). It must not raise
+ * (log instead). */
+typedef void (*m0_asgi_done_fn)(PyObject *owner, PyObject *exc);
+
+/* A coroutine-like object (send/throw/close/__await__) that drives coro and
+ * calls done(owner, exc) as soon as coro finishes, without a done callback
+ * or an extra loop iteration. An app exception is handed to done() and
+ * swallowed (the task ends normally: no "exception was never retrieved");
+ * CancelledError, KeyboardInterrupt and SystemExit are handed to done() and
+ * then propagate. Give it to loop.create_task(). */
+PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn done, PyObject *owner);
 
 /* --- asgi_http.c --- */
 
