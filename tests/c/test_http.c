@@ -220,6 +220,9 @@ static const struct bad_case bad_cases[] = {
     {S("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"), 400},
     {S("GET / HTTP/1.1\r\nHost: [::1\r\n\r\n"), 400},
     {S("GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n"), 400},
+    {S("GET / HTTP/1.1\r\nHost: [[::1]\r\n\r\n"), 400},
+    {S("GET / HTTP/1.1\r\nHost: []\r\n\r\n"), 400},
+    {S("GET / HTTP/1.1\r\nHost: a]\r\n\r\n"), 400},
     /* Transfer-Encoding */
     {S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"), 400},
     {S("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400},
@@ -717,6 +720,8 @@ static const struct chunk_case chunk_cases[] = {
     {S("0\r\nnocolon\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("0\r\nX: a\0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("0\r\nX: a\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("0\r\nX: a\rb\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("0\r\nX\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("0\r\n\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("0\r\n\rx"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
 };
@@ -851,6 +856,35 @@ static void test_chunked(void)
         memcpy(big + o, "\r\n\r\n", 4);
         o += 4;
         CHECK_INT(chunk_decode_steps(big, o, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "8 KB + 1 trailers");
+        /* The bounds hold in every state: leading zeros, BWS, trailer names and values. */
+        memset(big, '0', 5000);
+        memcpy(big + 5000, "1\r\nx\r\n0\r\n\r\n", 12);
+        CHECK_INT(chunk_decode_steps(big, 5012, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "zeros");
+        memset(big, '0', 4095);
+        memcpy(big + 4095, "1\r\nx\r\n0\r\n\r\n", 12);
+        CHECK_INT(chunk_decode_steps(big, 4107, 0, 0, body, &blen, &used), 1, "4095 zeros and a 1");
+        big[0] = '5';
+        memset(big + 1, ' ', 5000);
+        memcpy(big + 5001, ";x\r\n", 4);
+        CHECK_INT(chunk_decode_steps(big, 5005, 0, 7, body, &blen, &used), M0_PARSE_BAD_REQUEST, "BWS");
+        memcpy(big, "0\r\n", 3);
+        memset(big + 3, 'N', 9000);
+        memcpy(big + 9003, ": v\r\n\r\n", 7);
+        CHECK_INT(chunk_decode_steps(big, 9010, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "trailer name");
+        memcpy(big, "0\r\nT: ", 6);
+        memset(big + 6, 'v', 9000);
+        memcpy(big + 9006, "\r\n\r\n", 4);
+        CHECK_INT(chunk_decode_steps(big, 9010, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "trailer value");
+        /* Many short trailer lines count together. */
+        o = 3;
+        memcpy(big, "0\r\n", 3);
+        while (o < 9000) {
+            memcpy(big + o, "A: b\r\n", 6);
+            o += 6;
+        }
+        memcpy(big + o, "\r\n", 2);
+        o += 2;
+        CHECK_INT(chunk_decode_steps(big, o, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "many trailers");
     }
 }
 
