@@ -45,10 +45,10 @@ static int cmp_double(const void *a, const void *b)
 }
 
 #ifndef ITERS
-#define ITERS 2000000
+#define ITERS 500000
 #endif
 #ifndef ROUNDS
-#define ROUNDS 7
+#define ROUNDS 15
 #endif
 
 static volatile long sink;
