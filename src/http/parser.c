@@ -555,6 +555,8 @@ int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limi
     if (major != 1 || minor > 1)
         return M0_PARSE_BAD_VERSION;
     req->minor_version = minor;
+    if (target_split(req) < 0)
+        return M0_PARSE_BAD_REQUEST;
 
     /* *( field-line CRLF ) CRLF */
     for (;;) {
@@ -604,8 +606,6 @@ int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limi
     }
     req->num_headers = n;
 
-    if (target_split(req) < 0)
-        return M0_PARSE_BAD_REQUEST;
     rc = head_facts(req, limits);
     if (rc < 0)
         return rc;

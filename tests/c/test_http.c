@@ -654,6 +654,10 @@ static void test_limits(void)
         unlimited.max_header_size = 100;
         parse_incremental(S(huge), &unlimited, sizeof huge - 1);
     }
+    /* A bad request-target is refused at the end of its line, before any field arrives. */
+    rc = parse_copy(S("GET foo HTTP/1.1\r\n"), &lim, &req, hdrs, &buf);
+    CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "bad target, early");
+    free(buf);
     /* No header allowed at all. */
     {
         m0_limits none = {64, 0, 32, 0};
