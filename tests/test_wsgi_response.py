@@ -288,3 +288,19 @@ def test_exc_info_after_head_reraises_and_closes(serve):
     assert b"sent" in data and b"never" not in data
     assert not data.endswith(b"0\r\n\r\n")  # no last chunk: the client sees the truncation
     srv.wait_log(r"ValueError: too late")
+
+
+def test_list_of_many_pieces(serve):
+    srv = serve(RAW_APP)
+    expected = b"".join(b"%d," % i for i in range(200))
+    with srv.connect() as s:
+        status, headers, body, _ = get(s, "/many?n=200")
+        assert (status, body) == (200, expected)
+        assert header(headers, "content-length") == str(len(expected))
+        status, headers, body, _ = get(s, "/many?n=200", method="HEAD")
+        assert header(headers, "content-length") == str(len(expected)) and body == b""
+        status, headers, body, _ = get(s, "/write-many?n=150")
+        assert body == b"w:" + b"".join(b"%d," % i for i in range(150))
+        assert header(headers, "transfer-encoding") == "chunked"
+        status, _, body, _ = get(s, "/many?n=64")
+        assert body == b"".join(b"%d," % i for i in range(64))

@@ -384,28 +384,45 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result)
 {
     PyObject *it = NULL, *item = NULL;
 
-    if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status &&
-        PySequence_Fast_GET_SIZE(result) <= M0_WSGI_SEND_PIECES_MAX) {
-        struct iovec iov[M0_WSGI_SEND_PIECES_MAX];
+    if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status) {
+        /* All bytes: the total is known, so Content-Length, and groups of
+         * pieces per writev (the first with the head). No Python code runs
+         * here, so the borrowed items stay valid. */
         Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
         size_t total = 0;
-        int k = 0, all_bytes = 1;
+        int all_bytes = 1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
             if (!PyBytes_Check(b)) {
                 all_bytes = 0;
                 break;
             }
-            size_t len = (size_t)PyBytes_GET_SIZE(b);
-            if (len) {
-                iov[k].iov_base = PyBytes_AS_STRING(b);
-                iov[k].iov_len = len;
-                k++;
-                total += len;
-            }
+            total += (size_t)PyBytes_GET_SIZE(b);
         }
         if (all_bytes) {
-            m0_wsgi_send(sr, iov, k, total, 1);
+            struct iovec iov[M0_WSGI_SEND_PIECES_MAX];
+            int k = 0;
+            size_t len = 0;
+            if (n > M0_WSGI_SEND_PIECES_MAX && !sr->head_sent && sr->content_length < 0 &&
+                !(sr->status < 200 || sr->status == 204 || sr->status == 304))
+                m0_wsgi_declare_length(sr, total);
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+                size_t blen = (size_t)PyBytes_GET_SIZE(b);
+                if (blen) {
+                    iov[k].iov_base = PyBytes_AS_STRING(b);
+                    iov[k].iov_len = blen;
+                    k++;
+                    len += blen;
+                }
+                if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
+                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow)
+                        return 0;
+                    k = 0;
+                    len = 0;
+                }
+            }
+            m0_wsgi_send(sr, iov, k, len, 1);
             return 0;
         }
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {

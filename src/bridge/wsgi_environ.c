@@ -173,7 +173,14 @@ static PyObject *port_cached(PyObject **slot, int *cached, int port)
 {
     if (*slot && *cached == port)
         return Py_NewRef(*slot);
-    PyObject *v = PyUnicode_FromFormat("%d", port);
+    /* not PyUnicode_FromFormat: it goes through sprintf */
+    char buf[12], *p = buf + sizeof(buf);
+    unsigned u = port < 0 ? 0u : (unsigned)port;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    PyObject *v = PyUnicode_DecodeLatin1(p, buf + sizeof(buf) - p, NULL);
     if (v) {
         Py_XSETREF(*slot, Py_NewRef(v));
         *cached = port;

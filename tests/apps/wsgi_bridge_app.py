@@ -148,6 +148,16 @@ def app(environ, start_response):
     if path == "/list":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ab", b"", b"cde", b"f"]
+    if path == "/many":
+        # more pieces than one writev takes
+        n = int(q.get("n", "200"))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        parts = [b"%d," % i for i in range(n)]
+        return parts
+    if path == "/write-many":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"w:")
+        return tuple(b"%d," % i for i in range(int(q.get("n", "150"))))
     if path == "/gen":
         n = int(q.get("n", "3"))
         size = int(q.get("size", "5"))
