@@ -149,6 +149,8 @@ OPTIONS = [
            "http", "BYTES"),
     Option("--limit-request-body", "value", _int_in(0), 0, "maximum request body bytes (413; 0: unlimited)", "http", "BYTES"),
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
+    Option("--url-scheme", "value", _choice("http", "https"), "http",
+           "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
     # Logging
     Option("--log-level", "value", _choice(*LOG_LEVELS), "info", "critical, error, warning, info or debug", "logging", "LEVEL"),
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
@@ -321,6 +323,7 @@ def server_options(cfg):
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
         access_log=cfg.access_log,
+        url_scheme=cfg.url_scheme,
     )
 
 

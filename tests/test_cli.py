@@ -192,6 +192,11 @@ def test_root_path_reaches_script_name(serve):
     assert status == 200 and body == b"hello script=/mnt/app path=/x/y"
 
 
+def test_url_scheme(serve):
+    s = serve("cli_hello:app", "--url-scheme", "https")
+    assert get(s.host, s.port, "/scheme")[2] == b"https"
+
+
 def test_interface_detection():
     assert detect_interface(load("cli_asgi_like:asgi_function", app_dir=str(APPS_DIR))) == "asgi"
     assert detect_interface(load("cli_asgi_like:asgi_object", app_dir=str(APPS_DIR))) == "asgi"

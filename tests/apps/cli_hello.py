@@ -2,7 +2,10 @@
 
 
 def app(environ, start_response):
-    body = f"hello script={environ.get('SCRIPT_NAME', '')} path={environ.get('PATH_INFO', '')}".encode()
+    if environ.get("PATH_INFO") == "/scheme":
+        body = environ["wsgi.url_scheme"].encode()
+    else:
+        body = f"hello script={environ.get('SCRIPT_NAME', '')} path={environ.get('PATH_INFO', '')}".encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
 
