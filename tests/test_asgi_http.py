@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from conftest import read_response
+from conftest import read_response, recv_all
 
 APP = "asgi_app:app"
 
@@ -261,3 +261,37 @@ def test_write_backpressure(srv):
         status, headers, body, _ = read_response(sock, timeout=30)
     assert status == 200 and len(body) == size
     srv.wait_log(r"BIG-DONE %d" % size)
+
+
+def test_pathsend_large_file_slow_client(srv, tmp_path):
+    data = os.urandom(8 * 1024 * 1024 + 3)
+    f = tmp_path / "big.bin"
+    f.write_bytes(data)
+    with srv.connect() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(b"GET /pathsend?file=%s HTTP/1.1\r\nHost: t\r\n\r\n" % str(f).encode())
+        time.sleep(0.5)  # the socket fills: sendfile must wait for space, not block the loop
+        r = httpx.get(srv.url + "/sleep?s=0", timeout=5)  # the loop still serves others meanwhile
+        assert r.text == "slept"
+        status, headers, body, _ = read_response(sock, timeout=30)
+    assert status == 200 and dict(headers)["content-length"] == str(len(data))
+    assert hashlib.sha256(body).digest() == hashlib.sha256(data).digest()
+
+
+def test_http10_streaming_is_close_delimited(srv):
+    with srv.connect() as sock:
+        sock.sendall(b"GET /sse?n=2&gap=0.01 HTTP/1.0\r\n\r\n")
+        data = recv_all(sock, timeout=5)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower()
+    assert body.count(b"data: ") == 2
+
+
+def test_expect_100_continue(srv):
+    with srv.connect() as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        status, _, _, _ = read_response(sock)
+        assert status == 100
+        sock.sendall(b"hello")
+        status, _, body, _ = read_response(sock)
+    assert status == 200 and body == b"hello"

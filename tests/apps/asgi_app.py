@@ -11,7 +11,7 @@
   /partial-body        awaits receive() until a disconnect: logs "DISCONNECT-IN-BODY <bytes>"
   /stream-forever      a chunk every 0.05 s until send() fails: logs "SEND-FAILED <cls> <is OSError>"
   /big?size=N          N bytes streamed in 64 KiB chunks (write backpressure); logs BIG-DONE
-  /pathsend            this file through http.response.pathsend
+  /pathsend[?file=F]   this file (or F) through http.response.pathsend
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
   /pid                 the worker's pid
@@ -177,7 +177,7 @@ async def app(scope, receive, send):
     if path == "/pathsend":
         assert "http.response.pathsend" in scope.get("extensions", {})
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/x-python")]})
-        return await send({"type": "http.response.pathsend", "path": HERE})
+        return await send({"type": "http.response.pathsend", "path": q.get("file", HERE)})
     if path == "/pid":
         return await _respond(send, 200, str(os.getpid()).encode())
     if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
