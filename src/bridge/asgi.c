@@ -37,6 +37,50 @@ static int asgi_version_init(m0_asgi_state *st)
     return r;
 }
 
+/* Header names most requests carry: their scope name objects are shared. */
+static const char *const common_headers[M0_ASGI_COMMON_HEADERS] = {
+    "host",
+    "user-agent",
+    "accept",
+    "accept-language",
+    "accept-encoding",
+    "connection",
+    "cache-control",
+    "upgrade-insecure-requests",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-user",
+    "sec-fetch-dest",
+    "referer",
+    "cookie",
+    "content-type",
+    "content-length",
+    "origin",
+    "pragma",
+    "authorization",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+    "if-none-match",
+    "if-modified-since",
+    "dnt",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "transfer-encoding",
+    "expect",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+    "x-request-id",
+    "range",
+    "te",
+    "priority",
+};
+
 int m0_asgi_module_init(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module);
@@ -59,6 +103,9 @@ int m0_asgi_module_init(PyObject *module)
         return -1;
     if (asgi_version_init(st) < 0)
         return -1;
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        if ((st->header_names[i] = PyBytes_FromString(common_headers[i])) == NULL)
+            return -1;
     st->disconnected = PyErr_NewExceptionWithDoc(
         "m0serve._core.ClientDisconnected",
         "Raised by an ASGI send() once the client has gone away (ASGI spec: an OSError subclass).", PyExc_OSError,
@@ -104,6 +151,8 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->msg_request_type);
     Py_CLEAR(st->msg_disconnect_type);
     Py_CLEAR(st->empty_bytes);
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        Py_CLEAR(st->header_names[i]);
 #define M0_ASGI_STR_CLEAR(name) Py_CLEAR(st->s_##name);
     M0_ASGI_STRINGS(M0_ASGI_STR_CLEAR)
 #undef M0_ASGI_STR_CLEAR
@@ -256,9 +305,12 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->state);
     Py_CLEAR(a->loop);
     Py_CLEAR(a->create_task);
+    Py_CLEAR(a->task_type);
+    Py_CLEAR(a->eager_kwnames);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->http_extensions);
     Py_CLEAR(a->tasks);
+    Py_CLEAR(a->server_addr);
     Py_CLEAR(a->module);
     PyMem_Free(a);
 }
@@ -293,7 +345,21 @@ static int asgi_bind_loop(m0_asgi *a)
     if (a->create_task == NULL)
         return -1;
     a->create_future = PyObject_GetAttr(a->loop, a->st->s_create_future);
-    return a->create_future == NULL ? -1 : 0;
+    if (a->create_future == NULL)
+        return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (asyncio == NULL)
+        return -1;
+    a->task_type = PyObject_GetAttrString(asyncio, "Task");
+    Py_DECREF(asyncio);
+    if (a->task_type == NULL)
+        return -1;
+    a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
+    if (a->eager_kwnames == NULL)
+        return -1;
+#endif
+    return 0;
 }
 
 /* --- attach / detach --- */
@@ -400,6 +466,15 @@ PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb)
     }
     Py_DECREF(r);
     return task;
+}
+
+PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner)
+{
+    if (a->task_type != NULL) {
+        PyObject *args[3] = {runner, a->loop, Py_True};
+        return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
+    }
+    return PyObject_CallOneArg(a->create_task, runner);
 }
 
 void m0_asgi_task_forget(m0_asgi *a, PyObject *task)
@@ -514,45 +589,85 @@ static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
     return full;
 }
 
-static PyObject *asgi_headers_list(const m0_request *req)
+/* The lowercase name as a bytes object: a shared one for common names. */
+static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
+{
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++) {
+        PyObject *o = st->header_names[i];
+        if ((size_t)PyBytes_GET_SIZE(o) == name.len && m0_span_ieq(name, PyBytes_AS_STRING(o), name.len))
+            return Py_NewRef(o);
+    }
+    PyObject *o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)name.len);
+    if (o == NULL)
+        return NULL;
+    char *d = PyBytes_AS_STRING(o);
+    for (size_t k = 0; k < name.len; k++) {
+        char ch = name.base[k];
+        d[k] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+    }
+    return o;
+}
+
+static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req)
 {
     PyObject *list = PyList_New((Py_ssize_t)req->num_headers);
     if (list == NULL)
         return NULL;
     for (size_t i = 0; i < req->num_headers; i++) {
         const m0_header *h = &req->headers[i];
-        PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)h->name.len);
-        PyObject *value = PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len);
-        if (name == NULL || value == NULL) {
-            Py_XDECREF(name);
-            Py_XDECREF(value);
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
             Py_DECREF(list);
             return NULL;
         }
-        char *d = PyBytes_AS_STRING(name);
-        for (size_t k = 0; k < h->name.len; k++) {
-            char ch = h->name.base[k];
-            d[k] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
-        }
-        PyObject *pair = PyTuple_New(2);
-        if (pair == NULL) {
-            Py_DECREF(name);
-            Py_DECREF(value);
+        PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+        PyObject *name = asgi_header_name(st, h->name);
+        if (name == NULL) {
             Py_DECREF(list);
             return NULL;
         }
         PyTuple_SET_ITEM(pair, 0, name);
+        PyObject *value = PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len);
+        if (value == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
         PyTuple_SET_ITEM(pair, 1, value);
-        PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
     }
     return list;
 }
 
 static PyObject *asgi_addr(const char *host, int port)
 {
-    if (host == NULL)
-        Py_RETURN_NONE;
-    return Py_BuildValue("(si)", host, port);
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL)
+        return NULL;
+    PyObject *h = PyUnicode_DecodeASCII(host, (Py_ssize_t)strlen(host), NULL);
+    PyObject *p = h != NULL ? PyLong_FromLong(port) : NULL;
+    if (p == NULL) {
+        Py_XDECREF(h);
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, h);
+    PyTuple_SET_ITEM(t, 1, p);
+    return t;
+}
+
+static PyObject *asgi_server_addr(m0_asgi *a, const char *host, int port)
+{
+    if (host == NULL || host[0] == '\0')
+        return Py_NewRef(Py_None);
+    size_t n = strlen(host);
+    if (a->server_addr != NULL && a->server_port == port && strcmp(a->server_host, host) == 0)
+        return Py_NewRef(a->server_addr);
+    PyObject *t = asgi_addr(host, port);
+    if (t != NULL && n < sizeof(a->server_host)) {
+        memcpy(a->server_host, host, n + 1);
+        a->server_port = port;
+        Py_XSETREF(a->server_addr, Py_NewRef(t));
+    }
+    return t;
 }
 
 static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals value
@@ -593,12 +708,10 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
         PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0 ||
-        scope_set(scope, st->s_headers, asgi_headers_list(req)) < 0 ||
+        scope_set(scope, st->s_headers, asgi_headers_list(st, req)) < 0 ||
         scope_set(scope, st->s_client,
                   (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_peer_port(c)) : Py_NewRef(Py_None)) < 0 ||
-        scope_set(scope, st->s_server,
-                  (local != NULL && local[0] != '\0') ? asgi_addr(local, m0_conn_local_port(c)) : Py_NewRef(Py_None)) <
-            0 ||
+        scope_set(scope, st->s_server, asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
         (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0) ||
         (!websocket && PyDict_SetItem(scope, st->s_extensions, a->http_extensions) < 0)) {
         Py_DECREF(scope);

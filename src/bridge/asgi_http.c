@@ -57,6 +57,7 @@ typedef struct {
     int body_done;
     int body_error; /* HTTP status for a bad or too large body, else 0 */
     int disconnected;
+    int app_done; /* the app's coroutine has finished */
     /* response */
     int resp;
     int status;
@@ -299,11 +300,21 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
     h->resp_length = -1;
     h->keep_alive = m0_conn_keep_alive(h->base.conn);
     h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
-    char line[96];
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", (int)code, m0_status_reason((int)code));
+    const char *reason = m0_status_reason((int)code);
+    size_t rlen = strlen(reason);
     h->head_len = 0;
-    if (head_add(h, line, (size_t)n) < 0)
+    if (head_reserve(h, 16 + rlen) < 0)
         return -1;
+    char *p = h->head;
+    memcpy(p, "HTTP/1.1 ", 9);
+    p[9] = (char)('0' + code / 100);
+    p[10] = (char)('0' + code / 10 % 10);
+    p[11] = (char)('0' + code % 10);
+    p[12] = ' ';
+    memcpy(p + 13, reason, rlen);
+    p[13 + rlen] = '\r';
+    p[14 + rlen] = '\n';
+    h->head_len = 15 + rlen;
     headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
     if (headers == NULL && PyErr_Occurred())
         return -1;
@@ -415,8 +426,18 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     if (h->resp_length < 0 && !h->chunked && h->status >= 200 && h->status != 204 && h->status != 304) {
         if (!more) {
             h->resp_length = (int64_t)first_len;
-            int n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", first_len);
-            if (head_add(h, line, (size_t)n) < 0)
+            char digits[24];
+            size_t nd = 0, v = first_len;
+            do {
+                digits[nd++] = (char)('0' + v % 10);
+                v /= 10;
+            } while (v != 0);
+            memcpy(line, "Content-Length: ", 16);
+            for (size_t i = 0; i < nd; i++)
+                line[16 + i] = digits[nd - 1 - i];
+            line[16 + nd] = '\r';
+            line[17 + nd] = '\n';
+            if (head_add(h, line, 18 + nd) < 0)
                 return -1;
         } else if (h->minor_version >= 1) {
             h->chunked = 1;
@@ -873,6 +894,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
     int cancelled = exc != NULL && PyErr_GivenExceptionMatches(exc, a->st->cancelled_error);
     PyObject *task = h->task;
     h->task = NULL;
+    h->app_done = 1;
     if (task != NULL) {
         m0_asgi_task_forget(a, task);
         Py_DECREF(task);
@@ -1002,8 +1024,12 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
         Py_SETREF(coro, it);
     }
     runner = m0_asgi_runner_new(a->st, coro, http_app_done, (PyObject *)h);
-    if (runner != NULL)
-        h->task = PyObject_CallOneArg(a->create_task, runner);
+    PyObject *task = runner != NULL ? m0_asgi_task_new(a, runner) : NULL;
+    if (task != NULL && h->app_done) {
+        Py_DECREF(task); /* finished eagerly: nothing to keep */
+        goto done;
+    }
+    h->task = task;
     if (h->task == NULL || (a->tasks != NULL && PySet_Add(a->tasks, h->task) < 0)) {
         m0_asgi_log_error(a, "Exception in ASGI application");
         Py_CLEAR(h->task);

@@ -79,6 +79,8 @@
     X(exc_info)                                                                                                        \
     X(copy)
 
+#define M0_ASGI_COMMON_HEADERS 40
+
 struct m0_asgi_state {
     PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
     PyTypeObject *http_type;   /* per-request HTTP object (asgi_http.c) */
@@ -90,8 +92,9 @@ struct m0_asgi_state {
     PyObject *msg_request_type;    /* "http.request" */
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;
-    PyTypeObject *ws_type;       /* per-connection WebSocket object (asgi_ws.c) */
-    struct m0_asgi_ws_state *ws; /* asgi_ws.c's interned strings */
+    PyObject *header_names[M0_ASGI_COMMON_HEADERS]; /* lowercase bytes, shared by every scope */
+    PyTypeObject *ws_type;                          /* per-connection WebSocket object (asgi_ws.c) */
+    struct m0_asgi_ws_state *ws;                    /* asgi_ws.c's interned strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
 #undef M0_ASGI_STR_FIELD
@@ -123,6 +126,8 @@ struct m0_asgi {
     PyObject *state;           /* strong dict or NULL: lifespan state */
     PyObject *loop;            /* strong or NULL until the first request */
     PyObject *create_task;     /* bound loop.create_task */
+    PyObject *task_type;       /* asyncio.Task where eager_start exists (3.12+), else NULL */
+    PyObject *eager_kwnames;   /* ("loop", "eager_start") */
     PyObject *create_future;   /* bound loop.create_future */
     PyObject *http_extensions; /* {"http.response.pathsend": {}} */
     PyObject *tasks;           /* strong set or NULL: the running request tasks */
@@ -131,6 +136,11 @@ struct m0_asgi {
     uint64_t ws_max_size;
     double ws_ping_interval, ws_ping_timeout;
     m0_asgi_base *live; /* attached objects */
+    /* The last scope "server" tuple and what it was built from (one
+     * listener serves most requests: the tuple is shared). */
+    PyObject *server_addr;
+    int server_port;
+    char server_host[64];
 };
 
 /* --- asgi.c --- */
@@ -165,6 +175,12 @@ int m0_asgi_future_fail(m0_asgi *a, PyObject *fut, PyObject *exc);
  * m0_asgi_task_forget(a, task). */
 PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb);
 void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
+
+/* A task running runner (from m0_asgi_runner_new), new reference. On Python
+ * 3.12+ it is an eager task: its first step runs now, inside this call, so a
+ * request whose app never waits completes without any loop scheduling (the
+ * runner's done function may then run before this returns). */
+PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:
  * the exception is consumed) through the logger, or print it. */
