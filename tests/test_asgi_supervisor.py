@@ -36,3 +36,24 @@ def test_blocked_loop_is_replaced(serve):
         except httpx.HTTPError:
             time.sleep(0.2)
     assert second != first and re.fullmatch(r"\d+", second)
+
+
+def test_rolling_restart_on_hup(serve):
+    srv = serve("asgi_app:app", "--interface", "asgi", "--workers", "2")
+
+    def pids(n=30):
+        seen = set()
+        for _ in range(n):
+            with httpx.Client(timeout=5) as c:
+                seen.add(c.get(srv.url + "/pid").text)
+        return seen
+
+    before = pids()
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 15
+    after = before
+    while after & before and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = pids(10)  # every request is answered throughout the restart
+    assert not (after & before), (before, after)
+    assert srv.log.count("LIFESPAN-SHUTDOWN") >= 2  # the old workers ran lifespan shutdown
