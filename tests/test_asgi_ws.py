@@ -240,6 +240,29 @@ def test_reading_pauses_and_resumes_for_a_slow_app(srv):
         ws.close()
 
 
+def test_ping_flood_from_a_client_that_does_not_read(srv):
+    # The server stops reading while its answers pile up unread, and catches up once the
+    # client reads: every ping gets its pong, in order, and the connection stays usable.
+    import threading
+
+    ws = RawWS(srv, "/echo", timeout=20)
+    n = 100000  # 13 MB of pongs: more than the kernel buffers hold
+    frames = b"".join(client_frame(9, struct.pack(">I", i) + b"p" * 121) for i in range(n))
+    sender = threading.Thread(target=ws.send, args=(frames,))
+    try:
+        sender.start()
+        time.sleep(1.0)  # the client does not read meanwhile
+        for i in range(n):
+            fin, op, payload = ws.recv_frame()
+            assert op == 10 and payload[:4] == struct.pack(">I", i)
+        sender.join(10)
+        ws.send(client_frame(1, b"after the flood"))
+        assert ws.recv_frame() == (True, 1, b"after the flood")
+    finally:
+        ws.close()
+        sender.join(10)
+
+
 # --- closing ---
 
 

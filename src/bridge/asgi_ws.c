@@ -71,6 +71,7 @@ typedef struct {
     int state;
     int gone;                    /* the net layer reported M0_CONN_CLOSED: no more m0_conn_* */
     int paused;                  /* reading stopped on a full queue */
+    int write_paused;            /* reading stopped: the peer does not read our frames */
     int app_closed;              /* the app sent websocket.close */
     int disconnect_queued;       /* the websocket.disconnect message is queued or delivered */
     int disconnect_code;         /* its code */
@@ -408,10 +409,16 @@ static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
 static void ws_pump(m0_asgi_ws *w)
 {
     Py_INCREF(w);
-    w->paused = 0;
+    w->paused = w->write_paused = 0;
     while (w->state == WS_OPEN && ws_conn(w) != NULL) {
         if (ws_queue_len(w) >= WS_MAX_QUEUE) {
             w->paused = 1; /* resumed by receive() */
+            break;
+        }
+        if (m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+            /* A peer that sends (pings...) without reading our answers must
+             * not grow the write buffer without bound: resumed on WRITABLE. */
+            w->write_paused = 1;
             break;
         }
         ssize_t n = m0_conn_body_read(ws_conn(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
@@ -1068,7 +1075,9 @@ static void ws_on_event(m0_asgi_base *base, int what)
         ws_pump(w);
         return;
     }
-    if (what == M0_CONN_WRITABLE && w->send_waiter != NULL) {
+    if (what == M0_CONN_WRITABLE && w->write_paused && w->state == WS_OPEN)
+        ws_pump(w);
+    if (what == M0_CONN_WRITABLE && w->send_waiter != NULL && w->state != WS_CLOSED) {
         if (ws_conn(w) != NULL && m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER)
             return;
         PyObject *fut = w->send_waiter;
