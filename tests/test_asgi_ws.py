@@ -229,6 +229,17 @@ def test_ping_pong(srv):
     run(go())
 
 
+def test_receive_after_a_cancelled_receive(srv):
+    ws = RawWS(srv, "/receive-timeout")
+    try:
+        assert ws.recv_frame() == (True, 1, b"timeout")
+        assert ws.recv_frame() == (True, 1, b"timeout")
+        ws.send(client_frame(1, b"late"))
+        assert ws.recv_frame() == (True, 1, b"got late")
+    finally:
+        ws.close()
+
+
 def test_reading_pauses_and_resumes_for_a_slow_app(srv):
     events(srv, clear=True)
     ws = RawWS(srv, "/slow-reader")
@@ -349,7 +360,7 @@ def test_app_error_after_accept_closes_1011(srv):
         assert ws.recv_close()[0] == 1011
     finally:
         ws.close()
-    assert "boom after accept" in srv.log
+    srv.wait_log("boom after accept")
 
 
 # --- protocol errors ---

@@ -134,6 +134,19 @@ static int ws_future_pending(m0_asgi_ws *w, PyObject *fut)
     return done < 0 ? -1 : !done;
 }
 
+/* A waiter left behind by a cancelled receive()/send() (asyncio.wait_for...)
+ * does not block the next call. Returns 1 when *waiter is still pending,
+ * 0 when there is none (any longer), -1 on error. */
+static int ws_waiter_busy(m0_asgi_ws *w, PyObject **waiter)
+{
+    if (*waiter == NULL)
+        return 0;
+    int pending = ws_future_pending(w, *waiter);
+    if (pending == 0)
+        Py_CLEAR(*waiter);
+    return pending;
+}
+
 static Py_ssize_t ws_queue_len(m0_asgi_ws *w)
 {
     return PyList_GET_SIZE(w->queue) - w->queue_head;
@@ -532,8 +545,10 @@ static int ws_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
         *out = ws_disconnect_msg(w);
         return *out == NULL ? -1 : 1;
     }
-    if (w->recv_waiter != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
+    int busy = ws_waiter_busy(w, &w->recv_waiter);
+    if (busy != 0) {
+        if (busy > 0)
+            PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
         return -1;
     }
     PyObject *fut = m0_asgi_future_new(w->base.asgi);
@@ -984,8 +999,10 @@ static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     const char *t = PyUnicode_AsUTF8(type);
     if (t == NULL)
         return -1;
-    if (w->send_waiter != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
+    int busy = ws_waiter_busy(w, &w->send_waiter);
+    if (busy != 0) {
+        if (busy > 0)
+            PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
         return -1;
     }
     Py_INCREF(w);

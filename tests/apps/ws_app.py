@@ -14,6 +14,7 @@
   /server-close    accepts, closes at once with 4001 "bye"
   /idle            accepts and waits in receive() (keepalive ping tests)
   /slow-reader     accepts, waits 1 s before the first receive(), then echoes (queue backpressure)
+  /receive-timeout  accepts, lets two receive() calls time out (asyncio.wait_for), then echoes one
   /send-after-close  accepts, waits for the disconnect, then sends: records the exception class
 
 Every route records what its app saw in EVENTS; the HTTP route /events returns them as JSON
@@ -136,6 +137,16 @@ async def app(scope, receive, send):
                 EVENTS.append([path, "disconnect", m["code"], m.get("reason", "")])
                 return
             await send({"type": "websocket.send", "text": m.get("text") or ""})
+    elif path == "/receive-timeout":
+        await send({"type": "websocket.accept"})
+        for _ in range(2):
+            try:
+                await asyncio.wait_for(receive(), 0.2)
+            except asyncio.TimeoutError:
+                await send({"type": "websocket.send", "text": "timeout"})
+        m = await receive()
+        await send({"type": "websocket.send", "text": "got " + m["text"]})
+        await _wait_disconnect(receive, path)
     elif path == "/send-after-close":
         await send({"type": "websocket.accept"})
         await _wait_disconnect(receive, path)
