@@ -397,9 +397,11 @@ static int head_facts(m0_request *req, const m0_limits *limits)
     int64_t cl = -1;
     int hosts = 0, te = 0, te_chunked = 0, te_last_chunked = 0, te_other = 0, te_twice = 0;
     int conn_close = 0, conn_keep = 0, conn_upgrade = 0, expect = 0, has_upgrade = 0;
-    m0_span upgrade = {NULL, 0};
+    /* Absent values are empty spans with a valid base (never NULL), so that
+     * callers may hand them to memcpy and friends. */
+    m0_span none = {req->method.base, 0}, upgrade = none;
 
-    req->host = (m0_span){NULL, 0};
+    req->host = none;
     for (size_t i = 0; i < req->num_headers; i++) {
         const m0_header *h = &req->headers[i];
         switch (h->name.len) {
@@ -468,7 +470,7 @@ static int head_facts(m0_request *req, const m0_limits *limits)
         return M0_PARSE_BODY_TOO_LARGE;
 
     req->content_length = cl;
-    req->upgrade = (m0_span){NULL, 0};
+    req->upgrade = none;
     unsigned flags = 0;
     if (te)
         flags |= M0_REQ_CHUNKED;

@@ -416,6 +416,7 @@ static void test_good_heads(void)
         CHECK_INT(req.flags, c->flags, ctx);
         CHECK_INT(req.content_length, c->content_length, ctx);
         CHECK_INT(req.num_headers, c->num_headers, ctx);
+        CHECK(req.host.base != NULL && req.upgrade.base != NULL && req.query.base != NULL && req.path.base != NULL);
         /* Spans point into the buffer. */
         CHECK(req.method.base >= buf && req.method.base + req.method.len <= buf + rc);
         CHECK(req.target.base > req.method.base);
