@@ -20,8 +20,10 @@
  *  - Leading empty lines (CRLF) before the request line are skipped (2.2), at
  *    most max_request_line bytes of them (400 beyond).
  *  - Version: "HTTP/" DIGIT "." DIGIT, case-sensitive. HTTP/1.0 and HTTP/1.1
- *    are served; any other well-formed version (HTTP/2.0, HTTP/3.x, HTTP/0.9,
- *    HTTP/1.2) answers 505; anything else (HTTX/1.1, HTTP/1.x, HTTP/1.10) 400.
+ *    are served; a higher minor (HTTP/1.2 ... 1.9) is served as HTTP/1.1
+ *    (RFC 9110 2.5: process as the highest minor version we conform to);
+ *    another major (HTTP/0.9, HTTP/2.0, HTTP/3.x) answers 505; anything else
+ *    (HTTX/1.1, HTTP/1.x, HTTP/1.10, http/1.1) is a 400.
  *  - request-target: no CTL, no SP; obs-text is tolerated. Forms: origin
  *    ("/p?q"), asterisk ("*"), absolute ("scheme://authority/p?q": path is
  *    the part after the authority, empty if there is none; host stays the
@@ -554,9 +556,9 @@ int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limi
         return M0_PARSE_INCOMPLETE;
     if (*p++ != '\n')
         return M0_PARSE_BAD_REQUEST;
-    if (major != 1 || minor > 1)
+    if (major != 1)
         return M0_PARSE_BAD_VERSION;
-    req->minor_version = minor;
+    req->minor_version = minor > 1 ? 1 : minor;
     if (target_split(req) < 0)
         return M0_PARSE_BAD_REQUEST;
 

@@ -209,7 +209,7 @@ static const struct bad_case bad_cases[] = {
     {S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505},
     {S("GET / HTTP/3.1\r\nHost: a\r\n\r\n"), 505},
     {S("GET / HTTP/0.9\r\n\r\n"), 505},
-    {S("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 505},
+    {S("GET / HTTP/1.2\r\n\r\n"), 400}, /* served as HTTP/1.1, so Host is required */
     /* Host */
     {S("GET / HTTP/1.1\r\n\r\n"), 400},
     {S("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), 400},
@@ -330,6 +330,9 @@ struct good_case {
 
 static const struct good_case good_cases[] = {
     {S("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), 0, "GET", "/", "", "a", 1, KA, -1, 1},
+    {S("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 0, "GET", "/", "", "a", 1, KA, -1, 1},
+    {S("GET / HTTP/1.9\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"), 0, "GET", "/", "", "a", 1,
+     KA | M0_REQ_CHUNKED, -1, 2},
     {S("GET /p?q=1 HTTP/1.0\r\n\r\n"), 0, "GET", "/p", "q=1", "", 0, 0, -1, 0},
     {S("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0, "GET", "/", "", "", 0, KA, -1, 1},
     {S("GET / HTTP/1.0\r\nConnection: Keep-Alive, close\r\n\r\n"), 0, "GET", "/", "", "", 0, 0, -1, 1},
