@@ -346,6 +346,34 @@ def test_send_after_disconnect_raises_oserror(srv):
     wait_event(srv, lambda e: e == ["/send-after-close", "send-error", "ClientDisconnected", True])
 
 
+def test_send_waits_for_a_slow_client_and_fails_when_it_leaves(srv):
+    events(srv, clear=True)
+    ws = RawWS(srv, "/flood-out")
+    time.sleep(1.0)  # not reading: the app's send() must block, not buffer without bound
+    ws.close()
+    ev = wait_event(srv, lambda e: e[:2] == ["/flood-out", "send-error"])[0]
+    assert ev[2:4] == ["ClientDisconnected", True]
+    assert ev[4] * 65536 < 16 * 1024 * 1024, ev  # kernel buffers plus the high-water mark, no more
+
+
+def test_frames_sent_with_the_handshake_are_not_lost(srv):
+    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+        key = base64.b64encode(os.urandom(16))
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            + client_frame(1, b"eager") + client_frame(2, b"beaver")
+        )
+        data = b""
+        while data.count(b"eager") < 1 or data.count(b"beaver") < 1:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        head, _, frames = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 ")
+        assert frames == b"\x81\x05eager\x82\x06beaver"
+
+
 def test_app_return_after_accept_closes_1000(srv):
     ws = RawWS(srv, "/return-after")
     try:
@@ -551,6 +579,21 @@ def test_ws_off_serves_upgrades_as_plain_http(serve):
         assert ws.status == 200
     finally:
         ws.close()
+
+
+def test_root_path_and_several_workers(serve):
+    s = serve(APP, "--interface", "asgi", "--workers", "2", "--root-path", "/mnt")
+
+    async def go():
+        for _ in range(4):
+            async with connect(ws_url(s, "/scope")) as ws:
+                scope = json.loads(await ws.recv())
+                assert scope["root_path"] == "/mnt" and scope["path"] == "/mnt/scope"
+            async with connect(ws_url(s, "/echo")) as ws:
+                await ws.send("w")
+                assert await ws.recv() == "w"
+
+    run(go())
 
 
 # --- keepalive pings ---

@@ -1,4 +1,5 @@
-"""Bare ASGI 3 WebSocket app for the WebSocket bridge tests. WebSocket routes (by scope["path"]):
+"""Bare ASGI 3 WebSocket app for the WebSocket bridge tests. WebSocket routes (by scope["path"],
+root_path stripped):
 
   /echo            accepts (choosing "chat" or "superchat" when offered), echoes every text and
                    bytes message; the text "close CODE REASON" makes the app close with CODE/REASON
@@ -15,6 +16,8 @@
   /idle            accepts and waits in receive() (keepalive ping tests)
   /slow-reader     accepts, waits 1 s before the first receive(), then echoes (queue backpressure)
   /receive-timeout  accepts, lets two receive() calls time out (asyncio.wait_for), then echoes one
+  /flood-out       accepts and sends 64 KiB messages until send() fails: records the exception
+                   class and how many were sent
   /send-after-close  accepts, waits for the disconnect, then sends: records the exception class
 
 Every route records what its app saw in EVENTS; the HTTP route /events returns them as JSON
@@ -68,6 +71,8 @@ async def app(scope, receive, send):
         return await _http(scope, receive, send)
     assert scope["type"] == "websocket"
     path = scope["path"]
+    if scope["root_path"] and path.startswith(scope["root_path"]):
+        path = path[len(scope["root_path"]):]
     first = await receive()
     assert first == {"type": "websocket.connect"}, first
 
@@ -147,6 +152,15 @@ async def app(scope, receive, send):
         m = await receive()
         await send({"type": "websocket.send", "text": "got " + m["text"]})
         await _wait_disconnect(receive, path)
+    elif path == "/flood-out":
+        await send({"type": "websocket.accept"})
+        chunk, sent = b"o" * 65536, 0
+        try:
+            while True:
+                await send({"type": "websocket.send", "bytes": chunk})
+                sent += 1
+        except Exception as e:  # noqa: BLE001 - recorded for the test
+            EVENTS.append([path, "send-error", type(e).__name__, isinstance(e, OSError), sent])
     elif path == "/send-after-close":
         await send({"type": "websocket.accept"})
         await _wait_disconnect(receive, path)
