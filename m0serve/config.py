@@ -159,7 +159,8 @@ OPTIONS = [
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--graceful-timeout", "value", _seconds, 30.0,
-           "seconds a stopping worker may spend finishing in-flight requests before it is killed", "processes", "SECONDS"),
+           "seconds a stopping worker may spend finishing in-flight requests before it is killed (0: close at once)",
+           "processes", "SECONDS"),
     Option("--max-requests", "value", _int_in(0), 0, "a worker retires gracefully after this many requests (0: never)",
            "processes", "N", supervision=True),
     Option("--max-requests-jitter", "value", _int_in(0), 0, "add a random 0..N to --max-requests per worker", "processes", "N"),

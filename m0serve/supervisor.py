@@ -22,7 +22,6 @@ restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to wo
 """
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import random
@@ -32,13 +31,12 @@ import struct
 import sys
 import time
 
-from . import logs, sockets, worker
+from . import logs, worker
 from .cli import open_listeners, remove_pid_file, resolve_app, write_pid_file
 
 log = logs.log
 
 HEARTBEAT_SLOTS = 1024
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
            signal.SIGUSR1, signal.SIGCHLD)
 DUMP_GRACE = 1.0  # seconds between the stack-dump signal and SIGKILL
@@ -85,6 +83,7 @@ class Supervisor:
         self.pending_signals = []
         self.stopping = None  # None | "graceful" | "fast"
         self.stop_deadline = None
+        self.stop_requested = 0.0
         self.listeners_stopped = False
         self.listening_logged = False
         self.exit_code = 0
@@ -276,7 +275,7 @@ class Supervisor:
         # Refuse new connections once every worker stopped accepting (their engines no
         # longer poll the listener), or after DRAIN_ACK_WAIT.
         pending = [w for w in self.workers.values() if w.ready and not w.drained]
-        if not pending or _now() - getattr(self, "stop_requested", 0) > DRAIN_ACK_WAIT:
+        if not pending or _now() - self.stop_requested > DRAIN_ACK_WAIT:
             self._stop_listening()
 
     def _stop_listening(self):
@@ -448,7 +447,12 @@ class Supervisor:
         # While a new worker of the current generation is still booting after a failure of
         # its predecessor, spawn no more than one at a time (no respawn storm).
         for _ in range(self.target - len(current)):
-            if self._spawn() is None:
+            try:
+                if self._spawn() is None:
+                    break
+            except OSError as e:  # fork or pipe: out of processes or fds
+                log.error("cannot start a worker: %s; retrying in 1s", e)
+                self.respawn_after = _now() + 1.0
                 break
         self._progress_rollout()
 

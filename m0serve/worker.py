@@ -87,14 +87,15 @@ class SignalPolicy:
             self.server.shutdown(graceful=False)
             return
         self.stopping = True
+        graceful = self.cfg.graceful_timeout > 0  # --graceful-timeout 0: close at once
         if not self.supervised:
-            log.info("%s: shutting down gracefully (up to %gs)", signal.Signals(signum).name,
-                     self.cfg.graceful_timeout)
-        self.server.shutdown(graceful=True)
+            log.info("%s: shutting down %s", signal.Signals(signum).name,
+                     f"gracefully (up to {self.cfg.graceful_timeout:g}s)" if graceful else "now")
+        self.server.shutdown(graceful=graceful)
         self._stop_listening()
         if self.on_drain is not None:
             self.on_drain()
-        if self.cfg.graceful_timeout > 0:
+        if graceful:
             signal.setitimer(signal.ITIMER_REAL, self.cfg.graceful_timeout)
 
     def _stop_listening(self):
