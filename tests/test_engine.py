@@ -412,3 +412,58 @@ def test_half_closed_client_gets_every_pipelined_response(engine):
         for _ in range(3):
             assert_hello(read_response(s))
         assert recv_until_eof(s) == b""
+
+
+def test_exception_from_a_signal_handler_propagates_out_of_serve(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(GET)
+        assert_hello(read_response(s))
+        srv.proc.send_signal(signal.SIGINT)  # default handler: KeyboardInterrupt
+        assert srv.proc.wait(5) == 3
+        assert recv_until_eof(s) == b""  # every connection was closed first
+    srv.wait_log(r"KeyboardInterrupt out of serve\(\): 0 connections")
+
+
+def test_expect_100_continue_not_sent_when_body_already_sent(engine):
+    srv = engine()
+    with srv.connect() as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\ndata")
+        assert_hello(read_response(s))
+
+
+def test_heartbeat_slot_holds_the_start_of_the_running_request():
+    out = run_python(r"""
+import socket, threading, time
+from m0serve import _core
+from conftest import read_response
+
+hb = bytearray(24)
+seen = []
+
+def app(environ, start_response):
+    seen.append((time.monotonic_ns(), int.from_bytes(hb[16:24], "little", signed=True)))
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+t0 = time.monotonic_ns()
+srv = _core.Server(app, "wsgi", [lsock.fileno()], heartbeat=hb, heartbeat_index=2)
+th = threading.Thread(target=srv.serve, daemon=True)
+th.start()
+c = socket.create_connection(lsock.getsockname(), timeout=5)
+for _ in range(2):
+    c.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert read_response(c)[0] == 200
+srv.shutdown()
+th.join(5)
+assert not th.is_alive()
+(now1, slot1), (now2, slot2) = seen
+assert t0 < slot1 <= now1 and now1 - slot1 < 10**9, (t0, slot1, now1)
+assert now1 < slot2 <= now2, (now1, slot2, now2)
+assert hb == bytearray(24)  # 0 once the request ended
+print("ok")
+""")
+    assert out.strip() == "ok"

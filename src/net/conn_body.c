@@ -89,11 +89,15 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         return 0;
     if (c->expect_continue && !c->continue_sent) {
         c->continue_sent = 1;
+        /* Body bytes already here: the client did not wait, no 100 needed. */
+        if (c->rlen > c->rpos + c->head_len)
+            goto read;
         struct iovec iov = {(void *)continue_line, sizeof(continue_line) - 1};
         int r = m0_conn_writev(c, &iov, 1, blocking);
         if (r < 0)
             return r;
     }
+read:
     for (;;) {
         ssize_t n = body_take(c, dst, cap);
         if (n != 0)

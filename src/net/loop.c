@@ -25,6 +25,15 @@ struct m0_loop {
      * scrubbed from the entries not yet dispatched, so its owner may be
      * freed right away. */
     int running; /* run_once is not re-entrant: the batch array is shared */
+    /* Watchers removed by another thread (holding the GIL) while this one
+     * waits in epoll_wait with the GIL released: the kernel may already have
+     * written their events into the batch, so they are scrubbed after the
+     * wait. On overflow the whole batch is dropped (level-triggered events
+     * are reported again by the next wait). */
+    int waiting;
+    int gone_overflow;
+    size_t ngone;
+    const m0_io *gone[64];
     size_t batch_next;
     size_t batch_len;
     struct epoll_event batch[M0_LOOP_BATCH];
@@ -72,6 +81,12 @@ int m0_loop_fd(const m0_loop *loop)
 
 static void loop_batch_scrub(m0_loop *loop, const m0_io *io)
 {
+    if (loop->waiting) {
+        if (loop->ngone < sizeof(loop->gone) / sizeof(loop->gone[0]))
+            loop->gone[loop->ngone++] = io;
+        else
+            loop->gone_overflow = 1;
+    }
     for (size_t i = loop->batch_next; i < loop->batch_len; i++)
         if (loop->batch[i].data.ptr == io)
             loop->batch[i].data.ptr = NULL;
@@ -246,10 +261,22 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
     }
     int n;
     if (wait != 0 && loop->before != NULL) {
+        loop->waiting = 1;
         loop->before(loop->hook_arg);
         n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
         int err = errno;
         loop->after(loop->hook_arg);
+        loop->waiting = 0;
+        if (loop->gone_overflow) {
+            n = n > 0 ? 0 : n;
+        } else if (n > 0) {
+            for (size_t g = 0; g < loop->ngone; g++)
+                for (int i = 0; i < n; i++)
+                    if (loop->batch[i].data.ptr == loop->gone[g])
+                        loop->batch[i].data.ptr = NULL;
+        }
+        loop->ngone = 0;
+        loop->gone_overflow = 0;
         errno = err;
     } else {
         n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);

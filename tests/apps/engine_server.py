@@ -27,5 +27,9 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 print(f"Listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-server.serve()
+try:
+    server.serve()
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt out of serve(): {server.connections} connections", flush=True)
+    raise SystemExit(3)
 print(f"served {server.requests} requests, {server.connections} connections", flush=True)
