@@ -9,7 +9,8 @@
  *  - every chunk lies inside the buffer and consumes > 0 bytes;
  *  - a completed text message is valid UTF-8, a close frame's payload passes
  *    m0_ws_close_parse, a data message respects max_message;
- *  - the incremental UTF-8 validator agrees with itself fed in pieces;
+ *  - the incremental UTF-8 validator agrees with itself fed in pieces and
+ *    with a structural reference decoder;
  *  - a handshake accepted by m0_ws_handshake_check carries a 24-byte key.
  */
 #include "../src/http/parser.h"
@@ -142,6 +143,40 @@ static void fuzz_frames(const uint8_t *data, size_t size, uint8_t sel)
     free(pieces.msg);
 }
 
+/* Reference: decode structurally, one character at a time. */
+static int ref_utf8_valid(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint32_t cp;
+        size_t n;
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        if ((s[i] & 0xE0) == 0xC0)
+            n = 2, cp = s[i] & 0x1F;
+        else if ((s[i] & 0xF0) == 0xE0)
+            n = 3, cp = s[i] & 0x0F;
+        else if ((s[i] & 0xF8) == 0xF0)
+            n = 4, cp = s[i] & 0x07;
+        else
+            return 0;
+        if (len - i < n)
+            return 0;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+            return 0;
+        i += n;
+    }
+    return 1;
+}
+
 static void fuzz_utf8(const uint8_t *data, size_t size)
 {
     m0_utf8 u;
@@ -161,7 +196,7 @@ static void fuzz_utf8(const uint8_t *data, size_t size)
     }
     if (ok)
         ok = m0_utf8_complete(&u);
-    if (ok != m0_utf8_valid(data, size))
+    if (ok != m0_utf8_valid(data, size) || ok != ref_utf8_valid(data, size))
         abort();
 }
 

@@ -53,7 +53,32 @@ int m0_utf8_feed(m0_utf8 *u, const uint8_t *s, size_t len)
                 i++;
             if (i == len)
                 break;
-            unsigned c = s[i++];
+            /* A whole multi-byte character in the buffer: checked in one go. */
+            unsigned c = s[i];
+            if (c >= 0xC2 && c < 0xE0 && i + 2 <= len) {
+                if ((s[i + 1] & 0xC0) != 0x80)
+                    goto bad;
+                i += 2;
+                continue;
+            }
+            if (c >= 0xE0 && c < 0xF0 && i + 3 <= len) {
+                unsigned c1 = s[i + 1];
+                if (c1 < (c == 0xE0 ? 0xA0u : 0x80u) || c1 > (c == 0xED ? 0x9Fu : 0xBFu) || (s[i + 2] & 0xC0) != 0x80)
+                    goto bad;
+                i += 3;
+                continue;
+            }
+            if (c >= 0xF0 && c < 0xF5 && i + 4 <= len) {
+                unsigned c1 = s[i + 1];
+                if (c1 < (c == 0xF0 ? 0x90u : 0x80u) || c1 > (c == 0xF4 ? 0x8Fu : 0xBFu) || (s[i + 2] & 0xC0) != 0x80 ||
+                    (s[i + 3] & 0xC0) != 0x80)
+                    goto bad;
+                i += 4;
+                continue;
+            }
+            /* Otherwise the byte-at-a-time state machine: a character cut by
+             * the end of the buffer, or an invalid lead byte. */
+            i++;
             /* 0x80..0xC1: a stray continuation byte or an overlong 2-byte form. */
             if (c < 0xC2)
                 goto bad;
