@@ -48,7 +48,7 @@ class Settings:
     pause_s: float = 0.0
     nice: int = 0  # niceness of servers and wrk (negative: ahead of other work on the host)
     time_wait_limit: int = 20000
-    time_wait_timeout_s: float = 70.0
+    time_wait_timeout_s: float = 15.0  # the count is host-wide; wrk socket errors are the backstop
     quiet_limit: float = 0.25  # host CPU share busy (servers idle) below which a measurement starts
     quiet_timeout_s: float = 3.0
     start_timeout_s: float = 30.0

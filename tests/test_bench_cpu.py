@@ -77,5 +77,16 @@ def test_stop_kills_the_whole_tree():
     assert not [pid for pid in members if procs._alive(pid)]
 
 
-def test_time_wait_count_is_a_count():
+PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:9C40 06 00000000:00000000 03:00001770 00000000     0        0 0 3 0
+   2: 0100007F:9C41 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 20 4 30 10 -1
+   3: 0100007F:1F90 0100007F:9C42 06 00000000:00000000 03:00001770 00000000     0        0 0 3 0
+"""
+
+
+def test_time_wait_count_reads_state_06(tmp_path):
+    f = tmp_path / "tcp"
+    f.write_text(PROC_NET_TCP)
+    assert procs.time_wait_count([str(f), str(tmp_path / "missing")]) == 2
     assert procs.time_wait_count() >= 0
