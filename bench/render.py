@@ -127,6 +127,20 @@ def fmt_ratio(entry):
     return s
 
 
+def verdict(entry, metric):
+    """Direction of a same-round ratio, claimed only when every round agrees. For CPU per request and
+    latency a ratio below 1 is the better side."""
+    lo, hi = entry.get("min"), entry.get("max")
+    if lo is None or hi is None:
+        return "not measured against"
+    lower_is_better = metric in ("cpu_us_per_req", "p50_ms", "p90_ms", "p99_ms")
+    if lo > 1:
+        return "behind" if lower_is_better else "ahead of"
+    if hi < 1:
+        return "ahead of" if lower_is_better else "behind"
+    return "not separable from"
+
+
 def _arm(row, name):
     return next((a for a in row["arms"] if a["name"] == name), None)
 
@@ -351,6 +365,8 @@ def span_value(key, arts):
         SUITE.ROW.ARM.METRIC          median with spread (metrics: rps, cores, cpu_us_per_req, rps_per_core,
                                       p50_ms, p90_ms, p99_ms)
         SUITE.ROW.ratio.ARM.METRIC    same-round ratio reference ÷ ARM, median (min–max)
+        SUITE.ROW.verdict.ARM.METRIC  "ahead of" / "behind" / "not separable from", from the ratio's range:
+                                      every round above 1, every round below 1, or rounds on both sides
         SUITE.ROW.reference           the reference arm's name
         SUITE.date                    the artifact's timestamp
     """
@@ -365,11 +381,11 @@ def span_value(key, arts):
         raise RenderError(f"span '{key}': no row '{parts[1] if len(parts) > 1 else ''}' in {parts[0]}")
     if parts[2:] == ["reference"]:
         return str(row.get("reference"))
-    if len(parts) == 5 and parts[2] == "ratio":
+    if len(parts) == 5 and parts[2] in ("ratio", "verdict"):
         entry = row["ratios"].get(parts[3], {}).get(parts[4])
         if not entry:
             raise RenderError(f"span '{key}': no ratio for '{parts[3]}' / '{parts[4]}'")
-        return fmt_ratio(entry)
+        return fmt_ratio(entry) if parts[2] == "ratio" else verdict(entry, parts[4])
     if len(parts) == 4:
         arm = _arm(row, parts[2])
         if arm is None or arm["status"] != "ok":

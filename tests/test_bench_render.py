@@ -184,3 +184,10 @@ def test_median_spread():
 def test_committed_docs_match_committed_artifacts():
     """The repository's own docs are current (what `make test` checks through bench.render --check)."""
     assert render.main(["--check"]) == 0
+
+
+def test_verdict_claims_a_direction_only_when_every_round_agrees():
+    assert render.verdict({"min": 1.05, "max": 1.2}, "rps_per_core") == "ahead of"
+    assert render.verdict({"min": 0.8, "max": 0.95}, "rps_per_core") == "behind"
+    assert render.verdict({"min": 0.95, "max": 1.05}, "rps_per_core") == "not separable from"
+    assert render.verdict({"min": 1.05, "max": 1.2}, "cpu_us_per_req") == "behind"
