@@ -195,7 +195,7 @@ def throughput_table(row, versions):
     for arm in row["arms"]:
         label = _label(arm, versions)
         if arm["status"] == "skipped":
-            lines.append(f"| {label} | not measured: did not start | " + " | ".join(["–"] * (len(head) - 2)) + " |")
+            lines.append(f"| {label} | {_skip_text(arm)} | " + " | ".join(["–"] * (len(head) - 2)) + " |")
             continue
         if arm["status"] != "ok":
             lines.append(f"| {label} | **{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]} | "
@@ -215,7 +215,7 @@ def memory_table(row, versions):
     for arm in row["arms"]:
         label = _label(arm, versions)
         if arm["status"] != "ok":
-            why = "not measured: did not start" if arm["status"] == "skipped" else f"**{FAILED}**"
+            why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
             lines.append(f"| {label} | {why} | – | – | – | – |")
             continue
         r = arm["rounds"][0]
@@ -242,7 +242,7 @@ def mixed_table(art, versions):
                 continue
             label = _label(arm, versions)
             if arm["status"] != "ok":
-                why = "not measured: did not start" if arm["status"] == "skipped" else f"**{FAILED}**"
+                why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
                 lines.append(f"| {label} | {row['slow_inflight']} | {why} | – | – | – | – |")
                 continue
             control = arm.get("control") or ("no slow load" if not row["slow_inflight"] else
@@ -252,6 +252,13 @@ def mixed_table(art, versions):
                          f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
                          f"{fmt_med(arm, 'rps', 'int')} | {control} |")
     return "\n".join(lines)
+
+
+def _skip_text(arm):
+    """'not measured: did not start (<the last line the server printed>)'."""
+    lines = [ln.strip() for ln in str(arm.get("skipped") or "").splitlines() if ln.strip()]
+    last = _esc(lines[-1])[:110] if lines else ""
+    return "not measured: did not start" + (f" (`{last.replace('`', '')}`)" if last else "")
 
 
 def _short(name):
@@ -363,7 +370,7 @@ def _xml(s):
 def span_value(key, arts):
     """Value of a prose span. Keys:
         SUITE.ROW.ARM.METRIC          median with spread (metrics: rps, cores, cpu_us_per_req, rps_per_core,
-                                      p50_ms, p90_ms, p99_ms)
+                                      p50_ms, p90_ms, p99_ms, rss_after_warmup, rss_after)
         SUITE.ROW.ratio.ARM.METRIC    same-round ratio reference ÷ ARM, median (min–max)
         SUITE.ROW.verdict.ARM.METRIC  "ahead of" / "behind" / "not separable from", from the ratio's range:
                                       every round above 1, every round below 1, or rounds on both sides
@@ -390,6 +397,10 @@ def span_value(key, arts):
         arm = _arm(row, parts[2])
         if arm is None or arm["status"] != "ok":
             return f"{FAILED if arm else 'not measured'}"
+        if parts[3] == "rss_after_warmup":
+            return fmt_num(arm.get("rss_after_warmup"), "mb") + " MB"
+        if parts[3] == "rss_after":
+            return fmt_med(arm, "rss_after", "mb") + " MB"
         kind = {"rps": "int", "rps_per_core": "int", "cores": "cores", "cpu_us_per_req": "us"}.get(parts[3], "ms")
         return fmt_med(arm, parts[3], kind)
     raise RenderError(f"span '{key}': unknown key shape")

@@ -90,3 +90,36 @@ def test_time_wait_count_reads_state_06(tmp_path):
     f.write_text(PROC_NET_TCP)
     assert procs.time_wait_count([str(f), str(tmp_path / "missing")]) == 2
     assert procs.time_wait_count() >= 0
+
+
+HARNESS = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from bench import procs
+procs.install_signal_handlers()
+p = procs.start([sys.executable, "-c", "import subprocess, sys, time; "
+                 "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
+                cwd="/", env=None, log_path="/dev/null")
+time.sleep(0.5)
+print(" ".join(str(pid) for pid, _ in procs.tree(p.pid)), flush=True)
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_stops_every_server_process():
+    import signal
+
+    h = subprocess.Popen([sys.executable, "-c", HARNESS, str(Path(__file__).resolve().parent.parent)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in h.stdout.readline().split()]
+        assert len(pids) == 2  # the server and its child
+        h.send_signal(signal.SIGINT)
+        assert h.wait(10) == 128 + signal.SIGINT
+        deadline = time.monotonic() + 5
+        while [p for p in pids if procs._alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if procs._alive(p)]
+    finally:
+        if h.poll() is None:
+            h.kill()
