@@ -77,18 +77,25 @@ static void fuzz_request(const uint8_t *data, size_t size, uint8_t sel)
                     abort();
         }
     }
-    /* A prefix (cut where the byte after the selector says) is INCOMPLETE or
-     * the same result. */
+    /* Prefixes are INCOMPLETE or the same result, and once decided they stay
+     * decided: every prefix of short inputs, one cut (chosen by the byte
+     * after the selector) of longer ones. */
     if (size > 0) {
-        size_t cut = data[0] % (size + 1);
-        char *pre = malloc(cut ? cut : 1);
-        memcpy(pre, data, cut);
-        rc_prefix = m0_parse_request(pre, cut, &req, &lim);
-        free(pre);
-        if (rc_prefix != M0_PARSE_INCOMPLETE && rc_prefix != rc)
-            abort();
-        if (rc >= 0 && cut >= (size_t)rc && rc_prefix != rc)
-            abort();
+        size_t first = size <= 96 ? 0 : data[0] % (size + 1), last = size <= 96 ? size : first;
+        int decided = 0;
+        for (size_t cut = first; cut <= last; cut++) {
+            char *pre = malloc(cut ? cut : 1);
+            memcpy(pre, data, cut);
+            rc_prefix = m0_parse_request(pre, cut, &req, &lim);
+            free(pre);
+            if (rc_prefix != M0_PARSE_INCOMPLETE && rc_prefix != rc)
+                abort();
+            if (decided && rc_prefix != rc)
+                abort();
+            decided |= rc_prefix != M0_PARSE_INCOMPLETE;
+            if (rc >= 0 && cut >= (size_t)rc && rc_prefix != rc)
+                abort();
+        }
     }
     free(buf);
 }
