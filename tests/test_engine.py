@@ -467,3 +467,28 @@ assert hb == bytearray(24)  # 0 once the request ended
 print("ok")
 """)
     assert out.strip() == "ok"
+
+
+def test_out_of_fds_pauses_accepting_and_recovers(engine):
+    srv = engine(_nofile=40)  # about 30 fds left for connections
+
+    def cpu_seconds():
+        fields = open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    clients = [srv.connect(timeout=10) for _ in range(45)]  # the rest waits in the backlog
+    try:
+        time.sleep(0.3)
+        before = cpu_seconds()
+        time.sleep(1.0)  # out of fds all along
+        assert cpu_seconds() - before < 0.3, "accepting spins while out of fds"
+        for c in clients:
+            c.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        for c in clients:
+            assert_hello(read_response(c, timeout=10))
+    finally:
+        for c in clients:
+            c.close()
+    with srv.connect() as s:
+        s.sendall(GET)
+        assert_hello(read_response(s))

@@ -1,7 +1,7 @@
 """A bare `_core.Server` with the native hello handler over a socket bound here
 (no CLI): argv[1] is a JSON object of Server keyword arguments.
 
-Logs the "Listening on http://127.0.0.1:PORT" line the test fixtures wait for,
+A "_nofile" key sets RLIMIT_NOFILE first. Logs the "Listening on http://127.0.0.1:PORT" line the test fixtures wait for,
 shuts down gracefully on SIGTERM (the handler runs inside serve()), and prints
 "served N requests, C connections" once serve() returns.
 """
@@ -13,6 +13,11 @@ import sys
 from m0serve import _core
 
 kwargs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+nofile = kwargs.pop("_nofile", None)  # a low fd limit, to exercise EMFILE
+if nofile:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("127.0.0.1", 0))
