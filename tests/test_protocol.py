@@ -19,6 +19,7 @@ from conftest import PeerReset, header, read_response, recv_until_eof
 from corpus import LIMIT_ARGS, MALFORMED
 
 APP = "proto_app:app"
+ASGI_APP = "proto_app:asgi_app"
 HOST = b"Host: example.com\r\n"
 HELLO = b"Hello, world!"
 IMF_FIXDATE = re.compile(
@@ -79,14 +80,24 @@ def nothing_within(s, seconds):
     return not r
 
 
-@pytest.fixture(params=["wsgi", "native"])
+@pytest.fixture(params=["wsgi", "asgi", "native"])
 def backend(request):
+    """The WSGI bridge, the ASGI bridge, or the C-only native hello."""
+    return request.param
+
+
+@pytest.fixture(params=["wsgi", "asgi"])
+def bridge(request):
+    """The cases that need the echo app: WSGI and ASGI."""
     return request.param
 
 
 def start(serve, backend, *args):
-    extra = ("--native", "hello") if backend == "native" else ()
-    return serve(APP, *extra, *args)
+    if backend == "native":
+        return serve(APP, "--native", "hello", *args)
+    if backend == "asgi":
+        return serve(ASGI_APP, "--interface", "asgi", *args)
+    return serve(APP, *args)
 
 
 def check_ok(status, body, backend, path=None, headers=None):
@@ -109,14 +120,14 @@ def test_keep_alive_several_requests(serve, backend):
             status, headers, body, head = read_response(s)
             check_ok(status, body, backend, f"/ka/{i}")
             assert "close" not in conn_tokens(headers), head
-            if backend == "wsgi":
+            if backend != "native":
                 ports.add(echo(body)["env"]["REMOTE_PORT"])
         assert len(ports) <= 1  # every request arrived on the same connection
         assert server.proc.poll() is None
 
 
-def test_keep_alive_mixed_bodies(serve):
-    server = serve(APP)
+def test_keep_alive_mixed_bodies(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(post("/one", b"first body"))
         assert echo(read_response(s)[2])["body"] == "first body"
@@ -132,8 +143,8 @@ def test_keep_alive_mixed_bodies(serve):
         assert echo(read_response(s)[2])["path"] == "/last"
 
 
-def test_pipelining_in_order_with_bodies(serve):
-    server = serve(APP)
+def test_pipelining_in_order_with_bodies(serve, bridge):
+    server = start(serve, bridge)
     batch = (
         get("/p1") + post("/p2", b"content-length body") + post_chunked("/p3", b"chunked body here", size=3)
         + get("/stream?n=4&size=3") + post("/ignore-body", b"ignored body") + get("/p6")
@@ -173,7 +184,7 @@ def test_pipelining_split_at_every_offset(serve, backend):
             for path in ("/s1", "/s2", "/s3"):
                 status, headers, body, head = read_response(s)
                 check_ok(status, body, backend, path)
-                if backend == "wsgi" and path == "/s2":
+                if backend != "native" and path == "/s2":
                     assert echo(body)["body"] == "0123456789"
 
 
@@ -250,8 +261,8 @@ def test_http10_keep_alive_when_asked(serve, backend):
         assert_clean_eof(s, what="HTTP/1.0 request without keep-alive after keep-alive ones")
 
 
-def test_http10_post_keep_alive(serve):
-    server = serve(APP)
+def test_http10_post_keep_alive(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /tp HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello" + get("/after"))
         assert echo(read_response(s)[2])["body"] == "hello"
@@ -266,8 +277,8 @@ def _without_date(headers):
 
 
 @pytest.mark.parametrize("path", ["/fixed", "/stream?n=3&size=5"])
-def test_head_same_headers_no_body(serve, path):
-    server = serve(APP)
+def test_head_same_headers_no_body(serve, bridge, path):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(get(path))
         g_status, g_headers, g_body, _ = read_response(s)
@@ -314,8 +325,8 @@ def _read_interim(s, timeout=5):
     return status, head
 
 
-def test_expect_continue_when_app_reads(serve):
-    server = serve(APP)
+def test_expect_continue_when_app_reads(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 11\r\n\r\n")
         status, head = _read_interim(s)
@@ -328,8 +339,8 @@ def test_expect_continue_when_app_reads(serve):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_expect_continue_chunked(serve):
-    server = serve(APP)
+def test_expect_continue_chunked(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n")
         status, head = _read_interim(s)
@@ -339,9 +350,9 @@ def test_expect_continue_chunked(serve):
         assert status == 200 and echo(body)["body"] == "chunked after continue"
 
 
-def test_expect_continue_sent_only_when_app_starts_reading(serve):
+def test_expect_continue_sent_only_when_app_starts_reading(serve, bridge):
     """The app sleeps 1 s before it reads: no 100 before that."""
-    server = serve(APP)
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect?delay=1.0 HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 4\r\n\r\n")
         t0 = time.monotonic()
@@ -354,9 +365,9 @@ def test_expect_continue_sent_only_when_app_starts_reading(serve):
         assert status == 200 and echo(body)["body"] == "data"
 
 
-def test_expect_continue_app_ignores_body(serve):
+def test_expect_continue_app_ignores_body(serve, bridge):
     """An app that never reads the body: no 100, the final response directly."""
-    server = serve(APP)
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /ignore-body HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
         status, headers, body, head = read_response(s)
@@ -364,9 +375,9 @@ def test_expect_continue_app_ignores_body(serve):
         assert body == b"ignored"
 
 
-def test_expect_continue_ignored_for_http10(serve):
+def test_expect_continue_ignored_for_http10(serve, bridge):
     """RFC 9110 10.1.1: a server MUST ignore 100-continue in an HTTP/1.0 request."""
-    server = serve(APP)
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\nabcd")
         status, headers, body, head = read_response(s)
@@ -388,8 +399,8 @@ def test_expect_continue_body_over_limit(serve, backend):
 # --- chunked request bodies -----------------------------------------------------------------
 
 
-def test_chunked_extensions_and_trailers(serve):
-    server = serve(APP)
+def test_chunked_extensions_and_trailers(serve, bridge):
+    server = start(serve, bridge)
     body = b"The quick brown fox jumps over the lazy dog"
     with connect(server) as s:
         s.sendall(post_chunked("/c", body, size=6, ext=b';ext=1;q="a b"', trailers=b"X-Sum: 42\r\nX-More: y\r\n"))
@@ -409,14 +420,14 @@ def test_chunked_byte_by_byte(serve, backend):
             time.sleep(0.001)
         status, headers, body, head = read_response(s)
         check_ok(status, body, backend, "/bytes")
-        if backend == "wsgi":
+        if backend != "native":
             assert echo(body)["body"] == "sent one byte at a time"
         status, headers, body, head = read_response(s)
         check_ok(status, body, backend, "/next")
 
 
-def test_chunked_large_body(serve):
-    server = serve(APP)
+def test_chunked_large_body(serve, bridge):
+    server = start(serve, bridge)
     body = bytes(range(256)) * 2000  # 512000 bytes
     sizes = [1, 7, 4096, 65536, 100000, 3]
     raw, i, k = b"", 0, 0
@@ -447,8 +458,8 @@ def _raw_until(s, marker, timeout=5):
     return buf
 
 
-def test_streamed_response_chunked_on_http11(serve):
-    server = serve(APP)
+def test_streamed_response_chunked_on_http11(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=4&size=3"))
         raw = _raw_until(s, b"\r\n0\r\n\r\n")
@@ -465,8 +476,8 @@ def test_streamed_response_chunked_on_http11(serve):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_streamed_empty_response(serve):
-    server = serve(APP)
+def test_streamed_empty_response(serve, bridge):
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=0"))
         status, headers, body, head = read_response(s)
@@ -476,10 +487,10 @@ def test_streamed_empty_response(serve):
 
 
 @pytest.mark.parametrize("keep_alive", [False, True])
-def test_streamed_response_close_delimited_on_http10(serve, keep_alive):
+def test_streamed_response_close_delimited_on_http10(serve, bridge, keep_alive):
     """HTTP/1.0 has no chunked coding: the body ends with the connection, even
     when the client asked for keep-alive."""
-    server = serve(APP)
+    server = start(serve, bridge)
     extra = b"Connection: keep-alive\r\n" if keep_alive else b""
     with connect(server) as s:
         s.sendall(get("/stream?n=5&size=1000", extra, version=b"HTTP/1.0"))
@@ -495,8 +506,8 @@ def test_streamed_response_close_delimited_on_http10(serve, keep_alive):
     assert body == b"".join(b"%d" % i * 1000 for i in range(5))
 
 
-def test_large_streamed_response(serve):
-    server = serve(APP)
+def test_large_streamed_response(serve, bridge):
+    server = start(serve, bridge)
     with connect(server, timeout=30) as s:
         s.sendall(get("/stream?n=200&size=10000") + get("/after"))
         status, headers, body, head = read_response(s, timeout=30)
@@ -539,9 +550,9 @@ def test_limit_status_and_others_served(serve, backend, name):
     _limit_case_meanwhile(server, backend, LIMIT_CASES[name])
 
 
-def test_chunked_body_limit_and_others_served(serve):
-    server = serve(APP, *LIMIT_ARGS)
-    _limit_case_meanwhile(server, "wsgi", LIMIT_CASES["chunked-over-body-limit"])
+def test_chunked_body_limit_and_others_served(serve, bridge):
+    server = start(serve, bridge, *LIMIT_ARGS)
+    _limit_case_meanwhile(server, bridge, LIMIT_CASES["chunked-over-body-limit"])
 
 
 @pytest.mark.parametrize(
@@ -723,7 +734,7 @@ def test_unread_body_then_next_request(serve, backend, size):
         s.sendall(post("/ignore-body", body) + get("/after"))
         status, headers, rbody, head = read_response(s, timeout=15)
         assert status == 200, head
-        if backend == "wsgi":
+        if backend != "native":
             assert rbody == b"ignored"
         if "close" in conn_tokens(headers):
             assert_clean_eof(s, what="closing instead of skipping an unread body")
@@ -774,8 +785,8 @@ def test_idle_connection_without_a_request_is_closed(serve, backend):
         assert rest == b"" or rest.startswith(b"HTTP/1.1 408 "), rest[:200]
 
 
-def test_keep_alive_timeout_does_not_cut_a_running_request(serve):
-    server = serve(APP, "--keep-alive-timeout", "1")
+def test_keep_alive_timeout_does_not_cut_a_running_request(serve, bridge):
+    server = start(serve, bridge, "--keep-alive-timeout", "1")
     with connect(server) as s:
         s.sendall(get("/sleep?s=1.5"))
         status, headers, body, head = read_response(s)
@@ -802,9 +813,9 @@ def test_header_timeout_on_a_later_request(serve, backend):
         assert_clean_eof(s, what="408 on a later request")
 
 
-def test_streamed_response_with_empty_yields(serve):
+def test_streamed_response_with_empty_yields(serve, bridge):
     """b"" from the app iterable writes nothing: it must not end the chunked body."""
-    server = serve(APP)
+    server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=3&size=4&empty=1") + get("/after"))
         status, headers, body, head = read_response(s)
@@ -836,11 +847,12 @@ def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
         for i in range(n):
             status, headers, body, head = read_response(s, timeout=30)
             check_ok(status, body, backend, f"/pp/{i}")
-            if backend == "wsgi":
+            if backend != "native":
                 assert echo(body)["body"].encode() == bodies[i]
         sender.join()
 
 
+@pytest.mark.parametrize("backend", ["wsgi", "native"])
 def test_half_close_after_pipelined_requests(serve, backend):
     """A client may send its requests and then shut down its sending side:
     every complete request it sent is still answered, in order, then the
@@ -868,5 +880,5 @@ def test_header_timeout_does_not_cover_the_body(serve, backend):
             s.sendall(body[i : i + 1])
         status, headers, rbody, head = read_response(s)
         check_ok(status, rbody, backend, "/slow-body")
-        if backend == "wsgi":
+        if backend != "native":
             assert echo(rbody)["body"] == body.decode()

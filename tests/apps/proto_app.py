@@ -15,7 +15,14 @@ Routes (by PATH_INFO):
                         (wsgi.input.read() until b"", in pieces)
 
 The body is reported as a latin-1 string so that any byte survives JSON.
+
+`asgi_app` is the same app for ASGI 3 (same routes and report), so the
+protocol cases run against both bridges. Its "path" is scope["path"] encoded
+back to UTF-8 and shown as latin-1, which is what WSGI's PATH_INFO tunnels;
+its "headers" are scope["headers"] as sent (repeated names joined by ", ",
+no environ rules), so header expectations are checked for WSGI only.
 """
+import asyncio
 import json
 import time
 import urllib.parse
@@ -100,3 +107,75 @@ def _app(environ, start_response):
 
 
 app = validator(_app)
+
+
+async def _asgi_body(receive):
+    parts = []
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ConnectionError("client went away")
+        parts.append(msg.get("body", b""))
+        if not msg.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _asgi_send(send, body, status=200, content_type=b"text/plain"):
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _asgi_echo(scope, send, body):
+    headers = {}
+    for name, value in scope["headers"]:
+        key = name.decode("latin-1").lower()
+        headers[key] = headers[key] + ", " + value.decode("latin-1") if key in headers else value.decode("latin-1")
+    report = {
+        "method": scope["method"],
+        "path": scope["path"].encode("utf-8", "surrogateescape").decode("latin-1"),
+        "query": scope["query_string"].decode("latin-1"),
+        "env": {"SERVER_PROTOCOL": "HTTP/" + scope["http_version"], "REMOTE_PORT": str((scope.get("client") or ("", 0))[1])},
+        "headers": headers,
+        "body": body.decode("latin-1"),
+        "body_len": len(body),
+    }
+    await _asgi_send(send, json.dumps(report, sort_keys=True).encode(), content_type=b"application/json")
+
+
+async def asgi_app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    q = dict(urllib.parse.parse_qsl(scope["query_string"].decode("latin-1")))
+    if path == "/stream":
+        n, size, empty = int(q.get("n", "5")), int(q.get("size", "10")), q.get("empty") == "1"
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for chunk in _stream(n, size, empty):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    elif path == "/fixed":
+        await _asgi_send(send, FIXED_BODY)
+    elif path == "/expect":
+        await asyncio.sleep(float(q.get("delay", "0")))
+        await _asgi_echo(scope, send, await _asgi_body(receive))
+    elif path == "/ignore-body":
+        await _asgi_send(send, b"ignored")
+    elif path == "/sleep":
+        await asyncio.sleep(float(q.get("s", "0.5")))
+        await _asgi_send(send, b"slept")
+    else:
+        await _asgi_echo(scope, send, await _asgi_body(receive))

@@ -58,6 +58,7 @@ class Valid:
     expect: dict = field(default_factory=dict)
     close: bool = False  # the server closes after answering (HTTP/1.0 without keep-alive)
     version: bytes = b"HTTP/1.1"  # the response's HTTP-version
+    asgi: bool = True  # False: the case means something else to an ASGI server (a WebSocket handshake)
 
 
 def _line(n):
@@ -251,7 +252,7 @@ VALID = [
     Valid("upgrade-h2c-ignored", b"GET /u HTTP/1.1\r\n" + H + b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
           b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n", {"path": "/u"}),
     Valid("upgrade-websocket-ignored-by-wsgi", b"GET /u HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
-          b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", {"path": "/u"}),
+          b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", {"path": "/u"}, asgi=False),
     Valid("cl-duplicate-identical", b"POST /p HTTP/1.1\r\n" + H + b"Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
           {"body": "abc", "env": {"CONTENT_LENGTH": "3"}}),
     Valid("connection-keep-alive-11", b"GET / HTTP/1.1\r\n" + H + b"Connection: keep-alive\r\n\r\n", {"path": "/"}),
