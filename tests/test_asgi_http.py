@@ -295,3 +295,9 @@ def test_expect_100_continue(srv):
         sock.sendall(b"hello")
         status, _, body, _ = read_response(sock)
     assert status == 200 and body == b"hello"
+
+
+def test_many_response_headers(srv):
+    r = httpx.get(srv.url + "/many-headers?n=300", timeout=5)
+    assert r.status_code == 201 and r.content == b"ok"
+    assert all(r.headers[f"x-h{i}"] == "v" * 40 for i in range(300))

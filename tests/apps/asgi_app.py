@@ -15,6 +15,7 @@
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
   /pid                 the worker's pid
+  /many-headers?n=N    201 with N response headers, body from a bytearray
   /block?s=S           time.sleep(S): blocks the whole event loop
   /error-before        raises before http.response.start
   /error-after         starts a streamed response, sends a chunk, raises
@@ -178,6 +179,11 @@ async def app(scope, receive, send):
         assert "http.response.pathsend" in scope.get("extensions", {})
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/x-python")]})
         return await send({"type": "http.response.pathsend", "path": q.get("file", HERE)})
+    if path == "/many-headers":
+        n = int(q.get("n", "200"))
+        headers = [(f"x-h{i}".encode(), b"v" * 40) for i in range(n)]
+        await send({"type": "http.response.start", "status": 201, "headers": headers})
+        return await send({"type": "http.response.body", "body": bytearray(b"ok")})
     if path == "/pid":
         return await _respond(send, 200, str(os.getpid()).encode())
     if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
