@@ -267,7 +267,7 @@ class Worker:
             return
         if not self.stopping:
             self.stopping = True
-            self.deadline = time.monotonic() + self.graceful_timeout if self.graceful_timeout > 0 else None
+            self.deadline = time.monotonic() + self.graceful_timeout  # 0: close at once
             self.loop.remove_reader(self.server.fileno())
             self.loop.add_reader(self.server.fileno(), self.pump)
         if graceful:
@@ -305,7 +305,7 @@ class Worker:
         if not self.stopping:
             if self.max_requests and self.server.requests >= self.max_requests and self.server.connections == 0:
                 self.stopping = True
-                self.deadline = time.monotonic() + self.graceful_timeout if self.graceful_timeout > 0 else None
+                self.deadline = time.monotonic() + self.graceful_timeout  # 0: close at once
             else:
                 return
         if self.server.connections > 0:

@@ -117,3 +117,16 @@ def test_graceful_shutdown_with_open_stream(serve):
     assert 0.9 < elapsed < 4, elapsed
     assert "SEND-FAILED ClientDisconnected True" in srv.log or "STREAM-CANCELLED" in srv.log
     srv.wait_log(r"LIFESPAN-SHUTDOWN")
+
+
+def test_graceful_timeout_zero_closes_at_once(serve):
+    srv = serve("asgi_app:app", "--interface", "asgi", "--graceful-timeout", "0")
+    sock = socket.create_connection((srv.host, srv.port), timeout=5)
+    sock.sendall(b"GET /stream-forever HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert wait_exit(srv, timeout=8) == 0
+    assert time.monotonic() - t0 < 1.5
+    sock.close()
+    srv.wait_log(r"LIFESPAN-SHUTDOWN")
