@@ -2,6 +2,7 @@
  * abort and counters. Accepting is in listener.c, connections in conn*.c. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 
 #include "server_int.h"
 
@@ -122,6 +123,11 @@ void m0_server_drain(m0_server *srv)
             next->refs++;
         int idle = (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
                    c->state == M0_CS_DISCARD;
+        /* Bytes already in the kernel are a request the loop has not read yet:
+         * answer it (with Connection: close) instead of resetting its client. */
+        int unread = 0;
+        if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
+            idle = 0;
         if (idle)
             m0_conn_close(c, 1);
         m0_conn_release(c);
