@@ -85,7 +85,11 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     if (c->state == M0_CS_CLOSED)
         return -ECONNRESET;
-    if ((c->state != M0_CS_REQUEST && c->state != M0_CS_RAW) || c->body_done || cap == 0)
+    if ((c->state != M0_CS_REQUEST && c->state != M0_CS_RAW) || cap == 0)
+        return 0;
+    /* A chunked body can end (body_done) while decoded bytes are still
+     * buffered between body_rd and body_end: those are served first. */
+    if (c->body_done && !(c->body_mode == M0_BODY_CHUNKED && c->body_rd < c->body_end))
         return 0;
     if (c->expect_continue && !c->continue_sent) {
         c->continue_sent = 1;
