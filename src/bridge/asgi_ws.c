@@ -346,6 +346,8 @@ static int ws_queue_message(m0_asgi_ws *w, int opcode, const uint8_t *data, size
 
 static int ws_msg_append(m0_asgi_ws *w, const uint8_t *data, size_t len)
 {
+    if (len == 0) /* w->msg may still be NULL */
+        return 0;
     if (w->msg_len + len > w->msg_cap) {
         size_t cap = w->msg_cap ? w->msg_cap : 4096;
         while (cap < w->msg_len + len)

@@ -345,7 +345,8 @@ size_t m0_ws_close_build(uint8_t *out, int code, const char *reason, size_t reas
         while (reason_len > 0 && ((uint8_t)reason[reason_len] & 0xC0) == 0x80)
             reason_len--;
     }
-    memcpy(out + 2, reason, reason_len);
+    if (reason_len > 0) /* reason may be NULL when empty */
+        memcpy(out + 2, reason, reason_len);
     return 2 + reason_len;
 }
 

@@ -145,7 +145,8 @@ int m0_ws_close_parse(const uint8_t *payload, size_t len, int *code, m0_span *re
 
 /* Build a close payload (2-byte code, then reason) into out, which holds at
  * least 125 bytes. A reason over 123 bytes is cut at the last UTF-8 character
- * boundary that fits. code 1005 writes an empty payload. Returns the length. */
+ * boundary that fits (reason may be NULL when reason_len is 0). code 1005
+ * writes an empty payload. Returns the length. */
 size_t m0_ws_close_build(uint8_t *out, int code, const char *reason, size_t reason_len);
 
 /* --- opening handshake --- */

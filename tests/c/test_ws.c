@@ -590,6 +590,8 @@ static void test_close_frames(void)
     CHECK_EQ(m0_ws_close_build(payload, 1005, "x", 1), 0);
     CHECK_EQ(m0_ws_close_build(payload, 1000, "", 0), 2);
     CHECK(payload[0] == 0x03 && payload[1] == 0xE8);
+    CHECK_EQ(m0_ws_close_build(payload, 1001, NULL, 0), 2);
+    CHECK(payload[0] == 0x03 && payload[1] == 0xE9);
     CHECK_EQ(m0_ws_close_build(payload, 4321, "done", 4), 6);
     CHECK(m0_ws_close_parse(payload, 6, &code, &reason) == 0 && code == 4321 && reason.len == 4);
     char longr[200];
