@@ -265,9 +265,15 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
 
     if (n == 1 && p[0] == '/' && w->root_len == 0)
         return Py_NewRef(M0_WSGI_STR(w->st, slash));
-    if (n > 0 && p[0] != '/') {
+    if (n >= 3 && p[0] != '/') {
         /* absolute-form (RFC 9112 3.2.2): drop scheme and authority */
-        const char *sep = n >= 3 ? memmem(p, n, "://", 3) : NULL;
+        const char *sep = NULL;
+        for (size_t i = 0; i + 3 <= n; i++) {
+            if (p[i] == ':' && p[i + 1] == '/' && p[i + 2] == '/') {
+                sep = p + i;
+                break;
+            }
+        }
         if (sep) {
             const char *auth = sep + 3;
             const char *slash = memchr(auth, '/', (size_t)(p + n - auth));
