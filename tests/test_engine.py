@@ -269,6 +269,12 @@ def test_access_log_line(engine):
     assert int(m.group(1)) == port
     assert float(m.group(2)) < 1000
     srv.wait_log(r'127\.0\.0\.1:%d - "HEAD /h HTTP/1\.1" 200 0 \d+\.\d{3}ms\n' % port)
+    with srv.connect() as s:
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n")  # no Host: 400
+        status, _, body, _ = read_response(s)
+        port = s.getsockname()[1]
+    assert status == 400
+    srv.wait_log(r'127\.0\.0\.1:%d - "-" 400 %d \d+\.\d{3}ms\n' % (port, len(body)))
 
 
 def test_sigterm_shutdown_finishes_in_flight_request(engine):

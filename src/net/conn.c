@@ -269,8 +269,10 @@ void m0_conn_error(m0_conn *c, int status)
             m0_conn_close(c, 1);
             return;
         }
-        if (c->srv->cfg.access_log_fd >= 0)
-            m0_conn_log(c, NULL, status, (uint64_t)n, 0);
+        if (c->srv->cfg.access_log_fd >= 0) {
+            const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
+            m0_conn_log(c, NULL, status, end ? (uint64_t)(buf + n - end - 4) : 0, 0);
+        }
     }
     c->timer_kind = M0_TIMER_NONE;
     m0_conn_close_after(c, 1);
