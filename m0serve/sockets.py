@@ -60,7 +60,12 @@ class Listener:
         return s
 
     def stop_listening(self):
-        """Refuse new connections at once in every process that shares this socket."""
+        """Refuse new connections at once in every process that shares this socket.
+
+        Not for a socket handed to us (--fd, systemd): its owner keeps it listening so
+        connections queue for the next server instead of being refused."""
+        if self.origin in ("fd", "systemd"):
+            return
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -100,9 +100,11 @@ class SignalPolicy:
 
     def _stop_listening(self):
         for listener in self.listeners_to_close:
-            sock = getattr(listener, "sock", listener)
+            if hasattr(listener, "stop_listening"):
+                listener.stop_listening()
+                continue
             try:
-                sock.shutdown(socket.SHUT_RDWR)  # new connections are refused from now on
+                listener.shutdown(socket.SHUT_RDWR)  # a private socket: refused from now on
             except OSError:
                 pass
 

@@ -290,14 +290,18 @@ def test_systemd_socket_activation(workers):
             f'--workers {workers}']
     proc = subprocess.Popen(argv, env=env, cwd=str(APPS_DIR), pass_fds=(src,),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ls.close()
-    s = _adopt(proc, argv)
+    s = _adopt(proc, argv)  # `ls` stays open here, as systemd holds its socket
     try:
         s.wait_ready()
         assert s.port == port
         assert get("127.0.0.1", port, "/sd")[2] == b"hello script= path=/sd"
     finally:
         assert s.stop() == 0
+    # The socket belongs to systemd: stopping the server leaves it listening, so
+    # connections made while the service restarts wait for the next instance.
+    probe = socket.create_connection(("127.0.0.1", port), timeout=2)
+    probe.close()
+    ls.close()
 
 
 def _adopt(proc, argv):
