@@ -183,3 +183,13 @@ def test_environ_is_fresh_per_request(serve):
             assert ("HTTP_X_ONCE" in env) == (i == 1)
             assert env["QUERY_STRING"] == ("i=1" if i == 1 else "")
             assert header(headers, "content-type") == "application/json"
+
+
+def test_many_headers(serve):
+    """More headers than the environ template has room for, common and not."""
+    srv = serve(APP)
+    hs = [(f"X-Extra-{i}", f"v{i}") for i in range(60)] + [("Accept", "x"), ("Referer", "r"), ("X-Extra-7", "again")]
+    env, _ = environ_of(srv, "/env", headers=hs)
+    for i in range(60):
+        assert env[f"HTTP_X_EXTRA_{i}"] == (f"v{i}, again" if i == 7 else f"v{i}")
+    assert env["HTTP_ACCEPT"] == "x" and env["HTTP_REFERER"] == "r"

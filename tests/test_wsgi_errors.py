@@ -85,6 +85,22 @@ def test_client_disconnect_mid_response_closes_iterable(serve):
     assert "boom" not in srv.log and "Traceback" not in srv.log
 
 
+def test_client_disconnect_during_write_raises_in_app(serve):
+    srv = serve(RAW_APP)
+    s = srv.connect()
+    s.sendall(b"GET /write-loop?id=wgone HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert s.recv(1000).startswith(b"HTTP/1.1 200 OK")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+    deadline = time.monotonic() + 10
+    while not any(t.startswith("wgone:") for t in closed_tags(srv)):
+        assert time.monotonic() < deadline, "write() never failed after the client went away"
+        time.sleep(0.05)
+    assert any(t in ("wgone:ConnectionResetError", "wgone:BrokenPipeError", "wgone:OSError") for t in closed_tags(srv))
+    assert_serves(srv)
+    assert "Traceback" not in srv.log
+
+
 VALIDATION_CASES = [
     ("crlf-value", r"ValueError: invalid value for header 'X-Evil'"),
     ("lf-value", r"ValueError: invalid value for header 'X-Evil'"),

@@ -182,3 +182,14 @@ def test_body_over_limit_chunked_gives_413(serve):
     with srv.connect() as s:
         s.sendall(b"GET /hello HTTP/1.1\r\nHost: h\r\n\r\n")
         assert read_response(s)[0] == 200
+
+
+def test_expect_continue_unread_body_closes_without_100(serve):
+    """The app answers without reading: no 100 is ever sent, and since the
+    client still holds the body, the response says Connection: close."""
+    srv = serve(APP)
+    with srv.connect() as s:
+        s.sendall(b"POST /hello HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
+        status, headers, body, _ = read_response(s)
+        assert (status, body) == (200, b"Hello, world!")
+        assert dict(headers).get("connection") == "close"

@@ -177,6 +177,16 @@ def app(environ, start_response):
         write(b"")
         write(b"def")
         return Recorded(tag, [b"ghi"])
+    if path == "/write-loop":
+        # write() until the client goes away: write() raises OSError then
+        write = start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        try:
+            for _ in range(int(q.get("n", "5000"))):
+                write(b"z" * 65536)
+        except OSError as e:
+            CLOSED.append(f"{tag}:{type(e).__name__}")
+            raise
+        return []
     if path == "/error-before":
         raise RuntimeError("boom-before-head")
     if path == "/error-in-iter":
