@@ -301,3 +301,16 @@ def test_many_response_headers(srv):
     r = httpx.get(srv.url + "/many-headers?n=300", timeout=5)
     assert r.status_code == 201 and r.content == b"ok"
     assert all(r.headers[f"x-h{i}"] == "v" * 40 for i in range(300))
+
+
+def test_half_close_after_pipelined_requests(srv):
+    # The client sends three requests, the first answered only later, then shuts down
+    # its sending side: every request is still answered, in order, then the server closes.
+    with srv.connect() as sock:
+        sock.sendall(b"GET /sleep?s=0.05 HTTP/1.1\r\nHost: a\r\n\r\n"
+                     b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody"
+                     b"GET /sleep?s=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        got = [read_response(sock)[::2] for _ in range(3)]
+        assert recv_all(sock, timeout=5) == b""
+    assert got == [(200, b"slept"), (200, b"body"), (200, b"slept")]

@@ -791,6 +791,13 @@ static void http_on_event(m0_asgi_base *base, int what)
         }
         return;
     }
+    if (what == M0_CONN_BODY && h->recv_waiter != NULL && h->body_done) {
+        /* With the body consumed, M0_CONN_BODY means the peer stopped sending
+         * (a half-close, or gone): what a receive() waiting for the end of the
+         * exchange waits for. The response can still be written. */
+        http_recv_wake(h, http_disconnect_msg(a->st));
+        return;
+    }
     if (what == M0_CONN_BODY && h->recv_waiter != NULL && !h->body_done) {
         PyObject *msg = NULL;
         int done = 0;

@@ -362,6 +362,18 @@ static void conn_readable(m0_conn *c, uint32_t events)
             m0_conn_release(c);
             return;
         }
+        if (n == 0 && c->state == M0_CS_REQUEST) {
+            /* The peer finished sending: a half-close, or it is gone (only a
+             * write can tell). Its requests still get their answers, in order:
+             * stop reading and tell the handler (M0_CONN_BODY), which may
+             * treat the end of input as a disconnect notice. */
+            m0_conn_interest(c);
+            c->refs++;
+            if (srv->handler.on_event != NULL)
+                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
+            m0_conn_release(c);
+            return;
+        }
         if (n == 0 || (n == -ENOBUFS && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) ||
             (n < 0 && n != -EAGAIN && n != -ENOBUFS)) {
             m0_conn_close(c, 1); /* the peer went away while a request is pending */

@@ -32,7 +32,8 @@ typedef struct m0_server m0_server;
 typedef struct m0_conn m0_conn;
 
 enum {
-    M0_CONN_BODY = 1,     /* body bytes (or the end of the body) became readable */
+    M0_CONN_BODY = 1,     /* body bytes (or the end of the body) became readable, or the peer
+                           * finished sending (half-close or gone) while a request is pending */
     M0_CONN_WRITABLE = 2, /* the write buffer drained below the low-water mark */
     M0_CONN_CLOSED = 3,   /* the peer went away or the connection was aborted */
 };
