@@ -57,3 +57,13 @@ def test_rolling_restart_on_hup(serve):
         after = pids(10)  # every request is answered throughout the restart
     assert not (after & before), (before, after)
     assert srv.log.count("LIFESPAN-SHUTDOWN") >= 2  # the old workers ran lifespan shutdown
+
+
+def test_max_requests_retires_asgi_workers(serve):
+    srv = serve("asgi_app:app", "--interface", "asgi", "--workers", "1", "--max-requests", "5")
+    pids = []
+    for _ in range(12):
+        with httpx.Client(timeout=5) as c:  # the shared listener queues connections between workers
+            pids.append(c.get(srv.url + "/pid").text)
+    assert len(set(pids)) >= 3, pids
+    assert pids[:5] == [pids[0]] * 5
