@@ -498,3 +498,39 @@ def test_out_of_fds_pauses_accepting_and_recovers(engine):
     with srv.connect() as s:
         s.sendall(GET)
         assert_hello(read_response(s))
+
+
+def test_several_servers_in_threads_share_a_listener(engine):
+    """The --threads shape: N loops over one listener in one process; SIGTERM (main thread) drains all."""
+    import threading
+
+    srv = engine(_threads=3)
+    errors = []
+
+    def client():
+        try:
+            for _ in range(20):
+                with srv.connect() as s:
+                    for _ in range(10):
+                        s.sendall(GET)
+                        assert_hello(read_response(s))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    clients = [threading.Thread(target=client) for _ in range(6)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join(60)
+    assert not errors, errors
+    idle = [srv.connect() for _ in range(6)]
+    for s in idle:
+        s.sendall(GET)
+        assert_hello(read_response(s))
+    srv.proc.send_signal(signal.SIGTERM)
+    for s in idle:
+        assert recv_until_eof(s) == b""
+        s.close()
+    assert srv.proc.wait(10) == 0
+    m = srv.wait_log(r"served 1206 requests, 0 connections \((\d+) (\d+) (\d+)\)")
+    assert sum(1 for g in m.groups() if int(g) > 0) >= 2, "one loop served everything"

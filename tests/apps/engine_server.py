@@ -1,19 +1,24 @@
 """A bare `_core.Server` with the native hello handler over a socket bound here
 (no CLI): argv[1] is a JSON object of Server keyword arguments.
 
-A "_nofile" key sets RLIMIT_NOFILE first. Logs the "Listening on http://127.0.0.1:PORT" line the test fixtures wait for,
-shuts down gracefully on SIGTERM (the handler runs inside serve()), and prints
-"served N requests, C connections" once serve() returns.
+Extra keys: "_nofile" sets RLIMIT_NOFILE first; "_threads": N runs N Servers
+over the same listener, N - 1 of them serving in threads (the shape of
+--threads). Logs the "Listening on http://127.0.0.1:PORT" line the test
+fixtures wait for, shuts every Server down gracefully on SIGTERM (the handler
+runs in the main thread, inside its serve()), and prints "served N requests,
+C connections" (summed) once every serve() returned.
 """
 import json
 import signal
 import socket
 import sys
+import threading
 
 from m0serve import _core
 
 kwargs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 nofile = kwargs.pop("_nofile", None)  # a low fd limit, to exercise EMFILE
+nthreads = kwargs.pop("_threads", 1)
 if nofile:
     import resource
 
@@ -22,19 +27,31 @@ sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("127.0.0.1", 0))
 sock.listen(1024)
-server = _core.Server(None, "native-hello", [sock.fileno()], **kwargs)
+servers = [_core.Server(None, "native-hello", [sock.fileno()], **kwargs) for _ in range(nthreads)]
 
 
 def on_term(signum, frame):
     print("shutdown requested", flush=True)
-    server.shutdown(graceful=True)
+    for server in servers:
+        server.shutdown(graceful=True)
 
 
 signal.signal(signal.SIGTERM, on_term)
+threads = [threading.Thread(target=server.serve) for server in servers[1:]]
+for t in threads:
+    t.start()
 print(f"Listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
 try:
-    server.serve()
+    servers[0].serve()
 except KeyboardInterrupt:
-    print(f"KeyboardInterrupt out of serve(): {server.connections} connections", flush=True)
+    for server in servers[1:]:
+        server.shutdown(graceful=False)
+    for t in threads:
+        t.join()
+    print(f"KeyboardInterrupt out of serve(): {sum(s.connections for s in servers)} connections", flush=True)
     raise SystemExit(3)
-print(f"served {server.requests} requests, {server.connections} connections", flush=True)
+for t in threads:
+    t.join()
+per_server = " ".join(str(s.requests) for s in servers)
+print(f"served {sum(s.requests for s in servers)} requests, {sum(s.connections for s in servers)} connections"
+      f" ({per_server})", flush=True)
