@@ -1,13 +1,16 @@
-"""WebSocket echo benchmark: m0serve against uvicorn on the same bare ASGI echo app.
+"""WebSocket echo benchmark: m0serve against uvicorn and Granian on the same bare ASGI echo app.
 
-Each arm serves this module's `app` (one worker, default WebSocket settings, uvloop);
+Each arm serves this module's `app` (one worker, default WebSocket settings; uvloop for
+m0serve and uvicorn; Granian with one runtime thread, as bench/servers.py runs it);
 tools/ws_load.c keeps CONNS connections each echoing one binary message at a time. Rounds
 alternate the arms; for each run the server's CPU (utime+stime of its process tree, from
 /proc) is read around the timed load, so every row has messages/s and server CPU per
 message. Medians over the rounds, with the per-round ratios.
 
   python tools/ws_echo_bench.py --uvicorn-python /path/to/venv/bin/python [--rounds 3]
-      [--duration 5] [--conns 16] [--size 64]
+      [--duration 5] [--conns 16] [--size 64] [--arms m0serve,uvicorn,granian]
+
+uvicorn and granian run from the venv of --uvicorn-python.
 """
 import argparse
 import json
@@ -80,6 +83,10 @@ def start(arm, port, args):
     if arm == "m0serve":
         argv = [args.m0serve_python, "-m", "m0serve", "ws_echo_bench:app", "--interface", "asgi", "--host", "127.0.0.1",
                 "--port", str(port), "--log-level", "warning"]
+    elif arm == "granian":
+        argv = [os.path.join(os.path.dirname(args.uvicorn_python), "granian"), "--interface", "asgi", "--workers", "1",
+                "--runtime-threads", "1", "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+                "--log-level", "warning", "ws_echo_bench:app"]
     else:
         argv = [args.uvicorn_python, "-m", "uvicorn", "ws_echo_bench:app", "--host", "127.0.0.1", "--port", str(port),
                 "--loop", "uvloop", "--http", "httptools", "--ws", "auto", "--log-level", "warning"]
@@ -134,13 +141,15 @@ def main():
     ap.add_argument("--duration", type=float, default=5)
     ap.add_argument("--conns", type=int, default=16)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--arms", default="m0serve,uvicorn,granian")
     args = ap.parse_args()
     if not os.path.exists(args.load):
         os.makedirs(os.path.dirname(args.load), exist_ok=True)
         subprocess.run(["cc", "-O2", "-o", args.load, os.path.join(HERE, "ws_load.c")], check=True)
-    rows = {"m0serve": [], "uvicorn": []}
+    arms = args.arms.split(",")
+    rows = {arm: [] for arm in arms}
     for r in range(args.rounds):
-        order = ["m0serve", "uvicorn"] if r % 2 == 0 else ["uvicorn", "m0serve"]
+        order = arms if r % 2 == 0 else arms[::-1]
         for arm in order:
             res = run_arm(arm, args)
             rows[arm].append(res)
@@ -150,8 +159,10 @@ def main():
     for arm, rs in rows.items():
         summary[arm] = {k: statistics.median(x[k] for x in rs) for k in ("rate", "cores", "cpu_us_per_msg")}
         summary[arm]["spread_cpu_us"] = [min(x["cpu_us_per_msg"] for x in rs), max(x["cpu_us_per_msg"] for x in rs)]
-    ratios = [u["cpu_us_per_msg"] / m["cpu_us_per_msg"] for m, u in zip(rows["m0serve"], rows["uvicorn"])]
-    summary["uvicorn_cpu_per_msg_over_m0serve"] = {"median": statistics.median(ratios), "rounds": ratios}
+    for arm in arms:
+        if arm != "m0serve" and "m0serve" in rows:
+            ratios = [o["cpu_us_per_msg"] / m["cpu_us_per_msg"] for m, o in zip(rows["m0serve"], rows[arm])]
+            summary[f"{arm}_cpu_per_msg_over_m0serve"] = {"median": statistics.median(ratios), "rounds": ratios}
     summary["settings"] = {"conns": args.conns, "size": args.size, "duration": args.duration, "rounds": args.rounds}
     print(json.dumps(summary, indent=1))
 
