@@ -362,3 +362,35 @@ def test_one_worker_serves_in_process_and_workers_fork(serve):
     multi = serve("sup_app:app", "--workers", "2")
     pids = set(worker_pids(multi, 2))
     assert int(get(multi.host, multi.port)[2]) in pids and multi.proc.pid not in pids
+
+
+def test_reload_dir_watches_another_directory(serve, tmp_path):
+    app_dir, lib_dir = tmp_path / "app", tmp_path / "lib"
+    app_dir.mkdir()
+    lib_dir.mkdir()
+    (lib_dir / "sup_reload_lib.py").write_text("VALUE = b'first'\n")
+    (app_dir / "sup_reload_main.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(lib_dir)!r})\n"
+        "import sup_reload_lib\n"
+        "def app(environ, start_response):\n"
+        "    body = sup_reload_lib.VALUE\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain'), ('Content-Length', str(len(body)))])\n"
+        "    return [body]\n"
+    )
+    s = serve("sup_reload_main:app", "--app-dir", str(app_dir), "--reload", "--reload-dir", str(lib_dir))
+    assert get(s.host, s.port)[2] == b"first"
+    lib = lib_dir / "sup_reload_lib.py"
+    lib.write_text("VALUE = b'second'\n")
+    st = lib.stat()
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    s.wait_log(r"changes detected \([^)]*sup_reload_lib\.py\)", timeout=10)
+
+    def body():
+        try:
+            return get(s.host, s.port)[2]
+        except OSError:
+            return None
+
+    wait_until(lambda: body() == b"second", 10, "the edited library to be served")
+    assert s.stop() == 0
