@@ -304,3 +304,22 @@ def test_list_of_many_pieces(serve):
         assert header(headers, "transfer-encoding") == "chunked"
         status, _, body, _ = get(s, "/many?n=64")
         assert body == b"".join(b"%d," % i for i in range(64))
+
+
+def test_app_date_and_server_replace_ours(serve):
+    srv = serve(APP)
+    with srv.connect() as s:
+        status, headers, body, _ = get(s, "/own-headers")
+    assert (status, body) == (200, b"own")
+    assert names(headers).count("date") == 1 and names(headers).count("server") == 1
+    assert header(headers, "date") == "Thu, 01 Jan 1970 00:00:00 GMT"
+    assert header(headers, "server") == "app/1"
+
+
+def test_no_server_header_option(serve):
+    srv = serve(APP, "--no-server-header")
+    with srv.connect() as s:
+        status, headers, body, _ = get(s, "/hello")
+        assert status == 200 and header(headers, "server") is None
+        status, headers, _, _ = get(s, "/error-before")
+        assert status == 500 and header(headers, "server") is None

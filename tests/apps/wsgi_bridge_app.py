@@ -209,6 +209,13 @@ def app(environ, start_response):
         return Recorded(tag, [b"z" * 65536] * n)
     if path == "/app-close":
         return _plain(start_response, b"bye", extra=[("Connection", "close"), ("Content-Length", "3")])
+    if path == "/own-headers":
+        # the app's own Date and Server replace the server's
+        return _plain(
+            start_response,
+            b"own",
+            extra=[("Date", "Thu, 01 Jan 1970 00:00:00 GMT"), ("Server", "app/1"), ("Content-Length", "3")],
+        )
     if path == "/hop":
         # hop-by-hop headers from the app: dropped, the server frames the body itself
         start_response(
