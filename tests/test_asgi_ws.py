@@ -5,6 +5,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -594,6 +595,36 @@ def test_root_path_and_several_workers(serve):
                 assert await ws.recv() == "w"
 
     run(go())
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+
+
+def test_no_memory_growth_over_connections_and_messages(serve):
+    s = serve(APP, "--interface", "asgi")
+
+    def session(messages):
+        ws = RawWS(s, "/echo")
+        try:
+            for i in range(messages):
+                ws.send(client_frame(1 + (i & 1), b"m" * (i % 300)))
+                assert ws.recv_frame()[1] == 1 + (i & 1)
+            ws.send(client_frame(8, struct.pack(">H", 1000)))
+            assert ws.recv_close()[0] == 1000
+        finally:
+            ws.close()
+
+    for _ in range(300):  # warm-up: allocator pools, interned objects, code paths
+        session(3)
+    session(3000)
+    before = _rss_kb(s.proc.pid)
+    for _ in range(1500):
+        session(3)
+    session(20000)
+    grown = _rss_kb(s.proc.pid) - before
+    assert grown < 1024, f"RSS grew by {grown} kB over 1,500 connections and 24,500 messages"
 
 
 # --- keepalive pings ---

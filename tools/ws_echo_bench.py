@@ -136,7 +136,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--m0serve-python", default=os.path.join(ROOT, ".venv-3.11", "bin", "python"))
     ap.add_argument("--uvicorn-python", required=True)
-    ap.add_argument("--load", default=os.path.join(ROOT, "tools", "build", "ws_load"))
+    ap.add_argument("--load", default=os.path.join(ROOT, "build", "ws_load"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5)
     ap.add_argument("--conns", type=int, default=16)
