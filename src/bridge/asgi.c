@@ -81,6 +81,10 @@ static const char *const common_headers[M0_ASGI_COMMON_HEADERS] = {
     "priority",
 };
 
+static const char *const common_methods[M0_ASGI_COMMON_METHODS] = {
+    "GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS",
+};
+
 int m0_asgi_module_init(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module);
@@ -105,6 +109,9 @@ int m0_asgi_module_init(PyObject *module)
         return -1;
     for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
         if ((st->header_names[i] = PyBytes_FromString(common_headers[i])) == NULL)
+            return -1;
+    for (int i = 0; i < M0_ASGI_COMMON_METHODS; i++)
+        if ((st->methods[i] = PyUnicode_InternFromString(common_methods[i])) == NULL)
             return -1;
     st->disconnected = PyErr_NewExceptionWithDoc(
         "m0serve._core.ClientDisconnected",
@@ -153,6 +160,8 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->empty_bytes);
     for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
         Py_CLEAR(st->header_names[i]);
+    for (int i = 0; i < M0_ASGI_COMMON_METHODS; i++)
+        Py_CLEAR(st->methods[i]);
 #define M0_ASGI_STR_CLEAR(name) Py_CLEAR(st->s_##name);
     M0_ASGI_STRINGS(M0_ASGI_STR_CLEAR)
 #undef M0_ASGI_STR_CLEAR
@@ -309,6 +318,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->eager_kwnames);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->http_extensions);
+    Py_CLEAR(a->http_template);
     Py_CLEAR(a->tasks);
     Py_CLEAR(a->server_addr);
     Py_CLEAR(a->module);
@@ -538,8 +548,14 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg)
 
 /* --- scope --- */
 
-static PyObject *asgi_method_str(const m0_request *req)
+static PyObject *asgi_method_str(m0_asgi_state *st, const m0_request *req)
 {
+    for (int i = 0; i < M0_ASGI_COMMON_METHODS; i++) {
+        PyObject *m = st->methods[i];
+        if ((size_t)PyUnicode_GET_LENGTH(m) == req->method.len &&
+            memcmp(PyUnicode_DATA(m), req->method.base, req->method.len) == 0)
+            return Py_NewRef(m);
+    }
     return PyUnicode_DecodeLatin1(req->method.base, (Py_ssize_t)req->method.len, NULL);
 }
 
@@ -679,10 +695,34 @@ static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals 
     return r;
 }
 
+/* Every HTTP scope key in its final order, the constants filled in: a copy
+ * is one presized clone, and the per-request values only replace. */
+static PyObject *asgi_http_template(m0_asgi *a)
+{
+    m0_asgi_state *st = a->st;
+    PyObject *t = PyDict_New();
+    if (t == NULL)
+        return NULL;
+    if (PyDict_SetItem(t, st->s_type, st->s_http) < 0 || PyDict_SetItem(t, st->s_asgi, st->asgi_version) < 0 ||
+        PyDict_SetItem(t, st->s_http_version, st->http_11) < 0 || PyDict_SetItem(t, st->s_method, Py_None) < 0 ||
+        PyDict_SetItem(t, st->s_scheme, a->scheme) < 0 || PyDict_SetItem(t, st->s_path, Py_None) < 0 ||
+        PyDict_SetItem(t, st->s_raw_path, Py_None) < 0 || PyDict_SetItem(t, st->s_query_string, Py_None) < 0 ||
+        PyDict_SetItem(t, st->s_root_path, a->root_path) < 0 || PyDict_SetItem(t, st->s_headers, Py_None) < 0 ||
+        PyDict_SetItem(t, st->s_client, Py_None) < 0 || PyDict_SetItem(t, st->s_server, Py_None) < 0 ||
+        (a->state != NULL && PyDict_SetItem(t, st->s_state, Py_None) < 0) ||
+        PyDict_SetItem(t, st->s_extensions, a->http_extensions) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket)
 {
     m0_asgi_state *st = a->st;
-    PyObject *scope = PyDict_New();
+    if (!websocket && a->http_template == NULL && (a->http_template = asgi_http_template(a)) == NULL)
+        return NULL;
+    PyObject *scope = websocket ? PyDict_New() : PyDict_Copy(a->http_template);
     if (scope == NULL)
         return NULL;
     const char *peer = m0_conn_peer_host(c);
@@ -701,7 +741,7 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     if (PyDict_SetItem(scope, st->s_type, websocket ? st->s_websocket : st->s_http) < 0 ||
         PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0 ||
         PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0 ||
-        (!websocket && scope_set(scope, st->s_method, asgi_method_str(req)) < 0) ||
+        (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
         PyDict_SetItem(scope, st->s_scheme, websocket ? a->ws_scheme : a->scheme) < 0 ||
         scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
         scope_set(scope, st->s_raw_path, raw_path) < 0 ||

@@ -80,6 +80,7 @@
     X(copy)
 
 #define M0_ASGI_COMMON_HEADERS 40
+#define M0_ASGI_COMMON_METHODS 7
 
 struct m0_asgi_state {
     PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
@@ -93,6 +94,7 @@ struct m0_asgi_state {
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;
     PyObject *header_names[M0_ASGI_COMMON_HEADERS]; /* lowercase bytes, shared by every scope */
+    PyObject *methods[M0_ASGI_COMMON_METHODS];      /* interned method names */
     PyTypeObject *ws_type;                          /* per-connection WebSocket object (asgi_ws.c) */
     struct m0_asgi_ws_state *ws;                    /* asgi_ws.c's interned strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
@@ -130,6 +132,7 @@ struct m0_asgi {
     PyObject *eager_kwnames;   /* ("loop", "eager_start") */
     PyObject *create_future;   /* bound loop.create_future */
     PyObject *http_extensions; /* {"http.response.pathsend": {}} */
+    PyObject *http_template;   /* every HTTP scope key, in order, constants filled: copied per request */
     PyObject *tasks;           /* strong set or NULL: the running request tasks */
     int server_header;
     int ws_enabled;
