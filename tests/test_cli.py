@@ -375,3 +375,54 @@ def test_readme_documents_every_option():
         if opt.flag != "APP":
             assert f"`{opt.flag}" in section, opt.flag
         assert f"`{opt.env}`" in section, opt.env
+
+
+def _raw(s, data, timeout=5):
+    with socket.create_connection((s.host, s.port), timeout=timeout) as c:
+        return exchange(c, data, timeout)
+
+
+def test_limit_and_timeout_flags_reach_the_engine(serve):
+    s = serve("cli_hello:app", "--limit-request-line", "64", "--limit-request-fields", "3",
+              "--limit-request-field-size", "40", "--limit-request-body", "10", "--header-timeout", "0.5",
+              "--max-keepalive-requests", "2")
+    ok = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    assert _raw(s, ok)[0] == 200
+    assert _raw(s, b"GET /" + b"a" * 80 + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 414
+    assert _raw(s, b"GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n")[0] == 431
+    assert _raw(s, b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"v" * 60 + b"\r\n\r\n")[0] == 431
+    assert _raw(s, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world")[0] == 413
+    with socket.create_connection((s.host, s.port), timeout=5) as c:
+        c.sendall(b"GET / HTTP/1.1\r\n")  # and nothing more: the header timeout answers
+        t0 = time.monotonic()
+        status, _, _ = exchange(c, b"")
+        assert status == 408 and time.monotonic() - t0 < 3
+    with socket.create_connection((s.host, s.port), timeout=5) as c:
+        # The second request on a connection is its last: answered with Connection: close,
+        # and the third is never read.
+        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+        data = b""
+        while True:
+            try:
+                chunk = c.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        assert data.count(b"HTTP/1.1 200") == 2 and data.lower().count(b"connection: close") == 1
+
+
+def test_keep_alive_timeout_flag(serve):
+    s = serve("cli_hello:app", "--keep-alive-timeout", "0.3")
+    with socket.create_connection((s.host, s.port), timeout=5) as c:
+        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.settimeout(5)
+        t0 = time.monotonic()
+        data = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and 0.2 < time.monotonic() - t0 < 3
