@@ -852,7 +852,6 @@ def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
         sender.join()
 
 
-@pytest.mark.parametrize("backend", ["wsgi", "native"])
 def test_half_close_after_pipelined_requests(serve, backend):
     """A client may send its requests and then shut down its sending side:
     every complete request it sent is still answered, in order, then the

@@ -229,6 +229,7 @@ VALID = [
     Valid("http10-get", b"GET /ten HTTP/1.0\r\n\r\n", {"path": "/ten", "env": {"SERVER_PROTOCOL": "HTTP/1.0"}}, close=True),
     Valid("http10-post", b"POST /ten HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", {"body": "abc"}, close=True),
     Valid("http10-keep-alive", b"GET /ten HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", {"path": "/ten"}),
+    Valid("http12-as-http11", b"GET / HTTP/1.2\r\n" + H + b"\r\n", {"method": "GET"}),
     Valid("absolute-form", b"GET http://example.com/abs/path?x=1 HTTP/1.1\r\n" + H + b"\r\n", {"path": "/abs/path", "query": "x=1"}),
     Valid("unknown-method", b"PURGE /cache HTTP/1.1\r\n" + H + b"\r\n", {"method": "PURGE", "path": "/cache"}),
     Valid("method-token-chars", b"M-SEARCH!#$%&'*+.^_`|~ / HTTP/1.1\r\n" + H + b"\r\n", {"method": "M-SEARCH!#$%&'*+.^_`|~"}),
@@ -260,6 +261,8 @@ VALID = [
     Valid("fields-at-limit", b"GET / HTTP/1.1\r\n" + _fields(FIELDS_LIMIT) + b"\r\n", {"headers": {"x-f00": "v", "x-f%02d" % (FIELDS_LIMIT - 2): "v"}}),
     Valid("field-at-limit", b"GET / HTTP/1.1\r\n" + H + FIELD_AT_LIMIT + b"\r\n\r\n", {"headers": {"x-long": "v" * (FIELD_SIZE_LIMIT - 8)}}),
     Valid("body-at-limit", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n" % BODY_LIMIT + b"z" * BODY_LIMIT, {"body": "z" * BODY_LIMIT}),
+    Valid("chunked-body-at-limit", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(b"w" * BODY_LIMIT, 999),
+          {"body": "w" * BODY_LIMIT}),
 ]  # fmt: skip
 
 assert len(MALFORMED) >= 40 and len(VALID) >= 30
