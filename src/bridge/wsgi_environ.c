@@ -152,7 +152,8 @@ void m0_wsgi_environ_clear_cache(m0_wsgi *w)
     Py_CLEAR(w->query_val);
     Py_CLEAR(w->peer_host_val);
     Py_CLEAR(w->local_host_val);
-    Py_CLEAR(w->peer_port_val);
+    for (size_t i = 0; i < M0_WSGI_PORT_CACHE; i++)
+        Py_CLEAR(w->peer_port_val[i]);
     Py_CLEAR(w->local_port_val);
 }
 
@@ -501,12 +502,14 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
                        req->minor_version == 0 ? M0_WSGI_STR(st, http10) : M0_WSGI_STR(st, http11)) < 0)
         goto error;
     const char *local = m0_conn_local_host(c), *peer = m0_conn_peer_host(c);
+    int peer_port = m0_conn_peer_port(c);
     if (set_steal(env, M0_WSGI_STR(st, SERVER_NAME), latin1_cached(&w->local_host_val, local, strlen(local))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, SERVER_PORT),
                   port_cached(&w->local_port_val, &w->local_port, m0_conn_local_port(c))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, REMOTE_ADDR), latin1_cached(&w->peer_host_val, peer, strlen(peer))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, REMOTE_PORT),
-                  port_cached(&w->peer_port_val, &w->peer_port, m0_conn_peer_port(c))) < 0 ||
+                  port_cached(&w->peer_port_val[(unsigned)peer_port % M0_WSGI_PORT_CACHE],
+                              &w->peer_port[(unsigned)peer_port % M0_WSGI_PORT_CACHE], peer_port)) < 0 ||
         PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_input), input) < 0)
         goto error;
     if (add_headers(w, env, req) < 0)

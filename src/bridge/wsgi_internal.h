@@ -72,6 +72,9 @@ enum {
         M0_WSGI_S_COUNT
 };
 
+/* REMOTE_PORT strs kept for reuse: keep-alive connections interleave. */
+#define M0_WSGI_PORT_CACHE 64
+
 /* Request headers with a prebuilt environ key (wsgi_environ.c). */
 #define M0_WSGI_HDR_MAX 64
 
@@ -120,9 +123,9 @@ struct m0_wsgi {
     PyObject *query_val;
     PyObject *peer_host_val;
     PyObject *local_host_val;
-    PyObject *peer_port_val;
+    PyObject *peer_port_val[M0_WSGI_PORT_CACHE]; /* direct-mapped by port: one per live connection */
     PyObject *local_port_val;
-    int peer_port;
+    int peer_port[M0_WSGI_PORT_CACHE];
     int local_port;
 };
 

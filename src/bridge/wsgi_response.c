@@ -7,8 +7,6 @@
  * sent, in the same writev as those bytes.
  */
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "wsgi_internal.h"
@@ -22,6 +20,22 @@
 #define SEND_IOV_MAX (M0_WSGI_SEND_PIECES_MAX + 4)
 
 static const char SERVER_LINE[] = "Server: m0serve\r\n";
+
+/* "Content-Length: <n>\r\n" at p (at most 38 bytes); returns its length.
+ * Not sprintf: this is on the path of every response without a length. */
+static size_t content_length_line(char *p, uint64_t n)
+{
+    char digits[20], *d = digits + sizeof(digits);
+    do {
+        *--d = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    size_t nd = (size_t)(digits + sizeof(digits) - d);
+    memcpy(p, "Content-Length: ", 16);
+    memcpy(p + 16, d, nd);
+    memcpy(p + 16 + nd, "\r\n", 2);
+    return 16 + nd + 2;
+}
 
 static int head_reserve(m0_wsgi *w, size_t need)
 {
@@ -456,7 +470,7 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
         /* no framing, or the app's Content-Length (already in the prefix) */
     } else if (final) {
         uint64_t total = sr->sent + body_len;
-        p += sprintf(p, "Content-Length: %" PRIu64 "\r\n", total);
+        p += content_length_line(p, total);
         sr->content_length = (int64_t)total;
     } else if (sr->minor_version >= 1) {
         memcpy(p, "Transfer-Encoding: chunked\r\n", 28);
@@ -563,6 +577,6 @@ void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len)
 {
     /* HEAD_SUFFIX_ROOM leaves space for this line and the whole suffix. */
     char *p = sr->w->head + sr->head_len;
-    sr->head_len += (size_t)sprintf(p, "Content-Length: %" PRIu64 "\r\n", len);
+    sr->head_len += content_length_line(p, len);
     sr->content_length = (int64_t)len;
 }
