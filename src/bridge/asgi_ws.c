@@ -105,17 +105,17 @@ static m0_conn *ws_conn(m0_asgi_ws *w)
     return w->gone ? NULL : w->base.conn;
 }
 
-static PyObject *ws_msg_new(PyObject *type)
+static PyObject *ws_msg_new(m0_asgi_ws *w, PyObject *type)
 {
     PyObject *m = PyDict_New();
-    if (m != NULL && PyDict_SetItemString(m, "type", type) < 0)
+    if (m != NULL && PyDict_SetItem(m, w->base.asgi->st->s_type, type) < 0)
         Py_CLEAR(m);
     return m;
 }
 
 static PyObject *ws_disconnect_msg(m0_asgi_ws *w)
 {
-    PyObject *m = ws_msg_new(w->ws->t_disconnect);
+    PyObject *m = ws_msg_new(w, w->ws->t_disconnect);
     PyObject *code = PyLong_FromLong(w->disconnect_code);
     if (m == NULL || code == NULL || PyDict_SetItem(m, w->ws->s_code, code) < 0 ||
         PyDict_SetItem(m, w->ws->s_reason, w->disconnect_reason ? w->disconnect_reason : w->ws->empty_str) < 0)
@@ -334,7 +334,7 @@ static int ws_queue_message(m0_asgi_ws *w, int opcode, const uint8_t *data, size
         payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len);
     if (payload == NULL)
         return -1;
-    msg = ws_msg_new(w->ws->t_receive);
+    msg = ws_msg_new(w, w->ws->t_receive);
     if (msg == NULL || PyDict_SetItem(msg, opcode == M0_WS_OP_TEXT ? w->ws->s_text : w->ws->s_bytes, payload) < 0) {
         Py_XDECREF(msg);
         Py_DECREF(payload);
@@ -1340,7 +1340,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     if (scope == NULL || subs == NULL || PyDict_SetItem(scope, w->ws->s_subprotocols, subs) < 0 ||
         PyDict_SetItem(scope, st->s_extensions, w->ws->extensions) < 0)
         goto error;
-    connect = ws_msg_new(w->ws->t_connect);
+    connect = ws_msg_new(w, w->ws->t_connect);
     if (connect == NULL || PyList_Append(w->queue, connect) < 0)
         goto error;
     receive = PyCFunction_New(&ws_receive_def, (PyObject *)w);
