@@ -534,3 +534,20 @@ def test_several_servers_in_threads_share_a_listener(engine):
     assert srv.proc.wait(10) == 0
     m = srv.wait_log(r"served 1206 requests, 0 connections \((\d+) (\d+) (\d+)\)")
     assert sum(1 for g in m.groups() if int(g) > 0) >= 2, "one loop served everything"
+
+
+def test_peer_gone_during_sendfile_with_default_sigpipe(serve):
+    srv = serve("engine_sendfile_app:app")
+    for _ in range(3):
+        s = srv.connect()
+        s.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        got = 0
+        while got < 256 * 1024:
+            got += len(s.recv(65536))
+        s.close()  # unread data: the kernel answers the server's next bytes with a reset
+        time.sleep(0.3)
+    assert srv.proc.poll() is None, f"the server died: {srv.log}"
+    with srv.connect() as s:
+        s.sendall(b"GET /small HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, body, _ = read_response(s)
+        assert (status, body) == (200, b"ok")

@@ -3,10 +3,13 @@
  * for with poll() (blocking), the EPOLLOUT flush, and sendfile. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "conn_int.h"
 
@@ -151,10 +154,8 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     }
 }
 
-ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
-    if (c->state == M0_CS_CLOSED || c->broken)
-        return -EPIPE;
     if (c->wlen > c->wpos) {
         if (!blocking) {
             c->writable_wanted = 1;
@@ -196,6 +197,33 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
         return -err;
     }
     return (ssize_t)sent;
+}
+
+/* sendfile(2) has no MSG_NOSIGNAL: unless SIGPIPE is ignored (Python's
+ * default, which an application may undo), it is blocked around the call
+ * and a SIGPIPE raised by it is consumed, so a peer that goes away during a
+ * file response cannot kill the worker. */
+ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+{
+    if (c->state == M0_CS_CLOSED || c->broken)
+        return -EPIPE;
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+        return conn_sendfile(c, fd, offset, count, blocking);
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigset_t pending;
+    int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    ssize_t r = conn_sendfile(c, fd, offset, count, blocking);
+    if (r == -EPIPE && !was_pending) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
 }
 
 size_t m0_conn_write_pending(const m0_conn *c)
