@@ -314,3 +314,15 @@ def test_half_close_after_pipelined_requests(srv):
         got = [read_response(sock)[::2] for _ in range(3)]
         assert recv_all(sock, timeout=5) == b""
     assert got == [(200, b"slept"), (200, b"body"), (200, b"slept")]
+
+
+def test_app_declared_chunked(srv):
+    with srv.connect() as sock:
+        sock.sendall(b"GET /app-chunked HTTP/1.1\r\nHost: a\r\n\r\n")
+        s1, h1, b1, head1 = read_response(sock)
+    assert s1 == 200 and b1 == b"abcdef" and head1.lower().count(b"transfer-encoding") == 1
+    with srv.connect() as sock:
+        sock.sendall(b"GET /app-chunked HTTP/1.0\r\n\r\n")
+        rest = recv_all(sock, timeout=5)  # HTTP/1.0: no chunked coding, the close ends the body
+    head2, _, b2 = rest.partition(b"\r\n\r\n")
+    assert head2.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head2.lower() and b2 == b"abcdef"

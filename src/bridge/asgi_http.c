@@ -365,6 +365,12 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
             if (!ieq(value, vlen, "chunked")) {
                 PyErr_Format(PyExc_ValueError, "unsupported ASGI response Transfer-Encoding %R", value_o);
                 bad = 1;
+            } else if (h->minor_version == 0) {
+                /* HTTP/1.0 has no chunked coding: the body is delimited by
+                 * the close instead, and the header is dropped. */
+                PyBuffer_Release(&nb);
+                PyBuffer_Release(&vb);
+                continue;
             } else {
                 h->chunked = 1;
             }
@@ -401,10 +407,6 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
     }
     if (h->chunked && h->resp_length >= 0) {
         PyErr_SetString(PyExc_ValueError, "ASGI response has both Content-Length and Transfer-Encoding");
-        goto error;
-    }
-    if (h->chunked && h->minor_version == 0) {
-        PyErr_SetString(PyExc_ValueError, "chunked Transfer-Encoding in a response to HTTP/1.0");
         goto error;
     }
     Py_DECREF(seq);

@@ -15,6 +15,7 @@
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
   /pid                 the worker's pid
+  /app-chunked         the app sets Transfer-Encoding: chunked itself
   /many-headers?n=N    201 with N response headers, body from a bytearray
   /block?s=S           time.sleep(S): blocks the whole event loop
   /error-before        raises before http.response.start
@@ -184,6 +185,10 @@ async def app(scope, receive, send):
         headers = [(f"x-h{i}".encode(), b"v" * 40) for i in range(n)]
         await send({"type": "http.response.start", "status": 201, "headers": headers})
         return await send({"type": "http.response.body", "body": bytearray(b"ok")})
+    if path == "/app-chunked":  # the app frames nothing itself but names the coding
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"transfer-encoding", b"chunked")]})
+        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
+        return await send({"type": "http.response.body", "body": b"def"})
     if path == "/pid":
         return await _respond(send, 200, str(os.getpid()).encode())
     if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
