@@ -375,6 +375,27 @@ def test_frames_sent_with_the_handshake_are_not_lost(srv):
         assert frames == b"\x81\x05eager\x82\x06beaver"
 
 
+def test_upgrade_after_a_keep_alive_request_on_the_same_connection(srv):
+    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+        key = base64.b64encode(os.urandom(16))
+        sock.sendall(
+            b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n" + client_frame(1, b"second")
+        )
+        data = b""
+        while b"second" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        first, _, rest = data.partition(b"\r\n\r\n")
+        assert first.startswith(b"HTTP/1.1 200 ")
+        assert rest.startswith(b"http")
+        head, _, frames = rest[4:].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 ")
+        assert frames == b"\x81\x06second"
+
+
 def test_app_return_after_accept_closes_1000(srv):
     ws = RawWS(srv, "/return-after")
     try:
