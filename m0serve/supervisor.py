@@ -99,6 +99,7 @@ class Supervisor:
         self.reloader = None
         self.next_reload_check = 0.0
         self.rand = random.Random()
+        self.pid = os.getpid()
 
     # --- start-up -------------------------------------------------------------------
 
@@ -340,6 +341,8 @@ class Supervisor:
         """Runs in the forked child; returns its exit status."""
         worker.reset_signals()
         worker.set_parent_death_signal()
+        if os.getppid() != self.pid:
+            return 0  # the supervisor died before the death signal was armed
         for fd in [self.wake_r, self.wake_w, self.selector.fileno()] + [
             w.status_fd for w in self.workers.values() if w.status_fd is not None
         ]:

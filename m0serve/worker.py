@@ -50,7 +50,7 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0, heartbeat=None, heartbea
 
 def asgi_driver():
     try:
-        from . import asgi  # noqa: WPS433 (optional module)
+        from . import asgi
     except ImportError as e:
         raise UnsupportedInterface(f"ASGI is not available in this build ({e})") from None
     run = getattr(asgi, "run_worker", None)
