@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import struct
 import time
 
 from . import _core
@@ -189,16 +188,12 @@ class Worker:
         self.tasks = set()  # running request tasks, maintained by the C bridge
         self.tick_handle = None
         self.max_requests = self.kwargs.get("max_requests", 0) or 0
-        # The supervisor's heartbeat slot means "a request began at this monotonic ns and
-        # has not ended". On an event loop, many requests overlap and a long stream is not
-        # a stuck worker; what can get stuck is the loop. So the slot is written here: the
-        # ticker stamps it with the current time, and a loop blocked past --worker-timeout
-        # leaves a stale stamp behind.
-        self.heartbeat = self.kwargs.pop("heartbeat", None)
-        self.heartbeat_offset = 8 * int(self.kwargs.pop("heartbeat_index", 0) or 0)
+        # The supervisor's heartbeat slot is beaten from this loop by m0serve.worker (loop
+        # liveness, not request age); the engine must not write it per request.
+        self.kwargs.pop("heartbeat", None)
+        self.kwargs.pop("heartbeat_index", None)
         self.graceful_timeout = float(getattr(config, "graceful_timeout", 30.0) or 0.0)
-        worker_timeout = float(getattr(config, "worker_timeout", 0.0) or 0.0)
-        self.tick_interval = min(TICK, worker_timeout / 4) if worker_timeout > 0 else TICK
+        self.tick_interval = TICK
 
     # -- options passed to the C bridge --
     def asgi_options(self, state):
@@ -235,8 +230,6 @@ class Worker:
                     pass
             if self.tick_handle is not None:
                 self.tick_handle.cancel()
-            if self.heartbeat is not None:
-                struct.pack_into("q", self.heartbeat, self.heartbeat_offset, 0)
             await lifespan.shutdown()
 
     def move_signal_handlers(self):
@@ -250,8 +243,6 @@ class Worker:
                     pass
 
     def tick(self):
-        if self.heartbeat is not None:
-            struct.pack_into("q", self.heartbeat, self.heartbeat_offset, time.monotonic_ns())
         try:
             self.server.run_once()
         except BaseException as exc:  # a signal handler's exception, or a bug
