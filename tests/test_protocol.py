@@ -683,6 +683,19 @@ def test_max_keepalive_requests(serve, backend):
         assert_clean_eof(s, what="after the last allowed request")
 
 
+def test_max_keepalive_requests_http10(serve, backend):
+    """An HTTP/1.0 keep-alive client at the cap: the last response does not
+    promise keep-alive, and the connection closes."""
+    server = start(serve, backend, "--max-keepalive-requests", "2")
+    with connect(server) as s:
+        for i in range(2):
+            s.sendall(get(f"/cap10/{i}", b"Connection: keep-alive\r\n", version=b"HTTP/1.0"))
+            status, headers, body, head = read_response(s)
+            check_ok(status, body, backend, f"/cap10/{i}")
+            assert ("keep-alive" in conn_tokens(headers)) == (i == 0), head
+        assert_clean_eof(s, what="HTTP/1.0 keep-alive at the cap")
+
+
 def test_max_keepalive_requests_pipelined(serve, backend):
     server = start(serve, backend, "--max-keepalive-requests", "3")
     with connect(server) as s:
