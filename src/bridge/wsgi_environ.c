@@ -253,7 +253,10 @@ static size_t percent_decode(const char *s, size_t n, char *out)
 }
 
 /* PATH_INFO: the path percent-decoded, in latin-1, the root path stripped
- * from its front when it matches on a segment boundary. */
+ * from its front when it matches on a segment boundary. The parser already
+ * split absolute-form targets, so path is "/..." or empty (an absolute-form
+ * target without a path, which means "/"), or "*" for OPTIONS *, which CGI
+ * represents as an empty PATH_INFO (RAW_URI keeps the "*"). */
 static PyObject *path_info(m0_wsgi *w, m0_span path)
 {
     const char *p = path.base;
@@ -266,26 +269,11 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
 
     if (n == 1 && p[0] == '/' && w->root_len == 0)
         return Py_NewRef(M0_WSGI_STR(w->st, slash));
-    if (n >= 3 && p[0] != '/') {
-        /* absolute-form (RFC 9112 3.2.2): drop scheme and authority */
-        const char *sep = NULL;
-        for (size_t i = 0; i + 3 <= n; i++) {
-            if (p[i] == ':' && p[i + 1] == '/' && p[i + 2] == '/') {
-                sep = p + i;
-                break;
-            }
-        }
-        if (sep) {
-            const char *auth = sep + 3;
-            const char *slash = memchr(auth, '/', (size_t)(p + n - auth));
-            if (slash) {
-                n -= (size_t)(slash - p);
-                p = slash;
-            } else {
-                p = "/";
-                n = 1;
-            }
-        }
+    if (n == 1 && p[0] == '*')
+        return latin1_cached(&w->path_val, p, 0);
+    if (n == 0) {
+        p = "/";
+        n = 1;
     }
     if (memchr(p, '%', n) == NULL && w->root_len == 0)
         return latin1_cached(&w->path_val, p, n);
@@ -370,6 +358,14 @@ static PyObject *header_key(m0_span name)
     return key;
 }
 
+static int all_digits(m0_span v)
+{
+    for (size_t i = 0; i < v.len; i++)
+        if (v.base[i] < '0' || v.base[i] > '9')
+            return 0;
+    return 1;
+}
+
 static int add_headers(m0_wsgi *w, PyObject *env, const m0_request *req)
 {
     m0_wsgi_state *st = w->st;
@@ -394,6 +390,13 @@ static int add_headers(m0_wsgi *w, PyObject *env, const m0_request *req)
                 continue;
             }
             seen |= bit;
+            if (idx == HDR_CONTENT_LENGTH && !all_digits(h->value)) {
+                /* A list of identical values ("3, 3") the parser folded into
+                 * one: CGI wants the single number. */
+                if (set_steal(env, key, PyUnicode_FromFormat("%lld", (long long)req->content_length)) < 0)
+                    return -1;
+                continue;
+            }
             if (set_steal(env, key, latin1_cached(&w->hdr_val[idx], h->value.base, h->value.len)) < 0)
                 return -1;
             continue;

@@ -28,7 +28,8 @@
  *    ("/p?q"), asterisk ("*"), absolute ("scheme://authority/p?q": path is
  *    the part after the authority, empty if there is none; host stays the
  *    Host header's value, the authority remains visible in target), authority
- *    (only for CONNECT: path is the whole target). Anything else is a 400.
+ *    (only for CONNECT: path is the whole target). Asterisk-form is only for
+ *    OPTIONS; a '#' anywhere in the target is a 400. Anything else is a 400.
  *  - Field lines: a token name immediately followed by ':' (whitespace before
  *    the colon: 400, section 5.1), a line starting with SP/HTAB (obs-fold, or
  *    whitespace before the first field) is a 400, values refuse every CTL but
@@ -356,10 +357,16 @@ static int target_split(m0_request *req)
 {
     const char *t = req->target.base, *end = t + req->target.len, *path = t, *q;
 
+    /* A fragment is never sent in a request-target (RFC 9112 3.2): a '#'
+     * would let two parsers disagree on the path. */
+    if (memchr(t, '#', req->target.len) != NULL)
+        return -1;
     if (*t == '/') {
         /* origin-form */
     } else if (req->target.len == 1 && *t == '*') {
-        /* asterisk-form */
+        /* asterisk-form, only for OPTIONS (3.2.4) */
+        if (!(req->method.len == 7 && memcmp(req->method.base, "OPTIONS", 7) == 0))
+            return -1;
     } else {
         /* absolute-form: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) */
         const char *s = t;
