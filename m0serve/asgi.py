@@ -182,6 +182,7 @@ class Worker:
         self.server = None
         self.stopping = False
         self.aborted = False
+        self.finishing = False  # the last request tasks were cancelled; waiting for them
         self.deadline = None
         self.done = loop.create_future()
         self.main_task = None
@@ -307,14 +308,16 @@ class Worker:
             return
         # Every connection is closed; tasks still running (background work after the
         # response) get the rest of the graceful period, then are cancelled.
+        if self.finishing:
+            return
         pending = self.request_tasks()
         if pending and not self.aborted and (self.deadline is None or time.monotonic() < self.deadline):
             return
         if pending:
             for t in pending:
                 t.cancel()
+            self.finishing = True
             self.loop.create_task(self._finish_after(pending))
-            self.aborted = True
             return
         if not self.done.done():
             self.done.set_result(None)

@@ -130,3 +130,17 @@ def test_graceful_timeout_zero_closes_at_once(serve):
     assert time.monotonic() - t0 < 1.5
     sock.close()
     srv.wait_log(r"LIFESPAN-SHUTDOWN")
+
+
+@pytest.mark.parametrize("grace, sleep, outcome", [("5", "1", "BACKGROUND-DONE"), ("0.5", "30", "BACKGROUND-CANCELLED")])
+def test_shutdown_waits_for_background_work(serve, grace, sleep, outcome):
+    srv = serve("asgi_app:app", "--interface", "asgi", "--graceful-timeout", grace)
+    assert httpx.get(srv.url + f"/background?s={sleep}", timeout=5).text == "queued"
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert wait_exit(srv, timeout=10) == 0
+    assert time.monotonic() - t0 < 4
+    srv._reader.join(2)
+    log = srv.log
+    assert outcome in log and "LIFESPAN-SHUTDOWN" in log
+    assert log.index(outcome) < log.index("LIFESPAN-SHUTDOWN")

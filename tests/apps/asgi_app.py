@@ -15,6 +15,7 @@
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
   /pid                 the worker's pid
+  /background?s=S      answers, then sleeps S s in the same task: logs BACKGROUND-DONE/-CANCELLED
   /app-chunked         the app sets Transfer-Encoding: chunked itself
   /many-headers?n=N    201 with N response headers, body from a bytearray
   /block?s=S           time.sleep(S): blocks the whole event loop
@@ -189,6 +190,15 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"transfer-encoding", b"chunked")]})
         await send({"type": "http.response.body", "body": b"abc", "more_body": True})
         return await send({"type": "http.response.body", "body": b"def"})
+    if path == "/background":  # answers, then keeps working in the same task
+        await _respond(send, 200, b"queued")
+        try:
+            await asyncio.sleep(float(q.get("s", "1")))
+        except asyncio.CancelledError:
+            log("BACKGROUND-CANCELLED")
+            raise
+        log("BACKGROUND-DONE")
+        return
     if path == "/pid":
         return await _respond(send, 200, str(os.getpid()).encode())
     if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
