@@ -16,6 +16,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per arm (default 2)")
     ap.add_argument("--cooldown", type=float, default=3.0, help="seconds between rows (default 3)")
     ap.add_argument("--nice", type=int, default=0, help="niceness for servers and wrk (recorded; default 0)")
+    ap.add_argument("--bare-request", action="store_true",
+                    help="send wrk's Host-only request instead of the twelve-header browser request")
     ap.add_argument("--arms", help="comma-separated arm names to keep (default: all)")
     ap.add_argument("--results", default=str(env.RESULTS_DIR), help="artifact directory")
     ap.add_argument("--no-install", action="store_true", help="do not create the venv or apt-get install")
@@ -35,7 +37,8 @@ def main(argv=None):
         env.ensure_bench_venv()
     env.build_floor()
     settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
-                               cooldown_s=args.cooldown, nice=args.nice)
+                               cooldown_s=args.cooldown, nice=args.nice,
+                               bare_request=args.bare_request)
     keep = set(args.arms.split(",")) if args.arms else None
     status = 0
     for name in names:

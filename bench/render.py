@@ -169,8 +169,14 @@ def provenance_line(art):
             f"{m0py.get('version', '?')} ({m0py.get('build', '?')}); {comps}. "
             f"wrk -t{s['wrk_threads']} pinned to CPU {s['wrk_cpu']}, every server pinned to CPU {s['server_cpu']}; "
             f"{s['rounds']} alternating rounds of {s['duration_s']:g} s after {s['warmup_s']:g} s of warm-up; "
-            f"browser-shaped request ({len(s['headers']) + 1} headers){_nice(s)}. {_host_load(art)}"
+            f"{_request(s)}{_nice(s)}. {_host_load(art)}"
             f"Artifact: `{_rel(art['_path'])}`.")
+
+
+def _request(settings):
+    if settings.get("bare_request"):
+        return "**bare request (Host only), not the browser-shaped default**"
+    return f"browser-shaped request ({len(settings['headers']) + 1} headers)"
 
 
 def _nice(settings):
@@ -348,7 +354,8 @@ def chart_svg(suite, art):
                 x0, x1 = left + spread["min"] / vmax * plot_w, left + spread["max"] / vmax * plot_w
                 body.append(f'<line x1="{x0:.1f}" y1="{y + bar_h / 2}" x2="{x1:.1f}" y2="{y + bar_h / 2}" '
                             f'stroke="#222" stroke-width="1.5"/>')
-            body.append(f'<text x="{left + w + 6:.1f}" y="{y + 12}">{v:,.0f}</text>')
+            end = left + max(v, spread["max"] if spread else v) / vmax * plot_w
+            body.append(f'<text x="{end + 6:.1f}" y="{y + 12}">{v:,.0f}</text>')
             y += bar_h + gap
         y += 10
     height = y + 10
@@ -449,6 +456,12 @@ def readme_summary(arts):
              "parentheses), one worker each, every server pinned to one CPU and wrk to another. Generated from "
              "`bench/results/` by `python -m bench.render`; methods, absolute numbers and spreads in "
              "[docs/BENCHMARKS.md](docs/BENCHMARKS.md).", ""]
+    if arts:
+        stamps = sorted(a["provenance"]["timestamp"][:10] for a in arts.values())
+        platform = next(iter(arts.values()))["provenance"]["platform"]
+        lines += [f"Recorded {stamps[0]}" + (f" to {stamps[-1]}" if stamps[-1] != stamps[0] else "")
+                  + f" on {platform}, with other work sharing the host: absolute rates there measure CPU share as "
+                  "much as servers, which is why the ratios are per core.", ""]
     rows = []
     for suite in SUITE_ORDER:
         art = arts.get(suite)

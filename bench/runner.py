@@ -47,6 +47,7 @@ class Settings:
     cooldown_s: float = 3.0
     pause_s: float = 0.0
     nice: int = 0  # niceness of servers and wrk (negative: ahead of other work on the host)
+    bare_request: bool = False  # wrk's default request (Host only) instead of the browser-shaped one
     time_wait_limit: int = 20000
     time_wait_timeout_s: float = 15.0  # the count is host-wide; wrk socket errors are the backstop
     quiet_limit: float = 0.25  # host CPU share busy (servers idle) below which a measurement starts
@@ -65,11 +66,11 @@ def median_spread(values):
     return med, {"min": lo, "max": hi, "spread_pct": (hi - lo) / med * 100 if med else None, "n": len(values)}
 
 
-def fetch(port, path, method="GET", body=b"", timeout=5.0):
-    """One request with the browser headers; returns (status, body bytes)."""
+def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS):
+    """One request (browser headers by default); returns (status, body bytes)."""
     conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
     try:
-        headers = dict(wrk.BROWSER_HEADERS)
+        headers = dict(headers)
         if body:
             headers["Content-Type"] = "application/octet-stream"
         conn.request(method, path, body=body or None, headers=headers)
@@ -145,8 +146,11 @@ class RowRunner:
     def wrk_argv(self, port, duration_s):
         url = f"http://127.0.0.1:{port}{self.row.path}"
         argv = wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
-                           script_path=self.script, cpu=WRK_CPU)
+                           script_path=self.script, cpu=WRK_CPU, headers=self.headers())
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+
+    def headers(self):
+        return [] if self.s.bare_request else wrk.BROWSER_HEADERS
 
     def measure(self, arm_state, duration_s):
         """One timed wrk run against one arm; returns the round record."""
@@ -270,7 +274,7 @@ class RowRunner:
             bodies = {}
             for st in live:
                 try:
-                    status, got = fetch(st["port"], row.path, row.method, body)
+                    status, got = fetch(st["port"], row.path, row.method, body, headers=self.headers())
                 except (OSError, http.client.HTTPException) as e:
                     status, got = None, repr(e).encode()
                 st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
@@ -390,7 +394,8 @@ def run_suite(suite, rows, settings, note=""):
     prov = env.provenance()
     artifact = {"schema": 1, "suite": suite, "note": note, "provenance": prov,
                 "settings": {**settings.__dict__, "server_cpu": SERVER_CPU, "wrk_cpu": WRK_CPU,
-                             "headers": [f"{k}: {v}" for k, v in wrk.BROWSER_HEADERS]},
+                             "headers": [] if settings.bare_request else
+                             [f"{k}: {v}" for k, v in wrk.BROWSER_HEADERS]},
                 "rows": [], "valid": True, "invalid_reasons": []}
     with tempfile.TemporaryDirectory(prefix=f"bench-{suite}-") as workdir:
         for row in rows:

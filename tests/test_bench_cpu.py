@@ -100,7 +100,9 @@ procs.install_signal_handlers()
 p = procs.start([sys.executable, "-c", "import subprocess, sys, time; "
                  "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
                 cwd="/", env=None, log_path="/dev/null")
-time.sleep(0.5)
+deadline = time.monotonic() + 10
+while len(procs.tree(p.pid)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
 print(" ".join(str(pid) for pid, _ in procs.tree(p.pid)), flush=True)
 time.sleep(60)
 """
