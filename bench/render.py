@@ -216,7 +216,7 @@ def throughput_table(row, versions):
 
 
 def memory_table(row, versions):
-    head = ["server", "RSS after warm-up MB", "RSS after 100,000 requests MB", "growth MB", "requests", "rps"]
+    head = ["server", "RSS after warm-up MB", "RSS after the requests MB", "growth MB", "requests (≥ target)", "rps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for arm in row["arms"]:
         label = _label(arm, versions)
@@ -251,9 +251,7 @@ def mixed_table(art, versions):
                 why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
                 lines.append(f"| {label} | {row['slow_inflight']} | {why} | – | – | – | – |")
                 continue
-            control = arm.get("control") or ("no slow load" if not row["slow_inflight"] else
-                                             {"stall": "expects stall", "isolated": "expects isolation"}.get(
-                                                 arm.get("expect"), "reference"))
+            control = _control(row, arm)
             lines.append(f"| {label} | {row['slow_inflight']} | {fmt_med(arm, 'p50_ms', 'ms')} | "
                          f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
                          f"{fmt_med(arm, 'rps', 'int')} | {control} |")
@@ -265,6 +263,20 @@ def _skip_text(arm):
     lines = [ln.strip() for ln in str(arm.get("skipped") or "").splitlines() if ln.strip()]
     last = _esc(lines[-1])[:110] if lines else ""
     return "not measured: did not start" + (f" (`{last.replace('`', '')}`)" if last else "")
+
+
+def _control(row, arm):
+    """Did the fast route stall behind the slow view (p99 >= half its time), and what was expected."""
+    if not row["slow_inflight"]:
+        return "no slow load"
+    p99 = arm.get("median", {}).get("p99_ms")
+    stalled = p99 is not None and p99 >= row["slow_ms"] / 2
+    text = "stalled" if stalled else "did not stall"
+    if arm.get("expect") == "stall":
+        text += " (control: must stall)" if stalled else " — **CONTROL FAILED: run invalid**"
+    elif arm.get("expect") == "isolated":
+        text += " (isolation expected)" if not stalled else " — **isolation expected, not shown**"
+    return text
 
 
 def _short(name):
@@ -377,7 +389,8 @@ def _xml(s):
 def span_value(key, arts):
     """Value of a prose span. Keys:
         SUITE.ROW.ARM.METRIC          median with spread (metrics: rps, cores, cpu_us_per_req, rps_per_core,
-                                      p50_ms, p90_ms, p99_ms, rss_after_warmup, rss_after)
+                                      p50_ms, p90_ms, p99_ms, rss_after_warmup, rss_after; `stall`: in the
+                                      mixed suite, "stalled" when p99 >= half the slow view's time)
         SUITE.ROW.ratio.ARM.METRIC    same-round ratio reference ÷ ARM, median (min–max)
         SUITE.ROW.verdict.ARM.METRIC  "ahead of" / "behind" / "not separable from", from the ratio's range:
                                       every round above 1, every round below 1, or rounds on both sides
@@ -403,13 +416,20 @@ def span_value(key, arts):
     if len(parts) == 4:
         arm = _arm(row, parts[2])
         if arm is None or arm["status"] != "ok":
-            return f"{FAILED if arm else 'not measured'}"
+            return FAILED if arm and arm["status"] == FAILED else "not measured"
+        if parts[3] == "stall":
+            p99 = arm["median"].get("p99_ms")
+            if not row.get("slow_inflight") or p99 is None:
+                return "no slow load"
+            return "stalled" if p99 >= row["slow_ms"] / 2 else "did not stall"
         if parts[3] == "rss_after_warmup":
             return fmt_num(arm.get("rss_after_warmup"), "mb") + " MB"
         if parts[3] == "rss_after":
             return fmt_med(arm, "rss_after", "mb") + " MB"
         kind = {"rps": "int", "rps_per_core": "int", "cores": "cores", "cpu_us_per_req": "us"}.get(parts[3], "ms")
-        return fmt_med(arm, parts[3], kind)
+        unit = {"rps": "rps", "rps_per_core": "req/core-s", "cores": "cores", "cpu_us_per_req": "µs"}.get(parts[3], "ms")
+        value, _, spread = fmt_med(arm, parts[3], kind).partition(" ")
+        return f"{value} {unit}" + (f" {spread}" if spread else "")
     raise RenderError(f"span '{key}': unknown key shape")
 
 
