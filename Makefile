@@ -70,7 +70,7 @@ fuzz: deps
 	./fuzz/build/fuzz_ws -max_total_time=60 -print_final_stats=1 fuzz/build/corpus_ws fuzz/corpus_ws
 
 bench: deps build
-	$(VPY) -m bench $(SUITES)
+	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 
 format:
