@@ -478,6 +478,25 @@ static void http_complete(m0_asgi_http *h, int keep_alive)
     Py_DECREF(h);
 }
 
+/* A write failed: the client is gone. Close the connection now (no
+ * M0_CONN_CLOSED follows a close we ask for), so wake a receive() waiting
+ * for the end here. */
+static void http_lost(m0_asgi_http *h)
+{
+    m0_conn *c = h->base.conn;
+    h->disconnected = 1;
+    h->resp = RESP_DONE;
+    head_free(h);
+    if (h->recv_waiter != NULL)
+        http_recv_wake(h, http_disconnect_msg(h->base.asgi->st));
+    if (c == NULL)
+        return;
+    Py_INCREF(h);
+    m0_asgi_detach(&h->base);
+    m0_conn_abort(c);
+    Py_DECREF(h);
+}
+
 static int http_raise_disconnected(m0_asgi_http *h)
 {
     PyObject *e = m0_asgi_disconnected_new(h->base.asgi, "the client disconnected");
@@ -563,8 +582,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
     if (n > 0 && m0_conn_writev(h->base.conn, iov, n, 0) < 0) {
-        h->disconnected = 1;
-        h->resp = RESP_DONE;
+        http_lost(h);
         http_raise_disconnected(h);
         goto done;
     }
@@ -691,8 +709,7 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
         goto error;
     struct iovec iov = {h->head, h->head_len};
     if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
-        h->disconnected = 1;
-        h->resp = RESP_DONE;
+        http_lost(h);
         http_raise_disconnected(h);
         goto error;
     }
@@ -751,8 +768,7 @@ static int http_sendfile_step(m0_asgi_http *h, PyObject **out)
         }
         if (n < 0) {
             pathsend_close(h);
-            h->disconnected = 1;
-            h->resp = RESP_DONE;
+            http_lost(h);
             return http_raise_disconnected(h);
         }
         if (n == 0) { /* the file shrank: the promised length cannot be kept */
