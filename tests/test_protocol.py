@@ -894,3 +894,20 @@ def test_header_timeout_does_not_cover_the_body(serve, backend):
         check_ok(status, rbody, backend, "/slow-body")
         if backend != "native":
             assert echo(rbody)["body"] == body.decode()
+
+
+def test_content_length_list_of_equal_values(serve):
+    """RFC 9110 8.6: "Content-Length: 3, 3" may be rejected (400) or taken as
+    3; when taken, the app sees a valid CONTENT_LENGTH and the 3 bytes."""
+    server = serve(APP)
+    with connect(server) as s:
+        s.sendall(b"POST /p HTTP/1.1\r\n" + HOST + b"Content-Length: 3, 3\r\n\r\nabc" + get("/after"))
+        status, headers, body, head = read_response(s)
+        if status == 400:
+            assert "close" in conn_tokens(headers)
+            assert_clean_eof(s, what="400 for a Content-Length list")
+            return
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["env"].get("CONTENT_LENGTH"), seen["body"]) == ("3", "abc")
+        assert echo(read_response(s)[2])["path"] == "/after"
