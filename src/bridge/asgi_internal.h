@@ -24,13 +24,20 @@
  *   2. creates its own object (struct starting with m0_asgi_base, its
  *      on_event set) and m0_asgi_attach()es it to c,
  *   3. builds receive/send callables returning m0_asgi_op_new() awaitables,
- *   4. m0_asgi_task_start(a, app(scope, receive, send), done_cb),
+ *   4. m0_asgi_task_start(a, app(scope, receive, send), done_cb), or (as
+ *      HTTP does) m0_asgi_task_new(a, m0_asgi_runner_new(...)), which ends
+ *      the exchange inside the task's last step and starts eagerly on 3.12+,
  *   5. on websocket.accept writes the 101 head with m0_conn_writev and calls
  *      m0_conn_upgrade(c): from then m0_conn_body_read() returns raw frame
  *      bytes; on a denial it writes an HTTP response and calls
  *      m0_conn_finish(c, 0, status, bytes) then m0_asgi_detach(),
  *   6. on the end calls m0_conn_finish(c, 0, 101, 0) (or m0_conn_abort) and
  *      m0_asgi_detach().
+ *
+ * Write failures: m0_conn_writev/m0_conn_sendfile returning an error leave
+ * the connection pending (net/ marks it broken, nothing more): the part that
+ * wrote must finish or m0_conn_abort() it and detach, or the socket stays in
+ * CLOSE-WAIT and a graceful shutdown waits for its timeout.
  *
  * Error convention: NULL / -1 with a Python exception set, as in bridge/.
  */
