@@ -326,3 +326,12 @@ def test_app_declared_chunked(srv):
         rest = recv_all(sock, timeout=5)  # HTTP/1.0: no chunked coding, the close ends the body
     head2, _, b2 = rest.partition(b"\r\n\r\n")
     assert head2.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head2.lower() and b2 == b"abcdef"
+
+
+def test_receive_cancelled_by_timeout_then_read(srv):
+    with srv.connect() as sock:
+        sock.sendall(b"POST /receive-timeout HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(0.4)
+        sock.sendall(b"hello")
+        status, _, body, _ = read_response(sock)
+    assert status == 200 and body == b"hello"

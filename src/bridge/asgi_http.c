@@ -146,6 +146,16 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
     return *msg == NULL ? -1 : 1;
 }
 
+static int http_future_done(m0_asgi *a, PyObject *fut)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(fut, a->st->s_done);
+    if (r == NULL)
+        return -1;
+    int done = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return done;
+}
+
 static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
 {
     (void)arg;
@@ -156,8 +166,16 @@ static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
         return *out == NULL ? -1 : 1;
     }
     if (h->recv_waiter != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
-        return -1;
+        /* A waiter that is done was cancelled (a resolved one is cleared at
+         * once): e.g. a receive() under a timeout. The next one may wait. */
+        int done = http_future_done(a, h->recv_waiter);
+        if (done < 0)
+            return -1;
+        if (!done) {
+            PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
+            return -1;
+        }
+        Py_CLEAR(h->recv_waiter);
     }
     if (!h->body_done) {
         int r = http_body_read(h, out);
@@ -627,8 +645,14 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     if (h->disconnected)
         return http_raise_disconnected(h);
     if (h->send_waiter != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
-        return -1;
+        int done = http_future_done(h->base.asgi, h->send_waiter);
+        if (done < 0)
+            return -1;
+        if (!done) {
+            PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
+            return -1;
+        }
+        Py_CLEAR(h->send_waiter); /* cancelled while waiting for buffer space */
     }
     const char *t = PyUnicode_AsUTF8(type);
     if (t == NULL)

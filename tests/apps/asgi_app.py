@@ -15,6 +15,7 @@
   /state               JSON of scope["state"]
   /loop                module.class of the running event loop
   /pid                 the worker's pid
+  /receive-timeout     a receive() times out first, then the body is read and echoed
   /background?s=S      answers, then sleeps S s in the same task: logs BACKGROUND-DONE/-CANCELLED
   /app-chunked         the app sets Transfer-Encoding: chunked itself
   /many-headers?n=N    201 with N response headers, body from a bytearray
@@ -199,6 +200,14 @@ async def app(scope, receive, send):
             raise
         log("BACKGROUND-DONE")
         return
+    if path == "/receive-timeout":  # a receive() cancelled by a timeout, then the body read
+        try:
+            await asyncio.wait_for(receive(), 0.1)
+            return await _respond(send, 500, b"the body came too early")
+        except asyncio.TimeoutError:
+            pass
+        body = await _read_body(receive)
+        return await _respond(send, 200, body)
     if path == "/pid":
         return await _respond(send, 200, str(os.getpid()).encode())
     if path == "/block":  # blocks the event loop itself (a bug the supervisor must catch)
