@@ -479,9 +479,13 @@ def readme_summary(arts):
     if arts:
         stamps = sorted(a["provenance"]["timestamp"][:10] for a in arts.values())
         platform = next(iter(arts.values()))["provenance"]["platform"]
+        busy = sorted(r["host_busy_before"] for a in arts.values() for row in a["rows"] for arm in row["arms"]
+                      for r in arm.get("rounds", []) if r.get("host_busy_before") is not None)
+        load = (f" Other work kept the host's CPUs {busy[len(busy) // 2] * 100:.0f}% busy (median) just before "
+                f"each measurement." if busy else "")
         lines += [f"Recorded {stamps[0]}" + (f" to {stamps[-1]}" if stamps[-1] != stamps[0] else "")
-                  + f" on {platform}, with other work sharing the host: absolute rates there measure CPU share as "
-                  "much as servers, which is why the ratios are per core.", ""]
+                  + f" on {platform}, two cores shared by server and wrk.{load} Absolute rates there depend on "
+                  "the CPU share a server got and on wrk's single core, which is why the ratios are per core.", ""]
     rows = []
     for suite in SUITE_ORDER:
         art = arts.get(suite)
