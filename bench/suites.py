@@ -28,7 +28,10 @@ def wsgi():
 
 
 def asgi():
-    return [Row("hello-c16", "Bare ASGI hello, 16 connections", ASGI_HELLO, asgi_arms())]
+    # As in the wsgi row: the floor and --native hello in the same run.
+    arms = asgi_arms()
+    return [Row("hello-c16", "Bare ASGI hello, 16 connections", ASGI_HELLO,
+                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:])]
 
 
 def post():
