@@ -525,18 +525,7 @@ void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc)
 
 void m0_asgi_log_error(m0_asgi *a, const char *msg)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *typ, *val, *tb;
-    PyErr_Fetch(&typ, &val, &tb);
-    PyErr_NormalizeException(&typ, &val, &tb);
-    if (val != NULL && tb != NULL)
-        PyException_SetTraceback(val, tb);
-    Py_XDECREF(typ);
-    Py_XDECREF(tb);
-    PyObject *exc = val;
-#endif
+    PyObject *exc = m0_exc_fetch();
     m0_asgi_log_exception(a, msg, exc);
     Py_XDECREF(exc);
 }

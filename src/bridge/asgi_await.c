@@ -226,22 +226,6 @@ PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn 
     return (PyObject *)r;
 }
 
-static PyObject *runner_fetch(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *typ, *val, *tb;
-    PyErr_Fetch(&typ, &val, &tb);
-    PyErr_NormalizeException(&typ, &val, &tb);
-    if (val != NULL && tb != NULL)
-        PyException_SetTraceback(val, tb);
-    Py_XDECREF(typ);
-    Py_XDECREF(tb);
-    return val;
-#endif
-}
-
 static void runner_restore(PyObject *exc) // steals exc
 {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -255,7 +239,7 @@ static void runner_restore(PyObject *exc) // steals exc
 /* The coroutine finished (res from a send/throw was NULL or a return). */
 static PyObject *runner_finish(m0_asgi_runner *r, int returned)
 {
-    PyObject *exc = returned ? NULL : runner_fetch();
+    PyObject *exc = returned ? NULL : m0_exc_fetch();
     PyObject *coro = r->coro, *owner = r->owner;
     m0_asgi_done_fn done = r->done;
     r->coro = NULL;

@@ -858,15 +858,7 @@ static void http_on_event(m0_asgi_base *base, int what)
         if (got < 0) {
             PyObject *fut = h->recv_waiter;
             h->recv_waiter = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-            PyObject *exc = PyErr_GetRaisedException();
-#else
-            PyObject *typ, *exc, *tb;
-            PyErr_Fetch(&typ, &exc, &tb);
-            PyErr_NormalizeException(&typ, &exc, &tb);
-            Py_XDECREF(typ);
-            Py_XDECREF(tb);
-#endif
+            PyObject *exc = m0_exc_fetch();
             if (exc == NULL || m0_asgi_future_fail(a, fut, exc) < 0)
                 m0_asgi_log_error(a, "ASGI receive() wake-up failed");
             Py_XDECREF(exc);
@@ -893,15 +885,7 @@ static void http_on_event(m0_asgi_base *base, int what)
                 if (m0_asgi_future_resolve(a, fut, Py_None) < 0)
                     m0_asgi_log_error(a, "ASGI send() wake-up failed");
             } else {
-#if PY_VERSION_HEX >= 0x030C0000
-                PyObject *exc = PyErr_GetRaisedException();
-#else
-                PyObject *typ, *exc, *tb;
-                PyErr_Fetch(&typ, &exc, &tb);
-                PyErr_NormalizeException(&typ, &exc, &tb);
-                Py_XDECREF(typ);
-                Py_XDECREF(tb);
-#endif
+                PyObject *exc = m0_exc_fetch();
                 if (exc == NULL || m0_asgi_future_fail(a, fut, exc) < 0)
                     m0_asgi_log_error(a, "ASGI send() wake-up failed");
                 Py_XDECREF(exc);

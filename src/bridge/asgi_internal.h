@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "asgi.h"
+#include "pyerr.h"
 #include "state.h"
 
 /* Interned strings and shared constants (module lifetime). */

@@ -21,24 +21,6 @@
 
 /* ---- exceptions ---- */
 
-PyObject *m0_wsgi_exc_fetch(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    if (!t)
-        return NULL;
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb && v)
-        PyException_SetTraceback(v, tb);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    return v;
-#endif
-}
-
 void m0_wsgi_exc_restore(PyObject *exc)
 {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -305,7 +287,7 @@ void m0_wsgi_free(m0_wsgi *w)
 static void log_error(m0_wsgi *w, const char *msg, const m0_request *req, PyObject *exc)
 {
     m0_wsgi_state *st = w->st;
-    PyObject *saved = m0_wsgi_exc_fetch(); /* do not disturb an exception in flight */
+    PyObject *saved = m0_exc_fetch(); /* do not disturb an exception in flight */
     PyObject *fmt = NULL, *method = NULL, *target = NULL, *r = NULL, *line = NULL, *tbmod = NULL;
     PyObject *logger = Py_NewRef(w->logger), *errors = Py_NewRef(w->errors);
 
@@ -530,7 +512,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
     if (result_send(w, sr, result) < 0)
         goto error;
     if (result_close(w, result) < 0) {
-        exc = m0_wsgi_exc_fetch();
+        exc = m0_exc_fetch();
         log_error(w, "Exception in the close() of a WSGI response", req, exc);
         Py_CLEAR(exc);
     }
@@ -544,9 +526,9 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
     goto done;
 
 error:
-    exc = m0_wsgi_exc_fetch();
+    exc = m0_exc_fetch();
     if (result && result_close(w, result) < 0)
-        close_exc = m0_wsgi_exc_fetch();
+        close_exc = m0_exc_fetch();
     status = sr->head_sent ? sr->status : error_status(sr, in);
     if (exc && !sr->write_error && in->err == 0 && sr->c) {
         log_error(w,

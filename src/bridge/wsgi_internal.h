@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 
 #include "../http/response.h"
+#include "pyerr.h"
 #include "state.h"
 #include "wsgi.h"
 
@@ -213,7 +214,6 @@ extern PyType_Spec m0_wsgi_file_wrapper_spec;
 int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw);
 
 /* wsgi.c */
-PyObject *m0_wsgi_exc_fetch(void);
 void m0_wsgi_exc_restore(PyObject *exc);
 
 #endif
