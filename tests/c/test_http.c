@@ -12,17 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        checks++;                                                                                                      \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);                                   \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 #define CHECK_INT(a, b, ctx)                                                                                           \
     do {                                                                                                               \

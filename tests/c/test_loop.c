@@ -13,17 +13,7 @@
 
 #include "../../src/net/loop.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        checks++;                                                                                                      \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                   \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 #define NT 200
 
