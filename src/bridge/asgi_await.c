@@ -226,16 +226,6 @@ PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn 
     return (PyObject *)r;
 }
 
-static void runner_restore(PyObject *exc) // steals exc
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *tb = PyException_GetTraceback(exc);
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, tb);
-#endif
-}
-
 /* The coroutine finished (res from a send/throw was NULL or a return). */
 static PyObject *runner_finish(m0_asgi_runner *r, int returned)
 {
@@ -254,7 +244,7 @@ static PyObject *runner_finish(m0_asgi_runner *r, int returned)
     Py_XDECREF(owner);
     if (exc != NULL &&
         (PyErr_GivenExceptionMatches(exc, r->cancelled_error) || !PyErr_GivenExceptionMatches(exc, PyExc_Exception))) {
-        runner_restore(exc); /* cancellation, KeyboardInterrupt, SystemExit: the task sees it */
+        m0_exc_restore(exc); /* cancellation, KeyboardInterrupt, SystemExit: the task sees it */
         return NULL;
     }
     Py_XDECREF(exc);

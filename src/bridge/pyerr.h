@@ -28,4 +28,16 @@ static inline PyObject *m0_exc_fetch(void)
 #endif
 }
 
+/* Set exc (stolen, not NULL) as the raised exception: the inverse of
+ * m0_exc_fetch. */
+static inline void m0_exc_restore(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *tb = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, tb);
+#endif
+}
+
 #endif

@@ -19,18 +19,6 @@
 
 #include "wsgi_internal.h"
 
-/* ---- exceptions ---- */
-
-void m0_wsgi_exc_restore(PyObject *exc)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *tb = PyException_GetTraceback(exc);
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, tb);
-#endif
-}
-
 static int lookup_attr(PyObject *obj, PyObject *name, PyObject **out)
 {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -336,7 +324,7 @@ done:
     Py_DECREF(logger);
     Py_DECREF(errors);
     if (saved)
-        m0_wsgi_exc_restore(saved);
+        m0_exc_restore(saved);
 }
 
 /* ---- the response ---- */

@@ -214,6 +214,5 @@ extern PyType_Spec m0_wsgi_file_wrapper_spec;
 int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw);
 
 /* wsgi.c */
-void m0_wsgi_exc_restore(PyObject *exc);
 
 #endif
