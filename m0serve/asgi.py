@@ -332,6 +332,13 @@ def run_worker(server_kwargs, app, config, on_ready=None):
     """Serve the ASGI app until shutdown (see the module docstring)."""
     loop = new_event_loop(getattr(config, "loop", "auto") or "auto")
     asyncio.set_event_loop(loop)
+    blocking = getattr(config, "blocking_threads", 0) or 0
+    if blocking:
+        # --blocking-threads with ASGI: the size of the loop's default executor, which
+        # run_in_executor(None, ...) and asgiref's sync_to_async(thread_sensitive=False) use.
+        from concurrent.futures import ThreadPoolExecutor
+
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=blocking, thread_name_prefix="m0serve-blocking"))
     worker = Worker(server_kwargs, app, config, on_ready, loop)
     try:
         loop.run_until_complete(worker.main())

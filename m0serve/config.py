@@ -148,6 +148,15 @@ OPTIONS = [
     Option("--limit-request-field-size", "value", _int_in(1), 8190, "maximum bytes of one header field line (431)",
            "http", "BYTES"),
     Option("--limit-request-body", "value", _int_in(0), 0, "maximum request body bytes (413; 0: unlimited)", "http", "BYTES"),
+    Option("--body-buffer-size", "value", _int_in(0), 1024 * 1024,
+           "request bodies up to this size are received in full before the app runs; larger ones are streamed",
+           "http", "BYTES"),
+    Option("--body-timeout", "value", _seconds, 60.0,
+           "seconds for a whole request body to arrive (408 while buffering; the app's read fails when streaming)",
+           "http", "SECONDS"),
+    Option("--send-timeout", "value", _seconds, 30.0,
+           "seconds a response may wait on a client that does not read (queued output, or a blocked writer) before "
+           "the connection is closed", "http", "SECONDS"),
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
@@ -158,6 +167,11 @@ OPTIONS = [
     Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
+    Option("--threads", "value", _int_in(1, 256), 1,
+           "event loops per worker process, sharing its listeners and one interpreter (WSGI)", "processes", "T"),
+    Option("--blocking-threads", "value", _int_in(0, 1024), 0,
+           "WSGI: Python threads per event loop that run the app, so a slow view holds one thread, not the loop "
+           "(0: the app runs on the loop); ASGI: the size of the loop's default executor", "processes", "B"),
     Option("--graceful-timeout", "value", _seconds, 30.0,
            "seconds a stopping worker may spend finishing in-flight requests before it is killed (0: close at once)",
            "processes", "SECONDS"),
@@ -309,6 +323,8 @@ def _check(cfg):
         raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
     if cfg.max_requests_jitter and not cfg.max_requests:
         raise ConfigError("argument --max-requests-jitter: needs --max-requests")
+    if cfg.threads > 1 and cfg.interface == "asgi":
+        raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
 
 
 def server_options(cfg):
@@ -321,6 +337,9 @@ def server_options(cfg):
         limit_request_fields=cfg.limit_request_fields,
         limit_request_field_size=cfg.limit_request_field_size,
         limit_request_body=cfg.limit_request_body,
+        body_buffer_size=cfg.body_buffer_size,
+        body_timeout=cfg.body_timeout,
+        send_timeout=cfg.send_timeout,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
         access_log=cfg.access_log,

@@ -112,7 +112,10 @@ class Supervisor:
         self.listeners = open_listeners(cfg)
         if cfg.pid_file:
             write_pid_file(cfg.pid_file)
-        self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * 8)  # anonymous, MAP_SHARED: survives fork
+        # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
+        # pair per thread that runs requests (worker.heartbeat_threads).
+        self.beat_threads = worker.heartbeat_threads(self.cfg)
+        self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * self.beat_threads * 16)
         if cfg.reload:
             from .reload import Reloader
 
@@ -305,7 +308,8 @@ class Supervisor:
             log.error("no free heartbeat slot: cannot start more than %d workers", HEARTBEAT_SLOTS)
             return None
         slot = self.free_slots.pop()
-        struct.pack_into("q", self.heartbeat, slot * 8, 0)
+        for j in range(self.beat_threads):
+            struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
         max_requests = self.cfg.effective_max_requests(self.rand)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         sys.stdout.flush()
@@ -367,7 +371,8 @@ class Supervisor:
         policy = worker.SignalPolicy(self.cfg, listeners_to_close=private, supervised=True,
                                      on_drain=lambda: notify(b"D"))
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
-                   max_requests=max_requests, heartbeat=self.heartbeat, heartbeat_index=slot)
+                   max_requests=max_requests, heartbeat=self.heartbeat,
+                   heartbeat_index=slot * self.beat_threads * 2)
         return 0
 
     def _reap(self):
@@ -507,10 +512,15 @@ class Supervisor:
                     w.kill_at = None
                     w.dumped_at = float("inf")
                 continue
-            (started,) = struct.unpack_from("q", self.heartbeat, w.slot * 8)
+            started, ident = 0, 0
+            for j in range(self.beat_threads):
+                s, i = struct.unpack_from("qq", self.heartbeat, (w.slot * self.beat_threads + j) * 16)
+                if s and (not started or s < started):
+                    started, ident = s, i
             if started and now_ns - started > timeout * 1e9:
-                log.error("worker %d has been stuck for %.1fs (--worker-timeout %gs); its thread stacks "
-                          "follow, then it is killed and replaced", w.pid, (now_ns - started) / 1e9, timeout)
+                thread = f" in thread 0x{ident & 0xFFFFFFFFFFFFFFFF:016x}" if ident else ""
+                log.error("worker %d has been stuck for %.1fs%s (--worker-timeout %gs); its thread stacks "
+                          "follow, then it is killed and replaced", w.pid, (now_ns - started) / 1e9, thread, timeout)
                 w.dumped_at = _now()
                 w.stopping = True
                 w.stop_reason = "worker timeout"

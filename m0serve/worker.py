@@ -35,16 +35,13 @@ class UnsupportedInterface(Exception):
     pass
 
 
-def server_kwargs(cfg, listener_fds, *, max_requests=0, heartbeat=None, heartbeat_index=0):
+def server_kwargs(cfg, listener_fds, *, max_requests=0):
     kw = server_options(cfg)
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
     kw["errors"] = sys.stderr
     if max_requests:
         kw["max_requests"] = max_requests
-    if heartbeat is not None:
-        kw["heartbeat"] = heartbeat
-        kw["heartbeat_index"] = heartbeat_index
     return kw
 
 
@@ -134,16 +131,30 @@ def register_stack_dump():
     faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=False)
 
 
-def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, **kw):
-    """Serve until shutdown. on_ready() runs once the server is built and serving."""
+def heartbeat_threads(cfg):
+    """Heartbeat sub-slots one worker uses: one per thread that runs requests."""
+    return max(1, cfg.threads) * max(1, cfg.blocking_threads)
+
+
+def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0, **kw):
+    """Serve until shutdown. on_ready() runs once the server is built and serving.
+
+    heartbeat: the supervisor's buffer; this worker owns heartbeat_threads(cfg) sub-slots
+    from int64 index heartbeat_index on, two int64 each: the monotonic ns at which the
+    thread's current request began (0 when idle) and the thread's ident, which names it
+    in the stack dump."""
     fds = [s.fileno() for s in listener_socks]
+    if interface == "asgi" and cfg.threads > 1:
+        raise UnsupportedInterface("--threads applies to WSGI apps: an ASGI worker runs one event loop; "
+                                   "use --workers for more")
     loop_beat = None
-    if interface == "asgi" and kw.get("heartbeat") is not None:
+    if interface == "asgi" and heartbeat is not None:
         # One request in flight for a long time is normal for ASGI (streams, long
         # polls, WebSockets): what must not stall is the event loop. The slot holds
         # the time of the loop's last beat instead, so it goes stale only when the
         # loop is blocked, and the stack dump then shows what blocks it.
-        loop_beat = (kw.pop("heartbeat"), kw.pop("heartbeat_index", 0))
+        loop_beat = (heartbeat, heartbeat_index)
+        heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
     register_stack_dump()
 
@@ -160,9 +171,92 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, **kw):
     from . import _core
 
     listeners = kwargs.pop("listeners")
-    server = _core.Server(app, interface, listeners, **kwargs)
-    ready(server)
-    server.serve()
+    threads, blocking = max(1, cfg.threads), cfg.blocking_threads if interface == "wsgi" else 0
+    if threads == 1 and blocking == 0:
+        if heartbeat is not None:
+            kwargs.update(heartbeat=heartbeat, heartbeat_index=heartbeat_index)
+            _beat_ident(heartbeat, heartbeat_index)
+        server = _core.Server(app, interface, listeners, **kwargs)
+        ready(server)
+        server.serve()
+        return
+    if kwargs.get("max_requests"):
+        kwargs["max_requests"] = -(-kwargs["max_requests"] // threads)  # shared out over the loops
+    group = ServerGroup()
+    for i in range(threads):
+        kw_i = dict(kwargs, blocking_threads=blocking)
+        if heartbeat is not None:
+            kw_i.update(heartbeat=heartbeat, heartbeat_index=heartbeat_index + 2 * i * max(1, blocking))
+        group.servers.append(_core.Server(app, interface, listeners, **kw_i))
+    group.serve(blocking, heartbeat, heartbeat_index, ready)
+
+
+def _beat_ident(buf, index):
+    import struct
+    import threading
+
+    struct.pack_into("q", buf, (index + 1) * 8, threading.get_ident())
+
+
+class ServerGroup:
+    """The event loops of one worker (--threads) and their pool threads (--blocking-threads),
+    seen by the signal policy as one server. Loops and pools run in threads; the main thread
+    waits in join(), where Python runs the signal handlers."""
+
+    def __init__(self):
+        self.servers = []
+
+    def shutdown(self, graceful=True):
+        for srv in self.servers:
+            srv.shutdown(graceful=graceful)
+
+    @property
+    def connections(self):
+        return sum(srv.connections for srv in self.servers)
+
+    @property
+    def requests(self):
+        return sum(srv.requests for srv in self.servers)
+
+    def serve(self, blocking, heartbeat, heartbeat_index, ready):
+        import threading
+
+        errors = []
+
+        def loop_main(srv, beat_index):
+            if heartbeat is not None and not blocking:
+                _beat_ident(heartbeat, beat_index)
+            try:
+                srv.serve()
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                errors.append(e)
+            finally:
+                # One loop leaving on its own (max requests, an error) retires the worker.
+                self.shutdown(graceful=True)
+
+        def pool_main(srv, beat_index):
+            if heartbeat is not None:
+                _beat_ident(heartbeat, beat_index)
+                srv.run_pool(heartbeat_index=beat_index)
+            else:
+                srv.run_pool()
+
+        loops, pools = [], []
+        for i, srv in enumerate(self.servers):
+            base = heartbeat_index + 2 * i * max(1, blocking)
+            for j in range(blocking):
+                pools.append(threading.Thread(target=pool_main, args=(srv, base + 2 * j),
+                                              name=f"m0serve-pool-{i}.{j}", daemon=True))
+            loops.append(threading.Thread(target=loop_main, args=(srv, base), name=f"m0serve-loop-{i}", daemon=True))
+        for t in pools + loops:
+            t.start()
+        ready(self)
+        for t in loops:
+            t.join()
+        for t in pools:
+            t.join()
+        if errors:
+            raise errors[0]
 
 
 def _start_loop_beat(buf, index, interval):

@@ -6,9 +6,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "../net/native_hello.h"
+#include "../net/workq.h"
+#include "pythread.h"
 #include "asgi.h"
+#include "pyerr.h"
 #include "state.h"
 #include "wsgi.h"
 
@@ -40,8 +44,12 @@ struct m0_server_object {
     Py_buffer heartbeat;
     int heartbeat_held;
     PyThreadState *wait_state; /* the thread state saved around epoll_wait */
-    int shutdown_requested;
+    int shutdown_requested;    /* atomic: set by shutdown() from any thread */
     int serving;
+    unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
+    m0_workq *workq;              /* blocking-pool mode: requests for the pool threads */
+    int blocking_threads;
+    int pool_running; /* pool threads inside run_pool(), atomic */
 };
 
 typedef struct m0_server_object ServerObject;
@@ -59,6 +67,25 @@ static void server_wait_after(void *arg)
     ServerObject *self = arg;
     PyEval_RestoreThread(self->wait_state);
     self->wait_state = NULL;
+}
+
+/* --- block hooks: an owning thread's blocking socket wait drops the GIL --- */
+
+static void *server_block_release(void)
+{
+    return PyEval_SaveThread();
+}
+
+static void server_block_acquire(void *token)
+{
+    PyEval_RestoreThread((PyThreadState *)token);
+}
+
+/* A wait interrupted by a signal: run the Python handlers (main thread). A
+ * handler that raised leaves its exception set and abandons the wait. */
+static int server_block_signals(void)
+{
+    return PyErr_CheckSignals();
 }
 
 /* --- construction --- */
@@ -119,7 +146,8 @@ static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssi
         return -1;
     }
     *(volatile int64_t *)slot = 0;
-    m0_server_set_heartbeat(self->srv, (volatile int64_t *)slot);
+    if (self->blocking_threads == 0) /* pool threads beat their own slots (run_pool) */
+        m0_server_set_heartbeat(self->srv, (volatile int64_t *)slot);
     return 0;
 }
 
@@ -143,10 +171,22 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .root_path = self->root_path,
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
+            .multithread = self->blocking_threads > 0,
         };
         self->wsgi = m0_wsgi_new(module, &opts);
         if (self->wsgi == NULL)
             return -1;
+        if (self->blocking_threads > 0) {
+            int r = m0_workq_new(&self->workq);
+            if (r < 0) {
+                errno = -r;
+                PyErr_SetFromErrno(PyExc_OSError);
+                return -1;
+            }
+            *handler = &m0_wsgi_pool_handler;
+            *ctx = self->workq;
+            return 0;
+        }
         *handler = &m0_wsgi_handler;
         *ctx = self->wsgi;
         return 0;
@@ -195,9 +235,15 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "heartbeat",
                              "heartbeat_index",
                              "asgi",
+                             "blocking_threads",
+                             "body_buffer_size",
+                             "body_timeout",
+                             "send_timeout",
                              NULL};
     PyObject *app, *interface, *listeners;
-    double keep_alive_timeout = 5.0, header_timeout = 10.0;
+    double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
+    int blocking_threads = 0;
+    long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0;
@@ -207,11 +253,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOnO:Server", kwlist, &app, &interface, &listeners,
-                                     &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line,
-                                     &limit_request_fields, &limit_request_field_size, &limit_request_body, &root_path,
-                                     &server_header, &access_log, &url_scheme, &logger, &errors, &max_requests,
-                                     &heartbeat, &heartbeat_index, &asgi_extra))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOnOiLdd:Server", kwlist, &app, &interface,
+                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
+                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
+                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
+                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
+                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -221,11 +268,22 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self->interface < 0)
         goto error;
     self->hello.server_header = server_header;
+    if (blocking_threads < 0 || body_buffer_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "blocking_threads and body_buffer_size must be >= 0");
+        goto error;
+    }
+    if (blocking_threads > 0 && self->interface != M0_IFACE_WSGI) {
+        PyErr_SetString(PyExc_ValueError, "blocking_threads applies to the WSGI interface only");
+        goto error;
+    }
+    self->blocking_threads = blocking_threads;
 
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);
     if (seconds_to_ms("keep_alive_timeout", keep_alive_timeout, 0, &cfg.keep_alive_timeout_ms) < 0 ||
         seconds_to_ms("header_timeout", header_timeout, 1, &cfg.header_timeout_ms) < 0 ||
+        seconds_to_ms("body_timeout", body_timeout, 1, &cfg.body_timeout_ms) < 0 ||
+        seconds_to_ms("send_timeout", send_timeout, 1, &cfg.send_timeout_ms) < 0 ||
         positive_size("limit_request_line", limit_request_line, &cfg.limits.max_request_line) < 0 ||
         positive_size("limit_request_fields", limit_request_fields, &cfg.limits.max_header_count) < 0 ||
         positive_size("limit_request_field_size", limit_request_field_size, &cfg.limits.max_header_size) < 0)
@@ -241,6 +299,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     cfg.max_requests = (uint64_t)max_requests;
     cfg.server_header = server_header;
     cfg.access_log_fd = access_log ? 2 : -1;
+    /* ASGI apps await their body chunk by chunk without holding the loop:
+     * they get it as it arrives. */
+    cfg.body_buffer_size = self->interface == M0_IFACE_ASGI ? 0 : (uint64_t)body_buffer_size;
+    cfg.block_release = server_block_release;
+    cfg.block_acquire = server_block_acquire;
+    cfg.block_signals = server_block_signals;
 
     if (root_path == Py_None)
         self->root_path = PyUnicode_FromString("");
@@ -275,6 +339,8 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     void *ctx = NULL;
     if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
         goto error;
+    if (self->workq != NULL) /* the pool's loop runs without the GIL */
+        m0_loop_set_wait_hooks(self->loop, NULL, NULL, NULL);
     r = m0_server_new(&self->srv, self->loop, &cfg, handler, ctx);
     if (r < 0) {
         errno = -r;
@@ -375,6 +441,57 @@ static PyObject *server_errno(int r)
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
+static int server_should_stop(ServerObject *self)
+{
+    return (__atomic_load_n(&self->shutdown_requested, __ATOMIC_ACQUIRE) || m0_server_draining(self->srv)) &&
+           m0_server_connections(self->srv) == 0;
+}
+
+/* Blocking-pool mode: the loop thread never runs Python, so it holds the GIL
+ * only to start, to check signals (main thread: at most once a second, the
+ * handlers run there) and to return. */
+static PyObject *server_serve_pool(ServerObject *self)
+{
+    int r = 0;
+    uint64_t checked = m0_loop_now(self->loop);
+    PyThreadState *ts = PyEval_SaveThread();
+    for (;;) {
+        if (server_should_stop(self))
+            break;
+        r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
+        if (r < 0 && r != -EINTR)
+            break;
+        if (r == -EINTR || m0_loop_now(self->loop) - checked >= M0_SERVE_MAX_WAIT_MS) {
+            /* (a no-op outside the main thread) */
+            checked = m0_loop_now(self->loop);
+            PyEval_RestoreThread(ts);
+            int sig = PyErr_CheckSignals();
+            ts = PyEval_SaveThread();
+            if (sig < 0) {
+                r = -EINTR;
+                break;
+            }
+        }
+        r = 0;
+    }
+    m0_workq_close(self->workq); /* the pool threads return from run_pool() */
+    PyEval_RestoreThread(ts);
+    if (r == -EINTR) {
+        /* A signal handler raised: close everything, propagate. */
+        PyObject *exc = m0_exc_fetch();
+        m0_server_drain(self->srv);
+        m0_server_abort(self->srv);
+        __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
+        m0_exc_restore(exc);
+        return NULL;
+    }
+    if (r < 0) {
+        m0_server_abort(self->srv);
+        return server_errno(r);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->serving) {
@@ -382,12 +499,20 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     self->serving = 1;
+    __atomic_store_n(&self->serving_thread, PyThread_get_thread_ident(), __ATOMIC_RELEASE);
+    if (self->workq != NULL) {
+        PyObject *r = server_serve_pool(self);
+        __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
+        self->serving = 0;
+        return r;
+    }
     for (;;) {
-        if ((self->shutdown_requested || m0_server_draining(self->srv)) && m0_server_connections(self->srv) == 0)
+        if (server_should_stop(self))
             break;
         int r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
         if (r < 0 && r != -EINTR) {
             m0_server_abort(self->srv);
+            __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
             self->serving = 0;
             return server_errno(r);
         }
@@ -396,16 +521,17 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         if (PyErr_CheckSignals() < 0) {
             /* A signal handler raised (KeyboardInterrupt...): close everything
              * and let the exception propagate out of serve(). */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
+            PyObject *exc = m0_exc_fetch();
             m0_server_drain(self->srv);
             m0_server_abort(self->srv);
-            self->shutdown_requested = 1;
+            __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
             self->serving = 0;
-            PyErr_Restore(type, value, tb);
+            m0_exc_restore(exc);
             return NULL;
         }
     }
+    __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
     self->serving = 0;
     Py_RETURN_NONE;
 }
@@ -416,12 +542,68 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
     int graceful = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:shutdown", kwlist, &graceful))
         return NULL;
-    self->shutdown_requested = 1;
+    __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
+    unsigned long owner = __atomic_load_n(&self->serving_thread, __ATOMIC_ACQUIRE);
+    if (owner != 0 && owner != PyThread_get_thread_ident()) {
+        /* serve() runs on another thread: its loop drains at its next pass. */
+        m0_server_post_drain(self->srv, graceful);
+        Py_RETURN_NONE;
+    }
     m0_server_drain(self->srv);
     if (!graceful)
         m0_server_abort(self->srv);
     else if (self->asgi != NULL)
         m0_asgi_drain(self->asgi); /* open WebSockets close now (1012) */
+    Py_RETURN_NONE;
+}
+
+/* A pool thread's body: serve the requests the loop queues, each with the
+ * GIL held, until serve() returns. heartbeat_index: this thread's slot in
+ * the heartbeat buffer (-1: none). */
+static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"heartbeat_index", NULL};
+    Py_ssize_t index = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n:run_pool", kwlist, &index))
+        return NULL;
+    if (self->workq == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "run_pool() needs blocking_threads > 0");
+        return NULL;
+    }
+    volatile int64_t *beat = NULL;
+    if (index >= 0 && self->heartbeat_held) {
+        if ((size_t)index >= (size_t)self->heartbeat.len / sizeof(int64_t)) {
+            PyErr_Format(PyExc_ValueError, "heartbeat_index %zd is outside the heartbeat buffer", index);
+            return NULL;
+        }
+        beat = (volatile int64_t *)((char *)self->heartbeat.buf + (size_t)index * sizeof(int64_t));
+        *beat = 0;
+    }
+    m0_wsgi *w = m0_wsgi_clone(self->wsgi);
+    if (w == NULL)
+        return NULL;
+    Py_INCREF(self); /* the pool outlives nothing it uses */
+    __atomic_add_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
+    for (;;) {
+        PyThreadState *ts = PyEval_SaveThread();
+        m0_conn *c = m0_workq_pop(self->workq);
+        PyEval_RestoreThread(ts);
+        if (c == NULL)
+            break;
+        struct timespec now;
+        if (beat != NULL) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            *beat = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+        }
+        m0_wsgi_serve_detached(w, c);
+        if (beat != NULL)
+            *beat = 0;
+        if (PyErr_Occurred()) /* the bridge never leaves one: do not lose it */
+            PyErr_WriteUnraisable((PyObject *)self);
+    }
+    __atomic_sub_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
+    m0_wsgi_free(w);
+    Py_DECREF(self);
     Py_RETURN_NONE;
 }
 
@@ -458,6 +640,8 @@ static PyMethodDef Server_methods[] = {
     {"shutdown", (PyCFunction)(void (*)(void))Server_shutdown, METH_VARARGS | METH_KEYWORDS,
      "shutdown(graceful=True)\n--\n\nStop accepting; graceful: idle connections close now, busy ones after "
      "their response; otherwise close everything now. Safe from signal handlers."},
+    {"run_pool", (PyCFunction)(void (*)(void))Server_run_pool, METH_VARARGS | METH_KEYWORDS,
+     "run_pool(heartbeat_index=-1)\n--\n\nA blocking-pool thread: serve queued requests until serve() returns."},
     {"run_once", (PyCFunction)Server_run_once, METH_NOARGS,
      "run_once()\n--\n\nOne non-blocking pass of the loop; returns the number of events handled."},
     {"fileno", (PyCFunction)Server_fileno, METH_NOARGS, "fileno()\n--\n\nThe epoll fd."},

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "../net/workq.h"
 #include "wsgi_internal.h"
 
 static int lookup_attr(PyObject *obj, PyObject *name, PyObject **out)
@@ -211,6 +212,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
         w->errors = Py_NewRef(err ? err : Py_None);
     }
     w->server_header = opts->server_header;
+    w->multithread = opts->multithread;
 
     /* root_path as UTF-8 bytes without trailing '/'; SCRIPT_NAME is their
      * latin-1 tunnel, like PATH_INFO. */
@@ -245,6 +247,35 @@ error:
     Py_XDECREF(script_name);
     m0_wsgi_free(w);
     return NULL;
+}
+
+m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
+{
+    m0_wsgi *w = PyMem_Calloc(1, sizeof(*w));
+    if (!w) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    w->module = Py_NewRef(src->module);
+    w->st = src->st;
+    w->app = Py_NewRef(src->app);
+    w->logger = Py_NewRef(src->logger);
+    w->errors = Py_NewRef(src->errors);
+    w->template = Py_NewRef(src->template); /* only ever copied */
+    w->server_header = src->server_header;
+    w->multithread = src->multithread;
+    w->pooled = 1;
+    if (src->root_len) {
+        w->root = PyMem_Malloc(src->root_len);
+        if (!w->root) {
+            PyErr_NoMemory();
+            m0_wsgi_free(w);
+            return NULL;
+        }
+        memcpy(w->root, src->root, src->root_len);
+        w->root_len = src->root_len;
+    }
+    return w;
 }
 
 void m0_wsgi_free(m0_wsgi *w)
@@ -481,7 +512,10 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
             struct iovec iov = {buf, (size_t)n};
             m0_conn_writev(c, &iov, 1, 1);
         }
-        m0_conn_finish(c, 0, 500, 0);
+        if (w->pooled)
+            m0_conn_complete(c, 0, 500, 0);
+        else
+            m0_conn_finish(c, 0, 500, 0);
         return 0;
     }
     sr_begin(sr, w, c, req, wr, in);
@@ -556,8 +590,13 @@ done:
         Py_DECREF(sr);
         if (interrupted)
             PyErr_SetInterrupt(); /* re-deliver Ctrl-C to the serve loop */
-        if (live)
+        if (w->pooled) {
+            /* The connection is this thread's until it is handed back, closed
+             * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
+            m0_conn_complete(c, live ? keep_alive : 0, status, body_bytes);
+        } else if (live) {
             m0_conn_finish(live, keep_alive, status, body_bytes);
+        }
     }
     return 0;
 }
@@ -576,3 +615,29 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
 }
 
 const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event};
+
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
+{
+    wsgi_on_request(w, c, m0_conn_request(c));
+}
+
+/* Loop thread, without the GIL: hand the request to the pool. */
+static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
+{
+    (void)req;
+    m0_workq *q = ctx;
+    m0_conn_detach(c);
+    if (m0_workq_push(q, c) < 0) {
+        /* No memory for the queue: answer 503 from here and hand it back. */
+        char buf[512];
+        int n = m0_error_response(buf, sizeof(buf), 503, 1);
+        if (n > 0) {
+            struct iovec iov = {buf, (size_t)n};
+            m0_conn_writev(c, &iov, 1, 0); /* what the socket does not take, the loop flushes */
+        }
+        m0_conn_complete(c, 0, 503, 0);
+    }
+    return 1;
+}
+
+const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, NULL};

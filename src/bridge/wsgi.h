@@ -20,6 +20,7 @@ typedef struct {
     PyObject *root_path;  /* borrowed: str, "" when none */
     PyObject *url_scheme; /* borrowed: str */
     int server_header;    /* send "Server: m0serve" */
+    int multithread;      /* requests run on a pool of threads (wsgi.multithread) */
 } m0_wsgi_options;
 
 /* Called once from the module's exec slot: creates the bridge's heap types
@@ -34,5 +35,15 @@ void m0_wsgi_free(m0_wsgi *w);
 
 /* The handler; its ctx is the m0_wsgi*. Runs with the GIL held. */
 extern const m0_handler m0_wsgi_handler;
+
+/* Blocking-pool mode. The loop's handler (ctx: an m0_workq*) runs without
+ * the GIL: it detaches each complete request and queues it. Each pool thread
+ * serves from its own copy of the bridge (m0_wsgi_clone: the app and the
+ * environ template are shared, the per-request objects and caches are not)
+ * and runs m0_wsgi_serve_detached for every connection it pops. */
+extern const m0_handler m0_wsgi_pool_handler;
+m0_wsgi *m0_wsgi_clone(const m0_wsgi *w);
+/* With the GIL held; finishes with m0_conn_complete. */
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c);
 
 #endif

@@ -446,7 +446,7 @@ PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_
     if (PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_version), version) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_url_scheme), url_scheme) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_errors), w->errors) < 0 ||
-        PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_multithread), Py_False) < 0 ||
+        PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_multithread), w->multithread ? Py_True : Py_False) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_multiprocess), Py_True) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_run_once), Py_False) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_input_terminated), Py_True) < 0 ||

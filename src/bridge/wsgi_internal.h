@@ -105,6 +105,8 @@ struct m0_wsgi {
     char *root;         /* root_path as UTF-8, no trailing '/'; root_len 0 when none */
     size_t root_len;
     int server_header;
+    int multithread; /* wsgi.multithread: requests run on a pool of threads */
+    int pooled;      /* this copy runs on a pool thread: finish with m0_conn_complete */
 
     /* Reusable per-request objects (strong) and the request being served. */
     m0_wsgi_sr *sr;

@@ -20,6 +20,8 @@
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events);
 static void conn_timer_cb(m0_loop *loop, m0_timer *t);
+static int conn_body_buffer(m0_conn *c);
+static void conn_dispatch(m0_conn *c);
 
 uint64_t m0_conn_clock_ns(void)
 {
@@ -154,7 +156,7 @@ void m0_conn_abort(m0_conn *c)
 /* How long queued output may make no progress before the connection closes. */
 uint32_t m0_conn_send_timeout(const m0_conn *c)
 {
-    return c->srv->cfg.body_timeout_ms ? c->srv->cfg.body_timeout_ms : 30000;
+    return c->srv->cfg.send_timeout_ms ? c->srv->cfg.send_timeout_ms : 30000;
 }
 
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
@@ -169,7 +171,7 @@ void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
 static void conn_timer_cb(m0_loop *loop, m0_timer *t)
 {
     m0_conn *c = (m0_conn *)((char *)t - offsetof(m0_conn, timer));
-    if (c->timer_kind == M0_TIMER_NONE || c->state == M0_CS_CLOSED)
+    if (c->timer_kind == M0_TIMER_NONE || c->state == M0_CS_CLOSED || c->detached)
         return;
     uint64_t now = m0_loop_now(loop);
     if (now < c->deadline_ms) {
@@ -186,6 +188,8 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
     c->refs++;
     if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
         m0_conn_error(c, 408);
+    else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
+        m0_conn_error(c, 408);
     else
         m0_conn_close(c, 1);
     m0_conn_release(c);
@@ -199,7 +203,10 @@ void m0_conn_interest(m0_conn *c)
         return;
     uint32_t ev = 0;
     int out = c->wlen > c->wpos || c->writable_wanted;
-    if (c->close_after) {
+    if (c->detached) {
+        ev = 0; /* another thread owns the socket */
+        out = 0;
+    } else if (c->close_after) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
@@ -345,6 +352,36 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 break;
         }
         return;
+    case M0_CS_BODY:
+        for (int i = 0; i < 4; i++) {
+            size_t room = c->rcap - c->rlen;
+            ssize_t n = m0_conn_fill(c);
+            if (n == -EAGAIN)
+                break;
+            if (n <= 0 && n != -ENOBUFS) {
+                m0_conn_close(c, 1); /* gone, or a half-close before the body ended */
+                return;
+            }
+            int r = conn_body_buffer(c);
+            if (r < 0) {
+                m0_conn_error(c, -r);
+                return;
+            }
+            if (r == 1) {
+                c->refs++;
+                conn_dispatch(c);
+                if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD)
+                    m0_conn_process(c);
+                else
+                    m0_conn_interest(c);
+                m0_conn_release(c);
+                return;
+            }
+            if (n <= 0 || (size_t)n < room)
+                break;
+        }
+        m0_conn_interest(c);
+        return;
     case M0_CS_REQUEST:
     case M0_CS_RAW: {
         ssize_t n = -ENOBUFS;
@@ -402,6 +439,8 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
     (void)loop;
     m0_conn *c = (m0_conn *)io;
+    if (c->detached)
+        return; /* a stale edge: the owning thread sees errors from its own I/O */
     c->refs++;
     if (events & EPOLLOUT)
         m0_conn_flush(c);
@@ -432,7 +471,8 @@ static int conn_prepare_body(m0_conn *c)
         m0_chunked_init(&c->dec, c->srv->cfg.limits.max_body);
         if (c->rcap - head_end < M0_BODY_ROOM) {
             /* In-place decoding needs room past the head: move the head to
-             * the front (growing if needed) and parse it again there. */
+             * the front (growing if needed); it is parsed again there before
+             * the dispatch. */
             size_t len = c->rlen - c->rpos;
             memmove(c->rbuf, c->rbuf + c->rpos, len);
             c->rpos = 0;
@@ -445,9 +485,6 @@ static int conn_prepare_body(m0_conn *c)
                 c->rbuf = nb;
                 c->rcap = cap;
             }
-            int r = m0_parse_request(c->rbuf, c->rlen, &c->req, &c->srv->cfg.limits);
-            if (r != (int)c->head_len)
-                return -EINVAL;
             c->body_rd = c->body_end = c->body_raw = c->head_len;
         }
     } else if (req->content_length > 0) {
@@ -461,18 +498,90 @@ static int conn_prepare_body(m0_conn *c)
     return 0;
 }
 
+/* Grow the read buffer to cap bytes (never shrinks). */
+static int conn_rbuf_reserve(m0_conn *c, size_t cap)
+{
+    if (c->rcap >= cap)
+        return 0;
+    char *nb = realloc(c->rbuf, cap);
+    if (nb == NULL)
+        return -ENOMEM;
+    c->rbuf = nb;
+    c->rcap = cap;
+    return 0;
+}
+
+/* Read-ahead of a body being buffered: decode what arrived (chunked, in
+ * place, decoded bytes kept contiguous after the head) and make room for the
+ * rest. 1 when the body is complete, or when it outgrew body_buffer_size
+ * (the rest is streamed), 0 when more input is needed, or minus the HTTP
+ * status of a framing error. */
+static int conn_body_buffer(m0_conn *c)
+{
+    const m0_server_config *cfg = &c->srv->cfg;
+    size_t head_end = c->rpos + c->head_len;
+    if (c->body_mode == M0_BODY_LENGTH) {
+        size_t have = c->rlen - head_end;
+        if (have >= c->body_left)
+            return 1;
+        /* Room for the whole body (it is within body_buffer_size). */
+        if (conn_rbuf_reserve(c, head_end + (size_t)c->body_left) < 0)
+            return -500;
+        return 0;
+    }
+    while (c->body_raw < c->rlen) {
+        size_t len = c->rlen - c->body_raw, consumed = 0;
+        int r = m0_chunked_decode(&c->dec, c->rbuf + c->body_raw, &len, &consumed);
+        if (r < 0)
+            return r == M0_PARSE_BODY_TOO_LARGE ? -413 : -400;
+        if (len > 0 && c->body_end != c->body_raw)
+            memmove(c->rbuf + c->body_end, c->rbuf + c->body_raw, len);
+        c->body_end += len;
+        c->body_raw += consumed;
+        if (r == 1) {
+            c->body_done = 1;
+            return 1;
+        }
+        if (consumed == 0)
+            break;
+    }
+    if (c->body_raw > c->body_end) {
+        /* The undecoded rest follows the decoded bytes. */
+        size_t rest = c->rlen - c->body_raw;
+        memmove(c->rbuf + c->body_end, c->rbuf + c->body_raw, rest);
+        c->rlen = c->body_end + rest;
+        c->body_raw = c->body_end;
+    }
+    size_t limit = c->head_len + (size_t)cfg->body_buffer_size + M0_BODY_ROOM;
+    if (c->body_end - head_end >= cfg->body_buffer_size)
+        return 1;
+    if (c->rcap - c->rlen < M0_BODY_ROOM) {
+        size_t cap = c->rcap * 2 < limit ? c->rcap * 2 : limit;
+        if (cap <= c->rlen || conn_rbuf_reserve(c, cap) < 0)
+            return 1; /* no more room: stream the rest */
+    }
+    return 0;
+}
+
 static void conn_dispatch(m0_conn *c)
 {
     m0_server *srv = c->srv;
     c->timer_kind = M0_TIMER_NONE;
-    if (conn_prepare_body(c) < 0) {
-        m0_conn_error(c, 500);
-        return;
+    if (c->rbuf + c->rpos != c->head_base) {
+        /* The buffer moved or grew since the parse: the spans follow. */
+        int r = m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &srv->cfg.limits);
+        if (r != (int)c->head_len) {
+            m0_conn_error(c, 500);
+            return;
+        }
+        c->head_base = c->rbuf + c->rpos;
     }
     c->state = M0_CS_REQUEST;
     c->pending = 1;
+    c->resp_started = 0;
+    c->send_deadline_ms = 0;
     c->nreq++;
-    srv->requests++;
+    __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
     if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0) {
         c->start_ns = m0_conn_clock_ns();
         if (srv->heartbeat != NULL)
@@ -485,11 +594,46 @@ static void conn_dispatch(m0_conn *c)
         return;
     if (r < 0 || (r == 0 && c->pending)) {
         /* -1, or a synchronous handler that did not finish: no response. */
+        if (c->detached)
+            return; /* a handler bug: the owner still holds it */
         m0_conn_close(c, 0);
         return;
     }
     if (c->pending)
         m0_conn_interest(c);
+}
+
+/* A head was parsed: prepare its body framing, then either read a body that
+ * fits body_buffer_size first (state BODY) or dispatch now. */
+static void conn_begin(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    const m0_server_config *cfg = &srv->cfg;
+    c->timer_kind = M0_TIMER_NONE;
+    if (conn_prepare_body(c) < 0) {
+        m0_conn_error(c, 500);
+        return;
+    }
+    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
+    /* Expect: 100-continue leaves the choice to the app: it may answer
+     * without the body, and the 100 goes out only when it starts reading. */
+    int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
+                 !c->expect_continue && (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+    if (!buffer) {
+        conn_dispatch(c);
+        return;
+    }
+    c->state = M0_CS_BODY;
+    int r = conn_body_buffer(c);
+    if (r < 0) {
+        m0_conn_error(c, -r);
+        return;
+    }
+    if (r == 1) {
+        conn_dispatch(c);
+        return;
+    }
+    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
 }
 
 /* Parse and dispatch buffered requests in order until one stays pending,
@@ -530,6 +674,14 @@ void m0_conn_process(m0_conn *c)
         }
         if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
+            if (c->rcap > srv->head_cap) {
+                /* A buffered body grew it: give the memory back while idle. */
+                char *nb = realloc(c->rbuf, M0_RBUF_INITIAL);
+                if (nb != NULL) {
+                    c->rbuf = nb;
+                    c->rcap = M0_RBUF_INITIAL;
+                }
+            }
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
                 m0_conn_close(c, 1);
             } else if (c->timer_kind != M0_TIMER_IDLE) {
@@ -557,7 +709,8 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         c->head_len = (size_t)r;
-        conn_dispatch(c);
+        c->head_base = c->rbuf + c->rpos;
+        conn_begin(c);
     }
     c->processing = 0;
     m0_conn_interest(c);
@@ -569,7 +722,7 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken || srv->draining)
+    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
         return 0;
     if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
         return 0;
@@ -593,6 +746,11 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         return;
     m0_server *srv = c->srv;
     c->pending = 0;
+    c->send_deadline_ms = 0;
+    if (c->abort_after) {
+        m0_conn_close(c, 1);
+        return;
+    }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
@@ -614,7 +772,8 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     } else {
         if (!c->body_done) {
             c->state = M0_CS_DISCARD;
-            c->discard_budget = M0_DISCARD_MAX;
+            /* What is already buffered costs nothing more to skip. */
+            c->discard_budget = M0_DISCARD_MAX + (c->rlen - c->body_rd);
         } else {
             c->state = M0_CS_HEAD;
             c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
@@ -625,6 +784,54 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
             m0_conn_interest(c);
     }
     m0_conn_release(c);
+}
+
+void m0_conn_detach(m0_conn *c)
+{
+    c->detached = 1;
+    c->timer_kind = M0_TIMER_NONE;
+    m0_timer_stop(c->srv->loop, &c->timer);
+    m0_conn_interest(c);
+}
+
+void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+{
+    m0_server *srv = c->srv;
+    c->done_keep = keep_alive;
+    c->done_status = status;
+    c->done_bytes = body_bytes;
+    c->done_next = NULL;
+    pthread_mutex_lock(&srv->done_lock);
+    if (srv->done_tail != NULL)
+        srv->done_tail->done_next = c;
+    else
+        srv->done_head = c;
+    srv->done_tail = c;
+    pthread_mutex_unlock(&srv->done_lock);
+    m0_async_send(&srv->wake);
+}
+
+/* Loop thread: finish the responses other threads completed. */
+void m0_conn_take_completed(m0_server *srv)
+{
+    pthread_mutex_lock(&srv->done_lock);
+    m0_conn *c = srv->done_head;
+    srv->done_head = srv->done_tail = NULL;
+    pthread_mutex_unlock(&srv->done_lock);
+    while (c != NULL) {
+        m0_conn *next = c->done_next;
+        c->done_next = NULL;
+        c->detached = 0;
+        if (c->abort_after) {
+            c->pending = 0;
+            m0_conn_close(c, 1);
+        } else {
+            if (c->wlen > c->wpos)
+                m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
+        }
+        c = next;
+    }
 }
 
 void m0_conn_upgrade(m0_conn *c)
@@ -670,6 +877,11 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
 }
 
 /* --- accessors --- */
+
+const m0_request *m0_conn_request(const m0_conn *c)
+{
+    return &c->req;
+}
 
 void *m0_conn_data(const m0_conn *c)
 {

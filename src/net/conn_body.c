@@ -9,8 +9,6 @@
 
 #include "conn_int.h"
 
-static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
-
 /* Copy buffered decoded body bytes into dst. Returns n > 0, 0 when nothing
  * is buffered (c->body_done says whether the body ended), or -EBADMSG/-EFBIG. */
 static ssize_t body_take(m0_conn *c, char *dst, size_t cap)
@@ -91,17 +89,18 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
      * buffered between body_rd and body_end: those are served first. */
     if (c->body_done && !(c->body_mode == M0_BODY_CHUNKED && c->body_rd < c->body_end))
         return 0;
-    if (c->expect_continue && !c->continue_sent) {
+    if (c->expect_continue && !c->continue_sent && !c->resp_started) {
+        /* Body bytes already here: the client did not wait, no 100 needed.
+         * Once response bytes were written a 100 would land inside the
+         * response: never then (the connection closes after it instead,
+         * see m0_conn_keep_alive). */
         c->continue_sent = 1;
-        /* Body bytes already here: the client did not wait, no 100 needed. */
-        if (c->rlen > c->rpos + c->head_len)
-            goto read;
-        struct iovec iov = {(void *)continue_line, sizeof(continue_line) - 1};
-        int r = m0_conn_writev(c, &iov, 1, blocking);
-        if (r < 0)
-            return r;
+        if (c->rlen <= c->rpos + c->head_len) {
+            int r = m0_conn_send_continue(c, blocking);
+            if (r < 0)
+                return r;
+        }
     }
-read:
     for (;;) {
         ssize_t n = body_take(c, dst, cap);
         if (n != 0)
@@ -141,7 +140,7 @@ read:
             continue;
         if (err == EAGAIN || err == EWOULDBLOCK) {
             if (blocking) {
-                int w = m0_conn_wait(c, POLLIN);
+                int w = m0_conn_wait(c, POLLIN, c->body_deadline_ms);
                 if (w < 0)
                     return w;
                 continue;

@@ -18,8 +18,13 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
 
 /* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
 void m0_conn_flush(m0_conn *c);
-/* Wait for POLLIN or POLLOUT up to body_timeout_ms: 0, -ETIMEDOUT or -errno. */
-int m0_conn_wait(m0_conn *c, short events);
+/* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
+ * server's block hooks around the wait: 0, -ETIMEDOUT, -EINTR (a signal
+ * handler raised) or -errno. */
+int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
+uint64_t m0_conn_now_ms(void);
+/* Send "100 Continue" now (the response has not started). */
+int m0_conn_send_continue(m0_conn *c, int blocking);
 
 /* conn_body.c: skip the rest of a finished request's body from what is
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is

@@ -15,18 +15,37 @@
 
 #define M0_SEND_WINDOW 64
 
-int m0_conn_wait(m0_conn *c, short events)
+uint64_t m0_conn_now_ms(void)
 {
+    return m0_conn_clock_ns() / 1000000u;
+}
+
+int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
+{
+    const m0_server_config *cfg = &c->srv->cfg;
     struct pollfd p = {.fd = c->io.fd, .events = events};
-    int timeout = c->srv->cfg.body_timeout_ms ? (int)c->srv->cfg.body_timeout_ms : -1;
     for (;;) {
+        int timeout = -1;
+        if (deadline_ms != 0) {
+            uint64_t now = m0_conn_now_ms();
+            if (now >= deadline_ms)
+                return -ETIMEDOUT;
+            uint64_t left = deadline_ms - now;
+            timeout = left > INT32_MAX ? INT32_MAX : (int)left;
+        }
+        void *token = cfg->block_release != NULL ? cfg->block_release() : NULL;
         int r = poll(&p, 1, timeout);
+        int err = errno;
+        if (cfg->block_acquire != NULL)
+            cfg->block_acquire(token);
         if (r > 0)
             return 0; /* errors and hang-ups surface from the next syscall */
         if (r == 0)
-            return -ETIMEDOUT;
-        if (errno != EINTR)
-            return -errno;
+            continue; /* the deadline check above answers */
+        if (err != EINTR)
+            return -err;
+        if (cfg->block_signals != NULL && cfg->block_signals() < 0)
+            return -EINTR;
     }
 }
 
@@ -66,9 +85,22 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
     return 0;
 }
 
-static int conn_flush_blocking(m0_conn *c)
+/* The deadline of a blocked response writer: send_timeout_ms after the
+ * response's first write. */
+static uint64_t conn_send_deadline(m0_conn *c)
 {
-    while (c->wpos < c->wlen) {
+    if (c->send_deadline_ms == 0) {
+        uint32_t t = m0_conn_send_timeout(c);
+        c->send_deadline_ms = m0_conn_now_ms() + t;
+    }
+    return c->send_deadline_ms;
+}
+
+/* Send queued bytes until at most `keep` remain queued, waiting for the peer
+ * (an owning thread's blocking write). 0 or -errno. */
+static int conn_flush_until(m0_conn *c, size_t keep)
+{
+    while (c->wlen - c->wpos > keep) {
         ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
         if (n > 0) {
             c->wpos += (size_t)n;
@@ -78,7 +110,7 @@ static int conn_flush_blocking(m0_conn *c)
         if (n < 0 && err == EINTR)
             continue;
         if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-            int w = m0_conn_wait(c, POLLOUT);
+            int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
             if (w < 0)
                 return w;
             continue;
@@ -86,8 +118,19 @@ static int conn_flush_blocking(m0_conn *c)
         c->broken = 1;
         return n < 0 ? -err : -EPIPE;
     }
-    c->wpos = c->wlen = 0;
+    if (c->wpos == c->wlen)
+        c->wpos = c->wlen = 0;
     return 0;
+}
+
+int m0_conn_send_continue(m0_conn *c, int blocking)
+{
+    static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    struct iovec iov = {(void *)line, sizeof(line) - 1};
+    int started = c->resp_started;
+    int r = m0_conn_writev(c, &iov, 1, blocking);
+    c->resp_started = started;
+    return r;
 }
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
@@ -99,18 +142,18 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         total += iov[i].iov_len;
     if (total == 0)
         return 0;
+    c->resp_started = 1;
+    size_t done = 0;
     if (c->wlen > c->wpos) {
+        /* Output is already queued: keep the order. */
+        if (wbuf_append(c, iov, iovcnt, 0) < 0)
+            return -ENOMEM;
         if (!blocking) {
-            if (wbuf_append(c, iov, iovcnt, 0) < 0)
-                return -ENOMEM;
             c->writable_wanted = 1;
             return 0;
         }
-        int r = conn_flush_blocking(c);
-        if (r < 0)
-            return r;
+        return conn_flush_until(c, M0_WRITE_HIGH_WATER);
     }
-    size_t done = 0;
     for (;;) {
         struct iovec win[M0_SEND_WINDOW];
         int wn = 0;
@@ -137,14 +180,10 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         if (n < 0 && err == EINTR)
             continue;
         if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-            if (blocking) {
-                int w = m0_conn_wait(c, POLLOUT);
-                if (w < 0)
-                    return w;
-                continue;
-            }
             if (wbuf_append(c, iov, iovcnt, done) < 0)
                 return -ENOMEM;
+            if (blocking)
+                return conn_flush_until(c, M0_WRITE_HIGH_WATER);
             c->writable_wanted = 1;
             m0_conn_interest(c);
             return 0;
@@ -162,10 +201,11 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             m0_conn_interest(c);
             return -EAGAIN;
         }
-        int r = conn_flush_blocking(c);
+        int r = conn_flush_until(c, 0);
         if (r < 0)
             return r;
     }
+    c->resp_started = 1;
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
@@ -181,7 +221,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             continue;
         if (err == EAGAIN || err == EWOULDBLOCK) {
             if (blocking) {
-                int w = m0_conn_wait(c, POLLOUT);
+                int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
                 if (w < 0)
                     return w;
                 continue;

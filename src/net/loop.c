@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +124,48 @@ void m0_io_close(m0_loop *loop, m0_io *io)
     loop_batch_scrub(loop, io);
     close(io->fd);
     io->fd = -1;
+}
+
+/* --- cross-thread wake-ups --- */
+
+static void async_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
+{
+    (void)events;
+    m0_async *async = (m0_async *)io;
+    uint64_t v;
+    while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+    }
+    async->cb(loop, async);
+}
+
+int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb)
+{
+    async->cb = cb;
+    async->io.events = 0;
+    async->io.cb = async_io_cb;
+    async->io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (async->io.fd < 0)
+        return -errno;
+    int r = m0_io_set(loop, &async->io, EPOLLIN);
+    if (r < 0) {
+        close(async->io.fd);
+        async->io.fd = -1;
+    }
+    return r;
+}
+
+void m0_async_close(m0_loop *loop, m0_async *async)
+{
+    m0_io_close(loop, &async->io);
+}
+
+void m0_async_send(m0_async *async)
+{
+    uint64_t one = 1;
+    int saved = errno;
+    while (write(async->io.fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+    errno = saved;
 }
 
 /* --- timers: binary min-heap on deadline_ms --- */

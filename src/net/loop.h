@@ -53,6 +53,19 @@ uint64_t m0_loop_now(const m0_loop *loop);
 /* Milliseconds until the earliest timer, or -1 when none is armed. */
 int m0_loop_next_timeout(const m0_loop *loop);
 
+/* A cross-thread wake-up (libuv's uv_async): m0_async_send() may be called
+ * from any thread; the callback runs on the loop's thread during a pass.
+ * Several sends before the pass coalesce into one callback. */
+typedef struct m0_async m0_async;
+typedef void (*m0_async_cb)(m0_loop *loop, m0_async *async);
+struct m0_async {
+    m0_io io; /* an eventfd */
+    m0_async_cb cb;
+};
+int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb);
+void m0_async_close(m0_loop *loop, m0_async *async);
+void m0_async_send(m0_async *async); /* thread-safe, async-signal-safe */
+
 /* Hooks run around a blocking epoll_wait (never around a zero-timeout one):
  * the WSGI bridge releases the GIL in before and takes it back in after, so
  * the GIL is held across a whole batch of ready events, never per syscall. */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "server_int.h"
 
@@ -15,7 +16,12 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->keep_alive_timeout_ms = 5000;
     cfg->max_keepalive_requests = 0;
     cfg->header_timeout_ms = 10000;
-    cfg->body_timeout_ms = 30000;
+    cfg->body_timeout_ms = 60000;
+    cfg->send_timeout_ms = 30000;
+    cfg->body_buffer_size = 1024 * 1024;
+    cfg->block_release = NULL;
+    cfg->block_acquire = NULL;
+    cfg->block_signals = NULL;
     cfg->server_header = 1;
     cfg->access_log_fd = -1;
     cfg->max_requests = 0;
@@ -27,6 +33,25 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, accept_timer));
     if (!srv->draining)
         m0_listeners_pause(srv, 0);
+}
+
+/* Loop thread: what other threads posted (completions, drain, abort). */
+static void server_wake(m0_loop *loop, m0_async *async)
+{
+    (void)loop;
+    m0_server *srv = (m0_server *)((char *)async - offsetof(m0_server, wake));
+    int posted = __atomic_exchange_n(&srv->posted, 0, __ATOMIC_ACQ_REL);
+    m0_conn_take_completed(srv);
+    if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
+        m0_server_drain(srv);
+    if (posted & M0_POSTED_ABORT)
+        m0_server_abort(srv);
+}
+
+void m0_server_post_drain(m0_server *srv, int graceful)
+{
+    __atomic_or_fetch(&srv->posted, graceful ? M0_POSTED_DRAIN : M0_POSTED_ABORT, __ATOMIC_ACQ_REL);
+    m0_async_send(&srv->wake);
 }
 
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
@@ -44,6 +69,13 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     /* A head may use its request line, one maximal field and 64 KiB more. */
     srv->head_cap = cfg->limits.max_request_line + cfg->limits.max_header_size + 64 * 1024;
     m0_timer_init(&srv->accept_timer, server_accept_timer);
+    pthread_mutex_init(&srv->done_lock, NULL);
+    int r = m0_async_init(loop, &srv->wake, server_wake);
+    if (r < 0) {
+        pthread_mutex_destroy(&srv->done_lock);
+        free(srv);
+        return r;
+    }
     *out = srv;
     return 0;
 }
@@ -55,7 +87,7 @@ void m0_server_link(m0_server *srv, m0_conn *c)
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    srv->nconns++;
+    __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
 }
 
 void m0_server_unlink(m0_server *srv, m0_conn *c)
@@ -67,7 +99,7 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
-    srv->nconns--;
+    __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
 }
 
 static void server_listeners_close(m0_server *srv)
@@ -90,6 +122,8 @@ void m0_server_free(m0_server *srv)
     m0_server_abort(srv);
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_async_close(srv->loop, &srv->wake);
+    pthread_mutex_destroy(&srv->done_lock);
     while (srv->freelist != NULL) {
         m0_conn *c = srv->freelist;
         srv->freelist = c->next;
@@ -103,7 +137,7 @@ void m0_server_free(m0_server *srv)
 void m0_server_drain(m0_server *srv)
 {
     if (!srv->draining) {
-        srv->draining = 1;
+        __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
         m0_listeners_pause(srv, 1);
         m0_timer_stop(srv->loop, &srv->accept_timer);
     }
@@ -142,18 +176,43 @@ int m0_server_draining(const m0_server *srv)
 
 void m0_server_abort(m0_server *srv)
 {
-    while (srv->conns != NULL)
-        m0_conn_close(srv->conns, 1);
+    /* A connection another thread owns cannot be freed under it: its socket
+     * is shut down so that the owner's I/O fails at once, and it closes when
+     * it comes back (m0_conn_take_completed). */
+    m0_conn *c = srv->conns;
+    while (c != NULL) {
+        m0_conn *next = c->next;
+        if (c->detached) {
+            if (!c->abort_after) {
+                c->abort_after = 1;
+                shutdown(c->io.fd, SHUT_RDWR);
+            }
+        } else {
+            if (next != NULL)
+                next->refs++;
+            m0_conn_close(c, 1);
+            if (next != NULL) {
+                /* closing c may have closed next too (a handler callback) */
+                int gone = next->state == M0_CS_CLOSED;
+                m0_conn_release(next);
+                if (gone) {
+                    c = srv->conns;
+                    continue;
+                }
+            }
+        }
+        c = next;
+    }
 }
 
 size_t m0_server_connections(const m0_server *srv)
 {
-    return srv->nconns;
+    return __atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
 }
 
 uint64_t m0_server_requests(const m0_server *srv)
 {
-    return srv->requests;
+    return __atomic_load_n(&srv->requests, __ATOMIC_RELAXED);
 }
 
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot)

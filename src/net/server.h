@@ -14,6 +14,18 @@
  * for it is on the stack, and after on_event(M0_CONN_CLOSED) returns the
  * handler must not touch the m0_conn again.
  *
+ * Hand-off to another thread (the WSGI blocking pool): inside on_request the
+ * handler calls m0_conn_detach() and returns 1. From then on the connection
+ * belongs to the other thread, which may call only the blocking I/O functions
+ * below (body_read, writev, sendfile with blocking = 1), m0_conn_keep_alive,
+ * the address accessors and finally m0_conn_complete(); the loop does not
+ * read, write, time out or free it meanwhile (an abort shuts its socket down
+ * so that the owner's I/O fails at once, and closes it when it comes back).
+ *
+ * Request bodies up to cfg.body_buffer_size are read by the loop before
+ * on_request is called, so a slow uploader holds only its own connection;
+ * larger bodies are streamed through m0_conn_body_read.
+ *
  * Error convention: 0 or a count on success, -errno on failure.
  * No Python.h here.
  */
@@ -53,10 +65,20 @@ typedef struct {
     uint32_t keep_alive_timeout_ms;  /* idle time between requests; 0 = close after each */
     uint32_t max_keepalive_requests; /* per connection, 0 = unlimited */
     uint32_t header_timeout_ms;      /* to receive a complete head, from its first byte (408) */
-    uint32_t body_timeout_ms;        /* a blocking body read or write waiting this long fails */
-    int server_header;               /* add "Server: m0serve" to canned responses */
-    int access_log_fd;               /* -1: off; else one line per response is written here */
-    uint64_t max_requests;           /* the server drains itself after this many, 0 = never */
+    uint32_t body_timeout_ms;        /* the whole request body must arrive within this (408) */
+    uint32_t send_timeout_ms;        /* a response writer blocked this long after its first write fails,
+                                      * and queued output making no progress this long closes */
+    uint64_t body_buffer_size;       /* bodies up to this are read before dispatch (0: never) */
+    /* Around every blocking wait of an owning thread: release returns a token
+     * given back to acquire (the bridge drops and retakes the GIL there);
+     * signals runs after an interrupted wait and returns -1 to abandon it
+     * (a signal handler raised). All may be NULL. */
+    void *(*block_release)(void);
+    void (*block_acquire)(void *token);
+    int (*block_signals)(void);
+    int server_header;     /* add "Server: m0serve" to canned responses */
+    int access_log_fd;     /* -1: off; else one line per response is written here */
+    uint64_t max_requests; /* the server drains itself after this many, 0 = never */
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -77,8 +99,11 @@ void m0_server_drain(m0_server *srv);
 int m0_server_draining(const m0_server *srv);
 /* Close every connection now (handlers get M0_CONN_CLOSED). */
 void m0_server_abort(m0_server *srv);
+/* Thread-safe and async-signal-safe: ask the loop's thread to drain
+ * (graceful) or to drain and abort, at its next pass. */
+void m0_server_post_drain(m0_server *srv, int graceful);
 size_t m0_server_connections(const m0_server *srv); /* open connections */
-uint64_t m0_server_requests(const m0_server *srv);   /* requests dispatched so far */
+uint64_t m0_server_requests(const m0_server *srv);  /* requests dispatched so far */
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
@@ -86,6 +111,8 @@ void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
 /* --- per connection, for handlers --- */
 
 void *m0_conn_data(const m0_conn *c);
+/* The pending request (valid until it is finished). */
+const m0_request *m0_conn_request(const m0_conn *c);
 void m0_conn_set_data(m0_conn *c, void *data);
 m0_server *m0_conn_server(const m0_conn *c);
 
@@ -104,8 +131,10 @@ int m0_conn_keep_alive(const m0_conn *c);
 
 /* Read decoded request body bytes (Content-Length and chunked framing are
  * handled here). The first call sends "HTTP/1.1 100 Continue" when the
- * request asked for it. Returns n > 0, 0 at the end of the body, or
- * -ECONNRESET (peer gone), -ETIMEDOUT (blocking read waited body_timeout_ms),
+ * request asked for it and no response byte was written yet. Returns n > 0,
+ * 0 at the end of the body, or -ECONNRESET (peer gone), -ETIMEDOUT (the body
+ * did not arrive within body_timeout_ms of the dispatch), -EINTR (a signal
+ * handler raised during a blocking wait),
  * -EBADMSG (bad chunked framing), -EFBIG (over limits.max_body),
  * -EAGAIN (non-blocking and nothing buffered: the socket is re-armed and
  * on_event(M0_CONN_BODY) follows). Bytes not yet read stay in the kernel
@@ -113,13 +142,18 @@ int m0_conn_keep_alive(const m0_conn *c);
 ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 
 /* Write raw response bytes (the handler frames them with http/response.h).
- * blocking: returns once everything is written, or -EPIPE/-ECONNRESET/
- * -ETIMEDOUT. Non-blocking: writes what the socket takes, copies the rest
- * into the connection's write buffer and returns 0; m0_conn_write_pending()
- * then says how much is queued (backpressure: wait for M0_CONN_WRITABLE). */
+ * Both modes write what the socket takes and copy the rest into the
+ * connection's write buffer, which the loop flushes. blocking: then waits,
+ * while more than M0_WRITE_HIGH_WATER is queued, for the peer to read (with
+ * the block hooks around the wait); fails with -ETIMEDOUT once
+ * send_timeout_ms have passed since the response's first write, or
+ * -EPIPE/-ECONNRESET. Non-blocking (loop thread only): returns 0 at once;
+ * m0_conn_write_pending() says how much is queued (backpressure: wait for
+ * M0_CONN_WRITABLE). */
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
 /* sendfile(2) count bytes of fd from offset. Blocking: returns once count
- * bytes are sent or at end of file (fewer), or -errno. Non-blocking: returns
+ * bytes are sent or at end of file (fewer), or -errno (the same deadline as
+ * writev). Non-blocking: returns
  * the bytes the socket took (> 0), 0 at end of file, or -EAGAIN when it took
  * none (queued output first, or a full socket): M0_CONN_WRITABLE follows. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
@@ -132,6 +166,14 @@ size_t m0_conn_write_pending(const m0_conn *c);
  * head). status and body_bytes feed the access log. Then the next pipelined
  * request is dispatched. */
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+
+/* Hand the pending request to another thread (see the top of this file).
+ * Loop thread, inside on_request, which then returns 1. */
+void m0_conn_detach(m0_conn *c);
+/* The owning thread's m0_conn_finish: thread-safe; the loop's thread
+ * finishes the response (flushes what is queued, keep-alive, the next
+ * pipelined request) at its next pass. The caller must not touch c after. */
+void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 
 /* After a 101 response: the connection becomes a raw byte stream.
  * m0_conn_body_read then returns raw bytes until EOF; no more requests are

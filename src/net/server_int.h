@@ -5,6 +5,7 @@
 #define M0_NET_SERVER_INT_H
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include "server.h"
@@ -28,6 +29,7 @@ enum {
     M0_CS_LINGER = 3,  /* output shut down; discarding input until EOF */
     M0_CS_RAW = 4,     /* upgraded: raw byte stream */
     M0_CS_CLOSED = 5,
+    M0_CS_BODY = 6, /* head parsed; the loop reads the body before dispatching */
 };
 
 enum {
@@ -42,6 +44,13 @@ enum {
     M0_TIMER_IDLE = 2,   /* keep-alive idle or a fresh connection: close */
     M0_TIMER_LINGER = 3,
     M0_TIMER_SEND = 4, /* output stalled (a peer that does not read): close */
+    M0_TIMER_BODY = 5, /* the body being buffered did not arrive in time: 408 */
+};
+
+/* Requests posted to the loop from other threads (m0_server_post). */
+enum {
+    M0_POSTED_DRAIN = 1,
+    M0_POSTED_ABORT = 2,
 };
 
 typedef struct m0_listener {
@@ -68,9 +77,15 @@ struct m0_conn {
     int peer_eof;     /* read() returned 0 */
     int continue_sent;
     int expect_continue;
-    int discard_ok;       /* finish may discard the rest of the body */
-    int timer_kind;       /* M0_TIMER_* */
-    uint64_t deadline_ms; /* lazy: the timer may fire earlier and re-arm */
+    int discard_ok;            /* finish may discard the rest of the body */
+    int detached;              /* owned by another thread until m0_conn_complete (loop thread's view) */
+    int abort_after;           /* the server aborted while detached: close once it comes back */
+    int resp_started;          /* response bytes of the pending request were written */
+    uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
+    uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
+    const char *head_base;     /* where the head was parsed: its spans point there */
+    int timer_kind;            /* M0_TIMER_* */
+    uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
 
     /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
      * request is pending, [rpos, rpos + head_len) is its head. */
@@ -103,6 +118,12 @@ struct m0_conn {
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
 
+    /* m0_conn_complete's arguments, carried to the loop thread */
+    m0_conn *done_next;
+    int done_keep;
+    int done_status;
+    uint64_t done_bytes;
+
     int family;
     int peer_port;
     int local_port; /* -1 until asked */
@@ -126,6 +147,14 @@ struct m0_server {
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *freelist;
     size_t nfree;
+
+    /* Cross-thread: connections completed by their owning thread, and
+     * posted drain/abort requests, taken by the loop on `wake`. */
+    m0_async wake;
+    pthread_mutex_t done_lock;
+    m0_conn *done_head;
+    m0_conn *done_tail;
+    int posted; /* M0_POSTED_* bits, atomic */
 };
 
 /* listener.c */
@@ -137,6 +166,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
 void m0_conn_close(m0_conn *c, int notify);
 void m0_conn_release(m0_conn *c);
 void m0_conn_destroy(m0_conn *c);
+void m0_conn_take_completed(m0_server *srv);
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);
