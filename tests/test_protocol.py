@@ -1,7 +1,8 @@
 """HTTP/1.1 connection behaviour of m0serve against a real server process:
 keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
 100-continue, chunked bodies in and out, every limit, the header timeout, the
-keep-alive idle timeout, the per-connection request cap and the Date header.
+keep-alive idle timeout, the per-connection request cap, the Date header and
+OPTIONS *.
 Where the Python app does not matter the same checks run against
 `--native hello` (the HTTP layer without Python on the request path).
 """
@@ -911,3 +912,23 @@ def test_content_length_list_of_equal_values(serve):
         seen = echo(body)
         assert (seen["env"].get("CONTENT_LENGTH"), seen["body"]) == ("3", "abc")
         assert echo(read_response(s)[2])["path"] == "/after"
+
+
+# --- OPTIONS *, absolute-form targets ---
+
+
+@pytest.mark.parametrize("root", ["", "/api"])
+def test_options_asterisk_has_path_asterisk(serve, bridge, root):
+    """OPTIONS * reaches the app with the path "*" (WSGI PATH_INFO and
+    RAW_URI, ASGI path and raw_path), never prefixed with the root path: the
+    app answers for the server as a whole (as under gunicorn and Werkzeug)
+    instead of seeing a request for its root (Flask answered 308 to "/")."""
+    server = start(serve, bridge, *(("--root-path", root) if root else ()))
+    with connect(server) as s:
+        s.sendall(b"OPTIONS * HTTP/1.1\r\n" + HOST + b"\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["method"], seen["path"], seen["env"]["RAW_URI"]) == ("OPTIONS", "*", "*")
+        if bridge == "wsgi":
+            assert seen["env"]["SCRIPT_NAME"] == root

@@ -559,8 +559,16 @@ static int hexval(int ch)
     return -1;
 }
 
+/* Whether the target is the asterisk-form of OPTIONS * (the parser refuses
+ * it with any other method). */
+static int asgi_is_asterisk(m0_span path)
+{
+    return path.len == 1 && path.base[0] == '*';
+}
+
 /* The path percent-decoded and read as UTF-8 (invalid sequences replaced, as
- * urllib.parse.unquote does), prefixed with the root path. */
+ * urllib.parse.unquote does), prefixed with the root path. OPTIONS * has the
+ * path "*", without the root path: it asks about the server as a whole. */
 static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
 {
     char stackbuf[1024];
@@ -568,6 +576,8 @@ static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
     stackbuf[0] = '\0';
     PyObject *path = NULL;
     size_t n = 0;
+    if (asgi_is_asterisk(p))
+        return PyUnicode_FromStringAndSize("*", 1);
     if (memchr(p.base, '%', p.len) == NULL) {
         path = PyUnicode_DecodeUTF8(p.base, (Py_ssize_t)p.len, "replace");
     } else {
@@ -717,7 +727,7 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     const char *peer = m0_conn_peer_host(c);
     const char *local = m0_conn_local_host(c);
     PyObject *raw_path;
-    if (PyBytes_GET_SIZE(a->root_path_bytes) == 0) {
+    if (PyBytes_GET_SIZE(a->root_path_bytes) == 0 || asgi_is_asterisk(req->path)) {
         raw_path = PyBytes_FromStringAndSize(req->path.base, (Py_ssize_t)req->path.len);
     } else {
         raw_path = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(a->root_path_bytes) + (Py_ssize_t)req->path.len);

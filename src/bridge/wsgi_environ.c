@@ -255,8 +255,10 @@ static size_t percent_decode(const char *s, size_t n, char *out)
 /* PATH_INFO: the path percent-decoded, in latin-1, the root path stripped
  * from its front when it matches on a segment boundary. The parser already
  * split absolute-form targets, so path is "/..." or empty (an absolute-form
- * target without a path, which means "/"), or "*" for OPTIONS *, which CGI
- * represents as an empty PATH_INFO (RAW_URI keeps the "*"). */
+ * target without a path, which means "/"), or "*" for OPTIONS *, which stays
+ * "*" (as gunicorn and Werkzeug give it: the app answers for the server as a
+ * whole instead of seeing a request for its root; wsgiref.validate, which
+ * wants PATH_INFO empty or "/...", refuses it). */
 static PyObject *path_info(m0_wsgi *w, m0_span path)
 {
     const char *p = path.base;
@@ -270,7 +272,7 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
     if (n == 1 && p[0] == '/' && w->root_len == 0)
         return Py_NewRef(M0_WSGI_STR(w->st, slash));
     if (n == 1 && p[0] == '*')
-        return latin1_cached(&w->path_val, p, 0);
+        return latin1_cached(&w->path_val, p, 1);
     if (n == 0) {
         p = "/";
         n = 1;

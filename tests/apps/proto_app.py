@@ -16,11 +16,16 @@ Routes (by PATH_INFO):
 
 The body is reported as a latin-1 string so that any byte survives JSON.
 
+`app` is `_app` wrapped in wsgiref.validate, except for `OPTIONS *`: its
+PATH_INFO is "*" (as gunicorn and Werkzeug give it), which the validator
+refuses (it wants PATH_INFO empty or starting with "/").
+
 `asgi_app` is the same app for ASGI 3 (same routes and report), so the
 protocol cases run against both bridges. Its "path" is scope["path"] encoded
 back to UTF-8 and shown as latin-1, which is what WSGI's PATH_INFO tunnels;
 its "headers" are scope["headers"] as sent (repeated names joined by ", ",
-no environ rules), so header expectations are checked for WSGI only.
+no environ rules), so header expectations are checked for WSGI only. Its
+"env" has RAW_URI from scope["raw_path"].
 """
 import asyncio
 import json
@@ -106,7 +111,13 @@ def _app(environ, start_response):
     return _echo(environ, start_response, _read_body(environ))
 
 
-app = validator(_app)
+_validated = validator(_app)
+
+
+def app(environ, start_response):
+    if environ.get("RAW_URI") == "*":
+        return _app(environ, start_response)
+    return _validated(environ, start_response)
 
 
 async def _asgi_body(receive):
@@ -140,7 +151,11 @@ async def _asgi_echo(scope, send, body):
         "method": scope["method"],
         "path": scope["path"].encode("utf-8", "surrogateescape").decode("latin-1"),
         "query": scope["query_string"].decode("latin-1"),
-        "env": {"SERVER_PROTOCOL": "HTTP/" + scope["http_version"], "REMOTE_PORT": str((scope.get("client") or ("", 0))[1])},
+        "env": {
+            "SERVER_PROTOCOL": "HTTP/" + scope["http_version"],
+            "REMOTE_PORT": str((scope.get("client") or ("", 0))[1]),
+            "RAW_URI": scope["raw_path"].decode("latin-1"),
+        },
         "headers": headers,
         "body": body.decode("latin-1"),
         "body_len": len(body),

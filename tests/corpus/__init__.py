@@ -234,7 +234,7 @@ VALID = [
     Valid("http10-post", b"POST /ten HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", {"body": "abc"}, close=True),
     Valid("http10-keep-alive", b"GET /ten HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", {"path": "/ten"}),
     Valid("http12-as-http11", b"GET / HTTP/1.2\r\n" + H + b"\r\n", {"method": "GET"}),
-    Valid("options-asterisk", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", {"method": "OPTIONS"}),
+    Valid("options-asterisk", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", {"method": "OPTIONS", "path": "*"}),
     Valid("absolute-form", b"GET http://example.com/abs/path?x=1 HTTP/1.1\r\n" + H + b"\r\n", {"path": "/abs/path", "query": "x=1"}),
     Valid("unknown-method", b"PURGE /cache HTTP/1.1\r\n" + H + b"\r\n", {"method": "PURGE", "path": "/cache"}),
     Valid("method-token-chars", b"M-SEARCH!#$%&'*+.^_`|~ / HTTP/1.1\r\n" + H + b"\r\n", {"method": "M-SEARCH!#$%&'*+.^_`|~"}),
