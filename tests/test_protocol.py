@@ -1,8 +1,8 @@
 """HTTP/1.1 connection behaviour of m0serve against a real server process:
 keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
 100-continue, chunked bodies in and out, every limit, the header timeout, the
-keep-alive idle timeout, the per-connection request cap, the Date header and
-OPTIONS *.
+keep-alive idle timeout, the per-connection request cap, the Date header,
+OPTIONS * and absolute-form targets.
 Where the Python app does not matter the same checks run against
 `--native hello` (the HTTP layer without Python on the request path).
 """
@@ -932,3 +932,69 @@ def test_options_asterisk_has_path_asterisk(serve, bridge, root):
         assert (seen["method"], seen["path"], seen["env"]["RAW_URI"]) == ("OPTIONS", "*", "*")
         if bridge == "wsgi":
             assert seen["env"]["SCRIPT_NAME"] == root
+
+
+@pytest.fixture(scope="module")
+def shared_server(serve_module):
+    """One server per bridge for the whole module: shared_server("wsgi")."""
+    servers = {}
+
+    def get_server(bridge):
+        if bridge not in servers:
+            servers[bridge] = start(serve_module, bridge)
+        return servers[bridge]
+
+    return get_server
+
+
+@pytest.mark.parametrize(
+    "target, host, name, port",
+    [
+        ("http://other.example:8080/get?x=1", "other.example:8080", "other.example", "8080"),
+        ("http://other.example/get?x=1", "other.example", "other.example", "80"),
+        ("HTTPS://other.example/get?x=1", "other.example", "other.example", "443"),
+        ("http://192.0.2.7:81/get?x=1", "192.0.2.7:81", "192.0.2.7", "81"),
+        ("http://[2001:db8::1]:9/get?x=1", "[2001:db8::1]:9", "[2001:db8::1]", "9"),
+    ],
+)
+def test_absolute_form_authority_replaces_host(shared_server, bridge, target, host, name, port):
+    """RFC 9112 3.2.2: with an absolute-form target the server uses the
+    target's authority and ignores Host. The app sees it as its Host header
+    (WSGI HTTP_HOST, the ASGI "host" header), SERVER_NAME/SERVER_PORT (the
+    ASGI "server", where an IPv6 literal has no brackets), with the scheme's
+    default port when the authority has none."""
+    server = shared_server(bridge)
+    with connect(server) as s:
+        s.sendall(b"GET " + target.encode() + b" HTTP/1.1\r\nHost: hb.test\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["path"], seen["query"], seen["headers"]["host"]) == ("/get", "x=1", host)
+        if bridge == "asgi" and name.startswith("["):
+            name = name[1:-1]
+        assert (seen["env"]["SERVER_NAME"], seen["env"]["SERVER_PORT"]) == (name, port)
+        # an origin-form request on the same connection is back to Host
+        s.sendall(get("/origin"))
+        seen = echo(read_response(s)[2])
+        assert seen["headers"]["host"] == "example.com"
+        assert seen["env"]["SERVER_NAME"] == "127.0.0.1" and seen["env"]["SERVER_PORT"] == str(server.port)
+
+
+def test_absolute_form_authority_without_host_or_with_userinfo(serve, bridge):
+    """An HTTP/1.0 absolute-form request without Host gets the authority as
+    its host. An authority with userinfo is not a valid http authority (RFC
+    9110 4.2.4): it is refused, or ignored in favour of Host, but never given
+    to the app."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(b"GET http://other.example/ten HTTP/1.0\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["path"], seen["headers"].get("host"), seen["env"]["SERVER_PORT"]) == ("/ten", "other.example", "80")
+    with connect(server) as s:
+        s.sendall(b"GET http://user@other.example/get HTTP/1.1\r\nHost: hb.test\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status in (200, 400), (head, body)
+        if status == 200:
+            assert echo(body)["headers"]["host"] == "hb.test"

@@ -164,7 +164,9 @@ m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
  * (b"*" for OPTIONS *), query_string, root_path, headers (list of
  * (lowercased name, value) bytes tuples in order), client, server, state
  * (shallow copy of the lifespan state), and for HTTP "method" and
- * "extensions". websocket != 0 builds a websocket scope. */
+ * "extensions". For an absolute-form target (RFC 9112 3.2.2) the "host"
+ * header and "server" come from the target's authority (http_rules.h).
+ * websocket != 0 builds a websocket scope. */
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as

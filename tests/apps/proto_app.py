@@ -25,7 +25,8 @@ protocol cases run against both bridges. Its "path" is scope["path"] encoded
 back to UTF-8 and shown as latin-1, which is what WSGI's PATH_INFO tunnels;
 its "headers" are scope["headers"] as sent (repeated names joined by ", ",
 no environ rules), so header expectations are checked for WSGI only. Its
-"env" has RAW_URI from scope["raw_path"].
+"env" has SERVER_NAME and SERVER_PORT from scope["server"] and RAW_URI from
+scope["raw_path"].
 """
 import asyncio
 import json
@@ -44,6 +45,8 @@ ENVIRON_KEYS = (
     "CONTENT_LENGTH",
     "RAW_URI",
     "REMOTE_PORT",
+    "SERVER_NAME",
+    "SERVER_PORT",
 )
 
 
@@ -154,6 +157,8 @@ async def _asgi_echo(scope, send, body):
         "env": {
             "SERVER_PROTOCOL": "HTTP/" + scope["http_version"],
             "REMOTE_PORT": str((scope.get("client") or ("", 0))[1]),
+            "SERVER_NAME": scope["server"][0],
+            "SERVER_PORT": str(scope["server"][1]),
             "RAW_URI": scope["raw_path"].decode("latin-1"),
         },
         "headers": headers,

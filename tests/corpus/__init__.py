@@ -236,6 +236,8 @@ VALID = [
     Valid("http12-as-http11", b"GET / HTTP/1.2\r\n" + H + b"\r\n", {"method": "GET"}),
     Valid("options-asterisk", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", {"method": "OPTIONS", "path": "*"}),
     Valid("absolute-form", b"GET http://example.com/abs/path?x=1 HTTP/1.1\r\n" + H + b"\r\n", {"path": "/abs/path", "query": "x=1"}),
+    Valid("absolute-form-other-authority", b"GET http://other.example:8080/p HTTP/1.1\r\n" + H + b"\r\n",
+          {"path": "/p", "headers": {"host": "other.example:8080"}, "env": {"SERVER_NAME": "other.example", "SERVER_PORT": "8080"}}),
     Valid("unknown-method", b"PURGE /cache HTTP/1.1\r\n" + H + b"\r\n", {"method": "PURGE", "path": "/cache"}),
     Valid("method-token-chars", b"M-SEARCH!#$%&'*+.^_`|~ / HTTP/1.1\r\n" + H + b"\r\n", {"method": "M-SEARCH!#$%&'*+.^_`|~"}),
     Valid("lowercase-method", b"get / HTTP/1.1\r\n" + H + b"\r\n", {"method": "get"}),
