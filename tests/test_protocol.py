@@ -2,7 +2,7 @@
 keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
 100-continue, chunked bodies in and out, every limit, the header timeout, the
 keep-alive idle timeout, the per-connection request cap, the Date header,
-OPTIONS * and absolute-form targets.
+OPTIONS *, absolute-form targets and the response headers the server owns.
 Where the Python app does not matter the same checks run against
 `--native hello` (the HTTP layer without Python on the request path).
 """
@@ -13,6 +13,7 @@ import select
 import socket
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -914,7 +915,7 @@ def test_content_length_list_of_equal_values(serve):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-# --- OPTIONS *, absolute-form targets ---
+# --- OPTIONS *, absolute-form targets, headers the server owns ---
 
 
 @pytest.mark.parametrize("root", ["", "/api"])
@@ -998,3 +999,92 @@ def test_absolute_form_authority_without_host_or_with_userinfo(serve, bridge):
         assert status in (200, 400), (head, body)
         if status == 200:
             assert echo(body)["headers"]["host"] == "hb.test"
+
+
+HOP_BY_HOP = [
+    ("Connection", "upgrade, x-private"),
+    ("Keep-Alive", "timeout=99"),
+    ("Proxy-Connection", "keep-alive"),
+    ("TE", "trailers"),
+    ("Trailer", "X-Checksum"),
+    ("Transfer-Encoding", "chunked"),
+    ("Upgrade", "h2c"),
+]
+
+
+def hop(headers, status=None):
+    q = [("h", f"{n}:{v}") for n, v in headers] + ([("status", str(status))] if status else [])
+    return "/hop?" + urllib.parse.urlencode(q)
+
+
+def hop_warnings(server, name):
+    return re.findall(r"\[WARNING\] .*hop-by-hop response header " + re.escape(name) + r":", server.log)
+
+
+def test_hop_by_hop_headers_from_the_app_are_dropped_with_one_warning(serve, bridge):
+    """RFC 9110 7.6.1: the hop-by-hop fields describe the connection, which
+    the server owns. Set by the app, each is dropped (the head is the one the
+    app would get without them) and named in one warning per worker, however
+    many responses carry it."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([])))
+        status, plain, body, _ = read_response(s)
+        assert (status, body) == (200, b"hop")
+        for _ in range(3):
+            s.sendall(get(hop(HOP_BY_HOP)))
+            status, headers, body, head = read_response(s)
+            assert (status, body) == (200, b"hop")
+            assert [n for n, _ in headers] == [n for n, _ in plain], head
+            assert "close" not in conn_tokens(headers)
+    for name, _ in HOP_BY_HOP:
+        server.wait_log(r"hop-by-hop response header " + re.escape(name) + ":")
+    time.sleep(0.2)
+    assert {name: len(hop_warnings(server, name)) for name, _ in HOP_BY_HOP} == {name: 1 for name, _ in HOP_BY_HOP}
+
+
+def test_app_connection_close_is_honoured(serve, bridge):
+    """The app's Connection field is dropped, but its close option closes the
+    connection after the response, which then says so once."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([("Connection", "x-private, Close")])))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"hop")
+        assert [v.lower() for n, v in headers if n == "connection"] == ["close"], head
+        assert_clean_eof(s, what="after the app's Connection: close")
+
+
+def test_upgrade_is_kept_on_a_101(serve, bridge):
+    """Upgrade names the protocol a 101 switches to: on a 101 it is the app's
+    and no warning is logged; on any other status it is dropped."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([("Upgrade", "x-proto")], status=101)))
+        status, headers, _, head = read_response(s)
+        assert status == 101 and header(headers, "upgrade") == "x-proto", head
+    with connect(server) as s:
+        s.sendall(get(hop([("Upgrade", "x-proto")])))
+        status, headers, _, head = read_response(s)
+        assert status == 200 and header(headers, "upgrade") is None, head
+    server.wait_log(r"hop-by-hop response header Upgrade:")
+    time.sleep(0.2)
+    assert len(hop_warnings(server, "Upgrade")) == 1
+
+
+@pytest.mark.parametrize("server_header", [True, False])
+def test_app_date_and_server_are_kept_ours_otherwise(serve, bridge, server_header):
+    """The server sends Date (and Server, unless --no-server-header) only when
+    the app did not: an app's own Date and Server are kept, once each."""
+    server = start(serve, bridge, *(() if server_header else ("--no-server-header",)))
+    with connect(server) as s:
+        s.sendall(get("/own-headers"))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"own")
+        assert [v for n, v in headers if n == "date"] == ["Thu, 01 Jan 1970 00:00:00 GMT"], head
+        assert [v for n, v in headers if n == "server"] == ["app/1"], head
+        s.sendall(get("/fixed"))
+        status, headers, body, head = read_response(s)
+        dates = [v for n, v in headers if n == "date"]
+        assert len(dates) == 1 and IMF_FIXDATE.match(dates[0]), head
+        assert [v for n, v in headers if n == "server"] == (["m0serve"] if server_header else []), head

@@ -1,8 +1,10 @@
 /* HTTP rules the WSGI and ASGI bridges apply alike: the absolute-form
- * authority (see http_rules.h). */
+ * authority and the hop-by-hop response fields (see http_rules.h). */
 #include "http_rules.h"
 
 #include <string.h>
+
+#include "pyerr.h"
 
 static int lower_eq(const char *s, size_t n, const char *lower, size_t ln)
 {
@@ -87,4 +89,92 @@ int m0_target_authority_get(const m0_request *req, m0_target_authority *out)
     else
         out->port = -1;
     return 1;
+}
+
+/* --- hop-by-hop response fields --- */
+
+static const struct {
+    const char *lower;
+    const char *name; /* as the warning spells it */
+    unsigned bit;
+} hop_fields[] = {
+    {"connection", "Connection", M0_HOP_CONNECTION},
+    {"keep-alive", "Keep-Alive", M0_HOP_KEEP_ALIVE},
+    {"proxy-connection", "Proxy-Connection", M0_HOP_PROXY_CONNECTION},
+    {"te", "TE", M0_HOP_TE},
+    {"trailer", "Trailer", M0_HOP_TRAILER},
+    {"transfer-encoding", "Transfer-Encoding", M0_HOP_TRANSFER_ENCODING},
+    {"upgrade", "Upgrade", M0_HOP_UPGRADE},
+};
+#define HOP_COUNT (sizeof(hop_fields) / sizeof(hop_fields[0]))
+
+unsigned m0_hop_by_hop(const char *name, size_t len)
+{
+    /* Every hop-by-hop name has 2, 7, 10, 16 or 17 bytes: most names are
+     * rejected by their length alone. */
+    switch (len) {
+    case 2:
+    case 7:
+    case 10:
+    case 16:
+    case 17:
+        break;
+    default:
+        return 0;
+    }
+    for (size_t i = 0; i < HOP_COUNT; i++)
+        if (lower_eq(name, len, hop_fields[i].lower, strlen(hop_fields[i].lower)))
+            return hop_fields[i].bit;
+    return 0;
+}
+
+int m0_connection_has_close(const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (LOWER_EQ(v + start, i - start, "close"))
+            return 1;
+    }
+    return 0;
+}
+
+/* The M0_HOP_* bits already warned about in this process (one worker). Read
+ * and set atomically: the bridges of several threads may warn at once. */
+static unsigned hop_warned;
+
+void m0_hop_by_hop_warn(PyObject *logger, unsigned dropped)
+{
+    unsigned fresh = dropped & ~__atomic_fetch_or(&hop_warned, dropped, __ATOMIC_RELAXED);
+    if (fresh == 0)
+        return;
+    PyObject *saved = m0_exc_fetch(); /* do not disturb an exception in flight */
+    for (size_t i = 0; i < HOP_COUNT; i++) {
+        if (!(fresh & hop_fields[i].bit))
+            continue;
+        PyObject *msg = PyUnicode_FromFormat(
+            "the application set the hop-by-hop response header %s: dropped, the server owns the connection's "
+            "framing (logged once per header name per worker)",
+            hop_fields[i].name);
+        PyObject *r = NULL;
+        if (msg == NULL) {
+            PyErr_WriteUnraisable(NULL);
+            continue;
+        }
+        if (logger != NULL && logger != Py_None) {
+            r = PyObject_CallMethod(logger, "warning", "O", msg);
+            if (r == NULL)
+                PyErr_WriteUnraisable(logger);
+        } else {
+            PySys_FormatStderr("%U\n", msg);
+        }
+        Py_XDECREF(r);
+        Py_DECREF(msg);
+    }
+    if (saved != NULL)
+        m0_exc_restore(saved);
 }

@@ -6,6 +6,10 @@ Routes (by PATH_INFO):
                         (chunked on HTTP/1.1, close-delimited on HTTP/1.0);
                         empty=1 also yields b"" before each chunk and at the end
   /fixed                a 26-byte body with Content-Length
+  /own-headers          sets its own Date and Server
+  /hop?h=NAME:VALUE&... sets each given response header (hop-by-hop ones, for
+      [&status=CODE]    the tests of the rule that the server owns them);
+                        body "hop" in one piece, or none for a 1xx status
   /expect[?delay=S]     sleeps S seconds, then reads the body (the 100 Continue
                         is due only then); echoes like the default route
   /ignore-body          answers without touching wsgi.input
@@ -48,6 +52,8 @@ ENVIRON_KEYS = (
     "SERVER_NAME",
     "SERVER_PORT",
 )
+OWN_DATE = "Thu, 01 Jan 1970 00:00:00 GMT"
+OWN_SERVER = "app/1"
 
 
 def _query(environ):
@@ -89,6 +95,14 @@ def _stream(n, size, empty):
         yield b""
 
 
+def _hop_headers(query_string):
+    """The (name, value) pairs and the status of a /hop request."""
+    pairs = urllib.parse.parse_qsl(query_string)
+    headers = [tuple(v.split(":", 1)) for k, v in pairs if k == "h"]
+    status = int(dict(pairs).get("status", "200"))
+    return headers, status
+
+
 def _app(environ, start_response):
     path = environ.get("PATH_INFO", "")
     if path == "/stream":
@@ -99,6 +113,14 @@ def _app(environ, start_response):
     if path == "/fixed":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FIXED_BODY)))])
         return [FIXED_BODY]
+    if path == "/own-headers":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Date", OWN_DATE), ("Server", OWN_SERVER)])
+        return [b"own"]
+    if path == "/hop":
+        headers, status = _hop_headers(environ.get("QUERY_STRING", ""))
+        reason = {101: "Switching Protocols", 200: "OK"}.get(status, "Status")
+        start_response(f"{status} {reason}", [("Content-Type", "text/plain")] + headers)
+        return [] if status < 200 else [b"hop"]
     if path == "/expect":
         time.sleep(float(_query(environ).get("delay", "0")))
         return _echo(environ, start_response, _read_body(environ))
@@ -189,6 +211,15 @@ async def asgi_app(scope, receive, send):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     elif path == "/fixed":
         await _asgi_send(send, FIXED_BODY)
+    elif path == "/own-headers":
+        headers = [(b"content-type", b"text/plain"), (b"date", OWN_DATE.encode()), (b"server", OWN_SERVER.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"own"})
+    elif path == "/hop":
+        headers, status = _hop_headers(scope["query_string"].decode("latin-1"))
+        headers = [(b"content-type", b"text/plain")] + [(k.encode(), v.encode()) for k, v in headers]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if status < 200 else b"hop"})
     elif path == "/expect":
         await asyncio.sleep(float(q.get("delay", "0")))
         await _asgi_echo(scope, send, await _asgi_body(receive))
