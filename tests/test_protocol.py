@@ -2,7 +2,8 @@
 keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
 100-continue, chunked bodies in and out, every limit, the header timeout, the
 keep-alive idle timeout, the per-connection request cap, the Date header,
-OPTIONS *, absolute-form targets and the response headers the server owns.
+HEAD framing, OPTIONS *, absolute-form targets and the response headers the
+server owns.
 Where the Python app does not matter the same checks run against
 `--native hello` (the HTTP layer without Python on the request path).
 """
@@ -915,7 +916,39 @@ def test_content_length_list_of_equal_values(serve):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-# --- OPTIONS *, absolute-form targets, headers the server owns ---
+# --- HEAD framing, OPTIONS *, absolute-form targets, headers the server owns ---
+
+
+def test_head_frames_like_get_or_not_at_all(serve, bridge):
+    """RFC 9110 9.3.2 and 8.6: a HEAD response carries the framing the GET
+    would carry, or none when the server cannot know it. An app that answers
+    HEAD without a body (Flask does so for a view it streams on GET) gets
+    neither "Content-Length: 0" nor chunked, and the connection stays usable."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        for path in ["/fixed", "/once", "/stream?n=3&size=4"]:
+            s.sendall(get(path))
+            g_status, g_headers, g_body, g_head = read_response(s)
+            s.sendall(get(path, method=b"HEAD"))
+            status, headers, body, head = read_response(s, method="HEAD")
+            assert status == g_status == 200 and g_body and body == b""
+            for name in ("content-length", "transfer-encoding"):
+                assert header(headers, name) == header(g_headers, name), (path, head, g_head)
+        s.sendall(get("/stream?n=3&size=4&head_empty=1"))
+        status, headers, body, _ = read_response(s)
+        assert (status, body, header(headers, "transfer-encoding")) == (200, b"000011112222", "chunked")
+        s.sendall(get("/stream?n=3&size=4&head_empty=1", method=b"HEAD"))
+        status, headers, body, head = read_response(s, method="HEAD")
+        assert status == 200 and body == b""
+        assert header(headers, "content-length") is None, head
+        assert header(headers, "transfer-encoding") is None, head
+        assert "close" not in conn_tokens(headers), head
+        s.sendall(get("/fixed"))
+        assert read_response(s)[2] == b"abcdefghijklmnopqrstuvwxyz"
+    with connect(server) as s:
+        s.sendall(get("/stream?head_empty=1", version=b"HTTP/1.0", method=b"HEAD"))
+        status, headers, body, head = read_response(s, method="HEAD")
+        assert status == 200 and header(headers, "content-length") is None, head
 
 
 @pytest.mark.parametrize("root", ["", "/api"])

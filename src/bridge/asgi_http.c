@@ -438,7 +438,12 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     if (h->base.asgi->server_header && !h->has_server && head_add(h, "Server: m0serve\r\n", 17) < 0)
         return -1;
     if (h->resp_length < 0 && h->status >= 200 && h->status != 204 && h->status != 304) {
-        if (!more) {
+        if (!more && (h->req_flags & M0_REQ_HEAD) && first_len == 0) {
+            /* HEAD answered without body bytes (frameworks do so for a view
+             * they would stream on GET): the length a GET would send is
+             * unknown, so no Content-Length (RFC 9110 9.3.2 and 8.6) and no
+             * Transfer-Encoding. */
+        } else if (!more) {
             h->resp_length = (int64_t)first_len;
             char digits[24];
             size_t nd = 0, v = first_len;

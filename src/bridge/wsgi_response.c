@@ -446,6 +446,11 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
     }
     if (bodyless_status || sr->content_length >= 0) {
         /* no framing, or the app's Content-Length (already in the prefix) */
+    } else if (final && sr->is_head && sr->sent + body_len == 0) {
+        /* HEAD answered without body bytes (frameworks do so for a view
+         * they would stream on GET): the length a GET would send is
+         * unknown, so no Content-Length (RFC 9110 9.3.2 and 8.6) and no
+         * Transfer-Encoding. */
     } else if (final) {
         uint64_t total = sr->sent + body_len;
         p += content_length_line(p, total);

@@ -1,11 +1,14 @@
 """WSGI app for the protocol tests: it reports what the server handed it.
 
 Routes (by PATH_INFO):
-  /stream[?n=N&size=S&empty=1]
+  /stream[?n=N&size=S&empty=1&head_empty=1]
                         N chunks of S bytes from a generator, no Content-Length
                         (chunked on HTTP/1.1, close-delimited on HTTP/1.0);
-                        empty=1 also yields b"" before each chunk and at the end
+                        empty=1 also yields b"" before each chunk and at the end;
+                        head_empty=1 answers HEAD with no body at all, as
+                        Flask/Werkzeug do for a streamed view
   /fixed                a 26-byte body with Content-Length
+  /once                 the same 26 bytes in one piece, without Content-Length
   /own-headers          sets its own Date and Server
   /hop?h=NAME:VALUE&... sets each given response header (hop-by-hop ones, for
       [&status=CODE]    the tests of the rule that the server owns them);
@@ -109,9 +112,14 @@ def _app(environ, start_response):
         q = _query(environ)
         n, size = int(q.get("n", "5")), int(q.get("size", "10"))
         start_response("200 OK", [("Content-Type", "text/plain")])
+        if q.get("head_empty") == "1" and environ["REQUEST_METHOD"] == "HEAD":
+            return []
         return _stream(n, size, q.get("empty") == "1")
     if path == "/fixed":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FIXED_BODY)))])
+        return [FIXED_BODY]
+    if path == "/once":
+        start_response("200 OK", [("Content-Type", "text/plain")])
         return [FIXED_BODY]
     if path == "/own-headers":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Date", OWN_DATE), ("Server", OWN_SERVER)])
@@ -206,11 +214,16 @@ async def asgi_app(scope, receive, send):
     if path == "/stream":
         n, size, empty = int(q.get("n", "5")), int(q.get("size", "10")), q.get("empty") == "1"
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        if q.get("head_empty") == "1" and scope["method"] == "HEAD":
+            return await send({"type": "http.response.body", "body": b""})
         for chunk in _stream(n, size, empty):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     elif path == "/fixed":
         await _asgi_send(send, FIXED_BODY)
+    elif path == "/once":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": FIXED_BODY})
     elif path == "/own-headers":
         headers = [(b"content-type", b"text/plain"), (b"date", OWN_DATE.encode()), (b"server", OWN_SERVER.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
