@@ -108,20 +108,8 @@ static const struct {
 };
 #define HOP_COUNT (sizeof(hop_fields) / sizeof(hop_fields[0]))
 
-unsigned m0_hop_by_hop(const char *name, size_t len)
+unsigned m0_hop_by_hop_lookup(const char *name, size_t len)
 {
-    /* Every hop-by-hop name has 2, 7, 10, 16 or 17 bytes: most names are
-     * rejected by their length alone. */
-    switch (len) {
-    case 2:
-    case 7:
-    case 10:
-    case 16:
-    case 17:
-        break;
-    default:
-        return 0;
-    }
     for (size_t i = 0; i < HOP_COUNT; i++)
         if (lower_eq(name, len, hop_fields[i].lower, strlen(hop_fields[i].lower)))
             return hop_fields[i].bit;
