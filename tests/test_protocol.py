@@ -989,6 +989,7 @@ def shared_server(serve_module):
         ("HTTPS://other.example/get?x=1", "other.example", "other.example", "443"),
         ("http://192.0.2.7:81/get?x=1", "192.0.2.7:81", "192.0.2.7", "81"),
         ("http://[2001:db8::1]:9/get?x=1", "[2001:db8::1]:9", "[2001:db8::1]", "9"),
+        ("http://other.example:/get?x=1", "other.example:", "other.example", "80"),
     ],
 )
 def test_absolute_form_authority_replaces_host(shared_server, bridge, target, host, name, port):
@@ -1014,11 +1015,11 @@ def test_absolute_form_authority_replaces_host(shared_server, bridge, target, ho
         assert seen["env"]["SERVER_NAME"] == "127.0.0.1" and seen["env"]["SERVER_PORT"] == str(server.port)
 
 
-def test_absolute_form_authority_without_host_or_with_userinfo(serve, bridge):
+def test_absolute_form_authority_without_host_or_invalid(serve, bridge):
     """An HTTP/1.0 absolute-form request without Host gets the authority as
-    its host. An authority with userinfo is not a valid http authority (RFC
-    9110 4.2.4): it is refused, or ignored in favour of Host, but never given
-    to the app."""
+    its host. An authority that is not a valid host[:port] (userinfo, RFC 9110
+    4.2.4; a port past 65535; an empty host, 4.2.1) is refused, or ignored in
+    favour of Host, but never given to the app."""
     server = start(serve, bridge)
     with connect(server) as s:
         s.sendall(b"GET http://other.example/ten HTTP/1.0\r\n\r\n")
@@ -1026,12 +1027,14 @@ def test_absolute_form_authority_without_host_or_with_userinfo(serve, bridge):
         assert status == 200, (head, body)
         seen = echo(body)
         assert (seen["path"], seen["headers"].get("host"), seen["env"]["SERVER_PORT"]) == ("/ten", "other.example", "80")
-    with connect(server) as s:
-        s.sendall(b"GET http://user@other.example/get HTTP/1.1\r\nHost: hb.test\r\n\r\n")
-        status, headers, body, head = read_response(s)
-        assert status in (200, 400), (head, body)
-        if status == 200:
-            assert echo(body)["headers"]["host"] == "hb.test"
+    for authority in [b"user@other.example", b"other.example:65536", b":80"]:
+        with connect(server) as s:
+            s.sendall(b"GET http://" + authority + b"/get HTTP/1.1\r\nHost: hb.test\r\n\r\n")
+            status, headers, body, head = read_response(s)
+            assert status in (200, 400), (authority, head, body)
+            if status == 200:
+                seen = echo(body)
+                assert (seen["headers"]["host"], seen["env"]["SERVER_NAME"]) == ("hb.test", "127.0.0.1"), authority
 
 
 HOP_BY_HOP = [
