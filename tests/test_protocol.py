@@ -1,7 +1,9 @@
 """HTTP/1.1 connection behaviour of m0serve against a real server process:
 keep-alive, pipelining, Connection: close, HTTP/1.0, HEAD, Expect:
 100-continue, chunked bodies in and out, every limit, the header timeout, the
-keep-alive idle timeout, the per-connection request cap and the Date header.
+keep-alive idle timeout, the per-connection request cap, the Date header,
+HEAD framing, OPTIONS *, absolute-form targets and the response headers the
+server owns.
 Where the Python app does not matter the same checks run against
 `--native hello` (the HTTP layer without Python on the request path).
 """
@@ -12,6 +14,7 @@ import select
 import socket
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -911,3 +914,213 @@ def test_content_length_list_of_equal_values(serve):
         seen = echo(body)
         assert (seen["env"].get("CONTENT_LENGTH"), seen["body"]) == ("3", "abc")
         assert echo(read_response(s)[2])["path"] == "/after"
+
+
+# --- HEAD framing, OPTIONS *, absolute-form targets, headers the server owns ---
+
+
+def test_head_frames_like_get_or_not_at_all(serve, bridge):
+    """RFC 9110 9.3.2 and 8.6: a HEAD response carries the framing the GET
+    would carry, or none when the server cannot know it. An app that answers
+    HEAD without a body (Flask does so for a view it streams on GET) gets
+    neither "Content-Length: 0" nor chunked, and the connection stays usable."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        for path in ["/fixed", "/once", "/stream?n=3&size=4"]:
+            s.sendall(get(path))
+            g_status, g_headers, g_body, g_head = read_response(s)
+            s.sendall(get(path, method=b"HEAD"))
+            status, headers, body, head = read_response(s, method="HEAD")
+            assert status == g_status == 200 and g_body and body == b""
+            for name in ("content-length", "transfer-encoding"):
+                assert header(headers, name) == header(g_headers, name), (path, head, g_head)
+        s.sendall(get("/stream?n=3&size=4&head_empty=1"))
+        status, headers, body, _ = read_response(s)
+        assert (status, body, header(headers, "transfer-encoding")) == (200, b"000011112222", "chunked")
+        s.sendall(get("/stream?n=3&size=4&head_empty=1", method=b"HEAD"))
+        status, headers, body, head = read_response(s, method="HEAD")
+        assert status == 200 and body == b""
+        assert header(headers, "content-length") is None, head
+        assert header(headers, "transfer-encoding") is None, head
+        assert "close" not in conn_tokens(headers), head
+        s.sendall(get("/fixed"))
+        assert read_response(s)[2] == b"abcdefghijklmnopqrstuvwxyz"
+    with connect(server) as s:
+        s.sendall(get("/stream?head_empty=1", version=b"HTTP/1.0", method=b"HEAD"))
+        status, headers, body, head = read_response(s, method="HEAD")
+        assert status == 200 and header(headers, "content-length") is None, head
+
+
+@pytest.mark.parametrize("root", ["", "/api"])
+def test_options_asterisk_has_path_asterisk(serve, bridge, root):
+    """OPTIONS * reaches the app with the path "*" (WSGI PATH_INFO and
+    RAW_URI, ASGI path and raw_path), never prefixed with the root path: the
+    app answers for the server as a whole (as under gunicorn and Werkzeug)
+    instead of seeing a request for its root (Flask answered 308 to "/")."""
+    server = start(serve, bridge, *(("--root-path", root) if root else ()))
+    with connect(server) as s:
+        s.sendall(b"OPTIONS * HTTP/1.1\r\n" + HOST + b"\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["method"], seen["path"], seen["env"]["RAW_URI"]) == ("OPTIONS", "*", "*")
+        if bridge == "wsgi":
+            assert seen["env"]["SCRIPT_NAME"] == root
+
+
+@pytest.fixture(scope="module")
+def shared_server(serve_module):
+    """One server per bridge for the whole module: shared_server("wsgi")."""
+    servers = {}
+
+    def get_server(bridge):
+        if bridge not in servers:
+            servers[bridge] = start(serve_module, bridge)
+        return servers[bridge]
+
+    return get_server
+
+
+@pytest.mark.parametrize(
+    "target, host, name, port",
+    [
+        ("http://other.example:8080/get?x=1", "other.example:8080", "other.example", "8080"),
+        ("http://other.example/get?x=1", "other.example", "other.example", "80"),
+        ("HTTPS://other.example/get?x=1", "other.example", "other.example", "443"),
+        ("http://192.0.2.7:81/get?x=1", "192.0.2.7:81", "192.0.2.7", "81"),
+        ("http://[2001:db8::1]:9/get?x=1", "[2001:db8::1]:9", "[2001:db8::1]", "9"),
+        ("http://other.example:/get?x=1", "other.example:", "other.example", "80"),
+    ],
+)
+def test_absolute_form_authority_replaces_host(shared_server, bridge, target, host, name, port):
+    """RFC 9112 3.2.2: with an absolute-form target the server uses the
+    target's authority and ignores Host. The app sees it as its Host header
+    (WSGI HTTP_HOST, the ASGI "host" header), SERVER_NAME/SERVER_PORT (the
+    ASGI "server", where an IPv6 literal has no brackets), with the scheme's
+    default port when the authority has none."""
+    server = shared_server(bridge)
+    with connect(server) as s:
+        s.sendall(b"GET " + target.encode() + b" HTTP/1.1\r\nHost: hb.test\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["path"], seen["query"], seen["headers"]["host"]) == ("/get", "x=1", host)
+        if bridge == "asgi" and name.startswith("["):
+            name = name[1:-1]
+        assert (seen["env"]["SERVER_NAME"], seen["env"]["SERVER_PORT"]) == (name, port)
+        # an origin-form request on the same connection is back to Host
+        s.sendall(get("/origin"))
+        seen = echo(read_response(s)[2])
+        assert seen["headers"]["host"] == "example.com"
+        assert seen["env"]["SERVER_NAME"] == "127.0.0.1" and seen["env"]["SERVER_PORT"] == str(server.port)
+
+
+def test_absolute_form_authority_without_host_or_invalid(serve, bridge):
+    """An HTTP/1.0 absolute-form request without Host gets the authority as
+    its host. An authority that is not a valid host[:port] (userinfo, RFC 9110
+    4.2.4; a port past 65535; an empty host, 4.2.1) is refused, or ignored in
+    favour of Host, but never given to the app."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(b"GET http://other.example/ten HTTP/1.0\r\n\r\n")
+        status, headers, body, head = read_response(s)
+        assert status == 200, (head, body)
+        seen = echo(body)
+        assert (seen["path"], seen["headers"].get("host"), seen["env"]["SERVER_PORT"]) == ("/ten", "other.example", "80")
+    for authority in [b"user@other.example", b"other.example:65536", b":80"]:
+        with connect(server) as s:
+            s.sendall(b"GET http://" + authority + b"/get HTTP/1.1\r\nHost: hb.test\r\n\r\n")
+            status, headers, body, head = read_response(s)
+            assert status in (200, 400), (authority, head, body)
+            if status == 200:
+                seen = echo(body)
+                assert (seen["headers"]["host"], seen["env"]["SERVER_NAME"]) == ("hb.test", "127.0.0.1"), authority
+
+
+HOP_BY_HOP = [
+    ("Connection", "upgrade, x-private"),
+    ("Keep-Alive", "timeout=99"),
+    ("Proxy-Connection", "keep-alive"),
+    ("TE", "trailers"),
+    ("Trailer", "X-Checksum"),
+    ("Transfer-Encoding", "chunked"),
+    ("Upgrade", "h2c"),
+]
+
+
+def hop(headers, status=None):
+    q = [("h", f"{n}:{v}") for n, v in headers] + ([("status", str(status))] if status else [])
+    return "/hop?" + urllib.parse.urlencode(q)
+
+
+def hop_warnings(server, name):
+    return re.findall(r"\[WARNING\] .*hop-by-hop response header " + re.escape(name) + r":", server.log)
+
+
+def test_hop_by_hop_headers_from_the_app_are_dropped_with_one_warning(serve, bridge):
+    """RFC 9110 7.6.1: the hop-by-hop fields describe the connection, which
+    the server owns. Set by the app, each is dropped (the head is the one the
+    app would get without them) and named in one warning per worker, however
+    many responses carry it."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([])))
+        status, plain, body, _ = read_response(s)
+        assert (status, body) == (200, b"hop")
+        for _ in range(3):
+            s.sendall(get(hop(HOP_BY_HOP)))
+            status, headers, body, head = read_response(s)
+            assert (status, body) == (200, b"hop")
+            assert [n for n, _ in headers] == [n for n, _ in plain], head
+            assert "close" not in conn_tokens(headers)
+    for name, _ in HOP_BY_HOP:
+        server.wait_log(r"hop-by-hop response header " + re.escape(name) + ":")
+    time.sleep(0.2)
+    assert {name: len(hop_warnings(server, name)) for name, _ in HOP_BY_HOP} == {name: 1 for name, _ in HOP_BY_HOP}
+
+
+def test_app_connection_close_is_honoured(serve, bridge):
+    """The app's Connection field is dropped, but its close option closes the
+    connection after the response, which then says so once."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([("Connection", "x-private, Close")])))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"hop")
+        assert [v.lower() for n, v in headers if n == "connection"] == ["close"], head
+        assert_clean_eof(s, what="after the app's Connection: close")
+
+
+def test_upgrade_is_kept_on_a_101(serve, bridge):
+    """Upgrade names the protocol a 101 switches to: on a 101 it is the app's
+    and no warning is logged; on any other status it is dropped."""
+    server = start(serve, bridge)
+    with connect(server) as s:
+        s.sendall(get(hop([("Upgrade", "x-proto")], status=101)))
+        status, headers, _, head = read_response(s)
+        assert status == 101 and header(headers, "upgrade") == "x-proto", head
+    with connect(server) as s:
+        s.sendall(get(hop([("Upgrade", "x-proto")])))
+        status, headers, _, head = read_response(s)
+        assert status == 200 and header(headers, "upgrade") is None, head
+    server.wait_log(r"hop-by-hop response header Upgrade:")
+    time.sleep(0.2)
+    assert len(hop_warnings(server, "Upgrade")) == 1
+
+
+@pytest.mark.parametrize("server_header", [True, False])
+def test_app_date_and_server_are_kept_ours_otherwise(serve, bridge, server_header):
+    """The server sends Date (and Server, unless --no-server-header) only when
+    the app did not: an app's own Date and Server are kept, once each."""
+    server = start(serve, bridge, *(() if server_header else ("--no-server-header",)))
+    with connect(server) as s:
+        s.sendall(get("/own-headers"))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"own")
+        assert [v for n, v in headers if n == "date"] == ["Thu, 01 Jan 1970 00:00:00 GMT"], head
+        assert [v for n, v in headers if n == "server"] == ["app/1"], head
+        s.sendall(get("/fixed"))
+        status, headers, body, head = read_response(s)
+        dates = [v for n, v in headers if n == "date"]
+        assert len(dates) == 1 and IMF_FIXDATE.match(dates[0]), head
+        assert [v for n, v in headers if n == "server"] == (["m0serve"] if server_header else []), head

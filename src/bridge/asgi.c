@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../http/response.h"
+#include "http_rules.h"
 
 static m0_asgi_state *asgi_state(PyObject *module)
 {
@@ -559,8 +560,16 @@ static int hexval(int ch)
     return -1;
 }
 
+/* Whether the target is the asterisk-form of OPTIONS * (the parser refuses
+ * it with any other method). */
+static int asgi_is_asterisk(m0_span path)
+{
+    return path.len == 1 && path.base[0] == '*';
+}
+
 /* The path percent-decoded and read as UTF-8 (invalid sequences replaced, as
- * urllib.parse.unquote does), prefixed with the root path. */
+ * urllib.parse.unquote does), prefixed with the root path. OPTIONS * has the
+ * path "*", without the root path: it asks about the server as a whole. */
 static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
 {
     char stackbuf[1024];
@@ -568,6 +577,8 @@ static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
     stackbuf[0] = '\0';
     PyObject *path = NULL;
     size_t n = 0;
+    if (asgi_is_asterisk(p))
+        return PyUnicode_FromStringAndSize("*", 1);
     if (memchr(p.base, '%', p.len) == NULL) {
         path = PyUnicode_DecodeUTF8(p.base, (Py_ssize_t)p.len, "replace");
     } else {
@@ -613,13 +624,22 @@ static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
     return o;
 }
 
-static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req)
+/* The request's headers as (lowercase name, value) bytes pairs in order.
+ * With an authority (an absolute-form target, RFC 9112 3.2.2), the value of
+ * "host" is that authority, and a request without Host gets one at the end. */
+static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req, const m0_span *authority)
 {
+    int host_seen = 0;
     PyObject *list = PyList_New((Py_ssize_t)req->num_headers);
     if (list == NULL)
         return NULL;
     for (size_t i = 0; i < req->num_headers; i++) {
         const m0_header *h = &req->headers[i];
+        m0_span value_span = h->value;
+        if (authority != NULL && m0_span_ieq(h->name, "host", 4)) {
+            value_span = *authority;
+            host_seen = 1;
+        }
         PyObject *pair = PyTuple_New(2);
         if (pair == NULL) {
             Py_DECREF(list);
@@ -632,12 +652,23 @@ static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req)
             return NULL;
         }
         PyTuple_SET_ITEM(pair, 0, name);
-        PyObject *value = PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len);
+        PyObject *value = PyBytes_FromStringAndSize(value_span.base, (Py_ssize_t)value_span.len);
         if (value == NULL) {
             Py_DECREF(list);
             return NULL;
         }
         PyTuple_SET_ITEM(pair, 1, value);
+    }
+    if (authority != NULL && !host_seen) {
+        PyObject *name = asgi_header_name(st, (m0_span){"host", 4});
+        PyObject *pair =
+            name != NULL ? Py_BuildValue("(Ny#)", name, authority->base, (Py_ssize_t)authority->len) : NULL;
+        if (pair == NULL || PyList_Append(list, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(pair);
     }
     return list;
 }
@@ -673,6 +704,19 @@ static PyObject *asgi_server_addr(m0_asgi *a, const char *host, int port)
         Py_XSETREF(a->server_addr, Py_NewRef(t));
     }
     return t;
+}
+
+/* The scope's "server" for an absolute-form target: the authority's host
+ * (an IPv6 literal without its brackets) and port, or the listener's port
+ * when the authority has none and its scheme has no default. */
+static PyObject *asgi_authority_addr(const m0_target_authority *ta, int local_port)
+{
+    m0_span h = ta->host;
+    if (h.len >= 2 && h.base[0] == '[') {
+        h.base++;
+        h.len -= 2;
+    }
+    return Py_BuildValue("(s#i)", h.base, (Py_ssize_t)h.len, ta->port >= 0 ? ta->port : local_port);
 }
 
 static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals value
@@ -716,8 +760,10 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         return NULL;
     const char *peer = m0_conn_peer_host(c);
     const char *local = m0_conn_local_host(c);
+    m0_target_authority ta;
+    int absolute = m0_target_authority_get(req, &ta);
     PyObject *raw_path;
-    if (PyBytes_GET_SIZE(a->root_path_bytes) == 0) {
+    if (PyBytes_GET_SIZE(a->root_path_bytes) == 0 || asgi_is_asterisk(req->path)) {
         raw_path = PyBytes_FromStringAndSize(req->path.base, (Py_ssize_t)req->path.len);
     } else {
         raw_path = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(a->root_path_bytes) + (Py_ssize_t)req->path.len);
@@ -737,10 +783,12 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
         PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0 ||
-        scope_set(scope, st->s_headers, asgi_headers_list(st, req)) < 0 ||
+        scope_set(scope, st->s_headers, asgi_headers_list(st, req, absolute ? &ta.authority : NULL)) < 0 ||
         scope_set(scope, st->s_client,
                   (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_peer_port(c)) : Py_NewRef(Py_None)) < 0 ||
-        scope_set(scope, st->s_server, asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
+        scope_set(scope, st->s_server,
+                  absolute ? asgi_authority_addr(&ta, m0_conn_local_port(c))
+                           : asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
         (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0) ||
         (!websocket && PyDict_SetItem(scope, st->s_extensions, a->http_extensions) < 0)) {
         Py_DECREF(scope);

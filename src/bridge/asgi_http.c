@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../http/response.h"
+#include "http_rules.h"
 
 enum {
     RESP_NONE,    /* nothing sent */
@@ -66,7 +67,7 @@ typedef struct {
     int no_body;         /* HEAD, 1xx, 204, 304 */
     int64_t resp_length; /* Content-Length given or computed, -1 when none */
     uint64_t body_sent;  /* body bytes accepted from the app */
-    int has_date, has_server, has_connection;
+    int has_date, has_server;
     char *head; /* head being built (inline or PyMem) */
     size_t head_len, head_cap;
     m0_pathsend pathsend;
@@ -292,12 +293,17 @@ static int parse_length(const char *s, size_t n, int64_t *out)
 }
 
 /* http.response.start: validate and serialise the status line and the app's
- * headers; framing headers are added when the first body arrives. */
+ * headers; framing headers are added when the first body arrives. The
+ * hop-by-hop fields (http_rules.h) are the server's: they are dropped
+ * (Upgrade is kept on a 101, a Connection listing "close" closes the
+ * connection after the response) and a warning is logged once per name. The
+ * app's Date and Server are kept and replace the server's. */
 static int http_start(m0_asgi_http *h, PyObject *msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
     PyObject *status = PyDict_GetItemWithError(msg, st->s_status); // borrowed
     PyObject *headers, *seq = NULL;
+    unsigned dropped = 0;
     if (status == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_KeyError, "http.response.start message is missing 'status'");
@@ -365,6 +371,7 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
         const char *name = nb.buf, *value = vb.buf;
         size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
         int bad = 0;
+        unsigned hop = 0;
         if (!m0_valid_header_name(name, nlen)) {
             PyErr_Format(PyExc_ValueError, "invalid ASGI response header name %R", name_o);
             bad = 1;
@@ -379,28 +386,13 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
             } else {
                 h->resp_length = cl;
             }
-        } else if (ieq(name, nlen, "transfer-encoding")) {
-            if (!ieq(value, vlen, "chunked")) {
-                PyErr_Format(PyExc_ValueError, "unsupported ASGI response Transfer-Encoding %R", value_o);
-                bad = 1;
-            } else if (h->minor_version == 0) {
-                /* HTTP/1.0 has no chunked coding: the body is delimited by
-                 * the close instead, and the header is dropped. */
-                PyBuffer_Release(&nb);
-                PyBuffer_Release(&vb);
-                continue;
-            } else {
-                h->chunked = 1;
-            }
-        } else if (ieq(name, nlen, "connection")) {
-            h->has_connection = 1;
-            if (ieq(value, vlen, "close"))
+        } else if ((hop = m0_hop_by_hop(name, nlen)) != 0 && !(hop == M0_HOP_UPGRADE && code == 101)) {
+            if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, vlen))
                 h->keep_alive = 0;
-            else if (!h->keep_alive && ieq(value, vlen, "keep-alive")) {
-                PyBuffer_Release(&nb);
-                PyBuffer_Release(&vb);
-                continue; /* the connection closes: drop the app's keep-alive */
-            }
+            dropped |= hop;
+            PyBuffer_Release(&nb);
+            PyBuffer_Release(&vb);
+            continue;
         } else if (ieq(name, nlen, "date")) {
             h->has_date = 1;
         } else if (ieq(name, nlen, "server")) {
@@ -423,11 +415,13 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
         if (bad)
             goto error;
     }
-    if (h->chunked && h->resp_length >= 0) {
-        PyErr_SetString(PyExc_ValueError, "ASGI response has both Content-Length and Transfer-Encoding");
-        goto error;
-    }
     Py_DECREF(seq);
+    if (dropped) {
+        /* Python code runs in the logger: h is held by the send() awaitable. */
+        PyObject *logger = Py_NewRef(h->base.asgi->logger);
+        m0_hop_by_hop_warn(logger, dropped);
+        Py_DECREF(logger);
+    }
     return 0;
 error:
     Py_XDECREF(seq);
@@ -443,8 +437,13 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
         return -1;
     if (h->base.asgi->server_header && !h->has_server && head_add(h, "Server: m0serve\r\n", 17) < 0)
         return -1;
-    if (h->resp_length < 0 && !h->chunked && h->status >= 200 && h->status != 204 && h->status != 304) {
-        if (!more) {
+    if (h->resp_length < 0 && h->status >= 200 && h->status != 204 && h->status != 304) {
+        if (!more && (h->req_flags & M0_REQ_HEAD) && first_len == 0) {
+            /* HEAD answered without body bytes (frameworks do so for a view
+             * they would stream on GET): the length a GET would send is
+             * unknown, so no Content-Length (RFC 9110 9.3.2 and 8.6) and no
+             * Transfer-Encoding. */
+        } else if (!more) {
             h->resp_length = (int64_t)first_len;
             char digits[24];
             size_t nd = 0, v = first_len;
@@ -467,14 +466,12 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
     }
-    if (!h->has_connection) {
-        if (!h->keep_alive) {
-            if (head_add(h, "Connection: close\r\n", 19) < 0)
-                return -1;
-        } else if (h->minor_version == 0) {
-            if (head_add(h, "Connection: keep-alive\r\n", 24) < 0)
-                return -1;
-        }
+    if (!h->keep_alive) {
+        if (head_add(h, "Connection: close\r\n", 19) < 0)
+            return -1;
+    } else if (h->minor_version == 0) {
+        if (head_add(h, "Connection: keep-alive\r\n", 24) < 0)
+            return -1;
     }
     return head_add(h, "\r\n", 2);
 }
@@ -723,10 +720,6 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
     if (h->resp_length >= 0 && h->resp_length != (int64_t)sb.st_size) {
         PyErr_Format(PyExc_RuntimeError, "pathsend: Content-Length %lld differs from the file size %lld",
                      (long long)h->resp_length, (long long)sb.st_size);
-        goto error;
-    }
-    if (h->chunked) {
-        PyErr_SetString(PyExc_RuntimeError, "pathsend cannot be used with a chunked response");
         goto error;
     }
     if (http_head_finish(h, (size_t)sb.st_size, 0) < 0)

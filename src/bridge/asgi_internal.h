@@ -160,10 +160,13 @@ struct m0_asgi {
 m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
 
 /* The scope dict for req (new reference): type, asgi, http_version, scheme,
- * path (root_path + percent-decoded UTF-8 path), raw_path, query_string,
- * root_path, headers (list of (lowercased name, value) bytes tuples in
- * order), client, server, state (shallow copy of the lifespan state), and for
- * HTTP "method" and "extensions". websocket != 0 builds a websocket scope. */
+ * path (root_path + percent-decoded UTF-8 path; "*" for OPTIONS *), raw_path
+ * (b"*" for OPTIONS *), query_string, root_path, headers (list of
+ * (lowercased name, value) bytes tuples in order), client, server, state
+ * (shallow copy of the lifespan state), and for HTTP "method" and
+ * "extensions". For an absolute-form target (RFC 9112 3.2.2) the "host"
+ * header and "server" come from the target's authority (http_rules.h).
+ * websocket != 0 builds a websocket scope. */
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as

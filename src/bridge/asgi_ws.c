@@ -29,6 +29,7 @@
 
 #include "../http/response.h"
 #include "../http/ws.h"
+#include "http_rules.h"
 
 #define WS_READ_BUF (64 * 1024)
 #define WS_MAX_QUEUE 32
@@ -615,11 +616,15 @@ static int ws_ieq(const char *s, size_t n, const char *lower)
     return 1;
 }
 
-/* Append "name: value\r\n" for each of the app's headers, validated; names
- * in skip (framing the bridge owns) are dropped. Returns -1 on a bad header. */
+/* Append "name: value\r\n" for each of the app's headers, validated. The
+ * bridge frames the body (Content-Length is dropped) and writes the
+ * handshake (Sec-WebSocket-Accept is dropped from an accept); the hop-by-hop
+ * fields (http_rules.h) are dropped with a warning logged once per name, as
+ * in HTTP responses. Returns -1 on a bad header. */
 static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date, int *has_server, int response)
 {
     PyObject *seq;
+    unsigned dropped = 0, hop;
     if (headers == NULL || headers == Py_None)
         return 0;
     seq = PySequence_Fast(headers, "ASGI headers must be an iterable of [name, value] pairs");
@@ -656,9 +661,9 @@ static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date,
         if (!m0_valid_header_name(name, nlen) || !m0_valid_header_value(value, vlen)) {
             PyErr_Format(PyExc_ValueError, "invalid ASGI header %R", pair);
             bad = 1;
-        } else if (ws_ieq(name, nlen, "content-length") || ws_ieq(name, nlen, "transfer-encoding") ||
-                   ws_ieq(name, nlen, "connection") ||
-                   (!response && (ws_ieq(name, nlen, "upgrade") || ws_ieq(name, nlen, "sec-websocket-accept")))) {
+        } else if ((hop = m0_hop_by_hop(name, nlen)) != 0) {
+            dropped |= hop;
+        } else if (ws_ieq(name, nlen, "content-length") || (!response && ws_ieq(name, nlen, "sec-websocket-accept"))) {
             /* framing and the handshake belong to the bridge */
         } else {
             if (ws_ieq(name, nlen, "date"))
@@ -675,6 +680,12 @@ static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date,
             goto error;
     }
     Py_DECREF(seq);
+    if (dropped) {
+        /* Python code runs in the logger: w is held by the send() awaitable. */
+        PyObject *logger = Py_NewRef(w->base.asgi->logger);
+        m0_hop_by_hop_warn(logger, dropped);
+        Py_DECREF(logger);
+    }
     return 0;
 error:
     Py_DECREF(seq);

@@ -11,10 +11,12 @@
  */
 #include <string.h>
 
+#include "http_rules.h"
 #include "wsgi_internal.h"
 
-/* Content-Type, Content-Length and Cookie come first: their indexes are fixed. */
-enum { HDR_CONTENT_TYPE = 0, HDR_CONTENT_LENGTH = 1, HDR_COOKIE = 2 };
+/* Content-Type, Content-Length, Cookie and Host come first: their indexes are
+ * fixed. */
+enum { HDR_CONTENT_TYPE = 0, HDR_CONTENT_LENGTH = 1, HDR_COOKIE = 2, HDR_HOST = 3 };
 
 static const char *const hdr_names[] = {
     "content-type",
@@ -110,6 +112,12 @@ static inline int hdr_lookup(m0_span name)
 int m0_wsgi_environ_init(m0_wsgi_state *st)
 {
     unsigned n = 0;
+    if (strcmp(hdr_names[HDR_CONTENT_TYPE], "content-type") != 0 ||
+        strcmp(hdr_names[HDR_CONTENT_LENGTH], "content-length") != 0 || strcmp(hdr_names[HDR_COOKIE], "cookie") != 0 ||
+        strcmp(hdr_names[HDR_HOST], "host") != 0) {
+        PyErr_SetString(PyExc_SystemError, "the WSGI header table lost its fixed indexes");
+        return -1;
+    }
     for (size_t len = 0; len <= HDR_LEN_MAX; len++) {
         hdr_by_len_start[len] = (uint8_t)n;
         for (size_t i = 0; i < HDR_COUNT; i++) {
@@ -255,8 +263,10 @@ static size_t percent_decode(const char *s, size_t n, char *out)
 /* PATH_INFO: the path percent-decoded, in latin-1, the root path stripped
  * from its front when it matches on a segment boundary. The parser already
  * split absolute-form targets, so path is "/..." or empty (an absolute-form
- * target without a path, which means "/"), or "*" for OPTIONS *, which CGI
- * represents as an empty PATH_INFO (RAW_URI keeps the "*"). */
+ * target without a path, which means "/"), or "*" for OPTIONS *, which stays
+ * "*" (as gunicorn and Werkzeug give it: the app answers for the server as a
+ * whole instead of seeing a request for its root; wsgiref.validate, which
+ * wants PATH_INFO empty or "/...", refuses it). */
 static PyObject *path_info(m0_wsgi *w, m0_span path)
 {
     const char *p = path.base;
@@ -270,7 +280,7 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
     if (n == 1 && p[0] == '/' && w->root_len == 0)
         return Py_NewRef(M0_WSGI_STR(w->st, slash));
     if (n == 1 && p[0] == '*')
-        return latin1_cached(&w->path_val, p, 0);
+        return latin1_cached(&w->path_val, p, 1);
     if (n == 0) {
         p = "/";
         n = 1;
@@ -489,8 +499,26 @@ error:
     return NULL;
 }
 
+/* RFC 9112 3.2.2: the authority of an absolute-form target replaces Host.
+ * HTTP_HOST is the authority as sent, SERVER_NAME its host (an IPv6 literal
+ * keeps its brackets, as RFC 3875 4.1.14 writes it), SERVER_PORT its port or
+ * the scheme's default (the listener's port stays for another scheme). */
+static int authority_set(m0_wsgi *w, PyObject *env, const m0_target_authority *ta)
+{
+    m0_wsgi_state *st = w->st;
+    if (set_steal(env, st->hdr_key[HDR_HOST],
+                  PyUnicode_DecodeLatin1(ta->authority.base, (Py_ssize_t)ta->authority.len, NULL)) < 0 ||
+        set_steal(env, M0_WSGI_STR(st, SERVER_NAME),
+                  PyUnicode_DecodeLatin1(ta->host.base, (Py_ssize_t)ta->host.len, NULL)) < 0)
+        return -1;
+    if (ta->port >= 0 && set_steal(env, M0_WSGI_STR(st, SERVER_PORT), PyUnicode_FromFormat("%d", ta->port)) < 0)
+        return -1;
+    return 0;
+}
+
 PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *input)
 {
+    m0_target_authority ta;
     m0_wsgi_state *st = w->st;
     PyObject *env = PyDict_Copy(w->template);
     if (!env)
@@ -516,6 +544,8 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_input), input) < 0)
         goto error;
     if (add_headers(w, env, req) < 0)
+        goto error;
+    if (m0_target_authority_get(req, &ta) && authority_set(w, env, &ta) < 0)
         goto error;
     return env;
 error:

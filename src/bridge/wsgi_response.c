@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "http_rules.h"
 #include "wsgi_internal.h"
 
 #include <structmember.h>
@@ -89,22 +90,6 @@ static inline int ieq(const char *s, size_t n, const char *lower, size_t ln)
 }
 #define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
-/* Whether a Connection value lists the "close" option. */
-static int has_close_token(const char *v, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
-            i++;
-        if (IEQ(v + start, i - start, "close"))
-            return 1;
-    }
-    return 0;
-}
-
 static int parse_content_length(const char *v, size_t n, int64_t *out)
 {
     int64_t x = 0;
@@ -121,7 +106,10 @@ static int parse_content_length(const char *v, size_t n, int64_t *out)
 
 /* Validate status and headers and write the status line and the app's
  * headers into w->head. Sets sr->status, head_len, content_length,
- * app_flags, no_body. */
+ * app_flags, no_body. The hop-by-hop fields (http_rules.h) are the server's:
+ * they are dropped (Upgrade is kept on a 101, a Connection listing "close"
+ * sets M0_WSGI_APP_CLOSE) and a warning is logged once per name. The app's
+ * Date and Server are kept and replace the server's. */
 static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers)
 {
     m0_wsgi *w = sr->w;
@@ -129,7 +117,8 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     const char *s = latin1_view(status, &slen, "status");
     size_t pos;
     int64_t cl = -1;
-    unsigned flags = 0;
+    unsigned flags = 0, dropped = 0;
+    int code;
 
     sr->status = 0;
     if (!s)
@@ -139,6 +128,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
                      status);
         return -1;
     }
+    code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
     if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
         PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
         return -1;
@@ -175,11 +165,14 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
                          "invalid value for header %R: %R (CR, LF, NUL and other controls are refused)", oname, ovalue);
             return -1;
         }
+        unsigned hop = m0_hop_by_hop(name, (size_t)nlen);
+        if (hop && !(hop == M0_HOP_UPGRADE && code == 101)) {
+            if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, (size_t)vlen))
+                flags |= M0_WSGI_APP_CLOSE;
+            dropped |= hop;
+            continue;
+        }
         switch (nlen) {
-        case 2:
-            if (IEQ(name, 2, "te"))
-                continue;
-            break;
         case 4:
             if (IEQ(name, 4, "date"))
                 flags |= M0_WSGI_APP_DATE;
@@ -187,19 +180,6 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         case 6:
             if (IEQ(name, 6, "server"))
                 flags |= M0_WSGI_APP_SERVER;
-            break;
-        case 7:
-            if (IEQ(name, 7, "trailer") || IEQ(name, 7, "upgrade"))
-                continue;
-            break;
-        case 10:
-            if (IEQ(name, 10, "connection")) {
-                if (has_close_token(value, (size_t)vlen))
-                    flags |= M0_WSGI_APP_CLOSE;
-                continue;
-            }
-            if (IEQ(name, 10, "keep-alive"))
-                continue;
             break;
         case 14:
             if (IEQ(name, 14, "content-length")) {
@@ -218,14 +198,6 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
                 cl = v;
             }
             break;
-        case 16:
-            if (IEQ(name, 16, "proxy-connection"))
-                continue;
-            break;
-        case 17:
-            if (IEQ(name, 17, "transfer-encoding"))
-                continue;
-            break;
         }
         size_t line = (size_t)nlen + 2 + (size_t)vlen + 2;
         if (head_reserve(w, pos + line + HEAD_SUFFIX_ROOM) < 0)
@@ -241,12 +213,17 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         *p++ = '\n';
         pos += line;
     }
-    int code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
     sr->head_len = pos;
     sr->content_length = cl;
     sr->app_flags = flags;
     sr->no_body = sr->is_head || code < 200 || code == 204 || code == 304;
     sr->status = code;
+    if (dropped) {
+        /* Python code runs in the logger: sr is held by our caller. */
+        PyObject *logger = Py_NewRef(w->logger);
+        m0_hop_by_hop_warn(logger, dropped);
+        Py_DECREF(logger);
+    }
     return 0;
 }
 
@@ -450,7 +427,8 @@ m0_wsgi_sr *m0_wsgi_sr_new(m0_wsgi_state *st)
 
 /* ---- sending ---- */
 
-/* Append Date, Server, framing and Connection to the head prefix. */
+/* Append Date and Server (each unless the app sent its own), framing and
+ * Connection to the head prefix. final: body_len bytes are the whole body. */
 static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
 {
     m0_wsgi *w = sr->w;
@@ -468,6 +446,11 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
     }
     if (bodyless_status || sr->content_length >= 0) {
         /* no framing, or the app's Content-Length (already in the prefix) */
+    } else if (final && sr->is_head && sr->sent + body_len == 0) {
+        /* HEAD answered without body bytes (frameworks do so for a view
+         * they would stream on GET): the length a GET would send is
+         * unknown, so no Content-Length (RFC 9110 9.3.2 and 8.6) and no
+         * Transfer-Encoding. */
     } else if (final) {
         uint64_t total = sr->sent + body_len;
         p += content_length_line(p, total);
