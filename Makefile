@@ -14,6 +14,8 @@ VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# The pool hand-off (threads) under ThreadSanitizer.
+CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
 
 .PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
 
@@ -50,6 +52,8 @@ test-c: deps
 	./tests/c/build/test_http_nosimd
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
+	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
+	./tests/c/build/test_workq
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .

@@ -14,6 +14,15 @@
 #include "conn_int.h"
 
 #define M0_SEND_WINDOW 64
+/* An app running on the loop thread itself (WSGI inline) must not wait for
+ * one slow reader: its output is queued up to this much before it waits. */
+#define M0_INLINE_QUEUE_MAX (16 * 1024 * 1024)
+
+/* How much queued output a blocking writer leaves before it waits. */
+static size_t conn_queue_limit(const m0_conn *c)
+{
+    return c->detached ? M0_WRITE_HIGH_WATER : M0_INLINE_QUEUE_MAX;
+}
 
 uint64_t m0_conn_now_ms(void)
 {
@@ -152,7 +161,7 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
             c->writable_wanted = 1;
             return 0;
         }
-        return conn_flush_until(c, M0_WRITE_HIGH_WATER);
+        return conn_flush_until(c, conn_queue_limit(c));
     }
     for (;;) {
         struct iovec win[M0_SEND_WINDOW];
@@ -183,7 +192,7 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
             if (wbuf_append(c, iov, iovcnt, done) < 0)
                 return -ENOMEM;
             if (blocking)
-                return conn_flush_until(c, M0_WRITE_HIGH_WATER);
+                return conn_flush_until(c, conn_queue_limit(c));
             c->writable_wanted = 1;
             m0_conn_interest(c);
             return 0;

@@ -41,3 +41,11 @@ def stream():
 @app.get("/download")
 def download():
     return send_file(os.environ.get("WSGI_TEST_FILE", __file__), mimetype="application/octet-stream")
+
+
+@app.get("/slow")
+def slow():
+    import time
+
+    time.sleep(int(request.args.get("ms", "200")) / 1000)
+    return "slow from flask"

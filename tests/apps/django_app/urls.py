@@ -10,4 +10,5 @@ urlpatterns = [
     path("upload", views.upload),
     path("stream", views.stream),
     path("download", views.download),
+    path("slow", views.slow),
 ]

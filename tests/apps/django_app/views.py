@@ -50,3 +50,10 @@ def stream(request):
 
 def download(request):
     return FileResponse(open(os.environ.get("WSGI_TEST_FILE", __file__), "rb"), content_type="application/octet-stream")
+
+
+def slow(request):
+    import time
+
+    time.sleep(int(request.GET.get("ms", "200")) / 1000)
+    return HttpResponse("slow from django", content_type="text/plain")

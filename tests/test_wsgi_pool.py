@@ -1,0 +1,437 @@
+"""Slow-view isolation: --blocking-threads, --threads, bodies received by the loop,
+queued writes. Each isolation test runs the inline mode as well: where inline is the
+control (a slow view must still stall its loop), the test asserts that too, so a
+harness that stopped producing the stall would fail rather than pass vacuously."""
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import read_response
+
+POOL = ("--blocking-threads", "4")
+MODES = {"inline": (), "pool": POOL}
+
+
+def get(path, host=b"t"):
+    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+
+
+def post(path, body, extra=b""):
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: t\r\nContent-Length: " + str(len(body)).encode() +
+            b"\r\n" + extra + b"\r\n" + body)
+
+
+def timed_get(srv, path="/", timeout=5):
+    """(seconds, status, body) of one request on a fresh connection."""
+    t0 = time.monotonic()
+    with srv.connect(timeout=timeout) as s:
+        s.sendall(get(path))
+        status, _, body, _ = read_response(s, timeout=timeout)
+    return time.monotonic() - t0, status, body
+
+
+def fast_latencies(srv, n=20):
+    """Latencies of n sequential hello requests on one keep-alive connection."""
+    out = []
+    with srv.connect(timeout=10) as s:
+        for _ in range(n):
+            t0 = time.monotonic()
+            s.sendall(get("/"))
+            status, _, body, _ = read_response(s, timeout=10)
+            assert status == 200 and body == b"Hello, world!"
+            out.append(time.monotonic() - t0)
+    return out
+
+
+def hold_slow(srv, ms, n):
+    """n background requests to /slow?ms=ms, each on its own connection."""
+    threads = []
+    results = []
+
+    def one():
+        results.append(timed_get(srv, f"/slow?ms={ms}", timeout=30))
+
+    for _ in range(n):
+        t = threading.Thread(target=one, daemon=True)
+        t.start()
+        threads.append(t)
+    time.sleep(0.3)  # inside the views
+    return threads, results
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+# --- slow views -------------------------------------------------------------------
+
+
+def test_slow_views_do_not_stall_the_pool(serve):
+    srv = serve("pool_app:app", *POOL)
+    fast_latencies(srv, 5)  # warm
+    threads, results = hold_slow(srv, 1500, 2)
+    lat = fast_latencies(srv, 20)
+    assert max(lat) < 0.1, f"a fast request waited behind the slow views: {max(lat):.3f}s"
+    for t in threads:
+        t.join(10)
+    assert [r[1] for r in results] == [200, 200]
+    assert all(r[2] == b"slow" for r in results)
+
+
+def test_slow_view_stalls_the_inline_loop(serve):
+    """The control: without the pool a slow view holds every connection of its loop."""
+    srv = serve("pool_app:app")
+    threads, _ = hold_slow(srv, 1000, 1)
+    took, status, _ = timed_get(srv, "/")
+    assert status == 200
+    assert took > 0.4, f"the inline loop answered during a slow view ({took:.3f}s): the control stopped failing"
+    for t in threads:
+        t.join(10)
+
+
+def test_pool_runs_on_pool_threads_with_multithread(serve):
+    srv = serve("pool_app:app", *POOL)
+    for _ in range(8):
+        timed_get(srv, "/")
+    _, status, body = timed_get(srv, "/closes")
+    closes, names, multithread = body.decode().split(" ")
+    assert multithread == "True"
+    assert all(n.startswith("m0serve-pool-") for n in names.split(",")), names
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_threads_share_listeners(serve, threads):
+    srv = serve("pool_app:app", "--threads", threads, *POOL)
+    seen = set()
+    for _ in range(40):
+        _, status, body = timed_get(srv, "/closes")
+        assert status == 200
+        seen.update(body.decode().split(" ")[1].split(","))
+    loops = {re.match(r"m0serve-pool-(\d+)\.", n).group(1) for n in seen}
+    assert len(loops) <= int(threads)
+    threads_held, _ = hold_slow(srv, 1500, 2)
+    lat = fast_latencies(srv, 10)
+    assert max(lat) < 0.1, max(lat)
+    for t in threads_held:
+        t.join(10)
+
+
+def test_inline_threads_without_pool(serve):
+    srv = serve("pool_app:app", "--threads", "2")
+    for _ in range(20):
+        _, status, body = timed_get(srv, "/")
+        assert (status, body) == (200, b"Hello, world!")
+    assert srv.stop() == 0
+
+
+# --- hostile clients: slow uploads and slow readers --------------------------------
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_slow_upload_does_not_stall(serve, mode):
+    """A client that declares a 1 MB body and sends 3 bytes holds only its own connection."""
+    srv = serve("pool_app:app", *MODES[mode])
+    pid = srv.proc.pid
+    fast_latencies(srv, 5)
+    base_fds = fd_count(pid)
+    hogs = []
+    for _ in range(5):
+        h = srv.connect(timeout=10)
+        h.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\nabc")
+        hogs.append(h)
+    time.sleep(0.3)
+    lat = fast_latencies(srv, 20)
+    assert max(lat) < 0.1, f"{mode}: a slow upload stalled the worker ({max(lat):.3f}s)"
+    for h in hogs:
+        h.close()
+    deadline = time.monotonic() + 5
+    while fd_count(pid) > base_fds and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fd_count(pid) <= base_fds, "connections of the abandoned uploads were not closed"
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_slow_upload_gets_408_at_the_body_deadline(serve, mode):
+    srv = serve("pool_app:app", "--body-timeout", "1", *MODES[mode])
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
+        t0 = time.monotonic()
+        # trickle inside the deadline: each byte must not restart it
+        for _ in range(4):
+            time.sleep(0.3)
+            try:
+                s.sendall(b"x")
+            except OSError:
+                break
+        status, _, _, _ = read_response(s, timeout=5)
+        assert status == 408
+        assert 0.8 < time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_buffered_body_reaches_the_app_whole(serve, mode):
+    srv = serve("pool_app:app", *MODES[mode])
+    body = os.urandom(300_000)
+    for how in ("read", "readline", "iter"):
+        with srv.connect(timeout=10) as s:
+            s.sendall(post(f"/echo?how={how}", body)[:-len(body) + 1000])
+            time.sleep(0.05)
+            s.sendall(body[1000:])
+            status, _, rbody, _ = read_response(s, timeout=10)
+            assert status == 200 and rbody == body, how
+    # chunked, and larger than --body-buffer-size (streamed to the app)
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(body), 7000):
+            piece = body[i:i + 7000]
+            s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+        s.sendall(b"0\r\n\r\n")
+        status, _, rbody, _ = read_response(s, timeout=10)
+        assert status == 200 and rbody == body
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_body_over_the_buffer_size_is_streamed(serve, mode):
+    srv = serve("pool_app:app", "--body-buffer-size", "1000", *MODES[mode])
+    body = os.urandom(50_000)
+    with srv.connect(timeout=10) as s:
+        s.sendall(post("/echo", body))
+        status, _, rbody, _ = read_response(s, timeout=10)
+        assert status == 200 and rbody == body
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_slow_reader_does_not_stall(serve, mode):
+    """A client that requests 4 MB and reads none of it holds only its own connection."""
+    srv = serve("pool_app:app", *MODES[mode])
+    fast_latencies(srv, 5)
+    hogs = []
+    for _ in range(3):
+        h = socket.socket()
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        h.connect((srv.host, srv.port))
+        h.sendall(get("/big?n=4000000"))
+        hogs.append(h)
+    time.sleep(0.5)
+    lat = fast_latencies(srv, 20)
+    assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
+    # the slow reader still gets every byte when it reads
+    h = hogs[0]
+    status, headers, body, _ = read_response(h, timeout=20)
+    assert status == 200 and len(body) == 4000000
+    for h in hogs:
+        h.close()
+
+
+def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
+    srv = serve("pool_app:app", "--send-timeout", "1", *POOL)
+    h = socket.socket()
+    h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    h.connect((srv.host, srv.port))
+    h.sendall(get("/gen?n=20000"))  # 20 MB from a generator: the pool thread waits above the mark
+    time.sleep(3)
+    _, status, body = timed_get(srv, "/closes")
+    assert int(body.split(b" ")[0]) >= 1, "the generator of the abandoned response was not closed"
+    h.close()
+
+
+# --- thread safety under load ---------------------------------------------------
+
+
+def test_pool_under_mixed_load(serve):
+    """2,000 mixed requests from 8 clients: echoes byte for byte, pipelined answers in
+    order, write(), file_wrapper, generators with close(), errors before and after the head."""
+    srv = serve("pool_app:app", *POOL)
+    errors = []
+    count = {"n": 0}
+    lock = threading.Lock()
+
+    def client(k):
+        rnd = __import__("random").Random(k)
+        try:
+            with srv.connect(timeout=20) as s:
+                for i in range(250):
+                    kind = rnd.randrange(8)
+                    if kind == 0:
+                        body = rnd.randbytes(rnd.randrange(1, 200_000))
+                        s.sendall(post("/echo", body))
+                        st, _, rb, _ = read_response(s, timeout=20)
+                        assert st == 200 and rb == body
+                    elif kind == 1:  # three pipelined requests, in order
+                        s.sendall(get("/write?n=3") + post("/echo", b"second") + get("/"))
+                        assert read_response(s, timeout=20)[2] == b"w0;w1;w2;"
+                        assert read_response(s, timeout=20)[2] == b"second"
+                        assert read_response(s, timeout=20)[2] == b"Hello, world!"
+                    elif kind == 2:
+                        s.sendall(get("/gen?n=50"))
+                        st, _, rb, _ = read_response(s, timeout=20)
+                        assert st == 200 and len(rb) == 50 * 1024
+                    elif kind == 3:
+                        s.sendall(get("/file?n=70000"))
+                        st, _, rb, _ = read_response(s, timeout=20)
+                        assert rb == bytes(range(256)) * (70000 // 256) + bytes(range(70000 % 256))
+                    elif kind == 4:
+                        s.sendall(get("/big?n=300000"))
+                        assert len(read_response(s, timeout=20)[2]) == 300000
+                    elif kind == 5:  # the 500 closes its connection: a separate one
+                        with srv.connect(timeout=20) as e:
+                            e.sendall(get("/error-before"))
+                            st, _, _, _ = read_response(e, timeout=20)
+                            assert st == 500
+                    else:
+                        s.sendall(get("/"))
+                        assert read_response(s, timeout=20)[2] == b"Hello, world!"
+                    with lock:
+                        count["n"] += 1 if kind != 1 else 3
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"client {k}: {e!r}")
+
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert errors == []
+    assert count["n"] >= 2000
+    # an error after the head closes that connection only
+    with srv.connect(timeout=10) as s:
+        s.sendall(get("/error-after"))
+        data = b""
+        s.settimeout(5)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        assert b"partial" in data
+    assert "boom before the head" in srv.log and "boom after the head" in srv.log
+    _, status, body = timed_get(srv, "/closes")
+    assert int(body.split(b" ")[0]) > 0
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_client_gone_mid_body_and_mid_response(serve, mode):
+    srv = serve("pool_app:app", "--body-buffer-size", "1000", *MODES[mode])
+    pid = srv.proc.pid
+    fast_latencies(srv, 3)
+    base_fds = fd_count(pid)
+    for _ in range(20):
+        with srv.connect(timeout=5) as s:  # gone while the app streams the body in
+            s.sendall(post("/echo", b"x" * 100_000)[:60_000])
+        h = socket.socket()
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        h.connect((srv.host, srv.port))
+        h.sendall(get("/gen?n=3000"))  # gone mid-response
+        h.recv(100)
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        h.close()
+    deadline = time.monotonic() + 10
+    while fd_count(pid) > base_fds and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert fd_count(pid) <= base_fds
+    assert max(fast_latencies(srv, 5)) < 1
+
+
+def test_pool_memory_returns_to_baseline(serve):
+    srv = serve("pool_app:app", *POOL)
+    pid = srv.proc.pid
+    body = os.urandom(800_000)
+
+    def burst():
+        for _ in range(30):
+            with srv.connect(timeout=10) as s:
+                s.sendall(post("/echo", body))
+                assert read_response(s, timeout=10)[2] == body
+
+    burst()
+    before = rss_kb(pid)
+    burst()
+    burst()
+    assert rss_kb(pid) - before < 8 * 1024, "RSS grew across identical bursts of 800 KB uploads"
+
+
+# --- operations: worker timeout, drain, rolling restart ------------------------------
+
+
+def test_worker_timeout_names_the_stuck_pool_thread(serve):
+    srv = serve("pool_app:app", "--workers", "1", "--worker-timeout", "1", *POOL)
+    def stuck():
+        try:
+            timed_get(srv, "/slow?ms=20000", timeout=25)
+        except OSError:
+            pass  # cut off when the worker is killed
+
+    t = threading.Thread(target=stuck, daemon=True)
+    t.start()
+    m = srv.wait_log(r"has been stuck for [0-9.]+s in thread (0x[0-9a-f]+)", timeout=15)
+    ident = m.group(1)
+    # the dump shows that thread's stack, inside the view
+    srv.wait_log(rf"Thread {ident} \(most recent call first\):\n(  File .*\n)*?  File \"[^\"]*pool_app\.py\"",
+                 timeout=5)
+    srv.wait_log(r"killed by signal SIGKILL", timeout=10)
+
+
+@pytest.mark.parametrize("sig", ["TERM", "HUP"])
+def test_drain_and_rolling_restart_lose_no_slow_request(serve, sig):
+    srv = serve("pool_app:app", "--workers", "2", *POOL)
+    results = []
+
+    def one():
+        try:
+            results.append(timed_get(srv, "/slow?ms=1500", timeout=20)[1:])
+        except OSError as e:
+            results.append(e)
+
+    ts = [threading.Thread(target=one) for _ in range(6)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)
+    srv.proc.send_signal(getattr(signal, "SIG" + sig))
+    for t in ts:
+        t.join(20)
+    assert results == [(200, b"slow")] * 6, results
+    if sig == "HUP":
+        srv.wait_log(r"worker \d+ ready", timeout=10)
+        assert timed_get(srv, "/")[1] == 200
+    else:
+        srv.proc.wait(20)
+        assert srv.proc.returncode == 0
+
+
+# --- frameworks with a sleeping view -------------------------------------------------
+
+
+@pytest.mark.parametrize("app,marker", [("flask_app:app", b"slow from flask"),
+                                        ("django_app.wsgi:application", b"slow from django")])
+def test_framework_slow_view_under_the_pool(serve, app, marker):
+    srv = serve(app, *POOL)
+    _, status, body = timed_get(srv, "/slow?ms=10")
+    assert (status, body) == (200, marker)
+    results = []
+
+    def one():
+        results.append(timed_get(srv, "/slow?ms=1500", timeout=20))
+
+    ts = [threading.Thread(target=one) for _ in range(2)]
+    for t in ts:
+        t.start()
+    time.sleep(0.4)
+    for _ in range(10):
+        took, status, _ = timed_get(srv, "/")
+        assert status == 200 and took < 0.2, took
+    for t in ts:
+        t.join(20)
+    assert [r[1:] for r in results] == [(200, marker)] * 2
