@@ -30,7 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 README = ROOT / "README.md"
 CHART_DIR = ROOT / "docs" / "bench"
-SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "memory"]
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory"]
 FAILED = "MEASUREMENT FAILED"
 
 PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
@@ -234,8 +234,9 @@ def memory_table(row, versions):
 
 
 def mixed_table(art, versions):
-    head = ["server", "slow requests in flight", "fast-route p50 ms", "p90 ms", "p99 ms", "rps", "control"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 5 + ["---"]) + "|"]
+    head = ["server", "slow requests in flight", "fast-route p50 ms", "p90 ms", "p99 ms", "rps", "rps per core",
+            "control"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 6 + ["---"]) + "|"]
     names = []
     for row in art["rows"]:
         for arm in row["arms"]:
@@ -249,13 +250,48 @@ def mixed_table(art, versions):
             label = _label(arm, versions)
             if arm["status"] != "ok":
                 why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
-                lines.append(f"| {label} | {row['slow_inflight']} | {why} | – | – | – | – |")
+                lines.append(f"| {label} | {row['slow_inflight']} | {why} | – | – | – | – | – |")
                 continue
             control = _control(row, arm)
             lines.append(f"| {label} | {row['slow_inflight']} | {fmt_med(arm, 'p50_ms', 'ms')} | "
                          f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
-                         f"{fmt_med(arm, 'rps', 'int')} | {control} |")
+                         f"{fmt_med(arm, 'rps', 'int')} | {fmt_med(arm, 'rps_per_core', 'int')} | {control} |")
+    gate = mixed_gate(art)
+    if gate:
+        lines += ["", gate]
     return "\n".join(lines)
+
+
+def mixed_gate(art):
+    """The isolation gate, computed from the artifact: the pool's fast p99 with two slow views in flight
+    against its own without any and against Granian's pool at each level, and its requests per
+    core-second without slow load against the inline mode's (medians of the same run)."""
+    rows = {r["slow_inflight"]: r for r in art["rows"]}
+
+    def med(k, name, metric):
+        arm = _arm(rows[k], name) if k in rows else None
+        if not arm or arm["status"] != "ok":
+            return None
+        return arm.get("median", {}).get(metric)
+
+    pool, granian, inline = "m0serve-bt4", "granian-bt4", "m0serve"
+    p0, p2 = med(0, pool, "p99_ms"), med(2, pool, "p99_ms")
+    if p0 is None or p2 is None:
+        return ""
+    out = [f"Gate, {pool}: fast-route p99 with 2 slow requests in flight is {p2 / p0:.2f}× its p99 without "
+           f"({p2:.2f} / {p0:.2f} ms; goal ≤ 1.5×: {'met' if p2 <= 1.5 * p0 else 'NOT met'})."]
+    cmp = []
+    for k in sorted(rows):
+        g, m = med(k, granian, "p99_ms"), med(k, pool, "p99_ms")
+        if g is not None and m is not None:
+            cmp.append(f"{k}: {m:.2f} vs {g:.2f} ms ({'≤' if m <= g else '>'})")
+    if cmp:
+        out.append("Against Granian's 4 blocking threads, p99 by slow level: " + "; ".join(cmp) + ".")
+    r_pool, r_inline = med(0, pool, "rps_per_core"), med(0, inline, "rps_per_core")
+    if r_pool and r_inline:
+        out.append(f"Requests per core-second without slow load: {r_pool / r_inline:.2f}× the inline mode's "
+                   f"({r_pool:,.0f} / {r_inline:,.0f}; goal ≥ 0.90×: {'met' if r_pool >= 0.9 * r_inline else 'NOT met'}).")
+    return " ".join(out)
 
 
 def _skip_text(arm):

@@ -72,6 +72,12 @@ def gunicorn(expect=None):
                note="the sync worker closes the connection after every response (no keep-alive)")
 
 
+def gunicorn_gthread(threads=4, expect=None):
+    return Arm(f"gunicorn-gthread{threads}", f"gunicorn (gthread, 1 worker, {threads} threads)",
+               [_bin("gunicorn"), "-k", "gthread", "--threads", str(threads), "-w", "1", "-b", "{host}:{port}",
+                "--log-level", "warning", "--backlog", "2048", "{app}"], version_key="gunicorn", expect=expect)
+
+
 def bjoern(expect=None):
     return Arm("bjoern", "bjoern", [str(env.bench_python()), str(env.APPS_DIR / "run_bjoern.py"), "{app}", "{host}",
                "{port}"], version_key="bjoern", expect=expect)

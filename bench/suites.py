@@ -62,7 +62,10 @@ def mixed_arms():
         S.m0serve("wsgi", expect="stall", label="m0serve (wsgi, inline)"),
         S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
                   label="m0serve (wsgi, --blocking-threads 4)", expect="isolated"),
+        S.m0serve("wsgi", extra=["--workers", "2", "--blocking-threads", "4"], name="m0serve-w2-bt4",
+                  label="m0serve (wsgi, --workers 2 --blocking-threads 4)", expect="isolated"),
         S.gunicorn(expect="stall"),
+        S.gunicorn_gthread(4, expect="isolated"),
         S.bjoern(expect="stall"),
         S.granian("wsgi", blocking_threads=1, expect="stall"),
         S.granian("wsgi", blocking_threads=4),
@@ -72,6 +75,25 @@ def mixed_arms():
 def mixed():
     return [Row(f"slow{k}", f"Fast route while {k} request(s) to /slow?ms=200 are in flight", "slow_wsgi:app",
                 mixed_arms(), slow_inflight=k, slow_ms=200) for k in (0, 1, 2)]
+
+
+def threads():
+    # One process with T loops against T processes: throughput per core and the RSS of
+    # the whole process tree (every arm pinned to the same core, as in every suite).
+    def arm(extra, name, label):
+        return S.m0serve("wsgi", extra=extra, name=name, label=label)
+
+    return [
+        Row("inline-c16", "Bare WSGI hello, 16 connections: --threads 2 vs --workers 2", WSGI_HELLO,
+            [arm(["--threads", "2"], "m0serve-t2", "m0serve (--threads 2)"),
+             arm(["--workers", "2"], "m0serve-w2", "m0serve (--workers 2)")]),
+        Row("pool-c16", "Bare WSGI hello, 16 connections, --blocking-threads 4: --threads 2 vs --workers 2",
+            WSGI_HELLO,
+            [arm(["--threads", "2", "--blocking-threads", "4"], "m0serve-t2-bt4", "m0serve (--threads 2 -b 4)"),
+             arm(["--workers", "2", "--blocking-threads", "4"], "m0serve-w2-bt4", "m0serve (--workers 2 -b 4)"),
+             arm(["--blocking-threads", "4"], "m0serve-bt4", "m0serve (1 worker -b 4)"),
+             arm([], "m0serve", "m0serve (1 worker, inline)")]),
+    ]
 
 
 def memory():
@@ -91,6 +113,7 @@ SUITES = {
     "concurrency": concurrency,
     "frameworks": frameworks,
     "mixed": mixed,
+    "threads": threads,
     "memory": memory,
 }
 
