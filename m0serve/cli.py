@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import config, logs, sockets, worker
-from .loader import AppLoadError, detect_interface, load
+from .loader import AppLoadError, detect_interface, load, prepare_path
 
 log = logs.log
 
@@ -102,7 +102,12 @@ def run_single(cfg):
 
 def main(argv=None):
     cfg = config.resolve(argv)
-    logs.setup(cfg.log_level, cfg.log_file)
+    if cfg.log_config:
+        prepare_path(cfg.app_dir)  # so that the file may name the project's own handler classes
+    try:
+        logs.setup(cfg.log_level, cfg.log_file, cfg.log_config)
+    except logs.LogConfigError as e:
+        config.die(f"argument --log-config: {e}")
     check_interface_flag(cfg)
     if cfg.supervised:
         from .supervisor import Supervisor

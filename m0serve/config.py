@@ -165,6 +165,10 @@ OPTIONS = [
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
            "logging", "FILE"),
     Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
+    Option("--log-config", "value", _path, None,
+           "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
+           "m0serve.access loggers, applied before the app is imported and in every worker",
+           "logging", "FILE"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--threads", "value", _int_in(1, 256), 1,

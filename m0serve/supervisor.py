@@ -355,6 +355,7 @@ class Supervisor:
             except OSError:
                 pass
         self.workers = {}
+        logs.reapply()  # --log-config: this process's own handlers
         if self.app is not None:
             app, interface = self.app, self.interface
         else:

@@ -40,6 +40,8 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0):
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
     kw["errors"] = sys.stderr
+    if kw.get("access_log") and logs.configured():
+        kw["access_log"] = logs.access_log_writer()  # through m0serve.access, not fd 2
     if max_requests:
         kw["max_requests"] = max_requests
     return kw
