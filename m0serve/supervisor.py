@@ -86,6 +86,7 @@ class Supervisor:
         self.stop_requested = 0.0
         self.listeners_stopped = False
         self.listening_logged = False
+        self.reopened_at = None  # when USR1 last reopened the logs
         self.exit_code = 0
         self.boot_blocked = False  # --reload after a failed boot: wait for the next change
         self.crashes = []  # monotonic times of recent crashes (respawn back-off)
@@ -208,6 +209,8 @@ class Supervisor:
         if b"R" in data and not w.ready:
             w.ready = True
             log.info("worker %d ready (boot took %.2fs)", w.pid, _now() - w.started)
+            if self.reopened_at is not None and w.started < self.reopened_at:
+                self._kill(w, signal.SIGUSR1)  # it booted across a USR1: reopen what it inherited
             if not self.listening_logged:
                 self.listening_logged = True
                 for listener in self.listeners:
@@ -250,8 +253,11 @@ class Supervisor:
                     log.info("SIGTTOU ignored: already at 1 worker")
             elif sig == signal.SIGUSR1:
                 logs.reopen()
+                self.reopened_at = _now()
+                # A booting worker has no handler yet: it is told once it is ready.
                 for w in self.workers.values():
-                    self._kill(w, signal.SIGUSR1)
+                    if w.ready:
+                        self._kill(w, signal.SIGUSR1)
 
     def _stop(self, fast):
         now = _now()

@@ -296,6 +296,9 @@ def reset_signals():
               signal.SIGTTOU, signal.SIGCHLD, signal.SIGALRM):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Not the default (terminate) while booting: the supervisor forwards USR1 to ready
+    # workers only, and tells one that became ready since; this covers a stray one.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:
