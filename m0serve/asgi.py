@@ -28,13 +28,12 @@ should not respawn it in a loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import time
 
-from . import _core
+from . import _core, logs
 
-log = logging.getLogger("m0serve")
+log = logs.log
 
 BOOT_ERROR = 3
 TICK = 0.5  # seconds between C-loop timer passes while idle

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from . import config, logs, sockets, worker
-from .loader import AppLoadError, detect_interface, load
+from . import config, hooks, logs, sockets, worker
+from .loader import AppLoadError, detect_interface, load, prepare_path
 
 log = logs.log
 
@@ -75,11 +75,25 @@ def open_listeners(cfg):
 
 def run_single(cfg):
     """One worker in this process: no fork, no supervisor."""
+    hk = hooks.of(cfg)
+    server = hooks.InProcess(cfg)
+    if not hk.run("on_starting", server):
+        return 1
+    try:
+        return _serve_single(cfg, hk, server)
+    finally:
+        hk.run("on_exit", server)
+
+
+def _serve_single(cfg, hk, server):
     app, interface = resolve_app(cfg)
     listeners = open_listeners(cfg)
     if cfg.pid_file:
         write_pid_file(cfg.pid_file)
-    policy = worker.SignalPolicy(cfg, listeners_to_close=listeners, supervised=False)
+    me = hooks.WorkerInfo(cfg, age=1)
+    me.pid, me.ppid, me.app = os.getpid(), os.getppid(), app
+    server.workers[me.pid] = me
+    policy = worker.SignalPolicy(cfg, listeners_to_close=listeners, supervised=False, worker=me)
 
     def on_ready():
         for listener in listeners:
@@ -87,6 +101,8 @@ def run_single(cfg):
         log.info("m0serve: serving %s (%s) in process %d", cfg.app or "native hello", interface, os.getpid())
 
     try:
+        if not (hk.run("when_ready", server) and hk.run("post_worker_init", me)):
+            return 1
         worker.run(cfg, app, interface, [l.worker_socket() for l in listeners], policy=policy, on_ready=on_ready)
     except worker.UnsupportedInterface as e:
         log.error("%s", e)
@@ -96,13 +112,19 @@ def run_single(cfg):
             listener.close()
         if cfg.pid_file:
             remove_pid_file(cfg.pid_file)
+        hk.run("worker_exit", server, me)
     log.info("shut down")
     return 0
 
 
 def main(argv=None):
     cfg = config.resolve(argv)
-    logs.setup(cfg.log_level, cfg.log_file)
+    if cfg.log_config:
+        prepare_path(cfg.app_dir)  # so that the file may name the project's own handler classes
+    try:
+        logs.setup(cfg.log_level, cfg.log_file, cfg.log_config)
+    except logs.LogConfigError as e:
+        config.die(f"argument --log-config: {e}")
     check_interface_flag(cfg)
     if cfg.supervised:
         from .supervisor import Supervisor

@@ -1,9 +1,11 @@
-"""Command-line and environment configuration.
+"""Command-line, environment and config-file configuration.
 
 Every option is a row of OPTIONS. Each is settable on the command line
-(`--keep-alive-timeout 2`) or through the environment (`M0_KEEP_ALIVE_TIMEOUT=2`);
-the command line wins. A bad flag or value is reported on one line that names the
-flag (or the variable) and exits with status 2.
+(`--keep-alive-timeout 2`), through the environment (`M0_KEEP_ALIVE_TIMEOUT=2`) or in
+a -c/--config file (`keep_alive_timeout = 2`, see m0serve.configfile); the command line
+wins over the environment, which wins over the file. A bad flag or value is reported on
+one line that names the flag (or the variable, or the file and name) and exits with
+status 2.
 """
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ class Option:
     group: str
     metavar: str | None = None
     supervision: bool = False  # needs a supervisor process even with one worker
+    short: str | None = None  # "-c"
 
     @property
     def dest(self):
@@ -103,6 +106,9 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 OPTIONS = [
     # Application
     Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
+    Option("--config", "value", _path, None,
+           "a Python file of settings (the flags' names with underscores) and server hooks; flags and "
+           "M0_* variables override it", "application", "FILE", short="-c"),
     Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
            "the application's interface; auto detects ASGI (async callable) vs WSGI", "application",
            "auto|wsgi|asgi"),
@@ -165,6 +171,10 @@ OPTIONS = [
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
            "logging", "FILE"),
     Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
+    Option("--log-config", "value", _path, None,
+           "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
+           "m0serve.access loggers, applied before the app is imported and in every worker",
+           "logging", "FILE"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--threads", "value", _int_in(1, 256), 1,
@@ -240,7 +250,8 @@ def build_parser(prog="m0serve"):
             g.add_argument(opt.flag, dest=opt.dest, action="append", type=_argparse_type(opt), default=None,
                            metavar=opt.metavar, help=help_text)
         else:
-            g.add_argument(opt.flag, dest=opt.dest, type=_argparse_type(opt), default=None, metavar=opt.metavar,
+            flags = [opt.short, opt.flag] if opt.short else [opt.flag]
+            g.add_argument(*flags, dest=opt.dest, type=_argparse_type(opt), default=None, metavar=opt.metavar,
                            help=help_text)
     return p
 
@@ -258,6 +269,10 @@ class Config:
     def supervised(self):
         """Whether a supervisor process is needed (else the one worker serves in-process)."""
         if self.workers > 1:
+            return True
+        from .hooks import NEEDS_SUPERVISOR, of
+
+        if any(of(self).has(name) for name in NEEDS_SUPERVISOR):
             return True
         return any(opt.supervision and getattr(self, opt.dest) for opt in OPTIONS)
 
@@ -286,11 +301,14 @@ def resolve(argv=None, environ=None, prog="m0serve"):
     ns = parser.parse_args(argv)
     values = {}
     try:
+        from_file, hooks = _config_file(ns, environ)
         for opt in OPTIONS:
             dest = "app" if opt.flag == "APP" else opt.dest
             v = getattr(ns, dest)
             if v is None:
                 v = _from_env(opt, environ)
+            if v is None:
+                v = from_file.get(dest)
             if v is None and opt.flag == "--workers" and environ.get("WEB_CONCURRENCY"):
                 try:
                     v = _int_in(1)(environ["WEB_CONCURRENCY"])
@@ -303,11 +321,26 @@ def resolve(argv=None, environ=None, prog="m0serve"):
             values[dest] = v
         if values["workers"] is None:
             values["workers"] = 1
+        values["hooks"] = hooks
         cfg = Config(**values)
         _check(cfg)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return cfg
+
+
+def _config_file(ns, environ):
+    """(settings, Hooks) of the -c/--config file named by the command line or M0_CONFIG."""
+    from . import configfile
+    from .hooks import Hooks
+
+    path = ns.config
+    if path is None:
+        path = _from_env(next(o for o in OPTIONS if o.flag == "--config"), environ)
+    if path is None:
+        return {}, Hooks()
+    settings, funcs = configfile.load(path)
+    return settings, Hooks(funcs)
 
 
 def _check(cfg):

@@ -19,6 +19,9 @@ is replaced.
 
 Signals: TERM/INT graceful stop (a second one forces it), QUIT immediate stop, HUP rolling
 restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers).
+
+Hooks (--config, m0serve.hooks): on_starting, when_ready, pre_fork, child_exit and on_exit
+run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit in the worker.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import struct
 import sys
 import time
 
-from . import logs, worker
+from . import hooks, logs, worker
 from .cli import open_listeners, remove_pid_file, resolve_app, write_pid_file
 
 log = logs.log
@@ -59,12 +62,12 @@ def _describe_status(status):
     return f"exited with code {code}", code
 
 
-class Worker:
-    def __init__(self, pid, slot, generation, status_fd):
-        self.pid = pid
+class Worker(hooks.WorkerInfo):
+    def __init__(self, cfg, age, slot, generation):
+        super().__init__(cfg, age)
         self.slot = slot
         self.generation = generation
-        self.status_fd = status_fd
+        self.status_fd = None
         self.started = _now()
         self.ready = False
         self.stopping = False  # the supervisor asked it to stop
@@ -77,6 +80,9 @@ class Worker:
 class Supervisor:
     def __init__(self, cfg):
         self.cfg = cfg
+        self.log = log
+        self.hooks = hooks.of(cfg)
+        self.spawned = 0  # workers started so far (a worker's age)
         self.target = cfg.workers
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -86,6 +92,7 @@ class Supervisor:
         self.stop_requested = 0.0
         self.listeners_stopped = False
         self.listening_logged = False
+        self.reopened_at = None  # when USR1 last reopened the logs
         self.exit_code = 0
         self.boot_blocked = False  # --reload after a failed boot: wait for the next change
         self.crashes = []  # monotonic times of recent crashes (respawn back-off)
@@ -104,6 +111,14 @@ class Supervisor:
     # --- start-up -------------------------------------------------------------------
 
     def run(self):
+        if not self.hooks.run("on_starting", self):
+            return 1
+        try:
+            return self._run()
+        finally:
+            self.hooks.run("on_exit", self)
+
+    def _run(self):
         cfg = self.cfg
         if cfg.reload and cfg.preload:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
@@ -131,6 +146,8 @@ class Supervisor:
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
                  ", reload on" if cfg.reload else "")
         try:
+            if not self.hooks.run("when_ready", self):
+                return 1
             self._loop()
         finally:
             self._cleanup()
@@ -208,6 +225,8 @@ class Supervisor:
         if b"R" in data and not w.ready:
             w.ready = True
             log.info("worker %d ready (boot took %.2fs)", w.pid, _now() - w.started)
+            if self.reopened_at is not None and w.started < self.reopened_at:
+                self._kill(w, signal.SIGUSR1)  # it booted across a USR1: reopen what it inherited
             if not self.listening_logged:
                 self.listening_logged = True
                 for listener in self.listeners:
@@ -250,8 +269,11 @@ class Supervisor:
                     log.info("SIGTTOU ignored: already at 1 worker")
             elif sig == signal.SIGUSR1:
                 logs.reopen()
+                self.reopened_at = _now()
+                # A booting worker has no handler yet: it is told once it is ready.
                 for w in self.workers.values():
-                    self._kill(w, signal.SIGUSR1)
+                    if w.ready:
+                        self._kill(w, signal.SIGUSR1)
 
     def _stop(self, fast):
         now = _now()
@@ -307,19 +329,37 @@ class Supervisor:
         if not self.free_slots:
             log.error("no free heartbeat slot: cannot start more than %d workers", HEARTBEAT_SLOTS)
             return None
-        slot = self.free_slots.pop()
+        self.spawned += 1
+        w = Worker(self.cfg, self.spawned, None, self.generation)
+        if not self.hooks.run("pre_fork", self, w):
+            log.error("stopping: the pre_fork hook failed")
+            self.exit_code = 1
+            self._stop(fast=False)
+            return None
+        slot = w.slot = self.free_slots.pop()
         for j in range(self.beat_threads):
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
         max_requests = self.cfg.effective_max_requests(self.rand)
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            self.free_slots.append(slot)
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            self.free_slots.append(slot)
+            os.close(status_r)
+            os.close(status_w)
+            raise
         if pid == 0:
             code = 1
+            w.pid = os.getpid()
             try:
                 os.close(status_r)
-                code = self._worker_main(status_w, slot, max_requests)
+                code = self._worker_main(w, status_w, max_requests)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
             except BaseException:
@@ -327,13 +367,15 @@ class Supervisor:
                 code = 1
             finally:
                 try:
+                    self.hooks.run("worker_exit", self, w)
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:
                     os._exit(code)
         os.close(status_w)
         os.set_blocking(status_r, False)
-        w = Worker(pid, slot, self.generation, status_r)
+        w.pid = pid
+        w.status_fd = status_r
         self.workers[pid] = w
         self.selector.register(status_r, selectors.EVENT_READ, w)
         replaced = f", replacing {self.replacing.pop(0)}" if self.replacing else ""
@@ -341,8 +383,9 @@ class Supervisor:
                  f", retires after {max_requests} requests" if max_requests else "", replaced)
         return w
 
-    def _worker_main(self, status_w, slot, max_requests):
+    def _worker_main(self, w, status_w, max_requests):
         """Runs in the forked child; returns its exit status."""
+        slot = w.slot
         worker.reset_signals()
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
@@ -355,10 +398,16 @@ class Supervisor:
             except OSError:
                 pass
         self.workers = {}
+        logs.reapply()  # --log-config: this process's own handlers
+        if not self.hooks.run("post_fork", self, w):
+            return 1
         if self.app is not None:
             app, interface = self.app, self.interface
         else:
             app, interface = resolve_app(self.cfg)
+        w.app = app
+        if not self.hooks.run("post_worker_init", w):
+            return 1
         socks = [listener.worker_socket() for listener in self.listeners]
         private = [s for listener, s in zip(self.listeners, socks) if s is not listener.sock]
 
@@ -369,7 +418,7 @@ class Supervisor:
                 pass
 
         policy = worker.SignalPolicy(self.cfg, listeners_to_close=private, supervised=True,
-                                     on_drain=lambda: notify(b"D"))
+                                     on_drain=lambda: notify(b"D"), worker=w)
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
                    max_requests=max_requests, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2)
@@ -399,6 +448,7 @@ class Supervisor:
                 w.status_fd = None
             self.free_slots.append(w.slot)
             self._on_exit(w, status)
+            self.hooks.run("child_exit", self, w)
 
     def _on_exit(self, w, status):
         what, code = _describe_status(status)
@@ -526,6 +576,8 @@ class Supervisor:
                 w.stop_reason = "worker timeout"
                 self.replacing.append(w.pid)  # its replacement starts now
                 self._kill(w, signal.SIGUSR2)
+                if self.hooks.has("worker_abort"):
+                    self._kill(w, signal.SIGABRT)  # after the dump: the worker runs the hook, then exits
 
     def _enforce_deadlines(self):
         now = _now()

@@ -7,6 +7,8 @@ Worker signals:
               --graceful-timeout), return from serve(); a second one closes everything now
   QUIT        close everything now
   USR1        reopen --log-file
+  ABRT        only with a worker_abort hook (--config): run it, then exit 1; the
+              supervisor sends it after the stack dump of a worker stuck past --worker-timeout
   USR2        write the Python stack of every thread to the log (faulthandler); the
               supervisor sends it to a worker stuck past --worker-timeout before killing it
 
@@ -20,12 +22,13 @@ raises when start-up fails.
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import signal
 import socket
 import sys
 
-from . import logs
+from . import hooks, logs
 from .config import server_options
 
 log = logs.log
@@ -40,6 +43,8 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0):
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
     kw["errors"] = sys.stderr
+    if kw.get("access_log") and logs.configured():
+        kw["access_log"] = logs.access_log_writer()  # through m0serve.access, not fd 2
     if max_requests:
         kw["max_requests"] = max_requests
     return kw
@@ -59,8 +64,10 @@ def asgi_driver():
 class SignalPolicy:
     """Installs the worker's signal handlers once its server serves."""
 
-    def __init__(self, cfg, *, listeners_to_close=(), supervised=False, on_drain=None):
+    def __init__(self, cfg, *, listeners_to_close=(), supervised=False, on_drain=None, worker=None):
         self.cfg = cfg
+        self.hooks = hooks.of(cfg)
+        self.worker = worker  # what the worker_int and worker_abort hooks receive
         self.on_drain = on_drain  # called once the server stopped accepting (tells the supervisor)
         self.server = None
         self.stopping = False
@@ -77,8 +84,12 @@ class SignalPolicy:
         signal.signal(signal.SIGUSR1, self._on_usr1)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGALRM, self._on_alarm)
+        if self.hooks.has("worker_abort"):
+            signal.signal(signal.SIGABRT, self._on_abort)
 
     def _on_term(self, signum, frame):
+        if signum == signal.SIGINT:
+            self.hooks.run("worker_int", self.worker)
         if self.stopping:
             log.info("second %s: closing every connection now", signal.Signals(signum).name)
             self.server.shutdown(graceful=False)
@@ -112,11 +123,23 @@ class SignalPolicy:
             self.server.shutdown(graceful=False)
 
     def _on_quit(self, signum, frame):
+        self.hooks.run("worker_int", self.worker)
         self.stopping = True
         self.server.shutdown(graceful=False)
         self._stop_listening()
         if self.on_drain is not None:
             self.on_drain()
+
+    def _on_abort(self, signum, frame):
+        # A stuck worker about to be killed: the hook, then out (unwinding through the
+        # stuck view would only have it answer).
+        self.hooks.run("worker_abort", self.worker)
+        try:
+            logging.shutdown()  # flushes every handler
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
 
     def _on_usr1(self, signum, frame):
         logs.reopen()
@@ -294,6 +317,9 @@ def reset_signals():
               signal.SIGTTOU, signal.SIGCHLD, signal.SIGALRM):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Not the default (terminate) while booting: the supervisor forwards USR1 to ready
+    # workers only, and tells one that became ready since; this covers a stray one.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:

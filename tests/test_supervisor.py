@@ -340,6 +340,35 @@ def test_usr1_reopens_the_log_file(serve, tmp_path):
     assert s.stop() == 0
 
 
+def test_usr1_while_a_worker_boots_does_not_kill_it(serve, tmp_path):
+    # A replacement worker is still importing the app when logrotate sends USR1: it must
+    # not die of it (a worker that dies before it is ready stops the whole server), and it
+    # reopens the log once it is ready.
+    log_file = tmp_path / "m0.log"
+    s = serve("slow_boot:app", "--workers", "2", "--log-file", str(log_file), "--access-log", wait=False,
+              env={"SLOW_BOOT_SECONDS": "1.5"})
+    text = lambda: log_file.read_text() if log_file.exists() else ""  # noqa: E731
+    wait_until(lambda: len(re.findall(r"worker \d+ ready", text())) == 2, 15, "two workers ready")
+    port = int(re.search(r"Listening on http://127.0.0.1:(\d+)", text()).group(1))
+    victim = int(re.findall(r"worker (\d+) ready", text())[0])
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: f"replacing {victim})" in text(), 5, "the replacement to start")
+    rotated = tmp_path / "m0.log.1"
+    log_file.rename(rotated)
+    s.proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: re.search(r"worker \d+ ready", text()), 10, "the replacement to be ready")
+    wait_until(lambda: text().count("reopened log file") == 3, 10, "every process to reopen the log")
+    assert s.proc.poll() is None
+    s.host, s.port = "127.0.0.1", port
+    loop = Loop(s, clients=2, path="/after-rotation")
+    wait_until(lambda: len(loop.pids()) == 2, 10, "both workers to serve")
+    loop.stop()
+    assert not loop.failures() and victim not in loop.pids()
+    wait_until(lambda: text().count("/after-rotation") >= 2, 5, "the access lines in the new file")
+    assert "/after-rotation" not in rotated.read_text() and "before it was ready" not in rotated.read_text()
+    assert s.stop() == 0
+
+
 def test_asgi_worker_timeout_watches_the_event_loop(serve):
     s = serve("sup_asgi:app", "--workers", "2", "--worker-timeout", "1")
     worker_pids(s, 2)

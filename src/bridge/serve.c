@@ -3,10 +3,14 @@
 #include "serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../net/native_hello.h"
 #include "../net/workq.h"
@@ -39,6 +43,14 @@ struct m0_server_object {
     PyObject *app;
     PyObject *logger;
     PyObject *errors;
+    /* access_log=callable: the engine writes its lines to a memfd (never
+     * blocks, never drops) and they are handed to the callable by threads that
+     * hold the GIL, never from inside a connection callback. */
+    PyObject *access_log;
+    int access_log_fd;
+    int access_log_flushing;   /* a flush is calling the callable (GIL-protected) */
+    uint64_t access_log_read;  /* memfd offset up to which lines were handed over */
+    uint64_t access_log_freed; /* memfd pages below this offset were given back */
     PyObject *root_path;
     PyObject *url_scheme;
     Py_buffer heartbeat;
@@ -151,6 +163,93 @@ static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssi
     return 0;
 }
 
+/* access_log: false (off), true (lines written by the engine to fd 2), or a
+ * callable (lines collected in a memfd and passed to it by
+ * server_flush_access_log). Sets *fd for the engine's configuration. */
+static int server_access_log_init(ServerObject *self, PyObject *access_log, int *fd)
+{
+    if (!PyCallable_Check(access_log)) {
+        int on = PyObject_IsTrue(access_log);
+        if (on < 0)
+            return -1;
+        *fd = on ? 2 : -1;
+        return 0;
+    }
+    int mfd = memfd_create("m0serve-access-log", MFD_CLOEXEC);
+    if (mfd < 0 || fcntl(mfd, F_SETFL, O_APPEND) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        if (mfd >= 0)
+            close(mfd);
+        return -1;
+    }
+    self->access_log = Py_NewRef(access_log);
+    self->access_log_fd = mfd;
+    *fd = mfd;
+    return 0;
+}
+
+/* Pass the access-log lines written since the last call to the access_log
+ * callable, as one str of complete lines. Call with the GIL held and no
+ * exception set, never from inside a connection callback.
+ *
+ * The loop thread appends (O_APPEND) and may run without the GIL (blocking
+ * pool), so the reader never truncates: it keeps its offset, takes only
+ * whole lines (a line being written may be half there), and gives the pages
+ * it has read back with FALLOC_FL_PUNCH_HOLE. Readers are serialised by the
+ * GIL and access_log_flushing, so lines reach the callable in order. An
+ * exception of the callable is reported as unraisable: the log must not stop
+ * the server. */
+static void server_flush_access_log(ServerObject *self)
+{
+    struct stat st;
+    if (self->access_log_fd < 0 || self->access_log == NULL || self->access_log_flushing)
+        return;
+    if (fstat(self->access_log_fd, &st) < 0 || (uint64_t)st.st_size <= self->access_log_read)
+        return;
+    size_t avail = (size_t)((uint64_t)st.st_size - self->access_log_read);
+    char *buf = PyMem_Malloc(avail);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        PyErr_WriteUnraisable((PyObject *)self);
+        return;
+    }
+    size_t got = 0;
+    while (got < avail) {
+        ssize_t n = pread(self->access_log_fd, buf + got, avail - got, (off_t)(self->access_log_read + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    while (got > 0 && buf[got - 1] != '\n')
+        got--;
+    if (got == 0) {
+        PyMem_Free(buf);
+        return;
+    }
+    self->access_log_read += got;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t done = self->access_log_read / page * page;
+    if (done > self->access_log_freed &&
+        fallocate(self->access_log_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)done) == 0)
+        self->access_log_freed = done;
+    PyObject *callable = Py_NewRef(self->access_log);
+    PyObject *text = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)got, "backslashreplace");
+    PyMem_Free(buf);
+    PyObject *r = NULL;
+    if (text != NULL) {
+        self->access_log_flushing = 1;
+        r = PyObject_CallOneArg(callable, text);
+        self->access_log_flushing = 0;
+        Py_DECREF(text);
+    }
+    if (r == NULL)
+        PyErr_WriteUnraisable(callable);
+    Py_XDECREF(r);
+    Py_DECREF(callable);
+}
+
 /* The handler for the interface: the switch point for every bridge. */
 static int server_handler_init(ServerObject *self, PyObject *module, const m0_handler **handler, void **ctx)
 {
@@ -249,11 +348,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     long long limit_request_body = 0, max_requests = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
              *asgi_extra = Py_None;
-    int server_header = 1, access_log = 0;
+    int server_header = 1;
+    PyObject *access_log = Py_False;
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOppOOOLOnOiLdd:Server", kwlist, &app, &interface,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLdd:Server", kwlist, &app, &interface,
                                      &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
                                      &limit_request_line, &limit_request_fields, &limit_request_field_size,
                                      &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
@@ -264,6 +364,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self = (ServerObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    self->access_log_fd = -1;
     self->interface = server_parse_interface(interface);
     if (self->interface < 0)
         goto error;
@@ -298,7 +399,8 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     cfg.limits.max_body = (uint64_t)limit_request_body;
     cfg.max_requests = (uint64_t)max_requests;
     cfg.server_header = server_header;
-    cfg.access_log_fd = access_log ? 2 : -1;
+    if (server_access_log_init(self, access_log, &cfg.access_log_fd) < 0)
+        goto error;
     /* ASGI apps await their body chunk by chunk without holding the loop:
      * they get it as it arrives. */
     cfg.body_buffer_size = self->interface == M0_IFACE_ASGI ? 0 : (uint64_t)body_buffer_size;
@@ -383,6 +485,7 @@ static int Server_traverse(ServerObject *self, visitproc visit, void *arg)
     Py_VISIT(self->app);
     Py_VISIT(self->logger);
     Py_VISIT(self->errors);
+    Py_VISIT(self->access_log);
     Py_VISIT(self->root_path);
     Py_VISIT(self->url_scheme);
     Py_VISIT(self->asgi_extra);
@@ -398,6 +501,7 @@ static int Server_clear(ServerObject *self)
     Py_CLEAR(self->app);
     Py_CLEAR(self->logger);
     Py_CLEAR(self->errors);
+    Py_CLEAR(self->access_log);
     Py_CLEAR(self->root_path);
     Py_CLEAR(self->url_scheme);
     Py_CLEAR(self->asgi_extra);
@@ -424,6 +528,14 @@ static void Server_dealloc(ServerObject *self)
     }
     m0_loop_free(self->loop);
     self->loop = NULL;
+    if (self->access_log_fd >= 0) {
+        PyObject *exc = m0_exc_fetch();
+        server_flush_access_log(self);
+        if (exc != NULL)
+            m0_exc_restore(exc);
+        close(self->access_log_fd);
+        self->access_log_fd = -1;
+    }
     if (self->heartbeat_held) {
         PyBuffer_Release(&self->heartbeat);
         self->heartbeat_held = 0;
@@ -465,6 +577,7 @@ static PyObject *server_serve_pool(ServerObject *self)
             /* (a no-op outside the main thread) */
             checked = m0_loop_now(self->loop);
             PyEval_RestoreThread(ts);
+            server_flush_access_log(self); /* the pool threads flush too, after each request */
             int sig = PyErr_CheckSignals();
             ts = PyEval_SaveThread();
             if (sig < 0) {
@@ -476,6 +589,7 @@ static PyObject *server_serve_pool(ServerObject *self)
     }
     m0_workq_close(self->workq); /* the pool threads return from run_pool() */
     PyEval_RestoreThread(ts);
+    server_flush_access_log(self);
     if (r == -EINTR) {
         /* A signal handler raised: close everything, propagate. */
         PyObject *exc = m0_exc_fetch();
@@ -518,6 +632,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         }
         if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
             PyErr_WriteUnraisable((PyObject *)self);
+        server_flush_access_log(self);
         if (PyErr_CheckSignals() < 0) {
             /* A signal handler raised (KeyboardInterrupt...): close everything
              * and let the exception propagate out of serve(). */
@@ -600,6 +715,7 @@ static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *k
             *beat = 0;
         if (PyErr_Occurred()) /* the bridge never leaves one: do not lose it */
             PyErr_WriteUnraisable((PyObject *)self);
+        server_flush_access_log(self); /* the lines the loop wrote meanwhile */
     }
     __atomic_sub_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
     m0_wsgi_free(w);
@@ -616,6 +732,7 @@ static PyObject *Server_run_once(ServerObject *self, PyObject *Py_UNUSED(ignored
         return server_errno(r);
     if (PyErr_Occurred())
         return NULL;
+    server_flush_access_log(self);
     return PyLong_FromLong(r);
 }
 

@@ -1,0 +1,130 @@
+"""`-c/--config FILE`: a Python file whose module-level names are settings and hooks.
+
+Settings use the flags' names with underscores (`workers = 4`, `keep_alive_timeout = 2.5`,
+`access_log = True`, `reload_dir = ["src"]`, `app = "myapp:app"`); hooks are the functions
+named in m0serve.hooks. Names starting with `_`, modules, and functions or classes imported
+from elsewhere (`from multiprocessing import cpu_count`) are ignored; any other name is an
+error that names it, as is a value the flag would refuse.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+import types
+
+from . import hooks
+from .config import OPTIONS, ConfigError
+
+MODULE_NAME = "__m0serve_config__"
+
+# Names gunicorn users write, and what they are called here.
+GUNICORN_NAMES = {
+    "bind": "host and port (or uds)",
+    "wsgi_app": "app",
+    "timeout": "worker_timeout",
+    "keepalive": "keep_alive_timeout",
+    "loglevel": "log_level",
+    "errorlog": "log_file",
+    "accesslog": "access_log",
+    "logconfig": "log_config",
+    "pidfile": "pid_file",
+    "preload_app": "preload",
+    "chdir": "app_dir",
+}
+UNSUPPORTED_HOOKS = ("on_reload", "pre_exec", "pre_request", "post_request", "nworkers_changed", "ssl_context")
+
+
+def _settings():
+    return {("app" if o.flag == "APP" else o.dest): o for o in OPTIONS if o.flag != "--config"}
+
+
+def _execute(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path}: no such file")
+    loader = importlib.machinery.SourceFileLoader(MODULE_NAME, path)
+    spec = importlib.util.spec_from_loader(MODULE_NAME, loader)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        loader.exec_module(module)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        # The user's code failed: its traceback, then the one-line error.
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+        raise ConfigError(f"config file {path}: {type(e).__name__}: {e}".replace("\n", " ")) from None
+    return module
+
+
+def _ignored(name, value):
+    """Not a setting: private names, modules, and what was imported (functions, classes,
+    methods such as multiprocessing.cpu_count) rather than defined in the file."""
+    if name.startswith("_") or isinstance(value, types.ModuleType):
+        return True
+    if inspect.ismethod(value):
+        value = value.__func__
+    if inspect.isroutine(value) or inspect.isclass(value):
+        return getattr(value, "__module__", None) != MODULE_NAME
+    return False
+
+
+def _convert(opt, value):
+    """The setting's value, checked as the flag checks it; raises ValueError."""
+    if opt.kind == "flag":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be True or False, not {value!r}")
+        return value
+    if opt.kind == "list":
+        items = [value] if isinstance(value, (str, os.PathLike)) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, (str, os.PathLike)) for i in items):
+            raise ValueError(f"must be a list of strings, not {value!r}")
+        return [opt.conv(os.fspath(i)) for i in items]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, os.PathLike)):
+        raise ValueError(f"invalid value {value!r}")
+    return opt.conv(os.fspath(value) if isinstance(value, os.PathLike) else str(value))
+
+
+def _unknown(name, known):
+    if name == "config":
+        return "config (a config file cannot name another)"
+    if name in UNSUPPORTED_HOOKS:
+        return f"{name} (a gunicorn hook m0serve does not have)"
+    if name in GUNICORN_NAMES and GUNICORN_NAMES[name] != name:
+        return f"{name} (here: {GUNICORN_NAMES[name]})"
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"{name} (did you mean {close[0]}?)" if close else name
+
+
+def load(path):
+    """(settings by dest name, hooks by name) of the config file at path; raises ConfigError."""
+    module = _execute(path)
+    options = _settings()
+    settings, funcs, unknown = {}, {}, []
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if name in hooks.SIGNATURES:
+            if value is None:
+                continue
+            problem = hooks.check(name, value)
+            if problem:
+                raise ConfigError(f"config file {path}: {name}: {problem}")
+            funcs[name] = value
+        elif name in options:
+            if value is None:  # the same as not setting it
+                continue
+            try:
+                settings[name] = _convert(options[name], value)
+            except ValueError as e:
+                raise ConfigError(f"config file {path}: {name}: {e}") from None
+        elif not _ignored(name, value):
+            unknown.append(name)
+    if unknown:
+        known = list(options) + list(hooks.SIGNATURES)
+        what = ", ".join(_unknown(n, known) for n in unknown)
+        raise ConfigError(f"config file {path}: unknown name{'s' if len(unknown) > 1 else ''}: {what}")
+    return settings, funcs
