@@ -545,7 +545,9 @@ def readme_summary(arts):
 def render_readme(text, arts):
     if not README_RE.search(text):
         raise RenderError("README.md has no <!-- section:benchmarks --> ... <!-- /section:benchmarks --> markers")
-    return README_RE.sub(lambda m: m.group(1) + readme_summary(arts) + m.group(3), text)
+    text = README_RE.sub(lambda m: m.group(1) + readme_summary(arts) + m.group(3), text)
+    # Figures quoted in the README's prose are spans too, so they cannot go stale.
+    return SPAN_RE.sub(lambda m: m.group(1) + span_value(m.group(2), arts) + m.group(4), text)
 
 
 def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=CHART_DIR, platform=None):

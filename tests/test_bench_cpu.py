@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # after site-packages: m0serve is the installed one
 
 from bench import procs  # noqa: E402
 
