@@ -378,17 +378,69 @@ static int result_close(m0_wsgi *w, PyObject *result)
     return 0;
 }
 
-/* Send the app's result. -1 with an exception when the app failed (raised
+/* Whether this request's sending may stop and resume when the peer reads
+ * (inline mode: the loop thread must not wait on one client). */
+static int can_park(const m0_wsgi_sr *sr)
+{
+    return !sr->w->pooled && sr->c && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+}
+
+/* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
+ * response overflowed: sr says), 1 when sending stopped for a slow peer (it
+ * is kept by the caller), -1 with an exception when the app failed. */
+static int iter_send(m0_wsgi_sr *sr, PyObject *it)
+{
+    PyObject *item = NULL;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "the application's iterable yielded %.100s, not bytes",
+                         Py_TYPE(item)->tp_name);
+            goto error;
+        }
+        size_t len = (size_t)PyBytes_GET_SIZE(item);
+        if (len) {
+            if (!sr->status) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "the application yielded body bytes before calling start_response()");
+                goto error;
+            }
+            struct iovec iov = {PyBytes_AS_STRING(item), len};
+            int rc = m0_wsgi_send(sr, &iov, 1, len, 0);
+            if (rc < 0 || sr->overflow)
+                break; /* peer gone, or past the Content-Length */
+        }
+        Py_CLEAR(item);
+        if (!sr->c) /* closed while the iterator ran */
+            break;
+        if (can_park(sr))
+            return 1;
+    }
+    Py_CLEAR(item);
+    if (PyErr_Occurred())
+        return -1;
+    if (!sr->status) {
+        PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
+        return -1;
+    }
+    if (!sr->write_error && !sr->overflow && sr->c)
+        m0_wsgi_send(sr, NULL, 0, 0, 1);
+    return 0;
+error:
+    Py_XDECREF(item);
+    return -1;
+}
+
+/* Send the app's result. 0 when sent, 1 when sending waits for a slow peer
+ * (park says how to go on), -1 with an exception when the app failed (raised
  * while iterating, yielded a non-bytes, never called start_response); a
  * write error is not an exception: it is left in sr->write_error. */
-static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result)
+static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_resume *park)
 {
-    PyObject *it = NULL, *item = NULL;
-
     if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status) {
         /* All bytes: the total is known, so Content-Length, and groups of
          * pieces per writev (the first with the head). No Python code runs
-         * here, so the borrowed items stay valid. */
+         * here, so the borrowed items stay valid. Queued whole (the app holds
+         * it in memory anyway): the loop flushes it. */
         Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
         size_t total = 0;
         int all_bytes = 1;
@@ -427,51 +479,21 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result)
             return 0;
         }
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
-        int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result);
+        int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result, park);
         if (rc != 0)
-            return rc < 0 ? -1 : 0;
+            return rc < 0 ? -1 : rc == 2 ? 1 : 0;
     }
 
-    it = PyObject_GetIter(result);
+    PyObject *it = PyObject_GetIter(result);
     if (!it)
-        goto error;
-    while ((item = PyIter_Next(it)) != NULL) {
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "the application's iterable yielded %.100s, not bytes",
-                         Py_TYPE(item)->tp_name);
-            goto error;
-        }
-        size_t len = (size_t)PyBytes_GET_SIZE(item);
-        if (len) {
-            if (!sr->status) {
-                PyErr_SetString(PyExc_RuntimeError,
-                                "the application yielded body bytes before calling start_response()");
-                goto error;
-            }
-            struct iovec iov = {PyBytes_AS_STRING(item), len};
-            int rc = m0_wsgi_send(sr, &iov, 1, len, 0);
-            if (rc < 0 || sr->overflow)
-                break; /* peer gone, or past the Content-Length */
-        }
-        Py_CLEAR(item);
-        if (!sr->c) /* closed while the iterator ran */
-            break;
-    }
-    Py_CLEAR(item);
-    if (PyErr_Occurred())
-        goto error;
-    Py_CLEAR(it);
-    if (!sr->status) {
-        PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
         return -1;
+    int rc = iter_send(sr, it);
+    if (rc == 1) {
+        park->it = it;
+        return 1;
     }
-    if (!sr->write_error && !sr->overflow && sr->c)
-        m0_wsgi_send(sr, NULL, 0, 0, 1);
-    return 0;
-error:
-    Py_XDECREF(item);
-    Py_XDECREF(it);
-    return -1;
+    Py_DECREF(it);
+    return rc;
 }
 
 /* The status of the canned response for a failure before the head, 0 when
@@ -493,16 +515,106 @@ static int error_status(m0_wsgi_sr *sr, const m0_wsgi_input *in)
     }
 }
 
+/* A request whose response waits for its peer (inline mode), kept as the
+ * connection's data until it is finished or the connection closes. */
+typedef struct {
+    m0_wsgi *w;
+    m0_wsgi_sr *sr;    /* strong */
+    PyObject *wr;      /* strong */
+    m0_wsgi_input *in; /* strong */
+    PyObject *result;  /* strong */
+    m0_wsgi_resume resume;
+    int running; /* resuming: a close during it only clears sr->c */
+} m0_wsgi_parked;
+
+/* The end of every request: close the result, log what went wrong, send the
+ * canned error when nothing was sent, release the per-request objects and
+ * finish the connection (m0_conn_finish, or m0_conn_complete on a pool
+ * thread). failed: an exception is set (the app failed). Steals sr, wr, in
+ * and result (which may be NULL). */
+static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_sr *sr, PyObject *wr, m0_wsgi_input *in,
+                        PyObject *result, int failed, m0_wsgi_sr *outer)
+{
+    PyObject *exc = NULL, *close_exc = NULL;
+    int keep_alive = 0, status = 500, interrupted = 0;
+
+    if (!failed) {
+        if (result_close(w, result) < 0) {
+            exc = m0_exc_fetch();
+            log_error(w, "Exception in the close() of a WSGI response", req, exc);
+            Py_CLEAR(exc);
+        }
+        if (sr->overflow)
+            log_error(w, "WSGI response longer than its Content-Length: truncated, connection closed", req, NULL);
+        else if (sr->head_sent && !sr->write_error && sr->c && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
+                 sr->content_length >= 0 && sr->sent < (uint64_t)sr->content_length)
+            log_error(w, "WSGI response shorter than its Content-Length: connection closed", req, NULL);
+        status = sr->status;
+        keep_alive = m0_wsgi_keep_alive(sr);
+    } else {
+        exc = m0_exc_fetch();
+        if (result && result_close(w, result) < 0)
+            close_exc = m0_exc_fetch();
+        status = sr->head_sent ? sr->status : error_status(sr, in);
+        if (exc && !sr->write_error && in->err == 0 && sr->c) {
+            log_error(w,
+                      sr->head_sent
+                          ? "Exception in WSGI application after the response head was sent: connection closed"
+                          : "Exception in WSGI application",
+                      req, exc);
+        }
+        if (close_exc) {
+            log_error(w, "Exception in the close() of a WSGI response", req, close_exc);
+            Py_CLEAR(close_exc);
+        }
+        if (exc && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
+            interrupted = 1;
+        if (!sr->head_sent && sr->c && !sr->write_error && status) {
+            char buf[512];
+            int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
+            if (n > 0) {
+                struct iovec iov = {buf, (size_t)n};
+                if (m0_conn_writev(sr->c, &iov, 1, 1) < 0)
+                    sr->write_error = -EPIPE;
+            }
+        }
+        keep_alive = 0;
+    }
+    uint64_t body_bytes = sr->no_body ? 0 : sr->sent;
+    Py_CLEAR(exc);
+    Py_XDECREF(result);
+    m0_conn *live = sr->c; /* NULL when the peer went away during the request */
+    sr_end(sr);
+    w->active = outer;
+    Py_DECREF(in);
+    Py_DECREF(wr);
+    Py_DECREF(sr);
+    if (interrupted)
+        PyErr_SetInterrupt(); /* re-deliver Ctrl-C to the serve loop */
+    if (w->pooled) {
+        /* The connection is this thread's until it is handed back, closed
+         * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
+        m0_conn_complete(c, live ? keep_alive : 0, status, body_bytes);
+    } else if (live) {
+        m0_conn_finish(live, keep_alive, status, body_bytes);
+    }
+}
+
+static void parked_free(m0_wsgi_parked *p)
+{
+    Py_CLEAR(p->resume.it);
+    PyMem_Free(p);
+}
+
 static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
     m0_wsgi *w = ctx;
     m0_wsgi_sr *sr = NULL;
     PyObject *wr = NULL;
     m0_wsgi_input *in = NULL;
-    PyObject *env = NULL, *result = NULL, *app = NULL, *exc = NULL, *close_exc = NULL;
+    PyObject *env = NULL, *result = NULL, *app = NULL;
     m0_wsgi_sr *outer = w->active;
-    int keep_alive = 0, status = 500, interrupted = 0;
-    uint64_t body_bytes = 0;
+    m0_wsgi_resume resume = {NULL, -1, 0, 0};
 
     if (trio_acquire(w, &sr, &wr, &in) < 0) {
         PyErr_WriteUnraisable(w->app);
@@ -522,88 +634,77 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
     w->active = sr;
 
     env = m0_wsgi_environ_build(w, c, req, (PyObject *)in);
-    if (!env)
-        goto error;
-    app = Py_NewRef(w->app);
-    {
+    int failed = env == NULL;
+    if (!failed) {
+        app = Py_NewRef(w->app);
         PyObject *args[3] = {NULL, env, (PyObject *)sr};
         result = PyObject_Vectorcall(app, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_CLEAR(app);
+        failed = result == NULL;
     }
-    if (!result)
-        goto error;
-    if (result_send(w, sr, result) < 0)
-        goto error;
-    if (result_close(w, result) < 0) {
-        exc = m0_exc_fetch();
-        log_error(w, "Exception in the close() of a WSGI response", req, exc);
-        Py_CLEAR(exc);
-    }
-    if (sr->overflow)
-        log_error(w, "WSGI response longer than its Content-Length: truncated, connection closed", req, NULL);
-    else if (sr->head_sent && !sr->write_error && sr->c && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
-             sr->content_length >= 0 && sr->sent < (uint64_t)sr->content_length)
-        log_error(w, "WSGI response shorter than its Content-Length: connection closed", req, NULL);
-    status = sr->status;
-    keep_alive = m0_wsgi_keep_alive(sr);
-    goto done;
-
-error:
-    exc = m0_exc_fetch();
-    if (result && result_close(w, result) < 0)
-        close_exc = m0_exc_fetch();
-    status = sr->head_sent ? sr->status : error_status(sr, in);
-    if (exc && !sr->write_error && in->err == 0 && sr->c) {
-        log_error(w,
-                  sr->head_sent ? "Exception in WSGI application after the response head was sent: connection closed"
-                                : "Exception in WSGI application",
-                  req, exc);
-    }
-    if (close_exc) {
-        log_error(w, "Exception in the close() of a WSGI response", req, close_exc);
-        Py_CLEAR(close_exc);
-    }
-    if (exc && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
-        interrupted = 1;
-    if (!sr->head_sent && sr->c && !sr->write_error && status) {
-        char buf[512];
-        int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
-        if (n > 0) {
-            struct iovec iov = {buf, (size_t)n};
-            if (m0_conn_writev(sr->c, &iov, 1, 1) < 0)
-                sr->write_error = -EPIPE;
-        }
-    }
-    keep_alive = 0;
-
-done:
-    body_bytes = sr->no_body ? 0 : sr->sent;
-    Py_CLEAR(exc);
-    Py_CLEAR(result);
     Py_CLEAR(env);
-    Py_CLEAR(app);
-    {
-        m0_conn *live = sr->c; /* NULL when the peer went away during the request */
-        sr_end(sr);
-        w->active = outer;
-        Py_DECREF(in);
-        Py_DECREF(wr);
-        Py_DECREF(sr);
-        if (interrupted)
-            PyErr_SetInterrupt(); /* re-deliver Ctrl-C to the serve loop */
-        if (w->pooled) {
-            /* The connection is this thread's until it is handed back, closed
-             * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
-            m0_conn_complete(c, live ? keep_alive : 0, status, body_bytes);
-        } else if (live) {
-            m0_conn_finish(live, keep_alive, status, body_bytes);
+    if (!failed) {
+        int rc = result_send(w, sr, result, &resume);
+        if (rc == 1 && sr->c) {
+            m0_wsgi_parked *p = PyMem_Calloc(1, sizeof(*p));
+            if (p != NULL) {
+                p->w = w;
+                p->sr = sr;
+                p->wr = wr;
+                p->in = in;
+                p->result = result;
+                p->resume = resume;
+                w->active = outer;
+                m0_conn_set_data(c, p);
+                m0_conn_park(c);
+                return 1;
+            }
+            /* No memory to wait: the rest of the response is dropped. */
+            Py_CLEAR(resume.it);
+            sr->write_error = -ENOMEM;
+            rc = 0;
         }
+        Py_CLEAR(resume.it);
+        failed = rc < 0;
     }
+    request_end(w, c, req, sr, wr, in, result, failed, outer);
     return 0;
+}
+
+/* The peer read enough of a parked response: send more, park again or end. */
+static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
+{
+    m0_wsgi_sr *sr = p->sr;
+    m0_wsgi_sr *outer = w->active;
+    w->active = sr;
+    p->running = 1;
+    int rc = p->resume.it != NULL ? iter_send(sr, p->resume.it) : m0_wsgi_file_send_more(sr, &p->resume);
+    p->running = 0;
+    if (rc == 2)
+        rc = 1;
+    if (rc == 1 && sr->c) {
+        w->active = outer;
+        m0_conn_park(c);
+        return;
+    }
+    m0_conn *live = sr->c;
+    m0_conn_set_data(c, NULL); /* c stays allocated while this callback runs, closed or not */
+    PyObject *result = p->result;
+    m0_wsgi_input *in = p->in;
+    PyObject *wr = p->wr;
+    parked_free(p);
+    request_end(w, live != NULL ? live : c, m0_conn_request(c), sr, wr, in, result, rc < 0, outer);
 }
 
 static void wsgi_on_event(void *ctx, m0_conn *c, int what)
 {
     m0_wsgi *w = ctx;
+    m0_wsgi_parked *p = m0_conn_data(c);
+    if (what == M0_CONN_WRITABLE) {
+        if (p != NULL && !p->running)
+            wsgi_resume(w, c, p);
+        return;
+    }
     if (what != M0_CONN_CLOSED)
         return;
     m0_wsgi_sr *sr = w->active;
@@ -611,6 +712,20 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
         sr->c = NULL;
         if (sr->input)
             sr->input->c = NULL;
+    }
+    if (p != NULL) {
+        /* The peer of a parked response went away. */
+        p->sr->c = NULL;
+        if (p->sr->input)
+            p->sr->input->c = NULL;
+        if (p->running)
+            return; /* the resume in progress ends it */
+        m0_conn_set_data(c, NULL);
+        m0_wsgi_sr *psr = p->sr;
+        PyObject *result = p->result, *wr = p->wr;
+        m0_wsgi_input *in = p->in;
+        parked_free(p);
+        request_end(w, c, m0_conn_request(c), psr, wr, in, result, 0, w->active);
     }
 }
 

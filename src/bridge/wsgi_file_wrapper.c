@@ -147,7 +147,39 @@ static int fw_regular_fd(m0_wsgi_file_wrapper *fw, off_t *pos, off_t *size)
     return (int)fd;
 }
 
-int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw)
+/* sendfile park->left bytes from park->off. On a pool thread it waits for
+ * the peer (blocking); on the loop thread it stops when the socket is full
+ * and returns 2 (the loop resumes it when the peer has read). */
+static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
+{
+    int blocking = sr->w->pooled;
+    while (park->left > 0 && sr->c) {
+        ssize_t n = m0_conn_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
+        if (n == -EAGAIN)
+            return 2;
+        if (n < 0) {
+            sr->write_error = (int)n;
+            break;
+        }
+        if (n == 0)
+            break; /* the file shrank: the response is short and closes */
+        park->off += n;
+        park->left -= (uint64_t)n;
+        sr->sent += (uint64_t)n;
+    }
+    return 0;
+}
+
+int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park)
+{
+    if (!sr->c) {
+        sr->write_error = -ECONNRESET;
+        return 0;
+    }
+    return file_send(sr, park);
+}
+
+int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_resume *park)
 {
     off_t pos, size;
     if (sr->head_sent || sr->status == 0)
@@ -174,18 +206,8 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw)
     }
     if (m0_wsgi_send(sr, NULL, 0, 0, 0) < 0)
         return 1;
-    off_t off = pos;
-    while (count > 0) {
-        ssize_t n = m0_conn_sendfile(sr->c, fd, off, (size_t)count, 1);
-        if (n < 0) {
-            sr->write_error = (int)n;
-            break;
-        }
-        if (n == 0)
-            break; /* the file shrank: the response is short and closes */
-        off += n;
-        count -= (uint64_t)n;
-        sr->sent += (uint64_t)n;
-    }
-    return 1;
+    park->fd = fd;
+    park->off = pos;
+    park->left = count;
+    return file_send(sr, park) == 2 ? 2 : 1;
 }

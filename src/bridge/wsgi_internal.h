@@ -208,12 +208,25 @@ PyObject *m0_wsgi_write_new(m0_wsgi_state *st, m0_wsgi_sr *sr);
 /* Whether the connection may be kept after this (finished) response. */
 int m0_wsgi_keep_alive(const m0_wsgi_sr *sr);
 
+/* How a response that waits for a slow peer goes on (inline mode): the
+ * iterator being sent, or the rest of a file being sent with sendfile. */
+typedef struct {
+    PyObject *it; /* strong, or NULL when sending a file */
+    int fd;       /* the file's fd (kept open by the app's result), -1 when none */
+    off_t off;
+    uint64_t left;
+} m0_wsgi_resume;
+
 /* wsgi_file_wrapper.c */
 extern PyType_Spec m0_wsgi_file_wrapper_spec;
 /* Send a file_wrapper result with sendfile when its file is a regular file.
- * Returns 1 when sent (or the peer went away: sr->write_error), 0 when the
- * caller must iterate it instead, -1 with an exception. */
-int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw);
+ * Returns 1 when sent (or the peer went away: sr->write_error), 2 when the
+ * rest waits for the peer (inline mode: park says where it stands), 0 when
+ * the caller must iterate it instead, -1 with an exception. */
+int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_resume *park);
+/* Go on with a parked sendfile: 0 when done (or failed: sr->write_error), 2
+ * when it waits for the peer again. */
+int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park);
 
 /* wsgi.c */
 

@@ -786,6 +786,18 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_conn_release(c);
 }
 
+void m0_conn_park(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->state == M0_CS_CLOSED)
+        return;
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    c->writable_wanted = 1;
+    m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+    m0_conn_interest(c);
+}
+
 void m0_conn_detach(m0_conn *c)
 {
     c->detached = 1;

@@ -167,6 +167,13 @@ size_t m0_conn_write_pending(const m0_conn *c);
  * request is dispatched. */
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 
+/* The handler's response waits for the peer to read (its queued output is
+ * above the high-water mark): the request stays pending, the heartbeat no
+ * longer counts it as running, M0_CONN_WRITABLE follows once the queue
+ * drains below the low-water mark, and a peer that reads nothing for the
+ * send timeout has its connection closed (M0_CONN_CLOSED). */
+void m0_conn_park(m0_conn *c);
+
 /* Hand the pending request to another thread (see the top of this file).
  * Loop thread, inside on_request, which then returns 1. */
 void m0_conn_detach(m0_conn *c);
