@@ -152,9 +152,13 @@ static inline const char *window_end(const char *line, const char *end, size_t m
 }
 
 /* Scanners. Each returns the first octet in [p, stop) outside its class, or
- * stop. With SSE2 (every x86-64) 16 octets are classified per step;
- * elsewhere (or with -DM0_PARSER_NO_SIMD, which the tests also build) a SWAR
- * word test skips clean 8-octet words. */
+ * stop. With SSE2 (every x86-64) 16 octets are classified per step, and every
+ * octet of the class stays on that path: a scanner that steps octet by octet
+ * over a legal but rarer octet (HTAB in a value, a tchar other than letters,
+ * digits and '-' in a name) lets a client make each parse of its head 50-120
+ * times slower (tests/c/bench_parser.c). Elsewhere (or with
+ * -DM0_PARSER_NO_SIMD, which the tests also build) SWAR tests skip clean
+ * 8-octet words of targets and values, and names go 4 octets per step. */
 #ifdef M0_PARSER_SSE2
 /* Bit i set when octet i of the 16 at p is below `below` (unsigned) or DEL. */
 static inline unsigned mask_ctl16(const char *p, char below)
@@ -165,8 +169,15 @@ static inline unsigned mask_ctl16(const char *p, char below)
     return (unsigned)_mm_movemask_epi8(_mm_or_si128(lt, del));
 }
 
+/* Bit i set when octet i of the 16 at p is c. */
+static inline unsigned mask_eq16(const char *p, char c)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(c)));
+}
+
 /* Bit i set when octet i is not ALPHA, DIGIT or '-' (the octets of nearly
- * every field name; the rest are classified by the table). */
+ * every field name). */
 static inline unsigned mask_not_name16(const char *p)
 {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
@@ -176,6 +187,31 @@ static inline unsigned mask_not_name16(const char *p)
     __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
     __m128i dash = _mm_cmpeq_epi8(x, _mm_set1_epi8('-'));
     return ~(unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), dash)) & 0xffffu;
+}
+
+/* Whether each octet of x lies in [lo, hi] (ASCII bounds). */
+static inline __m128i in_range16(__m128i x, char lo, char hi)
+{
+    __m128i d = _mm_sub_epi8(x, _mm_set1_epi8(lo));
+    return _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8((char)(hi - lo))), d);
+}
+
+/* Bit i set when octet i is not a tchar. SSE2 has no byte shuffle for a
+ * table lookup, so the class is VCHAR minus the delimiters, as ranges:
+ * DQUOTE (0x22), "()" (0x28-0x29), ',' (0x2c), '/' (0x2f), ":;<=>?@"
+ * (0x3a-0x40), "[\]" (0x5b-0x5d), '{' (0x7b) and '}' (0x7d). */
+static inline unsigned mask_not_tchar16(const char *p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i vchar = in_range16(x, 0x21, 0x7e);
+    __m128i delim = _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8(0x22)), in_range16(x, 0x28, 0x29));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x2c)));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x2f)));
+    delim = _mm_or_si128(delim, in_range16(x, 0x3a, 0x40));
+    delim = _mm_or_si128(delim, in_range16(x, 0x5b, 0x5d));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7b)));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7d)));
+    return ~(unsigned)_mm_movemask_epi8(_mm_andnot_si128(delim, vchar)) & 0xffffu;
 }
 #else
 /* Whether any of the 8 octets at p is below `below` (at most 0x80) or is DEL:
@@ -188,9 +224,30 @@ static inline int word_has_ctl_or_del(const char *p, uint64_t below)
     y = x ^ (ones * 0x7f);
     return (((x - ones * below) & ~x) | ((y - ones) & ~y)) & highs ? 1 : 0;
 }
+
+/* The high bit of each octet of v set exactly where that octet is 0. */
+static inline uint64_t zero_octets(uint64_t v)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+    return ~(((v & low7) + low7) | v | low7);
+}
+
+/* Whether any of the 8 octets at p is not a field-value octet: a CTL other
+ * than HTAB, or DEL. Exact per octet (so HTAB needs no octet-wise pass), and
+ * dearer than word_has_ctl_or_del. */
+static inline int word_has_non_value(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t ctl = zero_octets(x & (ones * 0xe0));
+    uint64_t tab = zero_octets(x ^ (ones * '\t'));
+    uint64_t del = zero_octets(x ^ (ones * 0x7f));
+    return ((ctl & ~tab) | del) != 0;
+}
 #endif
 
-/* request-target octets: VCHAR and obs-text. */
+/* request-target octets (C_TARGET). */
 static inline const char *scan_target(const char *p, const char *stop)
 {
 #ifdef M0_PARSER_SSE2
@@ -212,30 +269,28 @@ static inline const char *scan_target(const char *p, const char *stop)
 /* field-value octets: HTAB, SP, VCHAR, obs-text. */
 static inline const char *scan_value(const char *p, const char *stop)
 {
-    for (;;) {
 #ifdef M0_PARSER_SSE2
-        while (stop - p >= 16) {
-            unsigned m = mask_ctl16(p, 0x20);
-            if (m != 0) {
-                p += __builtin_ctz(m);
-                goto control;
-            }
-            p += 16;
+    while (stop - p >= 16) {
+        unsigned m = mask_ctl16(p, 0x20);
+        /* Out of line: the loop over long values stays a few instructions. */
+        if (__builtin_expect(m != 0, 0)) {
+            /* Usually the CR that ends the value; HTAB is a value octet. */
+            if (p[__builtin_ctz(m)] != '\t')
+                return p + __builtin_ctz(m);
+            m &= ~mask_eq16(p, '\t');
+            if (m != 0)
+                return p + __builtin_ctz(m);
         }
-#else
-        while (stop - p >= 8 && !word_has_ctl_or_del(p, 0x20))
-            p += 8;
-#endif
-        while (p < stop && IS(*p, C_VALUE))
-            p++;
-        return p;
-#ifdef M0_PARSER_SSE2
-    control:
-        if (*p != '\t')
-            return p;
-        p++; /* HTAB is a value octet */
-#endif
+        p += 16;
     }
+#else
+    /* HTAB flags a word for the exact test. */
+    while (stop - p >= 8 && (!word_has_ctl_or_del(p, 0x20) || !word_has_non_value(p)))
+        p += 8;
+#endif
+    while (p < stop && IS(*p, C_VALUE))
+        p++;
+    return p;
 }
 
 /* field-name octets: tchar. */
@@ -244,14 +299,16 @@ static inline const char *scan_name(const char *p, const char *stop)
 #ifdef M0_PARSER_SSE2
     while (stop - p >= 16) {
         unsigned m = mask_not_name16(p);
-        if (m == 0) {
-            p += 16;
-            continue;
+        if (m != 0) {
+            /* Usually the ':' that ends the name; else a rarer tchar, and
+             * the full class decides for all 16 octets. */
+            if (!IS(p[__builtin_ctz(m)], C_TOKEN))
+                return p + __builtin_ctz(m);
+            m = mask_not_tchar16(p);
+            if (m != 0)
+                return p + __builtin_ctz(m);
         }
-        p += __builtin_ctz(m);
-        if (!IS(*p, C_TOKEN))
-            return p;
-        p++;
+        p += 16;
     }
 #else
     while (stop - p >= 4 && (cls[(unsigned char)p[0]] & cls[(unsigned char)p[1]] & cls[(unsigned char)p[2]] &

@@ -534,6 +534,139 @@ static void test_name_octets_everywhere(void)
     }
 }
 
+/* Long names and values made of the rarer octets of their class (tchars
+ * other than letters, digits and '-'; HTAB), with one octet of every value
+ * at every position: the scanners must classify every lane of a 16-octet
+ * step, also when the step is full of rare octets. */
+static void test_rare_octets_everywhere(void)
+{
+    static const char rare_tchars[] = "!#$%&'*+.^_`|~";
+    for (int c = 0; c < 256; c++) {
+        int is_tchar = (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL) || (c >= '0' && c <= '9') ||
+                       (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        int value_ok = c == '\t' || (c >= 0x20 && c != 0x7f);
+        for (int pos = 1; pos < 48; pos++) {
+            char r[256], field[48];
+            m0_header hdrs[MAX_HEADERS];
+            m0_request req;
+            char *buf;
+            int n, rc;
+
+            /* name: 48 rare tchars, one replaced by c */
+            for (int i = 0; i < 48; i++)
+                field[i] = rare_tchars[i % (sizeof rare_tchars - 1)];
+            field[pos] = (char)c;
+            n = snprintf(r, sizeof r, "GET / HTTP/1.1\r\nHost: a\r\n");
+            memcpy(r + n, field, 48);
+            n += 48;
+            n += snprintf(r + n, sizeof r - (size_t)n, ": v\r\n\r\n");
+            rc = parse_copy(r, (size_t)n, &default_limits, &req, hdrs, &buf);
+            if (c == ':') {
+                CHECK_INT(rc, n, "colon in a rare name");
+                CHECK(rc == n && req.headers[1].name.len == (size_t)pos);
+            } else if (is_tchar) {
+                CHECK_INT(rc, n, "octet in a rare name");
+                CHECK(rc == n && req.headers[1].name.len == 48);
+            } else {
+                CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "octet in a rare name");
+            }
+            free(buf);
+
+            /* value: "a\ta\t...", one octet replaced by c */
+            for (int i = 0; i < 48; i++)
+                field[i] = i & 1 ? '\t' : 'a';
+            field[pos] = (char)c;
+            n = snprintf(r, sizeof r, "GET / HTTP/1.1\r\nHost: a\r\nX-V: ");
+            memcpy(r + n, field, 48);
+            n += 48;
+            n += snprintf(r + n, sizeof r - (size_t)n, "z\r\n\r\n");
+            rc = parse_copy(r, (size_t)n, &default_limits, &req, hdrs, &buf);
+            if (value_ok) {
+                CHECK_INT(rc, n, "octet in a tabbed value");
+                CHECK(rc == n && req.headers[1].value.len == 49);
+            } else {
+                CHECK_INT(rc, M0_PARSE_BAD_REQUEST, "octet in a tabbed value");
+            }
+            free(buf);
+        }
+    }
+}
+
+/* ---- cost of a parse ----------------------------------------------------- */
+
+/* An incomplete ~80 KB head (as a trickling client leaves it between reads):
+ * ten 8,000-octet field lines and the start of an eleventh. Names are 'X' and
+ * `name_octet` (all but 4 octets of the line when `long_names`); values
+ * alternate the two octets of `pair`. */
+static char *big_incomplete_head(char name_octet, int long_names, const char *pair, size_t *len)
+{
+    char *buf = malloc(90000);
+    size_t o = (size_t)snprintf(buf, 90000, "GET / HTTP/1.1\r\nHost: a\r\n");
+    for (int f = 0; f <= 10; f++) {
+        size_t line = f < 10 ? 8000 : 2000, name = long_names ? 7996 : 40;
+        if (name > line)
+            name = line;
+        buf[o] = 'X';
+        memset(buf + o + 1, name_octet, name - 1);
+        if (name < line)
+            memcpy(buf + o + name, ": ", 2);
+        for (size_t i = name + 2; i < line; i++)
+            buf[o + i] = pair[i & 1];
+        o += line;
+        if (f < 10) {
+            buf[o - 1] = 'z';
+            memcpy(buf + o, "\r\n", 2);
+            o += 2;
+        }
+    }
+    *len = o;
+    return buf;
+}
+
+/* CPU ns of one parse of buf (the best of several rounds). */
+static double parse_ns(const char *buf, size_t len)
+{
+    m0_limits lim = {8190, MAX_HEADERS, 8190, 0};
+    m0_header hdrs[MAX_HEADERS];
+    m0_request req;
+    double best = 1e300;
+    for (int round = 0; round < 7; round++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        for (int i = 0; i < 20; i++) {
+            req.headers = hdrs;
+            CHECK_INT(m0_parse_request(buf, len, &req, &lim), M0_PARSE_INCOMPLETE, "big head");
+        }
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 20;
+        if (ns < best)
+            best = ns;
+    }
+    return best;
+}
+
+/* A head of HTAB-laden values or of names made of '!' costs about what a
+ * head of plain values of the same size costs. The scanners used to leave
+ * their 16-octet step at every HTAB and every such tchar: 47 and 117 times
+ * the plain head (tests/c/bench_parser.c). The bound leaves room for the
+ * scalar build and for the sanitizers. */
+static void test_parse_cost(void)
+{
+    size_t lp, lt, ln;
+    char *plain = big_incomplete_head('n', 0, "aa", &lp);
+    char *tabs = big_incomplete_head('n', 0, "a\t", &lt);
+    char *bangs = big_incomplete_head('!', 1, "aa", &ln);
+    double tp = parse_ns(plain, lp), tt = parse_ns(tabs, lt), tn = parse_ns(bangs, ln);
+    printf("test_http: incomplete %zu-byte head: plain %.0f ns, a\\ta\\t values %.0f ns (%.1fx), !!!! names %.0f ns "
+           "(%.1fx)\n",
+           lp, tp, tt, tt / tp, tn, tn / tp);
+    CHECK(tt < 8 * tp);
+    CHECK(tn < 12 * tp);
+    free(plain);
+    free(tabs);
+    free(bangs);
+}
+
 /* ---- limits -------------------------------------------------------------- */
 
 static char *make_request_line(size_t line_len)
@@ -1063,9 +1196,11 @@ int main(void)
     test_spans();
     test_octets_everywhere();
     test_name_octets_everywhere();
+    test_rare_octets_everywhere();
     test_limits();
     test_chunked();
     test_response();
+    test_parse_cost();
     printf("test_http: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }
