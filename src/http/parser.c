@@ -24,12 +24,22 @@
  *    (RFC 9110 2.5: process as the highest minor version we conform to);
  *    another major (HTTP/0.9, HTTP/2.0, HTTP/3.x) answers 505; anything else
  *    (HTTX/1.1, HTTP/1.x, HTTP/1.10, http/1.1) is a 400.
- *  - request-target: no CTL, no SP; obs-text is tolerated. Forms: origin
- *    ("/p?q"), asterisk ("*"), absolute ("scheme://authority/p?q": path is
- *    the part after the authority, empty if there is none; host stays the
- *    Host header's value, the authority remains visible in target), authority
- *    (only for CONNECT: path is the whole target). Asterisk-form is only for
- *    OPTIONS; a '#' anywhere in the target is a 400. Anything else is a 400.
+ *  - request-target octets: VCHAR but DQUOTE, '#', '<' and '>'. A CTL, SP,
+ *    DEL, an octet >= 0x80 (raw UTF-8 included) or one of those four is a
+ *    400. The grammar (3.2, RFC 3986) is ASCII and clients percent-encode
+ *    these octets: the WHATWG URL Standard, which browsers and fetch()
+ *    follow, encodes them in every part of a URL. A '#' would start a
+ *    fragment, which is never sent (3.2) and would let two parsers disagree
+ *    on the path. The other VCHARs RFC 3986 leaves out of a URI ("[]{}|\^`"
+ *    outside an IP literal) are accepted, and '%' need not be followed by two
+ *    HEXDIG: browsers send them as they are in queries (the WHATWG query
+ *    percent-encode set leaves them out), so refusing them refuses browsers.
+ *    Forms: origin ("/p?q"), asterisk ("*"), absolute
+ *    ("scheme://authority/p?q": path is the part after the authority, empty
+ *    if there is none; host stays the Host header's value, the authority
+ *    remains visible in target), authority (only for CONNECT: path is the
+ *    whole target). Asterisk-form is only for OPTIONS. Anything else is a
+ *    400.
  *  - Field lines: a token name immediately followed by ':' (whitespace before
  *    the colon: 400, section 5.1), a line starting with SP/HTAB (obs-fold, or
  *    whitespace before the first field) is a 400, values refuse every CTL but
@@ -58,27 +68,27 @@
 
 #define C_TOKEN 1  /* RFC 9110 tchar */
 #define C_VALUE 2  /* field-value octet: HTAB, SP, VCHAR, obs-text */
-#define C_TARGET 4 /* request-target octet: VCHAR, obs-text */
+#define C_TARGET 4 /* request-target octet: VCHAR but DQUOTE, '#', '<', '>' (see the header comment) */
 #define C_HOST 8   /* uri-host / port octet: unreserved, sub-delims, '%', ':', '[', ']' */
 
 /* clang-format off */
 static const unsigned char cls[256] = {
      0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  /* 0x00 */
      0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
-     2, 15,  6,  7, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15,  6,  /* 0x20 */
-    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  6, 14,  6,  6,  /* 0x30 */
+     2, 15,  2,  3, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15,  6,  /* 0x20 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  2, 14,  2,  6,  /* 0x30 */
      6, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x40 */
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14,  6, 14,  7, 15,  /* 0x50 */
      7, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x60 */
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  6,  7,  6, 15,  0,  /* 0x70 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x80 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x90 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xa0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xb0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xc0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xd0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xe0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xf0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0x80 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0x90 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xa0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xb0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xc0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xd0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xe0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xf0 */
 };
 /* clang-format on */
 
@@ -169,6 +179,20 @@ static inline unsigned mask_ctl16(const char *p, char below)
     return (unsigned)_mm_movemask_epi8(_mm_or_si128(lt, del));
 }
 
+/* Bit i set when octet i of the 16 at p is not a request-target octet
+ * (C_TARGET): a CTL, SP, DEL, a non-ASCII octet, DQUOTE, '#', '<' or '>'. */
+static inline unsigned mask_not_target16(const char *p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed: below 0x21 are the CTLs, SP and every octet from 0x80. */
+    __m128i bad = _mm_cmpgt_epi8(_mm_set1_epi8(0x21), x);
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7f)));
+    /* DQUOTE and '#' are 0x22 and 0x23, '<' and '>' 0x3c and 0x3e. */
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_or_si128(x, _mm_set1_epi8(1)), _mm_set1_epi8(0x23)));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_or_si128(x, _mm_set1_epi8(2)), _mm_set1_epi8(0x3e)));
+    return (unsigned)_mm_movemask_epi8(bad);
+}
+
 /* Bit i set when octet i of the 16 at p is c. */
 static inline unsigned mask_eq16(const char *p, char c)
 {
@@ -232,6 +256,17 @@ static inline uint64_t zero_octets(uint64_t v)
     return ~(((v & low7) + low7) | v | low7);
 }
 
+/* Whether any of the 8 octets at p is not a request-target octet (see
+ * mask_not_target16). */
+static inline int word_has_non_target(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return word_has_ctl_or_del(p, 0x21) || (x & highs) != 0 || zero_octets((x | ones) ^ (ones * 0x23)) != 0 ||
+           zero_octets((x | ones * 2) ^ (ones * 0x3e)) != 0;
+}
+
 /* Whether any of the 8 octets at p is not a field-value octet: a CTL other
  * than HTAB, or DEL. Exact per octet (so HTAB needs no octet-wise pass), and
  * dearer than word_has_ctl_or_del. */
@@ -252,13 +287,13 @@ static inline const char *scan_target(const char *p, const char *stop)
 {
 #ifdef M0_PARSER_SSE2
     while (stop - p >= 16) {
-        unsigned m = mask_ctl16(p, 0x21);
+        unsigned m = mask_not_target16(p);
         if (m != 0)
             return p + __builtin_ctz(m);
         p += 16;
     }
 #else
-    while (stop - p >= 8 && !word_has_ctl_or_del(p, 0x21))
+    while (stop - p >= 8 && !word_has_non_target(p))
         p += 8;
 #endif
     while (p < stop && IS(*p, C_TARGET))
@@ -414,10 +449,6 @@ static int target_split(m0_request *req)
 {
     const char *t = req->target.base, *end = t + req->target.len, *path = t, *q;
 
-    /* A fragment is never sent in a request-target (RFC 9112 3.2): a '#'
-     * would let two parsers disagree on the path. */
-    if (memchr(t, '#', req->target.len) != NULL)
-        return -1;
     if (*t == '/') {
         /* origin-form */
     } else if (req->target.len == 1 && *t == '*') {
