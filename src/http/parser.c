@@ -713,13 +713,32 @@ int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limi
     return (int)(p - buf);
 }
 
-/* Chunked decoder (RFC 9112 section 7.1). */
+/* Chunked decoder (RFC 9112 section 7.1).
+ *
+ * The size line is checked against the whole grammar of 7.1 and 7.1.1:
+ *   chunk-size [ chunk-ext ] CRLF
+ *   chunk-ext      = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+ *   chunk-ext-name = token
+ *   chunk-ext-val  = token / quoted-string
+ * so a ';' with no name after it, a '=' with no value, whitespace that
+ * precedes neither ';' nor '=' (trailing, or inside a name or token) and a
+ * bad quoted-string are 400s. Extensions are not interpreted. */
 enum {
+    /* the size line, states in its order */
     CS_SIZE_START,
     CS_SIZE,
-    CS_SIZE_WS,
-    CS_EXT,
+    CS_SIZE_WS,        /* BWS after the size */
+    CS_EXT_NAME_START, /* after ';': BWS, then a name */
+    CS_EXT_NAME,
+    CS_EXT_NAME_WS,     /* BWS after a name: '=' or ';' follows */
+    CS_EXT_VALUE_START, /* after '=': BWS, then a token or a quoted-string */
+    CS_EXT_TOKEN,
+    CS_EXT_QUOTED,
+    CS_EXT_QUOTED_PAIR, /* after a backslash in a quoted-string */
+    CS_EXT_VALUE_END,   /* after a closing DQUOTE */
+    CS_EXT_VALUE_WS,    /* BWS after a value: ';' follows */
     CS_SIZE_LF,
+    /* the rest */
     CS_DATA,
     CS_DATA_CR,
     CS_DATA_LF,
@@ -779,6 +798,9 @@ int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *con
                 state = CS_DATA_CR;
             continue;
         }
+        /* The size line is bounded, its CR excluded. */
+        if (state > CS_SIZE_START && state < CS_SIZE_LF && c != '\r' && ++d->ext_bytes > M0_CHUNK_LINE_MAX)
+            goto bad;
         switch (state) {
         case CS_SIZE_START:
             h = hex_value(c);
@@ -796,34 +818,73 @@ int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *con
                 d->chunk_remaining = (d->chunk_remaining << 4) | (uint64_t)h;
             } else if (c == '\r') {
                 state = CS_SIZE_LF;
-                break;
             } else if (c == ';') {
-                state = CS_EXT;
+                state = CS_EXT_NAME_START;
             } else if (c == ' ' || c == '\t') {
-                state = CS_SIZE_WS; /* BWS, only before ';' */
+                state = CS_SIZE_WS;
             } else {
                 goto bad;
             }
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
-                goto bad;
             break;
         case CS_SIZE_WS:
             if (c == ';')
-                state = CS_EXT;
+                state = CS_EXT_NAME_START;
             else if (c != ' ' && c != '\t')
                 goto bad;
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
+            break;
+        case CS_EXT_NAME_START:
+            if (IS(c, C_TOKEN))
+                state = CS_EXT_NAME;
+            else if (c != ' ' && c != '\t')
                 goto bad;
             break;
-        case CS_EXT:
-            if (c == '\r') {
-                state = CS_SIZE_LF;
+        case CS_EXT_NAME:
+        case CS_EXT_TOKEN:
+        case CS_EXT_VALUE_END:
+            if (state != CS_EXT_VALUE_END && IS(c, C_TOKEN))
                 break;
-            }
+            /* the end of a name or a value */
+            if (c == '\r')
+                state = CS_SIZE_LF;
+            else if (c == ';')
+                state = CS_EXT_NAME_START;
+            else if (c == '=' && state == CS_EXT_NAME)
+                state = CS_EXT_VALUE_START;
+            else if (c == ' ' || c == '\t')
+                state = state == CS_EXT_NAME ? CS_EXT_NAME_WS : CS_EXT_VALUE_WS;
+            else
+                goto bad;
+            break;
+        case CS_EXT_NAME_WS:
+        case CS_EXT_VALUE_WS:
+            if (c == ';')
+                state = CS_EXT_NAME_START;
+            else if (c == '=' && state == CS_EXT_NAME_WS)
+                state = CS_EXT_VALUE_START;
+            else if (c != ' ' && c != '\t')
+                goto bad;
+            break;
+        case CS_EXT_VALUE_START:
+            if (c == '"')
+                state = CS_EXT_QUOTED;
+            else if (IS(c, C_TOKEN))
+                state = CS_EXT_TOKEN;
+            else if (c != ' ' && c != '\t')
+                goto bad;
+            break;
+        case CS_EXT_QUOTED:
+            /* qdtext = HTAB / SP / VCHAR but DQUOTE and backslash / obs-text */
+            if (c == '"')
+                state = CS_EXT_VALUE_END;
+            else if (c == '\\')
+                state = CS_EXT_QUOTED_PAIR;
+            else if (!IS(c, C_VALUE))
+                goto bad;
+            break;
+        case CS_EXT_QUOTED_PAIR:
             if (!IS(c, C_VALUE))
                 goto bad;
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
-                goto bad;
+            state = CS_EXT_QUOTED;
             break;
         case CS_SIZE_LF:
             if (c != '\n')

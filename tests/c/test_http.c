@@ -827,6 +827,13 @@ static const struct chunk_case chunk_cases[] = {
     {S("5;ext=1\r\nhello\r\n0;last\r\n\r\n"), 0, 1, "hello", 0},
     {S("5 ;a=b\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
     {S("5\t;a=\"x y\"\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
+    /* chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] ) (RFC 9112 7.1.1) */
+    {S("5;a\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
+    {S("5;a=b;c;d=e\r\nhello\r\n0;z\r\n\r\n"), 0, 1, "hello", 0},
+    {S("5 \t; a =\tb\t; c = \"q\\\"d\" ;e\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
+    {S("5;a=\"\"\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
+    {S("5;a=\"\t ;=,\x80\xff\\\t\"\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
+    {S("5;!#$%&'*+-.^_`|~09Az=!#$%&'*+-.^_`|~09Az\r\nhello\r\n0\r\n\r\n"), 0, 1, "hello", 0},
     {S("A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n"), 0, 1, "0123456789abcdefghij", 0},
     {S("005\r\nhello\r\n0000\r\n\r\n"), 0, 1, "hello", 0},
     {S("0\r\nX-Trailer: 1\r\nY:2\r\n\r\n"), 0, 1, "", 0},
@@ -858,6 +865,32 @@ static const struct chunk_case chunk_cases[] = {
     {S("5\r\nhello\r0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5;a\0b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("5;a\nb\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0}, /* a name must follow ';' */
+    {S("0;\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5; \r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;;a\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a;\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;=b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a= \r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a==b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=b=c\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a \r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0}, /* BWS only before ';' or '=' */
+    {S("5;a=b \r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=b c\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"b\" \r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a@b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=(b)\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=b\"c\"\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"b\"c\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"b\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"\\\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"\x01\"\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a=\"\x7f\"\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a\x7f\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;\xc3\xa9\r\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
+    {S("5;a\nhello\r\n0\r\n\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("10000000000000000\r\n"), 0, M0_PARSE_BAD_REQUEST, NULL, 0},
     {S("00000000000000000000000000001\r\nx\r\n0\r\n\r\n"), 0, 1, "x", 0},
     {S("ffffffffffffffff\r\n"), 100, M0_PARSE_BODY_TOO_LARGE, NULL, 0},
@@ -987,6 +1020,20 @@ static void test_chunked(void)
         memcpy(big + 4097, "\r\nx\r\n0\r\n\r\n", 10);
         CHECK_INT(chunk_decode_steps(big, 4107, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "4 KB + 1");
         CHECK_INT(chunk_decode_steps(big, 4107, 0, 1, body, &blen, &used), M0_PARSE_BAD_REQUEST, "4 KB + 1, bytes");
+        /* The bound counts every octet of the line, in every extension state. */
+        big[0] = '1';
+        for (o = 1; o + 2 <= 4096; o += 2)
+            memcpy(big + o, ";a", 2);
+        memcpy(big + o, "\r\nx\r\n0\r\n\r\n", 10);
+        CHECK_INT(chunk_decode_steps(big, o + 10, 0, 0, body, &blen, &used), 1, "4095 bytes of ;a");
+        memcpy(big + o, "b\r\nx\r\n0\r\n\r\n", 11);
+        CHECK_INT(chunk_decode_steps(big, o + 11, 0, 3, body, &blen, &used), 1, "4096 bytes of ;a");
+        memcpy(big + o, "bc\r\nx\r\n0\r\n\r\n", 12);
+        CHECK_INT(chunk_decode_steps(big, o + 12, 0, 3, body, &blen, &used), M0_PARSE_BAD_REQUEST, "4097 bytes of ;a");
+        memcpy(big, "1;a=\"", 5);
+        memset(big + 5, 'q', 4095);
+        memcpy(big + 4100, "\"\r\nx\r\n0\r\n\r\n", 11);
+        CHECK_INT(chunk_decode_steps(big, 4111, 0, 0, body, &blen, &used), M0_PARSE_BAD_REQUEST, "4 KB quoted-string");
         /* Trailers: 8192 bytes of trailer lines (CRLFs included) pass, one more fails. */
         memcpy(big, "0\r\n", 3);
         o = 3;

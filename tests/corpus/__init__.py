@@ -197,6 +197,12 @@ MALFORMED = [
               "size line ended by bare LF", head=False),
     Malformed("chunk-bad-trailer", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nno colon here\r\n\r\n", 400,
               "a trailer line is a field line", head=False),
+    Malformed("chunk-ext-no-name", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5;\r\nhello\r\n0\r\n\r\n", 400,
+              "a chunk-ext-name must follow ';' (RFC 9112 7.1.1)", head=False),
+    Malformed("chunk-ext-no-value", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5;a=\r\nhello\r\n0\r\n\r\n", 400,
+              "a chunk-ext-val must follow '=' (RFC 9112 7.1.1)", head=False),
+    Malformed("chunk-ext-open-quote", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5;a=\"b\r\nhello\r\n0\r\n\r\n", 400,
+              "an unterminated quoted-string (RFC 9110 5.6.4)", head=False),
     Malformed("chunk-extension-1mb", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5;x=" + b"e" * (1 << 20) + b"\r\nhello\r\n0\r\n\r\n",
               (400, 413, 431), "unbounded chunk extensions are refused with a 4xx (RFC 9112 7.1.1)", head=False),
     Malformed("trailers-too-many", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
