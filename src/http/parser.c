@@ -5,7 +5,7 @@
  * copies. The pass is re-run from the start after M0_PARSE_INCOMPLETE: this
  * keeps the parser stateless, but a caller that re-parses after every tiny
  * read does quadratic work on a head trickled in byte by byte; re-parse when
- * the new bytes hold a LF or push a line past its limit.
+ * the new bytes hold a LF or push a line past its limit (as net/conn.c does).
  *
  * Errors are decided by position: the parser reports the first offending byte
  * in buffer order, and limits are checked against the byte that would exceed
