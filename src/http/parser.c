@@ -309,9 +309,7 @@ static inline const char *scan_value(const char *p, const char *stop)
         unsigned m = mask_ctl16(p, 0x20);
         /* Out of line: the loop over long values stays a few instructions. */
         if (__builtin_expect(m != 0, 0)) {
-            /* Usually the CR that ends the value; HTAB is a value octet. */
-            if (p[__builtin_ctz(m)] != '\t')
-                return p + __builtin_ctz(m);
+            /* The CR that ends the value, or an HTAB: a value octet. */
             m &= ~mask_eq16(p, '\t');
             if (m != 0)
                 return p + __builtin_ctz(m);
