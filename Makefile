@@ -3,6 +3,7 @@
 #   make test             build and run every test (C parser tests under ASan/UBSan, pytest, docs check)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make bench            run the benchmark suites (see bench/README.md)
+#   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
 
 PY ?= 3.11
 PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
@@ -16,6 +17,8 @@ CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initia
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
 CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
+CFLAGS_FUZZ := -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_SECONDS ?= 60
 
 .PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
 
@@ -64,14 +67,15 @@ test-docs:
 
 test: deps test-c test-py test-docs
 
+# Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
+# prints its executions); both run even when the first fails.
 fuzz: deps
 	mkdir -p fuzz/build
-	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
-	mkdir -p fuzz/build/corpus
-	./fuzz/build/fuzz_parser -max_total_time=60 -print_final_stats=1 -dict=fuzz/http.dict fuzz/build/corpus fuzz/corpus
-	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
-	mkdir -p fuzz/build/corpus_ws
-	./fuzz/build/fuzz_ws -max_total_time=60 -print_final_stats=1 fuzz/build/corpus_ws fuzz/corpus_ws
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
+	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
+	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ]
 
 bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)

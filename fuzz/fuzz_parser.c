@@ -3,9 +3,13 @@
  * The first input byte selects the target and the limits; the rest is the
  * payload. Besides memory safety (ASan/UBSan), it asserts the parser's
  * contract: spans inside the buffer, a prefix never disagrees with the whole
- * input, chunked decoding does not depend on how the input is split. */
+ * input, chunked decoding does not depend on how the input is split, and
+ * against references written from the RFC grammar here: the octets of an
+ * accepted target, name and value, and whether a chunk-size line (size and
+ * extensions) is accepted. */
 #include "../src/http/parser.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,32 @@ static void check_span(m0_span s, const char *buf, size_t len)
 {
     if (s.len != 0 && (s.base < buf || s.base + s.len > buf + len))
         abort();
+}
+
+static int ref_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* The octets parser.c accepts in a request-target: VCHAR but DQUOTE, '#',
+ * '<' and '>'. */
+static int ref_target_octet(unsigned char c)
+{
+    return c > 0x20 && c < 0x7f && c != '"' && c != '#' && c != '<' && c != '>';
+}
+
+/* field-value octets: HTAB, SP, VCHAR, obs-text. */
+static int ref_value_octet(unsigned char c)
+{
+    return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+static void check_octets(m0_span s, int (*ok)(unsigned char))
+{
+    for (size_t i = 0; i < s.len; i++)
+        if (!ok((unsigned char)s.base[i]))
+            abort();
 }
 
 static void fuzz_request(const uint8_t *data, size_t size, uint8_t sel)
@@ -52,7 +82,10 @@ static void fuzz_request(const uint8_t *data, size_t size, uint8_t sel)
             check_span(req.headers[i].value, buf, (size_t)rc);
             if (req.headers[i].name.len == 0)
                 abort();
+            check_octets(req.headers[i].name, ref_tchar);
+            check_octets(req.headers[i].value, ref_value_octet);
         }
+        check_octets(req.target, ref_target_octet);
         if ((req.flags & M0_REQ_CHUNKED) && req.content_length >= 0)
             abort();
         if (lim.max_body && req.content_length > (int64_t)lim.max_body)
@@ -100,6 +133,105 @@ static void fuzz_request(const uint8_t *data, size_t size, uint8_t sel)
     free(buf);
 }
 
+static size_t ref_skip_bws(const uint8_t *l, size_t i, size_t n)
+{
+    while (i < n && (l[i] == ' ' || l[i] == '\t'))
+        i++;
+    return i;
+}
+
+static size_t ref_skip_token(const uint8_t *l, size_t i, size_t n)
+{
+    while (i < n && ref_tchar(l[i]))
+        i++;
+    return i;
+}
+
+/* Whether l[0..n) (CRLF excluded) is a chunk-size line of RFC 9112 7.1 whose
+ * size fits 64 bits and whose length is within the decoder's 4 KB, and the
+ * size in *size:
+ *   chunk-size [ chunk-ext ], chunk-size = 1*HEXDIG
+ *   chunk-ext = *( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )
+ *   quoted-string = DQUOTE *( qdtext / "\" ( HTAB / SP / VCHAR / obs-text ) ) DQUOTE
+ *   qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text */
+static int ref_chunk_line(const uint8_t *l, size_t n, uint64_t *size)
+{
+    size_t i = 0;
+    *size = 0;
+    if (n > 4096)
+        return 0;
+    while (i < n && isxdigit(l[i])) {
+        if (*size >> 60)
+            return 0;
+        *size = *size << 4 | (uint64_t)(isdigit(l[i]) ? l[i] - '0' : (l[i] | 0x20) - 'a' + 10);
+        i++;
+    }
+    if (i == 0)
+        return 0;
+    for (;;) {
+        size_t j = ref_skip_bws(l, i, n), k;
+        if (j == n)
+            return j == i; /* BWS only before ';' */
+        if (l[j] != ';')
+            return 0;
+        j = ref_skip_bws(l, j + 1, n);
+        k = ref_skip_token(l, j, n);
+        if (k == j)
+            return 0;
+        i = k;
+        j = ref_skip_bws(l, k, n);
+        if (j == n || l[j] != '=')
+            continue;
+        j = ref_skip_bws(l, j + 1, n);
+        if (j < n && l[j] == '"') {
+            for (j++;; j++) {
+                if (j == n)
+                    return 0;
+                if (l[j] == '"')
+                    break;
+                if (l[j] == '\\') {
+                    if (++j == n || !ref_value_octet(l[j]))
+                        return 0;
+                } else if (!ref_value_octet(l[j])) {
+                    return 0;
+                }
+            }
+            i = j + 1;
+        } else {
+            k = ref_skip_token(l, j, n);
+            if (k == j)
+                return 0;
+            i = k;
+        }
+    }
+}
+
+/* The decoder accepts exactly the size lines ref_chunk_line accepts. */
+static void check_chunk_line(const uint8_t *data, size_t size, uint64_t max_body)
+{
+    const uint8_t *crlf = NULL;
+    for (size_t i = 0; i + 1 < size; i++)
+        if (data[i] == '\r' && data[i + 1] == '\n') {
+            crlf = data + i;
+            break;
+        }
+    if (crlf == NULL)
+        return;
+    size_t n = (size_t)(crlf - data), len = n + 2, consumed;
+    uint64_t chunk;
+    int valid = ref_chunk_line(data, n, &chunk), rc;
+    char *line = malloc(len);
+    m0_chunked_decoder d;
+    memcpy(line, data, len);
+    m0_chunked_init(&d, max_body);
+    rc = m0_chunked_decode(&d, line, &len, &consumed);
+    free(line);
+    if (!valid && rc != M0_PARSE_BAD_REQUEST)
+        abort();
+    if (valid && rc != (max_body != 0 && chunk > max_body ? M0_PARSE_BODY_TOO_LARGE : 0))
+        abort();
+}
+
 static void fuzz_chunked(const uint8_t *data, size_t size, uint8_t sel)
 {
     uint64_t max_body = sel & 1 ? 64 : 0;
@@ -136,6 +268,7 @@ static void fuzz_chunked(const uint8_t *data, size_t size, uint8_t sel)
         abort();
     free(whole);
     free(out2);
+    check_chunk_line(data, size, max_body);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

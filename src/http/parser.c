@@ -5,7 +5,7 @@
  * copies. The pass is re-run from the start after M0_PARSE_INCOMPLETE: this
  * keeps the parser stateless, but a caller that re-parses after every tiny
  * read does quadratic work on a head trickled in byte by byte; re-parse when
- * the new bytes hold a LF or push a line past its limit.
+ * the new bytes hold a LF or push a line past its limit (as net/conn.c does).
  *
  * Errors are decided by position: the parser reports the first offending byte
  * in buffer order, and limits are checked against the byte that would exceed
@@ -24,12 +24,22 @@
  *    (RFC 9110 2.5: process as the highest minor version we conform to);
  *    another major (HTTP/0.9, HTTP/2.0, HTTP/3.x) answers 505; anything else
  *    (HTTX/1.1, HTTP/1.x, HTTP/1.10, http/1.1) is a 400.
- *  - request-target: no CTL, no SP; obs-text is tolerated. Forms: origin
- *    ("/p?q"), asterisk ("*"), absolute ("scheme://authority/p?q": path is
- *    the part after the authority, empty if there is none; host stays the
- *    Host header's value, the authority remains visible in target), authority
- *    (only for CONNECT: path is the whole target). Asterisk-form is only for
- *    OPTIONS; a '#' anywhere in the target is a 400. Anything else is a 400.
+ *  - request-target octets: VCHAR but DQUOTE, '#', '<' and '>'. A CTL, SP,
+ *    DEL, an octet >= 0x80 (raw UTF-8 included) or one of those four is a
+ *    400. The grammar (3.2, RFC 3986) is ASCII and clients percent-encode
+ *    these octets: the WHATWG URL Standard, which browsers and fetch()
+ *    follow, encodes them in every part of a URL. A '#' would start a
+ *    fragment, which is never sent (3.2) and would let two parsers disagree
+ *    on the path. The other VCHARs RFC 3986 leaves out of a URI ("[]{}|\^`"
+ *    outside an IP literal) are accepted, and '%' need not be followed by two
+ *    HEXDIG: browsers send them as they are in queries (the WHATWG query
+ *    percent-encode set leaves them out), so refusing them refuses browsers.
+ *    Forms: origin ("/p?q"), asterisk ("*"), absolute
+ *    ("scheme://authority/p?q": path is the part after the authority, empty
+ *    if there is none; host stays the Host header's value, the authority
+ *    remains visible in target), authority (only for CONNECT: path is the
+ *    whole target). Asterisk-form is only for OPTIONS. Anything else is a
+ *    400.
  *  - Field lines: a token name immediately followed by ':' (whitespace before
  *    the colon: 400, section 5.1), a line starting with SP/HTAB (obs-fold, or
  *    whitespace before the first field) is a 400, values refuse every CTL but
@@ -58,27 +68,27 @@
 
 #define C_TOKEN 1  /* RFC 9110 tchar */
 #define C_VALUE 2  /* field-value octet: HTAB, SP, VCHAR, obs-text */
-#define C_TARGET 4 /* request-target octet: VCHAR, obs-text */
+#define C_TARGET 4 /* request-target octet: VCHAR but DQUOTE, '#', '<', '>' (see the header comment) */
 #define C_HOST 8   /* uri-host / port octet: unreserved, sub-delims, '%', ':', '[', ']' */
 
 /* clang-format off */
 static const unsigned char cls[256] = {
      0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  /* 0x00 */
      0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
-     2, 15,  6,  7, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15,  6,  /* 0x20 */
-    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  6, 14,  6,  6,  /* 0x30 */
+     2, 15,  2,  3, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15,  6,  /* 0x20 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  2, 14,  2,  6,  /* 0x30 */
      6, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x40 */
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14,  6, 14,  7, 15,  /* 0x50 */
      7, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x60 */
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  6,  7,  6, 15,  0,  /* 0x70 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x80 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0x90 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xa0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xb0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xc0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xd0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xe0 */
-     6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  6,  /* 0xf0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0x80 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0x90 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xa0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xb0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xc0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xd0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xe0 */
+     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xf0 */
 };
 /* clang-format on */
 
@@ -152,9 +162,13 @@ static inline const char *window_end(const char *line, const char *end, size_t m
 }
 
 /* Scanners. Each returns the first octet in [p, stop) outside its class, or
- * stop. With SSE2 (every x86-64) 16 octets are classified per step;
- * elsewhere (or with -DM0_PARSER_NO_SIMD, which the tests also build) a SWAR
- * word test skips clean 8-octet words. */
+ * stop. With SSE2 (every x86-64) 16 octets are classified per step, and every
+ * octet of the class stays on that path: a scanner that steps octet by octet
+ * over a legal but rarer octet (HTAB in a value, a tchar other than letters,
+ * digits and '-' in a name) lets a client make each parse of its head 50-120
+ * times slower (tests/c/bench_parser.c). Elsewhere (or with
+ * -DM0_PARSER_NO_SIMD, which the tests also build) SWAR tests skip clean
+ * 8-octet words of targets and values, and names go 4 octets per step. */
 #ifdef M0_PARSER_SSE2
 /* Bit i set when octet i of the 16 at p is below `below` (unsigned) or DEL. */
 static inline unsigned mask_ctl16(const char *p, char below)
@@ -165,8 +179,29 @@ static inline unsigned mask_ctl16(const char *p, char below)
     return (unsigned)_mm_movemask_epi8(_mm_or_si128(lt, del));
 }
 
+/* Bit i set when octet i of the 16 at p is not a request-target octet
+ * (C_TARGET): a CTL, SP, DEL, a non-ASCII octet, DQUOTE, '#', '<' or '>'. */
+static inline unsigned mask_not_target16(const char *p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed: below 0x21 are the CTLs, SP and every octet from 0x80. */
+    __m128i bad = _mm_cmpgt_epi8(_mm_set1_epi8(0x21), x);
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7f)));
+    /* DQUOTE and '#' are 0x22 and 0x23, '<' and '>' 0x3c and 0x3e. */
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_or_si128(x, _mm_set1_epi8(1)), _mm_set1_epi8(0x23)));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_or_si128(x, _mm_set1_epi8(2)), _mm_set1_epi8(0x3e)));
+    return (unsigned)_mm_movemask_epi8(bad);
+}
+
+/* Bit i set when octet i of the 16 at p is c. */
+static inline unsigned mask_eq16(const char *p, char c)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(c)));
+}
+
 /* Bit i set when octet i is not ALPHA, DIGIT or '-' (the octets of nearly
- * every field name; the rest are classified by the table). */
+ * every field name). */
 static inline unsigned mask_not_name16(const char *p)
 {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
@@ -176,6 +211,31 @@ static inline unsigned mask_not_name16(const char *p)
     __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
     __m128i dash = _mm_cmpeq_epi8(x, _mm_set1_epi8('-'));
     return ~(unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), dash)) & 0xffffu;
+}
+
+/* Whether each octet of x lies in [lo, hi] (ASCII bounds). */
+static inline __m128i in_range16(__m128i x, char lo, char hi)
+{
+    __m128i d = _mm_sub_epi8(x, _mm_set1_epi8(lo));
+    return _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8((char)(hi - lo))), d);
+}
+
+/* Bit i set when octet i is not a tchar. SSE2 has no byte shuffle for a
+ * table lookup, so the class is VCHAR minus the delimiters, as ranges:
+ * DQUOTE (0x22), "()" (0x28-0x29), ',' (0x2c), '/' (0x2f), ":;<=>?@"
+ * (0x3a-0x40), "[\]" (0x5b-0x5d), '{' (0x7b) and '}' (0x7d). */
+static inline unsigned mask_not_tchar16(const char *p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i vchar = in_range16(x, 0x21, 0x7e);
+    __m128i delim = _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8(0x22)), in_range16(x, 0x28, 0x29));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x2c)));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x2f)));
+    delim = _mm_or_si128(delim, in_range16(x, 0x3a, 0x40));
+    delim = _mm_or_si128(delim, in_range16(x, 0x5b, 0x5d));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7b)));
+    delim = _mm_or_si128(delim, _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7d)));
+    return ~(unsigned)_mm_movemask_epi8(_mm_andnot_si128(delim, vchar)) & 0xffffu;
 }
 #else
 /* Whether any of the 8 octets at p is below `below` (at most 0x80) or is DEL:
@@ -188,20 +248,52 @@ static inline int word_has_ctl_or_del(const char *p, uint64_t below)
     y = x ^ (ones * 0x7f);
     return (((x - ones * below) & ~x) | ((y - ones) & ~y)) & highs ? 1 : 0;
 }
+
+/* The high bit of each octet of v set exactly where that octet is 0. */
+static inline uint64_t zero_octets(uint64_t v)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+    return ~(((v & low7) + low7) | v | low7);
+}
+
+/* Whether any of the 8 octets at p is not a request-target octet (see
+ * mask_not_target16). */
+static inline int word_has_non_target(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return word_has_ctl_or_del(p, 0x21) || (x & highs) != 0 || zero_octets((x | ones) ^ (ones * 0x23)) != 0 ||
+           zero_octets((x | ones * 2) ^ (ones * 0x3e)) != 0;
+}
+
+/* Whether any of the 8 octets at p is not a field-value octet: a CTL other
+ * than HTAB, or DEL. Exact per octet (so HTAB needs no octet-wise pass), and
+ * dearer than word_has_ctl_or_del. */
+static inline int word_has_non_value(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t ctl = zero_octets(x & (ones * 0xe0));
+    uint64_t tab = zero_octets(x ^ (ones * '\t'));
+    uint64_t del = zero_octets(x ^ (ones * 0x7f));
+    return ((ctl & ~tab) | del) != 0;
+}
 #endif
 
-/* request-target octets: VCHAR and obs-text. */
+/* request-target octets (C_TARGET). */
 static inline const char *scan_target(const char *p, const char *stop)
 {
 #ifdef M0_PARSER_SSE2
     while (stop - p >= 16) {
-        unsigned m = mask_ctl16(p, 0x21);
+        unsigned m = mask_not_target16(p);
         if (m != 0)
             return p + __builtin_ctz(m);
         p += 16;
     }
 #else
-    while (stop - p >= 8 && !word_has_ctl_or_del(p, 0x21))
+    while (stop - p >= 8 && !word_has_non_target(p))
         p += 8;
 #endif
     while (p < stop && IS(*p, C_TARGET))
@@ -212,30 +304,26 @@ static inline const char *scan_target(const char *p, const char *stop)
 /* field-value octets: HTAB, SP, VCHAR, obs-text. */
 static inline const char *scan_value(const char *p, const char *stop)
 {
-    for (;;) {
 #ifdef M0_PARSER_SSE2
-        while (stop - p >= 16) {
-            unsigned m = mask_ctl16(p, 0x20);
-            if (m != 0) {
-                p += __builtin_ctz(m);
-                goto control;
-            }
-            p += 16;
+    while (stop - p >= 16) {
+        unsigned m = mask_ctl16(p, 0x20);
+        /* Out of line: the loop over long values stays a few instructions. */
+        if (__builtin_expect(m != 0, 0)) {
+            /* The CR that ends the value, or an HTAB: a value octet. */
+            m &= ~mask_eq16(p, '\t');
+            if (m != 0)
+                return p + __builtin_ctz(m);
         }
-#else
-        while (stop - p >= 8 && !word_has_ctl_or_del(p, 0x20))
-            p += 8;
-#endif
-        while (p < stop && IS(*p, C_VALUE))
-            p++;
-        return p;
-#ifdef M0_PARSER_SSE2
-    control:
-        if (*p != '\t')
-            return p;
-        p++; /* HTAB is a value octet */
-#endif
+        p += 16;
     }
+#else
+    /* HTAB flags a word for the exact test. */
+    while (stop - p >= 8 && (!word_has_ctl_or_del(p, 0x20) || !word_has_non_value(p)))
+        p += 8;
+#endif
+    while (p < stop && IS(*p, C_VALUE))
+        p++;
+    return p;
 }
 
 /* field-name octets: tchar. */
@@ -244,14 +332,16 @@ static inline const char *scan_name(const char *p, const char *stop)
 #ifdef M0_PARSER_SSE2
     while (stop - p >= 16) {
         unsigned m = mask_not_name16(p);
-        if (m == 0) {
-            p += 16;
-            continue;
+        if (m != 0) {
+            /* Usually the ':' that ends the name; else a rarer tchar, and
+             * the full class decides for all 16 octets. */
+            if (!IS(p[__builtin_ctz(m)], C_TOKEN))
+                return p + __builtin_ctz(m);
+            m = mask_not_tchar16(p);
+            if (m != 0)
+                return p + __builtin_ctz(m);
         }
-        p += __builtin_ctz(m);
-        if (!IS(*p, C_TOKEN))
-            return p;
-        p++;
+        p += 16;
     }
 #else
     while (stop - p >= 4 && (cls[(unsigned char)p[0]] & cls[(unsigned char)p[1]] & cls[(unsigned char)p[2]] &
@@ -357,10 +447,6 @@ static int target_split(m0_request *req)
 {
     const char *t = req->target.base, *end = t + req->target.len, *path = t, *q;
 
-    /* A fragment is never sent in a request-target (RFC 9112 3.2): a '#'
-     * would let two parsers disagree on the path. */
-    if (memchr(t, '#', req->target.len) != NULL)
-        return -1;
     if (*t == '/') {
         /* origin-form */
     } else if (req->target.len == 1 && *t == '*') {
@@ -625,13 +711,32 @@ int m0_parse_request(const char *buf, size_t len, m0_request *req, const m0_limi
     return (int)(p - buf);
 }
 
-/* Chunked decoder (RFC 9112 section 7.1). */
+/* Chunked decoder (RFC 9112 section 7.1).
+ *
+ * The size line is checked against the whole grammar of 7.1 and 7.1.1:
+ *   chunk-size [ chunk-ext ] CRLF
+ *   chunk-ext      = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+ *   chunk-ext-name = token
+ *   chunk-ext-val  = token / quoted-string
+ * so a ';' with no name after it, a '=' with no value, whitespace that
+ * precedes neither ';' nor '=' (trailing, or inside a name or token) and a
+ * bad quoted-string are 400s. Extensions are not interpreted. */
 enum {
+    /* the size line, states in its order */
     CS_SIZE_START,
     CS_SIZE,
-    CS_SIZE_WS,
-    CS_EXT,
+    CS_SIZE_WS,        /* BWS after the size */
+    CS_EXT_NAME_START, /* after ';': BWS, then a name */
+    CS_EXT_NAME,
+    CS_EXT_NAME_WS,     /* BWS after a name: '=' or ';' follows */
+    CS_EXT_VALUE_START, /* after '=': BWS, then a token or a quoted-string */
+    CS_EXT_TOKEN,
+    CS_EXT_QUOTED,
+    CS_EXT_QUOTED_PAIR, /* after a backslash in a quoted-string */
+    CS_EXT_VALUE_END,   /* after a closing DQUOTE */
+    CS_EXT_VALUE_WS,    /* BWS after a value: ';' follows */
     CS_SIZE_LF,
+    /* the rest */
     CS_DATA,
     CS_DATA_CR,
     CS_DATA_LF,
@@ -691,6 +796,9 @@ int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *con
                 state = CS_DATA_CR;
             continue;
         }
+        /* The size line is bounded, its CR excluded. */
+        if (state > CS_SIZE_START && state < CS_SIZE_LF && c != '\r' && ++d->ext_bytes > M0_CHUNK_LINE_MAX)
+            goto bad;
         switch (state) {
         case CS_SIZE_START:
             h = hex_value(c);
@@ -708,34 +816,73 @@ int m0_chunked_decode(m0_chunked_decoder *d, char *buf, size_t *len, size_t *con
                 d->chunk_remaining = (d->chunk_remaining << 4) | (uint64_t)h;
             } else if (c == '\r') {
                 state = CS_SIZE_LF;
-                break;
             } else if (c == ';') {
-                state = CS_EXT;
+                state = CS_EXT_NAME_START;
             } else if (c == ' ' || c == '\t') {
-                state = CS_SIZE_WS; /* BWS, only before ';' */
+                state = CS_SIZE_WS;
             } else {
                 goto bad;
             }
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
-                goto bad;
             break;
         case CS_SIZE_WS:
             if (c == ';')
-                state = CS_EXT;
+                state = CS_EXT_NAME_START;
             else if (c != ' ' && c != '\t')
                 goto bad;
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
+            break;
+        case CS_EXT_NAME_START:
+            if (IS(c, C_TOKEN))
+                state = CS_EXT_NAME;
+            else if (c != ' ' && c != '\t')
                 goto bad;
             break;
-        case CS_EXT:
-            if (c == '\r') {
-                state = CS_SIZE_LF;
+        case CS_EXT_NAME:
+        case CS_EXT_TOKEN:
+        case CS_EXT_VALUE_END:
+            if (state != CS_EXT_VALUE_END && IS(c, C_TOKEN))
                 break;
-            }
+            /* the end of a name or a value */
+            if (c == '\r')
+                state = CS_SIZE_LF;
+            else if (c == ';')
+                state = CS_EXT_NAME_START;
+            else if (c == '=' && state == CS_EXT_NAME)
+                state = CS_EXT_VALUE_START;
+            else if (c == ' ' || c == '\t')
+                state = state == CS_EXT_NAME ? CS_EXT_NAME_WS : CS_EXT_VALUE_WS;
+            else
+                goto bad;
+            break;
+        case CS_EXT_NAME_WS:
+        case CS_EXT_VALUE_WS:
+            if (c == ';')
+                state = CS_EXT_NAME_START;
+            else if (c == '=' && state == CS_EXT_NAME_WS)
+                state = CS_EXT_VALUE_START;
+            else if (c != ' ' && c != '\t')
+                goto bad;
+            break;
+        case CS_EXT_VALUE_START:
+            if (c == '"')
+                state = CS_EXT_QUOTED;
+            else if (IS(c, C_TOKEN))
+                state = CS_EXT_TOKEN;
+            else if (c != ' ' && c != '\t')
+                goto bad;
+            break;
+        case CS_EXT_QUOTED:
+            /* qdtext = HTAB / SP / VCHAR but DQUOTE and backslash / obs-text */
+            if (c == '"')
+                state = CS_EXT_VALUE_END;
+            else if (c == '\\')
+                state = CS_EXT_QUOTED_PAIR;
+            else if (!IS(c, C_VALUE))
+                goto bad;
+            break;
+        case CS_EXT_QUOTED_PAIR:
             if (!IS(c, C_VALUE))
                 goto bad;
-            if (++d->ext_bytes > M0_CHUNK_LINE_MAX)
-                goto bad;
+            state = CS_EXT_QUOTED;
             break;
         case CS_SIZE_LF:
             if (c != '\n')

@@ -12,10 +12,11 @@
  *
  * Strictness (DESIGN.md section 4, RFC 9112): obs-fold, whitespace before the
  * colon, NUL/CR/bare LF in values, invalid token characters, a bad request
- * line, Content-Length together with Transfer-Encoding, differing or malformed
- * Content-Length, a transfer coding other than a final "chunked", an HTTP/1.1
- * request without exactly one Host are all rejected. Any method token is
- * accepted. No Python.h here.
+ * line (a request-target octet that is non-ASCII, DQUOTE, '#', '<' or '>'
+ * included), Content-Length together with Transfer-Encoding, differing or
+ * malformed Content-Length, a transfer coding other than a final "chunked", an
+ * HTTP/1.1 request without exactly one Host are all rejected. Any method token
+ * is accepted. No Python.h here.
  */
 #ifndef M0_HTTP_PARSER_H
 #define M0_HTTP_PARSER_H

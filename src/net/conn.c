@@ -636,6 +636,28 @@ static void conn_begin(m0_conn *c)
     m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
 }
 
+/* Whether a parse of the buffered head can give anything but
+ * M0_PARSE_INCOMPLETE after an earlier parse did. A head completes only at a
+ * LF, and the parser decides errors by position (parser.c), so a new parse is
+ * due only when the bytes read since then hold a LF or push the last line
+ * past every line limit. A head trickled in a few bytes per read then costs
+ * one parse per line, not one per read (picohttpparser's last_len). An error
+ * inside a line is found at its LF, at EOF or by the head_cap check. */
+static int conn_head_changed(m0_conn *c)
+{
+    const m0_limits *lim = &c->srv->cfg.limits;
+    const char *head = c->rbuf + c->rpos, *lf;
+    size_t len = c->rlen - c->rpos, seen = c->head_seen <= len ? c->head_seen : 0;
+    size_t max_line = lim->max_request_line > lim->max_header_size ? lim->max_request_line : lim->max_header_size;
+
+    lf = memrchr(head + seen, '\n', len - seen);
+    if (lf != NULL)
+        c->head_line = (size_t)(lf + 1 - head);
+    else if (seen == 0)
+        c->head_line = 0;
+    return seen == 0 || lf != NULL || len - c->head_line > max_line || c->peer_eof;
+}
+
 /* Parse and dispatch buffered requests in order until one stays pending,
  * the buffer holds no complete head, or the connection closes. A loop, not
  * recursion: m0_conn_finish() inside on_request only updates the state and
@@ -690,7 +712,10 @@ void m0_conn_process(m0_conn *c)
             }
             break;
         }
-        int r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
+        int r = M0_PARSE_INCOMPLETE;
+        if (conn_head_changed(c))
+            r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
+        c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
         if (r == M0_PARSE_INCOMPLETE) {
             if (c->peer_eof) {
                 m0_conn_close(c, 1);

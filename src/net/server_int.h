@@ -94,6 +94,11 @@ struct m0_conn {
     size_t rlen;
     size_t rpos;
     size_t head_len;
+    /* state HEAD, after a parse of [rpos, rlen) gave M0_PARSE_INCOMPLETE:
+     * how many of those bytes it saw (0: parse in full next time; reset
+     * whenever rpos moves to other bytes), and where its last line starts. */
+    size_t head_seen;
+    size_t head_line;
     m0_request req;
     m0_header *headers;
 
