@@ -59,6 +59,18 @@ def test_root_path(serve):
     assert s["raw_path"] == "/api/scope"
 
 
+def test_blocking_threads_size_the_default_executor(serve):
+    """--blocking-threads with ASGI: run_in_executor(None, ...) runs on that many m0serve threads."""
+    srv = serve(APP, "--interface", "asgi", "--blocking-threads", "3")
+    t0 = time.monotonic()
+    r = httpx.get(srv.url + "/executor?n=6", timeout=10)
+    took = time.monotonic() - t0
+    names = r.text.split(",")
+    assert len(names) == 6 and all(n.startswith("m0serve-blocking") for n in names), names
+    assert len(set(names)) == 3
+    assert took >= 0.4  # six 0.2 s calls on three threads: two waves
+
+
 def test_path_unicode(srv):
     # The path is percent-decoded and read as UTF-8; raw_path and query_string stay as sent.
     with srv.connect() as sock:

@@ -214,25 +214,31 @@ def test_body_over_the_buffer_size_is_streamed(serve, mode):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_slow_reader_does_not_stall(serve, mode):
-    """A client that requests 4 MB and reads none of it holds only its own connection."""
+@pytest.mark.parametrize("path,size", [("/big?n=4000000", 4000000), ("/gen?n=30000", 30000 * 1024),
+                                       ("/file?n=30000000", 30000000)])
+def test_slow_reader_does_not_stall(serve, mode, path, size):
+    """Clients that request a large response (a list, a 30 MB generator, a 30 MB file) and read
+    none of it hold only their own connections; each still gets every byte when it reads."""
     srv = serve("pool_app:app", *MODES[mode])
+    pid = srv.proc.pid
     fast_latencies(srv, 5)
+    base_rss = rss_kb(pid)
     hogs = []
-    for _ in range(3):
+    for _ in range(2):
         h = socket.socket()
         h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         h.connect((srv.host, srv.port))
-        h.sendall(get("/big?n=4000000"))
+        h.sendall(get(path))
         hogs.append(h)
     time.sleep(0.5)
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
-    # the slow reader still gets every byte when it reads
-    h = hogs[0]
-    status, headers, body, _ = read_response(h, timeout=20)
-    assert status == 200 and len(body) == 4000000
+    if not path.startswith("/big"):
+        # streamed responses wait for the reader instead of piling up in memory
+        assert rss_kb(pid) - base_rss < 16 * 1024, (base_rss, rss_kb(pid))
     for h in hogs:
+        status, headers, body, _ = read_response(h, timeout=30)
+        assert status == 200 and len(body) == size
         h.close()
 
 
@@ -409,6 +415,17 @@ def test_drain_and_rolling_restart_lose_no_slow_request(serve, sig):
     else:
         srv.proc.wait(20)
         assert srv.proc.returncode == 0
+
+
+def test_max_requests_retires_a_pool_worker_without_losing_requests(serve):
+    srv = serve("pool_app:app", "--max-requests", "20", *POOL)
+    pids = set()
+    for _ in range(60):
+        _, status, body = timed_get(srv, "/pid")
+        assert status == 200
+        pids.add(int(body))
+    assert len(pids) >= 2, "the worker never retired"
+    srv.wait_log(r"after its max requests", timeout=10)
 
 
 # --- frameworks with a sleeping view -------------------------------------------------

@@ -104,6 +104,13 @@ async def app(scope, receive, send):
     if path == "/echo":
         body = await _read_body(receive)
         return await _respond(send, 200, body)
+    if path == "/executor":
+        import threading
+
+        loop = asyncio.get_running_loop()
+        names = await asyncio.gather(*[loop.run_in_executor(None, lambda: (time.sleep(0.2),
+                                       threading.current_thread().name)[1]) for _ in range(int(q.get("n", "1")))])
+        return await _respond(send, 200, ",".join(names).encode())
     if path == "/echo-stream":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         while True:
