@@ -203,10 +203,9 @@ void m0_conn_interest(m0_conn *c)
         return;
     uint32_t ev = 0;
     int out = c->wlen > c->wpos || c->writable_wanted;
-    if (c->detached) {
-        ev = 0; /* another thread owns the socket */
-        out = 0;
-    } else if (c->close_after) {
+    if (c->detached)
+        return; /* another thread owns it: the registration stays as it was (conn_io_cb) */
+    if (c->close_after) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
@@ -437,11 +436,23 @@ static void conn_readable(m0_conn *c, uint32_t events)
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
-    (void)loop;
     m0_conn *c = (m0_conn *)io;
-    if (c->detached)
-        return; /* a stale edge: the owning thread sees errors from its own I/O */
     c->refs++;
+    if (c->detached) {
+        /* Its interest was left as it was at the hand-off, so the next
+         * request of a keep-alive client is what wakes the loop: finish the
+         * responses other threads completed first (this one's, likely). */
+        if (m0_conn_take_completed_or_mute(c) && c->state != M0_CS_CLOSED) {
+            /* Still another thread's (the client was quicker than the
+             * hand-back, pipelined input, a hang-up): mute it until it comes
+             * back, or a level-triggered event repeats. */
+            m0_io_set(loop, io, EPOLLET);
+        }
+        if (c->detached || c->state == M0_CS_CLOSED) {
+            m0_conn_release(c);
+            return;
+        }
+    }
     if (events & EPOLLOUT)
         m0_conn_flush(c);
     if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
@@ -825,10 +836,11 @@ void m0_conn_park(m0_conn *c)
 
 void m0_conn_detach(m0_conn *c)
 {
+    /* The epoll interest is left as it is (no syscall per request): an event
+     * while it is away is handled in conn_io_cb. */
     c->detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);
-    m0_conn_interest(c);
 }
 
 void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
@@ -838,15 +850,28 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     c->done_status = status;
     c->done_bytes = body_bytes;
     c->done_next = NULL;
+    /* The loop is woken only when it has something to do for this response
+     * now: output to flush, a close, input already buffered. A finished
+     * keep-alive exchange waits for the client's next request, whose arrival
+     * wakes the loop anyway (conn_io_cb), or for the loop's next pass. */
+    size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+    int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next || c->abort_after ||
+                 __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)
         srv->done_tail->done_next = c;
     else
         srv->done_head = c;
     srv->done_tail = c;
+    urgent |= c->muted; /* its next request may already be waiting unwatched */
     pthread_mutex_unlock(&srv->done_lock);
-    m0_async_send(&srv->wake);
+    if (urgent)
+        m0_async_send(&srv->wake);
+    else
+        m0_async_post(&srv->wake);
 }
+
+static void conn_finish_completed(m0_conn *c);
 
 /* Loop thread: finish the responses other threads completed. */
 void m0_conn_take_completed(m0_server *srv)
@@ -855,10 +880,36 @@ void m0_conn_take_completed(m0_server *srv)
     m0_conn *c = srv->done_head;
     srv->done_head = srv->done_tail = NULL;
     pthread_mutex_unlock(&srv->done_lock);
+    conn_finish_completed(c);
+}
+
+/* Loop thread, for a detached c that had an event: take the completed
+ * responses; when c is not among them, mark it muted (under the same lock
+ * its owner completes it with, so that the owner then wakes the loop).
+ * Returns 1 when c is still away. */
+int m0_conn_take_completed_or_mute(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->done_lock);
+    m0_conn *list = srv->done_head;
+    srv->done_head = srv->done_tail = NULL;
+    int found = 0;
+    for (m0_conn *d = list; d != NULL; d = d->done_next)
+        found |= d == c;
+    if (!found)
+        c->muted = 1;
+    pthread_mutex_unlock(&srv->done_lock);
+    conn_finish_completed(list);
+    return !found;
+}
+
+static void conn_finish_completed(m0_conn *c)
+{
     while (c != NULL) {
         m0_conn *next = c->done_next;
         c->done_next = NULL;
         c->detached = 0;
+        c->muted = 0;
         if (c->abort_after) {
             c->pending = 0;
             m0_conn_close(c, 1);

@@ -37,6 +37,8 @@ struct m0_loop {
     const m0_io *gone[64];
     size_t batch_next;
     size_t batch_len;
+    m0_async *asyncs;
+    int awake; /* atomic: inside a pass, before its last look at the asyncs */
     struct epoll_event batch[M0_LOOP_BATCH];
 };
 
@@ -130,17 +132,32 @@ void m0_io_close(m0_loop *loop, m0_io *io)
 
 static void async_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
+    (void)loop;
     (void)events;
-    m0_async *async = (m0_async *)io;
     uint64_t v;
     while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR) {
     }
-    async->cb(loop, async);
+    /* The callback runs from loop_asyncs_run, at the end of the pass. */
+}
+
+/* Run the callbacks of the asyncs that were sent. Returns how many ran. */
+static int loop_asyncs_run(m0_loop *loop)
+{
+    int n = 0;
+    for (m0_async *a = loop->asyncs; a != NULL; a = a->next) {
+        if (__atomic_exchange_n(&a->pending, 0, __ATOMIC_SEQ_CST)) {
+            a->cb(loop, a);
+            n++;
+        }
+    }
+    return n;
 }
 
 int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb)
 {
     async->cb = cb;
+    async->loop = loop;
+    async->pending = 0;
     async->io.events = 0;
     async->io.cb = async_io_cb;
     async->io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -150,17 +167,34 @@ int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb)
     if (r < 0) {
         close(async->io.fd);
         async->io.fd = -1;
+        return r;
     }
-    return r;
+    async->next = loop->asyncs;
+    loop->asyncs = async;
+    return 0;
 }
 
 void m0_async_close(m0_loop *loop, m0_async *async)
 {
+    for (m0_async **p = &loop->asyncs; *p != NULL; p = &(*p)->next) {
+        if (*p == async) {
+            *p = async->next;
+            break;
+        }
+    }
     m0_io_close(loop, &async->io);
+}
+
+void m0_async_post(m0_async *async)
+{
+    __atomic_store_n(&async->pending, 1, __ATOMIC_SEQ_CST);
 }
 
 void m0_async_send(m0_async *async)
 {
+    __atomic_store_n(&async->pending, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&async->loop->awake, __ATOMIC_SEQ_CST))
+        return; /* the pass in progress looks at pending before it ends */
     uint64_t one = 1;
     int saved = errno;
     while (write(async->io.fd, &one, sizeof(one)) < 0 && errno == EINTR) {
@@ -331,6 +365,7 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
     }
     loop->now_ms = loop_clock_ms();
     loop->running = 1;
+    __atomic_store_n(&loop->awake, 1, __ATOMIC_SEQ_CST);
     loop->batch_len = (size_t)n;
     for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
         struct epoll_event *ev = &loop->batch[loop->batch_next++];
@@ -341,6 +376,12 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
     loop->batch_len = 0;
     loop->batch_next = 0;
     loop_timers_expire(loop);
+    loop_asyncs_run(loop);
+    /* A send that saw awake = 1 wrote no eventfd: look once more after
+     * clearing it (the two sides' seq_cst store-then-load pairs cannot both
+     * miss each other). */
+    __atomic_store_n(&loop->awake, 0, __ATOMIC_SEQ_CST);
+    n += loop_asyncs_run(loop);
     m0_date_refresh(time(NULL));
     loop->running = 0;
     return n;

@@ -54,17 +54,26 @@ uint64_t m0_loop_now(const m0_loop *loop);
 int m0_loop_next_timeout(const m0_loop *loop);
 
 /* A cross-thread wake-up (libuv's uv_async): m0_async_send() may be called
- * from any thread; the callback runs on the loop's thread during a pass.
- * Several sends before the pass coalesce into one callback. */
+ * from any thread; the callback runs on the loop's thread at the end of a
+ * pass. Several sends before it coalesce into one callback. A send while the
+ * loop is inside a pass costs no syscall: the pass looks at the flag before
+ * it ends; otherwise the eventfd wakes the loop (or whoever watches its fd). */
 typedef struct m0_async m0_async;
 typedef void (*m0_async_cb)(m0_loop *loop, m0_async *async);
 struct m0_async {
     m0_io io; /* an eventfd */
     m0_async_cb cb;
+    m0_loop *loop;
+    int pending; /* atomic */
+    m0_async *next;
 };
 int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb);
 void m0_async_close(m0_loop *loop, m0_async *async);
 void m0_async_send(m0_async *async); /* thread-safe, async-signal-safe */
+/* Thread-safe: mark it sent without waking the loop; the callback runs at
+ * the end of the loop's next pass, whatever wakes it (at the latest its
+ * own wait timeout). */
+void m0_async_post(m0_async *async);
 
 /* Hooks run around a blocking epoll_wait (never around a zero-timeout one):
  * the WSGI bridge releases the GIL in before and takes it back in after, so

@@ -123,8 +123,10 @@ struct m0_conn {
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
 
-    /* m0_conn_complete's arguments, carried to the loop thread */
+    /* m0_conn_complete's arguments, carried to the loop thread (under the
+     * server's done_lock) */
     m0_conn *done_next;
+    int muted; /* the loop stopped watching it while it was away: wake the loop when it comes back */
     int done_keep;
     int done_status;
     uint64_t done_bytes;
@@ -172,6 +174,7 @@ void m0_conn_close(m0_conn *c, int notify);
 void m0_conn_release(m0_conn *c);
 void m0_conn_destroy(m0_conn *c);
 void m0_conn_take_completed(m0_server *srv);
+int m0_conn_take_completed_or_mute(m0_conn *c);
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);

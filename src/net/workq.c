@@ -1,9 +1,11 @@
-/* The loop-to-pool hand-off queue. See workq.h. */
+/* The loop-to-pool hand-off queue. See workq.h for the wake-up rule. */
 #include "workq.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct m0_workq {
     pthread_mutex_t lock;
@@ -12,9 +14,20 @@ struct m0_workq {
     size_t cap; /* a power of two */
     size_t head;
     size_t len;
-    size_t idle; /* threads waiting in pop */
+    size_t waiting; /* threads inside m0_workq_wait */
+    size_t tickets; /* wake-ups granted, not yet collected by a waiting thread */
+    size_t standby; /* threads woken (or granted a wake-up) that hold no item yet */
+    size_t running; /* threads running an item they took */
+    uint64_t last_take_ns;
     int closed;
 };
+
+static uint64_t workq_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 int m0_workq_new(m0_workq **out)
 {
@@ -58,6 +71,21 @@ static int workq_grow(m0_workq *q)
     return 0;
 }
 
+/* Under the lock: wake one waiting thread as the standby when work is
+ * queued, nobody is standing by, somebody can be woken, and the work would
+ * stall (nobody running, or nobody took an item for M0_WORKQ_STALL_NS).
+ * Returns 1 when the condition variable must be signalled. */
+static int workq_need_standby(m0_workq *q, uint64_t now)
+{
+    if (q->len == 0 || q->standby > 0 || q->waiting <= q->tickets)
+        return 0;
+    if (q->running > 0 && now - q->last_take_ns < M0_WORKQ_STALL_NS)
+        return 0;
+    q->standby++;
+    q->tickets++;
+    return 1;
+}
+
 int m0_workq_push(m0_workq *q, void *item)
 {
     pthread_mutex_lock(&q->lock);
@@ -67,29 +95,62 @@ int m0_workq_push(m0_workq *q, void *item)
     }
     q->ring[(q->head + q->len) & (q->cap - 1)] = item;
     q->len++;
-    int wake = q->idle > 0;
     pthread_mutex_unlock(&q->lock);
-    if (wake)
-        pthread_cond_signal(&q->ready);
     return 0;
 }
 
-void *m0_workq_pop(m0_workq *q)
+int m0_workq_wait(m0_workq *q)
 {
     pthread_mutex_lock(&q->lock);
-    while (q->len == 0 && !q->closed) {
-        q->idle++;
+    q->waiting++;
+    while (q->tickets == 0 && !q->closed)
         pthread_cond_wait(&q->ready, &q->lock);
-        q->idle--;
+    q->waiting--;
+    int r = 0;
+    if (q->tickets > 0) {
+        q->tickets--; /* the standby count was taken when it was granted */
+    } else if (q->len > 0) {
+        q->standby++; /* closed with work left: drain it */
+    } else {
+        r = -1;
     }
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+void *m0_workq_take(m0_workq *q, int *role)
+{
+    pthread_mutex_lock(&q->lock);
+    if (*role == M0_WORKQ_STANDBY)
+        q->standby--;
+    else if (*role == M0_WORKQ_RUNNING)
+        q->running--;
+    *role = M0_WORKQ_IDLE;
     void *item = NULL;
     if (q->len > 0) {
         item = q->ring[q->head];
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
+        q->running++;
+        q->last_take_ns = workq_now_ns();
+        *role = M0_WORKQ_RUNNING;
     }
+    int wake = workq_need_standby(q, q->last_take_ns);
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_signal(&q->ready);
     return item;
+}
+
+size_t m0_workq_check(m0_workq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    int wake = workq_need_standby(q, workq_now_ns());
+    size_t n = q->len;
+    pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_signal(&q->ready);
+    return n;
 }
 
 void m0_workq_close(m0_workq *q)
@@ -104,14 +165,6 @@ size_t m0_workq_len(m0_workq *q)
 {
     pthread_mutex_lock(&q->lock);
     size_t n = q->len;
-    pthread_mutex_unlock(&q->lock);
-    return n;
-}
-
-size_t m0_workq_idle(m0_workq *q)
-{
-    pthread_mutex_lock(&q->lock);
-    size_t n = q->idle;
     pthread_mutex_unlock(&q->lock);
     return n;
 }

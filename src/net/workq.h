@@ -1,10 +1,22 @@
-/* A blocking hand-off queue between one loop thread and the threads of its
- * pool: FIFO of opaque pointers under a mutex and a condition variable
- * (a ring that grows, so pushing never blocks and never drops).
+/* The hand-off queue between one loop thread and the threads of its pool:
+ * a FIFO of opaque pointers under a mutex and a condition variable (a ring
+ * that grows, so pushing never blocks and never drops).
  *
- * Contract: m0_workq_push may be called from any thread; m0_workq_pop blocks
- * until an item is there or the queue is closed (then NULL once it is empty).
- * The caller releases the GIL (or anything else) before calling pop.
+ * Wake-ups follow the GIL rather than fight it. Only a thread that holds the
+ * GIL takes an item (m0_workq_take), so an item never waits inside a thread
+ * that cannot run it. A thread that finishes a request takes the next one
+ * without letting go of the GIL; it waits (m0_workq_wait, GIL released) only
+ * when the queue is empty. So fast requests run back to back on one thread,
+ * without a wake-up or a context switch each.
+ *
+ * Another thread is woken (as the "standby", at most one at a time) only when
+ * queued work has nobody to take it soon: no thread is running a request, or
+ * none has taken an item for M0_WORKQ_STALL_NS (the running ones are in slow
+ * views). The standby takes the next item as soon as it gets the GIL, which
+ * is the moment a running request blocks (sleep, I/O) or the interpreter's
+ * switch interval ends. The stall is checked by the loop's m0_workq_check
+ * after each pass and every millisecond while the queue is not empty, so a
+ * request queued behind a slow view waits about a millisecond at most.
  *
  * Error convention of net/: 0 or -errno. No Python.h here.
  */
@@ -16,13 +28,30 @@
 typedef struct m0_workq m0_workq;
 
 int m0_workq_new(m0_workq **out);
-void m0_workq_free(m0_workq *q); /* no thread may be inside pop */
+void m0_workq_free(m0_workq *q); /* no thread may be inside m0_workq_wait */
+/* Nobody took an item for this long while work was queued: wake a standby. */
+#define M0_WORKQ_STALL_NS 100000
+
+/* Any thread. Wakes nobody: the pusher calls m0_workq_check once its batch
+ * is queued, so that a whole batch of the loop's pass is queued before a
+ * pool thread competes with the loop for the CPU. */
 int m0_workq_push(m0_workq *q, void *item);
-void *m0_workq_pop(m0_workq *q);
-/* Wake every waiting popper; pop returns NULL once the queue is empty. */
+/* After a batch of pushes, and every millisecond or so while the queue is
+ * not empty: wake a standby when the work would stall (see above). Returns
+ * the queue's length. */
+size_t m0_workq_check(m0_workq *q);
+/* A pool thread with nothing to do: block until it is woken as the standby
+ * (returns 0: the caller is the standby; take the GIL, then m0_workq_take)
+ * or the queue is closed and empty (-1). */
+int m0_workq_wait(m0_workq *q);
+/* Non-blocking, by the thread that may run the item now. *role: what the
+ * caller was (M0_WORKQ_IDLE, M0_WORKQ_STANDBY after m0_workq_wait returned 0,
+ * M0_WORKQ_RUNNING after it took an item), updated to what it is now.
+ * Returns the next item or NULL. */
+enum { M0_WORKQ_IDLE = 0, M0_WORKQ_STANDBY = 1, M0_WORKQ_RUNNING = 2 };
+void *m0_workq_take(m0_workq *q, int *role);
+/* Wake every waiting thread; m0_workq_wait returns -1 once the queue is empty. */
 void m0_workq_close(m0_workq *q);
 size_t m0_workq_len(m0_workq *q);
-/* Pool threads currently blocked in pop (for the idle check of a dispatcher). */
-size_t m0_workq_idle(m0_workq *q);
 
 #endif

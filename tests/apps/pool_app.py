@@ -71,7 +71,10 @@ def app(environ, start_response):
     if path == "/file":
         n = int(q.get("n", "100000"))
         f = tempfile.TemporaryFile()
-        f.write(bytes(range(256)) * (n // 256) + bytes(range(n % 256)))
+        block = bytes(range(256)) * 256
+        for _ in range(n // len(block)):
+            f.write(block)
+        f.write(block[: n % len(block)])
         f.seek(0)
         start_response("200 OK", [("Content-Type", "application/octet-stream")])
         return environ["wsgi.file_wrapper"](f, 65536)
