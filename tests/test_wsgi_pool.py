@@ -254,6 +254,29 @@ def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
     h.close()
 
 
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_no_100_continue_inside_a_started_response(serve, mode):
+    """The app writes part of its response, then reads the body of an Expect: 100-continue
+    request: the interim response must not land in the middle of the final one."""
+    srv = serve("pool_app:app", *MODES[mode])
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"POST /write-then-read HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 4\r\n\r\n")
+        data = b""
+        s.settimeout(5)
+        while b"hello" not in data:
+            data += s.recv(65536)
+        s.sendall(b"data")
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    assert b"100 Continue" not in data, data
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(b"\r\n\r\nhelloworld"), data
+    assert b"connection: close" in data.lower()  # the 100 was never sent: the connection ends
+
+
 # --- thread safety under load ---------------------------------------------------
 
 

@@ -277,7 +277,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
         if (self->wsgi == NULL)
             return -1;
         if (self->blocking_threads > 0) {
-            int r = m0_workq_new(&self->workq);
+            int r = m0_workq_new(&self->workq, (size_t)self->blocking_threads);
             if (r < 0) {
                 errno = -r;
                 PyErr_SetFromErrno(PyExc_OSError);
@@ -578,9 +578,10 @@ static PyObject *server_serve_pool(ServerObject *self)
     for (;;) {
         if (server_should_stop(self))
             break;
-        /* While requests are queued, look every millisecond whether they
-         * stall behind slow views (a standby is woken then: net/workq.h). */
-        r = m0_loop_run_once(self->loop, queued ? 1 : M0_SERVE_MAX_WAIT_MS);
+        /* While requests are queued, look again after the stall time whether
+         * they stall behind slow views (a standby is woken then: net/workq.h). */
+        r = queued ? m0_loop_run_once_us(self->loop, M0_WORKQ_STALL_NS / 1000)
+                   : m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
         queued = m0_workq_check(self->workq) > 0;
         if (r < 0 && r != -EINTR)
             break;
@@ -705,12 +706,17 @@ static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *k
         beat = (volatile int64_t *)((char *)self->heartbeat.buf + (size_t)index * sizeof(int64_t));
         *beat = 0;
     }
+    m0_workq_role role;
+    if (m0_workq_join(self->workq, &role) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "run_pool() called by more than blocking_threads (%d) threads",
+                     self->blocking_threads);
+        return NULL;
+    }
     m0_wsgi *w = m0_wsgi_clone(self->wsgi);
     if (w == NULL)
         return NULL;
     Py_INCREF(self); /* the pool outlives nothing it uses */
     __atomic_add_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
-    int role = M0_WORKQ_IDLE;
     for (;;) {
         /* With the GIL: the next request, if any (see net/workq.h). */
         m0_conn *c = m0_workq_take(self->workq, &role);
@@ -720,7 +726,7 @@ static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *k
             PyEval_RestoreThread(ts);
             if (r < 0)
                 break;
-            role = M0_WORKQ_STANDBY;
+            role.state = M0_WORKQ_STANDBY;
             continue;
         }
         struct timespec now;

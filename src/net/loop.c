@@ -326,7 +326,28 @@ static void loop_timers_expire(m0_loop *loop)
     }
 }
 
+static int loop_epoll_wait(m0_loop *loop, int wait, int64_t wait_us)
+{
+    if (wait_us > 0 && (wait < 0 || wait_us < (int64_t)wait * 1000)) {
+        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
+        return epoll_pwait2(loop->epfd, loop->batch, M0_LOOP_BATCH, &ts, NULL);
+    }
+    return epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
+}
+
+static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us);
+
 int m0_loop_run_once(m0_loop *loop, int timeout_ms)
+{
+    return loop_run(loop, timeout_ms, 0);
+}
+
+int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us)
+{
+    return loop_run(loop, (int)((timeout_us + 999) / 1000), timeout_us);
+}
+
+static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
 {
     if (loop->running)
         return -EBUSY;
@@ -336,11 +357,12 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
         if (next >= 0 && (wait < 0 || next < wait))
             wait = next;
     }
+    int64_t wait_us = wait == timeout_ms ? timeout_us : 0;
     int n;
     if (wait != 0 && loop->before != NULL) {
         loop->waiting = 1;
         loop->before(loop->hook_arg);
-        n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
+        n = loop_epoll_wait(loop, wait, wait_us);
         int err = errno;
         loop->after(loop->hook_arg);
         loop->waiting = 0;
@@ -356,7 +378,7 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
         loop->gone_overflow = 0;
         errno = err;
     } else {
-        n = epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
+        n = loop_epoll_wait(loop, wait, wait_us);
     }
     if (n < 0) {
         int err = errno;

@@ -86,5 +86,8 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
  * (-EINTR when a signal interrupted the wait: the caller checks signals;
  * -EBUSY when called from one of the loop's own callbacks). */
 int m0_loop_run_once(m0_loop *loop, int timeout_ms);
+/* The same with a timeout in microseconds (> 0), for a short look-again
+ * (the pool's stall check). */
+int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us);
 
 #endif

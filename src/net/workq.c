@@ -14,11 +14,12 @@ struct m0_workq {
     size_t cap; /* a power of two */
     size_t head;
     size_t len;
-    size_t waiting; /* threads inside m0_workq_wait */
-    size_t tickets; /* wake-ups granted, not yet collected by a waiting thread */
-    size_t standby; /* threads woken (or granted a wake-up) that hold no item yet */
-    size_t running; /* threads running an item they took */
-    uint64_t last_take_ns;
+    size_t waiting;    /* threads inside m0_workq_wait */
+    size_t tickets;    /* wake-ups granted, not yet collected by a waiting thread */
+    size_t standby;    /* threads woken (or granted a wake-up) that hold no item yet */
+    uint64_t *started; /* per joined thread: when it took the item it runs, 0 when it runs none */
+    size_t slots;
+    size_t joined;
     int closed;
 };
 
@@ -29,14 +30,18 @@ static uint64_t workq_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int m0_workq_new(m0_workq **out)
+int m0_workq_new(m0_workq **out, size_t threads)
 {
     m0_workq *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return -ENOMEM;
     q->cap = 64;
     q->ring = malloc(q->cap * sizeof(*q->ring));
-    if (q->ring == NULL) {
+    q->slots = threads ? threads : 1;
+    q->started = calloc(q->slots, sizeof(*q->started));
+    if (q->ring == NULL || q->started == NULL) {
+        free(q->ring);
+        free(q->started);
         free(q);
         return -ENOMEM;
     }
@@ -53,6 +58,7 @@ void m0_workq_free(m0_workq *q)
     pthread_cond_destroy(&q->ready);
     pthread_mutex_destroy(&q->lock);
     free(q->ring);
+    free(q->started);
     free(q);
 }
 
@@ -73,13 +79,18 @@ static int workq_grow(m0_workq *q)
 
 /* Under the lock: wake one waiting thread as the standby when work is
  * queued, nobody is standing by, somebody can be woken, and the work would
- * stall (nobody running, or nobody took an item for M0_WORKQ_STALL_NS).
- * Returns 1 when the condition variable must be signalled. */
-static int workq_need_standby(m0_workq *q, uint64_t now)
+ * stall: no thread runs an item it took less than M0_WORKQ_STALL_NS ago
+ * (such a thread takes the next one as soon as it is done). Returns 1 when
+ * the condition variable must be signalled. */
+static int workq_need_standby(m0_workq *q)
 {
     if (q->len == 0 || q->standby > 0 || q->waiting <= q->tickets)
         return 0;
-    if (q->running > 0 && now - q->last_take_ns < M0_WORKQ_STALL_NS)
+    uint64_t newest = 0;
+    for (size_t i = 0; i < q->joined; i++)
+        if (q->started[i] > newest)
+            newest = q->started[i];
+    if (newest != 0 && workq_now_ns() - newest < M0_WORKQ_STALL_NS)
         return 0;
     q->standby++;
     q->tickets++;
@@ -118,24 +129,49 @@ int m0_workq_wait(m0_workq *q)
     return r;
 }
 
-void *m0_workq_take(m0_workq *q, int *role)
+int m0_workq_join(m0_workq *q, m0_workq_role *role)
 {
     pthread_mutex_lock(&q->lock);
-    if (*role == M0_WORKQ_STANDBY)
+    int r = -ENOSPC;
+    if (q->joined < q->slots) {
+        role->slot = (int)q->joined++;
+        role->state = M0_WORKQ_IDLE;
+        r = 0;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+/* Under the lock: another thread runs an item it took less than
+ * M0_WORKQ_STALL_NS ago, so it will take the next one soon. */
+static int workq_fresh_runner(m0_workq *q, int except, uint64_t now)
+{
+    for (size_t i = 0; i < q->joined; i++)
+        if ((int)i != except && q->started[i] != 0 && now - q->started[i] < M0_WORKQ_STALL_NS)
+            return 1;
+    return 0;
+}
+
+void *m0_workq_take(m0_workq *q, m0_workq_role *role)
+{
+    pthread_mutex_lock(&q->lock);
+    int was_running = role->state == M0_WORKQ_RUNNING;
+    if (role->state == M0_WORKQ_STANDBY)
         q->standby--;
-    else if (*role == M0_WORKQ_RUNNING)
-        q->running--;
-    *role = M0_WORKQ_IDLE;
+    q->started[role->slot] = 0;
+    role->state = M0_WORKQ_IDLE;
     void *item = NULL;
-    if (q->len > 0) {
+    /* A thread back from a slow request leaves the queue to a runner that is
+     * moving (it may be waiting for the GIL this thread holds) rather than
+     * competing with it for the GIL. */
+    if (q->len > 0 && !(was_running && workq_fresh_runner(q, role->slot, workq_now_ns()))) {
         item = q->ring[q->head];
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
-        q->running++;
-        q->last_take_ns = workq_now_ns();
-        *role = M0_WORKQ_RUNNING;
+        q->started[role->slot] = workq_now_ns();
+        role->state = M0_WORKQ_RUNNING;
     }
-    int wake = workq_need_standby(q, q->last_take_ns);
+    int wake = workq_need_standby(q);
     pthread_mutex_unlock(&q->lock);
     if (wake)
         pthread_cond_signal(&q->ready);
@@ -145,7 +181,7 @@ void *m0_workq_take(m0_workq *q, int *role)
 size_t m0_workq_check(m0_workq *q)
 {
     pthread_mutex_lock(&q->lock);
-    int wake = workq_need_standby(q, workq_now_ns());
+    int wake = workq_need_standby(q);
     size_t n = q->len;
     pthread_mutex_unlock(&q->lock);
     if (wake)

@@ -15,8 +15,8 @@
  * views). The standby takes the next item as soon as it gets the GIL, which
  * is the moment a running request blocks (sleep, I/O) or the interpreter's
  * switch interval ends. The stall is checked by the loop's m0_workq_check
- * after each pass and every millisecond while the queue is not empty, so a
- * request queued behind a slow view waits about a millisecond at most.
+ * after each pass and every M0_WORKQ_STALL_NS while the queue is not empty,
+ * so a request queued behind a slow view waits about twice that at most.
  *
  * Error convention of net/: 0 or -errno. No Python.h here.
  */
@@ -27,7 +27,8 @@
 
 typedef struct m0_workq m0_workq;
 
-int m0_workq_new(m0_workq **out);
+/* threads: how many pool threads will join (m0_workq_join). */
+int m0_workq_new(m0_workq **out, size_t threads);
 void m0_workq_free(m0_workq *q); /* no thread may be inside m0_workq_wait */
 /* Nobody took an item for this long while work was queued: wake a standby. */
 #define M0_WORKQ_STALL_NS 100000
@@ -44,12 +45,19 @@ size_t m0_workq_check(m0_workq *q);
  * (returns 0: the caller is the standby; take the GIL, then m0_workq_take)
  * or the queue is closed and empty (-1). */
 int m0_workq_wait(m0_workq *q);
-/* Non-blocking, by the thread that may run the item now. *role: what the
- * caller was (M0_WORKQ_IDLE, M0_WORKQ_STANDBY after m0_workq_wait returned 0,
- * M0_WORKQ_RUNNING after it took an item), updated to what it is now.
- * Returns the next item or NULL. */
+/* A pool thread's standing with the queue, owned by the thread. */
 enum { M0_WORKQ_IDLE = 0, M0_WORKQ_STANDBY = 1, M0_WORKQ_RUNNING = 2 };
-void *m0_workq_take(m0_workq *q, int *role);
+typedef struct {
+    int state; /* M0_WORKQ_*: set to STANDBY by the caller after m0_workq_wait returned 0 */
+    int slot;  /* from m0_workq_join */
+} m0_workq_role;
+/* A pool thread joins once before its first take: 0, or -ENOSPC past the
+ * `threads` given to m0_workq_new. */
+int m0_workq_join(m0_workq *q, m0_workq_role *role);
+/* Non-blocking, by the thread that may run the item now (it holds the GIL).
+ * Updates role->state to what the caller is now. Returns the next item or
+ * NULL. */
+void *m0_workq_take(m0_workq *q, m0_workq_role *role);
 /* Wake every waiting thread; m0_workq_wait returns -1 once the queue is empty. */
 void m0_workq_close(m0_workq *q);
 size_t m0_workq_len(m0_workq *q);

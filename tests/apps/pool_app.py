@@ -92,6 +92,12 @@ def app(environ, start_response):
             body = f"{CLOSES['n']} {','.join(sorted(THREADS))} {environ['wsgi.multithread']}".encode()
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [body]
+    if path == "/write-then-read":
+        # the response starts before the body is read: no 100 Continue may follow it
+        write = start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "10")])
+        write(b"hello")
+        environ["wsgi.input"].read()
+        return [b"world"]
     if path == "/pid":
         body = str(os.getpid()).encode()
         start_response("200 OK", [("Content-Type", "text/plain")])

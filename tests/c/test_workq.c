@@ -46,7 +46,7 @@ static pthread_mutex_t gil = PTHREAD_MUTEX_INITIALIZER;
 
 /* A pool thread's loop (src/bridge/serve.c, Server_run_pool), with gil for
  * the GIL: take with it held, wait without it. */
-static void *next_item(int *role)
+static void *next_item(m0_workq_role *role)
 {
     for (;;) {
         void *item = m0_workq_take(q, role);
@@ -57,14 +57,16 @@ static void *next_item(int *role)
         pthread_mutex_lock(&gil);
         if (r < 0)
             return NULL;
-        *role = M0_WORKQ_STANDBY;
+        role->state = M0_WORKQ_STANDBY;
     }
 }
 
 static void *consumer(void *arg)
 {
     intptr_t k = (intptr_t)arg;
-    int role = M0_WORKQ_IDLE;
+    m0_workq_role role;
+    if (m0_workq_join(q, &role) < 0)
+        abort();
     for (int p = 0; p < PRODUCERS; p++)
         last_seq[k][p] = -1;
     pthread_mutex_lock(&gil);
@@ -92,7 +94,9 @@ static int slow_running, done_fast, fast_during_slow;
 static void *slow_consumer(void *arg)
 {
     (void)arg;
-    int role = M0_WORKQ_IDLE;
+    m0_workq_role role;
+    if (m0_workq_join(q, &role) < 0)
+        abort();
     pthread_mutex_lock(&gil);
     for (;;) {
         void *item = next_item(&role);
@@ -134,7 +138,7 @@ static void *waker(void *arg)
 
 int main(void)
 {
-    CHECK(m0_workq_new(&q) == 0);
+    CHECK(m0_workq_new(&q, 4) == 0);
     pthread_t prod[PRODUCERS], cons[CONSUMERS];
     for (intptr_t k = 0; k < CONSUMERS; k++)
         CHECK(pthread_create(&cons[k], NULL, consumer, (void *)k) == 0);
@@ -167,7 +171,7 @@ int main(void)
     m0_workq_free(q);
 
     /* A slow item first, then 100 fast ones pushed while it sleeps. */
-    CHECK(m0_workq_new(&q) == 0);
+    CHECK(m0_workq_new(&q, 4) == 0);
     pthread_t sc[3];
     for (int k = 0; k < 3; k++)
         CHECK(pthread_create(&sc[k], NULL, slow_consumer, NULL) == 0);
