@@ -81,6 +81,7 @@ def test_content_length_too_short_closes(srv):
         ("unknown-type", "RuntimeError: Unexpected ASGI message 'http.response.nonsense'"),
         ("body-str", "TypeError: http.response.body 'body' must be bytes"),
         ("not-dict", "TypeError: ASGI send() takes a dict message"),
+        ("status-1xx", "ValueError: ASGI response status 103 is informational (1xx)"),
     ],
 )
 def test_malformed_message_raises_in_app(srv, case, expect):

@@ -123,6 +123,18 @@ def test_head_same_headers_no_body(serve):
         assert get(s, "/list")[2] == b"abcdef"
 
 
+def test_informational_final_status_is_a_500(serve):
+    """A 1xx as the final status would leave the client waiting for the real one: the app's
+    start_response raises, and the client gets a 500 (the worker keeps serving)."""
+    srv = serve("wsgi_bridge_app:app")  # wsgiref.validate would refuse the headers first
+    with srv.connect() as s:
+        status, headers, body, head = get(s, "/status?code=103%20Early%20Hints&id=s103")
+        assert status == 500, head
+    srv.wait_log(r"informational \(1xx\)")
+    with srv.connect() as s:
+        assert get(s, "/hello")[0] == 200
+
+
 def test_bodyless_statuses(serve):
     srv = serve(APP)
     with srv.connect() as s:

@@ -320,6 +320,12 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
         PyErr_Format(PyExc_ValueError, "invalid ASGI response status %ld", code);
         return -1;
     }
+    if (code < 200) {
+        /* The client would take it as interim and wait for the final one. */
+        PyErr_Format(PyExc_ValueError, "ASGI response status %ld is informational (1xx): the response must be final",
+                     code);
+        return -1;
+    }
     h->status = (int)code;
     h->resp_length = -1;
     h->keep_alive = m0_conn_keep_alive(h->base.conn);

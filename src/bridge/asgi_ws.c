@@ -803,7 +803,7 @@ static int ws_response_start(m0_asgi_ws *w, PyObject *msg)
         return -1;
     }
     long code = PyLong_Check(status) && !PyBool_Check(status) ? PyLong_AsLong(status) : -1;
-    if (code < 100 || code > 999) {
+    if (code < 100 || code > 999 || (code < 200 && code != 101)) { /* a 1xx: the client would wait on */
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "invalid websocket.http.response.start status %R", status);
         return -1;

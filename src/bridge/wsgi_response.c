@@ -129,6 +129,11 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         return -1;
     }
     code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
+    if (code < 200) {
+        /* The client would take it as interim and wait for the final one. */
+        PyErr_Format(PyExc_ValueError, "status %R is informational (1xx): a WSGI response must be final", status);
+        return -1;
+    }
     if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
         PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
         return -1;

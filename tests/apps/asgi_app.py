@@ -80,6 +80,7 @@ BAD = {
     "unknown-type": [{"type": "http.response.nonsense"}],
     "body-str": [{"type": "http.response.start", "status": 200}, {"type": "http.response.body", "body": "text"}],
     "not-dict": [["http.response.start", 200]],
+    "status-1xx": [{"type": "http.response.start", "status": 103, "headers": []}],
 }
 
 
