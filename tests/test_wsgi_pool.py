@@ -277,6 +277,29 @@ def test_no_100_continue_inside_a_started_response(serve, mode):
     assert b"connection: close" in data.lower()  # the 100 was never sent: the connection ends
 
 
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_declared_length_is_not_allocated_up_front(serve, mode):
+    """A client that declares a 1 TB body and sends 3 bytes: wsgi.input.read() must not try to
+    allocate what was declared (a MemoryError and a 500 before), only what arrives."""
+    srv = serve("pool_app:app", *MODES[mode])
+    pid = srv.proc.pid
+    before = rss_kb(pid)
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000000\r\n\r\nabc")
+        time.sleep(0.3)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        try:
+            while s.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+    time.sleep(0.3)
+    assert "MemoryError" not in srv.log, srv.log
+    assert rss_kb(pid) - before < 16 * 1024
+    assert timed_get(srv, "/")[1] == 200
+
+
 # --- thread safety under load ---------------------------------------------------
 
 

@@ -12,6 +12,10 @@
 
 #define INPUT_READAHEAD (64 * 1024)
 #define INPUT_FIRST_ALLOC (64 * 1024)
+/* The most read() allocates before bytes arrive: a declared Content-Length
+ * is the client's word, not memory the server owes it. Past this the result
+ * grows as the body arrives. */
+#define INPUT_TRUST_MAX (1024 * 1024)
 
 void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req)
 {
@@ -97,7 +101,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     if (in->eof || !in->c)
         alloc = buffered;
     else if (in->remaining >= 0)
-        alloc = buffered + (size_t)in->remaining;
+        alloc = buffered + ((uint64_t)in->remaining < INPUT_TRUST_MAX ? (size_t)in->remaining : INPUT_TRUST_MAX);
     else
         alloc = buffered + INPUT_FIRST_ALLOC;
     if (alloc > want)
