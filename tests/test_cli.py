@@ -83,6 +83,7 @@ def get(host, port, path="/", timeout=5):
         (["cli_hello:app", "--log-level", "loud"], "--log-level"),
         (["cli_hello:app", "--limit-request-line", "x"], "--limit-request-line"),
         (["cli_hello:app", "--blocking-threads", "-1"], "--blocking-threads"),
+        (["cli_hello:app", "--limit-request-fields", "100000"], "--limit-request-fields"),
         (["cli_hello:app", "--threads", "0"], "--threads"),
         (["cli_hello:app", "--body-buffer-size", "big"], "--body-buffer-size"),
         (["cli_hello:app", "--body-timeout", "-2"], "--body-timeout"),

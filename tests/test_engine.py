@@ -363,6 +363,8 @@ print("ok")
         ('interface="nope"', "ValueError"),
         ("keep_alive_timeout=-1", "ValueError"),
         ("limit_request_fields=0", "ValueError"),
+        ("limit_request_fields=2**61", "ValueError"),
+        ("heartbeat=bytearray(16), heartbeat_index=2**61", "ValueError"),
         ("heartbeat=bytearray(8), heartbeat_index=1", "ValueError"),
         ('heartbeat=b"12345678"', "BufferError"),
         ("listeners=[10**6]", "OSError"),

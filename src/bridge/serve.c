@@ -119,6 +119,18 @@ static int seconds_to_ms(const char *name, double s, int zero_is_none, uint32_t 
     return 0;
 }
 
+/* Each connection allocates an array of this many header entries. */
+#define M0_MAX_HEADER_FIELDS 32768
+
+static int size_at_most(const char *name, Py_ssize_t v, Py_ssize_t max)
+{
+    if (v > max) {
+        PyErr_Format(PyExc_ValueError, "%s must be <= %zd", name, max);
+        return -1;
+    }
+    return 0;
+}
+
 static int positive_size(const char *name, Py_ssize_t v, size_t *out)
 {
     if (v < 1) {
@@ -148,7 +160,7 @@ static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssi
     if (PyObject_GetBuffer(heartbeat, &self->heartbeat, PyBUF_WRITABLE) < 0)
         return -1;
     self->heartbeat_held = 1;
-    if (index < 0 || (size_t)(index + 1) * sizeof(int64_t) > (size_t)self->heartbeat.len) {
+    if (index < 0 || (size_t)index >= (size_t)self->heartbeat.len / sizeof(int64_t)) { /* no overflow near 2^61 */
         PyErr_Format(PyExc_ValueError, "heartbeat_index %zd is outside the heartbeat buffer (%zd bytes)", index,
                      self->heartbeat.len);
         return -1;
@@ -388,6 +400,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         seconds_to_ms("send_timeout", send_timeout, 1, &cfg.send_timeout_ms) < 0 ||
         positive_size("limit_request_line", limit_request_line, &cfg.limits.max_request_line) < 0 ||
         positive_size("limit_request_fields", limit_request_fields, &cfg.limits.max_header_count) < 0 ||
+        size_at_most("limit_request_fields", limit_request_fields, M0_MAX_HEADER_FIELDS) < 0 ||
         positive_size("limit_request_field_size", limit_request_field_size, &cfg.limits.max_header_size) < 0)
         goto error;
     if (max_keepalive_requests < 0 || limit_request_body < 0 || max_requests < 0) {
