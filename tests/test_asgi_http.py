@@ -59,6 +59,21 @@ def test_root_path(serve):
     assert s["raw_path"] == "/api/scope"
 
 
+def test_receive_does_not_allocate_the_declared_length(srv):
+    """A 4 MB body whose first 100 bytes arrive alone: receive() returns them without having
+    allocated a megabyte for them (it grows only while bytes keep coming)."""
+    body = os.urandom(4_000_000)
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"POST /receive-peak HTTP/1.1\r\nHost: t\r\nContent-Length: 4000000\r\n\r\n" + body[:100])
+        time.sleep(0.3)
+        s.sendall(body[100:])
+        status, _, rbody, _ = read_response(s, timeout=10)
+    r = json.loads(rbody)
+    assert status == 200 and r["total"] == 4_000_000
+    assert r["first"] == 100
+    assert r["peak"] < 256 * 1024, r
+
+
 def test_blocking_threads_size_the_default_executor(serve):
     """--blocking-threads with ASGI: run_in_executor(None, ...) runs on that many m0serve threads."""
     srv = serve(APP, "--interface", "asgi", "--blocking-threads", "3")

@@ -38,6 +38,9 @@ enum {
 #define HEAD_INLINE 1024
 #define BODY_CHUNK_MAX (1024 * 1024)
 #define BODY_CHUNK_UNKNOWN (64 * 1024)
+/* A receive() starts with this much and grows while bytes keep coming: a
+ * declared Content-Length is not memory the server owes the client. */
+#define BODY_CHUNK_FIRST (64 * 1024)
 
 typedef struct {
     int fd; /* -1 when no pathsend is in progress */
@@ -114,13 +117,20 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
         uint64_t left = (uint64_t)h->content_length - h->body_read;
         cap = left < BODY_CHUNK_MAX ? (size_t)left : BODY_CHUNK_MAX;
     }
-    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    size_t alloc = cap < BODY_CHUNK_FIRST ? cap : BODY_CHUNK_FIRST;
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)alloc);
     if (buf == NULL)
         return -1;
     size_t got = 0;
     ssize_t n = 0;
     while (got < cap) {
-        n = m0_conn_body_read(c, PyBytes_AS_STRING(buf) + got, cap - got, 0);
+        if (got == alloc) {
+            size_t next = alloc * 2 < cap ? alloc * 2 : cap;
+            if (_PyBytes_Resize(&buf, (Py_ssize_t)next) < 0)
+                return -1;
+            alloc = next;
+        }
+        n = m0_conn_body_read(c, PyBytes_AS_STRING(buf) + got, alloc - got, 0);
         if (n <= 0)
             break;
         got += (size_t)n;
@@ -141,7 +151,7 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
         Py_DECREF(buf);
         return 0;
     }
-    if (got < cap && _PyBytes_Resize(&buf, (Py_ssize_t)got) < 0)
+    if (got < alloc && _PyBytes_Resize(&buf, (Py_ssize_t)got) < 0)
         return -1;
     *msg = http_request_msg(st, buf, !h->body_done);
     return *msg == NULL ? -1 : 1;

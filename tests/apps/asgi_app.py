@@ -105,6 +105,22 @@ async def app(scope, receive, send):
     if path == "/echo":
         body = await _read_body(receive)
         return await _respond(send, 200, body)
+    if path == "/receive-peak":
+        # memory the first receive() allocated for a small piece of a large declared body
+        import tracemalloc
+
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        m = await receive()
+        first = len(m.get("body", b""))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        total = first
+        while m.get("more_body"):
+            m = await receive()
+            total += len(m.get("body", b""))
+        body = json.dumps({"first": first, "peak": peak, "total": total}).encode()
+        return await _respond(send, 200, body, [(b"content-type", b"application/json")])
     if path == "/executor":
         import threading
 
