@@ -74,6 +74,31 @@ def test_receive_does_not_allocate_the_declared_length(srv):
     assert r["peak"] < 256 * 1024, r
 
 
+def test_a_client_that_stops_reading_is_cut_at_the_send_timeout(serve):
+    """The app streams 100 MB to a client that reads nothing: send() waits for room, and
+    after --send-timeout without progress the connection closes (the task ends) instead of
+    pinning the task and its buffers forever."""
+    srv = serve(APP, "--interface", "asgi", "--send-timeout", "1")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((srv.host, srv.port))
+    s.sendall(b"GET /big?size=100000000 HTTP/1.1\r\nHost: t\r\n\r\n")
+    time.sleep(3)
+    got = 0
+    s.settimeout(5)
+    try:
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            got += len(b)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    assert got < 50_000_000, f"the server kept the stalled response open ({got} bytes arrived after the stall)"
+    assert httpx.get(srv.url + "/scope", timeout=5).status_code == 200
+
+
 def test_blocking_threads_size_the_default_executor(serve):
     """--blocking-threads with ASGI: run_in_executor(None, ...) runs on that many m0serve threads."""
     srv = serve(APP, "--interface", "asgi", "--blocking-threads", "3")

@@ -330,8 +330,9 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
         PyErr_Format(PyExc_ValueError, "invalid ASGI response status %ld", code);
         return -1;
     }
-    if (code < 200) {
-        /* The client would take it as interim and wait for the final one. */
+    if (code < 200 && code != 101) {
+        /* The client would take it as interim and wait for the final one
+         * (a 101 ends the HTTP exchange: it is the last response). */
         PyErr_Format(PyExc_ValueError, "ASGI response status %ld is informational (1xx): the response must be final",
                      code);
         return -1;

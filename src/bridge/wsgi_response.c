@@ -129,8 +129,9 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         return -1;
     }
     code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
-    if (code < 200) {
-        /* The client would take it as interim and wait for the final one. */
+    if (code < 200 && code != 101) {
+        /* The client would take it as interim and wait for the final one
+         * (a 101 ends the HTTP exchange: it is the last response). */
         PyErr_Format(PyExc_ValueError, "status %R is informational (1xx): a WSGI response must be final", status);
         return -1;
     }

@@ -194,6 +194,11 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
             if (blocking)
                 return conn_flush_until(c, conn_queue_limit(c));
             c->writable_wanted = 1;
+            if (c->pending && c->timer_kind == M0_TIMER_NONE) {
+                /* A response waits on its peer: it must keep reading
+                 * (m0_conn_flush re-arms on progress, disarms once drained). */
+                m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            }
             m0_conn_interest(c);
             return 0;
         }
@@ -305,6 +310,9 @@ void m0_conn_flush(m0_conn *c)
         if (c->timer_kind == M0_TIMER_SEND && !c->close_after && !c->out_blocked && c->state == M0_CS_HEAD &&
             c->rpos == c->rlen)
             m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
+        else if (c->timer_kind == M0_TIMER_SEND && c->pending && !c->close_after &&
+                 (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW))
+            c->timer_kind = M0_TIMER_NONE; /* drained: the response waits on its app, not its peer */
         if (c->close_after) {
             int linger = c->linger_after;
             c->close_after = c->linger_after = 0;
