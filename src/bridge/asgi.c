@@ -434,7 +434,7 @@ PyObject *m0_asgi_future_new(m0_asgi *a)
     return PyObject_CallNoArgs(a->create_future);
 }
 
-static int future_done(m0_asgi *a, PyObject *fut)
+int m0_asgi_future_done(m0_asgi *a, PyObject *fut)
 {
     PyObject *r = PyObject_CallMethodNoArgs(fut, a->st->s_done);
     if (r == NULL)
@@ -446,7 +446,7 @@ static int future_done(m0_asgi *a, PyObject *fut)
 
 int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value)
 {
-    int done = future_done(a, fut);
+    int done = m0_asgi_future_done(a, fut);
     if (done != 0)
         return done < 0 ? -1 : 0;
     PyObject *r = PyObject_CallMethodOneArg(fut, a->st->s_set_result, value);
@@ -456,7 +456,7 @@ int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value)
 
 int m0_asgi_future_fail(m0_asgi *a, PyObject *fut, PyObject *exc)
 {
-    int done = future_done(a, fut);
+    int done = m0_asgi_future_done(a, fut);
     if (done != 0)
         return done < 0 ? -1 : 0;
     PyObject *r = PyObject_CallMethodOneArg(fut, a->st->s_set_exception, exc);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../http/response.h"
+#include "head.h"
 #include "http_rules.h"
 
 enum {
@@ -71,8 +72,7 @@ typedef struct {
     int64_t resp_length; /* Content-Length given or computed, -1 when none */
     uint64_t body_sent;  /* body bytes accepted from the app */
     int has_date, has_server;
-    char *head; /* head being built (inline or PyMem) */
-    size_t head_len, head_cap;
+    m0_head head; /* being built, over head_inline */
     m0_pathsend pathsend;
     char head_inline[HEAD_INLINE];
 } m0_asgi_http;
@@ -157,16 +157,6 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
     return *msg == NULL ? -1 : 1;
 }
 
-static int http_future_done(m0_asgi *a, PyObject *fut)
-{
-    PyObject *r = PyObject_CallMethodNoArgs(fut, a->st->s_done);
-    if (r == NULL)
-        return -1;
-    int done = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    return done;
-}
-
 static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
 {
     (void)arg;
@@ -179,7 +169,7 @@ static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
     if (h->recv_waiter != NULL) {
         /* A waiter that is done was cancelled (a resolved one is cleared at
          * once): e.g. a receive() under a timeout. The next one may wait. */
-        int done = http_future_done(a, h->recv_waiter);
+        int done = m0_asgi_future_done(a, h->recv_waiter);
         if (done < 0)
             return -1;
         if (!done) {
@@ -224,82 +214,9 @@ static void http_recv_wake(m0_asgi_http *h, PyObject *msg)
 
 /* --- send --- */
 
-static int head_reserve(m0_asgi_http *h, size_t more)
-{
-    if (h->head_len + more <= h->head_cap)
-        return 0;
-    size_t cap = h->head_cap * 2;
-    while (cap < h->head_len + more)
-        cap *= 2;
-    char *p = h->head == h->head_inline ? PyMem_Malloc(cap) : PyMem_Realloc(h->head, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (h->head == h->head_inline)
-        memcpy(p, h->head_inline, h->head_len);
-    h->head = p;
-    h->head_cap = cap;
-    return 0;
-}
-
-static int head_add(m0_asgi_http *h, const char *s, size_t n)
-{
-    if (head_reserve(h, n) < 0)
-        return -1;
-    memcpy(h->head + h->head_len, s, n);
-    h->head_len += n;
-    return 0;
-}
-
 static void head_free(m0_asgi_http *h)
 {
-    if (h->head != NULL && h->head != h->head_inline)
-        PyMem_Free(h->head);
-    h->head = h->head_inline;
-    h->head_cap = HEAD_INLINE;
-    h->head_len = 0;
-}
-
-static int ieq(const char *s, size_t n, const char *lower)
-{
-    size_t ln = strlen(lower);
-    if (n != ln)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (char)(ch + 32);
-        if (ch != lower[i])
-            return 0;
-    }
-    return 1;
-}
-
-/* Get a bytes-like item of a header pair as (ptr, len); *keep holds the
- * buffer (release with PyBuffer_Release). */
-static int header_part(PyObject *o, Py_buffer *view, const char *what)
-{
-    if (PyUnicode_Check(o) || PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "ASGI response header %s must be bytes, got %.100s", what, Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    return 0;
-}
-
-static int parse_length(const char *s, size_t n, int64_t *out)
-{
-    if (n == 0 || n > 18)
-        return -1;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 0;
+    m0_head_reset(&h->head);
 }
 
 /* http.response.start: validate and serialise the status line and the app's
@@ -312,8 +229,6 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
     PyObject *status = PyDict_GetItemWithError(msg, st->s_status); // borrowed
-    PyObject *headers, *seq = NULL;
-    unsigned dropped = 0;
     if (status == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_KeyError, "http.response.start message is missing 'status'");
@@ -343,10 +258,10 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
     h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
     const char *reason = m0_status_reason((int)code);
     size_t rlen = strlen(reason);
-    h->head_len = 0;
-    if (head_reserve(h, 16 + rlen) < 0)
+    m0_head_reset(&h->head);
+    if (m0_head_reserve(&h->head, 16 + rlen) < 0)
         return -1;
-    char *p = h->head;
+    char *p = h->head.buf;
     memcpy(p, "HTTP/1.1 ", 9);
     p[9] = (char)('0' + code / 100);
     p[10] = (char)('0' + code / 10 % 10);
@@ -355,94 +270,27 @@ static int http_start(m0_asgi_http *h, PyObject *msg)
     memcpy(p + 13, reason, rlen);
     p[13 + rlen] = '\r';
     p[14 + rlen] = '\n';
-    h->head_len = 15 + rlen;
-    headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
+    h->head.len = 15 + rlen;
+    PyObject *headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
     if (headers == NULL && PyErr_Occurred())
         return -1;
     if (headers == NULL || headers == Py_None)
         return 0;
-    seq = PySequence_Fast(headers, "ASGI response headers must be an iterable of [name, value] pairs");
-    if (seq == NULL)
+    /* Python code may run below (buffer exports, the logger): msg is held by
+     * the send() awaitable, h by the awaitable too; headers is held here. */
+    m0_head_fields f = {.content_length = -1};
+    Py_INCREF(headers);
+    int r =
+        m0_head_add_asgi_fields(&h->head, headers, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0, &f, h->base.asgi->logger);
+    Py_DECREF(headers);
+    if (r < 0)
         return -1;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i); // borrowed
-        PyObject *name_o, *value_o;
-        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
-            name_o = PyTuple_GET_ITEM(pair, 0);
-            value_o = PyTuple_GET_ITEM(pair, 1);
-        } else if (PyList_Check(pair) && PyList_GET_SIZE(pair) == 2) {
-            name_o = PyList_GET_ITEM(pair, 0);
-            value_o = PyList_GET_ITEM(pair, 1);
-        } else {
-            PyErr_SetString(PyExc_TypeError, "each ASGI response header must be a [name, value] pair");
-            goto error;
-        }
-        Py_buffer nb, vb;
-        if (header_part(name_o, &nb, "name") < 0)
-            goto error;
-        if (header_part(value_o, &vb, "value") < 0) {
-            PyBuffer_Release(&nb);
-            goto error;
-        }
-        const char *name = nb.buf, *value = vb.buf;
-        size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
-        int bad = 0;
-        unsigned hop = 0;
-        if (!m0_valid_header_name(name, nlen)) {
-            PyErr_Format(PyExc_ValueError, "invalid ASGI response header name %R", name_o);
-            bad = 1;
-        } else if (!m0_valid_header_value(value, vlen)) {
-            PyErr_Format(PyExc_ValueError, "invalid ASGI response header value %R", value_o);
-            bad = 1;
-        } else if (ieq(name, nlen, "content-length")) {
-            int64_t cl;
-            if (parse_length(value, vlen, &cl) < 0 || (h->resp_length >= 0 && h->resp_length != cl)) {
-                PyErr_Format(PyExc_ValueError, "invalid ASGI response Content-Length %R", value_o);
-                bad = 1;
-            } else {
-                h->resp_length = cl;
-            }
-        } else if ((hop = m0_hop_by_hop(name, nlen)) != 0 && !(hop == M0_HOP_UPGRADE && code == 101)) {
-            if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, vlen))
-                h->keep_alive = 0;
-            dropped |= hop;
-            PyBuffer_Release(&nb);
-            PyBuffer_Release(&vb);
-            continue;
-        } else if (ieq(name, nlen, "date")) {
-            h->has_date = 1;
-        } else if (ieq(name, nlen, "server")) {
-            h->has_server = 1;
-        }
-        if (!bad && (head_reserve(h, nlen + vlen + 4) < 0))
-            bad = 1;
-        if (!bad) {
-            memcpy(h->head + h->head_len, name, nlen);
-            h->head_len += nlen;
-            h->head[h->head_len++] = ':';
-            h->head[h->head_len++] = ' ';
-            memcpy(h->head + h->head_len, value, vlen);
-            h->head_len += vlen;
-            h->head[h->head_len++] = '\r';
-            h->head[h->head_len++] = '\n';
-        }
-        PyBuffer_Release(&nb);
-        PyBuffer_Release(&vb);
-        if (bad)
-            goto error;
-    }
-    Py_DECREF(seq);
-    if (dropped) {
-        /* Python code runs in the logger: h is held by the send() awaitable. */
-        PyObject *logger = Py_NewRef(h->base.asgi->logger);
-        m0_hop_by_hop_warn(logger, dropped);
-        Py_DECREF(logger);
-    }
+    h->resp_length = f.content_length;
+    h->has_date = f.has_date;
+    h->has_server = f.has_server;
+    if (f.close)
+        h->keep_alive = 0;
     return 0;
-error:
-    Py_XDECREF(seq);
-    return -1;
 }
 
 /* Framing headers and the blank line, once the first body chunk says whether
@@ -450,9 +298,9 @@ error:
 static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
 {
     char line[64];
-    if (!h->has_date && head_add(h, m0_date_line(), M0_DATE_LINE_LEN) < 0)
+    if (!h->has_date && m0_head_add(&h->head, m0_date_line(), M0_DATE_LINE_LEN) < 0)
         return -1;
-    if (h->base.asgi->server_header && !h->has_server && head_add(h, "Server: m0serve\r\n", 17) < 0)
+    if (h->base.asgi->server_header && !h->has_server && m0_head_add(&h->head, "Server: m0serve\r\n", 17) < 0)
         return -1;
     if (h->resp_length < 0 && h->status >= 200 && h->status != 204 && h->status != 304) {
         if (!more && (h->req_flags & M0_REQ_HEAD) && first_len == 0) {
@@ -473,24 +321,24 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
                 line[16 + i] = digits[nd - 1 - i];
             line[16 + nd] = '\r';
             line[17 + nd] = '\n';
-            if (head_add(h, line, 18 + nd) < 0)
+            if (m0_head_add(&h->head, line, 18 + nd) < 0)
                 return -1;
         } else if (h->minor_version >= 1) {
             h->chunked = 1;
-            if (head_add(h, "Transfer-Encoding: chunked\r\n", 28) < 0)
+            if (m0_head_add(&h->head, "Transfer-Encoding: chunked\r\n", 28) < 0)
                 return -1;
         } else {
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
     }
     if (!h->keep_alive) {
-        if (head_add(h, "Connection: close\r\n", 19) < 0)
+        if (m0_head_add(&h->head, "Connection: close\r\n", 19) < 0)
             return -1;
     } else if (h->minor_version == 0) {
-        if (head_add(h, "Connection: keep-alive\r\n", 24) < 0)
+        if (m0_head_add(&h->head, "Connection: keep-alive\r\n", 24) < 0)
             return -1;
     }
-    return head_add(h, "\r\n", 2);
+    return m0_head_add(&h->head, "\r\n", 2);
 }
 
 /* The response is complete: detach, finish the connection (which may start
@@ -594,8 +442,8 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
     int n = 0;
     char chunk_head[20];
     if (h->resp == RESP_STARTED) {
-        iov[n].iov_base = h->head;
-        iov[n++].iov_len = h->head_len;
+        iov[n].iov_base = h->head.buf;
+        iov[n++].iov_len = h->head.len;
     }
     if (len > 0 && !h->no_body) {
         if (h->chunked) {
@@ -659,7 +507,7 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     if (h->disconnected)
         return http_raise_disconnected(h);
     if (h->send_waiter != NULL) {
-        int done = http_future_done(h->base.asgi, h->send_waiter);
+        int done = m0_asgi_future_done(h->base.asgi, h->send_waiter);
         if (done < 0)
             return -1;
         if (!done) {
@@ -741,7 +589,7 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
     }
     if (http_head_finish(h, (size_t)sb.st_size, 0) < 0)
         goto error;
-    struct iovec iov = {h->head, h->head_len};
+    struct iovec iov = {h->head.buf, h->head.len};
     if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
         http_lost(h);
         http_raise_disconnected(h);
@@ -852,14 +700,9 @@ static void http_on_event(m0_asgi_base *base, int what)
     }
     if (what == M0_CONN_BODY && h->recv_waiter != NULL && !h->body_done) {
         PyObject *msg = NULL;
-        int done = 0;
-        PyObject *r = PyObject_CallMethodNoArgs(h->recv_waiter, a->st->s_done);
-        if (r != NULL) {
-            done = PyObject_IsTrue(r);
-            Py_DECREF(r);
-        }
-        if (r == NULL || done) { /* cancelled: leave the bytes in the connection */
-            if (r == NULL)
+        int done = m0_asgi_future_done(a, h->recv_waiter);
+        if (done != 0) { /* cancelled: leave the bytes in the connection */
+            if (done < 0)
                 m0_asgi_log_error(a, "ASGI receive() wake-up failed");
             Py_CLEAR(h->recv_waiter);
             return;
@@ -1033,8 +876,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     h->req_flags = req->flags;
     h->minor_version = req->minor_version;
     h->resp_length = -1;
-    h->head = h->head_inline;
-    h->head_cap = HEAD_INLINE;
+    m0_head_init(&h->head, h->head_inline, HEAD_INLINE);
     h->pathsend.fd = -1;
     PyObject_GC_Track(h);
     scope = m0_asgi_scope_new(a, c, req, 0);

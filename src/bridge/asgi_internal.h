@@ -178,6 +178,9 @@ void m0_asgi_detach(m0_asgi_base *obj);
 
 /* loop.create_future() (new reference). */
 PyObject *m0_asgi_future_new(m0_asgi *a);
+/* fut.done(): 1 or 0, -1 with an exception set. Calls Python (a future
+ * type other than asyncio's C one may run any code). */
+int m0_asgi_future_done(m0_asgi *a, PyObject *fut);
 /* fut.set_result(value) / fut.set_exception(exc) unless fut is done.
  * Returns 0 (also when done already) or -1. */
 int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value);

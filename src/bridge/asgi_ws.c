@@ -29,6 +29,7 @@
 
 #include "../http/response.h"
 #include "../http/ws.h"
+#include "head.h"
 #include "http_rules.h"
 
 #define WS_READ_BUF (64 * 1024)
@@ -90,8 +91,7 @@ typedef struct {
     int status;
     int resp_chunked;
     uint64_t body_sent;
-    char *head;
-    size_t head_len, head_cap;
+    m0_head head; /* over head_inline */
     char head_inline[WS_HEAD_INLINE];
 } m0_asgi_ws;
 
@@ -125,13 +125,10 @@ static PyObject *ws_disconnect_msg(m0_asgi_ws *w)
     return m;
 }
 
+/* 1 while fut is pending, 0 when done, -1 on error. */
 static int ws_future_pending(m0_asgi_ws *w, PyObject *fut)
 {
-    PyObject *r = PyObject_CallMethodNoArgs(fut, w->base.asgi->st->s_done);
-    if (r == NULL)
-        return -1;
-    int done = PyObject_IsTrue(r);
-    Py_DECREF(r);
+    int done = m0_asgi_future_done(w->base.asgi, fut);
     return done < 0 ? -1 : !done;
 }
 
@@ -573,123 +570,31 @@ static PyObject *ws_receive(PyObject *self, PyObject *unused)
 
 static int head_add(m0_asgi_ws *w, const char *s, size_t n)
 {
-    if (w->head_len + n > w->head_cap) {
-        size_t cap = w->head_cap * 2;
-        while (cap < w->head_len + n)
-            cap *= 2;
-        char *p = w->head == w->head_inline ? PyMem_Malloc(cap) : PyMem_Realloc(w->head, cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (w->head == w->head_inline)
-            memcpy(p, w->head_inline, w->head_len);
-        w->head = p;
-        w->head_cap = cap;
-    }
-    memcpy(w->head + w->head_len, s, n);
-    w->head_len += n;
-    return 0;
+    return m0_head_add(&w->head, s, n);
 }
 
 static void head_free(m0_asgi_ws *w)
 {
-    if (w->head != w->head_inline)
-        PyMem_Free(w->head);
-    w->head = w->head_inline;
-    w->head_cap = WS_HEAD_INLINE;
-    w->head_len = 0;
+    m0_head_reset(&w->head);
 }
 
-static int ws_ieq(const char *s, size_t n, const char *lower)
-{
-    size_t ln = strlen(lower);
-    if (n != ln)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (char)(ch + 32);
-        if (ch != lower[i])
-            return 0;
-    }
-    return 1;
-}
-
-/* Append "name: value\r\n" for each of the app's headers, validated. The
- * bridge frames the body (Content-Length is dropped) and writes the
- * handshake (Sec-WebSocket-Accept is dropped from an accept); the hop-by-hop
- * fields (http_rules.h) are dropped with a warning logged once per name, as
- * in HTTP responses. Returns -1 on a bad header. */
+/* Append the app's headers (head.h): the bridge frames the body
+ * (Content-Length is dropped) and writes the handshake (Sec-WebSocket-Accept
+ * is dropped from an accept); the hop-by-hop fields are dropped with a
+ * warning, as in HTTP responses. w is held by the send() awaitable and msg
+ * by its caller across the Python code this may run. */
 static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date, int *has_server, int response)
 {
-    PyObject *seq;
-    unsigned dropped = 0, hop;
+    m0_head_fields f = {.content_length = -1};
+    unsigned own = M0_HEAD_OWN_CONTENT_LENGTH | (response ? 0 : M0_HEAD_OWN_WS_ACCEPT);
     if (headers == NULL || headers == Py_None)
         return 0;
-    seq = PySequence_Fast(headers, "ASGI headers must be an iterable of [name, value] pairs");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i); // borrowed
-        PyObject *pseq = PySequence_Fast(pair, "each ASGI header must be a [name, value] pair");
-        Py_buffer nb = {0}, vb = {0};
-        int bad = 0;
-        if (pseq == NULL || PySequence_Fast_GET_SIZE(pseq) != 2) {
-            if (pseq != NULL)
-                PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
-            Py_XDECREF(pseq);
-            goto error;
-        }
-        PyObject *no = PySequence_Fast_GET_ITEM(pseq, 0), *vo = PySequence_Fast_GET_ITEM(pseq, 1);
-        if (PyUnicode_Check(no) || PyUnicode_Check(vo) || PyObject_GetBuffer(no, &nb, PyBUF_SIMPLE) < 0) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
-            Py_DECREF(pseq);
-            goto error;
-        }
-        if (PyObject_GetBuffer(vo, &vb, PyBUF_SIMPLE) < 0) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
-            PyBuffer_Release(&nb);
-            Py_DECREF(pseq);
-            goto error;
-        }
-        const char *name = nb.buf, *value = vb.buf;
-        size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
-        if (!m0_valid_header_name(name, nlen) || !m0_valid_header_value(value, vlen)) {
-            PyErr_Format(PyExc_ValueError, "invalid ASGI header %R", pair);
-            bad = 1;
-        } else if ((hop = m0_hop_by_hop(name, nlen)) != 0) {
-            dropped |= hop;
-        } else if (ws_ieq(name, nlen, "content-length") || (!response && ws_ieq(name, nlen, "sec-websocket-accept"))) {
-            /* framing and the handshake belong to the bridge */
-        } else {
-            if (ws_ieq(name, nlen, "date"))
-                *has_date = 1;
-            else if (ws_ieq(name, nlen, "server"))
-                *has_server = 1;
-            bad = head_add(w, name, nlen) < 0 || head_add(w, ": ", 2) < 0 || head_add(w, value, vlen) < 0 ||
-                  head_add(w, "\r\n", 2) < 0;
-        }
-        PyBuffer_Release(&nb);
-        PyBuffer_Release(&vb);
-        Py_DECREF(pseq);
-        if (bad)
-            goto error;
-    }
-    Py_DECREF(seq);
-    if (dropped) {
-        /* Python code runs in the logger: w is held by the send() awaitable. */
-        PyObject *logger = Py_NewRef(w->base.asgi->logger);
-        m0_hop_by_hop_warn(logger, dropped);
-        Py_DECREF(logger);
-    }
-    return 0;
-error:
-    Py_DECREF(seq);
-    return -1;
+    Py_INCREF(headers);
+    int r = m0_head_add_asgi_fields(&w->head, headers, own, &f, w->base.asgi->logger);
+    Py_DECREF(headers);
+    *has_date = f.has_date;
+    *has_server = f.has_server;
+    return r;
 }
 
 static int head_add_common(m0_asgi_ws *w, int has_date, int has_server)
@@ -718,7 +623,7 @@ static int ws_accept(m0_asgi_ws *w, PyObject *msg)
     PyObject *headers = ws_msg_get(msg, w->base.asgi->st->s_headers);
     if (headers == NULL && PyErr_Occurred())
         return -1;
-    w->head_len = 0;
+    m0_head_reset(&w->head);
     if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) < 0 ||
         head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
         head_add(w, "\r\n", 2) < 0)
@@ -749,7 +654,7 @@ static int ws_accept(m0_asgi_ws *w, PyObject *msg)
         PyErr_NoMemory();
         goto error;
     }
-    struct iovec iov = {w->head, w->head_len};
+    struct iovec iov = {w->head.buf, w->head.len};
     if (m0_conn_writev(ws_conn(w), &iov, 1, 0) < 0) {
         head_free(w);
         ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
@@ -779,11 +684,11 @@ static void ws_answer_status(m0_asgi_ws *w, int status)
     char line[96];
     int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n", status,
                      m0_status_reason(status));
-    w->head_len = 0;
+    m0_head_reset(&w->head);
     if (head_add(w, line, (size_t)n) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
         PyErr_Clear(); /* out of memory: the connection just closes */
     else if (ws_conn(w) != NULL) {
-        struct iovec iov = {w->head, w->head_len};
+        struct iovec iov = {w->head.buf, w->head.len};
         (void)m0_conn_writev(ws_conn(w), &iov, 1, 0);
     }
     head_free(w);
@@ -817,7 +722,7 @@ static int ws_response_start(m0_asgi_ws *w, PyObject *msg)
         return -1;
     char line[96];
     int n = snprintf(line, sizeof(line), "HTTP/1.1 %ld %s\r\n", code, m0_status_reason((int)code));
-    w->head_len = 0;
+    m0_head_reset(&w->head);
     if (head_add(w, line, (size_t)n) < 0 || head_add_app_headers(w, headers, &has_date, &has_server, 1) < 0 ||
         head_add_common(w, has_date, has_server) < 0 || head_add(w, "Connection: close\r\n", 19) < 0) {
         head_free(w);
@@ -855,7 +760,7 @@ static int ws_response_body(m0_asgi_ws *w, PyObject *msg)
     int n = 0;
     char len_line[64], chunk_head[20];
     int no_body = w->status < 200 || w->status == 204 || w->status == 304;
-    if (w->head_len > 0) { /* the first body: the head goes with it */
+    if (w->head.len > 0) { /* the first body: the head goes with it */
         int k;
         if (!more || no_body)
             k = snprintf(len_line, sizeof(len_line), "Content-Length: %zu\r\n\r\n",
@@ -865,8 +770,8 @@ static int ws_response_body(m0_asgi_ws *w, PyObject *msg)
         w->resp_chunked = more && !no_body;
         if (head_add(w, len_line, (size_t)k) < 0)
             goto done;
-        iov[n].iov_base = w->head;
-        iov[n++].iov_len = w->head_len;
+        iov[n].iov_base = w->head.buf;
+        iov[n++].iov_len = w->head.len;
     }
     if (view.len > 0 && !no_body) {
         if (w->resp_chunked) {
@@ -1302,7 +1207,7 @@ static PyObject *ws_subprotocols(const m0_request *req)
         return NULL;
     for (size_t i = 0; i < req->num_headers; i++) {
         const m0_header *h = &req->headers[i];
-        if (!ws_ieq(h->name.base, h->name.len, "sec-websocket-protocol"))
+        if (!m0_span_ieq(h->name, "sec-websocket-protocol", 22))
             continue;
         m0_span rest = h->value, item;
         while (m0_ws_list_next(&rest, &item)) {
@@ -1339,8 +1244,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     w->ws = st->ws;
     w->state = WS_CONNECTING;
     w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
-    w->head = w->head_inline;
-    w->head_cap = WS_HEAD_INLINE;
+    m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
     m0_ws_accept(hs.key.base, hs.key.len, w->accept);
     w->queue = PyList_New(0);
     PyObject_GC_Track(w);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "head.h"
 #include "http_rules.h"
 #include "wsgi_internal.h"
 
@@ -75,35 +76,6 @@ static const char *latin1_view(PyObject *s, Py_ssize_t *len, const char *what)
     return (const char *)PyUnicode_1BYTE_DATA(s);
 }
 
-static inline int ieq(const char *s, size_t n, const char *lower, size_t ln)
-{
-    if (n != ln)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (char)(ch - 'A' + 'a');
-        if (ch != lower[i])
-            return 0;
-    }
-    return 1;
-}
-#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
-
-static int parse_content_length(const char *v, size_t n, int64_t *out)
-{
-    int64_t x = 0;
-    if (n == 0 || n > 18)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (v[i] - '0');
-    }
-    *out = x;
-    return 0;
-}
-
 /* Validate status and headers and write the status line and the app's
  * headers into w->head. Sets sr->status, head_len, content_length,
  * app_flags, no_body. The hop-by-hop fields (http_rules.h) are the server's:
@@ -116,8 +88,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     Py_ssize_t slen;
     const char *s = latin1_view(status, &slen, "status");
     size_t pos;
-    int64_t cl = -1;
-    unsigned flags = 0, dropped = 0;
+    m0_head_fields f = {.content_length = -1};
     int code;
 
     sr->status = 0;
@@ -162,48 +133,24 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         const char *value = latin1_view(ovalue, &vlen, "header value");
         if (!value)
             return -1;
-        if (!m0_valid_header_name(name, (size_t)nlen)) {
+        switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0)) {
+        case M0_FIELD_KEEP:
+            break;
+        case M0_FIELD_DROP:
+            continue;
+        case M0_FIELD_BAD_NAME:
             PyErr_Format(PyExc_ValueError, "invalid header name %R", oname);
             return -1;
-        }
-        if (!m0_valid_header_value(value, (size_t)vlen)) {
+        case M0_FIELD_BAD_VALUE:
             PyErr_Format(PyExc_ValueError,
                          "invalid value for header %R: %R (CR, LF, NUL and other controls are refused)", oname, ovalue);
             return -1;
-        }
-        unsigned hop = m0_hop_by_hop(name, (size_t)nlen);
-        if (hop && !(hop == M0_HOP_UPGRADE && code == 101)) {
-            if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, (size_t)vlen))
-                flags |= M0_WSGI_APP_CLOSE;
-            dropped |= hop;
-            continue;
-        }
-        switch (nlen) {
-        case 4:
-            if (IEQ(name, 4, "date"))
-                flags |= M0_WSGI_APP_DATE;
-            break;
-        case 6:
-            if (IEQ(name, 6, "server"))
-                flags |= M0_WSGI_APP_SERVER;
-            break;
-        case 14:
-            if (IEQ(name, 14, "content-length")) {
-                int64_t v;
-                if (parse_content_length(value, (size_t)vlen, &v) < 0) {
-                    PyErr_Format(PyExc_ValueError, "invalid Content-Length %R", ovalue);
-                    return -1;
-                }
-                if (cl >= 0) {
-                    if (v != cl) {
-                        PyErr_SetString(PyExc_ValueError, "differing Content-Length headers");
-                        return -1;
-                    }
-                    continue;
-                }
-                cl = v;
-            }
-            break;
+        case M0_FIELD_BAD_LENGTH:
+            PyErr_Format(PyExc_ValueError, "invalid Content-Length %R", ovalue);
+            return -1;
+        default:
+            PyErr_SetString(PyExc_ValueError, "differing Content-Length headers");
+            return -1;
         }
         size_t line = (size_t)nlen + 2 + (size_t)vlen + 2;
         if (head_reserve(w, pos + line + HEAD_SUFFIX_ROOM) < 0)
@@ -220,14 +167,15 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         pos += line;
     }
     sr->head_len = pos;
-    sr->content_length = cl;
-    sr->app_flags = flags;
+    sr->content_length = f.content_length;
+    sr->app_flags = (f.has_date ? M0_WSGI_APP_DATE : 0) | (f.has_server ? M0_WSGI_APP_SERVER : 0) |
+                    (f.close ? M0_WSGI_APP_CLOSE : 0);
     sr->no_body = sr->is_head || code < 200 || code == 204 || code == 304;
     sr->status = code;
-    if (dropped) {
+    if (f.dropped) {
         /* Python code runs in the logger: sr is held by our caller. */
         PyObject *logger = Py_NewRef(w->logger);
-        m0_hop_by_hop_warn(logger, dropped);
+        m0_hop_by_hop_warn(logger, f.dropped);
         Py_DECREF(logger);
     }
     return 0;

@@ -352,22 +352,6 @@ size_t m0_ws_close_build(uint8_t *out, int code, const char *reason, size_t reas
 
 /* --- opening handshake --- */
 
-/* Case-insensitive ASCII match of a span against a lowercase literal; kept
- * here so that the codec links on its own (tests, fuzzer). */
-static int m0_ws_ieq(m0_span s, const char *lower, size_t len)
-{
-    if (s.len != len)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s.base[i];
-        if (c >= 'A' && c <= 'Z')
-            c = (char)(c + ('a' - 'A'));
-        if (c != lower[i])
-            return 0;
-    }
-    return 1;
-}
-
 static int m0_ws_is_ows(char c)
 {
     return c == ' ' || c == '\t';
@@ -405,7 +389,7 @@ int m0_ws_list_has(m0_span list, const char *lower_token, size_t token_len)
 {
     m0_span item;
     while (m0_ws_list_next(&list, &item))
-        if (m0_ws_ieq(item, lower_token, token_len))
+        if (m0_span_ieq(item, lower_token, token_len))
             return 1;
     return 0;
 }
@@ -431,7 +415,7 @@ static int m0_ws_key_valid(m0_span key)
     return 1;
 }
 
-#define M0_IS_HEADER(h, lit) m0_ws_ieq((h)->name, lit, sizeof(lit) - 1)
+#define M0_IS_HEADER(h, lit) m0_span_ieq((h)->name, lit, sizeof(lit) - 1)
 
 int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs)
 {

@@ -1,0 +1,185 @@
+/* Response heads and the check of an application's header fields (head.h). */
+#include "head.h"
+
+#include "../http/parser.h"
+#include "../http/response.h"
+#include "http_rules.h"
+
+int m0_head_grow(m0_head *h, size_t more)
+{
+    size_t cap = h->cap ? h->cap * 2 : 1024;
+    while (cap < h->len + more)
+        cap *= 2;
+    char *p = h->buf == h->inline_buf ? PyMem_Malloc(cap) : PyMem_Realloc(h->buf, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (h->buf == h->inline_buf && h->len > 0)
+        memcpy(p, h->inline_buf, h->len);
+    h->buf = p;
+    h->cap = cap;
+    return 0;
+}
+
+static int parse_length(const char *s, size_t n, int64_t *out)
+{
+    if (n == 0 || n > 18)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+#define NAME_IS(s, n, lit) m0_span_ieq((m0_span){(s), (n)}, lit, sizeof(lit) - 1)
+
+int m0_head_field(m0_head_fields *f, const char *name, size_t nlen, const char *value, size_t vlen, unsigned own)
+{
+    if (!m0_valid_header_name(name, nlen))
+        return M0_FIELD_BAD_NAME;
+    if (!m0_valid_header_value(value, vlen))
+        return M0_FIELD_BAD_VALUE;
+    unsigned hop = m0_hop_by_hop(name, nlen);
+    if (hop != 0) {
+        if (hop == M0_HOP_UPGRADE && (own & M0_HEAD_KEEP_UPGRADE))
+            return M0_FIELD_KEEP;
+        if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, vlen))
+            f->close = 1;
+        f->dropped |= hop;
+        return M0_FIELD_DROP;
+    }
+    /* The length decides which name it can be: most fields cost no compare. */
+    switch (nlen) {
+    case 4:
+        if (NAME_IS(name, nlen, "date"))
+            f->has_date = 1;
+        break;
+    case 6:
+        if (NAME_IS(name, nlen, "server"))
+            f->has_server = 1;
+        break;
+    case 14:
+        if (NAME_IS(name, nlen, "content-length")) {
+            if (own & M0_HEAD_OWN_CONTENT_LENGTH)
+                return M0_FIELD_DROP;
+            int64_t cl;
+            if (parse_length(value, vlen, &cl) < 0)
+                return M0_FIELD_BAD_LENGTH;
+            if (f->content_length >= 0)
+                return f->content_length == cl ? M0_FIELD_DROP : M0_FIELD_DIFFERING_LENGTH;
+            f->content_length = cl;
+        }
+        break;
+    case 20:
+        if ((own & M0_HEAD_OWN_WS_ACCEPT) && NAME_IS(name, nlen, "sec-websocket-accept"))
+            return M0_FIELD_DROP;
+        break;
+    }
+    return M0_FIELD_KEEP;
+}
+
+/* A bytes-like item of a header pair (str refused). */
+static int field_part(PyObject *o, Py_buffer *view, const char *what)
+{
+    if (PyUnicode_Check(o) || PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "ASGI response header %s must be bytes, got %.100s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* One pair: check it and append it when kept. Every object is held by the
+ * caller (strong references): buffer exports may run Python. */
+static int add_pair(m0_head *h, PyObject *name_o, PyObject *value_o, unsigned own, m0_head_fields *f)
+{
+    Py_buffer nb, vb;
+    int r = -1;
+    if (field_part(name_o, &nb, "name") < 0)
+        return -1;
+    if (field_part(value_o, &vb, "value") < 0) {
+        PyBuffer_Release(&nb);
+        return -1;
+    }
+    const char *name = nb.buf, *value = vb.buf;
+    size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
+    switch (m0_head_field(f, name, nlen, value, vlen, own)) {
+    case M0_FIELD_KEEP:
+        if (m0_head_reserve(h, nlen + vlen + 4) < 0)
+            break;
+        char *p = h->buf + h->len;
+        memcpy(p, name, nlen);
+        p += nlen;
+        *p++ = ':';
+        *p++ = ' ';
+        memcpy(p, value, vlen);
+        p += vlen;
+        *p++ = '\r';
+        *p++ = '\n';
+        h->len = (size_t)(p - h->buf);
+        r = 0;
+        break;
+    case M0_FIELD_DROP:
+        r = 0;
+        break;
+    case M0_FIELD_BAD_NAME:
+        PyErr_Format(PyExc_ValueError, "invalid ASGI response header name %R", name_o);
+        break;
+    case M0_FIELD_BAD_VALUE:
+        PyErr_Format(PyExc_ValueError, "invalid ASGI response header value %R", value_o);
+        break;
+    default: /* a bad or differing Content-Length */
+        PyErr_Format(PyExc_ValueError, "invalid ASGI response Content-Length %R", value_o);
+        break;
+    }
+    PyBuffer_Release(&nb);
+    PyBuffer_Release(&vb);
+    return r;
+}
+
+int m0_head_add_asgi_fields(m0_head *h, PyObject *headers, unsigned own, m0_head_fields *f, PyObject *logger)
+{
+    if (headers == NULL || headers == Py_None)
+        return 0;
+    PyObject *seq = PySequence_Fast(headers, "ASGI response headers must be an iterable of [name, value] pairs");
+    if (seq == NULL)
+        return -1;
+    /* The size is read each turn: the app's code may shrink a list. */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *pair = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *name_o = NULL, *value_o = NULL;
+        if ((PyTuple_CheckExact(pair) || PyList_CheckExact(pair)) && PySequence_Fast_GET_SIZE(pair) == 2) {
+            name_o = Py_NewRef(PySequence_Fast_GET_ITEM(pair, 0));
+            value_o = Py_NewRef(PySequence_Fast_GET_ITEM(pair, 1));
+        } else {
+            PyObject *ps = PySequence_Fast(pair, "each ASGI response header must be a [name, value] pair");
+            if (ps != NULL && PySequence_Fast_GET_SIZE(ps) == 2) {
+                name_o = Py_NewRef(PySequence_Fast_GET_ITEM(ps, 0));
+                value_o = Py_NewRef(PySequence_Fast_GET_ITEM(ps, 1));
+            } else if (ps != NULL) {
+                PyErr_SetString(PyExc_TypeError, "each ASGI response header must be a [name, value] pair");
+            }
+            Py_XDECREF(ps);
+        }
+        int r = name_o != NULL ? add_pair(h, name_o, value_o, own, f) : -1;
+        Py_XDECREF(name_o);
+        Py_XDECREF(value_o);
+        Py_DECREF(pair);
+        if (r < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    if (f->dropped) {
+        PyObject *l = Py_NewRef(logger);
+        m0_hop_by_hop_warn(l, f->dropped);
+        Py_DECREF(l);
+    }
+    return 0;
+}

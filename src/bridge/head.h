@@ -1,0 +1,108 @@
+/* The response head the bridges build, and the one check of the header
+ * fields an application sets (WSGI start_response, ASGI http.response.start,
+ * websocket.accept and websocket.http.response.start).
+ *
+ * m0_head is a growable byte buffer that starts in storage its owner embeds
+ * (most heads fit: no allocation per response) and moves to PyMem past it.
+ *
+ * m0_head_field() decides what one (name, value) pair means to the server,
+ * without Python: an invalid name or value is refused; the hop-by-hop fields
+ * (http_rules.h) are the server's and are dropped (their bits collected for
+ * one warning per name; a Connection listing "close" is noted); Date and
+ * Server are noted (the app's replace the server's); Content-Length is
+ * parsed (a differing second one is refused, an equal one dropped); and the
+ * names in `own` are the bridge's and are dropped silently.
+ *
+ * m0_head_add_asgi_fields() runs that check over an ASGI headers iterable
+ * and appends "name: value\r\n" for each field kept. The app's objects can
+ * run Python while they are read (a buffer export, on 3.12+ a __buffer__
+ * method), so it holds a strong reference to the sequence, each pair and
+ * each item across those calls, and re-reads the sequence's size each turn.
+ *
+ * Error convention: NULL/-1 with a Python exception set, as in bridge/;
+ * m0_head_field returns a status instead (the caller words the error).
+ */
+#ifndef M0_BRIDGE_HEAD_H
+#define M0_BRIDGE_HEAD_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    char *buf; /* inline storage or PyMem */
+    size_t len, cap;
+    char *inline_buf; /* the owner's storage (may be NULL with inline_cap 0) */
+    size_t inline_cap;
+} m0_head;
+
+/* Start h empty over the owner's storage. */
+static inline void m0_head_init(m0_head *h, char *inline_buf, size_t inline_cap)
+{
+    h->buf = h->inline_buf = inline_buf;
+    h->cap = h->inline_cap = inline_cap;
+    h->len = 0;
+}
+
+/* Make room for `more` bytes past len: 0, or -1 with MemoryError. */
+int m0_head_grow(m0_head *h, size_t more);
+static inline int m0_head_reserve(m0_head *h, size_t more)
+{
+    return h->len + more <= h->cap ? 0 : m0_head_grow(h, more);
+}
+
+static inline int m0_head_add(m0_head *h, const char *s, size_t n)
+{
+    if (m0_head_reserve(h, n) < 0)
+        return -1;
+    memcpy(h->buf + h->len, s, n);
+    h->len += n;
+    return 0;
+}
+
+/* Empty h and give back what it allocated (it is in the inline storage again). */
+static inline void m0_head_reset(m0_head *h)
+{
+    if (h->buf != h->inline_buf)
+        PyMem_Free(h->buf);
+    m0_head_init(h, h->inline_buf, h->inline_cap);
+}
+
+/* Names the bridge keeps for itself (the `own` argument). */
+enum {
+    M0_HEAD_OWN_CONTENT_LENGTH = 1u << 0, /* the bridge frames the body (WebSocket denial responses) */
+    M0_HEAD_OWN_WS_ACCEPT = 1u << 1,      /* Sec-WebSocket-Accept: the handshake's */
+    M0_HEAD_KEEP_UPGRADE = 1u << 2,       /* not owned: Upgrade is the app's on a 101 */
+};
+
+/* What the fields seen so far said. Zero it, then set content_length = -1. */
+typedef struct {
+    int64_t content_length; /* -1: none given */
+    unsigned dropped;       /* M0_HOP_* bits of the hop-by-hop fields dropped */
+    unsigned char has_date, has_server;
+    unsigned char close; /* a Connection field listed "close" */
+} m0_head_fields;
+
+enum {
+    M0_FIELD_KEEP = 1,              /* serialise it */
+    M0_FIELD_DROP = 0,              /* the server's: leave it out */
+    M0_FIELD_BAD_NAME = -1,         /* not a token */
+    M0_FIELD_BAD_VALUE = -2,        /* CR, LF, NUL or another control */
+    M0_FIELD_BAD_LENGTH = -3,       /* Content-Length is not 1 to 18 digits */
+    M0_FIELD_DIFFERING_LENGTH = -4, /* a second Content-Length with another value */
+};
+
+/* Check one field and record it in *f: an M0_FIELD_* status. No Python. */
+int m0_head_field(m0_head_fields *f, const char *name, size_t nlen, const char *value, size_t vlen, unsigned own);
+
+/* Check an ASGI headers iterable (None or NULL: nothing) of [name, value]
+ * pairs (any 2-item sequence) of bytes-like objects (not str) and append
+ * each field kept to h: TypeError for a bad shape or type, ValueError for a
+ * bad field. The hop-by-hop names dropped are warned about once through
+ * logger (borrowed; runs Python). Returns 0 or -1. */
+int m0_head_add_asgi_fields(m0_head *h, PyObject *headers, unsigned own, m0_head_fields *f, PyObject *logger);
+
+#endif
