@@ -2,9 +2,9 @@
  * module state (bridge/state.h), and the exec slot that lets each bridge
  * create its own types. No logic lives here. */
 #include "bridge/serve.h"
-#include "bridge/asgi.h"
+#include "bridge/asgi/asgi.h"
 #include "bridge/state.h"
-#include "bridge/wsgi.h"
+#include "bridge/wsgi/wsgi.h"
 
 m0_module_state *m0_module_state_get(PyObject *module)
 {

@@ -16,10 +16,10 @@
 #include "../net/native_hello.h"
 #include "../net/workq.h"
 #include "pythread.h"
-#include "asgi.h"
+#include "asgi/asgi.h"
 #include "pyerr.h"
 #include "state.h"
-#include "wsgi.h"
+#include "wsgi/wsgi.h"
 
 enum {
     M0_IFACE_NATIVE_HELLO = 0,

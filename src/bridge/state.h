@@ -7,8 +7,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-typedef struct m0_wsgi_state m0_wsgi_state; /* defined in wsgi.c */
-typedef struct m0_asgi_state m0_asgi_state; /* defined in asgi.c */
+typedef struct m0_wsgi_state m0_wsgi_state; /* defined in wsgi/internal.h */
+typedef struct m0_asgi_state m0_asgi_state; /* defined in asgi/internal.h */
 
 typedef struct {
     PyTypeObject *server_type;

@@ -2,7 +2,7 @@
  * m0_handler that runs the app inline on the loop thread with the GIL held.
  *
  * One request: reuse (or make) the start_response / write / wsgi.input trio,
- * build the environ (wsgi_environ.c), call app(environ, start_response) by
+ * build the environ (environ.c), call app(environ, start_response) by
  * vectorcall, send the result (a list or tuple of bytes in one writev with
  * the head; a file_wrapper by sendfile; anything else by iteration, chunked
  * when its length is unknown), close the result, then m0_conn_finish as the
@@ -17,8 +17,8 @@
 #include <signal.h>
 #include <string.h>
 
-#include "../net/workq.h"
-#include "wsgi_internal.h"
+#include "../../net/workq.h"
+#include "internal.h"
 
 static int lookup_attr(PyObject *obj, PyObject *name, PyObject **out)
 {

@@ -9,7 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../net/server.h"
+#include "../../net/server.h"
 
 typedef struct m0_wsgi m0_wsgi;
 

@@ -1,6 +1,7 @@
 /* Private contract between the ASGI bridge's parts: asgi.c (module state,
- * handler, scope, tasks), asgi_await.c (the C awaitable), asgi_http.c (HTTP
- * request/response) and asgi_ws.c (WebSocket, built on these pieces).
+ * handler, scope, tasks), await.c (the C awaitable), http.c (HTTP
+ * request/response), ws_handshake.c and ws_session.c (WebSocket, built on
+ * these pieces; ws.h is their own contract).
  *
  * Threading: everything here runs on the asyncio loop's thread with the GIL
  * held; nothing is thread-safe and nothing needs to be.
@@ -16,9 +17,9 @@
  *
  * How a WebSocket request is handed over: asgi.c's on_request calls
  * m0_asgi_ws_request() for every request with M0_REQ_UPGRADE whose Upgrade
- * value is "websocket" (token compared case-insensitively). asgi.c carries a
- * weak default that returns 0 ("not mine": served as plain HTTP); asgi_ws.c
- * defines the strong one. A WebSocket implementation typically:
+ * value is "websocket" (token compared case-insensitively); it returns 0
+ * ("not mine": served as plain HTTP) when WebSocket is off. The WebSocket
+ * bridge:
  *   1. scope = m0_asgi_scope_new(a, c, req, 1)  (type "websocket", ws/wss
  *      scheme, no "method"; it adds "subprotocols" and "extensions"),
  *   2. creates its own object (struct starting with m0_asgi_base, its
@@ -47,8 +48,8 @@
 #include <stdint.h>
 
 #include "asgi.h"
-#include "pyerr.h"
-#include "state.h"
+#include "../pyerr.h"
+#include "../state.h"
 
 /* Interned strings and shared constants (module lifetime). */
 #define M0_ASGI_STRINGS(X)                                                                                             \
@@ -92,7 +93,7 @@
 
 struct m0_asgi_state {
     PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
-    PyTypeObject *http_type;   /* per-request HTTP object (asgi_http.c) */
+    PyTypeObject *http_type;   /* per-request HTTP object (http.c) */
     PyTypeObject *runner_type; /* the coroutine wrapper a request task runs */
     PyObject *cancelled_error; /* asyncio.CancelledError */
     PyObject *disconnected;    /* m0serve._core.ClientDisconnected(OSError) */
@@ -103,8 +104,8 @@ struct m0_asgi_state {
     PyObject *empty_bytes;
     PyObject *header_names[M0_ASGI_COMMON_HEADERS]; /* lowercase bytes, shared by every scope */
     PyObject *methods[M0_ASGI_COMMON_METHODS];      /* interned method names */
-    PyTypeObject *ws_type;                          /* per-connection WebSocket object (asgi_ws.c) */
-    struct m0_asgi_ws_state *ws;                    /* asgi_ws.c's interned strings */
+    PyTypeObject *ws_type;                          /* per-connection WebSocket object (ws_session.c) */
+    struct m0_asgi_ws_state *ws;                    /* ws.h: the WebSocket bridge's strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
 #undef M0_ASGI_STR_FIELD
@@ -208,16 +209,18 @@ void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc);
 /* A new ClientDisconnected instance (new reference). */
 PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
 
-/* Provided by asgi_ws.c (weak default in asgi.c returns 0): 1 when the
- * request was taken asynchronously, 0 when it should be served as HTTP,
- * -1 with an exception set to abort the connection. */
+/* --- ws_handshake.c, ws_session.c --- */
+
+/* 1 when the request was taken asynchronously, 0 when it should be served as
+ * HTTP (WebSocket disabled, or not an upgrade), -1 with an exception set to
+ * abort the connection. */
 int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req);
-/* asgi_ws.c's part of the module state: its type and strings. */
+/* The WebSocket part of the module state: its type and strings. */
 typedef struct m0_asgi_ws_state m0_asgi_ws_state;
 int m0_asgi_ws_module_init(PyObject *module, m0_asgi_state *st);
 void m0_asgi_ws_module_clear(m0_asgi_state *st);
 
-/* --- asgi_await.c --- */
+/* --- await.c --- */
 
 /* The operation behind an awaitable, called once, at its first step, with
  * owner and arg (borrowed). Return 1 and set *out (new ref) to the value when
@@ -245,7 +248,7 @@ typedef void (*m0_asgi_done_fn)(PyObject *owner, PyObject *exc);
  * then propagate. Give it to loop.create_task(). */
 PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn done, PyObject *owner);
 
-/* --- asgi_http.c --- */
+/* --- http.c --- */
 
 int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st);
 /* Start the HTTP request req on c: returns 1 (finished later) or -1. */

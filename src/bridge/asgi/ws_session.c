@@ -1,12 +1,7 @@
-/* ASGI WebSocket (RFC 6455 over the ASGI "websocket" scope): one object per
- * upgrade request, attached to its m0_conn from the head until the
- * connection is finished or gone.
- *
- * Handshake: the request is validated with http/ws.h before the app runs
- * (400, or 426 for another protocol version). The app then gets
- * websocket.connect and answers with websocket.accept (101, then the
- * connection is upgraded to a raw byte stream), websocket.close (403) or,
- * through the websocket.http.response extension, its own HTTP response.
+/* ASGI WebSocket (RFC 6455 over the ASGI "websocket" scope), the object and
+ * the open session: one object per upgrade request, attached to its m0_conn
+ * from the head until the connection is finished or gone. The handshake (the
+ * request and the app's answers to websocket.connect) is ws_handshake.c.
  *
  * Reading: frames are read and parsed as they arrive (M0_CONN_BODY), pings
  * answered at once, messages reassembled and queued for receive(). Reading
@@ -21,92 +16,16 @@
  * invalid UTF-8 (1007), an oversized message (1009) or a keepalive timeout
  * (1011), and 1006 when the connection dropped without a close frame.
  */
-#include "asgi_internal.h"
+#include "ws.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../http/response.h"
-#include "../http/ws.h"
-#include "head.h"
-#include "http_rules.h"
-
-#define WS_READ_BUF (64 * 1024)
-#define WS_MAX_QUEUE 32
-#define WS_HEAD_INLINE 512
-
-#define M0_WS_STRINGS(X)                                                                                               \
-    X(bytes)                                                                                                           \
-    X(text)                                                                                                            \
-    X(code)                                                                                                            \
-    X(reason)                                                                                                          \
-    X(subprotocol)                                                                                                     \
-    X(subprotocols)                                                                                                    \
-    X(call_later)
-
-struct m0_asgi_ws_state {
-    PyObject *t_connect, *t_receive, *t_disconnect; /* message types */
-    PyObject *extensions;                           /* {"websocket.http.response": {}} */
-    PyObject *empty_str;
-#define M0_WS_STR_FIELD(name) PyObject *s_##name;
-    M0_WS_STRINGS(M0_WS_STR_FIELD)
-#undef M0_WS_STR_FIELD
-};
-
-enum {
-    WS_CONNECTING, /* the app has not answered the handshake yet */
-    WS_RESPONSE,   /* websocket.http.response.start accepted, body streaming */
-    WS_OPEN,       /* accepted: frames flow both ways */
-    WS_CLOSED,     /* the connection is finished or gone */
-};
-
-typedef struct {
-    m0_asgi_base base;
-    m0_asgi_ws_state *ws;  /* borrowed: module lifetime */
-    PyObject *recv_waiter; /* future or NULL */
-    PyObject *send_waiter; /* future or NULL */
-    PyObject *queue;       /* list: messages waiting for receive(), from queue_head */
-    Py_ssize_t queue_head;
-    PyObject *ping_timer;    /* asyncio TimerHandle or NULL */
-    PyObject *timeout_timer; /* asyncio TimerHandle or NULL */
-    int state;
-    int gone;                    /* the net layer reported M0_CONN_CLOSED: no more m0_conn_* */
-    int paused;                  /* reading stopped on a full queue */
-    int write_paused;            /* reading stopped: the peer does not read our frames */
-    int app_closed;              /* the app sent websocket.close */
-    int disconnect_queued;       /* the websocket.disconnect message is queued or delivered */
-    int disconnect_code;         /* its code */
-    PyObject *disconnect_reason; /* str or NULL */
-    int awaiting_pong;
-    uint32_t ping_seq;
-    m0_ws_parser parser;
-    char accept[M0_WS_ACCEPT_LEN];
-    uint8_t *rbuf; /* WS_READ_BUF bytes once accepted */
-    size_t rlen;
-    uint8_t *msg; /* the fragmented message being reassembled */
-    size_t msg_len, msg_cap;
-    int msg_opcode;
-    /* the app's HTTP response (websocket.http.response) */
-    int status;
-    int resp_chunked;
-    uint64_t body_sent;
-    m0_head head; /* over head_inline */
-    char head_inline[WS_HEAD_INLINE];
-} m0_asgi_ws;
-
-static void ws_pump(m0_asgi_ws *w);
-static void ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_frame);
+#include "../../http/response.h"
 
 /* --- small helpers --- */
-
-/* The connection, while it may still be used. */
-static m0_conn *ws_conn(m0_asgi_ws *w)
-{
-    return w->gone ? NULL : w->base.conn;
-}
-
-static PyObject *ws_msg_new(m0_asgi_ws *w, PyObject *type)
+PyObject *m0_asgi_ws_msg_new(m0_asgi_ws *w, PyObject *type)
 {
     PyObject *m = PyDict_New();
     if (m != NULL && PyDict_SetItem(m, w->base.asgi->st->s_type, type) < 0)
@@ -116,7 +35,7 @@ static PyObject *ws_msg_new(m0_asgi_ws *w, PyObject *type)
 
 static PyObject *ws_disconnect_msg(m0_asgi_ws *w)
 {
-    PyObject *m = ws_msg_new(w, w->ws->t_disconnect);
+    PyObject *m = m0_asgi_ws_msg_new(w, w->ws->t_disconnect);
     PyObject *code = PyLong_FromLong(w->disconnect_code);
     if (m == NULL || code == NULL || PyDict_SetItem(m, w->ws->s_code, code) < 0 ||
         PyDict_SetItem(m, w->ws->s_reason, w->disconnect_reason ? w->disconnect_reason : w->ws->empty_str) < 0)
@@ -191,13 +110,7 @@ static PyObject *ws_queue_pop(m0_asgi_ws *w)
     return msg;
 }
 
-static void ws_log_error(m0_asgi_ws *w, const char *msg)
-{
-    if (PyErr_Occurred())
-        m0_asgi_log_error(w->base.asgi, msg);
-}
-
-static int ws_raise_disconnected(m0_asgi_ws *w)
+int m0_asgi_ws_raise_disconnected(m0_asgi_ws *w)
 {
     PyObject *e = m0_asgi_disconnected_new(w->base.asgi, "the WebSocket client disconnected");
     if (e != NULL) {
@@ -259,7 +172,7 @@ static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t le
 /* --- the end --- */
 
 /* Queue websocket.disconnect (once) with the close code. */
-static void ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
+void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
 {
     if (w->disconnect_queued)
         return;
@@ -273,7 +186,7 @@ static void ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
 /* The connection is over: stop the timers, wake a blocked send(), finish the
  * m0_conn (flush, half-close, linger) and detach; when the net layer closed
  * it, the bridge detaches us after on_event returns. */
-static void ws_finish(m0_asgi_ws *w)
+void m0_asgi_ws_finish(m0_asgi_ws *w)
 {
     m0_conn *c = ws_conn(w);
     w->state = WS_CLOSED;
@@ -304,7 +217,7 @@ static void ws_finish(m0_asgi_ws *w)
 
 /* Close the WebSocket: optionally send our close frame with code/reason,
  * tell the app (websocket.disconnect with code), finish the connection. */
-static void ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_frame)
+void m0_asgi_ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_frame)
 {
     if (w->state == WS_CLOSED)
         return;
@@ -316,9 +229,9 @@ static void ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_
     PyObject *r = NULL;
     if (reason != NULL && reason[0] != '\0' && (r = PyUnicode_FromString(reason)) == NULL)
         PyErr_Clear();
-    ws_queue_disconnect(w, code, r);
+    m0_asgi_ws_queue_disconnect(w, code, r);
     Py_XDECREF(r);
-    ws_finish(w);
+    m0_asgi_ws_finish(w);
 }
 
 /* --- reading frames --- */
@@ -332,7 +245,7 @@ static int ws_queue_message(m0_asgi_ws *w, int opcode, const uint8_t *data, size
         payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len);
     if (payload == NULL)
         return -1;
-    msg = ws_msg_new(w, w->ws->t_receive);
+    msg = m0_asgi_ws_msg_new(w, w->ws->t_receive);
     if (msg == NULL || PyDict_SetItem(msg, opcode == M0_WS_OP_TEXT ? w->ws->s_text : w->ws->s_bytes, payload) < 0) {
         Py_XDECREF(msg);
         Py_DECREF(payload);
@@ -407,9 +320,9 @@ static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
         PyObject *r = NULL;
         if (reason.len > 0 && (r = PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "strict")) == NULL)
             PyErr_Clear();
-        ws_queue_disconnect(w, code, r);
+        m0_asgi_ws_queue_disconnect(w, code, r);
         Py_XDECREF(r);
-        ws_finish(w);
+        m0_asgi_ws_finish(w);
         return 1;
     }
     default:
@@ -419,7 +332,7 @@ static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
 
 /* Read and process what the connection has, until the socket is drained,
  * the queue is full or the connection is over. */
-static void ws_pump(m0_asgi_ws *w)
+void m0_asgi_ws_pump(m0_asgi_ws *w)
 {
     Py_INCREF(w);
     w->paused = w->write_paused = 0;
@@ -439,7 +352,7 @@ static void ws_pump(m0_asgi_ws *w)
             break; /* re-armed: M0_CONN_BODY follows */
         if (n <= 0) {
             /* EOF or an error without a close frame: abnormal closure. */
-            ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
+            m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
             break;
         }
         w->rlen += (size_t)n;
@@ -451,18 +364,18 @@ static void ws_pump(m0_asgi_ws *w)
                 break;
             if (r < 0) {
                 int code = m0_ws_error_close_code(r);
-                ws_close_with(w, code,
-                              code == M0_WS_CLOSE_TOO_BIG        ? "message too big"
-                              : code == M0_WS_CLOSE_INVALID_DATA ? "invalid UTF-8"
-                                                                 : "protocol error",
-                              1);
+                m0_asgi_ws_close_with(w, code,
+                                      code == M0_WS_CLOSE_TOO_BIG        ? "message too big"
+                                      : code == M0_WS_CLOSE_INVALID_DATA ? "invalid UTF-8"
+                                                                         : "protocol error",
+                                      1);
                 break;
             }
             off += (size_t)r;
             int c = ws_on_chunk(w, &ch);
             if (c < 0) {
                 ws_log_error(w, "ASGI WebSocket receive failed");
-                ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, NULL, 1);
+                m0_asgi_ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, NULL, 1);
                 break;
             }
         }
@@ -481,7 +394,7 @@ static PyObject *ws_ping_timeout_fire(PyObject *self, PyObject *unused);
 static PyMethodDef ws_ping_def = {"_ping", ws_ping_fire, METH_NOARGS, NULL};
 static PyMethodDef ws_ping_timeout_def = {"_ping_timeout", ws_ping_timeout_fire, METH_NOARGS, NULL};
 
-static void ws_ping_schedule(m0_asgi_ws *w)
+void m0_asgi_ws_ping_schedule(m0_asgi_ws *w)
 {
     double interval = w->base.asgi->ws_ping_interval;
     if (interval <= 0 || w->state != WS_OPEN)
@@ -510,7 +423,7 @@ static PyObject *ws_ping_fire(PyObject *self, PyObject *unused)
                 ws_log_error(w, "ASGI WebSocket ping timer failed");
         }
     }
-    ws_ping_schedule(w);
+    m0_asgi_ws_ping_schedule(w);
     Py_RETURN_NONE;
 }
 
@@ -520,7 +433,7 @@ static PyObject *ws_ping_timeout_fire(PyObject *self, PyObject *unused)
     m0_asgi_ws *w = (m0_asgi_ws *)self;
     Py_CLEAR(w->timeout_timer);
     if (w->state == WS_OPEN && w->awaiting_pong)
-        ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, "keepalive ping timeout", 1);
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, "keepalive ping timeout", 1);
     Py_RETURN_NONE;
 }
 
@@ -532,12 +445,12 @@ static int ws_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
     m0_asgi_ws *w = (m0_asgi_ws *)owner;
     PyObject *msg = ws_queue_pop(w);
     if (msg == NULL && w->state == WS_OPEN) {
-        ws_pump(w); /* reading may have stopped on a full queue */
+        m0_asgi_ws_pump(w); /* reading may have stopped on a full queue */
         msg = ws_queue_pop(w);
     }
     if (msg != NULL) {
         if (w->paused && w->state == WS_OPEN && ws_queue_len(w) <= WS_MAX_QUEUE / 2)
-            ws_pump(w);
+            m0_asgi_ws_pump(w);
         *out = msg;
         return 1;
     }
@@ -564,248 +477,6 @@ static PyObject *ws_receive(PyObject *self, PyObject *unused)
     (void)unused;
     m0_asgi_ws *w = (m0_asgi_ws *)self;
     return m0_asgi_op_new(w->base.asgi->st, ws_receive_op, self, NULL);
-}
-
-/* --- response heads --- */
-
-static int head_add(m0_asgi_ws *w, const char *s, size_t n)
-{
-    return m0_head_add(&w->head, s, n);
-}
-
-static void head_free(m0_asgi_ws *w)
-{
-    m0_head_reset(&w->head);
-}
-
-/* Append the app's headers (head.h): the bridge frames the body
- * (Content-Length is dropped) and writes the handshake (Sec-WebSocket-Accept
- * is dropped from an accept); the hop-by-hop fields are dropped with a
- * warning, as in HTTP responses. w is held by the send() awaitable and msg
- * by its caller across the Python code this may run. */
-static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date, int *has_server, int response)
-{
-    m0_head_fields f = {.content_length = -1};
-    unsigned own = M0_HEAD_OWN_CONTENT_LENGTH | (response ? 0 : M0_HEAD_OWN_WS_ACCEPT);
-    if (headers == NULL || headers == Py_None)
-        return 0;
-    Py_INCREF(headers);
-    int r = m0_head_add_asgi_fields(&w->head, headers, own, &f, w->base.asgi->logger);
-    Py_DECREF(headers);
-    *has_date = f.has_date;
-    *has_server = f.has_server;
-    return r;
-}
-
-static int head_add_common(m0_asgi_ws *w, int has_date, int has_server)
-{
-    if (!has_date && head_add(w, m0_date_line(), M0_DATE_LINE_LEN) < 0)
-        return -1;
-    if (w->base.asgi->server_header && !has_server && head_add(w, "Server: m0serve\r\n", 17) < 0)
-        return -1;
-    return 0;
-}
-
-static PyObject *ws_msg_get(PyObject *msg, PyObject *key) // borrowed or NULL (error set or not)
-{
-    return PyDict_GetItemWithError(msg, key);
-}
-
-/* --- send: the handshake answers --- */
-
-static int ws_accept(m0_asgi_ws *w, PyObject *msg)
-{
-    m0_asgi_ws_state *ws = w->ws;
-    int has_date = 0, has_server = 0;
-    PyObject *sub = ws_msg_get(msg, ws->s_subprotocol);
-    if (sub == NULL && PyErr_Occurred())
-        return -1;
-    PyObject *headers = ws_msg_get(msg, w->base.asgi->st->s_headers);
-    if (headers == NULL && PyErr_Occurred())
-        return -1;
-    m0_head_reset(&w->head);
-    if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) < 0 ||
-        head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
-        head_add(w, "\r\n", 2) < 0)
-        goto error;
-    if (sub != NULL && sub != Py_None) {
-        Py_ssize_t n;
-        const char *s;
-        if (!PyUnicode_Check(sub)) {
-            PyErr_Format(PyExc_TypeError, "websocket.accept 'subprotocol' must be a str, got %.100s",
-                         Py_TYPE(sub)->tp_name);
-            goto error;
-        }
-        if ((s = PyUnicode_AsUTF8AndSize(sub, &n)) == NULL)
-            goto error;
-        if (n == 0 || !m0_valid_header_value(s, (size_t)n)) {
-            PyErr_Format(PyExc_ValueError, "invalid websocket.accept subprotocol %R", sub);
-            goto error;
-        }
-        if (head_add(w, "Sec-WebSocket-Protocol: ", 24) < 0 || head_add(w, s, (size_t)n) < 0 ||
-            head_add(w, "\r\n", 2) < 0)
-            goto error;
-    }
-    if (head_add_app_headers(w, headers, &has_date, &has_server, 0) < 0 ||
-        head_add_common(w, has_date, has_server) < 0 || head_add(w, "\r\n", 2) < 0)
-        goto error;
-    w->rbuf = PyMem_Malloc(WS_READ_BUF);
-    if (w->rbuf == NULL) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    struct iovec iov = {w->head.buf, w->head.len};
-    if (m0_conn_writev(ws_conn(w), &iov, 1, 0) < 0) {
-        head_free(w);
-        ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
-        return ws_raise_disconnected(w);
-    }
-    head_free(w);
-    m0_conn_upgrade(ws_conn(w));
-    w->status = 101;
-    w->state = WS_OPEN;
-    m0_ws_parser_init(&w->parser, w->base.asgi->ws_max_size, 1);
-    if (m0_server_draining(m0_conn_server(ws_conn(w)))) {
-        /* accepted while the server drains: open and close at once */
-        ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
-        return 0;
-    }
-    ws_ping_schedule(w);
-    ws_pump(w); /* frames that arrived with or right after the handshake */
-    return 0;
-error:
-    head_free(w);
-    return -1;
-}
-
-/* A bare response that closes the connection (403 denial, 500). */
-static void ws_answer_status(m0_asgi_ws *w, int status)
-{
-    char line[96];
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n", status,
-                     m0_status_reason(status));
-    m0_head_reset(&w->head);
-    if (head_add(w, line, (size_t)n) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
-        PyErr_Clear(); /* out of memory: the connection just closes */
-    else if (ws_conn(w) != NULL) {
-        struct iovec iov = {w->head.buf, w->head.len};
-        (void)m0_conn_writev(ws_conn(w), &iov, 1, 0);
-    }
-    head_free(w);
-    w->status = status;
-    ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-    ws_finish(w);
-}
-
-static int ws_response_start(m0_asgi_ws *w, PyObject *msg)
-{
-    m0_asgi_state *st = w->base.asgi->st;
-    int has_date = 0, has_server = 0;
-    PyObject *status = ws_msg_get(msg, st->s_status);
-    if (status == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_KeyError, "websocket.http.response.start message is missing 'status'");
-        return -1;
-    }
-    long code = PyLong_Check(status) && !PyBool_Check(status) ? PyLong_AsLong(status) : -1;
-    if (code < 100 || code > 999 || (code < 200 && code != 101)) { /* a 1xx: the client would wait on */
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "invalid websocket.http.response.start status %R", status);
-        return -1;
-    }
-    if (code == 101) {
-        PyErr_SetString(PyExc_ValueError, "websocket.http.response.start cannot answer 101: use websocket.accept");
-        return -1;
-    }
-    PyObject *headers = ws_msg_get(msg, st->s_headers);
-    if (headers == NULL && PyErr_Occurred())
-        return -1;
-    char line[96];
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %ld %s\r\n", code, m0_status_reason((int)code));
-    m0_head_reset(&w->head);
-    if (head_add(w, line, (size_t)n) < 0 || head_add_app_headers(w, headers, &has_date, &has_server, 1) < 0 ||
-        head_add_common(w, has_date, has_server) < 0 || head_add(w, "Connection: close\r\n", 19) < 0) {
-        head_free(w);
-        return -1;
-    }
-    w->status = (int)code;
-    w->state = WS_RESPONSE;
-    return 0;
-}
-
-/* websocket.http.response.body: Content-Length when the first body is the
- * whole body, chunked otherwise (the request was HTTP/1.1). */
-static int ws_response_body(m0_asgi_ws *w, PyObject *msg)
-{
-    m0_asgi_state *st = w->base.asgi->st;
-    PyObject *body = ws_msg_get(msg, st->s_body);
-    Py_buffer view = {0};
-    int more = 0, r = -1;
-    if (body == NULL && PyErr_Occurred())
-        return -1;
-    if (body == NULL)
-        body = st->empty_bytes;
-    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "websocket.http.response.body 'body' must be bytes, got %.100s",
-                     Py_TYPE(body)->tp_name);
-        return -1;
-    }
-    PyObject *more_o = ws_msg_get(msg, st->s_more_body);
-    if (more_o == NULL && PyErr_Occurred())
-        goto done;
-    if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
-        goto done;
-    struct iovec iov[5];
-    int n = 0;
-    char len_line[64], chunk_head[20];
-    int no_body = w->status < 200 || w->status == 204 || w->status == 304;
-    if (w->head.len > 0) { /* the first body: the head goes with it */
-        int k;
-        if (!more || no_body)
-            k = snprintf(len_line, sizeof(len_line), "Content-Length: %zu\r\n\r\n",
-                         no_body ? (size_t)0 : (size_t)view.len);
-        else
-            k = snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n\r\n");
-        w->resp_chunked = more && !no_body;
-        if (head_add(w, len_line, (size_t)k) < 0)
-            goto done;
-        iov[n].iov_base = w->head.buf;
-        iov[n++].iov_len = w->head.len;
-    }
-    if (view.len > 0 && !no_body) {
-        if (w->resp_chunked) {
-            iov[n].iov_base = chunk_head;
-            iov[n++].iov_len = m0_chunk_header(chunk_head, (uint64_t)view.len);
-        }
-        iov[n].iov_base = view.buf;
-        iov[n++].iov_len = (size_t)view.len;
-        if (w->resp_chunked) {
-            iov[n].iov_base = "\r\n";
-            iov[n++].iov_len = 2;
-        }
-    }
-    if (!more && w->resp_chunked) {
-        iov[n].iov_base = M0_LAST_CHUNK;
-        iov[n++].iov_len = M0_LAST_CHUNK_LEN;
-    }
-    if (n > 0 && (ws_conn(w) == NULL || m0_conn_writev(ws_conn(w), iov, n, 0) < 0)) {
-        head_free(w);
-        ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-        ws_finish(w);
-        ws_raise_disconnected(w);
-        goto done;
-    }
-    head_free(w);
-    w->body_sent += no_body ? 0 : (uint64_t)view.len;
-    if (!more) {
-        ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-        ws_finish(w);
-    }
-    r = 0;
-done:
-    PyBuffer_Release(&view);
-    return r;
 }
 
 /* --- send: the open connection --- */
@@ -848,8 +519,8 @@ static int ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
         PyBuffer_Release(&view);
     }
     if (r < 0) {
-        ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
-        return ws_raise_disconnected(w);
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
+        return m0_asgi_ws_raise_disconnected(w);
     }
     if (ws_conn(w) != NULL && m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
         PyObject *fut = m0_asgi_future_new(w->base.asgi);
@@ -897,7 +568,7 @@ static int ws_app_close(m0_asgi_ws *w, PyObject *msg)
         return -1;
     }
     w->app_closed = 1;
-    ws_close_with(w, (int)code, reason, 1);
+    m0_asgi_ws_close_with(w, (int)code, reason, 1);
     return 0;
 }
 
@@ -928,15 +599,15 @@ static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     switch (w->state) {
     case WS_CONNECTING:
         if (ws_conn(w) == NULL) {
-            r = ws_raise_disconnected(w);
+            r = m0_asgi_ws_raise_disconnected(w);
         } else if (strcmp(t, "websocket.accept") == 0) {
-            r = ws_accept(w, msg);
+            r = m0_asgi_ws_accept(w, msg);
         } else if (strcmp(t, "websocket.close") == 0) {
             w->app_closed = 1;
-            ws_answer_status(w, 403);
+            m0_asgi_ws_answer_status(w, 403);
             r = 0;
         } else if (strcmp(t, "websocket.http.response.start") == 0) {
-            r = ws_response_start(w, msg);
+            r = m0_asgi_ws_response_start(w, msg);
         } else {
             PyErr_Format(PyExc_RuntimeError,
                          "Expected ASGI message 'websocket.accept', 'websocket.close' or "
@@ -946,7 +617,7 @@ static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
         break;
     case WS_RESPONSE:
         if (strcmp(t, "websocket.http.response.body") == 0)
-            r = ws_response_body(w, msg);
+            r = m0_asgi_ws_response_body(w, msg);
         else
             PyErr_Format(PyExc_RuntimeError, "Expected ASGI message 'websocket.http.response.body', but got '%s'", t);
         break;
@@ -970,7 +641,7 @@ static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
         else if (strcmp(t, "websocket.close") == 0)
             r = 0; /* the peer closed first: nothing left to do */
         else
-            r = ws_raise_disconnected(w);
+            r = m0_asgi_ws_raise_disconnected(w);
         break;
     }
     Py_DECREF(w);
@@ -988,7 +659,7 @@ static PyObject *ws_send(PyObject *self, PyObject *msg)
 
 /* --- connection events --- */
 
-static void ws_on_event(m0_asgi_base *base, int what)
+void m0_asgi_ws_on_event(m0_asgi_base *base, int what)
 {
     m0_asgi_ws *w = (m0_asgi_ws *)base;
     if (what == M0_CONN_CLOSED) {
@@ -996,22 +667,22 @@ static void ws_on_event(m0_asgi_base *base, int what)
          * detaches us once this returns). */
         w->gone = 1;
         if (w->state != WS_CLOSED) {
-            ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-            ws_finish(w);
+            m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
+            m0_asgi_ws_finish(w);
         }
         return;
     }
     if (what == M0_ASGI_DRAIN) {
         if (w->state == WS_OPEN)
-            ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
+            m0_asgi_ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
         return;
     }
     if (what == M0_CONN_BODY && w->state == WS_OPEN) {
-        ws_pump(w);
+        m0_asgi_ws_pump(w);
         return;
     }
     if (what == M0_CONN_WRITABLE && w->write_paused && w->state == WS_OPEN)
-        ws_pump(w);
+        m0_asgi_ws_pump(w);
     if (what == M0_CONN_WRITABLE && w->send_waiter != NULL && w->state != WS_CLOSED) {
         if (ws_conn(w) != NULL && m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER)
             return;
@@ -1049,16 +720,16 @@ static PyObject *ws_task_done(PyObject *self, PyObject *task)
     case WS_CONNECTING:
         if (!failed)
             m0_asgi_log_exception(a, "ASGI callable returned without sending handshake", NULL);
-        ws_answer_status(w, 500);
+        m0_asgi_ws_answer_status(w, 500);
         break;
     case WS_RESPONSE:
         if (!failed)
             m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
-        ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-        ws_finish(w);
+        m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
+        m0_asgi_ws_finish(w);
         break;
     case WS_OPEN:
-        ws_close_with(w, failed ? M0_WS_CLOSE_INTERNAL_ERROR : M0_WS_CLOSE_NORMAL, NULL, 1);
+        m0_asgi_ws_close_with(w, failed ? M0_WS_CLOSE_INTERNAL_ERROR : M0_WS_CLOSE_NORMAL, NULL, 1);
         break;
     default:
         break;
@@ -1077,9 +748,9 @@ static PyObject *ws_task_done(PyObject *self, PyObject *task)
 
 /* --- the type --- */
 
-static PyMethodDef ws_receive_def = {"receive", ws_receive, METH_NOARGS, NULL};
-static PyMethodDef ws_send_def = {"send", ws_send, METH_O, NULL};
-static PyMethodDef ws_done_def = {"_done", ws_task_done, METH_O, NULL};
+PyMethodDef m0_asgi_ws_receive_def = {"receive", ws_receive, METH_NOARGS, NULL};
+PyMethodDef m0_asgi_ws_send_def = {"send", ws_send, METH_O, NULL};
+PyMethodDef m0_asgi_ws_done_def = {"_done", ws_task_done, METH_O, NULL};
 
 static int ws_traverse(PyObject *self, visitproc visit, void *arg)
 {
@@ -1114,7 +785,7 @@ static void ws_dealloc(PyObject *self)
     ws_clear(self);
     PyMem_Free(w->rbuf);
     PyMem_Free(w->msg);
-    head_free(w);
+    m0_head_reset(&w->head);
     PyObject_GC_Del(self);
     Py_DECREF(tp);
 }
@@ -1176,132 +847,4 @@ void m0_asgi_ws_module_clear(m0_asgi_state *st)
     Py_CLEAR(ws->extensions);
     PyMem_Free(ws);
     st->ws = NULL;
-}
-
-/* --- the upgrade request --- */
-
-/* A refused handshake: 400, or 426 naming the version we speak. */
-static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
-{
-    char buf[512];
-    int status = m0_ws_error_status(err);
-    const char *body =
-        status == 426 ? "Upgrade Required: WebSocket version 13 only\n" : "Bad Request: invalid WebSocket handshake\n";
-    int n =
-        snprintf(buf, sizeof(buf),
-                 "HTTP/1.1 %d %s\r\n%s%.*sContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n%s\r\n%s",
-                 status, m0_status_reason(status), status == 426 ? "Sec-WebSocket-Version: 13\r\n" : "",
-                 M0_DATE_LINE_LEN, m0_date_line(), strlen(body), a->server_header ? "Server: m0serve\r\n" : "", body);
-    struct iovec iov = {buf, (size_t)n};
-    (void)m0_conn_writev(c, &iov, 1, 0);
-    m0_conn_finish(c, 0, status, strlen(body));
-    return 1;
-}
-
-/* The offered subprotocols: every Sec-WebSocket-Protocol list element, in order. */
-static PyObject *ws_subprotocols(const m0_request *req)
-{
-    PyObject *list = PyList_New(0);
-    if (list == NULL)
-        return NULL;
-    for (size_t i = 0; i < req->num_headers; i++) {
-        const m0_header *h = &req->headers[i];
-        if (!m0_span_ieq(h->name, "sec-websocket-protocol", 22))
-            continue;
-        m0_span rest = h->value, item;
-        while (m0_ws_list_next(&rest, &item)) {
-            PyObject *s = PyUnicode_DecodeLatin1(item.base, (Py_ssize_t)item.len, NULL);
-            if (s == NULL || PyList_Append(list, s) < 0) {
-                Py_XDECREF(s);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(s);
-        }
-    }
-    return list;
-}
-
-int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
-{
-    PyObject *scope = NULL, *subs = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL,
-             *connect = NULL;
-    m0_asgi_state *st = a->st;
-    m0_ws_handshake hs;
-    if (!a->ws_enabled || !m0_ws_is_upgrade(req))
-        return 0; /* served as plain HTTP */
-    int rc = m0_ws_handshake_check(req, &hs);
-    if (rc < 0)
-        return ws_refuse(a, c, rc);
-
-    m0_asgi_ws *w = PyObject_GC_New(m0_asgi_ws, st->ws_type);
-    if (w == NULL)
-        return -1;
-    memset((char *)w + sizeof(PyObject), 0, sizeof(*w) - sizeof(PyObject));
-    w->base.on_event = ws_on_event;
-    w->base.asgi = a;
-    w->ws = st->ws;
-    w->state = WS_CONNECTING;
-    w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
-    m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
-    m0_ws_accept(hs.key.base, hs.key.len, w->accept);
-    w->queue = PyList_New(0);
-    PyObject_GC_Track(w);
-    if (w->queue == NULL)
-        goto error;
-    scope = m0_asgi_scope_new(a, c, req, 1);
-    subs = ws_subprotocols(req);
-    if (scope == NULL || subs == NULL || PyDict_SetItem(scope, w->ws->s_subprotocols, subs) < 0 ||
-        PyDict_SetItem(scope, st->s_extensions, w->ws->extensions) < 0)
-        goto error;
-    connect = ws_msg_new(w, w->ws->t_connect);
-    if (connect == NULL || PyList_Append(w->queue, connect) < 0)
-        goto error;
-    receive = PyCFunction_New(&ws_receive_def, (PyObject *)w);
-    send = PyCFunction_New(&ws_send_def, (PyObject *)w);
-    done = PyCFunction_New(&ws_done_def, (PyObject *)w);
-    if (receive == NULL || send == NULL || done == NULL)
-        goto error;
-    m0_asgi_attach(a, &w->base, c);
-    PyObject *args[3] = {scope, receive, send};
-    coro = PyObject_Vectorcall(a->app, args, 3, NULL);
-    if (coro == NULL) {
-        m0_asgi_log_error(a, "Exception in ASGI application");
-        ws_answer_status(w, 500);
-        goto out;
-    }
-    task = m0_asgi_task_start(a, coro, done);
-    if (task == NULL) {
-        m0_asgi_log_error(a, "Exception in ASGI application");
-        ws_answer_status(w, 500);
-        if (PyCoro_CheckExact(coro)) {
-            PyObject *r = PyObject_CallMethod(coro, "close", NULL);
-            if (r == NULL)
-                PyErr_Clear();
-            Py_XDECREF(r);
-        }
-    }
-out:
-    Py_XDECREF(task);
-    Py_XDECREF(coro);
-    Py_DECREF(scope);
-    Py_DECREF(subs);
-    Py_DECREF(connect);
-    Py_DECREF(receive);
-    Py_DECREF(send);
-    Py_DECREF(done);
-    Py_DECREF(w);
-    return 1;
-error:
-    Py_XDECREF(scope);
-    Py_XDECREF(subs);
-    Py_XDECREF(connect);
-    Py_XDECREF(receive);
-    Py_XDECREF(send);
-    Py_XDECREF(done);
-    if (w->base.conn != NULL)
-        m0_asgi_detach(&w->base);
-    Py_DECREF(w);
-    return -1;
 }

@@ -1,13 +1,13 @@
 /* The ASGI bridge: module state, the m0_handler, scopes, tasks, futures and
- * the shared helpers of asgi_internal.h. HTTP requests are served by
- * asgi_http.c, WebSocket upgrades are handed to asgi_ws.c. */
-#include "asgi_internal.h"
+ * the shared helpers of internal.h. HTTP requests are served by
+ * http.c, WebSocket upgrades are handed to ws_handshake.c. */
+#include "internal.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "../http/response.h"
-#include "http_rules.h"
+#include "../../http/response.h"
+#include "../http_rules.h"
 
 static m0_asgi_state *asgi_state(PyObject *module)
 {
@@ -798,14 +798,6 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
 }
 
 /* --- the handler --- */
-
-__attribute__((weak)) int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
-{
-    (void)a;
-    (void)c;
-    (void)req;
-    return 0;
-}
 
 /* Answer a canned 500 when the bridge itself fails before the app runs. */
 static int asgi_fail_500(m0_asgi *a, m0_conn *c)

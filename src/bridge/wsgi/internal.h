@@ -18,9 +18,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "../http/response.h"
-#include "pyerr.h"
-#include "state.h"
+#include "../../http/response.h"
+#include "../pyerr.h"
+#include "../state.h"
 #include "wsgi.h"
 
 /* Interned strings: environ keys, constant values and method names. */
@@ -76,7 +76,7 @@ enum {
 /* REMOTE_PORT strs kept for reuse: keep-alive connections interleave. */
 #define M0_WSGI_PORT_CACHE 64
 
-/* Request headers with a prebuilt environ key (wsgi_environ.c). */
+/* Request headers with a prebuilt environ key (environ.c). */
 #define M0_WSGI_HDR_MAX 64
 
 struct m0_wsgi_state {
@@ -180,17 +180,17 @@ typedef struct {
     Py_ssize_t blksize;
 } m0_wsgi_file_wrapper;
 
-/* wsgi_environ.c */
+/* environ.c */
 int m0_wsgi_environ_init(m0_wsgi_state *st);
 PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_path);
 PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *input);
 void m0_wsgi_environ_clear_cache(m0_wsgi *w);
 
-/* wsgi_input.c */
+/* input.c */
 extern PyType_Spec m0_wsgi_input_spec;
 void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req);
 
-/* wsgi_response.c */
+/* response.c */
 extern PyType_Spec m0_wsgi_sr_spec;
 extern PyType_Spec m0_wsgi_write_spec;
 /* Send body pieces (after the head when it is not sent yet). final: these are
@@ -217,7 +217,7 @@ typedef struct {
     uint64_t left;
 } m0_wsgi_resume;
 
-/* wsgi_file_wrapper.c */
+/* file_wrapper.c */
 extern PyType_Spec m0_wsgi_file_wrapper_spec;
 /* Send a file_wrapper result with sendfile when its file is a regular file.
  * Returns 1 when sent (or the peer went away: sr->write_error), 2 when the

@@ -11,8 +11,8 @@
  */
 #include <string.h>
 
-#include "http_rules.h"
-#include "wsgi_internal.h"
+#include "../http_rules.h"
+#include "internal.h"
 
 /* Content-Type, Content-Length, Cookie and Host come first: their indexes are
  * fixed. */

@@ -9,9 +9,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "head.h"
-#include "http_rules.h"
-#include "wsgi_internal.h"
+#include "../head.h"
+#include "../http_rules.h"
+#include "internal.h"
 
 #include <structmember.h>
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "wsgi_internal.h"
+#include "internal.h"
 
 #include <structmember.h>
 

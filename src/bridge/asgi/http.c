@@ -16,7 +16,7 @@
  * M0_WRITE_HIGH_WATER queued waits for M0_CONN_WRITABLE. The final body
  * finishes the m0_conn, which may dispatch the next pipelined request at once.
  */
-#include "asgi_internal.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../http/response.h"
-#include "head.h"
-#include "http_rules.h"
+#include "../../http/response.h"
+#include "../head.h"
+#include "../http_rules.h"
 
 enum {
     RESP_NONE,    /* nothing sent */

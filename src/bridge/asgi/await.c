@@ -4,7 +4,7 @@
  * StopIteration is even allocated on CPython's fast path). Only when the
  * operation handed back a loop future does it suspend, delegating to the
  * future's own iterator so that asyncio's Task sees a normal future. */
-#include "asgi_internal.h"
+#include "internal.h"
 
 typedef struct {
     PyObject_HEAD m0_asgi_op_fn fn;

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "wsgi_internal.h"
+#include "internal.h"
 
 #define INPUT_READAHEAD (64 * 1024)
 #define INPUT_FIRST_ALLOC (64 * 1024)

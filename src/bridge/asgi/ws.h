@@ -1,0 +1,131 @@
+/* Private contract between the two halves of the ASGI WebSocket bridge:
+ * ws_handshake.c (the upgrade request, the app's answer to it: accept, denial,
+ * or its own HTTP response) and ws_session.c (the open connection: frames,
+ * receive()/send(), pings, the close, and the object's type).
+ *
+ * Threading and errors as in internal.h: the asyncio loop's thread, the GIL
+ * held; NULL/-1 with an exception set.
+ */
+#ifndef M0_BRIDGE_ASGI_WS_H
+#define M0_BRIDGE_ASGI_WS_H
+
+#include "internal.h"
+
+#include "../../http/ws.h"
+#include "../head.h"
+
+#define WS_READ_BUF (64 * 1024)
+#define WS_MAX_QUEUE 32
+#define WS_HEAD_INLINE 512
+
+#define M0_WS_STRINGS(X)                                                                                               \
+    X(bytes)                                                                                                           \
+    X(text)                                                                                                            \
+    X(code)                                                                                                            \
+    X(reason)                                                                                                          \
+    X(subprotocol)                                                                                                     \
+    X(subprotocols)                                                                                                    \
+    X(call_later)
+
+struct m0_asgi_ws_state {
+    PyObject *t_connect, *t_receive, *t_disconnect; /* message types */
+    PyObject *extensions;                           /* {"websocket.http.response": {}} */
+    PyObject *empty_str;
+#define M0_WS_STR_FIELD(name) PyObject *s_##name;
+    M0_WS_STRINGS(M0_WS_STR_FIELD)
+#undef M0_WS_STR_FIELD
+};
+
+enum {
+    WS_CONNECTING, /* the app has not answered the handshake yet */
+    WS_RESPONSE,   /* websocket.http.response.start accepted, body streaming */
+    WS_OPEN,       /* accepted: frames flow both ways */
+    WS_CLOSED,     /* the connection is finished or gone */
+};
+
+typedef struct {
+    m0_asgi_base base;
+    m0_asgi_ws_state *ws;  /* borrowed: module lifetime */
+    PyObject *recv_waiter; /* future or NULL */
+    PyObject *send_waiter; /* future or NULL */
+    PyObject *queue;       /* list: messages waiting for receive(), from queue_head */
+    Py_ssize_t queue_head;
+    PyObject *ping_timer;    /* asyncio TimerHandle or NULL */
+    PyObject *timeout_timer; /* asyncio TimerHandle or NULL */
+    int state;
+    int gone;                    /* the net layer reported M0_CONN_CLOSED: no more m0_conn_* */
+    int paused;                  /* reading stopped on a full queue */
+    int write_paused;            /* reading stopped: the peer does not read our frames */
+    int app_closed;              /* the app sent websocket.close */
+    int disconnect_queued;       /* the websocket.disconnect message is queued or delivered */
+    int disconnect_code;         /* its code */
+    PyObject *disconnect_reason; /* str or NULL */
+    int awaiting_pong;
+    uint32_t ping_seq;
+    m0_ws_parser parser;
+    char accept[M0_WS_ACCEPT_LEN];
+    uint8_t *rbuf; /* WS_READ_BUF bytes once accepted */
+    size_t rlen;
+    uint8_t *msg; /* the fragmented message being reassembled */
+    size_t msg_len, msg_cap;
+    int msg_opcode;
+    /* the app's HTTP response (websocket.http.response) */
+    int status;
+    int resp_chunked;
+    uint64_t body_sent;
+    m0_head head; /* over head_inline */
+    char head_inline[WS_HEAD_INLINE];
+} m0_asgi_ws;
+
+/* --- inline helpers --- */
+
+/* The connection, while it may still be used. */
+static inline m0_conn *ws_conn(m0_asgi_ws *w)
+{
+    return w->gone ? NULL : w->base.conn;
+}
+
+static inline void ws_log_error(m0_asgi_ws *w, const char *msg)
+{
+    if (PyErr_Occurred())
+        m0_asgi_log_error(w->base.asgi, msg);
+}
+
+static inline PyObject *ws_msg_get(PyObject *msg, PyObject *key) // borrowed or NULL (error set or not)
+{
+    return PyDict_GetItemWithError(msg, key);
+}
+
+/* --- ws_session.c --- */
+
+/* A message dict {"type": type} (new reference). */
+PyObject *m0_asgi_ws_msg_new(m0_asgi_ws *w, PyObject *type);
+/* Raise ClientDisconnected; returns -1. */
+int m0_asgi_ws_raise_disconnected(m0_asgi_ws *w);
+/* Queue websocket.disconnect (once) with code and reason (borrowed, may be NULL). */
+void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason);
+/* The connection is over: timers stopped, a blocked send() woken, the
+ * m0_conn finished and the object detached. */
+void m0_asgi_ws_finish(m0_asgi_ws *w);
+/* Close: our close frame (when send_frame and open), websocket.disconnect, finish. */
+void m0_asgi_ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_frame);
+/* Arm the next keepalive ping (no-op when disabled or not open). */
+void m0_asgi_ws_ping_schedule(m0_asgi_ws *w);
+/* Read and process what the connection has (see ws_session.c). */
+void m0_asgi_ws_pump(m0_asgi_ws *w);
+/* The m0_asgi_base.on_event of a WebSocket object. */
+void m0_asgi_ws_on_event(m0_asgi_base *base, int what);
+/* The receive(), send() and task-done callables' definitions (self: the object). */
+extern PyMethodDef m0_asgi_ws_receive_def, m0_asgi_ws_send_def, m0_asgi_ws_done_def;
+
+/* --- ws_handshake.c: the answers to websocket.connect --- */
+
+/* websocket.accept: the 101 head, the upgrade, then the session. 0 or -1. */
+int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg);
+/* A bare response that closes the connection (403 denial, 500). */
+void m0_asgi_ws_answer_status(m0_asgi_ws *w, int status);
+/* websocket.http.response.start / .body (the denial response extension). 0 or -1. */
+int m0_asgi_ws_response_start(m0_asgi_ws *w, PyObject *msg);
+int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg);
+
+#endif

@@ -1,0 +1,378 @@
+/* ASGI WebSocket, the handshake: the upgrade request is validated with
+ * http/ws.h before the app runs (400, or 426 for another protocol version);
+ * the app gets websocket.connect and answers with websocket.accept (101,
+ * then the connection is upgraded to a raw byte stream and ws_session.c
+ * takes over), websocket.close (403) or, through the websocket.http.response
+ * extension, its own HTTP response. */
+#include "ws.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../../http/response.h"
+#include "../http_rules.h"
+
+/* --- response heads --- */
+
+static int head_add(m0_asgi_ws *w, const char *s, size_t n)
+{
+    return m0_head_add(&w->head, s, n);
+}
+
+static void head_free(m0_asgi_ws *w)
+{
+    m0_head_reset(&w->head);
+}
+
+/* Append the app's headers (head.h): the bridge frames the body
+ * (Content-Length is dropped) and writes the handshake (Sec-WebSocket-Accept
+ * is dropped from an accept); the hop-by-hop fields are dropped with a
+ * warning, as in HTTP responses. w is held by the send() awaitable and msg
+ * by its caller across the Python code this may run. */
+static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date, int *has_server, int response)
+{
+    m0_head_fields f = {.content_length = -1};
+    unsigned own = M0_HEAD_OWN_CONTENT_LENGTH | (response ? 0 : M0_HEAD_OWN_WS_ACCEPT);
+    if (headers == NULL || headers == Py_None)
+        return 0;
+    Py_INCREF(headers);
+    int r = m0_head_add_asgi_fields(&w->head, headers, own, &f, w->base.asgi->logger);
+    Py_DECREF(headers);
+    *has_date = f.has_date;
+    *has_server = f.has_server;
+    return r;
+}
+
+static int head_add_common(m0_asgi_ws *w, int has_date, int has_server)
+{
+    if (!has_date && head_add(w, m0_date_line(), M0_DATE_LINE_LEN) < 0)
+        return -1;
+    if (w->base.asgi->server_header && !has_server && head_add(w, "Server: m0serve\r\n", 17) < 0)
+        return -1;
+    return 0;
+}
+
+/* --- send: the handshake answers --- */
+
+int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
+{
+    m0_asgi_ws_state *ws = w->ws;
+    int has_date = 0, has_server = 0;
+    PyObject *sub = ws_msg_get(msg, ws->s_subprotocol);
+    if (sub == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *headers = ws_msg_get(msg, w->base.asgi->st->s_headers);
+    if (headers == NULL && PyErr_Occurred())
+        return -1;
+    m0_head_reset(&w->head);
+    if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) < 0 ||
+        head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
+        head_add(w, "\r\n", 2) < 0)
+        goto error;
+    if (sub != NULL && sub != Py_None) {
+        Py_ssize_t n;
+        const char *s;
+        if (!PyUnicode_Check(sub)) {
+            PyErr_Format(PyExc_TypeError, "websocket.accept 'subprotocol' must be a str, got %.100s",
+                         Py_TYPE(sub)->tp_name);
+            goto error;
+        }
+        if ((s = PyUnicode_AsUTF8AndSize(sub, &n)) == NULL)
+            goto error;
+        if (n == 0 || !m0_valid_header_value(s, (size_t)n)) {
+            PyErr_Format(PyExc_ValueError, "invalid websocket.accept subprotocol %R", sub);
+            goto error;
+        }
+        if (head_add(w, "Sec-WebSocket-Protocol: ", 24) < 0 || head_add(w, s, (size_t)n) < 0 ||
+            head_add(w, "\r\n", 2) < 0)
+            goto error;
+    }
+    if (head_add_app_headers(w, headers, &has_date, &has_server, 0) < 0 ||
+        head_add_common(w, has_date, has_server) < 0 || head_add(w, "\r\n", 2) < 0)
+        goto error;
+    w->rbuf = PyMem_Malloc(WS_READ_BUF);
+    if (w->rbuf == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    struct iovec iov = {w->head.buf, w->head.len};
+    if (m0_conn_writev(ws_conn(w), &iov, 1, 0) < 0) {
+        head_free(w);
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
+        return m0_asgi_ws_raise_disconnected(w);
+    }
+    head_free(w);
+    m0_conn_upgrade(ws_conn(w));
+    w->status = 101;
+    w->state = WS_OPEN;
+    m0_ws_parser_init(&w->parser, w->base.asgi->ws_max_size, 1);
+    if (m0_server_draining(m0_conn_server(ws_conn(w)))) {
+        /* accepted while the server drains: open and close at once */
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
+        return 0;
+    }
+    m0_asgi_ws_ping_schedule(w);
+    m0_asgi_ws_pump(w); /* frames that arrived with or right after the handshake */
+    return 0;
+error:
+    head_free(w);
+    return -1;
+}
+
+/* A bare response that closes the connection (403 denial, 500). */
+void m0_asgi_ws_answer_status(m0_asgi_ws *w, int status)
+{
+    char line[96];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n", status,
+                     m0_status_reason(status));
+    m0_head_reset(&w->head);
+    if (head_add(w, line, (size_t)n) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
+        PyErr_Clear(); /* out of memory: the connection just closes */
+    else if (ws_conn(w) != NULL) {
+        struct iovec iov = {w->head.buf, w->head.len};
+        (void)m0_conn_writev(ws_conn(w), &iov, 1, 0);
+    }
+    head_free(w);
+    w->status = status;
+    m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
+    m0_asgi_ws_finish(w);
+}
+
+int m0_asgi_ws_response_start(m0_asgi_ws *w, PyObject *msg)
+{
+    m0_asgi_state *st = w->base.asgi->st;
+    int has_date = 0, has_server = 0;
+    PyObject *status = ws_msg_get(msg, st->s_status);
+    if (status == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "websocket.http.response.start message is missing 'status'");
+        return -1;
+    }
+    long code = PyLong_Check(status) && !PyBool_Check(status) ? PyLong_AsLong(status) : -1;
+    if (code < 100 || code > 999 || (code < 200 && code != 101)) { /* a 1xx: the client would wait on */
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "invalid websocket.http.response.start status %R", status);
+        return -1;
+    }
+    if (code == 101) {
+        PyErr_SetString(PyExc_ValueError, "websocket.http.response.start cannot answer 101: use websocket.accept");
+        return -1;
+    }
+    PyObject *headers = ws_msg_get(msg, st->s_headers);
+    if (headers == NULL && PyErr_Occurred())
+        return -1;
+    char line[96];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %ld %s\r\n", code, m0_status_reason((int)code));
+    m0_head_reset(&w->head);
+    if (head_add(w, line, (size_t)n) < 0 || head_add_app_headers(w, headers, &has_date, &has_server, 1) < 0 ||
+        head_add_common(w, has_date, has_server) < 0 || head_add(w, "Connection: close\r\n", 19) < 0) {
+        head_free(w);
+        return -1;
+    }
+    w->status = (int)code;
+    w->state = WS_RESPONSE;
+    return 0;
+}
+
+/* websocket.http.response.body: Content-Length when the first body is the
+ * whole body, chunked otherwise (the request was HTTP/1.1). */
+int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
+{
+    m0_asgi_state *st = w->base.asgi->st;
+    PyObject *body = ws_msg_get(msg, st->s_body);
+    Py_buffer view = {0};
+    int more = 0, r = -1;
+    if (body == NULL && PyErr_Occurred())
+        return -1;
+    if (body == NULL)
+        body = st->empty_bytes;
+    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "websocket.http.response.body 'body' must be bytes, got %.100s",
+                     Py_TYPE(body)->tp_name);
+        return -1;
+    }
+    PyObject *more_o = ws_msg_get(msg, st->s_more_body);
+    if (more_o == NULL && PyErr_Occurred())
+        goto done;
+    if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
+        goto done;
+    struct iovec iov[5];
+    int n = 0;
+    char len_line[64], chunk_head[20];
+    int no_body = w->status < 200 || w->status == 204 || w->status == 304;
+    if (w->head.len > 0) { /* the first body: the head goes with it */
+        int k;
+        if (!more || no_body)
+            k = snprintf(len_line, sizeof(len_line), "Content-Length: %zu\r\n\r\n",
+                         no_body ? (size_t)0 : (size_t)view.len);
+        else
+            k = snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n\r\n");
+        w->resp_chunked = more && !no_body;
+        if (head_add(w, len_line, (size_t)k) < 0)
+            goto done;
+        iov[n].iov_base = w->head.buf;
+        iov[n++].iov_len = w->head.len;
+    }
+    if (view.len > 0 && !no_body) {
+        if (w->resp_chunked) {
+            iov[n].iov_base = chunk_head;
+            iov[n++].iov_len = m0_chunk_header(chunk_head, (uint64_t)view.len);
+        }
+        iov[n].iov_base = view.buf;
+        iov[n++].iov_len = (size_t)view.len;
+        if (w->resp_chunked) {
+            iov[n].iov_base = "\r\n";
+            iov[n++].iov_len = 2;
+        }
+    }
+    if (!more && w->resp_chunked) {
+        iov[n].iov_base = M0_LAST_CHUNK;
+        iov[n++].iov_len = M0_LAST_CHUNK_LEN;
+    }
+    if (n > 0 && (ws_conn(w) == NULL || m0_conn_writev(ws_conn(w), iov, n, 0) < 0)) {
+        head_free(w);
+        m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
+        m0_asgi_ws_finish(w);
+        m0_asgi_ws_raise_disconnected(w);
+        goto done;
+    }
+    head_free(w);
+    w->body_sent += no_body ? 0 : (uint64_t)view.len;
+    if (!more) {
+        m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
+        m0_asgi_ws_finish(w);
+    }
+    r = 0;
+done:
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* --- the upgrade request --- */
+
+/* A refused handshake: 400, or 426 naming the version we speak. */
+static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
+{
+    char buf[512];
+    int status = m0_ws_error_status(err);
+    const char *body =
+        status == 426 ? "Upgrade Required: WebSocket version 13 only\n" : "Bad Request: invalid WebSocket handshake\n";
+    int n =
+        snprintf(buf, sizeof(buf),
+                 "HTTP/1.1 %d %s\r\n%s%.*sContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n%s\r\n%s",
+                 status, m0_status_reason(status), status == 426 ? "Sec-WebSocket-Version: 13\r\n" : "",
+                 M0_DATE_LINE_LEN, m0_date_line(), strlen(body), a->server_header ? "Server: m0serve\r\n" : "", body);
+    struct iovec iov = {buf, (size_t)n};
+    (void)m0_conn_writev(c, &iov, 1, 0);
+    m0_conn_finish(c, 0, status, strlen(body));
+    return 1;
+}
+
+/* The offered subprotocols: every Sec-WebSocket-Protocol list element, in order. */
+static PyObject *ws_subprotocols(const m0_request *req)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const m0_header *h = &req->headers[i];
+        if (!m0_span_ieq(h->name, "sec-websocket-protocol", 22))
+            continue;
+        m0_span rest = h->value, item;
+        while (m0_ws_list_next(&rest, &item)) {
+            PyObject *s = PyUnicode_DecodeLatin1(item.base, (Py_ssize_t)item.len, NULL);
+            if (s == NULL || PyList_Append(list, s) < 0) {
+                Py_XDECREF(s);
+                Py_DECREF(list);
+                return NULL;
+            }
+            Py_DECREF(s);
+        }
+    }
+    return list;
+}
+
+int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
+{
+    PyObject *scope = NULL, *subs = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL,
+             *connect = NULL;
+    m0_asgi_state *st = a->st;
+    m0_ws_handshake hs;
+    if (!a->ws_enabled || !m0_ws_is_upgrade(req))
+        return 0; /* served as plain HTTP */
+    int rc = m0_ws_handshake_check(req, &hs);
+    if (rc < 0)
+        return ws_refuse(a, c, rc);
+
+    m0_asgi_ws *w = PyObject_GC_New(m0_asgi_ws, st->ws_type);
+    if (w == NULL)
+        return -1;
+    memset((char *)w + sizeof(PyObject), 0, sizeof(*w) - sizeof(PyObject));
+    w->base.on_event = m0_asgi_ws_on_event;
+    w->base.asgi = a;
+    w->ws = st->ws;
+    w->state = WS_CONNECTING;
+    w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
+    m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
+    m0_ws_accept(hs.key.base, hs.key.len, w->accept);
+    w->queue = PyList_New(0);
+    PyObject_GC_Track(w);
+    if (w->queue == NULL)
+        goto error;
+    scope = m0_asgi_scope_new(a, c, req, 1);
+    subs = ws_subprotocols(req);
+    if (scope == NULL || subs == NULL || PyDict_SetItem(scope, w->ws->s_subprotocols, subs) < 0 ||
+        PyDict_SetItem(scope, st->s_extensions, w->ws->extensions) < 0)
+        goto error;
+    connect = m0_asgi_ws_msg_new(w, w->ws->t_connect);
+    if (connect == NULL || PyList_Append(w->queue, connect) < 0)
+        goto error;
+    receive = PyCFunction_New(&m0_asgi_ws_receive_def, (PyObject *)w);
+    send = PyCFunction_New(&m0_asgi_ws_send_def, (PyObject *)w);
+    done = PyCFunction_New(&m0_asgi_ws_done_def, (PyObject *)w);
+    if (receive == NULL || send == NULL || done == NULL)
+        goto error;
+    m0_asgi_attach(a, &w->base, c);
+    PyObject *args[3] = {scope, receive, send};
+    coro = PyObject_Vectorcall(a->app, args, 3, NULL);
+    if (coro == NULL) {
+        m0_asgi_log_error(a, "Exception in ASGI application");
+        m0_asgi_ws_answer_status(w, 500);
+        goto out;
+    }
+    task = m0_asgi_task_start(a, coro, done);
+    if (task == NULL) {
+        m0_asgi_log_error(a, "Exception in ASGI application");
+        m0_asgi_ws_answer_status(w, 500);
+        if (PyCoro_CheckExact(coro)) {
+            PyObject *r = PyObject_CallMethod(coro, "close", NULL);
+            if (r == NULL)
+                PyErr_Clear();
+            Py_XDECREF(r);
+        }
+    }
+out:
+    Py_XDECREF(task);
+    Py_XDECREF(coro);
+    Py_DECREF(scope);
+    Py_DECREF(subs);
+    Py_DECREF(connect);
+    Py_DECREF(receive);
+    Py_DECREF(send);
+    Py_DECREF(done);
+    Py_DECREF(w);
+    return 1;
+error:
+    Py_XDECREF(scope);
+    Py_XDECREF(subs);
+    Py_XDECREF(connect);
+    Py_XDECREF(receive);
+    Py_XDECREF(send);
+    Py_XDECREF(done);
+    if (w->base.conn != NULL)
+        m0_asgi_detach(&w->base);
+    Py_DECREF(w);
+    return -1;
+}
