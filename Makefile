@@ -1,6 +1,7 @@
 # m0serve build, test, serve and benchmark entry points.
 #   make serve            build and serve the demo app on 127.0.0.1:8000
-#   make test             build and run every test (C parser tests under ASan/UBSan, pytest, docs check)
+#   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
+#   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
@@ -53,6 +54,8 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/http/response.c
+	./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c

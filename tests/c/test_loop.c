@@ -1,7 +1,7 @@
 /* The event loop (src/net/loop.c) under ASan/UBSan: timer heap order against
  * a model under random start/stop/restart, timers stopped or re-armed from
  * callbacks, next_timeout, and watchers removed mid-batch never dispatched.
- * Built and run by tests/test_engine_c.py. */
+ * Built and run by the Makefile's test-c target. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
