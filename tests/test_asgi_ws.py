@@ -16,7 +16,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import APPS_DIR, Server, server_env
+from conftest import APPS_DIR, Server, recv_until_eof, server_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -592,6 +592,37 @@ def test_bad_handshakes(srv):
     r = raw(base + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
     assert r.startswith("HTTP/1.1 101 ")
     assert "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in r
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked", "empty"])
+def test_handshake_with_a_body_is_refused(srv, framing):
+    """Bytes after an upgrade request's head are its content, not frames: a handshake with content
+    is refused (400, closed) instead of the body being read as the first frame (here one that the
+    echo route would answer). Content-Length: 0 is no content."""
+    frame = client_frame(1, b"smuggled")
+    if framing == "content-length":
+        extra, body = b"Content-Length: %d\r\n" % len(frame), frame
+    elif framing == "chunked":
+        extra, body = b"Transfer-Encoding: chunked\r\n", b"%x\r\n" % len(frame) + frame + b"\r\n0\r\n\r\n"
+    else:
+        extra, body = b"Content-Length: 0\r\n", b""
+    key = base64.b64encode(os.urandom(16))
+    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n" + body
+        )
+        if framing == "empty":
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            assert data.startswith(b"HTTP/1.1 101 ")
+            sock.sendall(client_frame(8, struct.pack(">H", 1000)))
+            return
+        data = recv_until_eof(sock)
+    assert data.startswith(b"HTTP/1.1 400 "), data
+    assert b"Connection: close" in data
+    assert b"smuggled" not in data and b"HTTP/1.1 101" not in data
 
 
 def test_ws_off_serves_upgrades_as_plain_http(serve):

@@ -424,6 +424,10 @@ int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs)
     if (req->method.len != 3 || memcmp(req->method.base, "GET", 3) != 0 || req->minor_version != 1 ||
         !m0_ws_is_upgrade(req))
         return M0_WS_BAD_HANDSHAKE;
+    /* No content: frames start right after the head, so body bytes would be
+     * read as frames (a request smuggled past a proxy that saw a body). */
+    if (req->content_length > 0 || (req->flags & M0_REQ_CHUNKED))
+        return M0_WS_BAD_HANDSHAKE;
     for (size_t i = 0; i < req->num_headers; i++) {
         const m0_header *h = &req->headers[i];
         if (M0_IS_HEADER(h, "connection")) {

@@ -169,8 +169,10 @@ int m0_ws_is_upgrade(const m0_request *req);
 /* Validate a WebSocket opening handshake (RFC 6455 section 4.2.1): GET,
  * HTTP/1.1, Upgrade lists websocket, Connection lists upgrade,
  * Sec-WebSocket-Version is 13, exactly one Sec-WebSocket-Key that is the
- * base64 of 16 bytes. Returns 0 and fills *hs, M0_WS_BAD_VERSION or
- * M0_WS_BAD_HANDSHAKE. */
+ * base64 of 16 bytes, and no content (Content-Length absent or 0, not
+ * chunked: as the websockets library, which answers "unsupported request
+ * body"; RFC 9110 9.3.1 gives content in a GET no meaning). Returns 0 and
+ * fills *hs, M0_WS_BAD_VERSION or M0_WS_BAD_HANDSHAKE. */
 int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs);
 
 #define M0_WS_ACCEPT_LEN 28

@@ -844,6 +844,15 @@ static void test_handshake(void)
     r = make_req(ok, 5, "GET", 0);
     CHECK_EQ(m0_ws_handshake_check(&r, &hs), M0_WS_BAD_HANDSHAKE);
     CHECK_EQ(m0_ws_error_status(M0_WS_BAD_HANDSHAKE), 400);
+    /* Content on the handshake: refused (it would become frames); an empty one is fine. */
+    r = make_req(ok, 5, "GET", 1);
+    r.content_length = 5;
+    CHECK_EQ(m0_ws_handshake_check(&r, &hs), M0_WS_BAD_HANDSHAKE);
+    r.content_length = 0;
+    CHECK_EQ(m0_ws_handshake_check(&r, &hs), 0);
+    r.content_length = -1;
+    r.flags |= M0_REQ_CHUNKED;
+    CHECK_EQ(m0_ws_handshake_check(&r, &hs), M0_WS_BAD_HANDSHAKE);
 
     /* Lists and case. */
     m0_header lists[] = {
