@@ -751,3 +751,74 @@ def test_fastapi_websocket_route(serve):
             break
         time.sleep(0.05)
     assert closed == [1000]
+
+
+def test_flood_to_an_app_that_does_not_receive_is_bounded_in_bytes(serve):
+    """Read backpressure counts bytes, not only messages: 40 messages of 1 MiB (text with one
+    emoji, so each is a str of 4 MiB in the worker) sent to an app that does not receive. Reading
+    stops after about one of them (the byte budget) instead of after 32 (128 MiB); once the app
+    receives, every message arrives, in order."""
+    import threading
+
+    s = serve("ws_flood_app:app", "--interface", "asgi", "--ws-ping-interval", "0")
+
+    def mem():
+        r = httpx.get(s.url + "/rss", timeout=10)
+        return [int(x) for x in r.text.split()]
+
+    rss0, _ = mem()
+    n, size = 40, 1 << 20
+    sock = socket.create_connection((s.host, s.port), timeout=30)
+    key = base64.b64encode(os.urandom(16))
+    sock.sendall(
+        b"GET /hold HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101 ")
+
+    def frame(payload, opcode=1):
+        # masked with a zero key: the payload goes as it is
+        return bytes([0x80 | opcode, 0x80 | 127]) + struct.pack(">Q", len(payload)) + b"\0\0\0\0" + payload
+
+    sent = []
+
+    def flood():
+        for i in range(n):
+            text = ("%08d" % i).encode() + "\U0001F600".encode() + b"x" * (size - 12)
+            sock.sendall(frame(text))
+            sent.append(i)
+        sock.sendall(bytes([0x81, 0x80 | 3]) + b"\0\0\0\0" + b"end")
+
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    # Wait until the sender is stuck (the server stopped reading and the socket buffers are full).
+    last, still = -1, 0
+    deadline = time.monotonic() + 20
+    while still < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = still + 1 if len(sent) == last else 0
+        last = len(sent)
+    assert len(sent) < n, "the server kept reading every message"
+    rss1, hwm1 = mem()
+    print(f"rss before {rss0} KiB, while held {rss1} KiB, peak {hwm1} KiB, {len(sent)} messages sent")
+    # 32 queued str of 4 MiB would be 128 MiB; the budget leaves one message, its reassembly
+    # buffer and the read buffers.
+    assert hwm1 - rss0 < 48 * 1024, (rss0, rss1, hwm1)
+    assert httpx.get(s.url + "/release", timeout=10).text == "released"
+    t.join(60)
+    assert not t.is_alive()
+    data = b""
+    sock.settimeout(30)
+    while len(data) < 2 or len(data) < 2 + (data[1] & 0x7F):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    count, in_order, chars = map(int, data[2 : 2 + (data[1] & 0x7F)].decode().split())
+    assert (count, in_order) == (n, n)
+    assert chars == n * (size - 3)  # the emoji is 4 UTF-8 bytes, one character
+    _, hwm2 = mem()
+    assert hwm2 - rss0 < 48 * 1024, (rss0, hwm2)
+    sock.close()

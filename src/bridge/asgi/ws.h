@@ -15,7 +15,14 @@
 #include "../head.h"
 
 #define WS_READ_BUF (64 * 1024)
+/* Reading pauses while WS_MAX_QUEUE messages, or WS_MAX_QUEUE_BYTES of
+ * message data (bytes, or a str's characters as stored: up to 4 bytes per
+ * UTF-8 byte), wait for the app, and resumes when receive() has taken them
+ * down to half of both. A single message may exceed the byte budget: the
+ * memory waiting on a slow app is then one message (at most --ws-max-size,
+ * 4x as a str) plus the budget, not WS_MAX_QUEUE such messages. */
 #define WS_MAX_QUEUE 32
+#define WS_MAX_QUEUE_BYTES (1024 * 1024)
 #define WS_HEAD_INLINE 512
 
 #define M0_WS_STRINGS(X)                                                                                               \
@@ -50,6 +57,7 @@ typedef struct {
     PyObject *send_waiter; /* future or NULL */
     PyObject *queue;       /* list: messages waiting for receive(), from queue_head */
     Py_ssize_t queue_head;
+    size_t queue_bytes;      /* message data in the queue (WS_MAX_QUEUE_BYTES) */
     PyObject *ping_timer;    /* asyncio TimerHandle or NULL */
     PyObject *timeout_timer; /* asyncio TimerHandle or NULL */
     int state;

@@ -5,8 +5,9 @@
  *
  * Reading: frames are read and parsed as they arrive (M0_CONN_BODY), pings
  * answered at once, messages reassembled and queued for receive(). Reading
- * stops while WS_MAX_QUEUE messages wait for the app (read backpressure) and
- * resumes when receive() takes one.
+ * stops while WS_MAX_QUEUE messages or WS_MAX_QUEUE_BYTES of their data wait
+ * for the app (read backpressure, ws.h) and resumes when receive() has taken
+ * the queue down to half of both.
  *
  * Closing: whoever closes, the close frame is written and the connection
  * finished: the net layer flushes, half-closes (FIN) and reads the peer's
@@ -69,8 +70,33 @@ static Py_ssize_t ws_queue_len(m0_asgi_ws *w)
     return PyList_GET_SIZE(w->queue) - w->queue_head;
 }
 
-/* Hand msg (stolen) to a waiting receive(), or queue it. */
-static int ws_deliver(m0_asgi_ws *w, PyObject *msg)
+/* The memory a message's payload holds: a bytes' length, a str's
+ * characters as stored (1, 2 or 4 bytes each). */
+static size_t ws_payload_size(PyObject *payload)
+{
+    if (payload == NULL)
+        return 0;
+    if (PyBytes_Check(payload))
+        return (size_t)PyBytes_GET_SIZE(payload);
+    if (PyUnicode_Check(payload))
+        return (size_t)PyUnicode_GET_LENGTH(payload) * PyUnicode_KIND(payload);
+    return 0;
+}
+
+/* The payload size of a queued websocket.receive message (our own dict). */
+static size_t ws_msg_size(m0_asgi_ws *w, PyObject *msg)
+{
+    PyObject *p = PyDict_GetItemWithError(msg, w->ws->s_text); // borrowed
+    if (p == NULL && !PyErr_Occurred())
+        p = PyDict_GetItemWithError(msg, w->ws->s_bytes); // borrowed
+    if (p == NULL)
+        PyErr_Clear();
+    return ws_payload_size(p);
+}
+
+/* Hand msg (stolen) to a waiting receive(), or queue it; size is its
+ * payload's (ws_payload_size), counted in queue_bytes while it waits. */
+static int ws_deliver(m0_asgi_ws *w, PyObject *msg, size_t size)
 {
     if (msg == NULL)
         return -1;
@@ -88,6 +114,8 @@ static int ws_deliver(m0_asgi_ws *w, PyObject *msg)
     }
     int r = PyList_Append(w->queue, msg);
     Py_DECREF(msg);
+    if (r == 0)
+        w->queue_bytes += size;
     return r;
 }
 
@@ -96,6 +124,8 @@ static PyObject *ws_queue_pop(m0_asgi_ws *w)
     if (ws_queue_len(w) == 0)
         return NULL;
     PyObject *msg = Py_NewRef(PyList_GET_ITEM(w->queue, w->queue_head));
+    size_t size = ws_msg_size(w, msg);
+    w->queue_bytes = size < w->queue_bytes ? w->queue_bytes - size : 0;
     w->queue_head++;
     if (w->queue_head == PyList_GET_SIZE(w->queue)) {
         if (PyList_SetSlice(w->queue, 0, PY_SSIZE_T_MAX, NULL) < 0)
@@ -179,7 +209,7 @@ void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
     w->disconnect_queued = 1;
     w->disconnect_code = code;
     Py_XSETREF(w->disconnect_reason, Py_XNewRef(reason));
-    if (ws_deliver(w, ws_disconnect_msg(w)) < 0)
+    if (ws_deliver(w, ws_disconnect_msg(w), 0) < 0)
         ws_log_error(w, "ASGI WebSocket disconnect delivery failed");
 }
 
@@ -251,8 +281,9 @@ static int ws_queue_message(m0_asgi_ws *w, int opcode, const uint8_t *data, size
         Py_DECREF(payload);
         return -1;
     }
+    size_t size = ws_payload_size(payload);
     Py_DECREF(payload);
-    return ws_deliver(w, msg);
+    return ws_deliver(w, msg, size);
 }
 
 static int ws_msg_append(m0_asgi_ws *w, const uint8_t *data, size_t len)
@@ -337,7 +368,7 @@ void m0_asgi_ws_pump(m0_asgi_ws *w)
     Py_INCREF(w);
     w->paused = w->write_paused = 0;
     while (w->state == WS_OPEN && ws_conn(w) != NULL) {
-        if (ws_queue_len(w) >= WS_MAX_QUEUE) {
+        if (ws_queue_len(w) >= WS_MAX_QUEUE || w->queue_bytes >= WS_MAX_QUEUE_BYTES) {
             w->paused = 1; /* resumed by receive() */
             break;
         }
@@ -449,7 +480,8 @@ static int ws_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
         msg = ws_queue_pop(w);
     }
     if (msg != NULL) {
-        if (w->paused && w->state == WS_OPEN && ws_queue_len(w) <= WS_MAX_QUEUE / 2)
+        if (w->paused && w->state == WS_OPEN && ws_queue_len(w) <= WS_MAX_QUEUE / 2 &&
+            w->queue_bytes <= WS_MAX_QUEUE_BYTES / 2)
             m0_asgi_ws_pump(w);
         *out = msg;
         return 1;
@@ -741,6 +773,7 @@ static PyObject *ws_task_done(PyObject *self, PyObject *task)
     if (PyList_SetSlice(w->queue, 0, PY_SSIZE_T_MAX, NULL) < 0)
         PyErr_Clear();
     w->queue_head = 0;
+    w->queue_bytes = 0;
     Py_DECREF(w);
     Py_XDECREF(exc);
     Py_RETURN_NONE;
