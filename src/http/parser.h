@@ -10,7 +10,8 @@
  * success, M0_PARSE_INCOMPLETE when more bytes are needed, or a negative
  * m0_parse_error whose HTTP status m0_parse_error_status() gives.
  *
- * Strictness (DESIGN.md section 4, RFC 9112): obs-fold, whitespace before the
+ * Strictness (docs/ARCHITECTURE.md, "HTTP/1.1 rules"; RFC 9112): obs-fold,
+ * whitespace before the
  * colon, NUL/CR/bare LF in values, invalid token characters, a bad request
  * line (a request-target octet that is non-ASCII, DQUOTE, '#', '<' or '>'
  * included), Content-Length together with Transfer-Encoding, differing or

@@ -283,7 +283,7 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
 size_t m0_ws_frame_header(uint8_t *out, int fin, int opcode, uint64_t payload_len, const uint8_t *mask)
 {
     size_t n;
-    uint8_t mbit = mask ? 0x80 : 0;
+    uint8_t mbit = mask != NULL ? 0x80 : 0;
 
     out[0] = (uint8_t)((fin ? 0x80 : 0) | (opcode & 0x0F));
     if (payload_len < 126) {
@@ -300,7 +300,7 @@ size_t m0_ws_frame_header(uint8_t *out, int fin, int opcode, uint64_t payload_le
             out[2 + k] = (uint8_t)(payload_len >> (56 - 8 * k));
         n = 10;
     }
-    if (mask) {
+    if (mask != NULL) {
         memcpy(out + n, mask, 4);
         n += 4;
     }

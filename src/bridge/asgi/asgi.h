@@ -1,5 +1,6 @@
 /* The ASGI 3 bridge (HTTP and lifespan-facing parts): an asynchronous
- * m0_handler driven from the worker's asyncio loop (DESIGN.md section 2).
+ * m0_handler driven from the worker's asyncio loop (docs/ARCHITECTURE.md,
+ * "The ASGI worker").
  *
  * The Python side (m0serve/asgi.py) registers the epoll fd of the C loop
  * (Server.fileno()) as an asyncio reader whose callback is Server.run_once.

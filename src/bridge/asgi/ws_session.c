@@ -39,7 +39,7 @@ static PyObject *ws_disconnect_msg(m0_asgi_ws *w)
     PyObject *m = m0_asgi_ws_msg_new(w, w->ws->t_disconnect);
     PyObject *code = PyLong_FromLong(w->disconnect_code);
     if (m == NULL || code == NULL || PyDict_SetItem(m, w->ws->s_code, code) < 0 ||
-        PyDict_SetItem(m, w->ws->s_reason, w->disconnect_reason ? w->disconnect_reason : w->ws->empty_str) < 0)
+        PyDict_SetItem(m, w->ws->s_reason, w->disconnect_reason != NULL ? w->disconnect_reason : w->ws->empty_str) < 0)
         Py_CLEAR(m);
     Py_XDECREF(code);
     return m;
@@ -253,7 +253,7 @@ void m0_asgi_ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send
         return;
     if (send_frame && w->state == WS_OPEN) {
         uint8_t payload[125];
-        size_t n = m0_ws_close_build(payload, code, reason, reason ? strlen(reason) : 0);
+        size_t n = m0_ws_close_build(payload, code, reason, reason != NULL ? strlen(reason) : 0);
         (void)ws_write_frame(w, M0_WS_OP_CLOSE, payload, n);
     }
     PyObject *r = NULL;

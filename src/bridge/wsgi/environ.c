@@ -145,7 +145,7 @@ int m0_wsgi_environ_init(m0_wsgi_state *st)
         }
         key[off + len] = '\0';
         st->hdr_key[i] = PyUnicode_InternFromString(key);
-        if (!st->hdr_key[i])
+        if (st->hdr_key[i] == NULL)
             return -1;
     }
     return 0;
@@ -170,17 +170,17 @@ void m0_wsgi_environ_clear_cache(m0_wsgi *w)
 static PyObject *latin1_cached(PyObject **slot, const char *s, size_t n)
 {
     PyObject *v = *slot;
-    if (v && (size_t)PyUnicode_GET_LENGTH(v) == n && memcmp(PyUnicode_1BYTE_DATA(v), s, n) == 0)
+    if (v != NULL && (size_t)PyUnicode_GET_LENGTH(v) == n && memcmp(PyUnicode_1BYTE_DATA(v), s, n) == 0)
         return Py_NewRef(v);
     v = PyUnicode_DecodeLatin1(s, (Py_ssize_t)n, NULL);
-    if (v)
+    if (v != NULL)
         Py_XSETREF(*slot, Py_NewRef(v));
     return v;
 }
 
 static PyObject *port_cached(PyObject **slot, int *cached, int port)
 {
-    if (*slot && *cached == port)
+    if (*slot != NULL && *cached == port)
         return Py_NewRef(*slot);
     /* not PyUnicode_FromFormat: it goes through sprintf */
     char buf[12], *p = buf + sizeof(buf);
@@ -190,7 +190,7 @@ static PyObject *port_cached(PyObject **slot, int *cached, int port)
         u /= 10;
     } while (u);
     PyObject *v = PyUnicode_DecodeLatin1(p, buf + sizeof(buf) - p, NULL);
-    if (v) {
+    if (v != NULL) {
         Py_XSETREF(*slot, Py_NewRef(v));
         *cached = port;
     }
@@ -226,7 +226,7 @@ static PyObject *method_str(m0_wsgi_state *st, m0_span m)
             v = M0_WSGI_STR(st, m_OPTIONS);
         break;
     }
-    if (v)
+    if (v != NULL)
         return Py_NewRef(v);
     return PyUnicode_DecodeLatin1(m.base, (Py_ssize_t)m.len, NULL);
 }
@@ -289,7 +289,7 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
         return latin1_cached(&w->path_val, p, n);
     if (n > sizeof(stack)) {
         buf = PyMem_Malloc(n);
-        if (!buf)
+        if (buf == NULL)
             return PyErr_NoMemory();
     }
     size_t m = percent_decode(p, n, buf);
@@ -308,7 +308,7 @@ static PyObject *path_info(m0_wsgi *w, m0_span path)
 /* env[key] = value, stealing value (NULL: an exception is set). */
 static inline int set_steal(PyObject *env, PyObject *key, PyObject *value)
 {
-    if (!value)
+    if (value == NULL)
         return -1;
     int rc = PyDict_SetItem(env, key, value);
     Py_DECREF(value);
@@ -321,16 +321,16 @@ static int join_value(PyObject *env, PyObject *key, PyObject *sep, PyObject *val
     PyObject *prev = PyDict_GetItemWithError(env, key); // borrowed
     PyObject *a = NULL, *b = NULL;
     int rc = -1;
-    if (!prev) {
+    if (prev == NULL) {
         if (PyErr_Occurred())
             return -1;
         return PyDict_SetItem(env, key, value);
     }
     a = PyUnicode_Concat(prev, sep);
-    if (!a)
+    if (a == NULL)
         goto error;
     b = PyUnicode_Concat(a, value);
-    if (!b)
+    if (b == NULL)
         goto error;
     rc = PyDict_SetItem(env, key, b);
 error:
@@ -346,11 +346,11 @@ static PyObject *header_key(m0_span name)
     char stack[256];
     char *buf = stack;
     PyObject *key;
-    if (memchr(name.base, '_', name.len))
+    if (memchr(name.base, '_', name.len) != NULL)
         return NULL;
     if (name.len + 5 > sizeof(stack)) {
         buf = PyMem_Malloc(name.len + 5);
-        if (!buf)
+        if (buf == NULL)
             return PyErr_NoMemory();
     }
     memcpy(buf, "HTTP_", 5);
@@ -390,7 +390,7 @@ static int add_headers(m0_wsgi *w, PyObject *env, const m0_request *req)
                 if (idx == HDR_CONTENT_LENGTH)
                     continue; /* identical duplicates only: the parser refuses others */
                 PyObject *value = PyUnicode_DecodeLatin1(h->value.base, (Py_ssize_t)h->value.len, NULL);
-                if (!value)
+                if (value == NULL)
                     return -1;
                 int rc = join_value(
                     env, key, idx == HDR_COOKIE ? M0_WSGI_STR(st, sep_semicolon) : M0_WSGI_STR(st, sep_comma), value);
@@ -412,19 +412,19 @@ static int add_headers(m0_wsgi *w, PyObject *env, const m0_request *req)
             continue;
         }
         PyObject *key = header_key(h->name);
-        if (!key) {
+        if (key == NULL) {
             if (PyErr_Occurred())
                 return -1;
             continue;
         }
         PyObject *value = PyUnicode_DecodeLatin1(h->value.base, (Py_ssize_t)h->value.len, NULL);
-        if (!value) {
+        if (value == NULL) {
             Py_DECREF(key);
             return -1;
         }
         PyObject *prev = PyDict_SetDefault(env, key, value); // borrowed
         int rc = 0;
-        if (!prev)
+        if (prev == NULL)
             rc = -1;
         else if (prev != value)
             rc = join_value(env, key, M0_WSGI_STR(st, sep_comma), value);
@@ -448,10 +448,10 @@ PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_
     m0_wsgi_state *st = w->st;
     PyObject *d = PyDict_New();
     PyObject *version = NULL, *dummies = NULL;
-    if (!d)
+    if (d == NULL)
         return NULL;
     version = Py_BuildValue("(ii)", 1, 0);
-    if (!version)
+    if (version == NULL)
         goto error;
     if (PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_version), version) < 0 ||
         PyDict_SetItem(d, M0_WSGI_STR(st, wsgi_url_scheme), url_scheme) < 0 ||
@@ -476,11 +476,11 @@ PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_
         if (PyDict_SetItem(d, st->str[per_request[i]], M0_WSGI_STR(st, empty)) < 0)
             goto error;
     dummies = PyList_New(0);
-    if (!dummies)
+    if (dummies == NULL)
         goto error;
     for (int i = 0; PyDict_GET_SIZE(d) < TEMPLATE_GROW_TO; i++) {
         PyObject *k = PyUnicode_FromFormat("\x01m0serve-presize-%d", i);
-        if (!k || PyList_Append(dummies, k) < 0 || PyDict_SetItem(d, k, Py_None) < 0) {
+        if (k == NULL || PyList_Append(dummies, k) < 0 || PyDict_SetItem(d, k, Py_None) < 0) {
             Py_XDECREF(k);
             goto error;
         }
@@ -521,7 +521,7 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
     m0_target_authority ta;
     m0_wsgi_state *st = w->st;
     PyObject *env = PyDict_Copy(w->template);
-    if (!env)
+    if (env == NULL)
         return NULL;
     if (set_steal(env, M0_WSGI_STR(st, REQUEST_METHOD), method_str(st, req->method)) < 0 ||
         set_steal(env, M0_WSGI_STR(st, PATH_INFO), path_info(w, req->path)) < 0 ||

@@ -23,7 +23,7 @@ static PyObject *fw_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     m0_wsgi_file_wrapper *fw = (m0_wsgi_file_wrapper *)tp->tp_alloc(tp, 0);
-    if (!fw)
+    if (fw == NULL)
         return NULL;
     fw->filelike = Py_NewRef(filelike);
     fw->blksize = blksize;
@@ -33,7 +33,7 @@ static PyObject *fw_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static PyObject *fw_iternext(m0_wsgi_file_wrapper *fw)
 {
     PyObject *data = PyObject_CallMethod(fw->filelike, "read", "n", fw->blksize);
-    if (!data)
+    if (data == NULL)
         return NULL;
     int empty = PyObject_Not(data);
     if (empty != 0) {
@@ -46,7 +46,7 @@ static PyObject *fw_iternext(m0_wsgi_file_wrapper *fw)
 static PyObject *fw_close(m0_wsgi_file_wrapper *fw, PyObject *Py_UNUSED(ignored))
 {
     PyObject *close = PyObject_GetAttrString(fw->filelike, "close");
-    if (!close) {
+    if (close == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return NULL;
         PyErr_Clear();
@@ -115,7 +115,7 @@ PyType_Spec m0_wsgi_file_wrapper_spec = {
 static int fw_regular_fd(m0_wsgi_file_wrapper *fw, off_t *pos, off_t *size)
 {
     PyObject *r = PyObject_CallMethod(fw->filelike, "fileno", NULL);
-    if (!r) {
+    if (r == NULL) {
         PyErr_Clear(); /* no fileno (BytesIO, ...): iterate instead */
         return -1;
     }
@@ -132,7 +132,7 @@ static int fw_regular_fd(m0_wsgi_file_wrapper *fw, off_t *pos, off_t *size)
      * offset may be ahead of it by the read-ahead. */
     off_t p = -1;
     r = PyObject_CallMethod(fw->filelike, "tell", NULL);
-    if (r) {
+    if (r != NULL) {
         p = (off_t)PyLong_AsLongLong(r);
         Py_DECREF(r);
     }
@@ -153,7 +153,7 @@ static int fw_regular_fd(m0_wsgi_file_wrapper *fw, off_t *pos, off_t *size)
 static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
     int blocking = sr->w->pooled;
-    while (park->left > 0 && sr->c) {
+    while (park->left > 0 && sr->c != NULL) {
         ssize_t n = m0_conn_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
         if (n == -EAGAIN)
             return 2;
@@ -172,7 +172,7 @@ static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 
 int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
-    if (!sr->c) {
+    if (sr->c == NULL) {
         sr->write_error = -ECONNRESET;
         return 0;
     }
@@ -187,7 +187,7 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
     int fd = fw_regular_fd(fw, &pos, &size);
     if (fd < 0)
         return 0;
-    if (!sr->active || !sr->c) {
+    if (!sr->active || sr->c == NULL) {
         sr->write_error = -ECONNRESET;
         return 1;
     }

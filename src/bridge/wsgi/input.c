@@ -50,7 +50,7 @@ static void input_set_error(int err)
         break;
     }
     PyObject *args = Py_BuildValue("(is)", -err, msg);
-    if (args) {
+    if (args != NULL) {
         PyErr_SetObject(PyExc_OSError, args);
         Py_DECREF(args);
     }
@@ -60,7 +60,7 @@ static void input_set_error(int err)
  * of the body (or when the request is over), -1 with an exception. */
 static Py_ssize_t input_raw(m0_wsgi_input *in, char *dst, size_t cap)
 {
-    if (in->eof || !in->c)
+    if (in->eof || in->c == NULL)
         return 0;
     if (in->err) {
         input_set_error(in->err);
@@ -98,7 +98,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     if (want == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
     /* Bound the allocation by what the body can still hold. */
-    if (in->eof || !in->c)
+    if (in->eof || in->c == NULL)
         alloc = buffered;
     else if (in->remaining >= 0)
         alloc = buffered + ((uint64_t)in->remaining < INPUT_TRUST_MAX ? (size_t)in->remaining : INPUT_TRUST_MAX);
@@ -107,7 +107,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     if (alloc > want)
         alloc = want;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)alloc);
-    if (!out || alloc == 0)
+    if (out == NULL || alloc == 0)
         return out;
     char *dst = PyBytes_AS_STRING(out);
     if (buffered) {
@@ -118,7 +118,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     }
     while (got < want) {
         if (got == alloc) {
-            if (in->eof || !in->c)
+            if (in->eof || in->c == NULL)
                 break;
             size_t next = alloc * 2;
             if (next > want)
@@ -181,9 +181,9 @@ static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
 
     if (want == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
-    if (!in->buf) {
+    if (in->buf == NULL) {
         in->buf = PyMem_Malloc(INPUT_READAHEAD);
-        if (!in->buf)
+        if (in->buf == NULL)
             return PyErr_NoMemory();
         in->cap = INPUT_READAHEAD;
     }
@@ -202,9 +202,9 @@ static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
         if (scan > want - got)
             scan = want - got;
         const char *nl = memchr(p, '\n', scan);
-        size_t take = nl ? (size_t)(nl - p) + 1 : scan;
+        size_t take = nl != NULL ? (size_t)(nl - p) + 1 : scan;
         in->pos += take;
-        if (!out && (nl || take == want)) {
+        if (out == NULL && (nl != NULL || take == want)) {
             /* the whole line is in the readahead: one copy */
             return PyBytes_FromStringAndSize(p, (Py_ssize_t)take);
         }
@@ -213,9 +213,9 @@ static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
             size_t ncap = ocap ? ocap * 2 : 2 * INPUT_READAHEAD;
             while (ncap < got + take)
                 ncap *= 2;
-            if (!out) {
+            if (out == NULL) {
                 out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ncap);
-                if (!out)
+                if (out == NULL)
                     goto error;
             } else if (_PyBytes_Resize(&out, (Py_ssize_t)ncap) < 0) {
                 goto error;
@@ -224,10 +224,10 @@ static PyObject *input_readline_n(m0_wsgi_input *in, Py_ssize_t limit)
         }
         memcpy(PyBytes_AS_STRING(out) + got, p, take);
         got += take;
-        if (nl || got == want)
+        if (nl != NULL || got == want)
             break;
     }
-    if (!out)
+    if (out == NULL)
         return PyBytes_FromStringAndSize(NULL, 0);
     if (_PyBytes_Resize(&out, (Py_ssize_t)got) < 0)
         goto error;
@@ -253,11 +253,11 @@ static PyObject *input_readlines(m0_wsgi_input *in, PyObject *const *args, Py_ss
     if (size_arg(args, nargs, "readlines", &hint) < 0)
         return NULL;
     lines = PyList_New(0);
-    if (!lines)
+    if (lines == NULL)
         return NULL;
     for (;;) {
         line = input_readline_n(in, -1);
-        if (!line)
+        if (line == NULL)
             goto error;
         if (PyBytes_GET_SIZE(line) == 0)
             break;
@@ -279,7 +279,7 @@ error:
 static PyObject *input_iternext(m0_wsgi_input *in)
 {
     PyObject *line = input_readline_n(in, -1);
-    if (line && PyBytes_GET_SIZE(line) == 0) {
+    if (line != NULL && PyBytes_GET_SIZE(line) == 0) {
         Py_DECREF(line);
         return NULL; /* StopIteration */
     }

@@ -47,7 +47,7 @@ static int head_reserve(m0_wsgi *w, size_t need)
     while (cap < need)
         cap *= 2;
     char *p = PyMem_Realloc(w->head, cap);
-    if (!p) {
+    if (p == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -92,7 +92,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     int code;
 
     sr->status = 0;
-    if (!s)
+    if (s == NULL)
         return -1;
     if (!m0_valid_status_line(s, (size_t)slen)) {
         PyErr_Format(PyExc_ValueError, "invalid status %R: expected '<3 digits> <reason>' without control characters",
@@ -128,10 +128,10 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyObject *ovalue = PySequence_Fast_GET_ITEM(item, 1); // borrowed
         Py_ssize_t nlen, vlen;
         const char *name = latin1_view(oname, &nlen, "header name");
-        if (!name)
+        if (name == NULL)
             return -1;
         const char *value = latin1_view(ovalue, &vlen, "header value");
-        if (!value)
+        if (value == NULL)
             return -1;
         switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0)) {
         case M0_FIELD_KEEP:
@@ -193,15 +193,15 @@ static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         PyErr_Format(PyExc_TypeError, "start_response() takes at most 3 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (kwnames) {
+    if (kwnames != NULL) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
             PyObject *kw = PyTuple_GET_ITEM(kwnames, i); // borrowed
             PyObject *v = args[nargs + i];               // borrowed
-            if (PyUnicode_CompareWithASCIIString(kw, "status") == 0 && !status)
+            if (PyUnicode_CompareWithASCIIString(kw, "status") == 0 && status == NULL)
                 status = v;
             else if ((PyUnicode_CompareWithASCIIString(kw, "response_headers") == 0 ||
                       PyUnicode_CompareWithASCIIString(kw, "headers") == 0) &&
-                     !headers)
+                     headers == NULL)
                 headers = v;
             else if (PyUnicode_CompareWithASCIIString(kw, "exc_info") == 0 && nargs < 3)
                 exc_info = v;
@@ -211,7 +211,7 @@ static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nar
             }
         }
     }
-    if (!status || !headers) {
+    if (status == NULL || headers == NULL) {
         PyErr_SetString(PyExc_TypeError, "start_response() missing required arguments status and response_headers");
         return NULL;
     }
@@ -276,13 +276,13 @@ PyType_Spec m0_wsgi_sr_spec = {
     .slots = sr_slots,
 };
 
-/* ---- write() ---- */
+/* --- write() --- */
 
 static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     m0_wsgi_sr *sr = ((m0_wsgi_write *)self)->sr;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
         PyErr_SetString(PyExc_TypeError, "write() takes exactly one bytes argument");
         return NULL;
     }
@@ -305,7 +305,7 @@ static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t 
     struct iovec iov = {PyBytes_AS_STRING(data), len};
     if (m0_wsgi_send(sr, &iov, 1, len, 0) < 0) {
         PyObject *a = Py_BuildValue("(is)", sr->write_error ? -sr->write_error : ECONNRESET, "client disconnected");
-        if (a) {
+        if (a != NULL) {
             PyErr_SetObject(PyExc_OSError, a);
             Py_DECREF(a);
         }
@@ -361,7 +361,7 @@ PyType_Spec m0_wsgi_write_spec = {
 PyObject *m0_wsgi_write_new(m0_wsgi_state *st, m0_wsgi_sr *sr)
 {
     m0_wsgi_write *wr = PyObject_GC_New(m0_wsgi_write, st->write_type);
-    if (!wr)
+    if (wr == NULL)
         return NULL;
     wr->vectorcall = write_vectorcall;
     wr->sr = (m0_wsgi_sr *)Py_NewRef(sr);
@@ -372,14 +372,14 @@ PyObject *m0_wsgi_write_new(m0_wsgi_state *st, m0_wsgi_sr *sr)
 m0_wsgi_sr *m0_wsgi_sr_new(m0_wsgi_state *st)
 {
     m0_wsgi_sr *sr = PyObject_New(m0_wsgi_sr, st->sr_type);
-    if (!sr)
+    if (sr == NULL)
         return NULL;
     memset((char *)sr + sizeof(PyObject), 0, sizeof(*sr) - sizeof(PyObject));
     sr->vectorcall = sr_vectorcall;
     return sr;
 }
 
-/* ---- sending ---- */
+/* --- sending --- */
 
 /* Append Date and Server (each unless the app sent its own), framing and
  * Connection to the head prefix. final: body_len bytes are the whole body. */
@@ -437,7 +437,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
 
     if (sr->write_error)
         return -1;
-    if (!sr->c) {
+    if (sr->c == NULL) {
         sr->write_error = -ECONNRESET;
         return -1;
     }

@@ -29,7 +29,7 @@ static int lookup_attr(PyObject *obj, PyObject *name, PyObject **out)
 #endif
 }
 
-/* ---- module state ---- */
+/* --- module state --- */
 
 static const char *const wsgi_strings[] = {
 #define M0_WSGI_STR_TEXT(id, text) text,
@@ -41,35 +41,35 @@ int m0_wsgi_module_init(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module); // borrowed
     m0_wsgi_state *st = PyMem_Calloc(1, sizeof(*st));
-    if (!st) {
+    if (st == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     ms->wsgi = st;
     st->sr_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_sr_spec, NULL);
-    if (!st->sr_type)
+    if (st->sr_type == NULL)
         return -1;
     st->write_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_write_spec, NULL);
-    if (!st->write_type)
+    if (st->write_type == NULL)
         return -1;
     st->input_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_input_spec, NULL);
-    if (!st->input_type)
+    if (st->input_type == NULL)
         return -1;
     st->file_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_file_wrapper_spec, NULL);
-    if (!st->file_wrapper_type)
+    if (st->file_wrapper_type == NULL)
         return -1;
     if (PyModule_AddObjectRef(module, "FileWrapper", (PyObject *)st->file_wrapper_type) < 0)
         return -1;
     for (int i = 0; i < M0_WSGI_S_COUNT; i++) {
         st->str[i] = PyUnicode_InternFromString(wsgi_strings[i]);
-        if (!st->str[i])
+        if (st->str[i] == NULL)
             return -1;
     }
     st->exc_info_kwnames = PyTuple_Pack(1, M0_WSGI_STR(st, exc_info));
-    if (!st->exc_info_kwnames)
+    if (st->exc_info_kwnames == NULL)
         return -1;
     st->file_kwnames = PyTuple_Pack(1, M0_WSGI_STR(st, file));
-    if (!st->file_kwnames)
+    if (st->file_kwnames == NULL)
         return -1;
     return m0_wsgi_environ_init(st);
 }
@@ -77,8 +77,8 @@ int m0_wsgi_module_init(PyObject *module)
 int m0_wsgi_module_traverse(PyObject *module, visitproc visit, void *arg)
 {
     m0_module_state *ms = m0_module_state_get(module); // borrowed
-    m0_wsgi_state *st = ms ? ms->wsgi : NULL;
-    if (!st)
+    m0_wsgi_state *st = ms != NULL ? ms->wsgi : NULL;
+    if (st == NULL)
         return 0;
     Py_VISIT(st->sr_type);
     Py_VISIT(st->write_type);
@@ -90,8 +90,8 @@ int m0_wsgi_module_traverse(PyObject *module, visitproc visit, void *arg)
 void m0_wsgi_module_clear(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module); // borrowed
-    m0_wsgi_state *st = ms ? ms->wsgi : NULL;
-    if (!st)
+    m0_wsgi_state *st = ms != NULL ? ms->wsgi : NULL;
+    if (st == NULL)
         return;
     ms->wsgi = NULL;
     Py_CLEAR(st->sr_type);
@@ -107,12 +107,12 @@ void m0_wsgi_module_clear(PyObject *module)
     PyMem_Free(st);
 }
 
-/* ---- the per-request trio ---- */
+/* --- the per-request trio --- */
 
 static m0_wsgi_input *input_new(m0_wsgi_state *st)
 {
     m0_wsgi_input *in = PyObject_New(m0_wsgi_input, st->input_type);
-    if (!in)
+    if (in == NULL)
         return NULL;
     memset((char *)in + sizeof(PyObject), 0, sizeof(*in) - sizeof(PyObject));
     return in;
@@ -123,11 +123,12 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
  * (which becomes the server's). */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
-    if (!(w->sr && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 && Py_REFCNT(w->input) == 1)) {
+    if (!(w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 &&
+          Py_REFCNT(w->input) == 1)) {
         m0_wsgi_sr *nsr = m0_wsgi_sr_new(w->st);
-        PyObject *nwr = nsr ? m0_wsgi_write_new(w->st, nsr) : NULL;
-        m0_wsgi_input *nin = nwr ? input_new(w->st) : NULL;
-        if (!nin) {
+        PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
+        m0_wsgi_input *nin = nwr != NULL ? input_new(w->st) : NULL;
+        if (nin == NULL) {
             Py_XDECREF(nwr);
             Py_XDECREF(nsr);
             return -1;
@@ -169,14 +170,14 @@ static void sr_end(m0_wsgi_sr *sr)
 {
     sr->active = 0;
     sr->c = NULL;
-    if (sr->input)
+    if (sr->input != NULL)
         sr->input->c = NULL;
     sr->input = NULL;
     sr->write = NULL;
     sr->w = NULL;
 }
 
-/* ---- the bridge ---- */
+/* --- the bridge --- */
 
 m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
 {
@@ -184,7 +185,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
     PyObject *script_name = NULL;
     m0_wsgi *w = NULL;
 
-    if (!ms->wsgi) {
+    if (ms->wsgi == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the WSGI bridge is not initialised");
         return NULL;
     }
@@ -197,7 +198,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
         return NULL;
     }
     w = PyMem_Calloc(1, sizeof(*w));
-    if (!w) {
+    if (w == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -218,7 +219,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
      * latin-1 tunnel, like PATH_INFO. */
     Py_ssize_t rlen;
     const char *root = PyUnicode_AsUTF8AndSize(opts->root_path, &rlen);
-    if (!root)
+    if (root == NULL)
         goto error;
     while (rlen > 0 && root[rlen - 1] == '/')
         rlen--;
@@ -228,7 +229,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
     }
     if (rlen > 0) {
         w->root = PyMem_Malloc((size_t)rlen);
-        if (!w->root) {
+        if (w->root == NULL) {
             PyErr_NoMemory();
             goto error;
         }
@@ -236,10 +237,10 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
         w->root_len = (size_t)rlen;
     }
     script_name = PyUnicode_DecodeLatin1(root, rlen, NULL);
-    if (!script_name)
+    if (script_name == NULL)
         goto error;
     w->template = m0_wsgi_template_new(w, opts->url_scheme, script_name);
-    if (!w->template)
+    if (w->template == NULL)
         goto error;
     Py_DECREF(script_name);
     return w;
@@ -252,7 +253,7 @@ error:
 m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
 {
     m0_wsgi *w = PyMem_Calloc(1, sizeof(*w));
-    if (!w) {
+    if (w == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -267,7 +268,7 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
     w->pooled = 1;
     if (src->root_len) {
         w->root = PyMem_Malloc(src->root_len);
-        if (!w->root) {
+        if (w->root == NULL) {
             PyErr_NoMemory();
             m0_wsgi_free(w);
             return NULL;
@@ -280,9 +281,9 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
 
 void m0_wsgi_free(m0_wsgi *w)
 {
-    if (!w)
+    if (w == NULL)
         return;
-    if (w->sr && w->sr->active)
+    if (w->sr != NULL && w->sr->active)
         sr_end(w->sr);
     Py_CLEAR(w->sr);
     Py_CLEAR(w->write);
@@ -298,7 +299,7 @@ void m0_wsgi_free(m0_wsgi *w)
     PyMem_Free(w);
 }
 
-/* ---- logging ---- */
+/* --- logging --- */
 
 /* Log msg (a printf-free literal) with the request line and, when exc is not
  * NULL, its traceback: logger.error(msg + " %s %s", method, target,
@@ -312,33 +313,33 @@ static void log_error(m0_wsgi *w, const char *msg, const m0_request *req, PyObje
 
     method = PyUnicode_DecodeLatin1(req->method.base, (Py_ssize_t)req->method.len, NULL);
     target = PyUnicode_DecodeLatin1(req->target.base, (Py_ssize_t)req->target.len, NULL);
-    if (!method || !target)
+    if (method == NULL || target == NULL)
         goto error;
     if (logger != Py_None) {
         fmt = PyUnicode_FromFormat("%s: %%s %%s", msg);
-        if (!fmt)
+        if (fmt == NULL)
             goto error;
         PyObject *args[5] = {logger, fmt, method, target, exc};
         r = PyObject_VectorcallMethod(M0_WSGI_STR(st, error), args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                      exc ? st->exc_info_kwnames : NULL);
-        if (!r)
+                                      exc != NULL ? st->exc_info_kwnames : NULL);
+        if (r == NULL)
             goto error;
     } else if (errors != Py_None) {
         line = PyUnicode_FromFormat("%s: %U %U\n", msg, method, target);
-        if (!line)
+        if (line == NULL)
             goto error;
         r = PyObject_CallMethod(errors, "write", "O", line);
-        if (!r)
+        if (r == NULL)
             goto error;
         Py_CLEAR(r);
-        if (exc) {
+        if (exc != NULL) {
             tbmod = PyImport_ImportModule("traceback");
-            if (!tbmod)
+            if (tbmod == NULL)
                 goto error;
             PyObject *args[3] = {tbmod, exc, errors};
             r = PyObject_VectorcallMethod(M0_WSGI_STR(st, print_exception), args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                           st->file_kwnames);
-            if (!r)
+            if (r == NULL)
                 goto error;
         }
     }
@@ -354,11 +355,11 @@ done:
     Py_XDECREF(target);
     Py_DECREF(logger);
     Py_DECREF(errors);
-    if (saved)
+    if (saved != NULL)
         m0_exc_restore(saved);
 }
 
-/* ---- the response ---- */
+/* --- the response --- */
 
 /* result.close() when it has one. -1 with an exception when close raised. */
 static int result_close(m0_wsgi *w, PyObject *result)
@@ -368,11 +369,11 @@ static int result_close(m0_wsgi *w, PyObject *result)
         return 0;
     if (lookup_attr(result, M0_WSGI_STR(w->st, close), &close) < 0)
         return -1;
-    if (!close)
+    if (close == NULL)
         return 0;
     r = PyObject_CallNoArgs(close);
     Py_DECREF(close);
-    if (!r)
+    if (r == NULL)
         return -1;
     Py_DECREF(r);
     return 0;
@@ -410,7 +411,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
                 break; /* peer gone, or past the Content-Length */
         }
         Py_CLEAR(item);
-        if (!sr->c) /* closed while the iterator ran */
+        if (sr->c == NULL) /* closed while the iterator ran */
             break;
         if (can_park(sr))
             return 1;
@@ -422,7 +423,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
         PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
         return -1;
     }
-    if (!sr->write_error && !sr->overflow && sr->c)
+    if (!sr->write_error && !sr->overflow && sr->c != NULL)
         m0_wsgi_send(sr, NULL, 0, 0, 1);
     return 0;
 error:
@@ -485,7 +486,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
     }
 
     PyObject *it = PyObject_GetIter(result);
-    if (!it)
+    if (it == NULL)
         return -1;
     int rc = iter_send(sr, it);
     if (rc == 1) {
@@ -546,30 +547,30 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
         }
         if (sr->overflow)
             log_error(w, "WSGI response longer than its Content-Length: truncated, connection closed", req, NULL);
-        else if (sr->head_sent && !sr->write_error && sr->c && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
+        else if (sr->head_sent && !sr->write_error && sr->c != NULL && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
                  sr->content_length >= 0 && sr->sent < (uint64_t)sr->content_length)
             log_error(w, "WSGI response shorter than its Content-Length: connection closed", req, NULL);
         status = sr->status;
         keep_alive = m0_wsgi_keep_alive(sr);
     } else {
         exc = m0_exc_fetch();
-        if (result && result_close(w, result) < 0)
+        if (result != NULL && result_close(w, result) < 0)
             close_exc = m0_exc_fetch();
         status = sr->head_sent ? sr->status : error_status(sr, in);
-        if (exc && !sr->write_error && in->err == 0 && sr->c) {
+        if (exc != NULL && !sr->write_error && in->err == 0 && sr->c != NULL) {
             log_error(w,
                       sr->head_sent
                           ? "Exception in WSGI application after the response head was sent: connection closed"
                           : "Exception in WSGI application",
                       req, exc);
         }
-        if (close_exc) {
+        if (close_exc != NULL) {
             log_error(w, "Exception in the close() of a WSGI response", req, close_exc);
             Py_CLEAR(close_exc);
         }
-        if (exc && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
+        if (exc != NULL && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
             interrupted = 1;
-        if (!sr->head_sent && sr->c && !sr->write_error && status) {
+        if (!sr->head_sent && sr->c != NULL && !sr->write_error && status) {
             char buf[512];
             int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
             if (n > 0) {
@@ -594,8 +595,8 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
     if (w->pooled) {
         /* The connection is this thread's until it is handed back, closed
          * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
-        m0_conn_complete(c, live ? keep_alive : 0, status, body_bytes);
-    } else if (live) {
+        m0_conn_complete(c, live != NULL ? keep_alive : 0, status, body_bytes);
+    } else if (live != NULL) {
         m0_conn_finish(live, keep_alive, status, body_bytes);
     }
 }
@@ -645,7 +646,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
     Py_CLEAR(env);
     if (!failed) {
         int rc = result_send(w, sr, result, &resume);
-        if (rc == 1 && sr->c) {
+        if (rc == 1 && sr->c != NULL) {
             m0_wsgi_parked *p = PyMem_Calloc(1, sizeof(*p));
             if (p != NULL) {
                 p->w = w;
@@ -682,7 +683,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
     p->running = 0;
     if (rc == 2)
         rc = 1;
-    if (rc == 1 && sr->c) {
+    if (rc == 1 && sr->c != NULL) {
         w->active = outer;
         m0_conn_park(c);
         return;
@@ -708,15 +709,15 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
     if (what != M0_CONN_CLOSED)
         return;
     m0_wsgi_sr *sr = w->active;
-    if (sr && sr->c == c) {
+    if (sr != NULL && sr->c == c) {
         sr->c = NULL;
-        if (sr->input)
+        if (sr->input != NULL)
             sr->input->c = NULL;
     }
     if (p != NULL) {
         /* The peer of a parked response went away. */
         p->sr->c = NULL;
-        if (p->sr->input)
+        if (p->sr->input != NULL)
             p->sr->input->c = NULL;
         if (p->running)
             return; /* the resume in progress ends it */
