@@ -1,10 +1,6 @@
 /* Response heads and the check of an application's header fields (head.h). */
 #include "head.h"
 
-#include "../http/parser.h"
-#include "../http/response.h"
-#include "http_rules.h"
-
 int m0_head_grow(m0_head *h, size_t more)
 {
     size_t cap = h->cap ? h->cap * 2 : 1024;
@@ -20,67 +16,6 @@ int m0_head_grow(m0_head *h, size_t more)
     h->buf = p;
     h->cap = cap;
     return 0;
-}
-
-static int parse_length(const char *s, size_t n, int64_t *out)
-{
-    if (n == 0 || n > 18)
-        return -1;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-#define NAME_IS(s, n, lit) m0_span_ieq((m0_span){(s), (n)}, lit, sizeof(lit) - 1)
-
-int m0_head_field(m0_head_fields *f, const char *name, size_t nlen, const char *value, size_t vlen, unsigned own)
-{
-    if (!m0_valid_header_name(name, nlen))
-        return M0_FIELD_BAD_NAME;
-    if (!m0_valid_header_value(value, vlen))
-        return M0_FIELD_BAD_VALUE;
-    unsigned hop = m0_hop_by_hop(name, nlen);
-    if (hop != 0) {
-        if (hop == M0_HOP_UPGRADE && (own & M0_HEAD_KEEP_UPGRADE))
-            return M0_FIELD_KEEP;
-        if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, vlen))
-            f->close = 1;
-        f->dropped |= hop;
-        return M0_FIELD_DROP;
-    }
-    /* The length decides which name it can be: most fields cost no compare. */
-    switch (nlen) {
-    case 4:
-        if (NAME_IS(name, nlen, "date"))
-            f->has_date = 1;
-        break;
-    case 6:
-        if (NAME_IS(name, nlen, "server"))
-            f->has_server = 1;
-        break;
-    case 14:
-        if (NAME_IS(name, nlen, "content-length")) {
-            if (own & M0_HEAD_OWN_CONTENT_LENGTH)
-                return M0_FIELD_DROP;
-            int64_t cl;
-            if (parse_length(value, vlen, &cl) < 0)
-                return M0_FIELD_BAD_LENGTH;
-            if (f->content_length >= 0)
-                return f->content_length == cl ? M0_FIELD_DROP : M0_FIELD_DIFFERING_LENGTH;
-            f->content_length = cl;
-        }
-        break;
-    case 20:
-        if ((own & M0_HEAD_OWN_WS_ACCEPT) && NAME_IS(name, nlen, "sec-websocket-accept"))
-            return M0_FIELD_DROP;
-        break;
-    }
-    return M0_FIELD_KEEP;
 }
 
 /* A bytes-like item of a header pair (str refused). */

@@ -32,6 +32,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../http/parser.h"
+#include "../http/response.h"
+#include "http_rules.h"
+
 typedef struct {
     char *buf; /* inline storage or PyMem */
     size_t len, cap;
@@ -95,8 +99,70 @@ enum {
     M0_FIELD_DIFFERING_LENGTH = -4, /* a second Content-Length with another value */
 };
 
-/* Check one field and record it in *f: an M0_FIELD_* status. No Python. */
-int m0_head_field(m0_head_fields *f, const char *name, size_t nlen, const char *value, size_t vlen, unsigned own);
+/* A Content-Length value: 1 to 18 digits. 0 and *out, or -1. */
+static inline int m0_head_parse_length(const char *s, size_t n, int64_t *out)
+{
+    if (n == 0 || n > 18)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+#define M0_HEAD_NAME_IS(s, n, lit) m0_span_ieq((m0_span){(s), (n)}, lit, sizeof(lit) - 1)
+
+/* Check one field and record it in *f: an M0_FIELD_* status. No Python.
+ * Inline: WSGI's start_response runs it on every field of every response. */
+static inline int m0_head_field(m0_head_fields *f, const char *name, size_t nlen, const char *value, size_t vlen,
+                                unsigned own)
+{
+    if (!m0_valid_header_name(name, nlen))
+        return M0_FIELD_BAD_NAME;
+    if (!m0_valid_header_value(value, vlen))
+        return M0_FIELD_BAD_VALUE;
+    unsigned hop = m0_hop_by_hop(name, nlen);
+    if (hop != 0) {
+        if (hop == M0_HOP_UPGRADE && (own & M0_HEAD_KEEP_UPGRADE))
+            return M0_FIELD_KEEP;
+        if (hop == M0_HOP_CONNECTION && m0_connection_has_close(value, vlen))
+            f->close = 1;
+        f->dropped |= hop;
+        return M0_FIELD_DROP;
+    }
+    /* The length decides which name it can be: most fields cost no compare. */
+    switch (nlen) {
+    case 4:
+        if (M0_HEAD_NAME_IS(name, nlen, "date"))
+            f->has_date = 1;
+        break;
+    case 6:
+        if (M0_HEAD_NAME_IS(name, nlen, "server"))
+            f->has_server = 1;
+        break;
+    case 14:
+        if (M0_HEAD_NAME_IS(name, nlen, "content-length")) {
+            if (own & M0_HEAD_OWN_CONTENT_LENGTH)
+                return M0_FIELD_DROP;
+            int64_t cl;
+            if (m0_head_parse_length(value, vlen, &cl) < 0)
+                return M0_FIELD_BAD_LENGTH;
+            if (f->content_length >= 0)
+                return f->content_length == cl ? M0_FIELD_DROP : M0_FIELD_DIFFERING_LENGTH;
+            f->content_length = cl;
+        }
+        break;
+    case 20:
+        if ((own & M0_HEAD_OWN_WS_ACCEPT) && M0_HEAD_NAME_IS(name, nlen, "sec-websocket-accept"))
+            return M0_FIELD_DROP;
+        break;
+    }
+    return M0_FIELD_KEEP;
+}
 
 /* Check an ASGI headers iterable (None or NULL: nothing) of [name, value]
  * pairs (any 2-item sequence) of bytes-like objects (not str) and append

@@ -112,20 +112,6 @@ int m0_parse_error_status(int err)
     }
 }
 
-int m0_span_ieq(m0_span s, const char *lower_literal, size_t lower_len)
-{
-    if (s.len != lower_len)
-        return 0;
-    for (size_t i = 0; i < lower_len; i++) {
-        unsigned char c = (unsigned char)s.base[i];
-        if (c >= 'A' && c <= 'Z')
-            c |= 0x20;
-        if (c != (unsigned char)lower_literal[i])
-            return 0;
-    }
-    return 1;
-}
-
 #define SPAN_IEQ(s, lit) m0_span_ieq((s), lit, sizeof(lit) - 1)
 
 /* m0_span_ieq for a field name (a token) against a literal of lowercase

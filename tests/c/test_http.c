@@ -461,6 +461,19 @@ static void test_spans(void)
     CHECK(m0_span_ieq(s, "content-length", 14));
     CHECK(!m0_span_ieq(s, "content-lengtx", 14));
     CHECK(!m0_span_ieq(s, "content-length", 13));
+    /* Every octet at every position of a 20-octet span (both word lanes and
+     * the tail) against a byte-at-a-time reference: only 'A'-'Z' fold. */
+    const char *lit = "sec-websocket-accept";
+    for (size_t pos = 0; pos < 20; pos++) {
+        for (int c = 0; c < 256; c++) {
+            char b[20];
+            memcpy(b, "Sec-WebSocket-Accept", 20);
+            b[pos] = (char)c;
+            int lc = c >= 'A' && c <= 'Z' ? c | 0x20 : c;
+            int want = lc == (unsigned char)lit[pos];
+            CHECK_INT(m0_span_ieq((m0_span){b, 20}, lit, 20), want, "span_ieq octet");
+        }
+    }
 }
 
 /* Every octet value at every position of a long value and a long target,
