@@ -81,8 +81,11 @@ bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 
+# Debian names the binary after its version; the newest one installed wins.
+CLANG_FORMAT ?= $(shell command -v clang-format || ls /usr/bin/clang-format-[0-9]* 2>/dev/null | sort -V | tail -1)
+
 format:
-	clang-format -i $$(find src tests/c fuzz bench -name '*.[ch]')
+	$(CLANG_FORMAT) -i $$(find src tests/c fuzz bench -name '*.[ch]')
 
 clean:
 	rm -rf build tests/c/build fuzz/build .venv-* .bench-venv bench/floor/build
