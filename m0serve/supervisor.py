@@ -25,6 +25,7 @@ run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit 
 """
 from __future__ import annotations
 
+import enum
 import mmap
 import os
 import random
@@ -34,16 +35,25 @@ import struct
 import sys
 import time
 
-from . import hooks, logs, worker
-from .cli import open_listeners, remove_pid_file, resolve_app, write_pid_file
+from . import hooks, logs, pidfile, sockets, worker
+from .loader import resolve_app
 
 log = logs.log
 
 HEARTBEAT_SLOTS = 1024
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-           signal.SIGUSR1, signal.SIGCHLD)
+           signal.SIGUSR1, signal.SIGCHLD)  # each runs Supervisor.handle_<name>
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD)  # still handled while stopping
 DUMP_GRACE = 1.0  # seconds between the stack-dump signal and SIGKILL
 DRAIN_ACK_WAIT = 1.0  # seconds to wait for workers to stop accepting before closing the listeners
+
+
+class Stopping(enum.Enum):
+    """How far the supervisor is in stopping."""
+
+    NO = "no"  # serving
+    GRACEFUL = "graceful"  # TERM/INT: workers drain, bounded by --graceful-timeout
+    FAST = "fast"  # QUIT or a second TERM/INT: workers close everything now
 
 
 def _now():
@@ -87,7 +97,7 @@ class Supervisor:
         self.workers = {}  # pid -> Worker
         self.generation = 0
         self.pending_signals = []
-        self.stopping = None  # None | "graceful" | "fast"
+        self.stopping = Stopping.NO
         self.stop_deadline = None
         self.stop_requested = 0.0
         self.listeners_stopped = False
@@ -124,9 +134,9 @@ class Supervisor:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
         if cfg.preload and not cfg.reload:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
-        self.listeners = open_listeners(cfg)
+        self.listeners = sockets.open_listeners_or_exit(cfg)
         if cfg.pid_file:
-            write_pid_file(cfg.pid_file)
+            pidfile.write(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
@@ -167,7 +177,7 @@ class Supervisor:
         for listener in self.listeners:
             listener.close()
         if self.cfg.pid_file:
-            remove_pid_file(self.cfg.pid_file)
+            pidfile.remove(self.cfg.pid_file)
         signal.set_wakeup_fd(-1)
 
     def _on_signal(self, signum, frame):
@@ -179,15 +189,15 @@ class Supervisor:
         while True:
             self._handle_signals()
             self._reap()
-            if self.stopping and not self.workers:
+            if self.stopping is not Stopping.NO and not self.workers:
                 log.info("supervisor %d: all workers stopped; exiting", os.getpid())
                 return
-            if self.stopping is None:
+            if self.stopping is Stopping.NO:
                 self._check_reload()
                 self._maintain()
                 self._check_heartbeats()
             self._enforce_deadlines()
-            if self.stopping and not self.listeners_stopped:
+            if self.stopping is not Stopping.NO and not self.listeners_stopped:
                 self._maybe_stop_listening()
             for key, _ in self.selector.select(self._tick()):
                 if key.data is None:
@@ -238,47 +248,62 @@ class Supervisor:
     # --- signals --------------------------------------------------------------------
 
     def _handle_signals(self):
+        """Run handle_<name> for each queued signal, in arrival order (gunicorn's arbiter)."""
         while self.pending_signals:
-            sig = self.pending_signals.pop(0)
-            if sig == signal.SIGCHLD:
-                continue  # _reap() runs every iteration
-            if sig in (signal.SIGTERM, signal.SIGINT):
-                if self.stopping:
-                    log.info("second %s: stopping now", signal.Signals(sig).name)
-                    self._stop(fast=True)
-                else:
-                    log.info("%s: graceful stop (up to %gs)", signal.Signals(sig).name, self.cfg.graceful_timeout)
-                    self._stop(fast=False)
-            elif sig == signal.SIGQUIT:
-                log.info("SIGQUIT: stopping now")
-                self._stop(fast=True)
-            elif self.stopping:
-                continue
-            elif sig == signal.SIGHUP:
-                log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
-                self._start_rollout()
-            elif sig == signal.SIGTTIN:
-                self.target += 1
-                log.info("SIGTTIN: %d worker(s)", self.target)
-            elif sig == signal.SIGTTOU:
-                if self.target > 1:
-                    self.target -= 1
-                    log.info("SIGTTOU: %d worker(s)", self.target)
-                    self._retire_extra()
-                else:
-                    log.info("SIGTTOU ignored: already at 1 worker")
-            elif sig == signal.SIGUSR1:
-                logs.reopen()
-                self.reopened_at = _now()
-                # A booting worker has no handler yet: it is told once it is ready.
-                for w in self.workers.values():
-                    if w.ready:
-                        self._kill(w, signal.SIGUSR1)
+            sig = signal.Signals(self.pending_signals.pop(0))
+            if self.stopping is not Stopping.NO and sig not in STOP_SIGNALS:
+                continue  # no restart or resize once stopping
+            getattr(self, "handle_" + sig.name[3:].lower())()
+
+    def handle_chld(self):
+        pass  # _reap() runs every iteration of the loop
+
+    def handle_term(self):
+        self._stop_on(signal.SIGTERM)
+
+    def handle_int(self):
+        self._stop_on(signal.SIGINT)
+
+    def _stop_on(self, sig):
+        if self.stopping is not Stopping.NO:
+            log.info("second %s: stopping now", sig.name)
+            self._stop(fast=True)
+        else:
+            log.info("%s: graceful stop (up to %gs)", sig.name, self.cfg.graceful_timeout)
+            self._stop(fast=False)
+
+    def handle_quit(self):
+        log.info("SIGQUIT: stopping now")
+        self._stop(fast=True)
+
+    def handle_hup(self):
+        log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
+        self._start_rollout()
+
+    def handle_ttin(self):
+        self.target += 1
+        log.info("SIGTTIN: %d worker(s)", self.target)
+
+    def handle_ttou(self):
+        if self.target > 1:
+            self.target -= 1
+            log.info("SIGTTOU: %d worker(s)", self.target)
+            self._retire_extra()
+        else:
+            log.info("SIGTTOU ignored: already at 1 worker")
+
+    def handle_usr1(self):
+        logs.reopen()
+        self.reopened_at = _now()
+        # A booting worker has no handler yet: it is told once it is ready.
+        for w in self.workers.values():
+            if w.ready:
+                self._kill(w, signal.SIGUSR1)
 
     def _stop(self, fast):
         now = _now()
         if fast:
-            self.stopping = "fast"
+            self.stopping = Stopping.FAST
             self.stop_deadline = now + 1.0
             self._stop_listening()
             for w in self.workers.values():
@@ -286,7 +311,7 @@ class Supervisor:
                 w.kill_at = min(w.kill_at or self.stop_deadline, self.stop_deadline)
                 self._kill(w, signal.SIGQUIT)
             return
-        self.stopping = "graceful"
+        self.stopping = Stopping.GRACEFUL
         self.stop_deadline = now + self.cfg.graceful_timeout + 0.5
         self.stop_requested = now
         for w in self.workers.values():
@@ -584,7 +609,7 @@ class Supervisor:
         for w in self.workers.values():
             if w.kill_at is None or now < w.kill_at:
                 continue
-            if w.ready and w.dumped_at is None and self.stopping != "fast":
+            if w.ready and w.dumped_at is None and self.stopping is not Stopping.FAST:
                 # Show what it is stuck in before killing it.
                 log.warning("worker %d did not stop in time; its thread stacks follow, then it is killed", w.pid)
                 w.dumped_at = now
