@@ -189,6 +189,9 @@ OPTIONS = [
     Option("--max-requests", "value", _int_in(0), 0, "a worker retires gracefully after this many requests (0: never)",
            "processes", "N", supervision=True),
     Option("--max-requests-jitter", "value", _int_in(0), 0, "add a random 0..N to --max-requests per worker", "processes", "N"),
+    Option("--workers-max-rss", "value", _int_in(0), 0,
+           "a worker whose resident memory exceeds this many MiB is replaced gracefully: its replacement starts "
+           "first, then it drains (0: off)", "processes", "MB", supervision=True),
     Option("--worker-timeout", "value", _seconds, 0.0,
            "a worker stuck in one request this long has its stacks logged, then is killed and replaced (0: off)",
            "processes", "SECONDS", supervision=True),

@@ -56,6 +56,19 @@ class Stopping(enum.Enum):
     FAST = "fast"  # QUIT or a second TERM/INT: workers close everything now
 
 
+MIB = 1024 * 1024
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def worker_rss(pid):
+    """Resident bytes of process `pid` (/proc/PID/statm), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _now():
     return time.monotonic()
 
@@ -85,6 +98,7 @@ class Worker(hooks.WorkerInfo):
         self.kill_at = None  # monotonic deadline for SIGKILL
         self.drained = False
         self.dumped_at = None  # when the stack dump was requested (worker timeout)
+        self.retiring = ""  # why it is being replaced; it serves until its replacement is ready
 
 
 class Supervisor:
@@ -196,6 +210,7 @@ class Supervisor:
                 self._check_reload()
                 self._maintain()
                 self._check_heartbeats()
+                self._check_rss()
             self._enforce_deadlines()
             if self.stopping is not Stopping.NO and not self.listeners_stopped:
                 self._maybe_stop_listening()
@@ -477,8 +492,10 @@ class Supervisor:
 
     def _on_exit(self, w, status):
         what, code = _describe_status(status)
-        if w.stopping:
-            log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or "stopped")
+        if w.stopping or w.retiring:
+            log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or w.retiring or "stopped")
+            if w.retiring and w.pid in self.replacing:
+                self.replacing.remove(w.pid)  # its replacement was started already
             return
         if not w.ready:
             self._on_boot_failure(w, what)
@@ -517,7 +534,8 @@ class Supervisor:
     # --- keeping the right number of workers ----------------------------------------
 
     def _current(self):
-        return [w for w in self.workers.values() if w.generation == self.generation and not w.stopping]
+        return [w for w in self.workers.values()
+                if w.generation == self.generation and not w.stopping and not w.retiring]
 
     def _maintain(self):
         if self.boot_blocked:
@@ -560,15 +578,39 @@ class Supervisor:
         self.boot_blocked = True
 
     def _progress_rollout(self):
-        """Retire old-generation workers as new ones become ready: capacity never drops."""
-        old = sorted((w for w in self.workers.values() if w.generation < self.generation and not w.stopping),
+        """Retire old-generation and retiring workers as new ones become ready: capacity never drops."""
+        old = sorted((w for w in self.workers.values()
+                      if (w.generation < self.generation or w.retiring) and not w.stopping),
                      key=lambda w: w.started)
         if not old:
             return
         ready_new = sum(1 for w in self._current() if w.ready)
         excess = ready_new + len(old) - self.target
         for w in old[: max(0, min(excess, len(old)))]:
-            self._stop_worker(w, "replaced by the rolling restart")
+            self._stop_worker(w, w.retiring or "replaced by the rolling restart")
+
+    # --- memory -----------------------------------------------------------------------
+
+    def _check_rss(self):
+        """--workers-max-rss: a ready worker over the limit gets a replacement; once that one
+        is ready, _progress_rollout drains the old one as TERM does (no request is refused)."""
+        limit = self.cfg.workers_max_rss
+        if not limit:
+            return
+        flagged = False
+        for w in list(self.workers.values()):
+            if not w.ready or w.stopping or w.retiring:
+                continue
+            rss = worker_rss(w.pid)
+            if rss is None or rss <= limit * MIB:
+                continue
+            flagged = True
+            w.retiring = f"RSS {rss / MIB:.1f} MiB over --workers-max-rss {limit} MiB"
+            self.replacing.append(w.pid)
+            log.warning("worker %d: RSS %.1f MiB is over --workers-max-rss %d MiB; it is replaced once its "
+                        "replacement is ready", w.pid, rss / MIB, limit)
+        if flagged:
+            self._maintain()
 
     # --- timeouts -------------------------------------------------------------------
 
