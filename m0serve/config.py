@@ -172,6 +172,12 @@ OPTIONS = [
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
            "logging", "FILE"),
     Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
+    Option("--access-log-format", "value", str, None,
+           "the access-log line in gunicorn's atoms, e.g. '%%(h)s %%(l)s %%(u)s %%(t)s \"%%(r)s\" %%(s)s %%(b)s' "
+           "(turns the access log on)", "logging", "FORMAT"),
+    Option("--access-log-json", "flag", _bool, False,
+           "one JSON object per access-log line (the atoms of --access-log-format as members; turns the access "
+           "log on)", "logging"),
     Option("--log-config", "value", _path, None,
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
@@ -362,6 +368,13 @@ def _check(cfg):
         raise ConfigError("argument --max-requests-jitter: needs --max-requests")
     if cfg.threads > 1 and cfg.interface == "asgi":
         raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
+    if cfg.access_log_format is not None:
+        from . import _core
+
+        try:
+            _core.check_access_log_format(cfg.access_log_format, cfg.access_log_json)
+        except ValueError as e:
+            raise ConfigError(f"argument --access-log-format: {e}") from None
 
 
 def server_options(cfg):
@@ -379,7 +392,9 @@ def server_options(cfg):
         send_timeout=cfg.send_timeout,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
-        access_log=cfg.access_log,
+        access_log=cfg.access_log or cfg.access_log_format is not None or cfg.access_log_json,
+        access_log_format=cfg.access_log_format,
+        access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
     )
 

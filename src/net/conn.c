@@ -53,7 +53,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         srv->freelist = c->next;
         srv->nfree--;
     } else {
-        c = calloc(1, sizeof(*c));
+        c = calloc(1, sizeof(*c) + m0_conn_log_slot_size(srv));
         if (c == NULL)
             return NULL;
         c->headers = malloc(srv->cfg.limits.max_header_count * sizeof(m0_header));
@@ -70,7 +70,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     char *rbuf = c->rbuf, *wbuf = c->wbuf;
     size_t rcap = c->rcap, wcap = c->wcap;
     m0_header *headers = c->headers;
-    memset(c, 0, sizeof(*c));
+    memset(c, 0, sizeof(*c) + m0_conn_log_slot_size(srv));
     c->rbuf = rbuf;
     c->rcap = rcap;
     c->wbuf = wbuf;
@@ -934,34 +934,6 @@ void m0_conn_upgrade(m0_conn *c)
     c->body_done = 0;
     c->expect_continue = 0;
     c->timer_kind = M0_TIMER_NONE;
-}
-
-/* --- access log --- */
-
-void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
-{
-    char line[2300];
-    const char *open = c->family == AF_INET6 ? "[" : "";
-    const char *close = c->family == AF_INET6 ? "]" : "";
-    const char *host = c->peer_host[0] ? c->peer_host : "-";
-    int n;
-    if (req != NULL) {
-        int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
-        int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
-        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host,
-                     close, c->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, status,
-                     (unsigned long long)body_bytes, (unsigned long long)(ns / 1000000),
-                     (unsigned long long)(ns / 1000 % 1000));
-    } else {
-        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, c->peer_port, status,
-                     (unsigned long long)body_bytes);
-    }
-    if (n <= 0)
-        return;
-    if ((size_t)n >= sizeof(line))
-        n = sizeof(line) - 1;
-    ssize_t w = write(c->srv->cfg.access_log_fd, line, (size_t)n);
-    (void)w;
 }
 
 /* --- accessors --- */

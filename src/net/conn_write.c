@@ -151,6 +151,8 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         total += iov[i].iov_len;
     if (total == 0)
         return 0;
+    if (c->srv->cfg.access_log_format != NULL)
+        m0_conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
     size_t done = 0;
     if (c->wlen > c->wpos) {

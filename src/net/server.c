@@ -24,6 +24,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->block_signals = NULL;
     cfg->server_header = 1;
     cfg->access_log_fd = -1;
+    cfg->access_log_format = NULL;
     cfg->max_requests = 0;
 }
 
