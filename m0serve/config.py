@@ -178,6 +178,10 @@ OPTIONS = [
     Option("--access-log-json", "flag", _bool, False,
            "one JSON object per access-log line (the atoms of --access-log-format as members; turns the access "
            "log on)", "logging"),
+    Option("--metrics-port", "value", _int_in(0, 65535), None,
+           "serve Prometheus metrics at http://--metrics-host:PORT/metrics from the supervisor (0 picks a free "
+           "port, logged at start; default: off)", "logging", "PORT", supervision=True),
+    Option("--metrics-host", "value", str, "127.0.0.1", "address the metrics endpoint binds", "logging", "HOST"),
     Option("--log-config", "value", _path, None,
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
@@ -283,6 +287,8 @@ class Config:
         from .hooks import NEEDS_SUPERVISOR, of
 
         if any(of(self).has(name) for name in NEEDS_SUPERVISOR):
+            return True
+        if self.metrics_port is not None:  # port 0 too: the supervisor serves the endpoint
             return True
         return any(opt.supervision and getattr(self, opt.dest) for opt in OPTIONS)
 

@@ -35,7 +35,7 @@ import struct
 import sys
 import time
 
-from . import hooks, logs, pidfile, sockets, worker
+from . import hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
 
 log = logs.log
@@ -128,6 +128,8 @@ class Supervisor:
         self.listeners = []
         self.heartbeat = None
         self.reloader = None
+        self.metrics = None  # --metrics-port: metrics.Metrics
+        self.metrics_endpoint = None
         self.next_reload_check = 0.0
         self.rand = random.Random()
         self.pid = os.getpid()
@@ -155,6 +157,8 @@ class Supervisor:
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
         self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * self.beat_threads * 16)
+        if cfg.metrics_port is not None:
+            self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
             from .reload import Reloader
 
@@ -165,6 +169,14 @@ class Supervisor:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if self.metrics is not None:
+            try:
+                self.metrics_endpoint = metrics.Endpoint(cfg.metrics_host, cfg.metrics_port, self.selector,
+                                                         self._render_metrics)
+            except OSError as e:
+                log.error("%s", e)
+                return 1
+            log.info("Metrics on %s", self.metrics_endpoint.url)
         for s in HANDLED:
             signal.signal(s, self._on_signal)
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
@@ -190,6 +202,8 @@ class Supervisor:
                 pass
         for listener in self.listeners:
             listener.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         if self.cfg.pid_file:
             pidfile.remove(self.cfg.pid_file)
         signal.set_wakeup_fd(-1)
@@ -217,8 +231,12 @@ class Supervisor:
             for key, _ in self.selector.select(self._tick()):
                 if key.data is None:
                     self._drain_wakeup()
+                elif key.data is self.metrics_endpoint:
+                    self.metrics_endpoint.on_ready(key.fileobj)
                 else:
                     self._read_status(key.data)
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.expire()
 
     def _tick(self):
         t = 0.5
@@ -379,6 +397,8 @@ class Supervisor:
         slot = w.slot = self.free_slots.pop()
         for j in range(self.beat_threads):
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
+        if self.metrics is not None:
+            self.metrics.reset(slot)
         max_requests = self.cfg.effective_max_requests(self.rand)
         try:
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -437,6 +457,9 @@ class Supervisor:
                 os.close(fd)
             except OSError:
                 pass
+        if self.metrics_endpoint is not None:
+            for sock in [self.metrics_endpoint.sock, *self.metrics_endpoint.clients]:
+                sock.close()
         self.workers = {}
         logs.reapply()  # --log-config: this process's own handlers
         if not self.hooks.run("post_fork", self, w):
@@ -461,7 +484,8 @@ class Supervisor:
                                      on_drain=lambda: notify(b"D"), worker=w)
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
                    max_requests=max_requests, heartbeat=self.heartbeat,
-                   heartbeat_index=slot * self.beat_threads * 2)
+                   heartbeat_index=slot * self.beat_threads * 2,
+                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot)
         return 0
 
     def _reap(self):
@@ -486,12 +510,32 @@ class Supervisor:
                 self.selector.unregister(w.status_fd)
                 os.close(w.status_fd)
                 w.status_fd = None
+            if self.metrics is not None:
+                self.metrics.retire(w.slot)
             self.free_slots.append(w.slot)
             self._on_exit(w, status)
             self.hooks.run("child_exit", self, w)
 
+    def _render_metrics(self):
+        return self.metrics.render([w.slot for w in self.workers.values()])
+
+    def _restart_reason(self, w, code):
+        """Why an exited worker is replaced (for the metrics), or None when it is not."""
+        if w.retiring:
+            return "max_rss"
+        if w.stopping:
+            return {"worker timeout": "worker_timeout",
+                    "replaced by the rolling restart": "rolling_restart"}.get(w.stop_reason)
+        if not w.ready:
+            return None
+        return "max_requests" if code == 0 else "crash"
+
     def _on_exit(self, w, status):
         what, code = _describe_status(status)
+        if self.metrics is not None and self.stopping is Stopping.NO:
+            reason = self._restart_reason(w, code)
+            if reason is not None:
+                self.metrics.restarted(reason)
         if w.stopping or w.retiring:
             log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or w.retiring or "stopped")
             if w.retiring and w.pid in self.replacing:

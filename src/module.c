@@ -3,6 +3,7 @@
  * create its own types. No logic lives here. */
 #include "bridge/serve.h"
 #include "bridge/access_log_format.h"
+#include "bridge/metrics.h"
 #include "bridge/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi.h"
@@ -21,6 +22,8 @@ static int core_exec(PyObject *module)
     if (m0_asgi_module_init(module) < 0)
         return -1;
     if (m0_access_log_format_module_init(module) < 0)
+        return -1;
+    if (m0_metrics_module_init(module) < 0)
         return -1;
     return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "../net/native_hello.h"
 #include "access_log_format.h"
+#include "metrics.h"
 #include "../net/workq.h"
 #include "pythread.h"
 #include "asgi.h"
@@ -55,6 +56,9 @@ struct m0_server_object {
     uint64_t access_log_freed; /* memfd pages below this offset were given back */
     /* The compiled access_log_format (NULL: the engine's own line). */
     m0_access_log *access_log_format;
+    /* metrics=: the buffer holding this worker's metrics slot. */
+    Py_buffer metrics;
+    int metrics_held;
     PyObject *root_path;
     PyObject *url_scheme;
     Py_buffer heartbeat;
@@ -356,6 +360,8 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "send_timeout",
                              "access_log_format",
                              "access_log_json",
+                             "metrics",
+                             "metrics_index",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
@@ -369,15 +375,18 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
+    PyObject *metrics = Py_None;
+    Py_ssize_t metrics_index = 0;
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOp:Server", kwlist, &app, &interface, &listeners, &keep_alive_timeout,
-            &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
-            &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
-            &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
-            &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOn:Server", kwlist, &app, &interface,
+                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
+                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
+                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
+                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
+                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
+                                     &access_log_format, &access_log_json, &metrics, &metrics_index))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -424,6 +433,9 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
     cfg.access_log_format = self->access_log_format;
+    if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
+        goto error;
+    self->metrics_held = cfg.metrics != NULL;
     /* ASGI apps await their body chunk by chunk without holding the loop:
      * they get it as it arrives. */
     cfg.body_buffer_size = self->interface == M0_IFACE_ASGI ? 0 : (uint64_t)body_buffer_size;
@@ -516,6 +528,8 @@ static int Server_traverse(ServerObject *self, visitproc visit, void *arg)
         return -1;
     if (self->heartbeat_held)
         Py_VISIT(self->heartbeat.obj);
+    if (self->metrics_held)
+        Py_VISIT(self->metrics.obj);
     return 0;
 }
 
@@ -553,6 +567,10 @@ static void Server_dealloc(ServerObject *self)
     self->loop = NULL;
     m0_access_log_free(self->access_log_format); /* after the server that used it */
     self->access_log_format = NULL;
+    if (self->metrics_held) {
+        PyBuffer_Release(&self->metrics);
+        self->metrics_held = 0;
+    }
     if (self->access_log_fd >= 0) {
         PyObject *exc = m0_exc_fetch();
         server_flush_access_log(self);

@@ -137,6 +137,7 @@ void m0_conn_close(m0_conn *c, int notify)
     int was_pending = c->pending;
     if (c->pending) {
         c->pending = 0;
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
     }
@@ -186,6 +187,12 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
     }
     c->timer_kind = M0_TIMER_NONE;
     c->refs++;
+    if (kind == M0_TIMER_HEADER || kind == M0_TIMER_BODY || kind == M0_TIMER_SEND)
+        m0_metrics_add(c->srv->cfg.metrics,
+                       kind == M0_TIMER_HEADER ? M0_MET_TIMEOUT_HEAD
+                       : kind == M0_TIMER_BODY ? M0_MET_TIMEOUT_BODY
+                                               : M0_MET_TIMEOUT_SEND,
+                       1);
     if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
         m0_conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
@@ -275,6 +282,7 @@ void m0_conn_error(m0_conn *c, int status)
             m0_conn_close(c, 1);
             return;
         }
+        m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
             m0_conn_log(c, NULL, status, end ? (uint64_t)(buf + n - end - 4) : 0, 0);
@@ -315,6 +323,7 @@ ssize_t m0_conn_fill(m0_conn *c)
     for (;;) {
         ssize_t n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
             c->rlen += (size_t)n;
             return n;
         }
@@ -593,7 +602,8 @@ static void conn_dispatch(m0_conn *c)
     c->send_deadline_ms = 0;
     c->nreq++;
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
-    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0) {
+    m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
+    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
         c->start_ns = m0_conn_clock_ns();
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->start_ns;
@@ -783,6 +793,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;
+    if (srv->cfg.metrics != NULL) {
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, m0_conn_clock_ns() - c->start_ns);
+    }
     if (c->abort_after) {
         m0_conn_close(c, 1);
         return;
