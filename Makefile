@@ -55,6 +55,10 @@ test-c: deps
 	./tests/c/build/test_http_nosimd
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
+	clang $(CFLAGS_TEST) -o tests/c/build/test_access_log tests/c/test_access_log.c src/net/access_log.c
+	./tests/c/build/test_access_log
+	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
+	./tests/c/build/test_metrics
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
 
