@@ -190,8 +190,10 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0_conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
         m0_conn_error(c, 408);
+    else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || c->close_after)
+        m0_conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
-        m0_conn_close(c, 1);
+        m0_conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
     m0_conn_release(c);
 }
 
@@ -337,6 +339,8 @@ static void conn_readable(m0_conn *c, uint32_t events)
         for (int i = 0; i < 4; i++) {
             size_t room = c->rcap - c->rlen;
             ssize_t n = m0_conn_fill(c);
+            if (n > 0 && (size_t)n < room && (events & EPOLLRDHUP))
+                (void)m0_conn_fill(c); /* its EOF, before the answers (the last one says close) */
             if (n == -EAGAIN)
                 break;
             if (n < 0 && n != -ENOBUFS) {
@@ -357,8 +361,14 @@ static void conn_readable(m0_conn *c, uint32_t events)
             ssize_t n = m0_conn_fill(c);
             if (n == -EAGAIN)
                 break;
-            if (n <= 0 && n != -ENOBUFS) {
-                m0_conn_close(c, 1); /* gone, or a half-close before the body ended */
+            if (n == 0) {
+                /* A half-close before the body ended: this request cannot
+                 * be answered, the responses queued before it still are. */
+                m0_conn_close_after(c, 0);
+                return;
+            }
+            if (n < 0 && n != -ENOBUFS) {
+                m0_conn_close(c, 1); /* gone */
                 return;
             }
             int r = conn_body_buffer(c);
@@ -689,7 +699,7 @@ void m0_conn_process(m0_conn *c)
             }
             if (r == 0) {
                 if (c->peer_eof)
-                    m0_conn_close(c, 1);
+                    m0_conn_close_after(c, 0); /* the body never ends: flush, then close */
                 else
                     m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
                 break;
@@ -716,7 +726,7 @@ void m0_conn_process(m0_conn *c)
                 }
             }
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
-                m0_conn_close(c, 1);
+                m0_conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
                 m0_conn_arm(c, M0_TIMER_IDLE, idle);
@@ -729,7 +739,7 @@ void m0_conn_process(m0_conn *c)
         c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
         if (r == M0_PARSE_INCOMPLETE) {
             if (c->peer_eof) {
-                m0_conn_close(c, 1);
+                m0_conn_close_after(c, 0);
                 break;
             }
             if (c->rlen - c->rpos >= srv->head_cap) {
@@ -764,6 +774,19 @@ int m0_conn_keep_alive(const m0_conn *c)
         return 0;
     if (srv->cfg.max_keepalive_requests != 0 && c->nreq >= srv->cfg.max_keepalive_requests)
         return 0;
+    if (c->peer_eof) {
+        /* The peer finished sending: only the requests already buffered
+         * follow this one; the last response says the connection closes. */
+        uint64_t next;
+        if (c->body_done)
+            next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        else if (c->body_mode == M0_BODY_LENGTH)
+            next = c->body_rd + c->body_left;
+        else
+            return 0;
+        if (c->rlen <= next)
+            return 0;
+    }
     if (!c->body_done) {
         if (c->expect_continue && !c->continue_sent)
             return 0; /* the client waits for a 100 that never comes: close instead of reading */

@@ -5,7 +5,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "server_int.h"
+#include "conn_int.h"
 
 void m0_server_config_defaults(m0_server_config *cfg)
 {
@@ -155,15 +155,18 @@ void m0_server_drain(m0_server *srv)
         m0_conn *next = c->next;
         if (next != NULL)
             next->refs++;
-        int idle = (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
-                   c->state == M0_CS_DISCARD;
+        int idle = c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending;
         /* Bytes already in the kernel are a request the loop has not read yet:
          * answer it (with Connection: close) instead of resetting its client. */
         int unread = 0;
         if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
             idle = 0;
-        if (idle)
+        if (c->state == M0_CS_DISCARD && !c->close_after)
+            m0_conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
+        else if (idle && c->wlen == c->wpos)
             m0_conn_close(c, 1);
+        else if (idle && !c->close_after)
+            m0_conn_close_after(c, 0);
         m0_conn_release(c);
         c = next;
     }

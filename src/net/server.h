@@ -124,7 +124,8 @@ const char *m0_conn_local_host(const m0_conn *c);
 int m0_conn_local_port(const m0_conn *c);
 
 /* Whether the connection stays open after this response, as the net layer
- * decides it (request's keep-alive, the per-connection cap, draining). The
+ * decides it (request's keep-alive, the per-connection cap, draining, a
+ * peer that finished sending and has no further request buffered). The
  * handler writes "Connection: close" in its head when this is 0, and may
  * always choose to close by passing keep_alive = 0 to m0_conn_finish. */
 int m0_conn_keep_alive(const m0_conn *c);

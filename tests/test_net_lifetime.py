@@ -1,0 +1,159 @@
+"""Connection lifetime in src/net: what is queued is flushed before every close
+(issue 9, defect 3), a half-close behind unread input is not a disconnect
+(defect 4), a pipelining client that reads slowly keeps its connection
+(defect 5).
+
+Most cases drive the engine through tests/apps/engine_server.py with a small
+SO_SNDBUF on the listener, so that responses wait in the engine's own write
+queue (with the kernel's default buffers, up to 4 MB of a response sits in the
+kernel and a lost queue goes unnoticed)."""
+import json
+import signal
+import socket
+import sys
+import time
+
+import pytest
+
+from conftest import APPS_DIR, Server, header, read_response, server_env
+
+GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+HELLO = b"Hello, world!"
+
+
+@pytest.fixture
+def engine():
+    started = []
+
+    def start(**kwargs):
+        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
+        s = Server(argv, server_env(), str(APPS_DIR))
+        started.append(s)
+        return s.wait_ready()
+
+    yield start
+    for s in started:
+        s.stop(signal.SIGKILL)
+
+
+def small_rcvbuf_connect(srv, rcvbuf=4096):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(10)
+    s.connect((srv.host, srv.port))
+    return s
+
+
+def slow_read_to_eof(s, timeout=30, chunk=4096, pause=0.0005):
+    """Everything the server sends until its FIN, read a little at a time.
+    A reset fails the test (queued bytes were thrown away)."""
+    deadline = time.monotonic() + timeout
+    out = []
+    while True:
+        assert time.monotonic() < deadline, f"no EOF after {sum(map(len, out))} bytes"
+        b = s.recv(chunk)  # ConnectionResetError fails the test
+        if not b:
+            return b"".join(out)
+        out.append(b)
+        time.sleep(pause)
+
+
+def count_hello(data):
+    return data.count(b"HTTP/1.1 200 OK\r\n"), data.count(HELLO)
+
+
+# --- defect 3: queued output is flushed before a close -----------------------
+
+
+def test_half_closed_pipelining_client_gets_every_queued_response(engine):
+    """2,000 pipelined requests then SHUT_WR: the EOF is read while responses
+    are still queued; all of them arrive, then a FIN."""
+    srv = engine(_sndbuf=4096)
+    n = 2000
+    with small_rcvbuf_connect(srv) as s:
+        s.sendall(GET * n)
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.5)  # the server reads the EOF long before the client reads
+        data = slow_read_to_eof(s)
+    assert count_hello(data) == (n, n)
+    assert data.endswith(HELLO)
+
+
+@pytest.mark.parametrize("size", [200_000, 8_000_000])
+def test_half_closed_client_gets_a_whole_large_wsgi_response(engine, size):
+    srv = engine(_sndbuf=4096, _wsgi="net_app:app")
+    with small_rcvbuf_connect(srv) as s:
+        s.sendall(b"GET /big?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % size)
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.5)
+        data = slow_read_to_eof(s, chunk=65536 if size > 1_000_000 else 4096, pause=0.0005)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"HTTP/1.1 200 OK" in head
+    assert len(body) == size and body == b"x" * size
+
+
+@pytest.mark.parametrize("app", ["net_app:app", "net_app:asgi_app"])
+def test_half_closed_client_gets_a_whole_large_response_cli(serve, app):
+    """The same through the CLI for both bridges (kernel-sized buffers)."""
+    srv = serve(app)
+    size = 8_000_000
+    with small_rcvbuf_connect(srv, 16384) as s:
+        s.sendall(b"GET /big?size=%d&pieces=1 HTTP/1.1\r\nHost: t\r\n\r\n" % size)
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)
+        status, headers, body, _ = read_response(s, timeout=30)
+        assert status == 200 and len(body) == size
+        assert slow_read_to_eof(s) == b""
+
+
+DISCARD_CASE = (
+    b"GET /big?size=200000 HTTP/1.1\r\nHost: t\r\n\r\n"
+    b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n0123456789"
+)
+
+
+def assert_discard_case(data):
+    """The 200 KB response and the "ok" of the POST whose body the app never read."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), data[:200]
+    assert rest[:200000] == b"x" * 200000, len(rest)
+    assert rest[200000:].startswith(b"HTTP/1.1 200 OK") and rest.endswith(b"\r\n\r\nok"), rest[200000:]
+
+
+def test_header_timer_in_the_discard_state_flushes_before_closing(engine):
+    """A large response, then a POST the app answers without reading its
+    body, whose body never arrives: the connection waits in the discard state
+    with output queued; when the header timeout closes it, every queued byte
+    arrives first (then a lingering close, as the body was not read)."""
+    srv = engine(_sndbuf=4096, _wsgi="net_app:app", header_timeout=0.5, body_buffer_size=0)
+    with small_rcvbuf_connect(srv) as s:
+        s.sendall(DISCARD_CASE)
+        time.sleep(1.5)  # past the header timeout before the client reads anything
+        data = slow_read_to_eof(s, chunk=16384)
+    assert_discard_case(data)
+
+
+def test_drain_in_the_discard_state_flushes_before_closing(engine):
+    srv = engine(_sndbuf=4096, _wsgi="net_app:app", body_buffer_size=0)
+    with small_rcvbuf_connect(srv) as s:
+        s.sendall(DISCARD_CASE)
+        time.sleep(0.5)
+        srv.proc.send_signal(signal.SIGTERM)  # graceful drain
+        time.sleep(0.3)
+        data = slow_read_to_eof(s, chunk=16384)
+    assert_discard_case(data)
+    assert srv.proc.wait(10) == 0
+
+
+def test_last_response_to_a_half_closed_client_says_close(engine):
+    srv = engine()
+    with socket.create_connection((srv.host, srv.port), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        s.sendall(GET * 2)
+        s.shutdown(socket.SHUT_WR)  # the FIN rides on the corked requests' segment
+        first = read_response(s)
+        last = read_response(s)
+        assert first[0] == last[0] == 200
+        assert header(first[1], "connection") is None
+        assert header(last[1], "connection") == "close"
+        assert slow_read_to_eof(s) == b""
