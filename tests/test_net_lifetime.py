@@ -157,3 +157,41 @@ def test_last_response_to_a_half_closed_client_says_close(engine):
         assert header(first[1], "connection") is None
         assert header(last[1], "connection") == "close"
         assert slow_read_to_eof(s) == b""
+
+
+# --- defect 4: a half-close behind unread input is not a disconnect ----------
+
+
+HALF_CLOSED_POST = b"POST /sleep-echo?s=0.4 HTTP/1.1\r\nHost: t\r\nContent-Length: 8000\r\n\r\n" + b"b" * 8000
+
+
+def post_then_half_close(srv):
+    with socket.create_connection((srv.host, srv.port), timeout=10) as s:
+        s.sendall(HALF_CLOSED_POST)
+        s.shutdown(socket.SHUT_WR)
+        status, headers, body, _ = read_response(s, timeout=10)
+        rest = slow_read_to_eof(s)
+    return status, body, rest
+
+
+@pytest.mark.parametrize(
+    "app,args",
+    [
+        ("net_app:asgi_app", ()),  # not buffered: the body fills the read buffer while the app sleeps
+        ("net_app:app", ("--blocking-threads", "1", "--body-buffer-size", "0")),
+        ("net_app:app", ("--blocking-threads", "1")),
+    ],
+    ids=["asgi", "wsgi-pool-streamed", "wsgi-pool-buffered"],
+)
+def test_half_close_after_an_unread_body_is_answered(serve, app, args):
+    """An 8,000-byte POST the app reads only later, then SHUT_WR: the
+    request is answered (the EOF is like a read of 0, not a hang-up)."""
+    srv = serve(app, *args)
+    status, body, rest = post_then_half_close(srv)
+    assert (status, body, rest) == (200, b"8000", b"")
+
+
+def test_half_close_after_an_unread_body_engine(engine):
+    srv = engine(_wsgi="net_app:app", body_buffer_size=0)
+    status, body, rest = post_then_half_close(srv)
+    assert (status, body, rest) == (200, b"8000", b"")

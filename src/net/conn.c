@@ -219,7 +219,7 @@ void m0_conn_interest(m0_conn *c)
          * watching for the peer going away. */
         if (c->rlen < c->rcap || c->want_body)
             ev = EPOLLIN | EPOLLRDHUP;
-        else if (c->state == M0_CS_REQUEST)
+        else if (c->state == M0_CS_REQUEST && !c->rdhup)
             ev = EPOLLRDHUP;
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
@@ -420,8 +420,16 @@ static void conn_readable(m0_conn *c, uint32_t events)
             m0_conn_release(c);
             return;
         }
-        if (n == 0 || (n == -ENOBUFS && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) ||
-            (n < 0 && n != -EAGAIN && n != -ENOBUFS)) {
+        if (n == -ENOBUFS && (events & (EPOLLHUP | EPOLLERR))) {
+            m0_conn_close(c, 1); /* the peer went away while a request is pending */
+            return;
+        }
+        if (n == -ENOBUFS && (events & EPOLLRDHUP)) {
+            /* A half-close behind input the handler has not read yet (a
+             * body): like a read of 0, not a disconnect. The EOF is read in
+             * its turn; until then RDHUP, which stays set, is not watched. */
+            c->rdhup = 1;
+        } else if (n < 0 && n != -EAGAIN && n != -ENOBUFS) {
             m0_conn_close(c, 1); /* the peer went away while a request is pending */
             return;
         }

@@ -75,6 +75,7 @@ struct m0_conn {
     int broken;       /* the peer is gone: writes fail */
     int want_body;    /* a non-blocking body read returned -EAGAIN */
     int peer_eof;     /* read() returned 0 */
+    int rdhup;        /* EPOLLRDHUP seen while unread input fills the read buffer (peer_eof follows) */
     int continue_sent;
     int expect_continue;
     int discard_ok;            /* finish may discard the rest of the body */
