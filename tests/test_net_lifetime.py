@@ -195,3 +195,72 @@ def test_half_close_after_an_unread_body_engine(engine):
     srv = engine(_wsgi="net_app:app", body_buffer_size=0)
     status, body, rest = post_then_half_close(srv)
     assert (status, body, rest) == (200, b"8000", b"")
+
+
+# --- defect 5: a slow but steady reader keeps its connection -----------------
+
+
+def read_at_rate(s, total, rate, timeout=30):
+    """Read `total` bytes at about `rate` bytes/s; returns what arrived (less
+    when the server closed first)."""
+    got = 0
+    t0 = time.monotonic()
+    s.settimeout(10)
+    while got < total and time.monotonic() - t0 < timeout:
+        try:
+            b = s.recv(16384)
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        got += len(b)
+        ahead = got / rate - (time.monotonic() - t0)
+        if ahead > 0:
+            time.sleep(ahead)
+    return got
+
+
+@pytest.mark.parametrize("wsgi", [None, "net_app:app"], ids=["native", "wsgi"])
+def test_pipelining_client_reading_slowly_keeps_its_connection(engine, wsgi):
+    """The kernel's send buffer (here 512 KB) sits between our queue and the
+    peer: a client reading steadily at 500 KB/s frees it in steps longer than
+    the send timeout, and must not be taken for one that stopped reading."""
+    kwargs = {"_sndbuf": 256 * 1024, "send_timeout": 0.3, "keep_alive_timeout": 0.3}
+    if wsgi:
+        kwargs["_wsgi"] = wsgi
+    srv = engine(**kwargs)
+    n = 10000
+    with socket.create_connection((srv.host, srv.port), timeout=10) as s:
+        s.sendall(GET)
+        one = len(read_response(s)[3]) + 4 + (2 if wsgi else 13)
+        import threading
+
+        threading.Thread(target=s.sendall, args=(GET * n,), daemon=True).start()
+        got = read_at_rate(s, one * n, 500_000)
+    assert got == one * n
+
+
+def test_pipelining_client_that_stops_reading_is_closed(engine):
+    srv = engine(_sndbuf=256 * 1024, send_timeout=0.3)
+    with small_rcvbuf_connect(srv) as s:
+        import threading
+
+        threading.Thread(target=lambda: s.sendall(GET * 20000), daemon=True).start()
+        time.sleep(2.0)  # reads nothing: no progress for much longer than the send timeout
+        try:
+            got = len(slow_read_to_eof(s, chunk=65536, pause=0))
+        except ConnectionResetError:
+            got = -1
+    assert got < 20000 * 132
+
+
+def test_pool_writer_for_a_slow_steady_reader_is_not_cut_off(serve):
+    """A pool thread blocked writing an 8 MB response that the client reads at
+    2 MB/s: the send timeout (1 s) counts from the peer's last progress, not
+    from the response's first write."""
+    srv = serve("net_app:app", "--blocking-threads", "1", "--send-timeout", "1")
+    size = 8_000_000
+    with socket.create_connection((srv.host, srv.port), timeout=10) as s:
+        s.sendall(b"GET /big?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % size)
+        got = read_at_rate(s, size + 100, 2_000_000)
+    assert got >= size

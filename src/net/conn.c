@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,9 +161,23 @@ uint32_t m0_conn_send_timeout(const m0_conn *c)
     return c->srv->cfg.send_timeout_ms ? c->srv->cfg.send_timeout_ms : 30000;
 }
 
+int m0_conn_outq(const m0_conn *c)
+{
+    int q = 0;
+    return ioctl(c->io.fd, SIOCOUTQ, &q) == 0 ? q : -1;
+}
+
+int m0_conn_peer_progressed(const m0_conn *c)
+{
+    int q = m0_conn_outq(c);
+    return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
+}
+
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
+    if (kind == M0_TIMER_SEND)
+        c->send_outq = m0_conn_outq(c);
     c->timer_kind = kind;
     c->deadline_ms = m0_loop_now(loop) + timeout_ms;
     if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
@@ -179,8 +195,9 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         return;
     }
     int kind = c->timer_kind;
-    if (kind == M0_TIMER_IDLE && c->wlen > c->wpos) {
-        /* Not idle: the peer is still reading responses. */
+    if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0_conn_peer_progressed(c))) {
+        /* Not idle, not stalled: the peer is still reading responses (our
+         * queue waits for the kernel's, which it drains). */
         m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
         return;
     }

@@ -66,8 +66,9 @@ typedef struct {
     uint32_t max_keepalive_requests; /* per connection, 0 = unlimited */
     uint32_t header_timeout_ms;      /* to receive a complete head, from its first byte (408) */
     uint32_t body_timeout_ms;        /* the whole request body must arrive within this (408) */
-    uint32_t send_timeout_ms;        /* a response writer blocked this long after its first write fails,
-                                      * and queued output making no progress this long closes */
+    uint32_t send_timeout_ms;        /* a peer that reads nothing for this long (neither our queue
+                                      * nor the kernel's send queue shrinks) is closed, and a
+                                      * blocked response writer gives up (-ETIMEDOUT) */
     uint64_t body_buffer_size;       /* bodies up to this are read before dispatch (0: never) */
     /* Around every blocking wait of an owning thread: release returns a token
      * given back to acquire (the bridge drops and retakes the GIL there);
@@ -146,8 +147,8 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
  * Both modes write what the socket takes and copy the rest into the
  * connection's write buffer, which the loop flushes. blocking: then waits,
  * while more than M0_WRITE_HIGH_WATER is queued, for the peer to read (with
- * the block hooks around the wait); fails with -ETIMEDOUT once
- * send_timeout_ms have passed since the response's first write, or
+ * the block hooks around the wait); fails with -ETIMEDOUT once the peer
+ * made no progress for send_timeout_ms, or
  * -EPIPE/-ECONNRESET. Non-blocking (loop thread only): returns 0 at once;
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */

@@ -84,6 +84,8 @@ struct m0_conn {
     int resp_started;          /* response bytes of the pending request were written */
     uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
+    int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
+                                * (re)started, -1 unknown: less at its expiry means the peer reads */
     const char *head_base;     /* where the head was parsed: its spans point there */
     int timer_kind;            /* M0_TIMER_* */
     uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
