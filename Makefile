@@ -19,6 +19,8 @@ CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initia
 CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
 CFLAGS_FUZZ := -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
+# Every file of src/net (the connection tests and fuzzer link the whole layer).
+NET_SRCS := $(sort $(wildcard src/net/*.c))
 
 .PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
 
@@ -55,6 +57,8 @@ test-c: deps
 	./tests/c/build/test_http_nosimd
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
+	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c -lpthread
+	./tests/c/build/test_conn
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
 
