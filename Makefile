@@ -72,14 +72,16 @@ test-docs:
 test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
-# prints its executions); both run even when the first fails.
+# prints its executions); all run even when one fails.
 fuzz: deps
 	mkdir -p fuzz/build
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c -lpthread
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ]
+	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ]
 
 bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
