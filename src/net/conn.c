@@ -55,29 +55,12 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         srv->freelist = c->next;
         srv->nfree--;
     } else {
-        c = calloc(1, sizeof(*c));
+        c = malloc(sizeof(*c));
         if (c == NULL)
             return NULL;
-        c->headers = malloc(srv->cfg.limits.max_header_count * sizeof(m0_header));
-        c->rbuf = malloc(M0_RBUF_INITIAL);
-        if (c->headers == NULL || c->rbuf == NULL) {
-            free(c->headers);
-            free(c->rbuf);
-            free(c);
-            return NULL;
-        }
-        c->rcap = M0_RBUF_INITIAL;
     }
-    /* Reset everything but the reusable buffers. */
-    char *rbuf = c->rbuf, *wbuf = c->wbuf;
-    size_t rcap = c->rcap, wcap = c->wcap;
-    m0_header *headers = c->headers;
+    /* No buffers yet: they are taken when input arrives (m0_conn_fill). */
     memset(c, 0, sizeof(*c));
-    c->rbuf = rbuf;
-    c->rcap = rcap;
-    c->wbuf = wbuf;
-    c->wcap = wcap;
-    c->headers = headers;
     c->srv = srv;
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
@@ -85,7 +68,6 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     c->family = peer->sa_family;
     c->local_port = -1;
     addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
-    c->req.headers = c->headers;
     if (m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
         c->io.fd = -1;
         c->srv = srv;
@@ -99,25 +81,46 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     return c;
 }
 
+/* Give the read buffer and the header array back (the recycle allocators
+ * keep the common sizes): nothing is buffered and no request is pending. */
+static void conn_input_release(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->rbuf);
+    else
+        free(c->rbuf);
+    if (srv != NULL)
+        m0_recycle_put(&srv->hdrs, c->headers);
+    else
+        free(c->headers);
+    c->rbuf = NULL;
+    c->headers = c->req.headers = NULL;
+    c->head_base = NULL;
+    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+}
+
+/* The same, and the write buffer (nothing is queued). */
+static void conn_buffers_release(m0_conn *c)
+{
+    conn_input_release(c);
+    free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wpos = 0;
+}
+
 /* Not inlined: callers hold references the compiler cannot count, and a
  * visible free() makes it warn about uses that happen only while refs > 0. */
 __attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX && c->rcap == M0_RBUF_INITIAL) {
-        if (c->wcap > 16 * 1024) {
-            free(c->wbuf);
-            c->wbuf = NULL;
-            c->wcap = 0;
-        }
+    conn_buffers_release(c);
+    if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
         c->next = srv->freelist;
         srv->freelist = c;
         srv->nfree++;
         return;
     }
-    free(c->rbuf);
-    free(c->wbuf);
-    free(c->headers);
     free(c);
 }
 
@@ -310,6 +313,13 @@ void m0_conn_error(m0_conn *c, int status)
  * peer_eof), -EAGAIN, -ENOBUFS when there is no room, or -errno. */
 ssize_t m0_conn_fill(m0_conn *c)
 {
+    if (c->rbuf == NULL) {
+        c->rbuf = m0_recycle_get(&c->srv->rbufs);
+        if (c->rbuf == NULL)
+            return -ENOMEM;
+        c->rcap = M0_RBUF_INITIAL;
+        c->rlen = c->rpos = 0;
+    }
     if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD || c->state == M0_CS_LINGER) {
         if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
@@ -354,7 +364,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_HEAD:
     case M0_CS_DISCARD:
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rcap - c->rlen;
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
             if (n > 0 && (size_t)n < room && (events & EPOLLRDHUP))
                 (void)m0_conn_fill(c); /* its EOF, before the answers (the last one says close) */
@@ -374,7 +384,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
         return;
     case M0_CS_BODY:
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rcap - c->rlen;
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
             if (n == -EAGAIN)
                 break;
@@ -741,15 +751,12 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         if (c->rpos == c->rlen) {
-            c->rpos = c->rlen = 0;
-            if (c->rcap > srv->head_cap) {
-                /* A buffered body grew it: give the memory back while idle. */
-                char *nb = realloc(c->rbuf, M0_RBUF_INITIAL);
-                if (nb != NULL) {
-                    c->rbuf = nb;
-                    c->rcap = M0_RBUF_INITIAL;
-                }
-            }
+            /* Idle (or between pipelined requests): the buffers are only
+             * needed mid-request, and an idle connection holds none. */
+            if (c->wlen == c->wpos)
+                conn_buffers_release(c);
+            else
+                conn_input_release(c);
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
                 m0_conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
@@ -759,6 +766,14 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         int r = M0_PARSE_INCOMPLETE;
+        if (c->headers == NULL) {
+            c->headers = m0_recycle_get(&srv->hdrs);
+            if (c->headers == NULL) {
+                m0_conn_close(c, 1);
+                break;
+            }
+            c->req.headers = c->headers;
+        }
         if (conn_head_changed(c))
             r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
         c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;

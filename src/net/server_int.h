@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include "recycle.h"
 #include "server.h"
 
 #define M0_RBUF_INITIAL 4096
@@ -91,7 +92,9 @@ struct m0_conn {
     uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
 
     /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
-     * request is pending, [rpos, rpos + head_len) is its head. */
+     * request is pending, [rpos, rpos + head_len) is its head. NULL (and
+     * headers NULL) while the connection is idle: taken from the server's
+     * recycle allocators when input arrives, given back when none is left. */
     char *rbuf;
     size_t rcap;
     size_t rlen;
@@ -157,6 +160,10 @@ struct m0_server {
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *freelist;
     size_t nfree;
+    /* Read buffers (M0_RBUF_INITIAL bytes) and header arrays released by
+     * idle connections, for the next connection that has input. */
+    m0_recycle rbufs;
+    m0_recycle hdrs;
 
     /* Cross-thread: connections completed by their owning thread, and
      * posted drain/abort requests, taken by the loop on `wake`. */
