@@ -25,6 +25,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->server_header = 1;
     cfg->access_log_fd = -1;
     cfg->max_requests = 0;
+    cfg->limit_connections = 0;
 }
 
 static void server_accept_timer(m0_loop *loop, m0_timer *t)
@@ -101,7 +102,11 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
-    __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    if (srv->at_limit && n < srv->cfg.limit_connections) {
+        srv->at_limit = 0;
+        m0_listeners_update(srv); /* room again: accept */
+    }
 }
 
 static void server_listeners_close(m0_server *srv)

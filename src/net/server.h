@@ -80,6 +80,10 @@ typedef struct {
     int server_header;     /* add "Server: m0serve" to canned responses */
     int access_log_fd;     /* -1: off; else one line per response is written here */
     uint64_t max_requests; /* the server drains itself after this many, 0 = never */
+    /* Open connections past which the listeners leave the epoll set until
+     * one closes (the kernel's accept queue holds the rest), so that
+     * connections alone never run the process out of fds. 0 = no limit. */
+    uint32_t limit_connections;
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */

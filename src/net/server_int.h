@@ -154,7 +154,9 @@ struct m0_server {
     size_t nconns;
     uint64_t requests;
     int draining;
-    int accept_paused;
+    int accept_paused; /* out of fds or memory: until accept_timer */
+    int at_limit;      /* cfg.limit_connections connections are open */
+    int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
@@ -177,6 +179,9 @@ struct m0_server {
 /* listener.c */
 void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events);
 void m0_listeners_pause(m0_server *srv, int paused);
+/* Put the listeners in the epoll set or take them out, as draining,
+ * accept_paused and at_limit say. */
+void m0_listeners_update(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
