@@ -30,7 +30,9 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 README = ROOT / "README.md"
 CHART_DIR = ROOT / "docs" / "bench"
-SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory"]
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack"]
+# Suites rendered by their own table, without a chart or a line in the README summary.
+SPECIAL_SUITES = ("memory", "mixed", "attack")
 FAILED = "MEASUREMENT FAILED"
 
 PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
@@ -262,6 +264,43 @@ def mixed_table(art, versions):
     return "\n".join(lines)
 
 
+def attack_table(art, versions):
+    """Per server: the fast route quiet and under each attack, p99 as a multiple of its own quiet p99
+    (goal: at most 2x), and the server CPU the attackers alone cost (goal: at most 0.05 cores)."""
+    head = ["server", "attack", "fast-route p99 ms", "p99 ÷ quiet", "rps", "server cores", "attackers alone, cores",
+            "attackers open / reconnects"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * 6) + "|"]
+    names = []
+    for row in art["rows"]:
+        for arm in row["arms"]:
+            if arm["name"] not in names:
+                names.append(arm["name"])
+    for name in names:
+        quiet = next((_arm(r, name) for r in art["rows"] if not r.get("attackers")), None)
+        quiet_p99 = quiet["median"].get("p99_ms") if quiet and quiet["status"] == "ok" else None
+        for row in art["rows"]:
+            arm = _arm(row, name)
+            if not arm:
+                continue
+            label = _label(arm, versions)
+            what = f"{row['attackers']} {row['attack']}" if row.get("attackers") else "none"
+            if arm["status"] != "ok":
+                why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
+                lines.append(f"| {label} | {what} | {why} | – | – | – | – | – |")
+                continue
+            p99 = arm["median"].get("p99_ms")
+            ratio = f"{p99 / quiet_p99:.2f}x" if p99 is not None and quiet_p99 and row.get("attackers") else "–"
+            rounds = [r for r in arm["rounds"] if not r["failed"]]
+            opened = "–"
+            if row.get("attackers") and rounds:
+                opened = (f"{min(r.get('attack_open', 0) for r in rounds)} / "
+                          f"{max(r.get('attack_reconnects', 0) for r in rounds)}")
+            lines.append(f"| {label} | {what} | {fmt_med(arm, 'p99_ms', 'ms')} | {ratio} | {fmt_med(arm, 'rps', 'int')} | "
+                         f"{fmt_med(arm, 'cores', 'cores')} | "
+                         f"{fmt_med(arm, 'attack_cores', 'cores') if row.get('attackers') else '–'} | {opened} |")
+    return "\n".join(lines)
+
+
 def mixed_gate(art):
     """The isolation gate, computed from the artifact: the pool's fast p99 with two slow views in flight
     against its own without any and against Granian's pool at each level, and its requests per
@@ -352,6 +391,8 @@ def suite_block(suite, art):
         parts += [f"**INVALID RUN**: {_esc('; '.join(art.get('invalid_reasons', [])))}", ""]
     if suite == "mixed":
         parts += [mixed_table(art, versions), ""]
+    elif suite == "attack":
+        parts += [attack_table(art, versions), ""]
     else:
         for row in art["rows"]:
             parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
@@ -368,7 +409,7 @@ def suite_block(suite, art):
             for f in row.get("failures", []):
                 parts += ["", f"**{FAILED}**: {_esc(f)[:300]}"]
             parts.append("")
-    if suite not in ("memory", "mixed"):
+    if suite not in SPECIAL_SUITES:
         parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
         parts.append("")
     return "\n".join(parts)
@@ -525,7 +566,7 @@ def readme_summary(arts):
     rows = []
     for suite in SUITE_ORDER:
         art = arts.get(suite)
-        if art is None or suite in ("memory", "mixed"):
+        if art is None or suite in SPECIAL_SUITES:
             continue
         for row in art["rows"]:
             ref = row.get("reference")
@@ -591,7 +632,7 @@ def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=
     if readme_path.exists():
         out[readme_path] = render_readme(readme_path.read_text(), arts)
     for suite, art in arts.items():
-        if suite not in ("memory", "mixed"):
+        if suite not in SPECIAL_SUITES:
             out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)
     return out
 

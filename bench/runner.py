@@ -8,6 +8,8 @@ wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before a
 import hashlib
 import http.client
 import json
+import selectors
+import socket
 import statistics
 import tempfile
 import threading
@@ -36,6 +38,8 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
+    attack: str = ""  # attack suite: "slowloris" or "slowbody" (AttackLoad) during each measurement
+    attackers: int = 0  # ... on this many connections
     extra: dict = field(default_factory=dict)
 
 
@@ -78,6 +82,82 @@ def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_H
         return r.status, r.read()
     finally:
         conn.close()
+
+
+class AttackLoad:
+    """`n` hostile connections held open during a measurement, from one thread.
+
+    slowloris: a request head of about 8 KB (90 fields, within the default limits) sent at once, then one more header byte every
+    `interval_s` (a fresh connection when the server closes one, e.g. with a 408), the
+    trickled heads of issue 9's defect 1. slowbody: a POST with Content-Length 1 MB whose
+    body comes one byte every `interval_s`. Counts the bytes sent and the reconnects."""
+
+    HEAD = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(
+        b"X-Fill-%03d: %s\r\n" % (i, b"a" * 80) for i in range(90)) + b"X-Trickle: "
+    BODY_HEAD = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                 b"Content-Length: 1000000\r\n\r\n")
+
+    def __init__(self, port, kind, n, interval_s=0.2):
+        self.port, self.kind, self.n, self.interval = port, kind, n, interval_s
+        self.stop = threading.Event()
+        self.bytes_sent = 0
+        self.reconnects = 0
+        self.open = 0
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _connect(self):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((procs_host(), self.port))
+        return s
+
+    def _start(self, s):
+        s.setblocking(True)
+        s.settimeout(2)
+        s.sendall(self.HEAD if self.kind == "slowloris" else self.BODY_HEAD)
+        s.setblocking(False)
+
+    def _loop(self):
+        socks = []
+        try:
+            for _ in range(self.n):
+                s = self._connect()
+                socks.append([s, False])
+            while not self.stop.is_set():
+                t0 = time.monotonic()
+                for entry in socks:
+                    s, started = entry
+                    try:
+                        if not started:
+                            self._start(s)
+                            entry[1] = True
+                        else:
+                            self.bytes_sent += s.send(b"a")
+                        try:
+                            if s.recv(65536) == b"":  # answered (408, 400) and closed: a new one
+                                raise ConnectionResetError
+                        except BlockingIOError:
+                            pass
+                    except OSError:
+                        s.close()
+                        entry[0], entry[1] = self._connect(), False
+                        self.reconnects += 1
+                self.open = sum(1 for _, started in socks if started)
+                self.stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+        finally:
+            for s, _ in socks:
+                s.close()
+
+    def __enter__(self):
+        if self.n and self.kind:
+            self.thread.start()
+            time.sleep(self.interval * 2)  # every attacker is connected and trickling
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(10)
 
 
 def procs_host():
@@ -157,7 +237,14 @@ class RowRunner:
         port, proc = arm_state["port"], arm_state["proc"]
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
-        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow:
+        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow, \
+                AttackLoad(port, self.row.attack, self.row.attackers) as attack:
+            attack_cores = None
+            if self.row.attackers:
+                # The attackers alone first: the server CPU they cost with no other load.
+                a0, ta = procs.tree(proc.pid), time.monotonic()
+                time.sleep(2.0)
+                attack_cores = procs.cpu_seconds_between(a0, procs.tree(proc.pid)) / (time.monotonic() - ta)
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             if self.row.target_requests:
@@ -192,6 +279,11 @@ class RowRunner:
             "server_processes": len(after),
             "wrk_output": raw,
         }
+        if self.row.attackers:
+            rec["attack_cores"] = attack_cores
+            rec["attack_open"] = attack.open
+            rec["attack_bytes"] = attack.bytes_sent
+            rec["attack_reconnects"] = attack.reconnects
         if self.row.slow_inflight:
             rec["slow_completed"] = slow.completed
             rec["slow_errors"] = slow.errors
@@ -256,7 +348,8 @@ class RowRunner:
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
-               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests, **row.extra,
+               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests,
+               "attack": row.attack or None, "attackers": row.attackers, **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
@@ -336,7 +429,7 @@ class RowRunner:
             rec["status"] = FAILED
             rec["failure"] = "; ".join(f"round {r['round']}: {r['failure']}" for r in failed)
         rec["median"], rec["spread"] = {}, {}
-        for m in METRICS + ("rss_after",):
+        for m in METRICS + ("rss_after", "attack_cores"):
             med, spread = median_spread([r.get(m) for r in rounds if not r["failed"]])
             rec["median"][m] = med
             rec["spread"][m] = spread

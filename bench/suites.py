@@ -105,6 +105,26 @@ def memory():
     ]
 
 
+def attack_arms():
+    return [S.m0serve("wsgi"),
+            S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
+                      label="m0serve (wsgi, --blocking-threads 4)")] + S.wsgi_peers()
+
+
+def attack():
+    # The fast route measured quiet, then with 200 hostile connections held open: heads
+    # trickled a byte at a time (slowloris), bodies trickled a byte at a time (slow body).
+    # Goals (issue 9): p99 at most 2x the quiet row's, and the attackers alone cost at most
+    # 5% of a core (attack_cores, measured before wrk starts).
+    return [
+        Row("quiet", "Fast route, no attackers", WSGI_HELLO, attack_arms()),
+        Row("slowloris-200", "Fast route while 200 connections trickle request heads", WSGI_HELLO, attack_arms(),
+            attack="slowloris", attackers=200),
+        Row("slowbody-200", "Fast route while 200 connections trickle request bodies", WSGI_HELLO, attack_arms(),
+            attack="slowbody", attackers=200),
+    ]
+
+
 SUITES = {
     "floor": floor,
     "wsgi": wsgi,
@@ -115,6 +135,7 @@ SUITES = {
     "mixed": mixed,
     "threads": threads,
     "memory": memory,
+    "attack": attack,
 }
 
 
