@@ -222,14 +222,15 @@ def read_at_rate(s, total, rate, timeout=30):
 
 @pytest.mark.parametrize("wsgi", [None, "net_app:app"], ids=["native", "wsgi"])
 def test_pipelining_client_reading_slowly_keeps_its_connection(engine, wsgi):
-    """The kernel's send buffer (here 512 KB) sits between our queue and the
-    peer: a client reading steadily at 500 KB/s frees it in steps longer than
-    the send timeout, and must not be taken for one that stopped reading."""
-    kwargs = {"_sndbuf": 256 * 1024, "send_timeout": 0.3, "keep_alive_timeout": 0.3}
+    """The kernel's send buffer (here 1 MB) sits between our queue and the
+    peer: a client reading steadily at 500 KB/s frees it in steps (about a
+    second apart) longer than the send timeout, and must not be taken for one
+    that stopped reading."""
+    kwargs = {"_sndbuf": 512 * 1024, "send_timeout": 0.5, "keep_alive_timeout": 0.5}
     if wsgi:
         kwargs["_wsgi"] = wsgi
     srv = engine(**kwargs)
-    n = 10000
+    n = 12000
     with socket.create_connection((srv.host, srv.port), timeout=10) as s:
         s.sendall(GET)
         one = len(read_response(s)[3]) + 4 + (2 if wsgi else 13)
@@ -256,9 +257,9 @@ def test_pipelining_client_that_stops_reading_is_closed(engine):
 
 def test_pool_writer_for_a_slow_steady_reader_is_not_cut_off(serve):
     """A pool thread blocked writing an 8 MB response that the client reads at
-    2 MB/s: the send timeout (1 s) counts from the peer's last progress, not
+    2 MB/s: the send timeout (1.5 s) counts from the peer's last progress, not
     from the response's first write."""
-    srv = serve("net_app:app", "--blocking-threads", "1", "--send-timeout", "1")
+    srv = serve("net_app:app", "--blocking-threads", "1", "--send-timeout", "1.5")
     size = 8_000_000
     with socket.create_connection((srv.host, srv.port), timeout=10) as s:
         s.sendall(b"GET /big?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % size)
