@@ -20,6 +20,8 @@ CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initia
 CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
 CFLAGS_FUZZ := -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
+# Every file of src/net (the connection tests and fuzzer link the whole layer).
+NET_SRCS := $(sort $(wildcard src/net/*.c))
 
 .PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
 
@@ -62,6 +64,8 @@ test-c: deps
 	./tests/c/build/test_access_log
 	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
 	./tests/c/build/test_metrics
+	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c -lpthread
+	./tests/c/build/test_conn
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
 
@@ -75,14 +79,16 @@ test-docs:
 test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
-# prints its executions); both run even when the first fails.
+# prints its executions); all run even when one fails.
 fuzz: deps
 	mkdir -p fuzz/build
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c -lpthread
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ]
+	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ]
 
 bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)

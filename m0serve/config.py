@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 from dataclasses import dataclass
 
@@ -164,6 +165,10 @@ OPTIONS = [
     Option("--send-timeout", "value", _seconds, 30.0,
            "seconds a response may wait on a client that does not read (queued output, or a blocked writer) before "
            "the connection is closed", "http", "SECONDS"),
+    Option("--limit-connections", "value", _int_in(0), None,
+           "open connections per event loop past which it stops accepting until one closes (0: no limit; default: "
+           "the RLIMIT_NOFILE soft limit less a reserve of a tenth (at least 64) for the app's own files, shared by the "
+           "--threads loops)", "http", "N"),
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
@@ -383,9 +388,27 @@ def _check(cfg):
             raise ConfigError(f"argument --access-log-format: {e}") from None
 
 
+def default_limit_connections(threads=1):
+    """The --limit-connections default: the fds one event loop may spend on
+    connections. The soft RLIMIT_NOFILE less a reserve for everything else the
+    process opens (listeners, epoll and eventfds, log files, the app's own
+    files, database connections and sockets: 10%, at least 64), divided among
+    the --threads loops. Past it a loop pauses accepting instead of meeting
+    EMFILE, and the app keeps fds to work with. 0 (no limit) when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 0
+    reserve = max(64, soft // 10)
+    return max(1, (soft - reserve) // max(1, threads))
+
+
 def server_options(cfg):
     """The keyword arguments of _core.Server that come from the configuration."""
+    limit = cfg.limit_connections
+    if limit is None:
+        limit = default_limit_connections(cfg.threads)
     return dict(
+        limit_connections=limit,
         keep_alive_timeout=cfg.keep_alive_timeout,
         max_keepalive_requests=cfg.max_keepalive_requests,
         header_timeout=cfg.header_timeout,

@@ -362,6 +362,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "access_log_json",
                              "metrics",
                              "metrics_index",
+                             "limit_connections",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
@@ -369,7 +370,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
-    long long limit_request_body = 0, max_requests = 0;
+    long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
              *asgi_extra = Py_None;
     int server_header = 1;
@@ -380,13 +381,13 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOn:Server", kwlist, &app, &interface,
-                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
-                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
-                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
-                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
-                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
-                                     &access_log_format, &access_log_json, &metrics, &metrics_index))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnL:Server", kwlist, &app, &interface, &listeners,
+            &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
+            &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
+            &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
+            &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
+            &metrics_index, &limit_connections))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -418,10 +419,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         size_at_most("limit_request_fields", limit_request_fields, M0_MAX_HEADER_FIELDS) < 0 ||
         positive_size("limit_request_field_size", limit_request_field_size, &cfg.limits.max_header_size) < 0)
         goto error;
-    if (max_keepalive_requests < 0 || limit_request_body < 0 || max_requests < 0) {
-        PyErr_SetString(PyExc_ValueError, "max_keepalive_requests, limit_request_body and max_requests must be >= 0");
+    if (max_keepalive_requests < 0 || limit_request_body < 0 || max_requests < 0 || limit_connections < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "max_keepalive_requests, limit_request_body, max_requests and limit_connections must be >= 0");
         goto error;
     }
+    cfg.limit_connections = limit_connections > (long long)UINT32_MAX ? 0 : (uint32_t)limit_connections;
     if (max_keepalive_requests > (Py_ssize_t)UINT32_MAX)
         max_keepalive_requests = 0;
     cfg.max_keepalive_requests = (uint32_t)max_keepalive_requests;

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,29 +55,13 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         srv->freelist = c->next;
         srv->nfree--;
     } else {
-        c = calloc(1, sizeof(*c) + m0_conn_log_slot_size(srv));
+        c = malloc(sizeof(*c) + m0_conn_log_slot_size(srv));
         if (c == NULL)
             return NULL;
-        c->headers = malloc(srv->cfg.limits.max_header_count * sizeof(m0_header));
-        c->rbuf = malloc(M0_RBUF_INITIAL);
-        if (c->headers == NULL || c->rbuf == NULL) {
-            free(c->headers);
-            free(c->rbuf);
-            free(c);
-            return NULL;
-        }
-        c->rcap = M0_RBUF_INITIAL;
     }
-    /* Reset everything but the reusable buffers. */
-    char *rbuf = c->rbuf, *wbuf = c->wbuf;
-    size_t rcap = c->rcap, wcap = c->wcap;
-    m0_header *headers = c->headers;
+    /* No buffers yet: they are taken when input arrives (m0_conn_fill);
+     * the access log's slot after the struct starts empty too. */
     memset(c, 0, sizeof(*c) + m0_conn_log_slot_size(srv));
-    c->rbuf = rbuf;
-    c->rcap = rcap;
-    c->wbuf = wbuf;
-    c->wcap = wcap;
-    c->headers = headers;
     c->srv = srv;
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
@@ -83,7 +69,6 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     c->family = peer->sa_family;
     c->local_port = -1;
     addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
-    c->req.headers = c->headers;
     if (m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
         c->io.fd = -1;
         c->srv = srv;
@@ -97,25 +82,46 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     return c;
 }
 
+/* Give the read buffer and the header array back (the recycle allocators
+ * keep the common sizes): nothing is buffered and no request is pending. */
+static void conn_input_release(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->rbuf);
+    else
+        free(c->rbuf);
+    if (srv != NULL)
+        m0_recycle_put(&srv->hdrs, c->headers);
+    else
+        free(c->headers);
+    c->rbuf = NULL;
+    c->headers = c->req.headers = NULL;
+    c->head_base = NULL;
+    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+}
+
+/* The same, and the write buffer (nothing is queued). */
+static void conn_buffers_release(m0_conn *c)
+{
+    conn_input_release(c);
+    free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wpos = 0;
+}
+
 /* Not inlined: callers hold references the compiler cannot count, and a
  * visible free() makes it warn about uses that happen only while refs > 0. */
 __attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX && c->rcap == M0_RBUF_INITIAL) {
-        if (c->wcap > 16 * 1024) {
-            free(c->wbuf);
-            c->wbuf = NULL;
-            c->wcap = 0;
-        }
+    conn_buffers_release(c);
+    if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
         c->next = srv->freelist;
         srv->freelist = c;
         srv->nfree++;
         return;
     }
-    free(c->rbuf);
-    free(c->wbuf);
-    free(c->headers);
     free(c);
 }
 
@@ -160,9 +166,23 @@ uint32_t m0_conn_send_timeout(const m0_conn *c)
     return c->srv->cfg.send_timeout_ms ? c->srv->cfg.send_timeout_ms : 30000;
 }
 
+int m0_conn_outq(const m0_conn *c)
+{
+    int q = 0;
+    return ioctl(c->io.fd, SIOCOUTQ, &q) == 0 ? q : -1;
+}
+
+int m0_conn_peer_progressed(const m0_conn *c)
+{
+    int q = m0_conn_outq(c);
+    return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
+}
+
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
+    if (kind == M0_TIMER_SEND)
+        c->send_outq = m0_conn_outq(c);
     c->timer_kind = kind;
     c->deadline_ms = m0_loop_now(loop) + timeout_ms;
     if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
@@ -180,8 +200,9 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         return;
     }
     int kind = c->timer_kind;
-    if (kind == M0_TIMER_IDLE && c->wlen > c->wpos) {
-        /* Not idle: the peer is still reading responses. */
+    if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0_conn_peer_progressed(c))) {
+        /* Not idle, not stalled: the peer is still reading responses (our
+         * queue waits for the kernel's, which it drains). */
         m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
         return;
     }
@@ -197,8 +218,10 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0_conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
         m0_conn_error(c, 408);
+    else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || c->close_after)
+        m0_conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
-        m0_conn_close(c, 1);
+        m0_conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
     m0_conn_release(c);
 }
 
@@ -224,7 +247,7 @@ void m0_conn_interest(m0_conn *c)
          * watching for the peer going away. */
         if (c->rlen < c->rcap || c->want_body)
             ev = EPOLLIN | EPOLLRDHUP;
-        else if (c->state == M0_CS_REQUEST)
+        else if (c->state == M0_CS_REQUEST && !c->rdhup)
             ev = EPOLLRDHUP;
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
@@ -299,6 +322,13 @@ void m0_conn_error(m0_conn *c, int status)
  * peer_eof), -EAGAIN, -ENOBUFS when there is no room, or -errno. */
 ssize_t m0_conn_fill(m0_conn *c)
 {
+    if (c->rbuf == NULL) {
+        c->rbuf = m0_recycle_get(&c->srv->rbufs);
+        if (c->rbuf == NULL)
+            return -ENOMEM;
+        c->rcap = M0_RBUF_INITIAL;
+        c->rlen = c->rpos = 0;
+    }
     if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD || c->state == M0_CS_LINGER) {
         if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
@@ -344,8 +374,10 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_HEAD:
     case M0_CS_DISCARD:
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rcap - c->rlen;
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
+            if (n > 0 && (size_t)n < room && (events & EPOLLRDHUP))
+                (void)m0_conn_fill(c); /* its EOF, before the answers (the last one says close) */
             if (n == -EAGAIN)
                 break;
             if (n < 0 && n != -ENOBUFS) {
@@ -362,12 +394,18 @@ static void conn_readable(m0_conn *c, uint32_t events)
         return;
     case M0_CS_BODY:
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rcap - c->rlen;
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
             if (n == -EAGAIN)
                 break;
-            if (n <= 0 && n != -ENOBUFS) {
-                m0_conn_close(c, 1); /* gone, or a half-close before the body ended */
+            if (n == 0) {
+                /* A half-close before the body ended: this request cannot
+                 * be answered, the responses queued before it still are. */
+                m0_conn_close_after(c, 0);
+                return;
+            }
+            if (n < 0 && n != -ENOBUFS) {
+                m0_conn_close(c, 1); /* gone */
                 return;
             }
             int r = conn_body_buffer(c);
@@ -419,8 +457,16 @@ static void conn_readable(m0_conn *c, uint32_t events)
             m0_conn_release(c);
             return;
         }
-        if (n == 0 || (n == -ENOBUFS && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) ||
-            (n < 0 && n != -EAGAIN && n != -ENOBUFS)) {
+        if (n == -ENOBUFS && (events & (EPOLLHUP | EPOLLERR))) {
+            m0_conn_close(c, 1); /* the peer went away while a request is pending */
+            return;
+        }
+        if (n == -ENOBUFS && (events & EPOLLRDHUP)) {
+            /* A half-close behind input the handler has not read yet (a
+             * body): like a read of 0, not a disconnect. The EOF is read in
+             * its turn; until then RDHUP, which stays set, is not watched. */
+            c->rdhup = 1;
+        } else if (n < 0 && n != -EAGAIN && n != -ENOBUFS) {
             m0_conn_close(c, 1); /* the peer went away while a request is pending */
             return;
         }
@@ -699,7 +745,7 @@ void m0_conn_process(m0_conn *c)
             }
             if (r == 0) {
                 if (c->peer_eof)
-                    m0_conn_close(c, 1);
+                    m0_conn_close_after(c, 0); /* the body never ends: flush, then close */
                 else
                     m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
                 break;
@@ -716,17 +762,14 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         if (c->rpos == c->rlen) {
-            c->rpos = c->rlen = 0;
-            if (c->rcap > srv->head_cap) {
-                /* A buffered body grew it: give the memory back while idle. */
-                char *nb = realloc(c->rbuf, M0_RBUF_INITIAL);
-                if (nb != NULL) {
-                    c->rbuf = nb;
-                    c->rcap = M0_RBUF_INITIAL;
-                }
-            }
+            /* Idle (or between pipelined requests): the buffers are only
+             * needed mid-request, and an idle connection holds none. */
+            if (c->wlen == c->wpos)
+                conn_buffers_release(c);
+            else
+                conn_input_release(c);
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
-                m0_conn_close(c, 1);
+                m0_conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
                 m0_conn_arm(c, M0_TIMER_IDLE, idle);
@@ -734,12 +777,20 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         int r = M0_PARSE_INCOMPLETE;
+        if (c->headers == NULL) {
+            c->headers = m0_recycle_get(&srv->hdrs);
+            if (c->headers == NULL) {
+                m0_conn_close(c, 1);
+                break;
+            }
+            c->req.headers = c->headers;
+        }
         if (conn_head_changed(c))
             r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
         c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
         if (r == M0_PARSE_INCOMPLETE) {
             if (c->peer_eof) {
-                m0_conn_close(c, 1);
+                m0_conn_close_after(c, 0);
                 break;
             }
             if (c->rlen - c->rpos >= srv->head_cap) {
@@ -774,6 +825,19 @@ int m0_conn_keep_alive(const m0_conn *c)
         return 0;
     if (srv->cfg.max_keepalive_requests != 0 && c->nreq >= srv->cfg.max_keepalive_requests)
         return 0;
+    if (c->peer_eof) {
+        /* The peer finished sending: only the requests already buffered
+         * follow this one; the last response says the connection closes. */
+        uint64_t next;
+        if (c->body_done)
+            next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        else if (c->body_mode == M0_BODY_LENGTH)
+            next = c->body_rd + c->body_left;
+        else
+            return 0;
+        if (c->rlen <= next)
+            return 0;
+    }
     if (!c->body_done) {
         if (c->expect_continue && !c->continue_sent)
             return 0; /* the client waits for a 100 that never comes: close instead of reading */

@@ -8,6 +8,13 @@
 uint64_t m0_conn_clock_ns(void);
 void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms);
 uint32_t m0_conn_send_timeout(const m0_conn *c);
+/* Bytes the kernel holds in c's send queue, not yet acknowledged by the
+ * peer (SIOCOUTQ), or -1. */
+int m0_conn_outq(const m0_conn *c);
+/* Whether the peer acknowledged output since c->send_outq was taken: the
+ * send timeout measures the peer's progress, which up to the kernel's send
+ * buffer (megabytes with autotuning) never shows in our own queue. */
+int m0_conn_peer_progressed(const m0_conn *c);
 /* Recompute the epoll interest from the connection state. */
 void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);

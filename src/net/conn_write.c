@@ -95,14 +95,28 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
 }
 
 /* The deadline of a blocked response writer: send_timeout_ms after the
- * response's first write. */
+ * peer last made progress (a write went through after a wait, or the kernel's
+ * send queue shrank). */
 static uint64_t conn_send_deadline(m0_conn *c)
 {
     if (c->send_deadline_ms == 0) {
         uint32_t t = m0_conn_send_timeout(c);
         c->send_deadline_ms = m0_conn_now_ms() + t;
+        c->send_outq = m0_conn_outq(c);
     }
     return c->send_deadline_ms;
+}
+
+/* Wait until the socket takes more output: 0, or -ETIMEDOUT once the peer
+ * made no progress for the send timeout, -EINTR, -errno. */
+static int conn_wait_writable(m0_conn *c)
+{
+    for (;;) {
+        int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
+        if (w != -ETIMEDOUT || !m0_conn_peer_progressed(c))
+            return w;
+        c->send_deadline_ms = 0; /* it reads, slowly: a new period */
+    }
 }
 
 /* Send queued bytes until at most `keep` remain queued, waiting for the peer
@@ -114,13 +128,14 @@ static int conn_flush_until(m0_conn *c, size_t keep)
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->wpos += (size_t)n;
+            c->send_deadline_ms = 0; /* progress */
             continue;
         }
         int err = errno;
         if (n < 0 && err == EINTR)
             continue;
         if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-            int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
+            int w = conn_wait_writable(c);
             if (w < 0)
                 return w;
             continue;
@@ -231,6 +246,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
+            c->send_deadline_ms = 0; /* progress */
             continue;
         }
         if (n == 0)
@@ -240,7 +256,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             continue;
         if (err == EAGAIN || err == EWOULDBLOCK) {
             if (blocking) {
-                int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
+                int w = conn_wait_writable(c);
                 if (w < 0)
                     return w;
                 continue;

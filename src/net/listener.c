@@ -34,23 +34,33 @@ int m0_server_listen(m0_server *srv, int fd)
     l->io.events = 0;
     l->io.cb = m0_listener_io;
     l->srv = srv;
-    if (!srv->draining && !srv->accept_paused) {
+    if (!srv->draining && !srv->accept_paused && !srv->at_limit) {
         int r = m0_io_set(srv->loop, &l->io, EPOLLIN | EPOLLEXCLUSIVE);
         if (r < 0) {
             free(l);
             return r;
         }
+        srv->listening = 1;
     }
     l->next = srv->listeners;
     srv->listeners = l;
     return 0;
 }
 
+void m0_listeners_update(m0_server *srv)
+{
+    int on = !srv->draining && !srv->accept_paused && !srv->at_limit;
+    if (on == srv->listening)
+        return;
+    srv->listening = on;
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next)
+        m0_io_set(srv->loop, &l->io, on ? EPOLLIN | EPOLLEXCLUSIVE : 0);
+}
+
 void m0_listeners_pause(m0_server *srv, int paused)
 {
     srv->accept_paused = paused;
-    for (m0_listener *l = srv->listeners; l != NULL; l = l->next)
-        m0_io_set(srv->loop, &l->io, paused ? 0 : EPOLLIN | EPOLLEXCLUSIVE);
+    m0_listeners_update(srv);
 }
 
 void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
@@ -58,7 +68,7 @@ void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
     (void)events;
     m0_listener *l = (m0_listener *)io;
     m0_server *srv = l->srv;
-    for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused; i++) {
+    for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused && !srv->at_limit; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
         int fd = accept4(io->fd, (struct sockaddr *)&peer, &peerlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -74,7 +84,13 @@ void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
             /* ECONNABORTED, EINTR, EPROTO, network errors: the next one. */
             continue;
         }
-        if (m0_conn_new(srv, fd, (struct sockaddr *)&peer, peerlen) == NULL)
+        if (m0_conn_new(srv, fd, (struct sockaddr *)&peer, peerlen) == NULL) {
             close(fd);
+            continue;
+        }
+        if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
+            srv->at_limit = 1; /* until a connection closes (m0_server_unlink) */
+            m0_listeners_update(srv);
+        }
     }
 }

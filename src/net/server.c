@@ -5,7 +5,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "server_int.h"
+#include "conn_int.h"
 
 void m0_server_config_defaults(m0_server_config *cfg)
 {
@@ -27,6 +27,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->access_log_format = NULL;
     cfg->metrics = NULL;
     cfg->max_requests = 0;
+    cfg->limit_connections = 0;
 }
 
 static void server_accept_timer(m0_loop *loop, m0_timer *t)
@@ -70,6 +71,8 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     srv->handler_ctx = handler_ctx;
     /* A head may use its request line, one maximal field and 64 KiB more. */
     srv->head_cap = cfg->limits.max_request_line + cfg->limits.max_header_size + 64 * 1024;
+    m0_recycle_init(&srv->rbufs, M0_RBUF_INITIAL);
+    m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     pthread_mutex_init(&srv->done_lock, NULL);
     int r = m0_async_init(loop, &srv->wake, server_wake);
@@ -103,7 +106,11 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
-    __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    if (srv->at_limit && n < srv->cfg.limit_connections) {
+        srv->at_limit = 0;
+        m0_listeners_update(srv); /* room again: accept */
+    }
 }
 
 static void server_listeners_close(m0_server *srv)
@@ -135,6 +142,8 @@ void m0_server_free(m0_server *srv)
         c->srv = NULL;
         m0_conn_destroy(c);
     }
+    m0_recycle_clear(&srv->rbufs);
+    m0_recycle_clear(&srv->hdrs);
     free(srv);
 }
 
@@ -159,15 +168,18 @@ void m0_server_drain(m0_server *srv)
         m0_conn *next = c->next;
         if (next != NULL)
             next->refs++;
-        int idle = (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending && c->wlen == c->wpos) ||
-                   c->state == M0_CS_DISCARD;
+        int idle = c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending;
         /* Bytes already in the kernel are a request the loop has not read yet:
          * answer it (with Connection: close) instead of resetting its client. */
         int unread = 0;
         if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
             idle = 0;
-        if (idle)
+        if (c->state == M0_CS_DISCARD && !c->close_after)
+            m0_conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
+        else if (idle && c->wlen == c->wpos)
             m0_conn_close(c, 1);
+        else if (idle && !c->close_after)
+            m0_conn_close_after(c, 0);
         m0_conn_release(c);
         c = next;
     }

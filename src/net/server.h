@@ -67,8 +67,9 @@ typedef struct {
     uint32_t max_keepalive_requests; /* per connection, 0 = unlimited */
     uint32_t header_timeout_ms;      /* to receive a complete head, from its first byte (408) */
     uint32_t body_timeout_ms;        /* the whole request body must arrive within this (408) */
-    uint32_t send_timeout_ms;        /* a response writer blocked this long after its first write fails,
-                                      * and queued output making no progress this long closes */
+    uint32_t send_timeout_ms;        /* a peer that reads nothing for this long (neither our queue
+                                      * nor the kernel's send queue shrinks) is closed, and a
+                                      * blocked response writer gives up (-ETIMEDOUT) */
     uint64_t body_buffer_size;       /* bodies up to this are read before dispatch (0: never) */
     /* Around every blocking wait of an owning thread: release returns a token
      * given back to acquire (the bridge drops and retakes the GIL there);
@@ -85,6 +86,10 @@ typedef struct {
     const struct m0_access_log *access_log_format;
     /* NULL: off; else this worker's metrics slot (net/metrics.h), outliving the server */
     m0_metrics *metrics;
+    /* Open connections past which the listeners leave the epoll set until
+     * one closes (the kernel's accept queue holds the rest), so that
+     * connections alone never run the process out of fds. 0 = no limit. */
+    uint32_t limit_connections;
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -130,7 +135,8 @@ const char *m0_conn_local_host(const m0_conn *c);
 int m0_conn_local_port(const m0_conn *c);
 
 /* Whether the connection stays open after this response, as the net layer
- * decides it (request's keep-alive, the per-connection cap, draining). The
+ * decides it (request's keep-alive, the per-connection cap, draining, a
+ * peer that finished sending and has no further request buffered). The
  * handler writes "Connection: close" in its head when this is 0, and may
  * always choose to close by passing keep_alive = 0 to m0_conn_finish. */
 int m0_conn_keep_alive(const m0_conn *c);
@@ -151,8 +157,8 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
  * Both modes write what the socket takes and copy the rest into the
  * connection's write buffer, which the loop flushes. blocking: then waits,
  * while more than M0_WRITE_HIGH_WATER is queued, for the peer to read (with
- * the block hooks around the wait); fails with -ETIMEDOUT once
- * send_timeout_ms have passed since the response's first write, or
+ * the block hooks around the wait); fails with -ETIMEDOUT once the peer
+ * made no progress for send_timeout_ms, or
  * -EPIPE/-ECONNRESET. Non-blocking (loop thread only): returns 0 at once;
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include "recycle.h"
 #include "server.h"
 
 #define M0_RBUF_INITIAL 4096
@@ -75,6 +76,7 @@ struct m0_conn {
     int broken;       /* the peer is gone: writes fail */
     int want_body;    /* a non-blocking body read returned -EAGAIN */
     int peer_eof;     /* read() returned 0 */
+    int rdhup;        /* EPOLLRDHUP seen while unread input fills the read buffer (peer_eof follows) */
     int continue_sent;
     int expect_continue;
     int discard_ok;            /* finish may discard the rest of the body */
@@ -83,12 +85,16 @@ struct m0_conn {
     int resp_started;          /* response bytes of the pending request were written */
     uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
+    int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
+                                * (re)started, -1 unknown: less at its expiry means the peer reads */
     const char *head_base;     /* where the head was parsed: its spans point there */
     int timer_kind;            /* M0_TIMER_* */
     uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
 
     /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
-     * request is pending, [rpos, rpos + head_len) is its head. */
+     * request is pending, [rpos, rpos + head_len) is its head. NULL (and
+     * headers NULL) while the connection is idle: taken from the server's
+     * recycle allocators when input arrives, given back when none is left. */
     char *rbuf;
     size_t rcap;
     size_t rlen;
@@ -148,12 +154,18 @@ struct m0_server {
     size_t nconns;
     uint64_t requests;
     int draining;
-    int accept_paused;
+    int accept_paused; /* out of fds or memory: until accept_timer */
+    int at_limit;      /* cfg.limit_connections connections are open */
+    int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *freelist;
     size_t nfree;
+    /* Read buffers (M0_RBUF_INITIAL bytes) and header arrays released by
+     * idle connections, for the next connection that has input. */
+    m0_recycle rbufs;
+    m0_recycle hdrs;
 
     /* Cross-thread: connections completed by their owning thread, and
      * posted drain/abort requests, taken by the loop on `wake`. */
@@ -167,6 +179,9 @@ struct m0_server {
 /* listener.c */
 void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events);
 void m0_listeners_pause(m0_server *srv, int paused);
+/* Put the listeners in the epoll set or take them out, as draining,
+ * accept_paused and at_limit say. */
+void m0_listeners_update(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
