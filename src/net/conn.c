@@ -139,6 +139,7 @@ void m0_conn_close(m0_conn *c, int notify)
     c->state = M0_CS_CLOSED;
     m0_timer_stop(srv->loop, &c->timer);
     m0_io_close(srv->loop, &c->io);
+    m0_conn_unhold(c);
     m0_server_unlink(srv, c);
     int was_pending = c->pending;
     if (c->pending) {
@@ -232,7 +233,9 @@ void m0_conn_interest(m0_conn *c)
     if (c->state == M0_CS_CLOSED)
         return;
     uint32_t ev = 0;
-    int out = c->wlen > c->wpos || c->writable_wanted;
+    /* Held output is sent at the pass's end (m0_server_flush_held), which
+     * asks for EPOLLOUT only if the socket did not take it all. */
+    int out = (c->wlen > c->wpos && !c->held) || c->writable_wanted;
     if (c->detached)
         return; /* another thread owns it: the registration stays as it was (conn_io_cb) */
     if (c->close_after) {
@@ -915,7 +918,10 @@ void m0_conn_park(m0_conn *c)
 void m0_conn_detach(m0_conn *c)
 {
     /* The epoll interest is left as it is (no syscall per request): an event
-     * while it is away is handled in conn_io_cb. */
+     * while it is away is handled in conn_io_cb. Output held for the pass's
+     * end goes now: the loop must not touch the buffer the owner appends to. */
+    if (c->held)
+        (void)m0_conn_release_held(c); /* a gone peer fails the owner's first write */
     c->detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);

@@ -18,6 +18,63 @@
  * one slow reader: its output is queued up to this much before it waits. */
 #define M0_INLINE_QUEUE_MAX (16 * 1024 * 1024)
 
+/* Output written by the loop's own thread during a pass (WSGI inline, the
+ * native handler, the engine's canned responses) is held in the connection's
+ * write buffer, up to this much per connection, and sent when the pass ends
+ * (m0_server_flush_held): the responses of one batch of ready requests leave
+ * back to back, so a client waiting in epoll is woken once per batch rather
+ * than once per response (a wake-up of another CPU's thread is paid by the
+ * sender, and costs more than a small request on a virtual machine). */
+#define M0_HOLD_MAX (64 * 1024)
+
+static void conn_hold(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    c->held = 1;
+    c->held_prev = NULL;
+    c->held_next = srv->held;
+    if (srv->held != NULL)
+        srv->held->held_prev = c;
+    srv->held = c;
+}
+
+/* Leave the held list and send what the socket takes now (no wait); what
+ * it does not take stays queued for the usual paths (EPOLLOUT, a blocking
+ * writer's flush). 0 or -errno (the peer is gone: c->broken). */
+int m0_conn_release_held(m0_conn *c)
+{
+    m0_conn_unhold(c);
+    while (c->wpos < c->wlen) {
+        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->wpos += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        c->broken = 1;
+        return n < 0 ? -errno : -EPIPE;
+    }
+    c->wpos = c->wlen = 0;
+    return 0;
+}
+
+void m0_conn_unhold(m0_conn *c)
+{
+    if (!c->held)
+        return;
+    if (c->held_prev != NULL)
+        c->held_prev->held_next = c->held_next;
+    else
+        c->srv->held = c->held_next;
+    if (c->held_next != NULL)
+        c->held_next->held_prev = c->held_prev;
+    c->held = 0;
+    c->held_prev = c->held_next = NULL;
+}
+
 /* How much queued output a blocking writer leaves before it waits. */
 static size_t conn_queue_limit(const m0_conn *c)
 {
@@ -32,6 +89,12 @@ uint64_t m0_conn_now_ms(void)
 int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
 {
     const m0_server_config *cfg = &c->srv->cfg;
+    if (c->held && (events & POLLIN)) {
+        /* A peer may wait for our response before it sends more. */
+        int r = m0_conn_release_held(c);
+        if (r < 0)
+            return r;
+    }
     struct pollfd p = {.fd = c->io.fd, .events = events};
     for (;;) {
         int timeout = -1;
@@ -148,17 +211,29 @@ static int conn_flush_until(m0_conn *c, size_t keep)
     return 0;
 }
 
+static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int may_hold);
+
+/* Never held: the client waits for it before it sends the body the app is
+ * about to read. */
 int m0_conn_send_continue(m0_conn *c, int blocking)
 {
     static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
     struct iovec iov = {(void *)line, sizeof(line) - 1};
     int started = c->resp_started;
-    int r = m0_conn_writev(c, &iov, 1, blocking);
+    m0_conn_unhold(c);
+    int r = conn_writev(c, &iov, 1, blocking, 0);
+    if (r == 0 && blocking)
+        r = conn_flush_until(c, 0);
     c->resp_started = started;
     return r;
 }
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    return conn_writev(c, iov, iovcnt, blocking, 1);
+}
+
+static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int may_hold)
 {
     if (c->state == M0_CS_CLOSED || c->broken)
         return -EPIPE;
@@ -170,6 +245,22 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     if (c->srv->cfg.access_log_format != NULL)
         m0_conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
+    /* detached first: a pool thread never reads the loop's state. */
+    if (may_hold && !c->detached && (c->held || c->wlen == c->wpos) && c->wlen - c->wpos + total <= M0_HOLD_MAX &&
+        m0_loop_dispatching(c->srv->loop)) {
+        if (wbuf_append(c, iov, iovcnt, 0) < 0)
+            return -ENOMEM;
+        if (!c->held)
+            conn_hold(c);
+        return 0;
+    }
+    if (c->held) {
+        /* Too much to hold (a large or streamed response): what is held
+         * goes first, and this write takes the usual path behind it. */
+        int r = m0_conn_release_held(c);
+        if (r < 0)
+            return r;
+    }
     size_t done = 0;
     if (c->wlen > c->wpos) {
         /* Output is already queued: keep the order. */
@@ -299,6 +390,22 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
+}
+
+void m0_server_flush_held(void *arg)
+{
+    m0_server *srv = arg;
+    while (srv->held != NULL) {
+        m0_conn *c = srv->held;
+        m0_conn_unhold(c);
+        if (c->state == M0_CS_CLOSED)
+            continue;
+        c->refs++;
+        m0_conn_flush(c);
+        if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
+            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* as a write that found the socket full */
+        m0_conn_release(c);
+    }
 }
 
 size_t m0_conn_write_pending(const m0_conn *c)

@@ -26,6 +26,8 @@ struct m0_loop {
      * scrubbed from the entries not yet dispatched, so its owner may be
      * freed right away. */
     int running; /* run_once is not re-entrant: the batch array is shared */
+    void (*pass_end)(void *);
+    void *pass_end_arg;
     /* Watchers removed by another thread (holding the GIL) while this one
      * waits in epoll_wait with the GIL released: the kernel may already have
      * written their events into the batch, so they are scrubbed after the
@@ -314,6 +316,17 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
     loop->hook_arg = arg;
 }
 
+void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg)
+{
+    loop->pass_end = cb;
+    loop->pass_end_arg = arg;
+}
+
+int m0_loop_dispatching(const m0_loop *loop)
+{
+    return loop->running && loop->batch_next < loop->batch_len;
+}
+
 static void loop_timers_expire(m0_loop *loop)
 {
     /* Bounded by the timers due now, so a callback re-arming itself with a
@@ -397,6 +410,8 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
     }
     loop->batch_len = 0;
     loop->batch_next = 0;
+    if (loop->pass_end != NULL)
+        loop->pass_end(loop->pass_end_arg);
     loop_timers_expire(loop);
     loop_asyncs_run(loop);
     /* A send that saw awake = 1 wrote no eventfd: look once more after

@@ -80,6 +80,13 @@ void m0_async_post(m0_async *async);
  * the GIL is held across a whole batch of ready events, never per syscall. */
 void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)(void *), void *arg);
 
+/* A hook run at the end of each pass, after its ready events were
+ * dispatched and before timers expire: the server flushes the output it
+ * held back during the pass (net/conn_write.c). */
+void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg);
+/* 1 while the loop's thread dispatches a pass's events (callbacks run). */
+int m0_loop_dispatching(const m0_loop *loop);
+
 /* Wait up to timeout_ms (-1: until the next timer or forever; 0: do not
  * block) for events, dispatch every ready one, then expire due timers and
  * refresh the Date cache. Returns the number of events dispatched, or -errno

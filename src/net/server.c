@@ -81,6 +81,8 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
         free(srv);
         return r;
     }
+    /* One server per loop: its held output is flushed at every pass's end. */
+    m0_loop_set_pass_end(loop, m0_server_flush_held, srv);
     *out = srv;
     return 0;
 }
@@ -134,6 +136,7 @@ void m0_server_free(m0_server *srv)
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
     m0_async_close(srv->loop, &srv->wake);
+    m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);
     while (srv->freelist != NULL) {
         m0_conn *c = srv->freelist;

@@ -124,7 +124,10 @@ struct m0_conn {
     size_t wlen;
     size_t wpos;
     int writable_wanted; /* notify M0_CONN_WRITABLE below the low-water mark */
-    int out_blocked;     /* pipelined requests wait: too many responses unsent */
+    int held;            /* in the server's held list: output waits for the pass's end */
+    m0_conn *held_prev;
+    m0_conn *held_next;
+    int out_blocked; /* pipelined requests wait: too many responses unsent */
 
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
@@ -160,6 +163,7 @@ struct m0_server {
     m0_timer accept_timer;
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
+    m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */
     m0_conn *freelist;
     size_t nfree;
     /* Read buffers (M0_RBUF_INITIAL bytes) and header arrays released by
@@ -193,6 +197,8 @@ int m0_conn_take_completed_or_mute(m0_conn *c);
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);
+/* The loop's pass-end hook: send the output held back during the pass. */
+void m0_server_flush_held(void *srv);
 void m0_server_unlink(m0_server *srv, m0_conn *c);
 
 #endif
