@@ -94,6 +94,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     m0_server_link(srv, c);
     /* The first head must start within the header timeout. */
     m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    m0_proxy_conn_start(c);
     return c;
 }
 
@@ -135,6 +136,7 @@ void m0_conn_close(m0_conn *c, int notify)
     m0_io_close(srv->loop, &c->io);
     m0_server_unlink(srv, c);
     int was_pending = c->pending;
+    m0_gate_done(c);
     if (c->pending) {
         c->pending = 0;
         if (srv->heartbeat != NULL)
@@ -600,7 +602,10 @@ static void conn_dispatch(m0_conn *c)
     }
     if (srv->cfg.max_requests != 0 && srv->requests >= srv->cfg.max_requests && !srv->draining)
         m0_server_drain(srv);
-    int r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    if (srv->cfg.proxy.headers)
+        m0_proxy_headers_resolve(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+    int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
     if (c->state == M0_CS_CLOSED)
         return;
     if (r < 0 || (r == 0 && c->pending)) {
@@ -680,6 +685,12 @@ void m0_conn_process(m0_conn *c)
     m0_server *srv = c->srv;
     c->processing = 1;
     c->refs++;
+    if (c->pp_wait && m0_proxy_protocol_read(c) <= 0) {
+        c->processing = 0;
+        m0_conn_interest(c);
+        m0_conn_release(c);
+        return;
+    }
     while (c->state != M0_CS_CLOSED && !c->close_after) {
         if (c->state == M0_CS_DISCARD) {
             int r = m0_conn_discard(c);
@@ -758,7 +769,8 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
+    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
         return 0;
     if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
         return 0;
@@ -783,6 +795,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;
+    m0_gate_done(c);
     if (c->abort_after) {
         m0_conn_close(c, 1);
         return;
@@ -941,20 +954,21 @@ void m0_conn_upgrade(m0_conn *c)
 void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
 {
     char line[2300];
-    const char *open = c->family == AF_INET6 ? "[" : "";
-    const char *close = c->family == AF_INET6 ? "]" : "";
-    const char *host = c->peer_host[0] ? c->peer_host : "-";
+    const char *host = m0_conn_client_host(c);
+    const char *open = strchr(host, ':') ? "[" : "";
+    const char *close = strchr(host, ':') ? "]" : "";
+    host = host[0] ? host : "-";
     int n;
     if (req != NULL) {
         int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
         int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
         n = snprintf(line, sizeof(line), "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host,
-                     close, c->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, status,
-                     (unsigned long long)body_bytes, (unsigned long long)(ns / 1000000),
+                     close, m0_conn_client_port(c), mlen, req->method.base, tlen, req->target.base, req->minor_version,
+                     status, (unsigned long long)body_bytes, (unsigned long long)(ns / 1000000),
                      (unsigned long long)(ns / 1000 % 1000));
     } else {
-        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, c->peer_port, status,
-                     (unsigned long long)body_bytes);
+        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close,
+                     m0_conn_client_port(c), status, (unsigned long long)body_bytes);
     }
     if (n <= 0)
         return;
