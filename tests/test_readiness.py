@@ -110,3 +110,30 @@ def test_limit_concurrency_answers_503_with_retry_after(serve, iface):
     s.close()
     srv.wait_log(r"\"GET / HTTP/1.1\" 503 ")
     assert srv.log.count("APP-CALLED /\n") == 1  # the refused request never reached the app
+
+
+def test_shutdown_delay_with_threads(serve):
+    """--threads 2: every event loop of the worker turns not ready."""
+    srv = serve("proxy_app:app", "--threads", "2", "--health-path", "/healthz", "--shutdown-delay", "1.5")
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    for _ in range(6):  # the two loops share the listener: both answer some of these
+        s = srv.connect()
+        status, hdrs, body = ask(s, "/healthz")
+        assert (status, body, header(hdrs, "connection")) == (503, b"draining\n", "close")
+        s.close()
+    assert srv.proc.wait(10) == 0
+
+
+def test_access_log_error_after_forwarded_request_names_the_peer(serve):
+    """A proxy's keep-alive connection carries several clients: a 400 that follows a
+    forwarded request is logged with the peer, not with the previous request's client."""
+    srv = serve("proxy_app:app", "--proxy-headers", "--access-log")
+    s = srv.connect()
+    s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n")
+    assert read_response(s)[0] == 200
+    s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
+    assert read_response(s)[0] == 400
+    s.close()
+    srv.wait_log(r"203\.0\.113\.7:0 - \"GET / HTTP/1.1\" 200")
+    srv.wait_log(r"127\.0\.0\.1:\d+ - \"-\" 400")

@@ -804,6 +804,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
         m0_conn_log(c, &c->req, status, body_bytes, m0_conn_clock_ns() - c->start_ns);
+    c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
     c->want_body = 0;
