@@ -8,12 +8,13 @@
  * inside the input and parsing its prefixes never claims more; every span a
  * resolution returns lies inside the request buffer; a port is -1 or
  * 0..65535; a parsed table has at most M0_TRUST_MAX entries with valid
- * prefixes.
+ * prefixes; m0_ip_parse agrees with inet_pton.
  */
 #include "../src/http/forwarded.h"
 #include "../src/http/parser.h"
 #include "../src/http/proxy_protocol.h"
 
+#include <arpa/inet.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
             }
         }
+    }
+
+    if (size > 0 && size < 48) {
+        char z[48];
+        uint8_t a[16], b[16];
+        memcpy(z, buf, size);
+        z[size] = '\0';
+        int fam = m0_ip_parse(buf, size, a);
+        int v4 = memchr(buf, '\0', size) == NULL && inet_pton(AF_INET, z, b) == 1;
+        int v6 = memchr(buf, '\0', size) == NULL && inet_pton(AF_INET6, z, b) == 1;
+        if (memchr(buf, ':', size) == NULL && (fam == 4) != v4)
+            abort();
+        if (fam == 6 && !v6)
+            abort();
     }
 
     m0_trust u;

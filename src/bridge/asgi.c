@@ -750,6 +750,20 @@ static PyObject *asgi_http_template(m0_asgi *a)
     return t;
 }
 
+/* The scope's scheme: the configured one, or what a trusted proxy forwarded
+ * (the configured object when they agree: no allocation behind a proxy that
+ * says what --url-scheme says). */
+static PyObject *asgi_scheme(m0_asgi *a, int forwarded, int websocket)
+{
+    PyObject *own = websocket ? a->ws_scheme : a->scheme; // borrowed
+    if (forwarded == M0_SCHEME_NONE)
+        return Py_NewRef(own);
+    const char *want = forwarded == M0_SCHEME_HTTPS ? (websocket ? "wss" : "https") : (websocket ? "ws" : "http");
+    if (PyUnicode_CompareWithASCIIString(own, want) == 0)
+        return Py_NewRef(own);
+    return PyUnicode_FromString(want);
+}
+
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket)
 {
     m0_asgi_state *st = a->st;
@@ -763,10 +777,7 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     m0_target_authority ta;
     /* A host a trusted proxy forwarded (--proxy-headers) wins over the target's. */
     int absolute = m0_conn_forwarded_host(c, &ta.authority, &ta.host, &ta.port) || m0_target_authority_get(req, &ta);
-    int fwd_scheme = m0_conn_forwarded_scheme(c);
-    PyObject *scheme = fwd_scheme == M0_SCHEME_NONE    ? Py_NewRef(websocket ? a->ws_scheme : a->scheme)
-                       : fwd_scheme == M0_SCHEME_HTTPS ? PyUnicode_FromString(websocket ? "wss" : "https")
-                                                       : PyUnicode_FromString(websocket ? "ws" : "http");
+    PyObject *scheme = asgi_scheme(a, m0_conn_forwarded_scheme(c), websocket);
     PyObject *raw_path;
     if (PyBytes_GET_SIZE(a->root_path_bytes) == 0 || asgi_is_asterisk(req->path)) {
         raw_path = PyBytes_FromStringAndSize(req->path.base, (Py_ssize_t)req->path.len);

@@ -549,8 +549,9 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         goto error;
     /* What a trusted proxy forwarded (--proxy-headers) wins. */
     int scheme = m0_conn_forwarded_scheme(c);
-    if (scheme != M0_SCHEME_NONE && set_steal(env, M0_WSGI_STR(st, wsgi_url_scheme),
-                                              PyUnicode_FromString(scheme == M0_SCHEME_HTTPS ? "https" : "http")) < 0)
+    if (scheme != M0_SCHEME_NONE &&
+        PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_url_scheme),
+                       scheme == M0_SCHEME_HTTPS ? M0_WSGI_STR(st, scheme_https) : M0_WSGI_STR(st, scheme_http)) < 0)
         goto error;
     if (m0_conn_forwarded_host(c, &ta.authority, &ta.host, &ta.port) && authority_set(w, env, &ta) < 0)
         goto error;

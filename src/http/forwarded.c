@@ -48,15 +48,50 @@ static int port_parse(const char *s, size_t len)
     return v <= 65535 ? v : -1;
 }
 
+/* A dotted-quad IPv4 address at the start of s[0..len), as inet_pton(AF_INET)
+ * takes it (no leading zeros): its length, 0 when there is none. */
+static size_t ipv4_prefix(const char *s, size_t len, uint8_t out[4])
+{
+    const char *p = s, *end = s + len;
+    for (int part = 0; part < 4; part++) {
+        if (part > 0) {
+            if (p == end || *p != '.')
+                return 0;
+            p++;
+        }
+        if (p == end || !is_digit(*p))
+            return 0;
+        unsigned v = (unsigned)(*p++ - '0');
+        if (p != end && is_digit(*p)) {
+            if (v == 0)
+                return 0; /* a leading zero */
+            v = v * 10 + (unsigned)(*p++ - '0');
+            if (p != end && is_digit(*p))
+                v = v * 10 + (unsigned)(*p++ - '0');
+        }
+        if (v > 255)
+            return 0;
+        out[part] = (uint8_t)v;
+    }
+    return (size_t)(p - s);
+}
+
+static int ipv4_parse(const char *s, size_t len, uint8_t out[4])
+{
+    return len > 0 && ipv4_prefix(s, len, out) == len;
+}
+
 int m0_ip_parse(const char *s, size_t len, uint8_t out[16])
 {
     char buf[48];
     if (len == 0 || len >= sizeof(buf))
         return 0;
+    if (memchr(s, ':', len) == NULL)
+        return ipv4_parse(s, len, out) ? 4 : 0;
+    if (memchr(s, '\0', len) != NULL)
+        return 0; /* inet_pton would stop there */
     memcpy(buf, s, len);
     buf[len] = '\0';
-    if (memchr(buf, ':', len) == NULL)
-        return inet_pton(AF_INET, buf, out) == 1 ? 4 : 0;
     if (inet_pton(AF_INET6, buf, out) != 1)
         return 0;
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -67,23 +102,23 @@ int m0_ip_parse(const char *s, size_t len, uint8_t out[16])
     return 6;
 }
 
+/* An address as the two words m0_ipnet compares. */
+static void ip_words(int family, const uint8_t *addr, uint64_t w[2])
+{
+    w[0] = w[1] = 0;
+    memcpy(w, addr, family == 4 ? 4 : 16);
+}
+
 int m0_trust_match(const m0_trust *t, int family, const uint8_t *addr)
 {
     if (t->any)
         return 1;
+    uint64_t w[2];
+    ip_words(family, addr, w);
     for (size_t i = 0; i < t->n; i++) {
         const m0_ipnet *e = &t->net[i];
-        if (e->family != family)
-            continue;
-        unsigned full = e->prefix / 8u, rest = e->prefix % 8u;
-        if (memcmp(e->addr, addr, full) != 0)
-            continue;
-        if (rest != 0) {
-            uint8_t mask = (uint8_t)(0xffu << (8 - rest));
-            if ((e->addr[full] & mask) != (addr[full] & mask))
-                continue;
-        }
-        return 1;
+        if (e->family == family && (w[0] & e->mask[0]) == e->word[0] && (w[1] & e->mask[1]) == e->word[1])
+            return 1;
     }
     return 0;
 }
@@ -131,8 +166,15 @@ static int trust_item(m0_trust *t, m0_span it)
     e->family = (uint8_t)family;
     e->prefix = (uint8_t)prefix;
     /* Host bits set below the prefix ("10.1.2.3/8") are cleared. */
-    for (int bit = prefix; bit < max; bit++)
-        e->addr[bit / 8] &= (uint8_t) ~(0x80u >> (bit % 8));
+    uint8_t maskb[16] = {0};
+    for (int bit = 0; bit < max; bit++) {
+        if (bit < prefix)
+            maskb[bit / 8] |= (uint8_t)(0x80u >> (bit % 8));
+        else
+            e->addr[bit / 8] &= (uint8_t) ~(0x80u >> (bit % 8));
+    }
+    ip_words(family, e->addr, e->word);
+    ip_words(family, maskb, e->mask);
     t->n++;
     return 0;
 }
@@ -159,13 +201,12 @@ int m0_trust_parse(m0_trust *t, const char *s, size_t len, const char **bad, siz
     }
 }
 
-int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *is_ip)
+int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *family, uint8_t ip[16])
 {
-    uint8_t tmp[16];
     const char *rest = NULL; /* after the address: ":port" or nothing */
     size_t restlen = 0;
     *port = -1;
-    *is_ip = 0;
+    *family = 0;
     if (len == 0)
         return 0;
     if (s[0] == '[') {
@@ -173,21 +214,23 @@ int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *
         if (close == NULL)
             return 0;
         *addr = (m0_span){s + 1, (size_t)(close - s - 1)};
-        if (m0_ip_parse(addr->base, addr->len, tmp) == 0 || memchr(addr->base, ':', addr->len) == NULL)
+        if (memchr(addr->base, ':', addr->len) == NULL || (*family = m0_ip_parse(addr->base, addr->len, ip)) == 0)
             return 0;
-        *is_ip = 1;
         rest = close + 1;
         restlen = len - (size_t)(rest - s);
+    } else if ((restlen = ipv4_prefix(s, len, ip)) != 0 && (restlen == len || s[restlen] == ':')) {
+        /* The common case first: IPv4, with or without a port. */
+        *family = 4;
+        *addr = (m0_span){s, restlen};
+        rest = s + restlen;
+        restlen = len - restlen;
     } else {
         const char *colon = memchr(s, ':', len);
         const char *colon2 = colon ? memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) : NULL;
         if (colon2 != NULL) {
             /* An unbracketed IPv6 address (X-Forwarded-For style): no port. */
             *addr = (m0_span){s, len};
-            if (m0_ip_parse(s, len, tmp) == 0)
-                return 0;
-            *is_ip = 1;
-            return 1;
+            return (*family = m0_ip_parse(s, len, ip)) != 0;
         }
         size_t alen = colon ? (size_t)(colon - s) : len;
         *addr = (m0_span){s, alen};
@@ -203,9 +246,9 @@ int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *
         } else if (m0_span_ieq(*addr, "unknown", 7)) {
             /* a hop that does not tell */
         } else {
-            if (m0_ip_parse(s, alen, tmp) != 4 || memchr(s, ':', alen) != NULL)
+            if (!ipv4_parse(s, alen, ip))
                 return 0;
-            *is_ip = 1;
+            *family = 4;
         }
     }
     if (restlen == 0)
@@ -223,13 +266,40 @@ int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *
     return *port >= 0;
 }
 
+/* name equals the lowercase literal, in any case (only letters and '-',
+ * which OR 0x20 folds; the caller checked the length). */
+static int name_is(const char *name, const char *lower, size_t len)
+{
+    while (len >= 8) {
+        uint64_t a, b;
+        memcpy(&a, name, 8);
+        memcpy(&b, lower, 8);
+        if ((a | 0x2020202020202020ull) != b)
+            return 0;
+        name += 8;
+        lower += 8;
+        len -= 8;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((name[i] | 0x20) != lower[i])
+            return 0;
+    return 1;
+}
+
 static int scheme_parse(m0_span v)
 {
-    if (m0_span_ieq(v, "https", 5) || m0_span_ieq(v, "wss", 3))
-        return M0_SCHEME_HTTPS;
-    if (m0_span_ieq(v, "http", 4) || m0_span_ieq(v, "ws", 2))
-        return M0_SCHEME_HTTP;
-    return M0_SCHEME_NONE;
+    switch (v.len) {
+    case 5:
+        return name_is(v.base, "https", 5) ? M0_SCHEME_HTTPS : M0_SCHEME_NONE;
+    case 4:
+        return name_is(v.base, "http", 4) ? M0_SCHEME_HTTP : M0_SCHEME_NONE;
+    case 3:
+        return name_is(v.base, "wss", 3) ? M0_SCHEME_HTTPS : M0_SCHEME_NONE;
+    case 2:
+        return name_is(v.base, "ws", 2) ? M0_SCHEME_HTTP : M0_SCHEME_NONE;
+    default:
+        return M0_SCHEME_NONE;
+    }
 }
 
 /* A forwarded host[:port]: reg-name, IPv4 or IP-literal characters only
@@ -245,24 +315,6 @@ static int host_valid(m0_span h)
             return 0;
     }
     return 1;
-}
-
-/* The rightmost comma-separated item of the last field line named name. */
-static m0_span last_item(const m0_request *req, const char *name, size_t nlen)
-{
-    m0_span v = {NULL, 0};
-    for (size_t i = req->num_headers; i-- > 0;) {
-        if (req->headers[i].name.len == nlen && m0_span_ieq(req->headers[i].name, name, nlen)) {
-            v = req->headers[i].value;
-            break;
-        }
-    }
-    if (v.base == NULL)
-        return v;
-    const char *comma = memrchr(v.base, ',', v.len);
-    if (comma != NULL)
-        v = (m0_span){comma + 1, v.len - (size_t)(comma + 1 - v.base)};
-    return trim(v.base, v.len);
 }
 
 typedef struct {
@@ -383,19 +435,20 @@ static int resolve_forwarded(const m0_request *req, const m0_trust *t, unsigned 
         return 0;
     /* Every for= must be a valid node, or the chain is not to be believed. */
     m0_span addr[FWD_MAX_HOPS];
-    int port[FWD_MAX_HOPS], is_ip[FWD_MAX_HOPS];
+    int port[FWD_MAX_HOPS], family[FWD_MAX_HOPS];
+    uint8_t ip[FWD_MAX_HOPS][16];
     for (int i = 0; i < n; i++) {
         if (!elems[i].has_for) {
-            is_ip[i] = 0;
+            family[i] = 0;
             addr[i] = (m0_span){NULL, 0};
             port[i] = -1;
-        } else if (!m0_forwarded_node(elems[i].for_.base, elems[i].for_.len, &addr[i], &port[i], &is_ip[i])) {
+        } else if (!m0_forwarded_node(elems[i].for_.base, elems[i].for_.len, &addr[i], &port[i], &family[i], ip[i])) {
             return 0;
         }
     }
     int pick = 0;
     for (int i = n - 1; i >= 0; i--) {
-        if (is_ip[i] && m0_trust_match_text(t, addr[i].base, addr[i].len))
+        if (family[i] != 0 && m0_trust_match(t, family[i], ip[i]))
             continue;
         pick = i;
         break;
@@ -412,43 +465,47 @@ static int resolve_forwarded(const m0_request *req, const m0_trust *t, unsigned 
     return 1;
 }
 
-static int resolve_xff(const m0_request *req, const m0_trust *t, m0_forwarded *out)
+/* Walk the X-Forwarded-For lines xff[0..n) from the right (see forwarded.h). */
+static int resolve_xff(const m0_request *req, const uint16_t *xff, int n, const m0_trust *t, m0_forwarded *out)
 {
-    m0_span item[FWD_MAX_HOPS];
-    int n = 0;
-    for (size_t h = 0; h < req->num_headers; h++) {
-        if (req->headers[h].name.len != 15 || !m0_span_ieq(req->headers[h].name, "x-forwarded-for", 15))
-            continue;
-        const char *s = req->headers[h].value.base;
-        size_t len = req->headers[h].value.len, i = 0;
+    int hops = 0;
+    for (int k = n - 1; k >= 0; k--) {
+        m0_span v = req->headers[xff[k]].value;
+        size_t end = v.len;
         for (;;) {
-            size_t j = i;
-            while (j < len && s[j] != ',')
-                j++;
-            if (n >= FWD_MAX_HOPS)
+            size_t start = end;
+            while (start > 0 && v.base[start - 1] != ',')
+                start--;
+            m0_span item = trim(v.base + start, end - start), addr;
+            int port, family;
+            uint8_t ip[16];
+            if (item.len == 0 || ++hops > FWD_MAX_HOPS ||
+                !m0_forwarded_node(item.base, item.len, &addr, &port, &family, ip))
                 return 0;
-            item[n] = trim(s + i, j - i);
-            if (item[n].len == 0)
-                return 0;
-            n++;
-            if (j >= len)
+            int leftmost = k == 0 && start == 0;
+            if (family == 0 || leftmost || !m0_trust_match(t, family, ip)) {
+                out->client = addr;
+                out->client_port = port;
+                return 1;
+            }
+            if (start == 0)
                 break;
-            i = j + 1;
+            end = start - 1;
         }
-    }
-    for (int i = n - 1; i >= 0; i--) {
-        m0_span addr;
-        int port, is_ip;
-        if (!m0_forwarded_node(item[i].base, item[i].len, &addr, &port, &is_ip))
-            return 0;
-        if (is_ip && i > 0 && m0_trust_match_text(t, addr.base, addr.len))
-            continue;
-        out->client = addr;
-        out->client_port = port;
-        return 1;
     }
     return 0;
 }
+
+/* The rightmost comma-separated item of a field value. */
+static m0_span last_item(m0_span v)
+{
+    const char *comma = memrchr(v.base, ',', v.len);
+    if (comma != NULL)
+        v = (m0_span){comma + 1, v.len - (size_t)(comma + 1 - v.base)};
+    return trim(v.base, v.len);
+}
+
+#define FWD_MAX_XFF_LINES 8
 
 int m0_forwarded_resolve(const m0_request *req, const m0_trust *t, unsigned flags, m0_forwarded *out)
 {
@@ -457,19 +514,42 @@ int m0_forwarded_resolve(const m0_request *req, const m0_trust *t, unsigned flag
     out->scheme = M0_SCHEME_NONE;
     out->host = (m0_span){NULL, 0};
     out->port = -1;
-    if (resolve_forwarded(req, t, flags, out))
+    /* One pass over the names: by length first, so that most fields cost a compare or two. */
+    uint16_t xff[FWD_MAX_XFF_LINES];
+    int nxff = 0, forwarded = 0, xfp = -1, xfh = -1, xfport = -1;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const char *name = req->headers[i].name.base;
+        size_t len = req->headers[i].name.len;
+        if (len == 9) {
+            forwarded |= name_is(name, "forwarded", 9);
+        } else if (len >= 15 && len <= 17 && name_is(name, "x-forwarded-", 12)) {
+            const char *tail = name + 12;
+            if (len == 15 && name_is(tail, "for", 3)) {
+                if (nxff == FWD_MAX_XFF_LINES)
+                    nxff = -1000; /* too many lines: X-Forwarded-For is ignored */
+                else if (nxff >= 0)
+                    xff[nxff++] = (uint16_t)i;
+            } else if (len == 17 && name_is(tail, "proto", 5)) {
+                xfp = (int)i;
+            } else if (len == 16 && name_is(tail, "host", 4)) {
+                xfh = (int)i;
+            } else if (len == 16 && name_is(tail, "port", 4)) {
+                xfport = (int)i;
+            }
+        }
+    }
+    if (forwarded && resolve_forwarded(req, t, flags, out))
         return 1;
-    int found = resolve_xff(req, t, out);
-    m0_span proto = last_item(req, "x-forwarded-proto", 17);
-    if (proto.len != 0 && (out->scheme = scheme_parse(proto)) != M0_SCHEME_NONE)
+    int found = nxff > 0 && resolve_xff(req, xff, nxff, t, out);
+    if (xfp >= 0 && (out->scheme = scheme_parse(last_item(req->headers[xfp].value))) != M0_SCHEME_NONE)
         found = 1;
     if (flags & M0_FWD_HOST) {
-        m0_span host = last_item(req, "x-forwarded-host", 16);
+        m0_span host = xfh >= 0 ? last_item(req->headers[xfh].value) : (m0_span){NULL, 0};
         if (host.len != 0 && host_valid(host)) {
             out->host = host;
             found = 1;
         }
-        m0_span port = last_item(req, "x-forwarded-port", 16);
+        m0_span port = xfport >= 0 ? last_item(req->headers[xfport].value) : (m0_span){NULL, 0};
         if (port.len != 0 && (out->port = port_parse(port.base, port.len)) >= 0)
             found = 1;
     }

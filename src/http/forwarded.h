@@ -32,6 +32,8 @@ typedef struct {
     uint8_t family; /* 4 or 6 */
     uint8_t prefix; /* bits that must match */
     uint8_t addr[16];
+    uint64_t word[2]; /* addr as two words (an IPv4 address in the low bytes of word[0]) ... */
+    uint64_t mask[2]; /* ... and the prefix as a mask over them: a match is two ANDs */
 } m0_ipnet;
 
 typedef struct {
@@ -85,8 +87,9 @@ int m0_forwarded_resolve(const m0_request *req, const m0_trust *t, unsigned flag
  * "192.0.2.1:8080", "[2001:db8::1]", "[2001:db8::1]:443", "unknown",
  * "_hidden", "_hidden:_port", an unbracketed IPv6 address (X-Forwarded-For
  * only). Unquoted already. Returns 1 and fills the address span (brackets
- * stripped) and the port (-1 when none or obfuscated), 0 when malformed.
- * *is_ip says whether the address is an IP address. */
-int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *is_ip);
+ * stripped), the port (-1 when none or obfuscated) and *family (4 or 6 with
+ * the address in ip, network order; 0 when the node is not an IP address),
+ * or 0 when malformed. */
+int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *family, uint8_t ip[16]);
 
 #endif

@@ -41,6 +41,9 @@ static void test_trust(void)
     CHECK(!m0_trust_match_text(&t, "192.168.2.1", 11));
     CHECK(m0_trust_match_text(&t, "::ffff:10.1.2.3", 15)); /* IPv4-mapped folds to IPv4 */
     CHECK(!m0_trust_match_text(&t, "garbage", 7));
+    uint8_t ipb[16];
+    CHECK(m0_ip_parse("::0\0", 4, ipb) == 0); /* an embedded NUL is not an address */
+    CHECK(m0_ip_parse("::0", 3, ipb) == 6);
     CHECK(!m0_trust_match_text(&t, "", 0));
 
     m0_trust any = trust("*");
@@ -66,6 +69,20 @@ static void test_trust(void)
     m0_trust x;
     CHECK(m0_trust_parse(&x, "127.0.0.1, nope ,::1", 20, &where, &wlen) == -1);
     CHECK(wlen == 4 && memcmp(where, "nope", 4) == 0);
+}
+
+static void test_node_bytes(void)
+{
+    m0_span addr;
+    int port, family;
+    uint8_t ip[16];
+    CHECK(m0_forwarded_node("192.0.2.60:1", 12, &addr, &port, &family, ip) == 1);
+    CHECK(family == 4 && memcmp(ip, "\xc0\x00\x02\x3c", 4) == 0);
+    CHECK(m0_forwarded_node("[2001:db8::1]", 13, &addr, &port, &family, ip) == 1);
+    CHECK(family == 6 && ip[0] == 0x20 && ip[1] == 0x01 && ip[15] == 1);
+    CHECK(m0_forwarded_node("::ffff:10.1.2.3", 15, &addr, &port, &family, ip) == 1);
+    CHECK(family == 4 && memcmp(ip, "\x0a\x01\x02\x03", 4) == 0);
+    CHECK(m0_forwarded_node("unknown", 7, &addr, &port, &family, ip) == 1 && family == 0);
 }
 
 static void test_node(void)
@@ -100,11 +117,20 @@ static void test_node(void)
         {"example.com", 0, NULL, 0, 0},
         {"1.2.3.4.5", 0, NULL, 0, 0},
         {"300.1.1.1", 0, NULL, 0, 0},
+        {"01.2.3.4", 0, NULL, 0, 0},
+        {"1.2.3.", 0, NULL, 0, 0},
+        {".1.2.3", 0, NULL, 0, 0},
+        {"1.2.3.4 ", 0, NULL, 0, 0},
+        {"1234.1.1.1", 0, NULL, 0, 0},
+        {"0.0.0.0", 1, "0.0.0.0", -1, 1},
+        {"255.255.255.255:0", 1, "255.255.255.255", 0, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         m0_span addr = {NULL, 0};
-        int port = -2, is_ip = -1;
-        int ok = m0_forwarded_node(cases[i].in, strlen(cases[i].in), &addr, &port, &is_ip);
+        int port = -2, family = -1;
+        uint8_t ip[16];
+        int ok = m0_forwarded_node(cases[i].in, strlen(cases[i].in), &addr, &port, &family, ip);
+        int is_ip = family == 4 || family == 6;
         if (ok != cases[i].ok)
             fprintf(stderr, "node %s: %d\n", cases[i].in, ok);
         CHECK(ok == cases[i].ok);
@@ -174,6 +200,8 @@ static void test_resolve(void)
         {"X-Forwarded-For: 203.0.113.7, 10.0.0.1:99999\r\n", 0, 0, NULL, -1, 0, NULL, -1},
         /* a spoofed left part does not matter once an untrusted hop is found */
         {"X-Forwarded-For: garbage, 203.0.113.7, 10.0.0.1\r\n", 0, 1, "203.0.113.7", -1, 0, NULL, -1},
+        /* what lies left of the client is not looked at */
+        {"X-Forwarded-For: 1.2.3.4,, 203.0.113.7\r\n", 0, 1, "203.0.113.7", -1, 0, NULL, -1},
         /* proto */
         {"X-Forwarded-Proto: https\r\n", 0, 1, NULL, -1, M0_SCHEME_HTTPS, NULL, -1},
         {"X-Forwarded-Proto: HTTP\r\n", 0, 1, NULL, -1, M0_SCHEME_HTTP, NULL, -1},
@@ -227,6 +255,15 @@ static void test_resolve(void)
     strcat(big, "\r\n");
     fwd_case fc = {big, 0, 0, NULL, -1, 0, NULL, -1};
     run_fwd(&t, &fc);
+
+    /* more than 8 X-Forwarded-For lines: ignored */
+    char lines[1024] = "";
+    for (int i = 0; i < 9; i++)
+        strcat(lines, "X-Forwarded-For: 203.0.113.1\r\n");
+    fwd_case many = {lines, 0, 0, NULL, -1, 0, NULL, -1};
+    run_fwd(&t, &many);
+    fwd_case eight = {lines + strlen("X-Forwarded-For: 203.0.113.1\r\n"), 0, 1, "203.0.113.1", -1, 0, NULL, -1};
+    run_fwd(&t, &eight);
 
     /* with "*" every hop is trusted: the leftmost */
     m0_trust any = trust("*");
@@ -384,6 +421,7 @@ int main(void)
 {
     test_trust();
     test_node();
+    test_node_bytes();
     test_resolve();
     test_pp_v1();
     test_pp_v2();
