@@ -58,11 +58,3 @@ int m0_gate(m0_conn *c)
     }
     return 0;
 }
-
-void m0_gate_done(m0_conn *c)
-{
-    if (c->counted) {
-        c->counted = 0;
-        c->srv->inflight--;
-    }
-}

@@ -198,7 +198,14 @@ void m0_proxy_headers_resolve(m0_conn *c);
 /* gate.c: answer the health path or refuse past the concurrency limit from
  * the loop: 1 when the request was answered (and finished), 0 to dispatch. */
 int m0_gate(m0_conn *c);
-void m0_gate_done(m0_conn *c);
+/* The request of c is no longer in flight (inline: on every finish and close). */
+static inline void m0_gate_done(m0_conn *c)
+{
+    if (c->counted) {
+        c->counted = 0;
+        c->srv->inflight--;
+    }
+}
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);
