@@ -57,6 +57,10 @@ test-c: deps
 	./tests/c/build/test_ws
 	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	./tests/c/build/test_proxy
+	clang $(CFLAGS_TEST) -o tests/c/build/test_access_log tests/c/test_access_log.c src/net/access_log.c
+	./tests/c/build/test_access_log
+	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
+	./tests/c/build/test_metrics
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
 
@@ -85,8 +89,11 @@ bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 
+# Debian names the binary after its version; the newest one installed wins.
+CLANG_FORMAT ?= $(shell command -v clang-format || ls /usr/bin/clang-format-[0-9]* 2>/dev/null | sort -V | tail -1)
+
 format:
-	clang-format -i $$(find src tests/c fuzz bench -name '*.[ch]')
+	$(CLANG_FORMAT) -i $$(find src tests/c fuzz bench -name '*.[ch]')
 
 clean:
 	rm -rf build tests/c/build fuzz/build .venv-* .bench-venv bench/floor/build

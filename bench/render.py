@@ -30,7 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 README = ROOT / "README.md"
 CHART_DIR = ROOT / "docs" / "bench"
-SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory"]
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack"]
 FAILED = "MEASUREMENT FAILED"
 
 PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
@@ -262,6 +262,48 @@ def mixed_table(art, versions):
     return "\n".join(lines)
 
 
+def attack_table(art, versions):
+    head = ["server", "attackers", "fast-route p50 ms", "p90 ms", "p99 ms", "p99 ÷ quiet p99", "rps",
+            "server cores, attackers alone", "reconnects (server timeouts)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
+    quiet = next((r for r in art["rows"] if not r.get("attack")), None)
+    names = []
+    for row in art["rows"]:
+        for arm in row["arms"]:
+            if arm["name"] not in names:
+                names.append(arm["name"])
+    verdicts = []
+    for name in names:
+        q = _arm(quiet, name) if quiet else None
+        q99 = q.get("median", {}).get("p99_ms") if q and q["status"] == "ok" else None
+        for row in art["rows"]:
+            arm = _arm(row, name)
+            if not arm:
+                continue
+            who = f"{row['attackers']} {row['attack']}" if row.get("attack") else "none"
+            label = _label(arm, versions)
+            if arm["status"] != "ok":
+                why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
+                lines.append(f"| {label} | {who} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+                continue
+            p99 = arm["median"].get("p99_ms")
+            ratio = p99 / q99 if (p99 is not None and q99 and row.get("attack")) else None
+            idle = arm["median"].get("attack_idle_cores")
+            recon = [r.get("attack_counters", {}).get("reconnects") for r in arm["rounds"]
+                     if r.get("attack_counters")]
+            lines.append(f"| {label} | {who} | {fmt_med(arm, 'p50_ms', 'ms')} | {fmt_med(arm, 'p90_ms', 'ms')} | "
+                         f"{fmt_med(arm, 'p99_ms', 'ms')} | {'–' if ratio is None else f'{ratio:.2f}×'} | "
+                         f"{fmt_med(arm, 'rps', 'int')} | {'–' if idle is None else f'{idle:.3f}'} | "
+                         f"{'–' if not recon else sorted(recon)[len(recon) // 2]} |")
+            if arm.get("is_m0serve") and row.get("attack") and ratio is not None and idle is not None:
+                ok = ratio <= 2.0 and idle <= 0.05
+                verdicts.append(f"{name} under {who}: p99 {ratio:.2f}× quiet (goal ≤ 2×), attackers alone "
+                                f"{idle * 100:.1f}% of a core (goal ≤ 5%): {'met' if ok else 'NOT met'}")
+    if verdicts:
+        lines += ["", "Gate: " + "; ".join(verdicts) + "."]
+    return "\n".join(lines)
+
+
 def mixed_gate(art):
     """The isolation gate, computed from the artifact: the pool's fast p99 with two slow views in flight
     against its own without any and against Granian's pool at each level, and its requests per
@@ -352,6 +394,8 @@ def suite_block(suite, art):
         parts += [f"**INVALID RUN**: {_esc('; '.join(art.get('invalid_reasons', [])))}", ""]
     if suite == "mixed":
         parts += [mixed_table(art, versions), ""]
+    elif suite == "attack":
+        parts += [attack_table(art, versions), ""]
     else:
         for row in art["rows"]:
             parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
@@ -368,7 +412,7 @@ def suite_block(suite, art):
             for f in row.get("failures", []):
                 parts += ["", f"**{FAILED}**: {_esc(f)[:300]}"]
             parts.append("")
-    if suite not in ("memory", "mixed"):
+    if suite not in ("memory", "mixed", "attack"):
         parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
         parts.append("")
     return "\n".join(parts)
@@ -525,7 +569,7 @@ def readme_summary(arts):
     rows = []
     for suite in SUITE_ORDER:
         art = arts.get(suite)
-        if art is None or suite in ("memory", "mixed"):
+        if art is None or suite in ("memory", "mixed", "attack"):
             continue
         for row in art["rows"]:
             ref = row.get("reference")
@@ -591,7 +635,7 @@ def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=
     if readme_path.exists():
         out[readme_path] = render_readme(readme_path.read_text(), arts)
     for suite, art in arts.items():
-        if suite not in ("memory", "mixed"):
+        if suite not in ("memory", "mixed", "attack"):
             out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)
     return out
 

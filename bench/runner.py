@@ -8,7 +8,10 @@ wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before a
 import hashlib
 import http.client
 import json
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -19,7 +22,7 @@ from . import env, procs, wrk
 
 SERVER_CPU = 0
 WRK_CPU = 1
-METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms")
+METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores")
 FAILED = "MEASUREMENT FAILED"
 
 
@@ -36,6 +39,8 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
+    attack: str = ""  # attack suite: "slowloris" or "slowbody" clients (bench/attack.py) run during each measurement
+    attackers: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -134,6 +139,49 @@ class SlowLoad:
             t.join(self.ms / 1000 + 30)
 
 
+class AttackLoad:
+    """`n` hostile connections (bench/attack.py in its own process, pinned to the load generator's core)
+    kept open during a measurement. On entry, once they are all open, the server tree's CPU is sampled
+    for `sample_s` with nothing but the attackers running: the cost of the attack itself."""
+
+    def __init__(self, mode, n, port, server_pid, sample_s=3.0):
+        self.mode, self.n, self.port, self.server_pid, self.sample_s = mode, n, port, server_pid, sample_s
+        self.proc = None
+        self.idle_cores = None
+        self.counters = None
+        self.error = None
+
+    def __enter__(self):
+        if not self.mode:
+            return self
+        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.attack", "--port", str(self.port),
+                "--mode", self.mode, "--conns", str(self.n)]
+        self.proc = subprocess.Popen(argv, cwd=str(env.ROOT), stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready"):
+            self.error = f"attackers did not start ({line.strip() or self.proc.poll()})"
+            return self
+        time.sleep(1.0)  # the first heads are parsed; the trickle is running
+        before = procs.tree(self.server_pid)
+        t0 = time.monotonic()
+        time.sleep(self.sample_s)
+        wall = time.monotonic() - t0
+        self.idle_cores = procs.cpu_seconds_between(before, procs.tree(self.server_pid)) / wall
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=30)
+            self.counters = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
+            self.proc.kill()
+            self.proc.wait()
+            self.error = f"attackers did not report ({e!r})"
+
+
 class RowRunner:
     def __init__(self, suite, row, settings, workdir):
         self.suite, self.row, self.s = suite, row, settings
@@ -158,7 +206,8 @@ class RowRunner:
         port, proc = arm_state["port"], arm_state["proc"]
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
-        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow:
+        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow, \
+                AttackLoad(self.row.attack, self.row.attackers, port, proc.pid) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             if self.row.target_requests:
@@ -193,6 +242,12 @@ class RowRunner:
             "server_processes": len(after),
             "wrk_output": raw,
         }
+        if self.row.attack:
+            rec["attack_idle_cores"] = attack.idle_cores
+            rec["attack_counters"] = attack.counters
+            if attack.error:
+                rec["failed"] = True
+                rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + attack.error
         if self.row.slow_inflight:
             rec["slow_completed"] = slow.completed
             rec["slow_errors"] = slow.errors
@@ -257,7 +312,8 @@ class RowRunner:
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
-               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests, **row.extra,
+               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests,
+               "attack": row.attack or None, "attackers": row.attackers, **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}

@@ -96,6 +96,20 @@ def threads():
     ]
 
 
+def attack():
+    # Hostile clients (bench/attack.py, on the load generator's core) beside the fast route: the fast
+    # route's p99 against the quiet row's, and what the attackers alone cost the server (attack_idle_cores).
+    arms = [S.m0serve("wsgi", label="m0serve (wsgi, inline)"),
+            S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
+                      label="m0serve (wsgi, --blocking-threads 4)"),
+            S.granian("wsgi", blocking_threads=4)]
+    return [Row("quiet", "Fast route, no attackers", WSGI_HELLO, arms),
+            Row("slowloris200", "Fast route beside 200 slowloris connections (70 KB head, then a byte every 100 ms)",
+                WSGI_HELLO, arms, attack="slowloris", attackers=200),
+            Row("slowbody200", "Fast route beside 200 slow uploads (1 MB declared, a byte every 100 ms)",
+                WSGI_HELLO, arms, attack="slowbody", attackers=200)]
+
+
 def memory():
     return [
         Row("wsgi-100k", "Bare WSGI hello: RSS after warm-up and after 100,000 requests", WSGI_HELLO, wsgi_arms(),
@@ -135,6 +149,7 @@ SUITES = {
     "threads": threads,
     "memory": memory,
     "proxy": proxy,
+    "attack": attack,
 }
 
 

@@ -9,34 +9,11 @@ from __future__ import annotations
 import os
 import sys
 
-from . import config, hooks, logs, sockets, worker
-from .loader import AppLoadError, detect_interface, load, prepare_path
+from . import config, hooks, logs, pidfile, sockets, worker
+from .loader import prepare_path, resolve_app
+from .supervisor import Supervisor
 
 log = logs.log
-
-
-def resolve_app(cfg):
-    """(app, interface) for the configuration; exits 1 with the traceback when loading fails."""
-    if cfg.native is not None:
-        return None, f"native-{cfg.native}"
-    try:
-        app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
-    except AppLoadError as e:
-        log.error("cannot load %s: %s", cfg.app, e)
-        raise SystemExit(1) from None
-    except BaseException:
-        log.error("cannot import %s: the traceback follows", cfg.app, exc_info=True)
-        raise SystemExit(1) from None
-    interface = cfg.interface
-    if interface == "auto":
-        interface = detect_interface(app)
-    if interface == "asgi":
-        try:
-            worker.asgi_driver()
-        except worker.UnsupportedInterface as e:
-            log.error("%s is an ASGI application: %s", cfg.app, e)
-            raise SystemExit(2 if cfg.interface == "asgi" else 1) from None
-    return app, interface
 
 
 def check_interface_flag(cfg):
@@ -46,31 +23,6 @@ def check_interface_flag(cfg):
             worker.asgi_driver()
         except worker.UnsupportedInterface as e:
             config.die(f"argument --interface: {e}")
-
-
-def write_pid_file(path):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(tmp, path)
-
-
-def remove_pid_file(path):
-    try:
-        with open(path) as f:
-            if f.read().strip() != str(os.getpid()):
-                return
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def open_listeners(cfg):
-    try:
-        return sockets.open_listeners(cfg)
-    except sockets.BindError as e:
-        log.error("%s", e)
-        raise SystemExit(1) from None
 
 
 def run_single(cfg):
@@ -87,9 +39,9 @@ def run_single(cfg):
 
 def _serve_single(cfg, hk, server):
     app, interface = resolve_app(cfg)
-    listeners = open_listeners(cfg)
+    listeners = sockets.open_listeners_or_exit(cfg)
     if cfg.pid_file:
-        write_pid_file(cfg.pid_file)
+        pidfile.write(cfg.pid_file)
     me = hooks.WorkerInfo(cfg, age=1)
     me.pid, me.ppid, me.app = os.getpid(), os.getppid(), app
     server.workers[me.pid] = me
@@ -111,7 +63,7 @@ def _serve_single(cfg, hk, server):
         for listener in listeners:
             listener.close()
         if cfg.pid_file:
-            remove_pid_file(cfg.pid_file)
+            pidfile.remove(cfg.pid_file)
         hk.run("worker_exit", server, me)
     log.info("shut down")
     return 0
@@ -127,8 +79,6 @@ def main(argv=None):
         config.die(f"argument --log-config: {e}")
     check_interface_flag(cfg)
     if cfg.supervised:
-        from .supervisor import Supervisor
-
         return Supervisor(cfg).run()
     try:
         return run_single(cfg)

@@ -220,6 +220,16 @@ OPTIONS = [
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
            "logging", "FILE"),
     Option("--access-log", "flag", _bool, False, "one line per response, with the server-side duration", "logging"),
+    Option("--access-log-format", "value", str, None,
+           "the access-log line in gunicorn's atoms, e.g. '%%(h)s %%(l)s %%(u)s %%(t)s \"%%(r)s\" %%(s)s %%(b)s' "
+           "(turns the access log on)", "logging", "FORMAT"),
+    Option("--access-log-json", "flag", _bool, False,
+           "one JSON object per access-log line (the atoms of --access-log-format as members; turns the access "
+           "log on)", "logging"),
+    Option("--metrics-port", "value", _int_in(0, 65535), None,
+           "serve Prometheus metrics at http://--metrics-host:PORT/metrics from the supervisor (0 picks a free "
+           "port, logged at start; default: off)", "logging", "PORT", supervision=True),
+    Option("--metrics-host", "value", str, "127.0.0.1", "address the metrics endpoint binds", "logging", "HOST"),
     Option("--log-config", "value", _path, None,
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
@@ -237,6 +247,9 @@ OPTIONS = [
     Option("--max-requests", "value", _int_in(0), 0, "a worker retires gracefully after this many requests (0: never)",
            "processes", "N", supervision=True),
     Option("--max-requests-jitter", "value", _int_in(0), 0, "add a random 0..N to --max-requests per worker", "processes", "N"),
+    Option("--workers-max-rss", "value", _int_in(0), 0,
+           "a worker whose resident memory exceeds this many MiB is replaced gracefully: its replacement starts "
+           "first, then it drains (0: off)", "processes", "MB", supervision=True),
     Option("--worker-timeout", "value", _seconds, 0.0,
            "a worker stuck in one request this long has its stacks logged, then is killed and replaced (0: off)",
            "processes", "SECONDS", supervision=True),
@@ -323,6 +336,8 @@ class Config:
         from .hooks import NEEDS_SUPERVISOR, of
 
         if any(of(self).has(name) for name in NEEDS_SUPERVISOR):
+            return True
+        if self.metrics_port is not None:  # port 0 too: the supervisor serves the endpoint
             return True
         return any(opt.supervision and getattr(self, opt.dest) for opt in OPTIONS)
 
@@ -414,6 +429,13 @@ def _check(cfg):
         raise ConfigError("argument --proxy-protocol-timeout: must be > 0")
     if cfg.threads > 1 and cfg.interface == "asgi":
         raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
+    if cfg.access_log_format is not None:
+        from . import _core
+
+        try:
+            _core.check_access_log_format(cfg.access_log_format, cfg.access_log_json)
+        except ValueError as e:
+            raise ConfigError(f"argument --access-log-format: {e}") from None
 
 
 def server_options(cfg):
@@ -431,7 +453,9 @@ def server_options(cfg):
         send_timeout=cfg.send_timeout,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
-        access_log=cfg.access_log,
+        access_log=cfg.access_log or cfg.access_log_format is not None or cfg.access_log_json,
+        access_log_format=cfg.access_log_format,
+        access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
         proxy=dict(
             proxy_headers=cfg.proxy_headers and not cfg.no_proxy_headers,

@@ -7,6 +7,8 @@ import inspect
 import os
 import sys
 
+from . import logs, worker
+
 
 class AppLoadError(Exception):
     """The app could not be found (not an import-time exception of the app itself)."""
@@ -79,3 +81,27 @@ def detect_interface(app):
     if _positional_count(app) == 3:
         return "asgi"
     return "wsgi"
+
+
+def resolve_app(cfg):
+    """(app, interface) for the configuration; exits 1 with the traceback when loading fails."""
+    if cfg.native is not None:
+        return None, f"native-{cfg.native}"
+    try:
+        app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
+    except AppLoadError as e:
+        logs.log.error("cannot load %s: %s", cfg.app, e)
+        raise SystemExit(1) from None
+    except BaseException:
+        logs.log.error("cannot import %s: the traceback follows", cfg.app, exc_info=True)
+        raise SystemExit(1) from None
+    interface = cfg.interface
+    if interface == "auto":
+        interface = detect_interface(app)
+    if interface == "asgi":
+        try:
+            worker.asgi_driver()
+        except worker.UnsupportedInterface as e:
+            logs.log.error("%s is an ASGI application: %s", cfg.app, e)
+            raise SystemExit(2 if cfg.interface == "asgi" else 1) from None
+    return app, interface

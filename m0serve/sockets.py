@@ -190,3 +190,14 @@ def open_listeners(cfg, environ=None):
     if cfg.uds is not None:
         return [bind_unix(cfg.uds, cfg.backlog)]
     return [bind_tcp(cfg.host, cfg.port, cfg.backlog, reuse_port=cfg.reuse_port, reserve_only=cfg.reuse_port and cfg.supervised)]
+
+
+def open_listeners_or_exit(cfg):
+    """open_listeners, or exit 1 after logging why one could not be bound."""
+    from . import logs
+
+    try:
+        return open_listeners(cfg)
+    except BindError as e:
+        logs.log.error("%s", e)
+        raise SystemExit(1) from None

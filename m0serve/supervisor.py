@@ -25,6 +25,7 @@ run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit 
 """
 from __future__ import annotations
 
+import enum
 import mmap
 import os
 import random
@@ -34,16 +35,38 @@ import struct
 import sys
 import time
 
-from . import hooks, logs, worker
-from .cli import open_listeners, remove_pid_file, resolve_app, write_pid_file
+from . import hooks, logs, metrics, pidfile, sockets, worker
+from .loader import resolve_app
 
 log = logs.log
 
 HEARTBEAT_SLOTS = 1024
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-           signal.SIGUSR1, signal.SIGCHLD)
+           signal.SIGUSR1, signal.SIGCHLD)  # each runs Supervisor.handle_<name>
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD)  # still handled while stopping
 DUMP_GRACE = 1.0  # seconds between the stack-dump signal and SIGKILL
 DRAIN_ACK_WAIT = 1.0  # seconds to wait for workers to stop accepting before closing the listeners
+
+
+class Stopping(enum.Enum):
+    """How far the supervisor is in stopping."""
+
+    NO = "no"  # serving
+    GRACEFUL = "graceful"  # TERM/INT: workers drain, bounded by --graceful-timeout
+    FAST = "fast"  # QUIT or a second TERM/INT: workers close everything now
+
+
+MIB = 1024 * 1024
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def worker_rss(pid):
+    """Resident bytes of process `pid` (/proc/PID/statm), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _now():
@@ -75,6 +98,7 @@ class Worker(hooks.WorkerInfo):
         self.kill_at = None  # monotonic deadline for SIGKILL
         self.drained = False
         self.dumped_at = None  # when the stack dump was requested (worker timeout)
+        self.retiring = ""  # why it is being replaced; it serves until its replacement is ready
 
 
 class Supervisor:
@@ -87,7 +111,7 @@ class Supervisor:
         self.workers = {}  # pid -> Worker
         self.generation = 0
         self.pending_signals = []
-        self.stopping = None  # None | "graceful" | "fast"
+        self.stopping = Stopping.NO
         self.stop_deadline = None
         self.stop_requested = 0.0
         self.listeners_stopped = False
@@ -104,6 +128,8 @@ class Supervisor:
         self.listeners = []
         self.heartbeat = None
         self.reloader = None
+        self.metrics = None  # --metrics-port: metrics.Metrics
+        self.metrics_endpoint = None
         self.next_reload_check = 0.0
         self.rand = random.Random()
         self.pid = os.getpid()
@@ -124,13 +150,15 @@ class Supervisor:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
         if cfg.preload and not cfg.reload:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
-        self.listeners = open_listeners(cfg)
+        self.listeners = sockets.open_listeners_or_exit(cfg)
         if cfg.pid_file:
-            write_pid_file(cfg.pid_file)
+            pidfile.write(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
         self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * self.beat_threads * 16)
+        if cfg.metrics_port is not None:
+            self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
             from .reload import Reloader
 
@@ -141,6 +169,14 @@ class Supervisor:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if self.metrics is not None:
+            try:
+                self.metrics_endpoint = metrics.Endpoint(cfg.metrics_host, cfg.metrics_port, self.selector,
+                                                         self._render_metrics)
+            except OSError as e:
+                log.error("%s", e)
+                return 1
+            log.info("Metrics on %s", self.metrics_endpoint.url)
         for s in HANDLED:
             signal.signal(s, self._on_signal)
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
@@ -166,8 +202,10 @@ class Supervisor:
                 pass
         for listener in self.listeners:
             listener.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         if self.cfg.pid_file:
-            remove_pid_file(self.cfg.pid_file)
+            pidfile.remove(self.cfg.pid_file)
         signal.set_wakeup_fd(-1)
 
     def _on_signal(self, signum, frame):
@@ -179,21 +217,26 @@ class Supervisor:
         while True:
             self._handle_signals()
             self._reap()
-            if self.stopping and not self.workers:
+            if self.stopping is not Stopping.NO and not self.workers:
                 log.info("supervisor %d: all workers stopped; exiting", os.getpid())
                 return
-            if self.stopping is None:
+            if self.stopping is Stopping.NO:
                 self._check_reload()
                 self._maintain()
                 self._check_heartbeats()
+                self._check_rss()
             self._enforce_deadlines()
-            if self.stopping and not self.listeners_stopped:
+            if self.stopping is not Stopping.NO and not self.listeners_stopped:
                 self._maybe_stop_listening()
             for key, _ in self.selector.select(self._tick()):
                 if key.data is None:
                     self._drain_wakeup()
+                elif key.data is self.metrics_endpoint:
+                    self.metrics_endpoint.on_ready(key.fileobj)
                 else:
                     self._read_status(key.data)
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.expire()
 
     def _tick(self):
         t = 0.5
@@ -238,47 +281,62 @@ class Supervisor:
     # --- signals --------------------------------------------------------------------
 
     def _handle_signals(self):
+        """Run handle_<name> for each queued signal, in arrival order (gunicorn's arbiter)."""
         while self.pending_signals:
-            sig = self.pending_signals.pop(0)
-            if sig == signal.SIGCHLD:
-                continue  # _reap() runs every iteration
-            if sig in (signal.SIGTERM, signal.SIGINT):
-                if self.stopping:
-                    log.info("second %s: stopping now", signal.Signals(sig).name)
-                    self._stop(fast=True)
-                else:
-                    log.info("%s: graceful stop (up to %gs)", signal.Signals(sig).name, self.cfg.graceful_timeout)
-                    self._stop(fast=False)
-            elif sig == signal.SIGQUIT:
-                log.info("SIGQUIT: stopping now")
-                self._stop(fast=True)
-            elif self.stopping:
-                continue
-            elif sig == signal.SIGHUP:
-                log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
-                self._start_rollout()
-            elif sig == signal.SIGTTIN:
-                self.target += 1
-                log.info("SIGTTIN: %d worker(s)", self.target)
-            elif sig == signal.SIGTTOU:
-                if self.target > 1:
-                    self.target -= 1
-                    log.info("SIGTTOU: %d worker(s)", self.target)
-                    self._retire_extra()
-                else:
-                    log.info("SIGTTOU ignored: already at 1 worker")
-            elif sig == signal.SIGUSR1:
-                logs.reopen()
-                self.reopened_at = _now()
-                # A booting worker has no handler yet: it is told once it is ready.
-                for w in self.workers.values():
-                    if w.ready:
-                        self._kill(w, signal.SIGUSR1)
+            sig = signal.Signals(self.pending_signals.pop(0))
+            if self.stopping is not Stopping.NO and sig not in STOP_SIGNALS:
+                continue  # no restart or resize once stopping
+            getattr(self, "handle_" + sig.name[3:].lower())()
+
+    def handle_chld(self):
+        pass  # _reap() runs every iteration of the loop
+
+    def handle_term(self):
+        self._stop_on(signal.SIGTERM)
+
+    def handle_int(self):
+        self._stop_on(signal.SIGINT)
+
+    def _stop_on(self, sig):
+        if self.stopping is not Stopping.NO:
+            log.info("second %s: stopping now", sig.name)
+            self._stop(fast=True)
+        else:
+            log.info("%s: graceful stop (up to %gs)", sig.name, self.cfg.graceful_timeout)
+            self._stop(fast=False)
+
+    def handle_quit(self):
+        log.info("SIGQUIT: stopping now")
+        self._stop(fast=True)
+
+    def handle_hup(self):
+        log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
+        self._start_rollout()
+
+    def handle_ttin(self):
+        self.target += 1
+        log.info("SIGTTIN: %d worker(s)", self.target)
+
+    def handle_ttou(self):
+        if self.target > 1:
+            self.target -= 1
+            log.info("SIGTTOU: %d worker(s)", self.target)
+            self._retire_extra()
+        else:
+            log.info("SIGTTOU ignored: already at 1 worker")
+
+    def handle_usr1(self):
+        logs.reopen()
+        self.reopened_at = _now()
+        # A booting worker has no handler yet: it is told once it is ready.
+        for w in self.workers.values():
+            if w.ready:
+                self._kill(w, signal.SIGUSR1)
 
     def _stop(self, fast):
         now = _now()
         if fast:
-            self.stopping = "fast"
+            self.stopping = Stopping.FAST
             self.stop_deadline = now + 1.0
             self._stop_listening()
             for w in self.workers.values():
@@ -286,7 +344,7 @@ class Supervisor:
                 w.kill_at = min(w.kill_at or self.stop_deadline, self.stop_deadline)
                 self._kill(w, signal.SIGQUIT)
             return
-        self.stopping = "graceful"
+        self.stopping = Stopping.GRACEFUL
         self.stop_deadline = now + self.cfg.shutdown_delay + self.cfg.graceful_timeout + 0.5
         self.stop_requested = now
         for w in self.workers.values():
@@ -339,6 +397,8 @@ class Supervisor:
         slot = w.slot = self.free_slots.pop()
         for j in range(self.beat_threads):
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
+        if self.metrics is not None:
+            self.metrics.reset(slot)
         max_requests = self.cfg.effective_max_requests(self.rand)
         try:
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -397,6 +457,9 @@ class Supervisor:
                 os.close(fd)
             except OSError:
                 pass
+        if self.metrics_endpoint is not None:
+            for sock in [self.metrics_endpoint.sock, *self.metrics_endpoint.clients]:
+                sock.close()
         self.workers = {}
         logs.reapply()  # --log-config: this process's own handlers
         if not self.hooks.run("post_fork", self, w):
@@ -421,7 +484,8 @@ class Supervisor:
                                      on_drain=lambda: notify(b"D"), worker=w)
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
                    max_requests=max_requests, heartbeat=self.heartbeat,
-                   heartbeat_index=slot * self.beat_threads * 2)
+                   heartbeat_index=slot * self.beat_threads * 2,
+                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot)
         return 0
 
     def _reap(self):
@@ -446,14 +510,36 @@ class Supervisor:
                 self.selector.unregister(w.status_fd)
                 os.close(w.status_fd)
                 w.status_fd = None
+            if self.metrics is not None:
+                self.metrics.retire(w.slot)
             self.free_slots.append(w.slot)
             self._on_exit(w, status)
             self.hooks.run("child_exit", self, w)
 
+    def _render_metrics(self):
+        return self.metrics.render([w.slot for w in self.workers.values()])
+
+    def _restart_reason(self, w, code):
+        """Why an exited worker is replaced (for the metrics), or None when it is not."""
+        if w.retiring:
+            return "max_rss"
+        if w.stopping:
+            return {"worker timeout": "worker_timeout",
+                    "replaced by the rolling restart": "rolling_restart"}.get(w.stop_reason)
+        if not w.ready:
+            return None
+        return "max_requests" if code == 0 else "crash"
+
     def _on_exit(self, w, status):
         what, code = _describe_status(status)
-        if w.stopping:
-            log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or "stopped")
+        if self.metrics is not None and self.stopping is Stopping.NO:
+            reason = self._restart_reason(w, code)
+            if reason is not None:
+                self.metrics.restarted(reason)
+        if w.stopping or w.retiring:
+            log.info("worker %d %s (%s)", w.pid, what, w.stop_reason or w.retiring or "stopped")
+            if w.retiring and w.pid in self.replacing:
+                self.replacing.remove(w.pid)  # its replacement was started already
             return
         if not w.ready:
             self._on_boot_failure(w, what)
@@ -492,7 +578,8 @@ class Supervisor:
     # --- keeping the right number of workers ----------------------------------------
 
     def _current(self):
-        return [w for w in self.workers.values() if w.generation == self.generation and not w.stopping]
+        return [w for w in self.workers.values()
+                if w.generation == self.generation and not w.stopping and not w.retiring]
 
     def _maintain(self):
         if self.boot_blocked:
@@ -535,15 +622,39 @@ class Supervisor:
         self.boot_blocked = True
 
     def _progress_rollout(self):
-        """Retire old-generation workers as new ones become ready: capacity never drops."""
-        old = sorted((w for w in self.workers.values() if w.generation < self.generation and not w.stopping),
+        """Retire old-generation and retiring workers as new ones become ready: capacity never drops."""
+        old = sorted((w for w in self.workers.values()
+                      if (w.generation < self.generation or w.retiring) and not w.stopping),
                      key=lambda w: w.started)
         if not old:
             return
         ready_new = sum(1 for w in self._current() if w.ready)
         excess = ready_new + len(old) - self.target
         for w in old[: max(0, min(excess, len(old)))]:
-            self._stop_worker(w, "replaced by the rolling restart")
+            self._stop_worker(w, w.retiring or "replaced by the rolling restart")
+
+    # --- memory -----------------------------------------------------------------------
+
+    def _check_rss(self):
+        """--workers-max-rss: a ready worker over the limit gets a replacement; once that one
+        is ready, _progress_rollout drains the old one as TERM does (no request is refused)."""
+        limit = self.cfg.workers_max_rss
+        if not limit:
+            return
+        flagged = False
+        for w in list(self.workers.values()):
+            if not w.ready or w.stopping or w.retiring:
+                continue
+            rss = worker_rss(w.pid)
+            if rss is None or rss <= limit * MIB:
+                continue
+            flagged = True
+            w.retiring = f"RSS {rss / MIB:.1f} MiB over --workers-max-rss {limit} MiB"
+            self.replacing.append(w.pid)
+            log.warning("worker %d: RSS %.1f MiB is over --workers-max-rss %d MiB; it is replaced once its "
+                        "replacement is ready", w.pid, rss / MIB, limit)
+        if flagged:
+            self._maintain()
 
     # --- timeouts -------------------------------------------------------------------
 
@@ -584,7 +695,7 @@ class Supervisor:
         for w in self.workers.values():
             if w.kill_at is None or now < w.kill_at:
                 continue
-            if w.ready and w.dumped_at is None and self.stopping != "fast":
+            if w.ready and w.dumped_at is None and self.stopping is not Stopping.FAST:
                 # Show what it is stuck in before killing it.
                 log.warning("worker %d did not stop in time; its thread stacks follow, then it is killed", w.pid)
                 w.dumped_at = now

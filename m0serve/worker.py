@@ -40,7 +40,7 @@ class UnsupportedInterface(Exception):
     pass
 
 
-def server_kwargs(cfg, listener_fds, *, max_requests=0):
+def server_kwargs(cfg, listener_fds, *, max_requests=0, metrics=None, metrics_index=0):
     kw = server_options(cfg)
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
@@ -49,6 +49,9 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0):
         kw["access_log"] = logs.access_log_writer()  # through m0serve.access, not fd 2
     if max_requests:
         kw["max_requests"] = max_requests
+    if metrics is not None:
+        kw["metrics"] = metrics  # the supervisor's shared slots; this worker counts in slot metrics_index
+        kw["metrics_index"] = metrics_index
     return kw
 
 

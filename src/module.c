@@ -2,6 +2,8 @@
  * module state (bridge/state.h), and the exec slot that lets each bridge
  * create its own types. No logic lives here. */
 #include "bridge/serve.h"
+#include "bridge/access_log_format.h"
+#include "bridge/metrics.h"
 #include "bridge/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi.h"
@@ -18,6 +20,10 @@ static int core_exec(PyObject *module)
     if (m0_wsgi_module_init(module) < 0)
         return -1;
     if (m0_asgi_module_init(module) < 0)
+        return -1;
+    if (m0_access_log_format_module_init(module) < 0)
+        return -1;
+    if (m0_metrics_module_init(module) < 0)
         return -1;
     return 0;
 }

@@ -88,6 +88,7 @@ def get(host, port, path="/", timeout=5):
         (["cli_hello:app", "--body-buffer-size", "big"], "--body-buffer-size"),
         (["cli_hello:app", "--body-timeout", "-2"], "--body-timeout"),
         (["cli_hello:app", "--send-timeout", "x"], "--send-timeout"),
+        (["cli_hello:app", "--workers-max-rss", "-5"], "--workers-max-rss"),
         (["cli_hello:app", "--interface", "asgi", "--threads", "2"], "--threads"),
         (["no_colon_here"], "APP"),
         ([], "APP"),
@@ -103,7 +104,8 @@ def test_bad_flag_or_value_exits_2_with_one_line(args, name):
 
 @pytest.mark.parametrize(
     "var, value",
-    [("M0_PORT", "eighty"), ("M0_KEEP_ALIVE_TIMEOUT", "soon"), ("M0_ACCESS_LOG", "maybe"), ("WEB_CONCURRENCY", "0")],
+    [("M0_PORT", "eighty"), ("M0_KEEP_ALIVE_TIMEOUT", "soon"), ("M0_ACCESS_LOG", "maybe"), ("WEB_CONCURRENCY", "0"),
+     ("M0_WORKERS_MAX_RSS", "lots")],
 )
 def test_bad_environment_value_names_the_variable(var, value):
     r = run_cli("cli_hello:app", env={var: value})

@@ -233,3 +233,10 @@ def test_bad_allow_list_is_one_line_naming_the_flag(serve):
     p = subprocess.run([sys.executable, "-m", "m0serve", "proxy_app:app"], env=server_env({"M0_FORWARDED_ALLOW_IPS": "1.2.3.4/40"}),
                        cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "M0_FORWARDED_ALLOW_IPS" in p.stderr
+
+
+def test_access_log_format_host_atom_is_the_resolved_client(serve, iface):
+    app, kind = iface
+    srv = serve(app, "--interface", kind, "--proxy-headers", "--access-log-format", "CLIENT=%(h)s STATUS=%(s)s")
+    report(srv, [("X-Forwarded-For", "203.0.113.9, 127.0.0.1")])
+    srv.wait_log(r"CLIENT=203\.0\.113\.9 STATUS=200")

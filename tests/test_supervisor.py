@@ -423,3 +423,30 @@ def test_reload_dir_watches_another_directory(serve, tmp_path):
 
     wait_until(lambda: body() == b"second", 10, "the edited library to be served")
     assert s.stop() == 0
+
+
+@pytest.mark.parametrize("app", ["sup_app:grow_app", "sup_asgi:grow_app"])
+def test_workers_max_rss_replaces_a_worker_over_the_limit_new_one_first(serve, app):
+    s = serve(app, "--workers", "1", "--workers-max-rss", "120")
+    (first,) = worker_pids(s, 1)
+    loop = Loop(s, clients=2)
+    # Under the limit: kept.
+    assert get(s.host, s.port, "/grow?mb=8")[0] == 200
+    time.sleep(1.2)  # more than two supervisor ticks
+    assert "--workers-max-rss" not in s.log
+    assert loop.pids() == {first}
+    # Over it: a replacement starts, becomes ready, and only then the old worker drains.
+    assert get(s.host, s.port, "/grow?mb=160")[0] == 200
+    m = s.wait_log(rf"worker {first}: RSS (\d+\.\d) MiB is over --workers-max-rss 120 MiB", timeout=10)
+    assert float(m.group(1)) > 160
+    m = s.wait_log(rf"worker (\d+) started \(slot \d+, replacing {first}\)")
+    second = int(m.group(1))
+    s.wait_log(rf"worker {first} exited with code 0 \(RSS \d+\.\d MiB over --workers-max-rss 120 MiB\)")
+    log = s.log
+    assert log.index(f"worker {second} ready") < log.index(f"worker {first} exited")
+    t_replaced = time.monotonic()
+    wait_until(lambda: loop.pids(after=t_replaced) == {second}, 10, "requests served by the replacement")
+    loop.stop()
+    assert loop.failures() == []
+    assert s.proc.poll() is None
+    assert s.stop() == 0

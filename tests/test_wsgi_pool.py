@@ -369,7 +369,9 @@ def test_pool_under_mixed_load(serve):
                 break
             data += b
         assert b"partial" in data
-    assert "boom before the head" in srv.log and "boom after the head" in srv.log
+    # The log is read by a thread of the test: wait for the lines rather than race it.
+    srv.wait_log("boom before the head")
+    srv.wait_log("boom after the head")
     _, status, body = timed_get(srv, "/closes")
     assert int(body.split(b" ")[0]) > 0
 

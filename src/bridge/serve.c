@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "../net/native_hello.h"
+#include "access_log_format.h"
+#include "metrics.h"
 #include "../net/workq.h"
 #include "pythread.h"
 #include "asgi.h"
@@ -53,6 +55,11 @@ struct m0_server_object {
     int access_log_flushing;   /* a flush is calling the callable (GIL-protected) */
     uint64_t access_log_read;  /* memfd offset up to which lines were handed over */
     uint64_t access_log_freed; /* memfd pages below this offset were given back */
+    /* The compiled access_log_format (NULL: the engine's own line). */
+    m0_access_log *access_log_format;
+    /* metrics=: the buffer holding this worker's metrics slot. */
+    Py_buffer metrics;
+    int metrics_held;
     PyObject *root_path;
     PyObject *url_scheme;
     Py_buffer heartbeat;
@@ -352,6 +359,10 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "body_buffer_size",
                              "body_timeout",
                              "send_timeout",
+                             "access_log_format",
+                             "access_log_json",
+                             "metrics",
+                             "metrics_index",
                              "proxy",
                              NULL};
     PyObject *app, *interface, *listeners;
@@ -364,16 +375,20 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
              *asgi_extra = Py_None, *proxy = Py_None;
     int server_header = 1;
-    PyObject *access_log = Py_False;
+    PyObject *access_log = Py_False, *access_log_format = Py_None;
+    int access_log_json = 0;
+    PyObject *metrics = Py_None;
+    Py_ssize_t metrics_index = 0;
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddO:Server", kwlist, &app, &interface,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnO:Server", kwlist, &app, &interface,
                                      &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
                                      &limit_request_line, &limit_request_fields, &limit_request_field_size,
                                      &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
                                      &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
-                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout, &proxy))
+                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
+                                     &access_log_format, &access_log_json, &metrics, &metrics_index, &proxy))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -417,6 +432,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     cfg.server_header = server_header;
     if (server_access_log_init(self, access_log, &cfg.access_log_fd) < 0 || m0_proxy_options(proxy, &cfg.proxy) < 0)
         goto error;
+    if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
+        goto error;
+    cfg.access_log_format = self->access_log_format;
+    if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
+        goto error;
+    self->metrics_held = cfg.metrics != NULL;
     /* ASGI apps await their body chunk by chunk without holding the loop:
      * they get it as it arrives. */
     cfg.body_buffer_size = self->interface == M0_IFACE_ASGI ? 0 : (uint64_t)body_buffer_size;
@@ -509,6 +530,8 @@ static int Server_traverse(ServerObject *self, visitproc visit, void *arg)
         return -1;
     if (self->heartbeat_held)
         Py_VISIT(self->heartbeat.obj);
+    if (self->metrics_held)
+        Py_VISIT(self->metrics.obj);
     return 0;
 }
 
@@ -544,6 +567,12 @@ static void Server_dealloc(ServerObject *self)
     }
     m0_loop_free(self->loop);
     self->loop = NULL;
+    m0_access_log_free(self->access_log_format); /* after the server that used it */
+    self->access_log_format = NULL;
+    if (self->metrics_held) {
+        PyBuffer_Release(&self->metrics);
+        self->metrics_held = 0;
+    }
     if (self->access_log_fd >= 0) {
         PyObject *exc = m0_exc_fetch();
         server_flush_access_log(self);

@@ -442,6 +442,73 @@ static int host_valid(m0_span v)
     return 1;
 }
 
+/* A reg-name or IPv4 octet: unreserved, sub-delims or pct-encoded (RFC 3986
+ * 3.2.2; the '%' is enough here, the app decodes). */
+static int authority_host_char(unsigned char ch)
+{
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
+        return 1;
+    switch (ch) {
+    case '-':
+    case '.':
+    case '_':
+    case '~':
+    case '!':
+    case '$':
+    case '&':
+    case '\'':
+    case '(':
+    case ')':
+    case '*':
+    case '+':
+    case ',':
+    case ';':
+    case '=':
+    case '%':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The authority of an absolute-form target, [a, end): host [ ":" port ]
+ * (RFC 9110 4.2.1 and 4.2.4: no userinfo, a host that is not empty; the
+ * port at most 65535). The server uses it instead of Host (RFC 9112 3.2.2),
+ * so one it cannot use is refused here rather than ignored later. */
+static int authority_valid(const char *a, const char *end)
+{
+    const char *p = a;
+    if (p < end && *p == '[') {
+        /* IP-literal: IPv6address or IPvFuture; hex digits, ':' and '.' (an
+         * embedded IPv4) for the first, unreserved, sub-delims and ':' for the
+         * second: the union of both, without '[' ']' '@' '/'. */
+        for (p++; p < end && *p != ']'; p++)
+            if (!(authority_host_char((unsigned char)*p) || *p == ':'))
+                return 0;
+        if (p >= end || p == a + 1)
+            return 0;
+        p++;
+    } else {
+        while (p < end && authority_host_char((unsigned char)*p))
+            p++;
+        if (p == a)
+            return 0;
+    }
+    if (p == end)
+        return 1;
+    if (*p != ':')
+        return 0; /* '@' (userinfo), a misplaced bracket, ... */
+    unsigned port = 0;
+    for (p++; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        port = port * 10 + (unsigned)(*p - '0');
+        if (port > 65535)
+            return 0;
+    }
+    return 1;
+}
+
 /* Splits req->target into path and query per the request-target form. */
 static int target_split(m0_request *req)
 {
@@ -467,7 +534,7 @@ static int target_split(m0_request *req)
             path = auth;
             while (path < end && *path != '/' && *path != '?')
                 path++;
-            if (path == auth)
+            if (path == auth || !authority_valid(auth, path))
                 return -1;
         } else if (req->method.len == 7 && memcmp(req->method.base, "CONNECT", 7) == 0) {
             /* authority-form */

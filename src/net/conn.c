@@ -53,7 +53,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         srv->freelist = c->next;
         srv->nfree--;
     } else {
-        c = calloc(1, sizeof(*c));
+        c = calloc(1, sizeof(*c) + m0_conn_log_slot_size(srv));
         if (c == NULL)
             return NULL;
         c->headers = malloc(srv->cfg.limits.max_header_count * sizeof(m0_header));
@@ -70,7 +70,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     char *rbuf = c->rbuf, *wbuf = c->wbuf;
     size_t rcap = c->rcap, wcap = c->wcap;
     m0_header *headers = c->headers;
-    memset(c, 0, sizeof(*c));
+    memset(c, 0, sizeof(*c) + m0_conn_log_slot_size(srv));
     c->rbuf = rbuf;
     c->rcap = rcap;
     c->wbuf = wbuf;
@@ -139,6 +139,7 @@ void m0_conn_close(m0_conn *c, int notify)
     m0_gate_done(c);
     if (c->pending) {
         c->pending = 0;
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
     }
@@ -188,6 +189,12 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
     }
     c->timer_kind = M0_TIMER_NONE;
     c->refs++;
+    if (kind == M0_TIMER_HEADER || kind == M0_TIMER_BODY || kind == M0_TIMER_SEND)
+        m0_metrics_add(c->srv->cfg.metrics,
+                       kind == M0_TIMER_HEADER ? M0_MET_TIMEOUT_HEAD
+                       : kind == M0_TIMER_BODY ? M0_MET_TIMEOUT_BODY
+                                               : M0_MET_TIMEOUT_SEND,
+                       1);
     if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
         m0_conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
@@ -277,6 +284,7 @@ void m0_conn_error(m0_conn *c, int status)
             m0_conn_close(c, 1);
             return;
         }
+        m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
             m0_conn_log(c, NULL, status, end ? (uint64_t)(buf + n - end - 4) : 0, 0);
@@ -317,6 +325,7 @@ ssize_t m0_conn_fill(m0_conn *c)
     for (;;) {
         ssize_t n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
             c->rlen += (size_t)n;
             return n;
         }
@@ -595,7 +604,8 @@ static void conn_dispatch(m0_conn *c)
     c->send_deadline_ms = 0;
     c->nreq++;
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
-    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0) {
+    m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
+    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
         c->start_ns = m0_conn_clock_ns();
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->start_ns;
@@ -796,6 +806,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     c->pending = 0;
     c->send_deadline_ms = 0;
     m0_gate_done(c);
+    if (srv->cfg.metrics != NULL) {
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, m0_conn_clock_ns() - c->start_ns);
+    }
     if (c->abort_after) {
         m0_conn_close(c, 1);
         return;
@@ -948,35 +962,6 @@ void m0_conn_upgrade(m0_conn *c)
     c->body_done = 0;
     c->expect_continue = 0;
     c->timer_kind = M0_TIMER_NONE;
-}
-
-/* --- access log --- */
-
-void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
-{
-    char line[2300];
-    const char *host = m0_conn_client_host(c);
-    const char *open = strchr(host, ':') ? "[" : "";
-    const char *close = strchr(host, ':') ? "]" : "";
-    host = host[0] ? host : "-";
-    int n;
-    if (req != NULL) {
-        int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
-        int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
-        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host,
-                     close, m0_conn_client_port(c), mlen, req->method.base, tlen, req->target.base, req->minor_version,
-                     status, (unsigned long long)body_bytes, (unsigned long long)(ns / 1000000),
-                     (unsigned long long)(ns / 1000 % 1000));
-    } else {
-        n = snprintf(line, sizeof(line), "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close,
-                     m0_conn_client_port(c), status, (unsigned long long)body_bytes);
-    }
-    if (n <= 0)
-        return;
-    if ((size_t)n >= sizeof(line))
-        n = sizeof(line) - 1;
-    ssize_t w = write(c->srv->cfg.access_log_fd, line, (size_t)n);
-    (void)w;
 }
 
 /* --- accessors --- */

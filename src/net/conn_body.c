@@ -117,6 +117,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             size_t want = cap < c->body_left ? cap : (size_t)c->body_left;
             n = read(c->io.fd, dst, want);
             if (n > 0) {
+                m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->body_left -= (size_t)n;
                 if (c->body_left == 0)
                     c->body_done = 1;
@@ -127,6 +128,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         } else {
             n = read(c->io.fd, c->rbuf + c->rlen, room);
             if (n > 0) {
+                m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->rlen += (size_t)n;
                 continue;
             }

@@ -14,7 +14,17 @@ void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
 ssize_t m0_conn_fill(m0_conn *c);
 void m0_conn_process(m0_conn *c);
+
+/* conn_log.c: the access-log line of a response (req NULL: a canned error
+ * before a request was parsed). */
 void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
+/* Bytes after each m0_conn (allocated with it, zeroed with it) holding the
+ * response header values the access-log format asks for; 0 when it asks for
+ * none. */
+size_t m0_conn_log_slot_size(const m0_server *srv);
+/* A response's bytes are being written: record the header values the format
+ * asks for from its head. Only called when cfg.access_log_format is set. */
+void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 
 /* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
 void m0_conn_flush(m0_conn *c);

@@ -112,6 +112,7 @@ static int conn_flush_until(m0_conn *c, size_t keep)
     while (c->wlen - c->wpos > keep) {
         ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->wpos += (size_t)n;
             continue;
         }
@@ -151,6 +152,8 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         total += iov[i].iov_len;
     if (total == 0)
         return 0;
+    if (c->srv->cfg.access_log_format != NULL)
+        m0_conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
     size_t done = 0;
     if (c->wlen > c->wpos) {
@@ -180,6 +183,7 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         struct msghdr msg = {.msg_iov = win, .msg_iovlen = (size_t)wn};
         ssize_t n = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             done += (size_t)n;
             if (done == total)
                 return 0;
@@ -225,6 +229,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
     while (sent < count) {
         ssize_t n = sendfile(c->io.fd, fd, &off, count - sent);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
             continue;
         }
@@ -292,6 +297,7 @@ void m0_conn_flush(m0_conn *c)
     while (c->wpos < c->wlen) {
         ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
         if (n > 0) {
+            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->wpos += (size_t)n;
             continue;
         }

@@ -25,6 +25,8 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->block_signals = NULL;
     cfg->server_header = 1;
     cfg->access_log_fd = -1;
+    cfg->access_log_format = NULL;
+    cfg->metrics = NULL;
     cfg->max_requests = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
 }
@@ -90,6 +92,7 @@ void m0_server_link(m0_server *srv, m0_conn *c)
         srv->conns->prev = c;
     srv->conns = c;
     __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
 void m0_server_unlink(m0_server *srv, m0_conn *c)
@@ -101,6 +104,7 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
+    m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
 }
 

@@ -39,6 +39,7 @@
 
 #include "../http/parser.h"
 #include "loop.h"
+#include "metrics.h"
 #include "proxy.h"
 
 typedef struct m0_server m0_server;
@@ -80,6 +81,11 @@ typedef struct {
     int server_header;     /* add "Server: m0serve" to canned responses */
     int access_log_fd;     /* -1: off; else one line per response is written here */
     uint64_t max_requests; /* the server drains itself after this many, 0 = never */
+    /* NULL: the engine's own line; else a compiled format (net/access_log.h),
+     * owned by the caller and outliving the server */
+    const struct m0_access_log *access_log_format;
+    /* NULL: off; else this worker's metrics slot (net/metrics.h), outliving the server */
+    m0_metrics *metrics;
     m0_proxy_config proxy; /* proxies, PROXY protocol, health path, concurrency limit (proxy.h) */
 } m0_server_config;
 

