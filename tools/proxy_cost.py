@@ -34,7 +34,8 @@ def per_request(workdir, label, app_args, extra, n):
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=conn_io_cb", f"--callgrind-out-file={out}",
             sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0", *extra]
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"))
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # Not from the source tree, whose m0serve/ has no built _core.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workdir)
     port = None
     for line in proc.stdout:
         m = re.search(r"Listening on http://127.0.0.1:(\d+)", line)
@@ -42,7 +43,7 @@ def per_request(workdir, label, app_args, extra, n):
             port = int(m.group(1))
             break
     if port is None:
-        raise SystemExit(f"{label}: the server did not start")
+        raise SystemExit(f"{label}: the server did not start:\n{proc.communicate(timeout=60)[0]}")
     sock = socket.create_connection(("127.0.0.1", port))
     sock.settimeout(120)
     buf = b""
