@@ -75,7 +75,7 @@ def test_nginx_tcp_forwarded_for_and_proto(serve, iface, tmp_path, stop_later):
     # The same spoof sent directly (127.0.0.2 is not a trusted proxy) changes nothing.
     status, r, _ = via(srv.port, headers=[("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https")])
     assert (r["client"], r["scheme"]) == ("127.0.0.2", "http")
-    assert "APP-CALLED" in srv.log
+    srv.wait_log("APP-CALLED")
 
 
 def test_nginx_tls_sends_forwarded(serve, iface, tmp_path, stop_later):
@@ -143,6 +143,7 @@ def test_haproxy_send_proxy_and_health_check(serve, iface, tmp_path, stop_later,
         assert (r["client"], r["port"]) == ("127.0.0.2", port)
     time.sleep(0.5)  # a few more health checks
     assert ha.server_status() == {"app1": "UP", "app2": "UP"}
+    srv.wait_log("APP-CALLED /\n")
     assert "APP-CALLED /healthz" not in srv.log  # the engine answered every check
 
 
