@@ -139,3 +139,25 @@ def test_access_log_error_after_forwarded_request_names_the_peer(serve):
     s.close()
     srv.wait_log(r"203\.0\.113\.7:0 - \"GET / HTTP/1.1\" 200")
     srv.wait_log(r"127\.0\.0\.1:\d+ - \"-\" 400")
+
+
+@pytest.mark.parametrize("args,env,flag", [
+    (["--health-path", "healthz"], {}, "--health-path"),
+    (["--health-path", "/a b"], {}, "--health-path"),
+    (["--limit-concurrency", "-1"], {}, "--limit-concurrency"),
+    (["--shutdown-delay", "soon"], {}, "--shutdown-delay"),
+    (["--proxy-protocol", "v3"], {}, "--proxy-protocol"),
+    (["--proxy-protocol-timeout", "0"], {}, "--proxy-protocol-timeout"),
+    (["--forwarded-host"], {}, "--forwarded-host"),
+    (["--proxy-headers", "--no-proxy-headers"], {}, "--no-proxy-headers"),
+    ([], {"M0_HEALTH_PATH": "x"}, "M0_HEALTH_PATH"),
+    ([], {"M0_PROXY_PROTOCOL": "v3"}, "M0_PROXY_PROTOCOL"),
+])
+def test_bad_values_are_one_line_naming_the_flag(args, env, flag):
+    import subprocess
+    import sys
+    from conftest import APPS_DIR, server_env
+    p = subprocess.run([sys.executable, "-m", "m0serve", "proxy_app:app", *args], env=server_env(env),
+                       cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and flag in p.stderr, p.stderr
