@@ -161,3 +161,15 @@ def test_bad_values_are_one_line_naming_the_flag(args, env, flag):
                        cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().count("\n") == 0 and flag in p.stderr, p.stderr
+
+
+def test_settings_from_a_config_file(serve, tmp_path):
+    conf = tmp_path / "m0.py"
+    conf.write_text('proxy_headers = True\nforwarded_allow_ips = "127.0.0.1/32"\nhealth_path = "/ready"\n'
+                    'limit_concurrency = 10\nshutdown_delay = 0.5\n')
+    srv = serve("proxy_app:app", "-c", str(conf))
+    s = srv.connect()
+    assert ask(s, "/ready")[:3:2] == (200, b"OK\n")
+    status, _, body = ask(s, "/", extra="X-Forwarded-For: 203.0.113.5\r\n")
+    assert status == 200 and json.loads(body)["client"] == "203.0.113.5"
+    s.close()
