@@ -13,7 +13,7 @@ static int is_ows(char ch)
     return ch == ' ' || ch == '\t';
 }
 
-static m0_span trim(const char *s, size_t len)
+static inline m0_span trim(const char *s, size_t len)
 {
     while (len > 0 && is_ows(s[0])) {
         s++;
@@ -48,31 +48,39 @@ static int port_parse(const char *s, size_t len)
     return v <= 65535 ? v : -1;
 }
 
+/* One decimal octet at *p (0..255, no leading zero): 1 and *p advanced, or 0. */
+static inline int octet(const char **pp, const char *end, uint8_t *out)
+{
+    const char *p = *pp;
+    unsigned v, d;
+    if (p == end || (v = (unsigned)(unsigned char)*p - '0') > 9)
+        return 0;
+    p++;
+    if (p != end && (d = (unsigned)(unsigned char)*p - '0') <= 9) {
+        if (v == 0)
+            return 0; /* a leading zero */
+        v = v * 10 + d;
+        p++;
+        if (p != end && (d = (unsigned)(unsigned char)*p - '0') <= 9) {
+            v = v * 10 + d;
+            p++;
+            if (v > 255)
+                return 0;
+        }
+    }
+    *out = (uint8_t)v;
+    *pp = p;
+    return 1;
+}
+
 /* A dotted-quad IPv4 address at the start of s[0..len), as inet_pton(AF_INET)
  * takes it (no leading zeros): its length, 0 when there is none. */
 static size_t ipv4_prefix(const char *s, size_t len, uint8_t out[4])
 {
     const char *p = s, *end = s + len;
-    for (int part = 0; part < 4; part++) {
-        if (part > 0) {
-            if (p == end || *p != '.')
-                return 0;
-            p++;
-        }
-        if (p == end || !is_digit(*p))
-            return 0;
-        unsigned v = (unsigned)(*p++ - '0');
-        if (p != end && is_digit(*p)) {
-            if (v == 0)
-                return 0; /* a leading zero */
-            v = v * 10 + (unsigned)(*p++ - '0');
-            if (p != end && is_digit(*p))
-                v = v * 10 + (unsigned)(*p++ - '0');
-        }
-        if (v > 255)
-            return 0;
-        out[part] = (uint8_t)v;
-    }
+    if (!octet(&p, end, &out[0]) || p == end || *p++ != '.' || !octet(&p, end, &out[1]) || p == end || *p++ != '.' ||
+        !octet(&p, end, &out[2]) || p == end || *p++ != '.' || !octet(&p, end, &out[3]))
+        return 0;
     return (size_t)(p - s);
 }
 
@@ -103,10 +111,16 @@ int m0_ip_parse(const char *s, size_t len, uint8_t out[16])
 }
 
 /* An address as the two words m0_ipnet compares. */
-static void ip_words(int family, const uint8_t *addr, uint64_t w[2])
+static inline void ip_words(int family, const uint8_t *addr, uint64_t w[2])
 {
-    w[0] = w[1] = 0;
-    memcpy(w, addr, family == 4 ? 4 : 16);
+    if (family == 4) {
+        uint32_t v4;
+        memcpy(&v4, addr, 4);
+        w[0] = v4;
+        w[1] = 0;
+    } else {
+        memcpy(w, addr, 16);
+    }
 }
 
 int m0_trust_match(const m0_trust *t, int family, const uint8_t *addr)
@@ -267,7 +281,8 @@ int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *
 }
 
 /* name equals the lowercase literal, in any case (only letters and '-',
- * which OR 0x20 folds; the caller checked the length). */
+ * which OR 0x20 folds; the caller checked the length). Word-wise: the
+ * names and values compared here are 2 to 17 bytes. */
 static int name_is(const char *name, const char *lower, size_t len)
 {
     while (len >= 8) {
@@ -279,6 +294,16 @@ static int name_is(const char *name, const char *lower, size_t len)
         name += 8;
         lower += 8;
         len -= 8;
+    }
+    if (len >= 4) {
+        uint32_t a, b;
+        memcpy(&a, name, 4);
+        memcpy(&b, lower, 4);
+        if ((a | 0x20202020u) != b)
+            return 0;
+        name += 4;
+        lower += 4;
+        len -= 4;
     }
     for (size_t i = 0; i < len; i++)
         if ((name[i] | 0x20) != lower[i])
