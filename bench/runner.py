@@ -198,7 +198,8 @@ class RowRunner:
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
 
     def headers(self):
-        return [] if self.s.bare_request else wrk.BROWSER_HEADERS
+        # A row's own headers (row.extra["headers"]) go to every arm, after the browser's.
+        return ([] if self.s.bare_request else wrk.BROWSER_HEADERS) + list(self.row.extra.get("headers", ()))
 
     def measure(self, arm_state, duration_s):
         """One timed wrk run against one arm; returns the round record."""

@@ -119,6 +119,25 @@ def memory():
     ]
 
 
+def proxy():
+    # The same request, with a 3-hop X-Forwarded-For (two hops trusted) and X-Forwarded-Proto,
+    # to m0serve with and without --proxy-headers: the price of resolving the client.
+    hops = [("X-Forwarded-For", "203.0.113.7, 10.0.0.2, 10.0.0.3"), ("X-Forwarded-Proto", "https")]
+    allow = ["--forwarded-allow-ips", "127.0.0.1,10.0.0.0/8"]
+
+    def arms(interface):
+        return [S.m0serve(interface, extra=["--proxy-headers", *allow], name="m0serve-proxy-headers",
+                          label=f"m0serve ({interface}, --proxy-headers)"),
+                S.m0serve(interface, extra=allow, name="m0serve", label=f"m0serve ({interface}, no --proxy-headers)")]
+
+    return [
+        Row("wsgi-xff3", "Bare WSGI hello, 3-hop X-Forwarded-For: --proxy-headers vs without", WSGI_HELLO,
+            arms("wsgi"), extra={"headers": hops}),
+        Row("asgi-xff3", "Bare ASGI hello, 3-hop X-Forwarded-For: --proxy-headers vs without", ASGI_HELLO,
+            arms("asgi"), extra={"headers": hops}),
+    ]
+
+
 SUITES = {
     "floor": floor,
     "wsgi": wsgi,
@@ -129,6 +148,7 @@ SUITES = {
     "mixed": mixed,
     "threads": threads,
     "memory": memory,
+    "proxy": proxy,
     "attack": attack,
 }
 

@@ -159,6 +159,9 @@ class ServerHandle:
     def shutdown(self, graceful=True):
         self._worker.request_shutdown(graceful)
 
+    def set_ready(self, ready):
+        self._server.set_ready(ready)
+
     @property
     def connections(self):
         return self._server.connections

@@ -72,6 +72,29 @@ def _root_path(text):
     return text.rstrip("/")
 
 
+def _allow_ips(text):
+    """--forwarded-allow-ips: a comma list of IPs, CIDRs, '*' and 'unix' (the engine parses it again)."""
+    import ipaddress
+
+    items = [part.strip() for part in str(text).split(",")]
+    if len(items) > 64 + 2:
+        raise ValueError("at most 64 addresses or networks")
+    for item in items:
+        if item in ("*", "unix"):
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address, a CIDR, '*' or 'unix'") from None
+    return ",".join(items)
+
+
+def _health_path(text):
+    if not text.startswith("/") or any(ch in text for ch in "?# \t\r\n") or len(text.encode()) >= 256:
+        raise ValueError(f"{text!r} must be a path starting with '/' (no query, no whitespace, under 256 bytes)")
+    return text
+
+
 def _bool(text):
     t = str(text).strip().lower()
     if t in ("1", "true", "yes", "on"):
@@ -172,6 +195,31 @@ OPTIONS = [
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
+    # Behind a proxy or a load balancer
+    Option("--proxy-headers", "flag", _bool, False,
+           "trust X-Forwarded-For/-Proto and Forwarded from --forwarded-allow-ips peers: they set the client "
+           "address and the scheme", "proxy"),
+    Option("--no-proxy-headers", "flag", _bool, False, "ignore forwarded headers (the default)", "proxy"),
+    Option("--forwarded-allow-ips", "value", _allow_ips, "127.0.0.1,::1,unix",
+           "comma list of the proxies trusted for forwarded headers and the PROXY protocol: IPs, CIDRs, "
+           "'*' (any) and 'unix' (a Unix-socket peer)", "proxy", "LIST"),
+    Option("--forwarded-host", "flag", _bool, False,
+           "with --proxy-headers, also trust X-Forwarded-Host/-Port and Forwarded host= (HTTP_HOST, SERVER_NAME, "
+           "the ASGI host header)", "proxy"),
+    Option("--proxy-protocol", "value", _choice("off", "v1", "v2", "auto"), "off",
+           "read a PROXY protocol header (HAProxy send-proxy, AWS NLB) before each connection's first request; "
+           "v1/v2 require it, auto accepts either or none", "proxy", "off|v1|v2|auto"),
+    Option("--proxy-protocol-timeout", "value", _seconds, 5.0,
+           "seconds for the PROXY protocol header to arrive after the accept", "proxy", "SECONDS"),
+    Option("--health-path", "value", _health_path, None,
+           "answer this path from the engine without calling the app: 200 while serving, 503 once stopping",
+           "proxy", "PATH"),
+    Option("--shutdown-delay", "value", _seconds, 0.0,
+           "on TERM, keep serving this long with the health path answering 503 and responses closing their "
+           "connections, before the graceful drain starts", "proxy", "SECONDS"),
+    Option("--limit-concurrency", "value", _int_in(0), 0,
+           "past this many requests in flight per event loop, answer 503 with Retry-After (0: no limit)",
+           "proxy", "N"),
     # Logging
     Option("--log-level", "value", _choice(*LOG_LEVELS), "info", "critical, error, warning, info or debug", "logging", "LEVEL"),
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
@@ -223,6 +271,7 @@ GROUP_TITLES = {
     "asgi": "ASGI",
     "sockets": "sockets",
     "http": "HTTP limits and timeouts",
+    "proxy": "behind a proxy or a load balancer",
     "logging": "logging",
     "processes": "processes",
 }
@@ -377,6 +426,12 @@ def _check(cfg):
         raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
     if cfg.max_requests_jitter and not cfg.max_requests:
         raise ConfigError("argument --max-requests-jitter: needs --max-requests")
+    if cfg.proxy_headers and cfg.no_proxy_headers:
+        raise ConfigError("argument --no-proxy-headers: not allowed with argument --proxy-headers")
+    if cfg.forwarded_host and not cfg.proxy_headers:
+        raise ConfigError("argument --forwarded-host: needs --proxy-headers")
+    if cfg.proxy_protocol_timeout <= 0:
+        raise ConfigError("argument --proxy-protocol-timeout: must be > 0")
     if cfg.threads > 1 and cfg.interface == "asgi":
         raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
     if cfg.access_log_format is not None:
@@ -425,6 +480,15 @@ def server_options(cfg):
         access_log_format=cfg.access_log_format,
         access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
+        proxy=dict(
+            proxy_headers=cfg.proxy_headers and not cfg.no_proxy_headers,
+            forwarded_allow_ips=cfg.forwarded_allow_ips,
+            forwarded_host=cfg.forwarded_host,
+            proxy_protocol=cfg.proxy_protocol,
+            proxy_protocol_timeout=cfg.proxy_protocol_timeout,
+            health_path=cfg.health_path,
+            limit_concurrency=cfg.limit_concurrency,
+        ),
     )
 
 

@@ -345,7 +345,7 @@ class Supervisor:
                 self._kill(w, signal.SIGQUIT)
             return
         self.stopping = Stopping.GRACEFUL
-        self.stop_deadline = now + self.cfg.graceful_timeout + 0.5
+        self.stop_deadline = now + self.cfg.shutdown_delay + self.cfg.graceful_timeout + 0.5
         self.stop_requested = now
         for w in self.workers.values():
             if not w.ready:
@@ -359,7 +359,7 @@ class Supervisor:
         # Refuse new connections once every worker stopped accepting (their engines no
         # longer poll the listener), or after DRAIN_ACK_WAIT.
         pending = [w for w in self.workers.values() if w.ready and not w.drained]
-        if not pending or _now() - self.stop_requested > DRAIN_ACK_WAIT:
+        if not pending or _now() - self.stop_requested > DRAIN_ACK_WAIT + self.cfg.shutdown_delay:
             self._stop_listening()
 
     def _stop_listening(self):
@@ -380,7 +380,7 @@ class Supervisor:
         w.stopping = True
         w.stop_reason = reason
         if w.kill_at is None:
-            w.kill_at = _now() + self.cfg.graceful_timeout + 1.0
+            w.kill_at = _now() + self.cfg.shutdown_delay + self.cfg.graceful_timeout + 1.0
         self._kill(w, sig)
 
     def _spawn(self):

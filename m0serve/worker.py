@@ -4,7 +4,9 @@ The same code runs in-process (one worker, no supervisor) and in forked workers.
 
 Worker signals:
   TERM, INT   graceful: stop accepting, finish in-flight requests (bounded by
-              --graceful-timeout), return from serve(); a second one closes everything now
+              --graceful-timeout), return from serve(); a second one closes everything now.
+              With --shutdown-delay, first keep serving that long, not ready (the health
+              path answers 503, responses close their connections), then drain
   QUIT        close everything now
   USR1        reopen --log-file
   ABRT        only with a worker_abort hook (--config): run it, then exit 1; the
@@ -74,6 +76,7 @@ class SignalPolicy:
         self.on_drain = on_drain  # called once the server stopped accepting (tells the supervisor)
         self.server = None
         self.stopping = False
+        self.delaying = False  # inside --shutdown-delay: serving, not ready
         self.listeners_to_close = listeners_to_close  # in-process: refuse new connections at once on TERM
         self.supervised = supervised
 
@@ -96,8 +99,24 @@ class SignalPolicy:
         if self.stopping:
             log.info("second %s: closing every connection now", signal.Signals(signum).name)
             self.server.shutdown(graceful=False)
+            if self.delaying:  # it had not stopped accepting yet
+                self.delaying = False
+                self._stop_listening()
+                if self.on_drain is not None:
+                    self.on_drain()
             return
         self.stopping = True
+        delay = self.cfg.shutdown_delay
+        if delay > 0:
+            # Keep serving while the balancer sees the health path fail and stops sending.
+            log.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
+            self.server.set_ready(False)
+            self.delaying = True
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            return
+        self._drain(signum)
+
+    def _drain(self, signum):
         graceful = self.cfg.graceful_timeout > 0  # --graceful-timeout 0: close at once
         if not self.supervised:
             log.info("%s: shutting down %s", signal.Signals(signum).name,
@@ -120,6 +139,10 @@ class SignalPolicy:
                 pass
 
     def _on_alarm(self, signum, frame):
+        if self.delaying:
+            self.delaying = False
+            self._drain(signal.SIGTERM)
+            return
         if self.stopping:
             log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
                         self.server.connections)
@@ -128,6 +151,7 @@ class SignalPolicy:
     def _on_quit(self, signum, frame):
         self.hooks.run("worker_int", self.worker)
         self.stopping = True
+        self.delaying = False
         self.server.shutdown(graceful=False)
         self._stop_listening()
         if self.on_drain is not None:
@@ -235,6 +259,10 @@ class ServerGroup:
     def shutdown(self, graceful=True):
         for srv in self.servers:
             srv.shutdown(graceful=graceful)
+
+    def set_ready(self, ready):
+        for srv in self.servers:
+            srv.set_ready(ready)
 
     @property
     def connections(self):

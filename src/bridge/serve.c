@@ -19,6 +19,7 @@
 #include "../net/workq.h"
 #include "pythread.h"
 #include "asgi/asgi.h"
+#include "proxy_options.h"
 #include "pyerr.h"
 #include "state.h"
 #include "wsgi/wsgi.h"
@@ -363,6 +364,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "metrics",
                              "metrics_index",
                              "limit_connections",
+                             "proxy",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
@@ -372,7 +374,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -382,12 +384,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnL:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLO:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections))
+            &metrics_index, &limit_connections, &proxy))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -431,7 +433,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     cfg.limits.max_body = (uint64_t)limit_request_body;
     cfg.max_requests = (uint64_t)max_requests;
     cfg.server_header = server_header;
-    if (server_access_log_init(self, access_log, &cfg.access_log_fd) < 0)
+    if (server_access_log_init(self, access_log, &cfg.access_log_fd) < 0 || m0_proxy_options(proxy, &cfg.proxy) < 0)
         goto error;
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
@@ -819,6 +821,16 @@ static PyObject *Server_get_connections(ServerObject *self, void *Py_UNUSED(clos
     return PyLong_FromSize_t(m0_server_connections(self->srv));
 }
 
+static PyObject *Server_set_ready(ServerObject *self, PyObject *arg)
+{
+    int ready = PyObject_IsTrue(arg);
+    if (ready < 0)
+        return NULL;
+    if (self->srv != NULL)
+        m0_server_set_ready(self->srv, ready);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Server_methods[] = {
     {"serve", (PyCFunction)Server_serve, METH_NOARGS,
      "serve()\n--\n\nServe until shutdown() was called and every connection is closed."},
@@ -830,6 +842,9 @@ static PyMethodDef Server_methods[] = {
     {"run_once", (PyCFunction)Server_run_once, METH_NOARGS,
      "run_once()\n--\n\nOne non-blocking pass of the loop; returns the number of events handled."},
     {"fileno", (PyCFunction)Server_fileno, METH_NOARGS, "fileno()\n--\n\nThe epoll fd."},
+    {"set_ready", (PyCFunction)Server_set_ready, METH_O,
+     "set_ready(ready)\n--\n\nNot ready: the health path answers 503 and responses close their connections, "
+     "while the server keeps serving (thread-safe)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -79,6 +79,7 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     m0_server_link(srv, c);
     /* The first head must start within the header timeout. */
     m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    m0_proxy_conn_start(c);
     return c;
 }
 
@@ -142,6 +143,7 @@ void m0_conn_close(m0_conn *c, int notify)
     m0_conn_unhold(c);
     m0_server_unlink(srv, c);
     int was_pending = c->pending;
+    m0_gate_done(c);
     if (c->pending) {
         c->pending = 0;
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
@@ -659,7 +661,10 @@ static void conn_dispatch(m0_conn *c)
     }
     if (srv->cfg.max_requests != 0 && srv->requests >= srv->cfg.max_requests && !srv->draining)
         m0_server_drain(srv);
-    int r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    if (srv->cfg.proxy.headers)
+        m0_proxy_headers_resolve(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+    int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
     if (c->state == M0_CS_CLOSED)
         return;
     if (r < 0 || (r == 0 && c->pending)) {
@@ -739,6 +744,12 @@ void m0_conn_process(m0_conn *c)
     m0_server *srv = c->srv;
     c->processing = 1;
     c->refs++;
+    if (c->pp_wait && m0_proxy_protocol_read(c) <= 0) {
+        c->processing = 0;
+        m0_conn_interest(c);
+        m0_conn_release(c);
+        return;
+    }
     while (c->state != M0_CS_CLOSED && !c->close_after) {
         if (c->state == M0_CS_DISCARD) {
             int r = m0_conn_discard(c);
@@ -822,7 +833,8 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
+    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
         return 0;
     if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
         return 0;
@@ -860,6 +872,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;
+    m0_gate_done(c);
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, m0_conn_clock_ns() - c->start_ns);
@@ -872,6 +885,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
         m0_conn_log(c, &c->req, status, body_bytes, m0_conn_clock_ns() - c->start_ns);
+    c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
     c->want_body = 0;

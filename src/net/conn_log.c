@@ -3,6 +3,7 @@
  * and the response header values a format asks for, read from the head as
  * it is written into the slot allocated after the m0_conn. */
 #include <sys/socket.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,10 +38,11 @@ void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt)
 void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
 {
     const m0_server_config *cfg = &c->srv->cfg;
+    const char *client = m0_conn_client_host(c); /* the peer, or the client a trusted proxy names */
     m0_access_entry e = {
-        .peer_host = c->peer_host,
-        .peer_port = c->peer_port,
-        .ipv6 = c->family == AF_INET6,
+        .peer_host = client,
+        .peer_port = m0_conn_client_port(c),
+        .ipv6 = strchr(client, ':') != NULL,
         .req = req,
         .status = status,
         .body_bytes = body_bytes,

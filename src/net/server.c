@@ -2,6 +2,7 @@
  * abort and counters. Accepting is in listener.c, connections in conn*.c. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -28,6 +29,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->metrics = NULL;
     cfg->max_requests = 0;
     cfg->limit_connections = 0;
+    memset(&cfg->proxy, 0, sizeof(cfg->proxy));
 }
 
 static void server_accept_timer(m0_loop *loop, m0_timer *t)

@@ -40,6 +40,7 @@
 #include "../http/parser.h"
 #include "loop.h"
 #include "metrics.h"
+#include "proxy.h"
 
 typedef struct m0_server m0_server;
 typedef struct m0_conn m0_conn;
@@ -90,6 +91,7 @@ typedef struct {
      * one closes (the kernel's accept queue holds the rest), so that
      * connections alone never run the process out of fds. 0 = no limit. */
     uint32_t limit_connections;
+    m0_proxy_config proxy; /* proxies, PROXY protocol, health path, concurrency limit (proxy.h) */
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -114,7 +116,11 @@ void m0_server_abort(m0_server *srv);
  * (graceful) or to drain and abort, at its next pass. */
 void m0_server_post_drain(m0_server *srv, int graceful);
 size_t m0_server_connections(const m0_server *srv); /* open connections */
-uint64_t m0_server_requests(const m0_server *srv);  /* requests dispatched so far */
+/* Readiness (thread-safe): once not ready, the health path answers 503 and
+ * every response closes its connection ("Connection: close"), while the
+ * server keeps accepting and serving; the drain comes later. */
+void m0_server_set_ready(m0_server *srv, int ready);
+uint64_t m0_server_requests(const m0_server *srv); /* requests dispatched so far */
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
@@ -133,6 +139,21 @@ const char *m0_conn_peer_host(const m0_conn *c);
 int m0_conn_peer_port(const m0_conn *c);
 const char *m0_conn_local_host(const m0_conn *c);
 int m0_conn_local_port(const m0_conn *c);
+
+/* The client as a trusted proxy describes it (X-Forwarded-For, Forwarded,
+ * or the PROXY protocol), else the peer: same forms as the peer accessors.
+ * A hop that did not tell its address ("unknown", "_obfuscated") is given as
+ * sent, with port 0. Valid until the request is finished. */
+const char *m0_conn_client_host(const m0_conn *c);
+int m0_conn_client_port(const m0_conn *c);
+/* The scheme a trusted proxy forwarded for the pending request:
+ * M0_SCHEME_HTTP, M0_SCHEME_HTTPS, or M0_SCHEME_NONE (the server's own). */
+int m0_conn_forwarded_scheme(const m0_conn *c);
+/* The host a trusted proxy forwarded (X-Forwarded-Host/-Port, Forwarded
+ * host=; only with M0_FWD_HOST): 1 with *authority (host[:port]), *host (its
+ * host part; an IPv6 literal keeps its brackets) and *port (explicit, else
+ * the forwarded scheme's default, else -1); 0 when none. */
+int m0_conn_forwarded_host(const m0_conn *c, m0_span *authority, m0_span *host, int *port);
 
 /* Whether the connection stays open after this response, as the net layer
  * decides it (request's keep-alive, the per-connection cap, draining, a

@@ -140,6 +140,19 @@ struct m0_conn {
     int done_status;
     uint64_t done_bytes;
 
+    /* proxy.c: the client as a trusted proxy describes it, per request */
+    int pp_wait;    /* a PROXY protocol header is expected before the first request */
+    int peer_trust; /* the peer is in the trusted table: 0 not yet known, 1 yes, 2 no */
+    int fwd_client; /* fwd_client_host/port are set for the pending request */
+    int fwd_client_port;
+    int fwd_scheme; /* M0_SCHEME_* */
+    int fwd_port;   /* forwarded host's port, -1 when none */
+    size_t fwd_authority_len;
+    size_t fwd_hostname_len; /* the host part of fwd_authority; 0: no forwarded host */
+    char fwd_client_host[64];
+    char fwd_authority[264];
+    int counted; /* gate.c: counted in srv->inflight */
+
     int family;
     int peer_port;
     int local_port; /* -1 until asked */
@@ -177,7 +190,9 @@ struct m0_server {
     pthread_mutex_t done_lock;
     m0_conn *done_head;
     m0_conn *done_tail;
-    int posted; /* M0_POSTED_* bits, atomic */
+    int posted;        /* M0_POSTED_* bits, atomic */
+    int unready;       /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
+    uint32_t inflight; /* gate.c: requests dispatched and not finished (with a concurrency limit) */
 };
 
 /* listener.c */
@@ -194,6 +209,22 @@ void m0_conn_release(m0_conn *c);
 void m0_conn_destroy(m0_conn *c);
 void m0_conn_take_completed(m0_server *srv);
 int m0_conn_take_completed_or_mute(m0_conn *c);
+
+/* proxy.c */
+void m0_proxy_conn_start(m0_conn *c);
+int m0_proxy_protocol_read(m0_conn *c);
+void m0_proxy_headers_resolve(m0_conn *c);
+/* gate.c: answer the health path or refuse past the concurrency limit from
+ * the loop: 1 when the request was answered (and finished), 0 to dispatch. */
+int m0_gate(m0_conn *c);
+/* The request of c is no longer in flight (inline: on every finish and close). */
+static inline void m0_gate_done(m0_conn *c)
+{
+    if (c->counted) {
+        c->counted = 0;
+        c->srv->inflight--;
+    }
+}
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);

@@ -750,6 +750,20 @@ static PyObject *asgi_http_template(m0_asgi *a)
     return t;
 }
 
+/* The scope's scheme: the configured one, or what a trusted proxy forwarded
+ * (the configured object when they agree: no allocation behind a proxy that
+ * says what --url-scheme says). */
+static PyObject *asgi_scheme(m0_asgi *a, int forwarded, int websocket)
+{
+    PyObject *own = websocket ? a->ws_scheme : a->scheme; // borrowed
+    if (forwarded == M0_SCHEME_NONE)
+        return Py_NewRef(own);
+    const char *want = forwarded == M0_SCHEME_HTTPS ? (websocket ? "wss" : "https") : (websocket ? "ws" : "http");
+    if (PyUnicode_CompareWithASCIIString(own, want) == 0)
+        return Py_NewRef(own);
+    return PyUnicode_FromString(want);
+}
+
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket)
 {
     m0_asgi_state *st = a->st;
@@ -758,10 +772,12 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     PyObject *scope = websocket ? PyDict_New() : PyDict_Copy(a->http_template);
     if (scope == NULL)
         return NULL;
-    const char *peer = m0_conn_peer_host(c);
+    const char *peer = m0_conn_client_host(c);
     const char *local = m0_conn_local_host(c);
     m0_target_authority ta;
-    int absolute = m0_target_authority_get(req, &ta);
+    /* A host a trusted proxy forwarded (--proxy-headers) wins over the target's. */
+    int absolute = m0_conn_forwarded_host(c, &ta.authority, &ta.host, &ta.port) || m0_target_authority_get(req, &ta);
+    PyObject *scheme = asgi_scheme(a, m0_conn_forwarded_scheme(c), websocket);
     PyObject *raw_path;
     if (PyBytes_GET_SIZE(a->root_path_bytes) == 0 || asgi_is_asterisk(req->path)) {
         raw_path = PyBytes_FromStringAndSize(req->path.base, (Py_ssize_t)req->path.len);
@@ -777,15 +793,15 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0 ||
         PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0 ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
-        PyDict_SetItem(scope, st->s_scheme, websocket ? a->ws_scheme : a->scheme) < 0 ||
-        scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
+        scope_set(scope, st->s_scheme, scheme) < 0 || scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
         scope_set(scope, st->s_raw_path, raw_path) < 0 ||
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
         PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0 ||
         scope_set(scope, st->s_headers, asgi_headers_list(st, req, absolute ? &ta.authority : NULL)) < 0 ||
         scope_set(scope, st->s_client,
-                  (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_peer_port(c)) : Py_NewRef(Py_None)) < 0 ||
+                  (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_client_port(c)) : Py_NewRef(Py_None)) <
+            0 ||
         scope_set(scope, st->s_server,
                   absolute ? asgi_authority_addr(&ta, m0_conn_local_port(c))
                            : asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||

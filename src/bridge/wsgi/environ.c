@@ -532,8 +532,8 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         PyDict_SetItem(env, M0_WSGI_STR(st, SERVER_PROTOCOL),
                        req->minor_version == 0 ? M0_WSGI_STR(st, http10) : M0_WSGI_STR(st, http11)) < 0)
         goto error;
-    const char *local = m0_conn_local_host(c), *peer = m0_conn_peer_host(c);
-    int peer_port = m0_conn_peer_port(c);
+    const char *local = m0_conn_local_host(c), *peer = m0_conn_client_host(c);
+    int peer_port = m0_conn_client_port(c);
     if (set_steal(env, M0_WSGI_STR(st, SERVER_NAME), latin1_cached(&w->local_host_val, local, strlen(local))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, SERVER_PORT),
                   port_cached(&w->local_port_val, &w->local_port, m0_conn_local_port(c))) < 0 ||
@@ -546,6 +546,14 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
     if (add_headers(w, env, req) < 0)
         goto error;
     if (m0_target_authority_get(req, &ta) && authority_set(w, env, &ta) < 0)
+        goto error;
+    /* What a trusted proxy forwarded (--proxy-headers) wins. */
+    int scheme = m0_conn_forwarded_scheme(c);
+    if (scheme != M0_SCHEME_NONE &&
+        PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_url_scheme),
+                       scheme == M0_SCHEME_HTTPS ? M0_WSGI_STR(st, scheme_https) : M0_WSGI_STR(st, scheme_http)) < 0)
+        goto error;
+    if (m0_conn_forwarded_host(c, &ta.authority, &ta.host, &ta.port) && authority_set(w, env, &ta) < 0)
         goto error;
     return env;
 error:

@@ -47,6 +47,8 @@
     X(wsgi_input_terminated, "wsgi.input_terminated")                                                                  \
     X(empty, "")                                                                                                       \
     X(slash, "/")                                                                                                      \
+    X(scheme_http, "http")                                                                                             \
+    X(scheme_https, "https")                                                                                           \
     X(http11, "HTTP/1.1")                                                                                              \
     X(http10, "HTTP/1.0")                                                                                              \
     X(m_GET, "GET")                                                                                                    \

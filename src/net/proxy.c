@@ -1,0 +1,194 @@
+/* Connections through a proxy: the PROXY protocol header read before the
+ * first request, the client, scheme and host a trusted proxy forwards for
+ * each request, and the accessors the bridges read them through. conn.c
+ * calls in only when the configuration asks for it (proxy.h). */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "conn_int.h"
+
+/* Whether the socket's peer is in --forwarded-allow-ips (cached per
+ * connection; a PROXY header resets it for the address it gives). */
+static int conn_peer_trusted(m0_conn *c)
+{
+    if (c->peer_trust == 0) {
+        const m0_trust *t = &c->srv->cfg.proxy.trust;
+        int ok;
+        if (c->family == AF_UNIX)
+            ok = t->any || t->unix_ok;
+        else
+            ok = m0_trust_match_text(t, c->peer_host, strlen(c->peer_host));
+        c->peer_trust = ok ? 1 : 2;
+    }
+    return c->peer_trust == 1;
+}
+
+/* --- the PROXY protocol --- */
+
+void m0_proxy_conn_start(m0_conn *c)
+{
+    const m0_proxy_config *pc = &c->srv->cfg.proxy;
+    if (pc->protocol == 0)
+        return;
+    c->pp_wait = 1;
+    /* The header comes first and at once, or the connection is not one of
+     * the balancer's: its own deadline, whatever the header timeout. */
+    m0_conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
+}
+
+/* Before the first request: consume the PROXY header from the read buffer.
+ * 1 when it was read (or, optional, is absent) and parsing may go on, 0 when
+ * more bytes are needed, -1 when the connection was closed (an invalid
+ * header, a missing required one, a header from an untrusted peer). */
+int m0_proxy_protocol_read(m0_conn *c)
+{
+    const m0_server_config *cfg = &c->srv->cfg;
+    const m0_proxy_config *pc = &cfg->proxy;
+    m0_pp_result pp;
+    int r = m0_pp_parse(c->rbuf + c->rpos, c->rlen - c->rpos, pc->protocol, &pp);
+    if (r == M0_PP_INCOMPLETE && !c->peer_eof)
+        return 0;
+    if (r == M0_PP_ABSENT && pc->protocol_optional) {
+        c->pp_wait = 0;
+        m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
+        return 1;
+    }
+    if (r <= 0 || !conn_peer_trusted(c)) {
+        m0_conn_close(c, 1);
+        return -1;
+    }
+    c->rpos += (size_t)r;
+    c->pp_wait = 0;
+    if (!pp.local) {
+        int af = pp.family == 4 ? AF_INET : AF_INET6;
+        if (inet_ntop(af, pp.src, c->peer_host, sizeof(c->peer_host)) == NULL) {
+            m0_conn_close(c, 1);
+            return -1;
+        }
+        c->family = af;
+        c->peer_port = pp.src_port;
+        c->peer_trust = 0; /* forwarded headers are judged against the client the balancer names */
+    }
+    m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
+    return 1;
+}
+
+/* --- forwarded headers --- */
+
+/* Split host[:port] (an IP-literal keeps its brackets): the host's length
+ * and the explicit port (-1: none), or 0 when the port is not a port. */
+static size_t authority_split(const char *s, size_t len, int *port)
+{
+    size_t hlen = len;
+    *port = -1;
+    if (len > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (close == NULL)
+            return 0;
+        hlen = (size_t)(close - s) + 1;
+    } else {
+        const char *colon = memchr(s, ':', len);
+        if (colon != NULL)
+            hlen = (size_t)(colon - s);
+    }
+    if (hlen == len)
+        return hlen;
+    if (s[hlen] != ':' || len - hlen < 2 || len - hlen > 6)
+        return 0;
+    int v = 0;
+    for (size_t i = hlen + 1; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > 65535)
+        return 0;
+    *port = v;
+    return hlen;
+}
+
+static void conn_forwarded_host_set(m0_conn *c, m0_span host, int fwd_port)
+{
+    int port;
+    size_t hlen = authority_split(host.base, host.len, &port);
+    if (hlen == 0)
+        return;
+    if (port < 0 && fwd_port >= 0) {
+        /* X-Forwarded-Port completes a host without one. */
+        int n = snprintf(c->fwd_authority, sizeof(c->fwd_authority), "%.*s:%d", (int)hlen, host.base, fwd_port);
+        if (n <= 0 || (size_t)n >= sizeof(c->fwd_authority))
+            return;
+        c->fwd_authority_len = (size_t)n;
+        port = fwd_port;
+    } else {
+        if (host.len >= sizeof(c->fwd_authority))
+            return;
+        memcpy(c->fwd_authority, host.base, host.len);
+        c->fwd_authority[host.len] = '\0';
+        c->fwd_authority_len = host.len;
+    }
+    if (port < 0)
+        port = c->fwd_scheme == M0_SCHEME_HTTPS ? 443 : c->fwd_scheme == M0_SCHEME_HTTP ? 80 : -1;
+    c->fwd_port = port;
+    c->fwd_hostname_len = hlen;
+}
+
+void m0_proxy_headers_resolve(m0_conn *c)
+{
+    const m0_proxy_config *pc = &c->srv->cfg.proxy;
+    c->fwd_client = 0;
+    c->fwd_scheme = M0_SCHEME_NONE;
+    c->fwd_hostname_len = 0;
+    c->fwd_authority_len = 0;
+    c->fwd_port = -1;
+    if (!conn_peer_trusted(c))
+        return;
+    m0_forwarded f;
+    if (!m0_forwarded_resolve(&c->req, &pc->trust, pc->fwd_flags, &f))
+        return;
+    if (f.client.len > 0 && f.client.len < sizeof(c->fwd_client_host)) {
+        memcpy(c->fwd_client_host, f.client.base, f.client.len);
+        c->fwd_client_host[f.client.len] = '\0';
+        c->fwd_client_port = f.client_port >= 0 ? f.client_port : 0;
+        c->fwd_client = 1;
+    }
+    c->fwd_scheme = f.scheme;
+    if (f.host.len > 0)
+        conn_forwarded_host_set(c, f.host, f.port);
+    else if (f.port >= 0 && c->req.host.len > 0)
+        conn_forwarded_host_set(c, c->req.host, f.port);
+}
+
+/* --- accessors --- */
+
+const char *m0_conn_client_host(const m0_conn *c)
+{
+    return c->fwd_client ? c->fwd_client_host : c->peer_host;
+}
+
+int m0_conn_client_port(const m0_conn *c)
+{
+    return c->fwd_client ? c->fwd_client_port : c->peer_port;
+}
+
+int m0_conn_forwarded_scheme(const m0_conn *c)
+{
+    return c->fwd_scheme;
+}
+
+int m0_conn_forwarded_host(const m0_conn *c, m0_span *authority, m0_span *host, int *port)
+{
+    if (c->fwd_hostname_len == 0)
+        return 0;
+    *authority = (m0_span){c->fwd_authority, c->fwd_authority_len};
+    *host = (m0_span){c->fwd_authority, c->fwd_hostname_len};
+    *port = c->fwd_port;
+    return 1;
+}
+
+void m0_server_set_ready(m0_server *srv, int ready)
+{
+    __atomic_store_n(&srv->unready, !ready, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,86 @@
+"""Instructions per request that --proxy-headers adds, counted by callgrind (valgrind).
+
+A count, not a time: it does not depend on what else the machine is doing, so it can be
+taken on a shared host where `make bench SUITES=proxy` cannot. Each arm serves N
+browser-shaped requests on one keep-alive connection, all carrying a 3-hop
+X-Forwarded-For (two hops trusted) and X-Forwarded-Proto; callgrind counts only inside
+the engine's connection callback (conn_io_cb: parsing, resolving, the bridge and, for
+WSGI inline, the app; not epoll_wait, not the kernel). Prints the per-request counts
+with and without --proxy-headers for --native hello and a WSGI hello.
+
+usage: python tools/proxy_cost.py [N]      (N = 2000; needs valgrind, a built venv)
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
+        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
+        "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"
+        "Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br\r\n"
+        "Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\n"
+        "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: none\r\nSec-Fetch-User: ?1\r\n"
+        "X-Forwarded-For: 203.0.113.7, 10.0.0.2, 10.0.0.3\r\nX-Forwarded-Proto: https\r\n\r\n").encode()
+ALLOW = ["--forwarded-allow-ips", "127.0.0.1,10.0.0.0/8"]
+
+
+def per_request(workdir, label, app_args, extra, n):
+    out = os.path.join(workdir, f"cg.{label}")
+    argv = ["valgrind", "--tool=callgrind", "--toggle-collect=conn_io_cb", f"--callgrind-out-file={out}",
+            sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0", *extra]
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"))
+    # Not from the source tree, whose m0serve/ has no built _core.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workdir)
+    port = None
+    for line in proc.stdout:
+        m = re.search(r"Listening on http://127.0.0.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        raise SystemExit(f"{label}: the server did not start:\n{proc.communicate(timeout=60)[0]}")
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(120)
+    buf = b""
+    for _ in range(n):
+        sock.sendall(HEAD)
+        while True:
+            j = buf.find(b"\r\n\r\n")
+            if j >= 0:
+                length = re.search(rb"content-length: (\d+)", buf[:j].lower())
+                end = j + 4 + int(length.group(1))
+                if len(buf) >= end:
+                    buf = buf[end:]
+                    break
+            buf += sock.recv(65536)
+    sock.close()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=300)
+    total = 0
+    for name in os.listdir(workdir):
+        if name.startswith(f"cg.{label}"):
+            with open(os.path.join(workdir, name)) as f:
+                for line in f:
+                    if line.startswith(("totals:", "summary:")):
+                        total += int(line.split()[1])
+                        break
+    return total / n
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    with tempfile.TemporaryDirectory() as workdir:
+        for label, app_args in (("native", ["--native", "hello"]), ("wsgi", ["cli_hello:app"])):
+            off = per_request(workdir, f"{label}-off", app_args, ALLOW, n)
+            on = per_request(workdir, f"{label}-on", app_args, ["--proxy-headers", *ALLOW], n)
+            print(f"{label}: {off:.0f} instructions per request without --proxy-headers, {on:.0f} with "
+                  f"({on - off:+.0f}, {(on - off) / off * 100:+.1f}%)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
