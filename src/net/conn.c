@@ -102,13 +102,21 @@ static void conn_input_release(m0_conn *c)
     c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
 }
 
+void m0_conn_wbuf_release(m0_conn *c)
+{
+    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
+        m0_recycle_put(&c->srv->wbufs, c->wbuf);
+    else
+        free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wpos = 0;
+}
+
 /* The same, and the write buffer (nothing is queued). */
 static void conn_buffers_release(m0_conn *c)
 {
     conn_input_release(c);
-    free(c->wbuf);
-    c->wbuf = NULL;
-    c->wcap = c->wlen = c->wpos = 0;
+    m0_conn_wbuf_release(c);
 }
 
 /* Not inlined: callers hold references the compiler cannot count, and a

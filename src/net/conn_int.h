@@ -37,6 +37,8 @@ void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
 int m0_conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
+/* Give the (empty) write buffer back; loop thread only (conn.c). */
+void m0_conn_wbuf_release(m0_conn *c);
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
  * server's block hooks around the wait: 0, -ETIMEDOUT, -EINTR (a signal
  * handler raised) or -errno. */

@@ -133,8 +133,15 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
         c->wlen -= c->wpos;
         c->wpos = 0;
     }
+    if (c->wbuf == NULL && need <= M0_WBUF_INITIAL && !c->detached) {
+        /* The loop thread's own writes (held output) take a recycled block. */
+        c->wbuf = m0_recycle_get(&c->srv->wbufs);
+        if (c->wbuf == NULL)
+            return -ENOMEM;
+        c->wcap = M0_WBUF_INITIAL;
+    }
     if (c->wcap - c->wlen < need) {
-        size_t cap = c->wcap ? c->wcap * 2 : 4096;
+        size_t cap = c->wcap ? c->wcap * 2 : M0_WBUF_INITIAL;
         while (cap < c->wlen + need)
             cap *= 2;
         char *nb = realloc(c->wbuf, cap);
@@ -404,6 +411,8 @@ void m0_server_flush_held(void *arg)
         m0_conn_flush(c);
         if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
             m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* as a write that found the socket full */
+        if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
+            m0_conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
         m0_conn_release(c);
     }
 }

@@ -75,6 +75,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     srv->head_cap = cfg->limits.max_request_line + cfg->limits.max_header_size + 64 * 1024;
     m0_recycle_init(&srv->rbufs, M0_RBUF_INITIAL);
     m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
+    m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     pthread_mutex_init(&srv->done_lock, NULL);
     int r = m0_async_init(loop, &srv->wake, server_wake);
@@ -149,6 +150,7 @@ void m0_server_free(m0_server *srv)
     }
     m0_recycle_clear(&srv->rbufs);
     m0_recycle_clear(&srv->hdrs);
+    m0_recycle_clear(&srv->wbufs);
     free(srv);
 }
 

@@ -12,6 +12,7 @@
 #include "server.h"
 
 #define M0_RBUF_INITIAL 4096
+#define M0_WBUF_INITIAL 4096
 /* Room a request with a chunked body needs past its head for in-place decoding. */
 #define M0_BODY_ROOM 4096
 /* Unread request body the server still reads and discards to keep the
@@ -183,6 +184,7 @@ struct m0_server {
      * idle connections, for the next connection that has input. */
     m0_recycle rbufs;
     m0_recycle hdrs;
+    m0_recycle wbufs; /* write buffers of M0_WBUF_INITIAL bytes, taken and given back by the loop thread */
 
     /* Cross-thread: connections completed by their owning thread, and
      * posted drain/abort requests, taken by the loop on `wake`. */
