@@ -87,5 +87,5 @@ step "summary"
 oneline() { awk 'NF == 0 { if (s) exit; next } { s = s (s ? " " : "") $0 } END { print s }' "$1"; }
 echo "auditwheel show (built):    $(oneline <(grep -v '^INFO:' "$OUT/auditwheel-show.txt"))"
 echo "auditwheel show (repaired): $(oneline <(grep -v '^INFO:' "$OUT/auditwheel-show-repaired.txt"))"
-echo "external libraries:         $(grep -v '^INFO:' "$OUT/auditwheel-show-repaired.txt" | awk 'NF == 0 { p++; next } p == 1' | tr '\n' ' ' | sed 's/  */ /g')"
+echo "external libraries:         $(grep -v '^INFO:' "$OUT/auditwheel-show-repaired.txt" | awk 'NF == 0 { if (t) p++; next } { t = 1 } p == 1' | tr '\n' ' ' | sed 's/  */ /g')"
 echo "wheel-check: OK ($(basename "$repaired"))"
