@@ -38,8 +38,8 @@ def main():
 
     threading.Thread(target=read, daemon=True).start()
     try:
-        if not found.wait(30):
-            raise SystemExit("m0serve did not start within 30 s:\n" + "".join(lines))
+        if not found.wait(90):  # aarch64 wheels are tested under QEMU
+            raise SystemExit("m0serve did not start within 90 s:\n" + "".join(lines))
         m = next((LISTEN_RE.search(l) for l in lines if LISTEN_RE.search(l)), None)
         if m is None:
             raise SystemExit(f"m0serve exited ({proc.poll()}) before listening:\n" + "".join(lines))
