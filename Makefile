@@ -4,6 +4,8 @@
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make bench            run the benchmark suites (see bench/README.md)
+#   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
+#                         with no compiler and serve a request (tools/wheel_check.sh; not part of test)
 #   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
 
 PY ?= 3.11
@@ -23,7 +25,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-py test-docs fuzz bench format clean
+.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
 
 all: build
 
@@ -93,6 +95,10 @@ fuzz: deps
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
 	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ]
+
+# The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
+wheel-check:
+	PYTHON=$(PYTHON) tools/wheel_check.sh
 
 bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)

@@ -71,6 +71,10 @@ def _serve_single(cfg, hk, server):
 
 def main(argv=None):
     cfg = config.resolve(argv)
+    if cfg.check_config or cfg.print_config:
+        from . import showconfig
+
+        return showconfig.main(cfg)
     if cfg.log_config:
         prepare_path(cfg.app_dir)  # so that the file may name the project's own handler classes
     try:

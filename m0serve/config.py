@@ -294,16 +294,30 @@ def _argparse_type(opt):
     return conv
 
 
-def build_parser(prog="m0serve"):
+def version_line():
+    """`m0serve X.Y.Z (CPython 3.11.7, Linux x86_64)`."""
+    import platform
+
     from . import __version__
 
+    return (f"m0serve {__version__} ({platform.python_implementation()} {platform.python_version()}, "
+            f"{platform.system()} {platform.machine()})")
+
+
+def build_parser(prog="m0serve"):
     p = _Parser(
         prog=prog,
         description="Serve a WSGI or ASGI 3 application with m0serve's HTTP/1.1 engine. "
         "Every option can also be set as an environment variable M0_<NAME> (e.g. M0_PORT=9000).",
         allow_abbrev=False,
     )
-    p.add_argument("--version", action="version", version=f"m0serve {__version__}")
+    p.add_argument("--version", action="version", version=version_line(),
+                   help="print m0serve's version and the Python running it, and exit")
+    p.add_argument("--check-config", action="store_true",
+                   help="resolve every setting as a start would (command line, environment, config file, "
+                   "defaults), print them with where each came from, and exit: 0 when valid, 2 with the error")
+    p.add_argument("--print-config", nargs="?", const="toml", default=None, choices=("toml", "json"),
+                   metavar="toml|json", help="print the resolved settings as TOML (the default) or JSON, and exit")
     groups = {}
     for opt in OPTIONS:
         g = groups.get(opt.group)
@@ -369,30 +383,37 @@ def resolve(argv=None, environ=None, prog="m0serve"):
     environ = os.environ if environ is None else environ
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
-    values = {}
+    values, sources = {}, {}
     try:
         from_file, hooks = _config_file(ns, environ)
+        config_path = ns.config if ns.config is not None else environ.get(ENV_PREFIX + "CONFIG")
         for opt in OPTIONS:
             dest = "app" if opt.flag == "APP" else opt.dest
-            v = getattr(ns, dest)
+            v, source = getattr(ns, dest), "command line"
             if v is None:
-                v = _from_env(opt, environ)
+                v, source = _from_env(opt, environ), f"environment {opt.env}"
             if v is None:
-                v = from_file.get(dest)
+                v, source = from_file.get(dest), f"config file {config_path}"
             if v is None and opt.flag == "--workers" and environ.get("WEB_CONCURRENCY"):
+                source = "environment WEB_CONCURRENCY"
                 try:
                     v = _int_in(1)(environ["WEB_CONCURRENCY"])
                 except ValueError as e:
                     raise ConfigError(f"environment variable WEB_CONCURRENCY: {e}") from None
             if v is None:
-                v = opt.default
+                v, source = opt.default, "default"
                 if opt.kind == "list":
                     v = []
             values[dest] = v
+            sources[dest] = source
         if values["workers"] is None:
             values["workers"] = 1
         values["hooks"] = hooks
         cfg = Config(**values)
+        # Not settings: where each came from, and what --check-config/--print-config asked for.
+        cfg.sources = sources
+        cfg.check_config = ns.check_config
+        cfg.print_config = ns.print_config
         _check(cfg)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -339,11 +340,29 @@ static void loop_timers_expire(m0_loop *loop)
     }
 }
 
+/* epoll_pwait2 (a timeout in nanoseconds) is called through syscall(2): the
+ * libc function needs glibc 2.35, and musl may not have it, while the wheels
+ * are built against older C libraries (manylinux_2_28, musllinux_1_2). Its
+ * number is 441 on every architecture. A kernel older than 5.11 answers
+ * ENOSYS once; from then on the wait is epoll_wait's, rounded up to 1 ms. */
+#ifndef SYS_epoll_pwait2
+#define SYS_epoll_pwait2 441
+#endif
+static int loop_has_pwait2 = 1; /* cleared (by any thread, to the same value) on ENOSYS */
+
 static int loop_epoll_wait(m0_loop *loop, int wait, int64_t wait_us)
 {
     if (wait_us > 0 && (wait < 0 || wait_us < (int64_t)wait * 1000)) {
-        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-        return epoll_pwait2(loop->epfd, loop->batch, M0_LOOP_BATCH, &ts, NULL);
+        if (__atomic_load_n(&loop_has_pwait2, __ATOMIC_RELAXED)) {
+            /* struct timespec is the kernel's __kernel_timespec on 64-bit targets. */
+            struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
+            long n = syscall(SYS_epoll_pwait2, loop->epfd, loop->batch, M0_LOOP_BATCH, &ts, NULL, 0);
+            if (n >= 0 || errno != ENOSYS)
+                return (int)n;
+            __atomic_store_n(&loop_has_pwait2, 0, __ATOMIC_RELAXED);
+        }
+        int64_t ms = (wait_us + 999) / 1000;
+        wait = ms > INT32_MAX ? INT32_MAX : (int)ms;
     }
     return epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
 }
