@@ -110,6 +110,20 @@ def attack():
                 WSGI_HELLO, arms, attack="slowbody", attackers=200)]
 
 
+def ops():
+    # What the operations features cost on the request path: the access log (the default line and
+    # JSON, written to the server's stderr, a file here) and the metrics counters, against neither.
+    def arm(extra, name, label):
+        return S.m0serve("wsgi", extra=extra, name=name, label=label)
+
+    return [Row("hello-c16", "Bare WSGI hello: access log and metrics on, against off", WSGI_HELLO,
+                [arm([], "m0serve", "m0serve (wsgi, no access log, no metrics)"),
+                 arm(["--access-log"], "m0serve-access-log", "m0serve (--access-log)"),
+                 arm(["--access-log", "--access-log-json"], "m0serve-access-log-json",
+                     "m0serve (--access-log --access-log-json)"),
+                 arm(["--metrics-port", "0"], "m0serve-metrics", "m0serve (--metrics-port 0)")])]
+
+
 def memory():
     return [
         Row("wsgi-100k", "Bare WSGI hello: RSS after warm-up and after 100,000 requests", WSGI_HELLO, wsgi_arms(),
@@ -150,6 +164,7 @@ SUITES = {
     "memory": memory,
     "proxy": proxy,
     "attack": attack,
+    "ops": ops,
 }
 
 
