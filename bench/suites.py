@@ -24,14 +24,18 @@ def wsgi():
     # bridge's cost is read as a same-run multiple of the HTTP layer alone.
     arms = wsgi_arms()
     return [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO,
-                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:])]
+                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:]),
+            Row("percall-c16", "WSGI hello with its header list built per call and no Content-Length, 16 connections",
+                "percall_wsgi:app", arms[:1] + [S.floor()] + arms[1:])]
 
 
 def asgi():
     # As in the wsgi row: the floor and --native hello in the same run.
     arms = asgi_arms()
     return [Row("hello-c16", "Bare ASGI hello, 16 connections", ASGI_HELLO,
-                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:])]
+                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:]),
+            Row("percall-c16", "ASGI hello with its messages built per call and no content-length, 16 connections",
+                "percall_asgi:app", arms[:1] + [S.floor()] + arms[1:])]
 
 
 def post():
