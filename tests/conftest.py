@@ -4,6 +4,7 @@
 tests/apps on the app path, waits for the "Listening on http://HOST:PORT"
 line the server logs at start, and stops the process at the end of the test.
 """
+import json
 import os
 import re
 import signal
@@ -126,6 +127,22 @@ def serve_module():
     yield _starter(started)
     for s in started:
         s.stop()
+
+@pytest.fixture
+def engine():
+    """Start the C engine alone (tests/apps/engine_server.py, no bridge): engine(**config)."""
+    started = []
+
+    def start(**kwargs):
+        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
+        s = Server(argv, server_env(), str(APPS_DIR))
+        started.append(s)
+        return s.wait_ready()
+
+    yield start
+    for s in started:
+        s.stop(signal.SIGKILL)
+
 
 
 class PeerReset(AssertionError):

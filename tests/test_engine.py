@@ -23,21 +23,6 @@ BROWSER_HEADERS = (
 )
 
 
-@pytest.fixture
-def engine():
-    started = []
-
-    def start(**kwargs):
-        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
-        s = Server(argv, server_env(), str(APPS_DIR))
-        started.append(s)
-        return s.wait_ready()
-
-    yield start
-    for s in started:
-        s.stop(signal.SIGKILL)
-
-
 def assert_hello(resp, method="GET"):
     status, headers, body, _ = resp
     assert status == 200

@@ -18,21 +18,6 @@ from conftest import APPS_DIR, Server, read_response, server_env
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
-@pytest.fixture
-def engine():
-    started = []
-
-    def start(**kwargs):
-        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
-        s = Server(argv, server_env(), str(APPS_DIR))
-        started.append(s)
-        return s.wait_ready()
-
-    yield start
-    for s in started:
-        s.stop(signal.SIGKILL)
-
-
 def cpu_seconds(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

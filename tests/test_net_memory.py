@@ -17,21 +17,6 @@ GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 HELLO = b"Hello, world!"
 
 
-@pytest.fixture
-def engine():
-    started = []
-
-    def start(**kwargs):
-        argv = [sys.executable, str(APPS_DIR / "engine_server.py"), json.dumps(kwargs)]
-        s = Server(argv, server_env(), str(APPS_DIR))
-        started.append(s)
-        return s.wait_ready()
-
-    yield start
-    for s in started:
-        s.stop(signal.SIGKILL)
-
-
 def rss(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
