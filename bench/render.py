@@ -281,6 +281,8 @@ def attack_table(art, versions):
             if not arm:
                 continue
             who = f"{row['attackers']} {row['attack']}" if row.get("attack") else "none"
+            if row.get("attack_target") == "sink":
+                who += " at a socket nobody reads (control)"
             label = _label(arm, versions)
             if arm["status"] != "ok":
                 why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
@@ -295,7 +297,8 @@ def attack_table(art, versions):
                          f"{fmt_med(arm, 'p99_ms', 'ms')} | {'–' if ratio is None else f'{ratio:.2f}×'} | "
                          f"{fmt_med(arm, 'rps', 'int')} | {'–' if idle is None else f'{idle:.3f}'} | "
                          f"{'–' if not recon else sorted(recon)[len(recon) // 2]} |")
-            if arm.get("is_m0serve") and row.get("attack") and ratio is not None and idle is not None:
+            if (arm.get("is_m0serve") and row.get("attack") and not row.get("attack_target")
+                    and ratio is not None and idle is not None):
                 ok = ratio <= 2.0 and idle <= 0.05
                 verdicts.append(f"{name} under {who}: p99 {ratio:.2f}× quiet (goal ≤ 2×), attackers alone "
                                 f"{idle * 100:.1f}% of a core (goal ≤ 5%): {'met' if ok else 'NOT met'}")

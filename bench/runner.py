@@ -9,6 +9,7 @@ import hashlib
 import http.client
 import json
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,9 @@ class Row:
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
     attack: str = ""  # attack suite: "slowloris" or "slowbody" clients (bench/attack.py) run during each measurement
     attackers: int = 0
+    # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
+    # attackers' own load on the load generator's core does to the measurement, with no server involved)
+    attack_target: str = ""
     extra: dict = field(default_factory=dict)
 
 
@@ -144,8 +148,10 @@ class AttackLoad:
     kept open during a measurement. On entry, once they are all open, the server tree's CPU is sampled
     for `sample_s` with nothing but the attackers running: the cost of the attack itself."""
 
-    def __init__(self, mode, n, port, server_pid, sample_s=3.0):
+    def __init__(self, mode, n, port, server_pid, sample_s=3.0, target=""):
         self.mode, self.n, self.port, self.server_pid, self.sample_s = mode, n, port, server_pid, sample_s
+        self.target = target
+        self.sink = None
         self.proc = None
         self.idle_cores = None
         self.counters = None
@@ -154,7 +160,14 @@ class AttackLoad:
     def __enter__(self):
         if not self.mode:
             return self
-        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.attack", "--port", str(self.port),
+        port = self.port
+        if self.target == "sink":
+            # Connections complete in the kernel's accept queue and their bytes wait in receive buffers.
+            self.sink = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sink.bind(("127.0.0.1", 0))
+            self.sink.listen(4 * self.n)
+            port = self.sink.getsockname()[1]
+        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.attack", "--port", str(port),
                 "--mode", self.mode, "--conns", str(self.n)]
         self.proc = subprocess.Popen(argv, cwd=str(env.ROOT), stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -180,6 +193,9 @@ class AttackLoad:
             self.proc.kill()
             self.proc.wait()
             self.error = f"attackers did not report ({e!r})"
+        finally:
+            if self.sink is not None:  # after the attackers stop, so none of them sees it close
+                self.sink.close()
 
 
 class RowRunner:
@@ -207,7 +223,8 @@ class RowRunner:
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
         with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow, \
-                AttackLoad(self.row.attack, self.row.attackers, port, proc.pid) as attack:
+                AttackLoad(self.row.attack, self.row.attackers, port, proc.pid,
+                           target=self.row.attack_target) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             if self.row.target_requests:
@@ -313,7 +330,8 @@ class RowRunner:
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
                "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests,
-               "attack": row.attack or None, "attackers": row.attackers, **row.extra,
+               "attack": row.attack or None, "attackers": row.attackers,
+               "attack_target": row.attack_target or None, **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}

@@ -111,7 +111,11 @@ def attack():
             Row("slowloris200", "Fast route beside 200 slowloris connections (70 KB head, then a byte every 100 ms)",
                 WSGI_HELLO, arms, attack="slowloris", attackers=200),
             Row("slowbody200", "Fast route beside 200 slow uploads (1 MB declared, a byte every 100 ms)",
-                WSGI_HELLO, arms, attack="slowbody", attackers=200)]
+                WSGI_HELLO, arms, attack="slowbody", attackers=200),
+            # The control: the same 200 upload clients, aimed at a socket nobody reads. The server sees
+            # none of them; what changes is only the attackers' load on the load generator's core.
+            Row("slowbody200-sink", "Fast route while 200 slow uploads go to a socket nobody reads (control)",
+                WSGI_HELLO, arms, attack="slowbody", attackers=200, attack_target="sink")]
 
 
 def ops():
