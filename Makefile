@@ -97,7 +97,9 @@ fuzz: deps
 	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ]
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
-wheel-check:
+# musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).
+wheel-check: SYSTEM_PACKAGES += musl-tools
+wheel-check: deps
 	PYTHON=$(PYTHON) tools/wheel_check.sh
 
 bench: deps build
