@@ -189,7 +189,7 @@ int m0_conn_peer_progressed(const m0_conn *c)
     return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
 }
 
-void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
+void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
     if (kind == M0_TIMER_SEND)
@@ -210,7 +210,7 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0_timer_start(loop, t, c->deadline_ms - now);
         return;
     }
-    int kind = c->timer_kind;
+    m0_timer_kind kind = c->timer_kind;
     if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0_conn_peer_progressed(c))) {
         /* Not idle, not stalled: the peer is still reading responses (our
          * queue waits for the kernel's, which it drains). */

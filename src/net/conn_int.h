@@ -6,7 +6,7 @@
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
-void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms);
+void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms);
 uint32_t m0_conn_send_timeout(const m0_conn *c);
 /* Bytes the kernel holds in c's send queue, not yet acknowledged by the
  * peer (SIOCOUTQ), or -1. */

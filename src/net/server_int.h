@@ -24,7 +24,8 @@
 #define M0_LINGER_MS 2000
 #define M0_CONN_FREELIST_MAX 64
 
-enum {
+/* Where a connection is in its requests (c->state). */
+typedef enum m0_conn_state {
     M0_CS_HEAD = 0,    /* waiting for (the rest of) a request head */
     M0_CS_REQUEST = 1, /* a request is dispatched to the handler */
     M0_CS_DISCARD = 2, /* finished; discarding the unread body of the last request */
@@ -32,22 +33,24 @@ enum {
     M0_CS_RAW = 4,     /* upgraded: raw byte stream */
     M0_CS_CLOSED = 5,
     M0_CS_BODY = 6, /* head parsed; the loop reads the body before dispatching */
-};
+} m0_conn_state;
 
-enum {
+/* How the body of the pending (or discarded) request is framed (c->body_mode). */
+typedef enum m0_body_mode {
     M0_BODY_NONE = 0,
-    M0_BODY_LENGTH = 1,
+    M0_BODY_LENGTH = 1, /* Content-Length, or the raw stream after an upgrade */
     M0_BODY_CHUNKED = 2,
-};
+} m0_body_mode;
 
-enum {
+/* What the connection's timer stands for when it expires (c->timer_kind). */
+typedef enum m0_timer_kind {
     M0_TIMER_NONE = 0,
     M0_TIMER_HEADER = 1, /* head started: 408 when it expires */
     M0_TIMER_IDLE = 2,   /* keep-alive idle or a fresh connection: close */
     M0_TIMER_LINGER = 3,
     M0_TIMER_SEND = 4, /* output stalled (a peer that does not read): close */
     M0_TIMER_BODY = 5, /* the body being buffered did not arrive in time: 408 */
-};
+} m0_timer_kind;
 
 /* Requests posted to the loop from other threads (m0_server_post). */
 enum {
@@ -68,8 +71,8 @@ struct m0_conn {
     m0_conn *prev;
     m0_conn *next;
     void *data;
-    int refs;         /* net-layer frames on the stack for this connection */
-    int state;        /* M0_CS_* */
+    int refs; /* net-layer frames on the stack for this connection */
+    m0_conn_state state;
     int processing;   /* conn_process() is on the stack */
     int pending;      /* a request is dispatched and not finished */
     int close_after;  /* close once the write buffer is flushed */
@@ -89,8 +92,8 @@ struct m0_conn {
     int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
                                 * (re)started, -1 unknown: less at its expiry means the peer reads */
     const char *head_base;     /* where the head was parsed: its spans point there */
-    int timer_kind;            /* M0_TIMER_* */
-    uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
+    m0_timer_kind timer_kind;
+    uint64_t deadline_ms; /* lazy: the timer may fire earlier and re-arm */
 
     /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
      * request is pending, [rpos, rpos + head_len) is its head. NULL (and
@@ -110,7 +113,7 @@ struct m0_conn {
     m0_header *headers;
 
     /* body framing of the pending (or discarded) request */
-    int body_mode;
+    m0_body_mode body_mode;
     int body_done;
     uint64_t body_left; /* LENGTH: bytes not yet consumed */
     size_t body_rd;     /* next unread decoded byte in rbuf */
