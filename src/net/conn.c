@@ -158,10 +158,10 @@ void m0_conn_close(m0_conn *c, int notify)
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
     }
-    c->refs++;
-    if (notify && srv->handler.on_event != NULL && (was_pending || c->data != NULL))
-        srv->handler.on_event(srv->handler_ctx, c, M0_CONN_CLOSED);
-    m0_conn_release(c);
+    if (notify && (was_pending || c->data != NULL))
+        m0_conn_notify(c, M0_CONN_CLOSED); /* frees c unless a frame holds it */
+    else if (c->refs == 0)
+        m0_conn_destroy(c);
 }
 
 void m0_conn_abort(m0_conn *c)
@@ -382,7 +382,6 @@ ssize_t m0_conn_fill(m0_conn *c)
 
 static void conn_readable(m0_conn *c, uint32_t events)
 {
-    m0_server *srv = c->srv;
     switch (c->state) {
     case M0_CS_HEAD:
     case M0_CS_DISCARD:
@@ -452,10 +451,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n == 0)
                 c->peer_eof = 1;
             m0_conn_interest(c);
-            c->refs++;
-            if (srv->handler.on_event != NULL)
-                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
-            m0_conn_release(c);
+            m0_conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == 0 && c->state == M0_CS_REQUEST) {
@@ -464,10 +460,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
              * stop reading and tell the handler (M0_CONN_BODY), which may
              * treat the end of input as a disconnect notice. */
             m0_conn_interest(c);
-            c->refs++;
-            if (srv->handler.on_event != NULL)
-                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
-            m0_conn_release(c);
+            m0_conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == -ENOBUFS && (events & (EPOLLHUP | EPOLLERR))) {

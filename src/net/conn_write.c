@@ -467,10 +467,8 @@ void m0_conn_flush(m0_conn *c)
     }
     if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
         c->flags &= ~M0_CF_WRITABLE_WANTED;
-        if ((c->pending || c->state == M0_CS_RAW) && srv->handler.on_event != NULL) {
-            c->refs++;
-            srv->handler.on_event(srv->handler_ctx, c, M0_CONN_WRITABLE);
-            m0_conn_release(c);
+        if (c->pending || c->state == M0_CS_RAW) {
+            m0_conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)
                 return;
         }
