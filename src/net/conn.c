@@ -321,7 +321,7 @@ void m0_conn_error(m0_conn *c, int status)
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0_conn_log(c, NULL, status, end ? (uint64_t)(buf + n - end - 4) : 0, 0);
+            m0_conn_log(c, NULL, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
         }
     }
     c->timer_kind = M0_TIMER_NONE;
