@@ -245,22 +245,23 @@ void m0_conn_interest(m0_conn *c)
     uint32_t ev = 0;
     /* Held output is sent at the pass's end (m0_server_flush_held), which
      * asks for EPOLLOUT only if the socket did not take it all. */
-    int out = (c->wlen > c->wpos && !c->held) || (c->flags & M0_CF_WRITABLE_WANTED);
+    unsigned flags = c->flags;
+    int out = (c->wlen > c->wpos && !c->held) || (flags & M0_CF_WRITABLE_WANTED);
     if (c->detached)
         return; /* another thread owns it: the registration stays as it was (conn_io_cb) */
-    if (c->flags & M0_CF_CLOSE_AFTER) {
+    if (flags & M0_CF_CLOSE_AFTER) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof || (c->flags & M0_CF_OUT_BLOCKED)) {
+    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
         ev = 0;
     } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {
         /* A pending request: buffer what fits (pipelined requests, body),
          * stop reading when the buffer is full (read backpressure) but keep
          * watching for the peer going away. */
-        if (c->rlen < c->rcap || (c->flags & M0_CF_WANT_BODY))
+        if (c->rlen < c->rcap || (flags & M0_CF_WANT_BODY))
             ev = EPOLLIN | EPOLLRDHUP;
-        else if (c->state == M0_CS_REQUEST && !(c->flags & M0_CF_RDHUP))
+        else if (c->state == M0_CS_REQUEST && !(flags & M0_CF_RDHUP))
             ev = EPOLLRDHUP;
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
