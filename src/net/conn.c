@@ -242,13 +242,15 @@ void m0_conn_interest(m0_conn *c)
 {
     if (c->state == M0_CS_CLOSED)
         return;
+    /* Another thread owns it: the registration stays as it was (conn_io_cb),
+     * and its write buffer, which the owner writes, is not read here. */
+    if (c->detached)
+        return;
     uint32_t ev = 0;
     /* Held output is sent at the pass's end (m0_server_flush_held), which
      * asks for EPOLLOUT only if the socket did not take it all. */
     unsigned flags = c->flags;
     int out = (c->wlen > c->wpos && !c->held) || (flags & M0_CF_WRITABLE_WANTED);
-    if (c->detached)
-        return; /* another thread owns it: the registration stays as it was (conn_io_cb) */
     if (flags & M0_CF_CLOSE_AFTER) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {

@@ -64,7 +64,7 @@ enum {
  * still writes c->flags after the hand-off (m0_conn_process clears
  * M0_CF_PROCESSING when the handler returns), and two threads that write
  * different bits of one word, or one reading it while the other writes it,
- * race. */
+ * race (tests/c/test_handoff.c runs the hand-off under ThreadSanitizer). */
 enum {
     M0_CF_PROCESSING = 1u << 0,      /* m0_conn_process() is on the stack: set and cleared by it */
     M0_CF_CLOSE_AFTER = 1u << 1,     /* close once the write buffer is flushed: set by m0_conn_close_after,
