@@ -158,10 +158,10 @@ void m0_conn_close(m0_conn *c, int notify)
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
     }
-    c->refs++;
-    if (notify && srv->handler.on_event != NULL && (was_pending || c->data != NULL))
-        srv->handler.on_event(srv->handler_ctx, c, M0_CONN_CLOSED);
-    m0_conn_release(c);
+    if (notify && (was_pending || c->data != NULL))
+        m0_conn_notify(c, M0_CONN_CLOSED); /* frees c unless a frame holds it */
+    else if (c->refs == 0)
+        m0_conn_destroy(c);
 }
 
 void m0_conn_abort(m0_conn *c)
@@ -189,7 +189,7 @@ int m0_conn_peer_progressed(const m0_conn *c)
     return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
 }
 
-void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms)
+void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
     if (kind == M0_TIMER_SEND)
@@ -210,7 +210,7 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0_timer_start(loop, t, c->deadline_ms - now);
         return;
     }
-    int kind = c->timer_kind;
+    m0_timer_kind kind = c->timer_kind;
     if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0_conn_peer_progressed(c))) {
         /* Not idle, not stalled: the peer is still reading responses (our
          * queue waits for the kernel's, which it drains). */
@@ -225,11 +225,11 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
                        : kind == M0_TIMER_BODY ? M0_MET_TIMEOUT_BODY
                                                : M0_MET_TIMEOUT_SEND,
                        1);
-    if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !c->close_after)
+    if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !(c->flags & M0_CF_CLOSE_AFTER))
         m0_conn_error(c, 408);
-    else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !c->close_after)
+    else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !(c->flags & M0_CF_CLOSE_AFTER))
         m0_conn_error(c, 408);
-    else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || c->close_after)
+    else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || (c->flags & M0_CF_CLOSE_AFTER))
         m0_conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
         m0_conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
@@ -242,25 +242,28 @@ void m0_conn_interest(m0_conn *c)
 {
     if (c->state == M0_CS_CLOSED)
         return;
+    /* Another thread owns it: the registration stays as it was (conn_io_cb),
+     * and its write buffer, which the owner writes, is not read here. */
+    if (c->detached)
+        return;
     uint32_t ev = 0;
     /* Held output is sent at the pass's end (m0_server_flush_held), which
      * asks for EPOLLOUT only if the socket did not take it all. */
-    int out = (c->wlen > c->wpos && !c->held) || c->writable_wanted;
-    if (c->detached)
-        return; /* another thread owns it: the registration stays as it was (conn_io_cb) */
-    if (c->close_after) {
+    unsigned flags = c->flags;
+    int out = (c->wlen > c->wpos && !c->held) || (flags & M0_CF_WRITABLE_WANTED);
+    if (flags & M0_CF_CLOSE_AFTER) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof || c->out_blocked) {
+    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
         ev = 0;
     } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {
         /* A pending request: buffer what fits (pipelined requests, body),
          * stop reading when the buffer is full (read backpressure) but keep
          * watching for the peer going away. */
-        if (c->rlen < c->rcap || c->want_body)
+        if (c->rlen < c->rcap || (flags & M0_CF_WANT_BODY))
             ev = EPOLLIN | EPOLLRDHUP;
-        else if (c->state == M0_CS_REQUEST && !c->rdhup)
+        else if (c->state == M0_CS_REQUEST && !(flags & M0_CF_RDHUP))
             ev = EPOLLRDHUP;
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
@@ -288,8 +291,9 @@ void m0_conn_close_after(m0_conn *c, int linger)
     if (c->state == M0_CS_CLOSED)
         return;
     if (c->wlen > c->wpos) {
-        c->close_after = 1;
-        c->linger_after = c->linger_after || linger;
+        c->flags |= M0_CF_CLOSE_AFTER;
+        if (linger)
+            c->flags |= M0_CF_LINGER_AFTER;
         m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
         m0_conn_interest(c);
         return;
@@ -300,8 +304,7 @@ void m0_conn_close_after(m0_conn *c, int linger)
     }
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
-    c->close_after = 0;
-    c->writable_wanted = 0;
+    c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED);
     c->rlen = c->rpos = 0;
     m0_conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
     m0_conn_interest(c);
@@ -321,7 +324,7 @@ void m0_conn_error(m0_conn *c, int status)
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0_conn_log(c, NULL, status, end ? (uint64_t)(buf + n - end - 4) : 0, 0);
+            m0_conn_log(c, NULL, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
         }
     }
     c->timer_kind = M0_TIMER_NONE;
@@ -382,7 +385,6 @@ ssize_t m0_conn_fill(m0_conn *c)
 
 static void conn_readable(m0_conn *c, uint32_t events)
 {
-    m0_server *srv = c->srv;
     switch (c->state) {
     case M0_CS_HEAD:
     case M0_CS_DISCARD:
@@ -444,18 +446,15 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_REQUEST:
     case M0_CS_RAW: {
         ssize_t n = -ENOBUFS;
-        if (c->rlen < c->rcap && !c->want_body)
+        if (c->rlen < c->rcap && !(c->flags & M0_CF_WANT_BODY))
             n = m0_conn_fill(c);
-        if (c->want_body || c->state == M0_CS_RAW) {
+        if ((c->flags & M0_CF_WANT_BODY) || c->state == M0_CS_RAW) {
             /* The handler reads from the socket itself through body_read. */
-            c->want_body = 0;
+            c->flags &= ~M0_CF_WANT_BODY;
             if (n == 0)
                 c->peer_eof = 1;
             m0_conn_interest(c);
-            c->refs++;
-            if (srv->handler.on_event != NULL)
-                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
-            m0_conn_release(c);
+            m0_conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == 0 && c->state == M0_CS_REQUEST) {
@@ -464,10 +463,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
              * stop reading and tell the handler (M0_CONN_BODY), which may
              * treat the end of input as a disconnect notice. */
             m0_conn_interest(c);
-            c->refs++;
-            if (srv->handler.on_event != NULL)
-                srv->handler.on_event(srv->handler_ctx, c, M0_CONN_BODY);
-            m0_conn_release(c);
+            m0_conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == -ENOBUFS && (events & (EPOLLHUP | EPOLLERR))) {
@@ -478,7 +474,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
             /* A half-close behind input the handler has not read yet (a
              * body): like a read of 0, not a disconnect. The EOF is read in
              * its turn; until then RDHUP, which stays set, is not watched. */
-            c->rdhup = 1;
+            c->flags |= M0_CF_RDHUP;
         } else if (n < 0 && n != -EAGAIN && n != -ENOBUFS) {
             m0_conn_close(c, 1); /* the peer went away while a request is pending */
             return;
@@ -524,9 +520,9 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     if (events & EPOLLOUT)
         m0_conn_flush(c);
     if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-        if (c->close_after && !(events & (EPOLLHUP | EPOLLERR))) {
+        if ((c->flags & M0_CF_CLOSE_AFTER) && !(events & (EPOLLHUP | EPOLLERR))) {
             /* flushing before a close: input waits */
-        } else if (c->close_after) {
+        } else if (c->flags & M0_CF_CLOSE_AFTER) {
             m0_conn_close(c, 1);
         } else {
             conn_readable(c, events);
@@ -544,7 +540,7 @@ static int conn_prepare_body(m0_conn *c)
     c->body_rd = c->body_end = c->body_raw = head_end;
     c->body_done = 0;
     c->continue_sent = 0;
-    c->want_body = 0;
+    c->flags &= ~M0_CF_WANT_BODY;
     if (req->flags & M0_REQ_CHUNKED) {
         c->body_mode = M0_BODY_CHUNKED;
         m0_chunked_init(&c->dec, c->srv->cfg.limits.max_body);
@@ -747,18 +743,18 @@ static int conn_head_changed(m0_conn *c)
  * the loop here picks up the next request. */
 void m0_conn_process(m0_conn *c)
 {
-    if (c->processing)
+    if (c->flags & M0_CF_PROCESSING)
         return;
     m0_server *srv = c->srv;
-    c->processing = 1;
+    c->flags |= M0_CF_PROCESSING;
     c->refs++;
-    if (c->pp_wait && m0_proxy_protocol_read(c) <= 0) {
-        c->processing = 0;
+    if ((c->flags & M0_CF_PP_WAIT) && m0_proxy_protocol_read(c) <= 0) {
+        c->flags &= ~M0_CF_PROCESSING;
         m0_conn_interest(c);
         m0_conn_release(c);
         return;
     }
-    while (c->state != M0_CS_CLOSED && !c->close_after) {
+    while (c->state != M0_CS_CLOSED && !(c->flags & M0_CF_CLOSE_AFTER)) {
         if (c->state == M0_CS_DISCARD) {
             int r = m0_conn_discard(c);
             if (r < 0) {
@@ -779,7 +775,7 @@ void m0_conn_process(m0_conn *c)
         if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
             /* A peer that pipelines without reading: parse on once the
              * responses drain (m0_conn_flush resumes), or give up. */
-            c->out_blocked = 1;
+            c->flags |= M0_CF_OUT_BLOCKED;
             m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
             break;
         }
@@ -831,7 +827,7 @@ void m0_conn_process(m0_conn *c)
         c->head_base = c->rbuf + c->rpos;
         conn_begin(c);
     }
-    c->processing = 0;
+    c->flags &= ~M0_CF_PROCESSING;
     m0_conn_interest(c);
     m0_conn_release(c);
 }
@@ -896,7 +892,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
-    c->want_body = 0;
+    c->flags &= ~M0_CF_WANT_BODY;
     if (c->state == M0_CS_RAW) {
         /* Half-close and read the peer's last bytes away (a WebSocket close
          * frame answering ours) so that the close is a FIN, not a reset that
@@ -917,7 +913,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
             c->state = M0_CS_HEAD;
             c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
         }
-        if (!c->processing)
+        if (!(c->flags & M0_CF_PROCESSING))
             m0_conn_process(c);
         else
             m0_conn_interest(c);
@@ -932,7 +928,7 @@ void m0_conn_park(m0_conn *c)
         return;
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
-    c->writable_wanted = 1;
+    c->flags |= M0_CF_WRITABLE_WANTED;
     m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
     m0_conn_interest(c);
 }

@@ -147,7 +147,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
                     return w;
                 continue;
             }
-            c->want_body = 1;
+            c->flags |= M0_CF_WANT_BODY;
             m0_conn_interest(c);
             return -EAGAIN;
         }

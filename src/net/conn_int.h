@@ -6,7 +6,7 @@
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
-void m0_conn_arm(m0_conn *c, int kind, uint32_t timeout_ms);
+void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms);
 uint32_t m0_conn_send_timeout(const m0_conn *c);
 /* Bytes the kernel holds in c's send queue, not yet acknowledged by the
  * peer (SIOCOUTQ), or -1. */
@@ -21,6 +21,17 @@ void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
 ssize_t m0_conn_fill(m0_conn *c);
 void m0_conn_process(m0_conn *c);
+/* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
+ * the call: c may be closed when this returns, and is freed then unless
+ * another frame still holds it. */
+static inline void m0_conn_notify(m0_conn *c, int what)
+{
+    m0_server *srv = c->srv;
+    c->refs++;
+    if (srv->handler.on_event != NULL)
+        srv->handler.on_event(srv->handler_ctx, c, what);
+    m0_conn_release(c);
+}
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
  * before a request was parsed). */

@@ -274,7 +274,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
             return -ENOMEM;
         if (!blocking) {
-            c->writable_wanted = 1;
+            c->flags |= M0_CF_WRITABLE_WANTED;
             return 0;
         }
         return conn_flush_until(c, conn_queue_limit(c));
@@ -310,7 +310,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
                 return -ENOMEM;
             if (blocking)
                 return conn_flush_until(c, conn_queue_limit(c));
-            c->writable_wanted = 1;
+            c->flags |= M0_CF_WRITABLE_WANTED;
             if (c->pending && c->timer_kind == M0_TIMER_NONE) {
                 /* A response waits on its peer: it must keep reading
                  * (m0_conn_flush re-arms on progress, disarms once drained). */
@@ -328,7 +328,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
 {
     if (c->wlen > c->wpos) {
         if (!blocking) {
-            c->writable_wanted = 1;
+            c->flags |= M0_CF_WRITABLE_WANTED;
             m0_conn_interest(c);
             return -EAGAIN;
         }
@@ -359,7 +359,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
                     return w;
                 continue;
             }
-            c->writable_wanted = 1;
+            c->flags |= M0_CF_WRITABLE_WANTED;
             m0_conn_interest(c);
             if (sent == 0)
                 return -EAGAIN; /* 0 means end of file */
@@ -445,32 +445,30 @@ void m0_conn_flush(m0_conn *c)
         m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* progress */
     if (c->wpos == c->wlen) {
         c->wpos = c->wlen = 0;
-        if (c->timer_kind == M0_TIMER_SEND && !c->close_after && !c->out_blocked && c->state == M0_CS_HEAD &&
-            c->rpos == c->rlen)
+        if (c->timer_kind == M0_TIMER_SEND && !(c->flags & (M0_CF_CLOSE_AFTER | M0_CF_OUT_BLOCKED)) &&
+            c->state == M0_CS_HEAD && c->rpos == c->rlen)
             m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
-        else if (c->timer_kind == M0_TIMER_SEND && c->pending && !c->close_after &&
+        else if (c->timer_kind == M0_TIMER_SEND && c->pending && !(c->flags & M0_CF_CLOSE_AFTER) &&
                  (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW))
             c->timer_kind = M0_TIMER_NONE; /* drained: the response waits on its app, not its peer */
-        if (c->close_after) {
-            int linger = c->linger_after;
-            c->close_after = c->linger_after = 0;
+        if (c->flags & M0_CF_CLOSE_AFTER) {
+            int linger = (c->flags & M0_CF_LINGER_AFTER) != 0;
+            c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_LINGER_AFTER);
             m0_conn_close_after(c, linger);
             return;
         }
     }
-    if (c->out_blocked && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
-        c->out_blocked = 0;
+    if ((c->flags & M0_CF_OUT_BLOCKED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+        c->flags &= ~M0_CF_OUT_BLOCKED;
         c->timer_kind = M0_TIMER_NONE;
         m0_conn_process(c);
         if (c->state == M0_CS_CLOSED)
             return;
     }
-    if (c->writable_wanted && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
-        c->writable_wanted = 0;
-        if ((c->pending || c->state == M0_CS_RAW) && srv->handler.on_event != NULL) {
-            c->refs++;
-            srv->handler.on_event(srv->handler_ctx, c, M0_CONN_WRITABLE);
-            m0_conn_release(c);
+    if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+        c->flags &= ~M0_CF_WRITABLE_WANTED;
+        if (c->pending || c->state == M0_CS_RAW) {
+            m0_conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)
                 return;
         }

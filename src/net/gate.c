@@ -54,7 +54,7 @@ int m0_gate(m0_conn *c)
             return 1;
         }
         srv->inflight++;
-        c->counted = 1;
+        c->flags |= M0_CF_COUNTED;
     }
     return 0;
 }

@@ -32,7 +32,7 @@ void m0_proxy_conn_start(m0_conn *c)
     const m0_proxy_config *pc = &c->srv->cfg.proxy;
     if (pc->protocol == 0)
         return;
-    c->pp_wait = 1;
+    c->flags |= M0_CF_PP_WAIT;
     /* The header comes first and at once, or the connection is not one of
      * the balancer's: its own deadline, whatever the header timeout. */
     m0_conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
@@ -51,7 +51,7 @@ int m0_proxy_protocol_read(m0_conn *c)
     if (r == M0_PP_INCOMPLETE && !c->peer_eof)
         return 0;
     if (r == M0_PP_ABSENT && pc->protocol_optional) {
-        c->pp_wait = 0;
+        c->flags &= ~M0_CF_PP_WAIT;
         m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
         return 1;
     }
@@ -60,7 +60,7 @@ int m0_proxy_protocol_read(m0_conn *c)
         return -1;
     }
     c->rpos += (size_t)r;
-    c->pp_wait = 0;
+    c->flags &= ~M0_CF_PP_WAIT;
     if (!pp.local) {
         int af = pp.family == 4 ? AF_INET : AF_INET6;
         if (inet_ntop(af, pp.src, c->peer_host, sizeof(c->peer_host)) == NULL) {

@@ -181,11 +181,11 @@ void m0_server_drain(m0_server *srv)
         int unread = 0;
         if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
             idle = 0;
-        if (c->state == M0_CS_DISCARD && !c->close_after)
+        if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
             m0_conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
         else if (idle && c->wlen == c->wpos)
             m0_conn_close(c, 1);
-        else if (idle && !c->close_after)
+        else if (idle && !(c->flags & M0_CF_CLOSE_AFTER))
             m0_conn_close_after(c, 0);
         m0_conn_release(c);
         c = next;

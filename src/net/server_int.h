@@ -24,7 +24,8 @@
 #define M0_LINGER_MS 2000
 #define M0_CONN_FREELIST_MAX 64
 
-enum {
+/* Where a connection is in its requests (c->state). */
+typedef enum m0_conn_state {
     M0_CS_HEAD = 0,    /* waiting for (the rest of) a request head */
     M0_CS_REQUEST = 1, /* a request is dispatched to the handler */
     M0_CS_DISCARD = 2, /* finished; discarding the unread body of the last request */
@@ -32,27 +33,56 @@ enum {
     M0_CS_RAW = 4,     /* upgraded: raw byte stream */
     M0_CS_CLOSED = 5,
     M0_CS_BODY = 6, /* head parsed; the loop reads the body before dispatching */
-};
+} m0_conn_state;
 
-enum {
+/* How the body of the pending (or discarded) request is framed (c->body_mode). */
+typedef enum m0_body_mode {
     M0_BODY_NONE = 0,
-    M0_BODY_LENGTH = 1,
+    M0_BODY_LENGTH = 1, /* Content-Length, or the raw stream after an upgrade */
     M0_BODY_CHUNKED = 2,
-};
+} m0_body_mode;
 
-enum {
+/* What the connection's timer stands for when it expires (c->timer_kind). */
+typedef enum m0_timer_kind {
     M0_TIMER_NONE = 0,
     M0_TIMER_HEADER = 1, /* head started: 408 when it expires */
     M0_TIMER_IDLE = 2,   /* keep-alive idle or a fresh connection: close */
     M0_TIMER_LINGER = 3,
     M0_TIMER_SEND = 4, /* output stalled (a peer that does not read): close */
     M0_TIMER_BODY = 5, /* the body being buffered did not arrive in time: 408 */
-};
+} m0_timer_kind;
 
 /* Requests posted to the loop from other threads (m0_server_post). */
 enum {
     M0_POSTED_DRAIN = 1,
     M0_POSTED_ABORT = 2,
+};
+
+/* Bits of c->flags: the connection's flags that only the loop thread reads
+ * and writes. A flag that a pool thread touches while it owns a detached
+ * connection is a field of its own instead (struct m0_conn): the loop thread
+ * still writes c->flags after the hand-off (m0_conn_process clears
+ * M0_CF_PROCESSING when the handler returns), and two threads that write
+ * different bits of one word, or one reading it while the other writes it,
+ * race (tests/c/test_handoff.c runs the hand-off under ThreadSanitizer). */
+enum {
+    M0_CF_PROCESSING = 1u << 0,      /* m0_conn_process() is on the stack: set and cleared by it */
+    M0_CF_CLOSE_AFTER = 1u << 1,     /* close once the write buffer is flushed: set by m0_conn_close_after,
+                                      * cleared by m0_conn_flush once it is, or by a lingering close */
+    M0_CF_LINGER_AFTER = 1u << 2,    /* ... with a lingering close (cleared with CLOSE_AFTER by the flush) */
+    M0_CF_WANT_BODY = 1u << 3,       /* a non-blocking body read returned -EAGAIN: M0_CONN_BODY on input;
+                                      * cleared then, at the next dispatch and by finish */
+    M0_CF_RDHUP = 1u << 4,           /* EPOLLRDHUP seen while unread input fills the read buffer (peer_eof
+                                      * follows): RDHUP is no longer watched; never cleared */
+    M0_CF_WRITABLE_WANTED = 1u << 5, /* notify M0_CONN_WRITABLE below the low-water mark: set by a write or
+                                      * sendfile that queued without blocking and by m0_conn_park, cleared by
+                                      * m0_conn_flush as it notifies and by a lingering close */
+    M0_CF_OUT_BLOCKED = 1u << 6,     /* pipelined requests wait, too many responses unsent: set by
+                                      * m0_conn_process, cleared by m0_conn_flush below the low-water mark */
+    M0_CF_PP_WAIT = 1u << 7,         /* proxy.c: a PROXY protocol header is expected before the first
+                                      * request (set at accept, cleared once it is read) */
+    M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0_gate, cleared by
+                                      * m0_gate_done at finish and close) */
 };
 
 typedef struct m0_listener {
@@ -68,29 +98,35 @@ struct m0_conn {
     m0_conn *prev;
     m0_conn *next;
     void *data;
-    int refs;         /* net-layer frames on the stack for this connection */
-    int state;        /* M0_CS_* */
-    int processing;   /* conn_process() is on the stack */
-    int pending;      /* a request is dispatched and not finished */
-    int close_after;  /* close once the write buffer is flushed */
-    int linger_after; /* ... with a lingering close */
-    int broken;       /* the peer is gone: writes fail */
-    int want_body;    /* a non-blocking body read returned -EAGAIN */
-    int peer_eof;     /* read() returned 0 */
-    int rdhup;        /* EPOLLRDHUP seen while unread input fills the read buffer (peer_eof follows) */
-    int continue_sent;
-    int expect_continue;
-    int discard_ok;            /* finish may discard the rest of the body */
-    int detached;              /* owned by another thread until m0_conn_complete (loop thread's view) */
-    int abort_after;           /* the server aborted while detached: close once it comes back */
-    int resp_started;          /* response bytes of the pending request were written */
+    int refs;            /* net-layer frames on the stack for this connection (loop thread) */
+    m0_conn_state state; /* written by the loop thread; a pool thread that owns it reads it */
+    unsigned flags;      /* M0_CF_*: the loop thread's alone */
+    /* Flags that a pool thread reads or writes while the connection is
+     * detached, each a field of its own (not a bit of `flags`, see M0_CF_*).
+     * "The owner" is the loop thread, or the pool thread from m0_conn_detach
+     * until the loop takes the connection back from m0_conn_complete. */
+    int pending;               /* a request is dispatched and not finished: set at dispatch, cleared by
+                                * finish, close and the hand-back of an aborted one (loop); read by the
+                                * loop after the hand-off and by the owner (m0_conn_log_head) */
+    int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
+    int peer_eof;              /* read() returned 0: set by the owner */
+    int continue_sent;         /* the 100 went out, or was not needed: cleared for each new request
+                                * (loop), set by the owner's first body read */
+    int expect_continue;       /* the request asked for 100-continue: set for each new request, cleared
+                                * by an upgrade (loop); read by the owner */
+    int detached;              /* owned by another thread until m0_conn_complete: set by m0_conn_detach,
+                                * cleared when the loop takes it back; read by both threads meanwhile */
+    int abort_after;           /* the server aborted while detached: close once it comes back. Set by
+                                * m0_server_abort (loop) while the owner may read it (m0_conn_complete) */
+    int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
+                                * (loop), set by the owner's writes */
     uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
     int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
                                 * (re)started, -1 unknown: less at its expiry means the peer reads */
     const char *head_base;     /* where the head was parsed: its spans point there */
-    int timer_kind;            /* M0_TIMER_* */
-    uint64_t deadline_ms;      /* lazy: the timer may fire earlier and re-arm */
+    m0_timer_kind timer_kind;
+    uint64_t deadline_ms; /* lazy: the timer may fire earlier and re-arm */
 
     /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
      * request is pending, [rpos, rpos + head_len) is its head. NULL (and
@@ -110,8 +146,8 @@ struct m0_conn {
     m0_header *headers;
 
     /* body framing of the pending (or discarded) request */
-    int body_mode;
-    int body_done;
+    m0_body_mode body_mode;
+    int body_done;      /* set or cleared for each new request (loop), set by the owner as it reads */
     uint64_t body_left; /* LENGTH: bytes not yet consumed */
     size_t body_rd;     /* next unread decoded byte in rbuf */
     size_t body_end;    /* CHUNKED: end of decoded bytes; raw input follows at body_raw */
@@ -124,11 +160,10 @@ struct m0_conn {
     size_t wcap;
     size_t wlen;
     size_t wpos;
-    int writable_wanted; /* notify M0_CONN_WRITABLE below the low-water mark */
-    int held;            /* in the server's held list: output waits for the pass's end */
+    int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
+               * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
     m0_conn *held_prev;
     m0_conn *held_next;
-    int out_blocked; /* pipelined requests wait: too many responses unsent */
 
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
@@ -136,13 +171,14 @@ struct m0_conn {
     /* m0_conn_complete's arguments, carried to the loop thread (under the
      * server's done_lock) */
     m0_conn *done_next;
-    int muted; /* the loop stopped watching it while it was away: wake the loop when it comes back */
-    int done_keep;
+    int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
+                    * back. Set by the loop, cleared when it takes it back; read by the owner (all
+                    * under done_lock) */
+    int done_keep; /* done_*: written by the owner before done_lock, read by the loop after it */
     int done_status;
     uint64_t done_bytes;
 
     /* proxy.c: the client as a trusted proxy describes it, per request */
-    int pp_wait;    /* a PROXY protocol header is expected before the first request */
     int peer_trust; /* the peer is in the trusted table: 0 not yet known, 1 yes, 2 no */
     int fwd_client; /* fwd_client_host/port are set for the pending request */
     int fwd_client_port;
@@ -152,7 +188,6 @@ struct m0_conn {
     size_t fwd_hostname_len; /* the host part of fwd_authority; 0: no forwarded host */
     char fwd_client_host[64];
     char fwd_authority[264];
-    int counted; /* gate.c: counted in srv->inflight */
 
     int family;
     int peer_port;
@@ -222,8 +257,8 @@ int m0_gate(m0_conn *c);
 /* The request of c is no longer in flight (inline: on every finish and close). */
 static inline void m0_gate_done(m0_conn *c)
 {
-    if (c->counted) {
-        c->counted = 0;
+    if (c->flags & M0_CF_COUNTED) {
+        c->flags &= ~M0_CF_COUNTED;
         c->srv->inflight--;
     }
 }
