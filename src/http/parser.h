@@ -50,10 +50,10 @@ typedef enum {
 int m0_parse_error_status(int err);
 
 typedef struct {
-    size_t max_request_line;  /* bytes in the request line, CRLF excluded (414) */
-    size_t max_header_count;  /* header fields (431); also the header array capacity */
-    size_t max_header_size;   /* bytes of one field line, name + value (431) */
-    uint64_t max_body;        /* body bytes, 0 = unlimited (413) */
+    size_t max_request_line; /* bytes in the request line, CRLF excluded (414) */
+    size_t max_header_count; /* header fields (431); also the header array capacity */
+    size_t max_header_size;  /* bytes of one field line, name + value (431) */
+    uint64_t max_body;       /* body bytes, 0 = unlimited (413) */
 } m0_limits;
 
 /* Framing and connection facts the parser derives from the head, so that no
@@ -68,11 +68,11 @@ enum {
 
 typedef struct {
     m0_span method;
-    m0_span target;       /* request-target as sent */
-    m0_span path;         /* target up to '?' (still percent-encoded) */
-    m0_span query;        /* after '?', without it; len 0 if none */
-    int minor_version;    /* 0 or 1 */
-    m0_header *headers;   /* caller-owned, capacity limits->max_header_count */
+    m0_span target;     /* request-target as sent */
+    m0_span path;       /* target up to '?' (still percent-encoded) */
+    m0_span query;      /* after '?', without it; len 0 if none */
+    int minor_version;  /* 0 or 1 */
+    m0_header *headers; /* caller-owned, capacity limits->max_header_count */
     size_t num_headers;
     int64_t content_length; /* -1 when absent */
     unsigned flags;         /* M0_REQ_* */

@@ -27,8 +27,8 @@ const char *m0_date_line(void); /* borrowed, valid until the next refresh */
 
 /* Validation of application-supplied response pieces (response splitting is
  * impossible: CR, LF and NUL are refused everywhere). */
-int m0_valid_status_line(const char *s, size_t len); /* "DDD reason", 1 if valid */
-int m0_valid_header_name(const char *s, size_t len); /* RFC 9110 token, 1 if valid */
+int m0_valid_status_line(const char *s, size_t len);  /* "DDD reason", 1 if valid */
+int m0_valid_header_name(const char *s, size_t len);  /* RFC 9110 token, 1 if valid */
 int m0_valid_header_value(const char *s, size_t len); /* no CTL but HTAB, 1 if valid */
 
 /* Chunk framing: writes "<hex len>\r\n" into out (at least 18 bytes) and
