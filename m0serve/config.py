@@ -218,7 +218,7 @@ OPTIONS = [
            "on TERM, keep serving this long with the health path answering 503 and responses closing their "
            "connections, before the graceful drain starts", "proxy", "SECONDS"),
     Option("--limit-concurrency", "value", _int_in(0), 0,
-           "past this many requests in flight per event loop, answer 503 with Retry-After (0: no limit)",
+           "past this many requests in flight per worker, answer 503 with Retry-After (0: no limit)",
            "proxy", "N"),
     # Logging
     Option("--log-level", "value", _choice(*LOG_LEVELS), "info", "critical, error, warning, info or debug", "logging", "LEVEL"),

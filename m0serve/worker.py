@@ -232,6 +232,10 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         return
     if kwargs.get("max_requests"):
         kwargs["max_requests"] = -(-kwargs["max_requests"] // threads)  # shared out over the loops
+    if threads > 1 and kwargs.get("proxy", {}).get("limit_concurrency"):
+        import mmap
+
+        kwargs["inflight_counter"] = mmap.mmap(-1, mmap.PAGESIZE)  # one count for the worker's loops
     group = ServerGroup()
     for i in range(threads):
         kw_i = dict(kwargs, blocking_threads=blocking)

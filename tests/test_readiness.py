@@ -114,6 +114,31 @@ def test_limit_concurrency_answers_503_with_retry_after(serve, iface):
     assert srv.log.count("APP-CALLED /\n") == 1  # the refused request never reached the app
 
 
+def test_limit_concurrency_counts_the_worker_not_each_loop(serve):
+    """--threads 2: the two loops share one count. Two slow requests in flight fill a limit of 2
+    whichever loops took them, so every other request is refused, on either loop (counted per
+    loop, a loop holding one or none of them would still admit)."""
+    srv = serve("proxy_app:app", "--threads", "2", "--blocking-threads", "2", "--limit-concurrency", "2")
+    slow = []
+    for _ in range(2):
+        s = srv.connect()
+        s.sendall(b"GET /sleep?s=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+        slow.append(s)
+    srv.wait_log(r"APP-CALLED /sleep(.|\n)*APP-CALLED /sleep")
+    statuses = []
+    for _ in range(12):  # fresh connections: the listener's loops share them out
+        s = srv.connect()
+        statuses.append(ask(s, "/")[0])
+        s.close()
+    assert statuses == [503] * 12, statuses
+    for c in slow:
+        assert read_response(c)[0] == 200
+        c.close()
+    s = srv.connect()
+    assert ask(s, "/")[0] == 200  # the count went back down
+    s.close()
+
+
 def test_shutdown_delay_with_threads(serve):
     """--threads 2: every event loop of the worker turns not ready."""
     srv = serve("proxy_app:app", "--threads", "2", "--health-path", "/healthz", "--shutdown-delay", "1.5")

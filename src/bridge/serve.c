@@ -64,6 +64,8 @@ struct m0_server_object {
     PyObject *url_scheme;
     Py_buffer heartbeat;
     int heartbeat_held;
+    Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
+    int inflight_held;
     PyThreadState *wait_state; /* the thread state saved around epoll_wait */
     int shutdown_requested;    /* atomic: set by shutdown() from any thread */
     int serving;
@@ -181,6 +183,24 @@ static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssi
     *(volatile int64_t *)slot = 0;
     if (self->blocking_threads == 0) /* pool threads beat their own slots (run_pool) */
         m0_server_set_heartbeat(self->srv, (volatile int64_t *)slot);
+    return 0;
+}
+
+/* inflight_counter: None, or a writable buffer of at least 4 bytes, aligned
+ * for a uint32_t, that every Server of one worker shares (--threads), so that
+ * --limit-concurrency counts the worker's requests in flight, not a loop's. */
+static int server_inflight_init(ServerObject *self, PyObject *counter)
+{
+    if (counter == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(counter, &self->inflight, PyBUF_WRITABLE) < 0)
+        return -1;
+    self->inflight_held = 1;
+    if (self->inflight.len < (Py_ssize_t)sizeof(uint32_t) || (uintptr_t)self->inflight.buf % sizeof(uint32_t) != 0) {
+        PyErr_SetString(PyExc_ValueError, "inflight_counter must be a writable buffer of 4 aligned bytes or more");
+        return -1;
+    }
+    m0_server_share_inflight(self->srv, (uint32_t *)self->inflight.buf);
     return 0;
 }
 
@@ -365,6 +385,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "metrics_index",
                              "limit_connections",
                              "proxy",
+                             "inflight_counter",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
@@ -374,7 +395,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -384,12 +405,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLO:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOO:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy))
+            &metrics_index, &limit_connections, &proxy, &inflight_counter))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -489,7 +510,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetFromErrno(PyExc_OSError);
         goto error;
     }
-    if (server_heartbeat_init(self, heartbeat, heartbeat_index) < 0)
+    if (server_heartbeat_init(self, heartbeat, heartbeat_index) < 0 || server_inflight_init(self, inflight_counter) < 0)
         goto error;
 
     fast = PySequence_Fast(listeners, "listeners must be a sequence of socket fds");
@@ -583,6 +604,10 @@ static void Server_dealloc(ServerObject *self)
             m0_exc_restore(exc);
         close(self->access_log_fd);
         self->access_log_fd = -1;
+    }
+    if (self->inflight_held) {
+        PyBuffer_Release(&self->inflight);
+        self->inflight_held = 0;
     }
     if (self->heartbeat_held) {
         PyBuffer_Release(&self->heartbeat);

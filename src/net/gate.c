@@ -49,11 +49,15 @@ int m0_gate(m0_conn *c)
         return 1;
     }
     if (pc->limit_concurrency != 0) {
-        if (srv->inflight >= pc->limit_concurrency) {
-            gate_answer(c, 503, "Service Unavailable: too many requests in flight\n", 1);
-            return 1;
-        }
-        srv->inflight++;
+        /* Loops that share the counter race for the last places: take one
+         * only while it is below the limit. */
+        uint32_t n = __atomic_load_n(srv->inflight_count, __ATOMIC_RELAXED);
+        do {
+            if (n >= pc->limit_concurrency) {
+                gate_answer(c, 503, "Service Unavailable: too many requests in flight\n", 1);
+                return 1;
+            }
+        } while (!__atomic_compare_exchange_n(srv->inflight_count, &n, n + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
         c->flags |= M0_CF_COUNTED;
     }
     return 0;

@@ -68,6 +68,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     if (srv == NULL)
         return -ENOMEM;
     srv->loop = loop;
+    srv->inflight_count = &srv->inflight;
     srv->cfg = *cfg;
     srv->handler = *handler;
     srv->handler_ctx = handler_ctx;
@@ -241,4 +242,9 @@ uint64_t m0_server_requests(const m0_server *srv)
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot)
 {
     srv->heartbeat = slot;
+}
+
+void m0_server_share_inflight(m0_server *srv, uint32_t *counter)
+{
+    srv->inflight_count = counter != NULL ? counter : &srv->inflight;
 }

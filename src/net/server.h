@@ -124,6 +124,11 @@ uint64_t m0_server_requests(const m0_server *srv); /* requests dispatched so far
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
+/* --limit-concurrency counts the requests in flight of every server that
+ * shares `counter` (the loops of one worker: --threads), with atomic
+ * operations, instead of this server's own. Set before serving; NULL: back to
+ * its own count. */
+void m0_server_share_inflight(m0_server *srv, uint32_t *counter);
 
 /* --- per connection, for handlers --- */
 

@@ -227,9 +227,13 @@ struct m0_server {
     pthread_mutex_t done_lock;
     m0_conn *done_head;
     m0_conn *done_tail;
-    int posted;        /* M0_POSTED_* bits, atomic */
-    int unready;       /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
-    uint32_t inflight; /* gate.c: requests dispatched and not finished (with a concurrency limit) */
+    int posted;  /* M0_POSTED_* bits, atomic */
+    int unready; /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
+    /* gate.c: requests dispatched and not finished (with a concurrency
+     * limit), counted in `inflight`, or in a counter every loop of the worker
+     * shares (m0_server_share_inflight): atomic either way. */
+    uint32_t inflight;
+    uint32_t *inflight_count;
 };
 
 /* listener.c */
@@ -259,7 +263,7 @@ static inline void m0_gate_done(m0_conn *c)
 {
     if (c->flags & M0_CF_COUNTED) {
         c->flags &= ~M0_CF_COUNTED;
-        c->srv->inflight--;
+        __atomic_sub_fetch(c->srv->inflight_count, 1, __ATOMIC_RELAXED);
     }
 }
 
