@@ -957,7 +957,8 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
      * keep-alive exchange waits for the client's next request, whose arrival
      * wakes the loop anyway (conn_io_cb), or for the loop's next pass. */
     size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-    int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next || c->abort_after ||
+    int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
+                 __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)

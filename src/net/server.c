@@ -208,7 +208,8 @@ void m0_server_abort(m0_server *srv)
         m0_conn *next = c->next;
         if (c->detached) {
             if (!c->abort_after) {
-                c->abort_after = 1;
+                /* atomic: the owner reads it in m0_conn_complete */
+                __atomic_store_n(&c->abort_after, 1, __ATOMIC_RELAXED);
                 shutdown(c->io.fd, SHUT_RDWR);
             }
         } else {

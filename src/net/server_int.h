@@ -117,7 +117,7 @@ struct m0_conn {
     int detached;              /* owned by another thread until m0_conn_complete: set by m0_conn_detach,
                                 * cleared when the loop takes it back; read by both threads meanwhile */
     int abort_after;           /* the server aborted while detached: close once it comes back. Set by
-                                * m0_server_abort (loop) while the owner may read it (m0_conn_complete) */
+                                * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
     int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
                                 * (loop), set by the owner's writes */
     uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
