@@ -317,6 +317,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->create_task);
     Py_CLEAR(a->task_type);
     Py_CLEAR(a->eager_kwnames);
+    Py_CLEAR(a->running_loop);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->http_extensions);
     Py_CLEAR(a->http_template);
@@ -358,19 +359,19 @@ static int asgi_bind_loop(m0_asgi *a)
     a->create_future = PyObject_GetAttr(a->loop, a->st->s_create_future);
     if (a->create_future == NULL)
         return -1;
-#if PY_VERSION_HEX >= 0x030C0000
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     if (asyncio == NULL)
         return -1;
     a->task_type = PyObject_GetAttrString(asyncio, "Task");
-    Py_DECREF(asyncio);
-    if (a->task_type == NULL)
-        return -1;
+#if PY_VERSION_HEX >= 0x030C0000
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
-    if (a->eager_kwnames == NULL)
-        return -1;
+    int ok = a->task_type != NULL && a->eager_kwnames != NULL;
+#else
+    a->running_loop = PyObject_GetAttrString(asyncio, "_get_running_loop");
+    int ok = a->task_type != NULL && a->running_loop != NULL;
 #endif
-    return 0;
+    Py_DECREF(asyncio);
+    return ok ? 0 : -1;
 }
 
 /* --- attach / detach --- */
@@ -481,11 +482,17 @@ PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb)
 
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner)
 {
-    if (a->task_type != NULL) {
-        PyObject *args[3] = {runner, a->loop, Py_True};
-        return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
-    }
-    return PyObject_CallOneArg(a->create_task, runner);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *args[3] = {runner, a->loop, Py_True};
+    return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
+#else
+    PyObject *running = PyObject_CallNoArgs(a->running_loop);
+    if (running == NULL)
+        return NULL;
+    int ours = running == a->loop;
+    Py_DECREF(running);
+    return PyObject_CallOneArg(ours ? a->task_type : a->create_task, runner);
+#endif
 }
 
 void m0_asgi_task_forget(m0_asgi *a, PyObject *task)

@@ -137,8 +137,9 @@ struct m0_asgi {
     PyObject *state;           /* strong dict or NULL: lifespan state */
     PyObject *loop;            /* strong or NULL until the first request */
     PyObject *create_task;     /* bound loop.create_task */
-    PyObject *task_type;       /* asyncio.Task where eager_start exists (3.12+), else NULL */
-    PyObject *eager_kwnames;   /* ("loop", "eager_start") */
+    PyObject *task_type;       /* asyncio.Task */
+    PyObject *eager_kwnames;   /* ("loop", "eager_start") on 3.12+, else NULL */
+    PyObject *running_loop;    /* asyncio._get_running_loop before 3.12, else NULL */
     PyObject *create_future;   /* bound loop.create_future */
     PyObject *http_extensions; /* {"http.response.pathsend": {}} */
     PyObject *http_template;   /* every HTTP scope key, in order, constants filled: copied per request */
@@ -197,7 +198,10 @@ void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
 /* A task running runner (from m0_asgi_runner_new), new reference. On Python
  * 3.12+ it is an eager task: its first step runs now, inside this call, so a
  * request whose app never waits completes without any loop scheduling (the
- * runner's done function may then run before this returns). */
+ * runner's done function may then run before this returns). Before 3.12 it is
+ * asyncio.Task(runner), its first step scheduled with call_soon: called
+ * without keywords (the Task finds the running loop itself, which is checked
+ * to be the bridge's), it skips loop.create_task and a keyword dict. */
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:
