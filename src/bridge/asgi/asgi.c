@@ -86,6 +86,25 @@ static const char *const common_methods[M0_ASGI_COMMON_METHODS] = {
     "GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS",
 };
 
+/* Index the common names by length (a counting sort), so that a request's
+ * header name is compared only with the common names of its length (a name
+ * longer than M0_ASGI_COMMON_NAME_MAX would not be indexed: not shared). */
+static void asgi_names_by_len(m0_asgi_state *st)
+{
+    unsigned char count[M0_ASGI_COMMON_NAME_MAX + 1] = {0};
+    unsigned char next[M0_ASGI_COMMON_NAME_MAX + 1];
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        if (strlen(common_headers[i]) <= M0_ASGI_COMMON_NAME_MAX)
+            count[strlen(common_headers[i])]++;
+    st->names_len_start[0] = 0;
+    for (int n = 0; n <= M0_ASGI_COMMON_NAME_MAX; n++)
+        st->names_len_start[n + 1] = (unsigned char)(st->names_len_start[n] + count[n]);
+    memcpy(next, st->names_len_start, sizeof(next));
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        if (strlen(common_headers[i]) <= M0_ASGI_COMMON_NAME_MAX)
+            st->names_by_len[next[strlen(common_headers[i])]++] = (unsigned char)i;
+}
+
 int m0_asgi_module_init(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module);
@@ -111,6 +130,7 @@ int m0_asgi_module_init(PyObject *module)
     for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
         if ((st->header_names[i] = PyBytes_FromString(common_headers[i])) == NULL)
             return -1;
+    asgi_names_by_len(st);
     for (int i = 0; i < M0_ASGI_COMMON_METHODS; i++)
         if ((st->methods[i] = PyUnicode_InternFromString(common_methods[i])) == NULL)
             return -1;
@@ -615,10 +635,12 @@ static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
 /* The lowercase name as a bytes object: a shared one for common names. */
 static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
 {
-    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++) {
-        PyObject *o = st->header_names[i];
-        if ((size_t)PyBytes_GET_SIZE(o) == name.len && m0_span_ieq(name, PyBytes_AS_STRING(o), name.len))
-            return Py_NewRef(o);
+    if (name.len <= M0_ASGI_COMMON_NAME_MAX) {
+        for (int k = st->names_len_start[name.len]; k < st->names_len_start[name.len + 1]; k++) {
+            PyObject *o = st->header_names[st->names_by_len[k]];
+            if (m0_span_ieq(name, PyBytes_AS_STRING(o), name.len))
+                return Py_NewRef(o);
+        }
     }
     PyObject *o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)name.len);
     if (o == NULL)

@@ -89,6 +89,7 @@
     X(copy)
 
 #define M0_ASGI_COMMON_HEADERS 40
+#define M0_ASGI_COMMON_NAME_MAX 32 /* longer than any common header name */
 #define M0_ASGI_COMMON_METHODS 7
 
 struct m0_asgi_state {
@@ -103,9 +104,13 @@ struct m0_asgi_state {
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;
     PyObject *header_names[M0_ASGI_COMMON_HEADERS]; /* lowercase bytes, shared by every scope */
-    PyObject *methods[M0_ASGI_COMMON_METHODS];      /* interned method names */
-    PyTypeObject *ws_type;                          /* per-connection WebSocket object (ws_session.c) */
-    struct m0_asgi_ws_state *ws;                    /* ws.h: the WebSocket bridge's strings */
+    /* header_names by length: the indexes of the names of length n are
+     * names_by_len[names_len_start[n] .. names_len_start[n + 1]). */
+    unsigned char names_by_len[M0_ASGI_COMMON_HEADERS];
+    unsigned char names_len_start[M0_ASGI_COMMON_NAME_MAX + 2];
+    PyObject *methods[M0_ASGI_COMMON_METHODS]; /* interned method names */
+    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws_session.c) */
+    struct m0_asgi_ws_state *ws;               /* ws.h: the WebSocket bridge's strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
 #undef M0_ASGI_STR_FIELD
