@@ -759,6 +759,17 @@ static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals 
     return r;
 }
 
+/* scope_set, unless value is already (then only dropped): the template
+ * holds it. */
+static int scope_set_unless(PyObject *scope, PyObject *key, PyObject *value, PyObject *already) // steals value
+{
+    if (value != NULL && value == already) {
+        Py_DECREF(value);
+        return 0;
+    }
+    return scope_set(scope, key, value);
+}
+
 /* Every HTTP scope key in its final order, the constants filled in: a copy
  * is one presized clone, and the per-request values only replace. */
 static PyObject *asgi_http_template(m0_asgi *a)
@@ -820,15 +831,21 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
             memcpy(PyBytes_AS_STRING(raw_path) + PyBytes_GET_SIZE(a->root_path_bytes), req->path.base, req->path.len);
         }
     }
-    if (PyDict_SetItem(scope, st->s_type, websocket ? st->s_websocket : st->s_http) < 0 ||
-        PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0 ||
-        PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0 ||
+    /* An HTTP scope is a copy of the template, whose constants (type, asgi,
+     * "1.1", the configured scheme, root_path, extensions) are kept: only
+     * what differs is set. A WebSocket scope starts empty: every key is. */
+    int fill = websocket;
+    if ((fill && PyDict_SetItem(scope, st->s_type, st->s_websocket) < 0) ||
+        (fill && PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0) ||
+        ((fill || req->minor_version == 0) &&
+         PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0) ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
-        scope_set(scope, st->s_scheme, scheme) < 0 || scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
+        scope_set_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
+        scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
         scope_set(scope, st->s_raw_path, raw_path) < 0 ||
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
-        PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0 ||
+        (fill && PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0) ||
         scope_set(scope, st->s_headers, asgi_headers_list(st, req, absolute ? &ta.authority : NULL)) < 0 ||
         scope_set(scope, st->s_client,
                   (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_client_port(c)) : Py_NewRef(Py_None)) <
@@ -836,8 +853,7 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         scope_set(scope, st->s_server,
                   absolute ? asgi_authority_addr(&ta, m0_conn_local_port(c))
                            : asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
-        (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0) ||
-        (!websocket && PyDict_SetItem(scope, st->s_extensions, a->http_extensions) < 0)) {
+        (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0)) {
         Py_DECREF(scope);
         return NULL;
     }
