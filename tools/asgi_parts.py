@@ -10,23 +10,32 @@ inclusive count of a few functions, divided by N, splits the request:
   scope dict                      m0_asgi_scope_new without its header list
   scope header list               asgi_headers_list: (name, value) bytes tuples
   request object, callables, app call
-                                  m0_asgi_http_request without the scope and the task: the per-request
-                                  object, receive/send bound methods, app(scope, receive, send) making
-                                  the coroutine
-  Task: create (+ schedule)       m0_asgi_task_new without the coroutine's steps: asyncio.Task(), and
-                                  before 3.12 its call_soon; on 3.12+ the eager start (enter/leave task)
-  Task: step machinery            before 3.12 only: the C Task's step run by the loop, without the
-                                  coroutine (task_step - runner_send)
-  app coroutine + awaitables      runner_send without send()/receive(): the app's bytecode, the message
-                                  dicts it builds, the awaitable objects
+                                  m0_asgi_http_request without the scope, the task and what it frees:
+                                  the per-request object, receive/send bound methods,
+                                  app(scope, receive, send) making the coroutine
+  freeing ... after an eager finish
+                                  3.12+: what m0_asgi_http_request frees once the eager task finished
+                                  (Task, runner, coroutine, scope); before 3.12 freeing happens in the
+                                  rows where those objects die
+  Task: create, then call_soon or eager start
+                                  m0_asgi_task_new; on 3.12+ without the coroutine's first step
+  Task: step run by the loop      before 3.12: the C Task's step (task_step) without the coroutine
+  loop: running the scheduled step
+                                  before 3.12: uvloop's idle handler without the step (the Handle,
+                                  freeing it and with it the Task)
+  app coroutine + awaitables      the runner's step without send()/receive(): the app's bytecode, the
+                                  message dicts it builds, the awaitable objects
   receive(): message dict         http_receive_op
   send(): start, header fields    http_start (status, m0_head_add_asgi_fields: the app's header list)
   send(): body, framing           http_send_op without http_start, the write and the completion
   engine: write                   m0_conn_writev (the writev syscall's user-space side)
   engine: finish                  http_complete (detach, m0_conn_finish: keep-alive re-arm)
-  loop, other                     the rest of the process: the asyncio loop (uvloop) waking, its reader
-                                  callback calling Server.run_once, epoll, the idle ticker, GC not
-                                  counted above
+  loop: wake-up, reader callback, other
+                                  the rest of the process: uvloop waking, its reader callback calling
+                                  Server.run_once, epoll, the idle ticker
+
+A function's whole inclusive count is read from callgrind_annotate's calling tree (its line naming
+the object file). ASGI_PARTS_KEEP=DIR keeps the callgrind files there for a closer look.
 
 The kernel's work (read/write/epoll syscalls) is not in these counts. The apps are the bench
 rows' own (bench/apps): hello_asgi (constant messages), percall_asgi (message dicts built per
@@ -34,7 +43,7 @@ call, no content-length), echo_asgi (a 1 KB POST read with receive() and echoed)
 
 usage: python tools/asgi_parts.py [--python PY ...] [--apps hello,percall,echo] [-n N]
        (default: the worktree's .venv-3.11 and .venv-3.13, all three apps, N = 2000; needs valgrind,
-       callgrind_annotate, callgrind_control and built venvs; several minutes per interpreter)
+       callgrind_annotate, callgrind_control and built venvs; about a minute per interpreter)
 """
 import argparse
 import os
