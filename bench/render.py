@@ -545,8 +545,8 @@ def chart_svg(suite, art):
     """Horizontal bars: median requests per core-second of each arm, grouped by row, with min–max whiskers."""
     groups = []
     for row in art["rows"]:
-        bars = [(a["label"], a["median"]["rps_per_core"], a["spread"]["rps_per_core"], a.get("is_m0serve"))
-                for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
+        bars = [(a["label"] + _off_mark(a), a["median"]["rps_per_core"], a["spread"]["rps_per_core"],
+                 a.get("is_m0serve")) for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
         if bars:
             groups.append((row["title"], bars))
     vmax = max((s["max"] if s else v) for _, bars in groups for _, v, s, _ in bars) if groups else 1
