@@ -546,7 +546,8 @@ def chart_svg(suite, art):
     groups = []
     for row in art["rows"]:
         bars = [(a["label"] + _off_mark(a), a["median"]["rps_per_core"], a["spread"]["rps_per_core"],
-                 a.get("is_m0serve")) for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
+                 a.get("is_m0serve"))
+                for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
         if bars:
             groups.append((row["title"], bars))
     vmax = max((s["max"] if s else v) for _, bars in groups for _, v, s, _ in bars) if groups else 1
