@@ -9,8 +9,19 @@ Only the standard library is used, so `--check` runs on a fresh clone without th
 Generated regions in a document:
     <!-- bench:platform = TEXT -->                     the platform the doc's numbers are about
     <!-- bench:table:SUITE -->...<!-- /bench:table:SUITE -->   a suite's tables, standings and chart
+    <!-- bench:table:pythons -->...<!-- /bench:table:pythons -->   m0serve's rows on every interpreter
     <!-- bench:span:KEY -->...<!-- /bench:span -->     one number in prose (keys: see span_value)
     README: <!-- section:benchmarks -->...<!-- /section:benchmarks -->   the summary
+
+Other interpreters: artifacts recorded with m0serve on another Python (M0SERVE_PYTHON) go in
+bench/results/pythonX.Y/. They are rendered inside the wsgi, asgi and frameworks blocks, after the
+default interpreter's tables, each under the Python version its artifact recorded, and in the
+cross-interpreter table (<!-- bench:table:pythons -->); the newest artifact per suite and directory
+is used, under the same guard. A directory without an artifact for a suite says so.
+
+Peers off their defaults: an arm whose recorded command line sets something on the request path that
+the server's own defaults would not (bench/servers.py: off_defaults) carries "†" after its label,
+and a note under the table says what and the default it replaces.
 
 The guard (newest artifact per platform): a suite's table is rendered from its newest artifact in
 bench/results/. If that newest artifact was recorded on a different platform than the doc declares,
@@ -25,11 +36,17 @@ import re
 import sys
 from pathlib import Path
 
+from . import servers
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 README = ROOT / "README.md"
 CHART_DIR = ROOT / "docs" / "bench"
+# Suites recorded on every interpreter: their blocks carry the results of bench/results/pythonX.Y/ too.
+PER_PYTHON_SUITES = ("wsgi", "asgi", "frameworks")
+PYTHON_DIR_RE = re.compile(r"^python(\d+)\.(\d+)$")
+OFF = "†"
 SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops"]
 FAILED = "MEASUREMENT FAILED"
 
@@ -147,7 +164,24 @@ def _arm(row, name):
 
 def _label(arm, versions):
     v = versions.get(arm.get("version_key") or "", None)
-    return f"{arm['label']}" + (f" {v}" if v and arm.get("version_key") not in ("cc",) else "")
+    return (f"{arm['label']}" + (f" {v}" if v and arm.get("version_key") not in ("cc",) else "")
+            + (f" {OFF}" if servers.off_defaults(arm.get("command")) else ""))
+
+
+def off_default_notes(arms, versions):
+    """'† Off its defaults: ...' for the arms of a table whose command lines leave their server's defaults."""
+    seen, notes = set(), []
+    for arm in arms:
+        flags = servers.off_defaults(arm.get("command"))
+        if flags and arm["name"] not in seen:
+            seen.add(arm["name"])
+            notes.append(f"{_label(arm, versions)[:-len(OFF) - 1]}: {'; '.join(flags)}")
+    return f"{OFF} Off its defaults (bench/README.md says why): " + ". ".join(notes) + "." if notes else ""
+
+
+def _with_notes(table, arms, versions):
+    notes = off_default_notes(arms, versions)
+    return table + (f"\n\n{notes}" if notes else "")
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -388,17 +422,43 @@ def standings(row, versions):
     return "\n".join(f"- {line}" for line in out)
 
 
-def suite_block(suite, art):
-    if art is None:
+def suite_block(suite, art, others=()):
+    """A suite's generated region: its artifact's provenance, tables and chart; for the suites recorded on
+    every interpreter, then each other interpreter's artifact (others: [(python dir, artifact or None)])."""
+    if art is None and not others:
         return f"_No `{suite}` artifact has been recorded yet: run `python -m bench {suite}`._\n"
+    parts = []
+    if others:
+        parts += [f"### {_python_title(art) if art else 'Python (default)'}", ""]
+    if art is None:
+        parts += [f"_No `{suite}` artifact has been recorded yet: run `python -m bench {suite}`._", ""]
+    else:
+        parts += _suite_body(suite, art)
+        if suite not in ("memory", "mixed", "attack"):
+            parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
+            parts.append("")
+    for dirname, other in others:
+        if other is None:
+            parts += [f"### Python {_dir_version(dirname)}", "",
+                      f"_No `{suite}` artifact recorded with m0serve on Python {_dir_version(dirname)} yet "
+                      f"(`bench/results/{dirname}/`): `M0SERVE_PYTHON=.venv-{_dir_version(dirname)}/bin/python "
+                      f"python -m bench {suite} --results bench/results/{dirname}`._", ""]
+            continue
+        parts += [f"### {_python_title(other)}", ""] + _suite_body(suite, other)
+    return "\n".join(parts)
+
+
+def _suite_body(suite, art):
     versions = art["provenance"].get("versions", {})
     parts = [provenance_line(art), ""]
     if not art.get("valid", True):
         parts += [f"**INVALID RUN**: {_esc('; '.join(art.get('invalid_reasons', [])))}", ""]
     if suite == "mixed":
-        parts += [mixed_table(art, versions), ""]
+        arms = [a for row in art["rows"] for a in row["arms"]]
+        parts += [_with_notes(mixed_table(art, versions), arms, versions), ""]
     elif suite == "attack":
-        parts += [attack_table(art, versions), ""]
+        arms = [a for row in art["rows"] for a in row["arms"]]
+        parts += [_with_notes(attack_table(art, versions), arms, versions), ""]
     else:
         for row in art["rows"]:
             parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
@@ -407,18 +467,78 @@ def suite_block(suite, art):
                          + ("" if row["status"] == "ok" else f" — **{FAILED}**"))
             parts.append("")
             if suite == "memory":
-                parts.append(memory_table(row, versions))
+                parts.append(_with_notes(memory_table(row, versions), row["arms"], versions))
             else:
-                parts.append(throughput_table(row, versions))
+                parts.append(_with_notes(throughput_table(row, versions), row["arms"], versions))
                 parts.append("")
                 parts.append(standings(row, versions))
             for f in row.get("failures", []):
                 parts += ["", f"**{FAILED}**: {_esc(f)[:300]}"]
             parts.append("")
-    if suite not in ("memory", "mixed", "attack"):
-        parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
-        parts.append("")
-    return "\n".join(parts)
+    return parts
+
+
+def _m0_python(art):
+    return ((art["provenance"].get("python") or {}).get("m0serve") or {}).get("version") or "?"
+
+
+def _python_title(art):
+    build = ((art["provenance"].get("python") or {}).get("m0serve") or {}).get("build")
+    return f"m0serve on Python {_m0_python(art)}" + (f" ({build})" if build else "")
+
+
+def _dir_version(dirname):
+    m = PYTHON_DIR_RE.match(dirname)
+    return f"{m.group(1)}.{m.group(2)}" if m else dirname
+
+
+def pythons_block(arts, py_arts):
+    """The cross-interpreter table: per row of the suites recorded on every interpreter, m0serve's CPU per
+    request and its same-run per-core ratio against each other arm, one line per interpreter."""
+    sets = [("", arts)] + [(d, py_arts[d]) for d in sorted(py_arts, key=_version_key)]
+    if len(sets) == 1:
+        return "_Only one interpreter has been recorded: artifacts of others go in `bench/results/pythonX.Y/`._\n"
+    lines = ["| suite | row | m0serve on | m0serve CPU µs/req | m0serve CPU ÷ floor's | "
+             f"m0serve ÷ peer, requests per core-second ({OFF}: peer off its defaults) | recorded |",
+             "|---|---|---|---:|---:|---|---|"]
+    for suite in PER_PYTHON_SUITES:
+        rows = []
+        for dirname, by_suite in sets:
+            art = by_suite.get(suite)
+            if art is None:
+                rows.append((None, f"| {suite} | – | Python {_dir_version(dirname) if dirname else '(default)'} | "
+                             f"not recorded | – | – | – |"))
+                continue
+            for order, row in enumerate(art["rows"]):
+                ref = _arm(row, row.get("reference")) if row.get("reference") else None
+                if ref is None or not ref.get("is_m0serve"):
+                    rows.append(((order, row["id"]), f"| {suite} | {row['title']} | Python {_m0_python(art)} | "
+                                 f"m0serve not measured | – | – | {art['provenance']['timestamp'][:10]} |"))
+                    continue
+                floor = row["ratios"].get("floor", {}).get("cpu_us_per_req")
+                peers = [f"{name}{_off_mark(_arm(row, name))}: {fmt_ratio(r.get('rps_per_core'))}"
+                         for name, r in row["ratios"].items() if name not in ("floor", "m0serve-native")]
+                rows.append(((order, row["id"]),
+                             f"| {suite} | {row['title']} | Python {_m0_python(art)} | "
+                             f"{fmt_med(ref, 'cpu_us_per_req', 'us')} | {fmt_ratio(floor)} | "
+                             f"{'; '.join(peers) or '–'} | {art['provenance']['timestamp'][:10]} |"))
+        # Group the interpreters of one row together, rows in the suite's order.
+        order = []
+        for key, _ in rows:
+            if key not in order:
+                order.append(key)
+        for key in order:
+            lines += [text for k, text in rows if k == key]
+    return "\n".join(lines) + "\n"
+
+
+def _off_mark(arm):
+    return f" {OFF}" if arm is not None and servers.off_defaults(arm.get("command")) else ""
+
+
+def _version_key(dirname):
+    m = PYTHON_DIR_RE.match(dirname)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 # ---------------------------------------------------------------------------------------------- chart
@@ -428,7 +548,8 @@ def chart_svg(suite, art):
     """Horizontal bars: median requests per core-second of each arm, grouped by row, with min–max whiskers."""
     groups = []
     for row in art["rows"]:
-        bars = [(a["label"], a["median"]["rps_per_core"], a["spread"]["rps_per_core"], a.get("is_m0serve"))
+        bars = [(a["label"] + _off_mark(a), a["median"]["rps_per_core"], a["spread"]["rps_per_core"],
+                 a.get("is_m0serve"))
                 for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
         if bars:
             groups.append((row["title"], bars))
@@ -537,13 +658,19 @@ def default_doc(platform):
     return DOC_TEMPLATE.format(platform=platform, suites=blocks)
 
 
-def render_doc(text, arts):
+def render_doc(text, arts, py_arts=None):
+    py_arts = py_arts or {}
     missing = [s for s in SUITE_ORDER if f"<!-- bench:table:{s} -->" not in text]
     for s in missing:
         text = text.rstrip("\n") + f"\n\n## {s}\n\n<!-- bench:table:{s} -->\n<!-- /bench:table:{s} -->\n"
+    dirs = sorted(py_arts, key=_version_key)
 
     def table(m):
-        return m.group(1) + suite_block(m.group(2), arts.get(m.group(2))) + m.group(4)
+        suite = m.group(2)
+        if suite == "pythons":
+            return m.group(1) + pythons_block(arts, py_arts) + m.group(4)
+        others = [(d, py_arts[d].get(suite)) for d in dirs] if suite in PER_PYTHON_SUITES else []
+        return m.group(1) + suite_block(suite, arts.get(suite), others) + m.group(4)
 
     text = TABLE_RE.sub(table, text)
 
@@ -553,7 +680,8 @@ def render_doc(text, arts):
     return SPAN_RE.sub(span, text)
 
 
-def readme_summary(arts):
+def readme_summary(arts, py_arts=None):
+    py_arts = py_arts or {}
     lines = ["## Benchmarks", "",
              "Same-run ratios of requests per core-second of server CPU (median of per-round ratios, min–max in "
              "parentheses), one worker each, every server pinned to one CPU and wrk to another. Generated from "
@@ -574,14 +702,25 @@ def readme_summary(arts):
         art = arts.get(suite)
         if art is None or suite in ("memory", "mixed", "attack"):
             continue
-        for row in art["rows"]:
-            ref = row.get("reference")
-            if not ref:
-                continue
-            vs = [f"{name}: {fmt_ratio(r.get('rps_per_core'))}" for name, r in row["ratios"].items()]
-            rows.append(f"| {suite} | {row['title']} | {ref} | {'; '.join(vs) or '–'} |")
+        # The suites recorded on several interpreters say which one, each followed by the others' rows.
+        sets = [art]
+        if suite in PER_PYTHON_SUITES and py_arts:
+            sets += [py_arts[d][suite] for d in sorted(py_arts, key=_version_key) if py_arts[d].get(suite)]
+        for i, row in enumerate(art["rows"]):
+            for one in sets:
+                row = next((r for r in one["rows"] if r["id"] == art["rows"][i]["id"]), None)
+                ref = row.get("reference") if row else None
+                if not ref:
+                    continue
+                label = f"{suite}, Python {_m0_python(one)}" if suite in PER_PYTHON_SUITES and py_arts else suite
+                vs = [f"{name}{_off_mark(_arm(row, name))}: {fmt_ratio(r.get('rps_per_core'))}"
+                      for name, r in row["ratios"].items()]
+                rows.append(f"| {label} | {row['title']} | {ref} | {'; '.join(vs) or '–'} |")
     if rows:
         lines += ["| suite | row | reference | reference ÷ peer, per core |", "|---|---|---|---|"] + rows + [""]
+        if OFF in "".join(rows):
+            lines += [f"{OFF}: the peer ran with a flag off its own defaults (docs/BENCHMARKS.md names it; "
+                      "bench/README.md says why).", ""]
     else:
         lines += ["_No artifacts recorded yet._", ""]
     if arts.get("wsgi"):
@@ -589,10 +728,10 @@ def readme_summary(arts):
     return "\n".join(lines)
 
 
-def render_readme(text, arts):
+def render_readme(text, arts, py_arts=None):
     if not README_RE.search(text):
         raise RenderError("README.md has no <!-- section:benchmarks --> ... <!-- /section:benchmarks --> markers")
-    text = README_RE.sub(lambda m: m.group(1) + readme_summary(arts) + m.group(3), text)
+    text = README_RE.sub(lambda m: m.group(1) + readme_summary(arts, py_arts) + m.group(3), text)
     # Figures quoted in the README's prose are spans too, so they cannot go stale.
     return SPAN_RE.sub(lambda m: m.group(1) + span_value(m.group(2), arts) + m.group(4), text)
 
@@ -632,11 +771,30 @@ def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=
             continue
         if art is not None:
             arts[suite] = art
+    py_arts = {}
+    for sub in sorted(Path(results_dir).iterdir()) if Path(results_dir).is_dir() else []:
+        if not (sub.is_dir() and PYTHON_DIR_RE.match(sub.name)):
+            continue
+        sub_by_suite = load_artifacts(sub)
+        py_arts[sub.name] = {}
+        for suite in PER_PYTHON_SUITES:
+            try:
+                art = newest_for(suite, sub_by_suite, declared)
+            except RenderError as e:
+                errors.append(str(e))
+                continue
+            if art is None:
+                continue
+            if not _m0_python(art).startswith(_dir_version(sub.name) + "."):
+                errors.append(f"{_rel(art['_path'])}: recorded with m0serve on Python {_m0_python(art)}, but it is "
+                              f"in {sub.name}/; move it to the directory of its interpreter")
+                continue
+            py_arts[sub.name][suite] = art
     if errors:
         raise RenderError("\n".join(errors))
-    out = {doc_path: render_doc(doc_text, arts)}
+    out = {doc_path: render_doc(doc_text, arts, py_arts)}
     if readme_path.exists():
-        out[readme_path] = render_readme(readme_path.read_text(), arts)
+        out[readme_path] = render_readme(readme_path.read_text(), arts, py_arts)
     for suite, art in arts.items():
         if suite not in ("memory", "mixed", "attack"):
             out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)

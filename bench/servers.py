@@ -3,6 +3,7 @@ thread of application code unless a row says otherwise).
 
 Every argv uses the placeholders {app} (module:callable under bench/apps) and {port}.
 """
+import os
 from dataclasses import dataclass, field
 
 from . import env
@@ -95,3 +96,35 @@ def wsgi_peers(expect=None):
 
 def asgi_peers():
     return [granian("asgi"), uvicorn("uvloop"), uvicorn("asyncio")]
+
+
+def off_defaults(command):
+    """What a recorded command line sets on the request path that the server's own defaults would not,
+    each with the default it replaces ([] for a server at its defaults). The renderer marks such arms
+    in every table (bench/render.py); bench/README.md says why the harness passes each flag. Worker
+    counts, ports, log levels and m0serve's own flags (they are the row's subject) are not listed."""
+    argv = list(command or [])
+    names = [os.path.basename(a) for a in argv]
+
+    def value(flag):
+        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+    out = []
+    if "granian" in names:
+        if value("--blocking-threads") is not None and value("--interface") == "wsgi":
+            out.append(f"--blocking-threads {value('--blocking-threads')} (Granian's WSGI default is half its "
+                       f"backpressure: 512 threads with the default backlog)")
+        if value("--runtime-threads") not in (None, "1"):
+            out.append(f"--runtime-threads {value('--runtime-threads')} (default 1)")
+    elif "uvicorn" in names:
+        if "--no-access-log" in argv:
+            out.append("--no-access-log (uvicorn logs every request by default)")
+        if value("--loop") == "asyncio":
+            out.append("--loop asyncio (the default, auto, picks uvloop when it is installed)")
+        if value("--http") == "h11":
+            out.append("--http h11 (the default, auto, picks httptools when it is installed)")
+    elif "gunicorn" in names:
+        if value("-k") not in (None, "sync"):
+            out.append(f"-k {value('-k')}" + (f" --threads {value('--threads')}" if value("--threads") else "")
+                       + " (the default worker class is sync, one thread)")
+    return out

@@ -58,3 +58,42 @@ def test_django_root_path(serve):
     r = httpx.get(srv.url + "/async/", timeout=10)
     assert r.status_code == 200
     assert r.json()["path"] == "/app/async/"
+
+
+def test_request_task_seen_by_asyncio_and_anyio(serve):
+    """Each request runs in a Task of its own (asyncio.current_task(), anyio's task info and the
+    cancel scopes of Starlette and FastAPI depend on it), also before Python 3.12, where the bridge
+    creates it without loop.create_task."""
+    srv = serve("task_app:app", "--interface", "asgi")
+    with httpx.Client(base_url=srv.url, timeout=5) as c:
+        first, second = c.get("/task").json(), c.get("/task").json()
+        for seen in (first, second):
+            assert seen["is_task"] is True and seen["done"] is False and seen["same"] is True
+            assert seen["coro"] == "AsgiRequestRunner"
+        assert first["task_id"] != second["task_id"]
+        assert c.get("/task-after-wait").json() == {"same": True}
+        assert c.get("/background").json() == {"queued": True}
+        srv.wait_log(r"EVENT BACKGROUND-RAN")
+        assert c.get("/dependency").json() == {"resource": "resource"}
+        srv.wait_log(r"EVENT DEPENDENCY-OPEN\n(.*\n)*EVENT DEPENDENCY-CLOSED")
+
+
+def test_anyio_cancel_scope_cancels_the_request_task_when_the_client_leaves(serve):
+    srv = serve("task_app:app", "--interface", "asgi")
+    sock = srv.connect()
+    sock.sendall(b"GET /wait-for-disconnect HTTP/1.1\r\nHost: t\r\n\r\n")
+    srv.wait_log(r"EVENT WAITING")
+    sock.close()
+    srv.wait_log(r"EVENT DISCONNECT-SEEN\n(.*\n)*EVENT CANCELLED-ON-DISCONNECT True")
+    assert "Traceback" not in srv.log
+
+
+def test_streaming_generator_closed_when_the_client_leaves(serve):
+    """Starlette (ASGI spec 2.4) streams until send() raises an OSError, then closes the generator."""
+    srv = serve("task_app:app", "--interface", "asgi")
+    with srv.connect() as sock:
+        sock.sendall(b"GET /stream-forever HTTP/1.1\r\nHost: t\r\n\r\n")
+        data = b""
+        while b"chunk 1\n" not in data:
+            data += sock.recv(65536)
+    srv.wait_log(r"EVENT STREAM-ENDED (GeneratorExit|CancelledError)")

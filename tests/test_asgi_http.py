@@ -41,6 +41,21 @@ def test_scope_fields(srv):
     assert "http.response.pathsend" in s["extensions"]
 
 
+def test_scope_header_names_lowercased_common_or_not(srv):
+    """Common names (shared objects, looked up by length) and others of the same lengths, in any
+    case, arrive lowercased and in order, with their values untouched."""
+    sent = [("Host", "t"), ("ACCEPT-LANGUAGE", "en"), ("Accept-Languagf", "near miss"), ("DNT", "1"),
+            ("Dnu", "2"), ("TE", "trailers"), ("Tf", "x"), ("X-Forwarded-For", "10.0.0.1"),
+            ("X-Forwarded-Fox", "y"), ("Upgrade-Insecure-Requests", "1"), ("Upgrade-Insecure-Requestz", "z"),
+            ("A-Header-Name-Longer-Than-Any-Common-One", "long")]
+    head = "GET /scope HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in sent) + "\r\n"
+    with srv.connect() as sock:
+        sock.sendall(head.encode())
+        status, _, body, _ = read_response(sock)
+    assert status == 200
+    assert json.loads(body)["headers"] == [[k.lower(), v] for k, v in sent]
+
+
 def test_scope_types_and_http10(srv):
     with srv.connect() as sock:
         sock.sendall(b"GET /scope HTTP/1.0\r\n\r\n")

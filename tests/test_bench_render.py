@@ -8,7 +8,7 @@ import pytest
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after site-packages: m0serve is the installed one
 
-from bench import render, runner, suites  # noqa: E402
+from bench import render, runner, servers, suites  # noqa: E402
 
 PLATFORM = "linux x86_64 · Test CPU · 2 logical cores"
 
@@ -134,6 +134,63 @@ def test_check_fails_on_a_newer_artifact_from_another_platform(tree, capsys):
     (tree["results"] / "darwin").mkdir()
     (tree["results"] / "wsgi-2.json").rename(tree["results"] / "darwin" / "wsgi-2.json")
     assert tree["cli"]("--check") == 0
+
+
+def _on_python(art, version):
+    art["provenance"]["python"]["m0serve"]["version"] = version
+    return art
+
+
+def test_other_interpreters_render_under_their_version_and_a_missing_suite_says_so(tree):
+    tree["doc"].write_text(tree["doc"].read_text() + "\n<!-- bench:table:pythons -->\n<!-- /bench:table:pythons -->\n")
+    tree["write"]("wsgi-1.json", make_artifact())
+    (tree["results"] / "python3.13").mkdir()
+    (tree["results"] / "python3.13" / "wsgi-1.json").write_text(
+        json.dumps(_on_python(make_artifact(scale=1.2), "3.13.0")))
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    wsgi = doc[doc.index("<!-- bench:table:wsgi -->"):doc.index("<!-- /bench:table:wsgi -->")]
+    assert wsgi.index("### m0serve on Python 3.11.7") < wsgi.index("| m0serve | 30,002") \
+        < wsgi.index("### m0serve on Python 3.13.0") < wsgi.index("| m0serve | 36,002")
+    asgi = doc[doc.index("<!-- bench:table:asgi -->"):doc.index("<!-- /bench:table:asgi -->")]
+    assert "No `asgi` artifact recorded with m0serve on Python 3.13 yet" in asgi
+    pythons = doc[doc.index("<!-- bench:table:pythons -->"):doc.index("<!-- /bench:table:pythons -->")]
+    assert "| wsgi | Bare WSGI hello, 16 connections | Python 3.11.7 |" in pythons
+    assert "| wsgi | Bare WSGI hello, 16 connections | Python 3.13.0 |" in pythons
+    assert "| asgi | – | Python 3.13 | not recorded |" in pythons
+    readme = tree["readme"].read_text()
+    assert "| wsgi, Python 3.11.7 |" in readme and "| wsgi, Python 3.13.0 |" in readme
+    # A newer artifact on the other interpreter is picked up, and --check sees it is not rendered yet.
+    (tree["results"] / "python3.13" / "wsgi-2.json").write_text(
+        json.dumps(_on_python(make_artifact(scale=1.5, stamp="2026-11-30T11:00:00Z"), "3.13.0")))
+    assert tree["cli"]("--check") == 1
+    assert tree["cli"]() == 0
+    assert "| m0serve | 45,002" in tree["doc"].read_text()
+
+
+def test_an_artifact_in_another_interpreters_directory_is_refused(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    (tree["results"] / "python3.13").mkdir()
+    (tree["results"] / "python3.13" / "wsgi-1.json").write_text(json.dumps(make_artifact()))  # recorded on 3.11
+    assert tree["cli"]() == 1
+    assert "move it to the directory of its interpreter" in capsys.readouterr().err
+
+
+def test_a_peer_off_its_defaults_is_marked_from_its_recorded_command(tree):
+    art = make_artifact()
+    granian = [a for a in art["rows"][0]["arms"] if a["name"] == "granian"][0]
+    granian["command"] = ["taskset", "-c", "0", "/x/bin/granian", "--interface", "wsgi", "--workers", "1",
+                          "--runtime-threads", "1", "--blocking-threads", "1", "hello_wsgi:app"]
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    assert "| granian 2.8.9 † |" in doc
+    assert "† Off its defaults (bench/README.md says why): granian 2.8.9: --blocking-threads 1 (" in doc
+    assert "| m0serve | 30,002" in doc  # m0serve itself carries no mark
+    assert servers.off_defaults(["/x/bin/uvicorn", "a:app", "--loop", "uvloop", "--http", "httptools"]) == []
+    assert servers.off_defaults(["/x/bin/gunicorn", "-k", "sync", "-w", "1", "a:app"]) == []
+    assert servers.off_defaults(["/x/bin/granian", "--interface", "asgi", "--runtime-threads", "1"]) == []
 
 
 def test_unknown_dirty_cannot_back_a_table(tree, capsys):

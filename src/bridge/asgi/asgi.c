@@ -86,6 +86,25 @@ static const char *const common_methods[M0_ASGI_COMMON_METHODS] = {
     "GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS",
 };
 
+/* Index the common names by length (a counting sort), so that a request's
+ * header name is compared only with the common names of its length (a name
+ * longer than M0_ASGI_COMMON_NAME_MAX would not be indexed: not shared). */
+static void asgi_names_by_len(m0_asgi_state *st)
+{
+    unsigned char count[M0_ASGI_COMMON_NAME_MAX + 1] = {0};
+    unsigned char next[M0_ASGI_COMMON_NAME_MAX + 1];
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        if (strlen(common_headers[i]) <= M0_ASGI_COMMON_NAME_MAX)
+            count[strlen(common_headers[i])]++;
+    st->names_len_start[0] = 0;
+    for (int n = 0; n <= M0_ASGI_COMMON_NAME_MAX; n++)
+        st->names_len_start[n + 1] = (unsigned char)(st->names_len_start[n] + count[n]);
+    memcpy(next, st->names_len_start, sizeof(next));
+    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
+        if (strlen(common_headers[i]) <= M0_ASGI_COMMON_NAME_MAX)
+            st->names_by_len[next[strlen(common_headers[i])]++] = (unsigned char)i;
+}
+
 int m0_asgi_module_init(PyObject *module)
 {
     m0_module_state *ms = m0_module_state_get(module);
@@ -111,6 +130,7 @@ int m0_asgi_module_init(PyObject *module)
     for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++)
         if ((st->header_names[i] = PyBytes_FromString(common_headers[i])) == NULL)
             return -1;
+    asgi_names_by_len(st);
     for (int i = 0; i < M0_ASGI_COMMON_METHODS; i++)
         if ((st->methods[i] = PyUnicode_InternFromString(common_methods[i])) == NULL)
             return -1;
@@ -317,6 +337,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->create_task);
     Py_CLEAR(a->task_type);
     Py_CLEAR(a->eager_kwnames);
+    Py_CLEAR(a->running_loop);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->http_extensions);
     Py_CLEAR(a->http_template);
@@ -358,19 +379,19 @@ static int asgi_bind_loop(m0_asgi *a)
     a->create_future = PyObject_GetAttr(a->loop, a->st->s_create_future);
     if (a->create_future == NULL)
         return -1;
-#if PY_VERSION_HEX >= 0x030C0000
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     if (asyncio == NULL)
         return -1;
     a->task_type = PyObject_GetAttrString(asyncio, "Task");
-    Py_DECREF(asyncio);
-    if (a->task_type == NULL)
-        return -1;
+#if PY_VERSION_HEX >= 0x030C0000
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
-    if (a->eager_kwnames == NULL)
-        return -1;
+    int ok = a->task_type != NULL && a->eager_kwnames != NULL;
+#else
+    a->running_loop = PyObject_GetAttrString(asyncio, "_get_running_loop");
+    int ok = a->task_type != NULL && a->running_loop != NULL;
 #endif
-    return 0;
+    Py_DECREF(asyncio);
+    return ok ? 0 : -1;
 }
 
 /* --- attach / detach --- */
@@ -481,11 +502,17 @@ PyObject *m0_asgi_task_start(m0_asgi *a, PyObject *coro, PyObject *done_cb)
 
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner)
 {
-    if (a->task_type != NULL) {
-        PyObject *args[3] = {runner, a->loop, Py_True};
-        return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
-    }
-    return PyObject_CallOneArg(a->create_task, runner);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *args[3] = {runner, a->loop, Py_True};
+    return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
+#else
+    PyObject *running = PyObject_CallNoArgs(a->running_loop);
+    if (running == NULL)
+        return NULL;
+    int ours = running == a->loop;
+    Py_DECREF(running);
+    return PyObject_CallOneArg(ours ? a->task_type : a->create_task, runner);
+#endif
 }
 
 void m0_asgi_task_forget(m0_asgi *a, PyObject *task)
@@ -608,10 +635,12 @@ static PyObject *asgi_path_str(m0_asgi *a, m0_span p)
 /* The lowercase name as a bytes object: a shared one for common names. */
 static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
 {
-    for (int i = 0; i < M0_ASGI_COMMON_HEADERS; i++) {
-        PyObject *o = st->header_names[i];
-        if ((size_t)PyBytes_GET_SIZE(o) == name.len && m0_span_ieq(name, PyBytes_AS_STRING(o), name.len))
-            return Py_NewRef(o);
+    if (name.len <= M0_ASGI_COMMON_NAME_MAX) {
+        for (int k = st->names_len_start[name.len]; k < st->names_len_start[name.len + 1]; k++) {
+            PyObject *o = st->header_names[st->names_by_len[k]];
+            if (m0_span_ieq(name, PyBytes_AS_STRING(o), name.len))
+                return Py_NewRef(o);
+        }
     }
     PyObject *o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)name.len);
     if (o == NULL)
@@ -626,8 +655,10 @@ static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
 
 /* The request's headers as (lowercase name, value) bytes pairs in order.
  * With an authority (an absolute-form target, RFC 9112 3.2.2), the value of
- * "host" is that authority, and a request without Host gets one at the end. */
-static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req, const m0_span *authority)
+ * "host" is that authority, and a request without Host gets one at the end.
+ * Out of line so that callgrind can tell its cost (tools/asgi_parts.py). */
+__attribute__((noinline)) static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req,
+                                                             const m0_span *authority)
 {
     int host_seen = 0;
     PyObject *list = PyList_New((Py_ssize_t)req->num_headers);
@@ -728,6 +759,17 @@ static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals 
     return r;
 }
 
+/* scope_set, unless value is already (then only dropped): the template
+ * holds it. */
+static int scope_set_unless(PyObject *scope, PyObject *key, PyObject *value, PyObject *already) // steals value
+{
+    if (value != NULL && value == already) {
+        Py_DECREF(value);
+        return 0;
+    }
+    return scope_set(scope, key, value);
+}
+
 /* Every HTTP scope key in its final order, the constants filled in: a copy
  * is one presized clone, and the per-request values only replace. */
 static PyObject *asgi_http_template(m0_asgi *a)
@@ -789,15 +831,21 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
             memcpy(PyBytes_AS_STRING(raw_path) + PyBytes_GET_SIZE(a->root_path_bytes), req->path.base, req->path.len);
         }
     }
-    if (PyDict_SetItem(scope, st->s_type, websocket ? st->s_websocket : st->s_http) < 0 ||
-        PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0 ||
-        PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0 ||
+    /* An HTTP scope is a copy of the template, whose constants (type, asgi,
+     * "1.1", the configured scheme, root_path, extensions) are kept: only
+     * what differs is set. A WebSocket scope starts empty: every key is. */
+    int fill = websocket;
+    if ((fill && PyDict_SetItem(scope, st->s_type, st->s_websocket) < 0) ||
+        (fill && PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0) ||
+        ((fill || req->minor_version == 0) &&
+         PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0) ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
-        scope_set(scope, st->s_scheme, scheme) < 0 || scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
+        scope_set_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
+        scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
         scope_set(scope, st->s_raw_path, raw_path) < 0 ||
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
-        PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0 ||
+        (fill && PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0) ||
         scope_set(scope, st->s_headers, asgi_headers_list(st, req, absolute ? &ta.authority : NULL)) < 0 ||
         scope_set(scope, st->s_client,
                   (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_conn_client_port(c)) : Py_NewRef(Py_None)) <
@@ -805,8 +853,7 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         scope_set(scope, st->s_server,
                   absolute ? asgi_authority_addr(&ta, m0_conn_local_port(c))
                            : asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
-        (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0) ||
-        (!websocket && PyDict_SetItem(scope, st->s_extensions, a->http_extensions) < 0)) {
+        (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0)) {
         Py_DECREF(scope);
         return NULL;
     }

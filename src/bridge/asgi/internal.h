@@ -89,6 +89,7 @@
     X(copy)
 
 #define M0_ASGI_COMMON_HEADERS 40
+#define M0_ASGI_COMMON_NAME_MAX 32 /* longer than any common header name */
 #define M0_ASGI_COMMON_METHODS 7
 
 struct m0_asgi_state {
@@ -103,9 +104,13 @@ struct m0_asgi_state {
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;
     PyObject *header_names[M0_ASGI_COMMON_HEADERS]; /* lowercase bytes, shared by every scope */
-    PyObject *methods[M0_ASGI_COMMON_METHODS];      /* interned method names */
-    PyTypeObject *ws_type;                          /* per-connection WebSocket object (ws_session.c) */
-    struct m0_asgi_ws_state *ws;                    /* ws.h: the WebSocket bridge's strings */
+    /* header_names by length: the indexes of the names of length n are
+     * names_by_len[names_len_start[n] .. names_len_start[n + 1]). */
+    unsigned char names_by_len[M0_ASGI_COMMON_HEADERS];
+    unsigned char names_len_start[M0_ASGI_COMMON_NAME_MAX + 2];
+    PyObject *methods[M0_ASGI_COMMON_METHODS]; /* interned method names */
+    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws_session.c) */
+    struct m0_asgi_ws_state *ws;               /* ws.h: the WebSocket bridge's strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
 #undef M0_ASGI_STR_FIELD
@@ -137,8 +142,9 @@ struct m0_asgi {
     PyObject *state;           /* strong dict or NULL: lifespan state */
     PyObject *loop;            /* strong or NULL until the first request */
     PyObject *create_task;     /* bound loop.create_task */
-    PyObject *task_type;       /* asyncio.Task where eager_start exists (3.12+), else NULL */
-    PyObject *eager_kwnames;   /* ("loop", "eager_start") */
+    PyObject *task_type;       /* asyncio.Task */
+    PyObject *eager_kwnames;   /* ("loop", "eager_start") on 3.12+, else NULL */
+    PyObject *running_loop;    /* asyncio._get_running_loop before 3.12, else NULL */
     PyObject *create_future;   /* bound loop.create_future */
     PyObject *http_extensions; /* {"http.response.pathsend": {}} */
     PyObject *http_template;   /* every HTTP scope key, in order, constants filled: copied per request */
@@ -197,7 +203,10 @@ void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
 /* A task running runner (from m0_asgi_runner_new), new reference. On Python
  * 3.12+ it is an eager task: its first step runs now, inside this call, so a
  * request whose app never waits completes without any loop scheduling (the
- * runner's done function may then run before this returns). */
+ * runner's done function may then run before this returns). Before 3.12 it is
+ * asyncio.Task(runner), its first step scheduled with call_soon: called
+ * without keywords (the Task finds the running loop itself, which is checked
+ * to be the bridge's), it skips loop.create_task and a keyword dict. */
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:
