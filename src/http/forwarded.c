@@ -160,7 +160,7 @@ static int trust_item(m0_trust *t, m0_span it)
         return -1;
     m0_ipnet *e = &t->net[t->n];
     const char *slash = memchr(it.base, '/', it.len);
-    size_t alen = slash ? (size_t)(slash - it.base) : it.len;
+    size_t alen = slash != NULL ? (size_t)(slash - it.base) : it.len;
     memset(e, 0, sizeof(*e));
     int family = m0_ip_parse(it.base, alen, e->addr);
     if (family == 0)
@@ -240,13 +240,13 @@ int m0_forwarded_node(const char *s, size_t len, m0_span *addr, int *port, int *
         restlen = len - restlen;
     } else {
         const char *colon = memchr(s, ':', len);
-        const char *colon2 = colon ? memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) : NULL;
+        const char *colon2 = colon != NULL ? memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) : NULL;
         if (colon2 != NULL) {
             /* An unbracketed IPv6 address (X-Forwarded-For style): no port. */
             *addr = (m0_span){s, len};
             return (*family = m0_ip_parse(s, len, ip)) != 0;
         }
-        size_t alen = colon ? (size_t)(colon - s) : len;
+        size_t alen = colon != NULL ? (size_t)(colon - s) : len;
         *addr = (m0_span){s, alen};
         rest = s + alen;
         restlen = len - alen;

@@ -503,7 +503,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
 
 int m0_wsgi_keep_alive(const m0_wsgi_sr *sr)
 {
-    if (!sr->keep_alive || sr->overflow || sr->write_error || !sr->c)
+    if (!sr->keep_alive || sr->overflow || sr->write_error || sr->c == NULL)
         return 0;
     if (!sr->no_body && sr->content_length >= 0 && sr->sent != (uint64_t)sr->content_length)
         return 0;

@@ -205,12 +205,12 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
     w->module = Py_NewRef(module);
     w->st = ms->wsgi;
     w->app = Py_NewRef(opts->app);
-    w->logger = Py_NewRef(opts->logger ? opts->logger : Py_None);
-    if (opts->errors && opts->errors != Py_None) {
+    w->logger = Py_NewRef(opts->logger != NULL ? opts->logger : Py_None);
+    if (opts->errors != NULL && opts->errors != Py_None) {
         w->errors = Py_NewRef(opts->errors);
     } else {
         PyObject *err = PySys_GetObject("stderr"); // borrowed
-        w->errors = Py_NewRef(err ? err : Py_None);
+        w->errors = Py_NewRef(err != NULL ? err : Py_None);
     }
     w->server_header = opts->server_header;
     w->multithread = opts->multithread;
@@ -383,7 +383,7 @@ static int result_close(m0_wsgi *w, PyObject *result)
  * (inline mode: the loop thread must not wait on one client). */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return !sr->w->pooled && sr->c && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+    return !sr->w->pooled && sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
 }
 
 /* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
