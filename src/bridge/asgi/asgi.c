@@ -759,15 +759,17 @@ static int scope_set(PyObject *scope, PyObject *key, PyObject *value) // steals 
     return r;
 }
 
-/* scope_set, unless value is already (then only dropped): the template
- * holds it. */
-static int scope_set_unless(PyObject *scope, PyObject *key, PyObject *value, PyObject *already) // steals value
+/* PyDict_SetItem that fails on a NULL value (a failed constructor); the
+ * caller keeps its reference. */
+static int scope_put(PyObject *scope, PyObject *key, PyObject *value)
 {
-    if (value != NULL && value == already) {
-        Py_DECREF(value);
-        return 0;
-    }
-    return scope_set(scope, key, value);
+    return value == NULL ? -1 : PyDict_SetItem(scope, key, value);
+}
+
+/* scope_put, unless value is already there: the template holds it. */
+static int scope_put_unless(PyObject *scope, PyObject *key, PyObject *value, PyObject *already)
+{
+    return value != NULL && value == already ? 0 : scope_put(scope, key, value);
 }
 
 /* Every HTTP scope key in its final order, the constants filled in: a copy
@@ -840,9 +842,9 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
         ((fill || req->minor_version == 0) &&
          PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0) ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
-        scope_set_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
+        scope_put_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
         scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
-        scope_set(scope, st->s_raw_path, raw_path) < 0 ||
+        scope_put(scope, st->s_raw_path, raw_path) < 0 ||
         scope_set(scope, st->s_query_string, PyBytes_FromStringAndSize(req->query.base, (Py_ssize_t)req->query.len)) <
             0 ||
         (fill && PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0) ||
@@ -854,9 +856,11 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
                   absolute ? asgi_authority_addr(&ta, m0_conn_local_port(c))
                            : asgi_server_addr(a, local, m0_conn_local_port(c))) < 0 ||
         (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0)) {
-        Py_DECREF(scope);
-        return NULL;
+        Py_CLEAR(scope);
     }
+    /* Built before the chain, so released here whether or not it got to them. */
+    Py_XDECREF(scheme);
+    Py_XDECREF(raw_path);
     return scope;
 }
 
