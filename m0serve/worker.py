@@ -162,6 +162,9 @@ class SignalPolicy:
         # stuck view would only have it answer).
         self.hooks.run("worker_abort", self.worker)
         try:
+            from . import _core
+
+            _core.flush_access_logs()  # what the engine buffered: os._exit skips serve()'s own flush
             logging.shutdown()  # flushes every handler
             sys.stdout.flush()
             sys.stderr.flush()
@@ -177,8 +180,13 @@ class SignalPolicy:
 
 
 def register_stack_dump():
-    """USR2 writes every thread's Python stack to fd 2 (the log), from a C signal handler."""
-    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=False)
+    """USR2 writes every thread's Python stack to fd 2 (the log), from a C signal handler, then
+    the access-log lines the engine buffered (the supervisor kills a stuck worker after it: the
+    lines of the requests served before the stuck one must not die with it)."""
+    from . import _core
+
+    _core.flush_access_logs_on(signal.SIGUSR2)
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
 
 
 def heartbeat_threads(cfg):

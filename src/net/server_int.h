@@ -195,6 +195,12 @@ struct m0_server {
     int posted;        /* M0_POSTED_* bits, atomic */
     int unready;       /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
     uint32_t inflight; /* gate.c: requests dispatched and not finished (with a concurrency limit) */
+
+    /* The access-log lines not yet written (conn_log.c; NULL: no log), and
+     * whether the loop is taking pool completions (their lines wait for the
+     * end of the batch). Loop thread only. */
+    struct m0_access_log_buf *log_buf;
+    int log_batch;
 };
 
 /* listener.c */
@@ -230,7 +236,8 @@ static inline void m0_gate_done(m0_conn *c)
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);
-/* The loop's pass-end hook: send the output held back during the pass. */
+/* Send the output held back during the loop's pass (conn_write.c); called
+ * by the pass-end hook (server.c) after the access log's flush. */
 void m0_server_flush_held(void *srv);
 void m0_server_unlink(m0_server *srv, m0_conn *c);
 
