@@ -667,11 +667,11 @@ static void conn_dispatch(m0_conn *c)
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->start_ns;
     }
-    if (srv->cfg.max_requests != 0 && srv->requests >= srv->cfg.max_requests && !srv->draining)
-        m0_server_drain(srv);
     if (srv->cfg.proxy.headers)
         m0_proxy_headers_resolve(c);
     int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+    if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
+        m0_server_max_requests(srv); /* after the gate: the health path does not count */
     int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
     if (c->state == M0_CS_CLOSED)
         return;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "access_log.h"
 #include "conn_int.h"
@@ -29,6 +30,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->access_log_format = NULL;
     cfg->metrics = NULL;
     cfg->max_requests = 0;
+    cfg->max_requests_fd = -1;
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
 }
@@ -210,6 +212,23 @@ void m0_server_drain(m0_server *srv)
         m0_conn_release(c);
         c = next;
     }
+}
+
+void m0_server_max_requests(m0_server *srv)
+{
+    if (srv->draining || srv->max_requests_told)
+        return;
+    if (srv->cfg.max_requests_fd < 0) {
+        m0_server_drain(srv);
+        return;
+    }
+    srv->max_requests_told = 1;
+    ssize_t w;
+    do
+        w = write(srv->cfg.max_requests_fd, "M", 1);
+    while (w < 0 && errno == EINTR);
+    if (w != 1)
+        m0_server_drain(srv); /* nobody to tell: retire as without the fd */
 }
 
 int m0_server_draining(const m0_server *srv)

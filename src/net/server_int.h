@@ -201,6 +201,7 @@ struct m0_server {
      * end of the batch). Loop thread only. */
     struct m0_access_log_buf *log_buf;
     int log_batch;
+    int max_requests_told; /* max_requests_fd was written */
 };
 
 /* listener.c */
