@@ -212,8 +212,61 @@ static void test_default_line(void)
     }
 }
 
+/* Escaping a word at a time: every byte value at every offset of a value
+ * longer than a few words gives what escaping byte by byte gives. */
+static size_t escape_reference(const unsigned char *s, size_t len, int json, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+            out[n++] = (char)ch;
+        } else if (!json) {
+            n += (size_t)sprintf(out + n, "\\x%c%c", hex[ch >> 4], hex[ch & 15]);
+        } else if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else {
+            n += (size_t)sprintf(out + n, "\\u00%c%c", hex[ch >> 4], hex[ch & 15]);
+        }
+    }
+    return n;
+}
+
+static void test_escape_every_byte_everywhere(void)
+{
+    m0_access_log *text = compile("%({x-v}i)s", 0);
+    m0_access_log *json = compile("%({x-v}i)s", 1);
+    int bad = 0;
+    for (int ch = 0; ch < 256; ch++) {
+        for (size_t pos = 0; pos < 40; pos++) {
+            unsigned char v[40];
+            memset(v, 'a' + (int)(pos % 26), sizeof(v));
+            v[pos] = (unsigned char)ch;
+            m0_header h[] = {{{"X-V", 3}, {(const char *)v, sizeof(v)}}};
+            m0_request req = request(h, 1);
+            m0_access_entry e = {.peer_host = "127.0.0.1", .req = &req, .status = 200};
+            char got[512], want[512];
+            size_t n = m0_access_log_format(text, &e, got, sizeof(got));
+            size_t m = escape_reference(v, sizeof(v), 0, want);
+            want[m++] = '\n';
+            bad += n != m || memcmp(got, want, n) != 0;
+            n = m0_access_log_format(json, &e, got, sizeof(got));
+            m = (size_t)sprintf(want, "{\"req_x-v\":\"");
+            m += escape_reference(v, sizeof(v), 1, want + m);
+            m += (size_t)sprintf(want + m, "\"}\n");
+            bad += n != m || memcmp(got, want, n) != 0;
+        }
+    }
+    CHECK(bad == 0);
+    m0_access_log_free(text);
+    m0_access_log_free(json);
+}
+
 int main(void)
 {
+    test_escape_every_byte_everywhere();
     test_default_line();
     test_compile_errors();
     test_text_and_escapes();
