@@ -194,7 +194,7 @@ def test_max_requests_recycles_workers_without_failures(serve, app):
     wait_until(lambda: len(loop.results) >= 300 and len(loop.pids() - first) >= 2, 30, "two replacements serving")
     loop.stop()
     assert loop.failures() == []
-    assert re.search(r"worker \d+ exited with code 0 \(served its max requests\)", s.log)
+    s.wait_log(r"worker \d+ exited with code 0 \(served its max requests\)", timeout=10)
     assert s.stop() == 0
 
 
