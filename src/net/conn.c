@@ -881,9 +881,14 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     c->pending = 0;
     c->send_deadline_ms = 0;
     m0_gate_done(c);
+    /* A pool thread's response ended when it completed, not when the loop took it. */
+    uint64_t end_ns = c->done_ns;
+    c->done_ns = 0;
+    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
+        end_ns = m0_conn_clock_ns();
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, m0_conn_clock_ns() - c->start_ns);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
     }
     if (c->abort_after) {
         m0_conn_close(c, 1);
@@ -892,7 +897,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
-        m0_conn_log(c, &c->req, status, body_bytes, m0_conn_clock_ns() - c->start_ns);
+        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
@@ -955,6 +960,7 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     c->done_keep = keep_alive;
     c->done_status = status;
     c->done_bytes = body_bytes;
+    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0_conn_clock_ns() : 0;
     c->done_next = NULL;
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished

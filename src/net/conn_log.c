@@ -8,7 +8,10 @@
  * (server_pass_end, server.c), before the output held for the pass's end is
  * sent, so a response sent at the pass's end never precedes its line. The
  * lines of pool threads' completions, which the loop's wake-up finishes
- * after the pass's end, are written once per batch of them (srv->log_batch).
+ * after the pass's end, are written once per batch of them (srv->log_batch);
+ * a finished keep-alive response does not wake the loop (m0_conn_complete),
+ * so its line comes with the loop's next pass (the client's next request, at
+ * the latest the serve loop's one-second wait), timed to its completion.
  * Any other line (a timer's 408, an ASGI task finishing in asyncio outside a
  * pass, a drain called from Python) is written at once with whatever is
  * held: nothing stays buffered while the loop blocks. A buffer past

@@ -140,6 +140,7 @@ struct m0_conn {
     int done_keep;
     int done_status;
     uint64_t done_bytes;
+    uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
 
     /* proxy.c: the client as a trusted proxy describes it, per request */
     int pp_wait;    /* a PROXY protocol header is expected before the first request */
