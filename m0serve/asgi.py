@@ -191,6 +191,8 @@ class Worker:
         self.tasks = set()  # running request tasks, maintained by the C bridge
         self.tick_handle = None
         self.max_requests = self.kwargs.get("max_requests", 0) or 0
+        if self.kwargs.get("max_requests_fd", -1) >= 0:
+            self.max_requests = 0  # the supervisor is told at the max, and it stops this worker
         # The supervisor's heartbeat slot is beaten from this loop by m0serve.worker (loop
         # liveness, not request age); the engine must not write it per request.
         self.kwargs.pop("heartbeat", None)

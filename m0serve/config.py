@@ -249,8 +249,9 @@ OPTIONS = [
     Option("--graceful-timeout", "value", _seconds, 30.0,
            "seconds a stopping worker may spend finishing in-flight requests before it is killed (0: close at once)",
            "processes", "SECONDS"),
-    Option("--max-requests", "value", _int_in(0), 0, "a worker retires gracefully after this many requests (0: never)",
-           "processes", "N", supervision=True),
+    Option("--max-requests", "value", _int_in(0), 0,
+           "a worker retires gracefully after this many requests, the health path's not counted: its replacement "
+           "starts first, then it drains (0: never)", "processes", "N", supervision=True),
     Option("--max-requests-jitter", "value", _int_in(0), 0, "add a random 0..N to --max-requests per worker", "processes", "N"),
     Option("--workers-max-rss", "value", _int_in(0), 0,
            "a worker whose resident memory exceeds this many MiB is replaced gracefully: its replacement starts "

@@ -6,6 +6,8 @@ status pipe per worker; signal handlers only queue the signal number.
 Worker -> supervisor status pipe, one byte per event:
   b"R"  the worker's server is built and serving (it booted)
   b"D"  the worker stopped accepting (after TERM/QUIT)
+  b"M"  the worker served its --max-requests (the engine writes it); it serves on until its
+        replacement is ready, then drains as in a rolling restart (as over --workers-max-rss)
 A worker that exits before b"R" failed to boot: the supervisor stops with a non-zero
 status (the worker already wrote its traceback), except during a rolling restart, where
 the old workers are kept, and under --reload, where the next file change retries.
@@ -99,6 +101,8 @@ class Worker(hooks.WorkerInfo):
         self.drained = False
         self.dumped_at = None  # when the stack dump was requested (worker timeout)
         self.retiring = ""  # why it is being replaced; it serves until its replacement is ready
+        self.retire_kind = ""  # the restart reason of the metrics: "max_rss" or "max_requests"
+        self.max_requests = 0
 
 
 class Supervisor:
@@ -277,6 +281,11 @@ class Supervisor:
             self._progress_rollout()
         if b"D" in data:
             w.drained = True
+        if b"M" in data and w.ready and not w.stopping and not w.retiring and self.stopping is Stopping.NO:
+            self._retire(w, "served its max requests", "max_requests")
+            log.info("worker %d served its %d requests (--max-requests); it is replaced once its replacement is "
+                     "ready", w.pid, w.max_requests)
+            self._maintain()
 
     # --- signals --------------------------------------------------------------------
 
@@ -399,7 +408,7 @@ class Supervisor:
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
         if self.metrics is not None:
             self.metrics.reset(slot)
-        max_requests = self.cfg.effective_max_requests(self.rand)
+        max_requests = w.max_requests = self.cfg.effective_max_requests(self.rand)
         try:
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
         except OSError:
@@ -483,7 +492,7 @@ class Supervisor:
         policy = worker.SignalPolicy(self.cfg, listeners_to_close=private, supervised=True,
                                      on_drain=lambda: notify(b"D"), worker=w)
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
-                   max_requests=max_requests, heartbeat=self.heartbeat,
+                   max_requests=max_requests, max_requests_fd=status_w, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2,
                    metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot)
         return 0
@@ -522,7 +531,7 @@ class Supervisor:
     def _restart_reason(self, w, code):
         """Why an exited worker is replaced (for the metrics), or None when it is not."""
         if w.retiring:
-            return "max_rss"
+            return w.retire_kind
         if w.stopping:
             return {"worker timeout": "worker_timeout",
                     "replaced by the rolling restart": "rolling_restart"}.get(w.stop_reason)
@@ -633,6 +642,15 @@ class Supervisor:
         for w in old[: max(0, min(excess, len(old)))]:
             self._stop_worker(w, w.retiring or "replaced by the rolling restart")
 
+    def _retire(self, w, reason, kind):
+        """Replace w new-worker-first (--workers-max-rss, --max-requests): it serves on; the
+        caller's _maintain() starts its replacement, and once that one is ready
+        _progress_rollout drains w as TERM does (no request is refused, and something listens
+        throughout)."""
+        w.retiring = reason
+        w.retire_kind = kind
+        self.replacing.append(w.pid)
+
     # --- memory -----------------------------------------------------------------------
 
     def _check_rss(self):
@@ -649,8 +667,7 @@ class Supervisor:
             if rss is None or rss <= limit * MIB:
                 continue
             flagged = True
-            w.retiring = f"RSS {rss / MIB:.1f} MiB over --workers-max-rss {limit} MiB"
-            self.replacing.append(w.pid)
+            self._retire(w, f"RSS {rss / MIB:.1f} MiB over --workers-max-rss {limit} MiB", "max_rss")
             log.warning("worker %d: RSS %.1f MiB is over --workers-max-rss %d MiB; it is replaced once its "
                         "replacement is ready", w.pid, rss / MIB, limit)
         if flagged:

@@ -40,7 +40,7 @@ class UnsupportedInterface(Exception):
     pass
 
 
-def server_kwargs(cfg, listener_fds, *, max_requests=0, metrics=None, metrics_index=0):
+def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metrics=None, metrics_index=0):
     kw = server_options(cfg)
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
@@ -49,6 +49,10 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0, metrics=None, metrics_in
         kw["access_log"] = logs.access_log_writer()  # through m0serve.access, not fd 2
     if max_requests:
         kw["max_requests"] = max_requests
+        if max_requests_fd >= 0:
+            # Supervised: at its max the worker tells the supervisor (b"M" on the status pipe)
+            # and serves on until its replacement is ready and it is told to drain.
+            kw["max_requests_fd"] = max_requests_fd
     if metrics is not None:
         kw["metrics"] = metrics  # the supervisor's shared slots; this worker counts in slot metrics_index
         kw["metrics_index"] = metrics_index
@@ -162,6 +166,9 @@ class SignalPolicy:
         # stuck view would only have it answer).
         self.hooks.run("worker_abort", self.worker)
         try:
+            from . import _core
+
+            _core.flush_access_logs()  # what the engine buffered: os._exit skips serve()'s own flush
             logging.shutdown()  # flushes every handler
             sys.stdout.flush()
             sys.stderr.flush()
@@ -177,8 +184,13 @@ class SignalPolicy:
 
 
 def register_stack_dump():
-    """USR2 writes every thread's Python stack to fd 2 (the log), from a C signal handler."""
-    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=False)
+    """USR2 writes every thread's Python stack to fd 2 (the log), from a C signal handler, then
+    the access-log lines the engine buffered (the supervisor kills a stuck worker after it: the
+    lines of the requests served before the stuck one must not die with it)."""
+    from . import _core
+
+    _core.flush_access_logs_on(signal.SIGUSR2)
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
 
 
 def heartbeat_threads(cfg):

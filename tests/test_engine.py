@@ -297,6 +297,22 @@ def test_max_requests_drains_and_returns(engine):
     srv.wait_log(r"served 3 requests, 0 connections")
 
 
+def test_max_requests_fd_tells_once_and_serves_on(engine):
+    # Under a supervisor: at its max the server writes b"M" to the fd (here its stdout, the
+    # test's log) once, and serves on with keep-alive until it is told to drain.
+    srv = engine(max_requests=3, max_requests_fd=1)
+    with srv.connect() as s:
+        for i in range(6):
+            s.sendall(GET)
+            resp = read_response(s)
+            assert_hello(resp)
+            assert header(resp[1], "connection") is None
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(5) == 0
+    srv.wait_log(r"served 6 requests, 0 connections")
+    assert srv.log.count("M") == 1, srv.log
+
+
 def run_python(code, timeout=30):
     """Run code in a fresh interpreter outside the source tree (the installed package)."""
     import subprocess

@@ -87,16 +87,19 @@ def test_scrape_before_and_after_known_requests(serve, app):
 def test_counters_survive_worker_restarts(serve, app):
     s = serve(app, "--workers", "1", "--max-requests", "20", "--metrics-port", "0")
     loop = Loop(s, clients=1)
-    wait_until(lambda: len(loop.results) >= 70, 30, "70 requests")
+    # A worker at its max serves on until its replacement is ready: three restarts take a time,
+    # not a number of requests.
+    wait_until(lambda: len(loop.pids()) >= 4, 30, "three replacements serving")
     loop.stop()
     assert loop.failures() == []
     n = len(loop.results)
     wait_until(lambda: value(scrape(s), "m0serve_worker_restarts_total", reason="max_requests") >= 3, 10,
                "three restarts counted")
+    # A worker that reached its max as the clients stopped is replaced new-first: two for a moment.
+    wait_until(lambda: value(scrape(s), "m0serve_workers") == 1, 10, "one worker")
     after = scrape(s)
     assert value(after, "m0serve_requests_total", method="GET", status="2xx") == n
     assert value(after, "m0serve_request_duration_seconds_count") == n
-    assert value(after, "m0serve_workers") == 1
 
 
 def test_only_metrics_is_served(serve):

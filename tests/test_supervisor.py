@@ -190,11 +190,11 @@ def test_max_requests_recycles_workers_without_failures(serve, app):
     s = serve(app, "--workers", "2", "--max-requests", "50", "--max-requests-jitter", "10")
     first = set(worker_pids(s, 2))
     loop = Loop(s, clients=2)
-    wait_until(lambda: len(loop.results) >= 300, 30, "300 requests")
+    # A worker at its max serves on until its replacement is ready: bounded in time, not count.
+    wait_until(lambda: len(loop.results) >= 300 and len(loop.pids() - first) >= 2, 30, "two replacements serving")
     loop.stop()
     assert loop.failures() == []
-    assert len(loop.pids() - first) >= 2, loop.pids()
-    assert re.search(r"worker \d+ exited with code 0 after its max requests", s.log)
+    s.wait_log(r"worker \d+ exited with code 0 \(served its max requests\)", timeout=10)
     assert s.stop() == 0
 
 
@@ -391,6 +391,42 @@ def test_one_worker_serves_in_process_and_workers_fork(serve):
     multi = serve("sup_app:app", "--workers", "2")
     pids = set(worker_pids(multi, 2))
     assert int(get(multi.host, multi.port)[2]) in pids and multi.proc.pid not in pids
+
+
+@pytest.mark.parametrize("app", ["sup_app:app", "sup_asgi:app"])
+def test_max_requests_starts_the_replacement_before_the_old_worker_exits(serve, app):
+    s = serve(app, "--workers", "1", "--max-requests", "30")
+    (first,) = worker_pids(s, 1)
+    loop = Loop(s, clients=2)
+    s.wait_log(rf"worker {first} served its 30 requests \(--max-requests\)", timeout=10)
+    m = s.wait_log(rf"worker (\d+) started \(slot \d+, retires after 30 requests, replacing {first}\)")
+    second = int(m.group(1))
+    s.wait_log(rf"worker {first} exited with code 0 \(served its max requests\)", timeout=10)
+    log = s.log
+    # New worker first: the replacement was serving before the old one stopped.
+    assert log.index(f"worker {second} ready") < log.index(f"worker {first} exited")
+    wait_until(lambda: second in loop.pids(), 10, "requests served by the replacement")
+    loop.stop()
+    assert loop.failures() == []  # no refused or reset connection across the recycle
+    assert {first, second} <= loop.pids()
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("app", ["sup_app:app", "sup_asgi:app"])
+def test_health_path_requests_do_not_count_toward_max_requests(serve, app):
+    s = serve(app, "--workers", "1", "--max-requests", "5", "--health-path", "/healthz")
+    (first,) = worker_pids(s, 1)
+    for _ in range(20):
+        status, _, body = get(s.host, s.port, "/healthz")
+        assert (status, body) == (200, b"OK\n")
+    time.sleep(1.2)  # more than two supervisor ticks
+    assert "--max-requests" not in s.log
+    assert len(re.findall(r"worker \d+ started", s.log)) == 1
+    for _ in range(5):
+        status, _, body = get(s.host, s.port, "/")
+        assert (status, int(body)) == (200, first)
+    s.wait_log(rf"worker {first} served its 5 requests \(--max-requests\)", timeout=10)
+    assert s.stop() == 0
 
 
 def test_reload_dir_watches_another_directory(serve, tmp_path):

@@ -1,6 +1,9 @@
-/* Compiling the access-log format from Python (see access_log_format.h). */
+/* Compiling the access-log format from Python, and writing the buffered
+ * lines of a dying worker (see access_log_format.h). */
 #include "access_log_format.h"
 #include <errno.h>
+#include <signal.h>
+#include <string.h>
 
 int m0_access_log_format_from_py(PyObject *fmt, int json, m0_access_log **out)
 {
@@ -46,7 +49,52 @@ static PyObject *check_access_log_format(PyObject *module, PyObject *args, PyObj
     Py_RETURN_NONE;
 }
 
+/* --- lines buffered by a worker about to die --- */
+
+static PyObject *flush_access_logs(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    m0_access_log_buf_flush_all();
+    Py_RETURN_NONE;
+}
+
+static void flush_on_signal(int signum)
+{
+    (void)signum;
+    m0_access_log_buf_flush_all();
+}
+
+/* The handler replaces the signal's disposition; whoever registers after
+ * it with chaining (faulthandler.register(..., chain=True)) runs it after
+ * its own. */
+static PyObject *flush_access_logs_on(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long signum = PyLong_AsLong(arg);
+    if (signum == -1 && PyErr_Occurred())
+        return NULL;
+    if (signum < 1 || signum >= NSIG) {
+        PyErr_SetString(PyExc_ValueError, "signal number out of range");
+        return NULL;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = flush_on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction((int)signum, &sa, NULL) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef access_log_methods[] = {
+    {"flush_access_logs", flush_access_logs, METH_NOARGS,
+     "flush_access_logs()\n--\n\nWrite the access-log lines every Server of this process holds, except those of a "
+     "loop busy writing (for an exit that skips serve()'s own flush). Safe from any thread."},
+    {"flush_access_logs_on", flush_access_logs_on, METH_O,
+     "flush_access_logs_on(signum)\n--\n\nInstall a C handler for signum that writes the buffered access-log lines "
+     "(async-signal-safe; runs even while the thread serving is stuck in a view)."},
     {"check_access_log_format", (PyCFunction)(void (*)(void))check_access_log_format, METH_VARARGS | METH_KEYWORDS,
      "check_access_log_format(fmt, json=False)\n--\n\nRaise ValueError when fmt is not a valid access-log format."},
     {NULL, NULL, 0, NULL},

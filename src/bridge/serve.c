@@ -385,6 +385,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "metrics_index",
                              "limit_connections",
                              "proxy",
+                             "max_requests_fd",
                              "inflight_counter",
                              NULL};
     PyObject *app, *interface, *listeners;
@@ -401,16 +402,17 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int access_log_json = 0;
     PyObject *metrics = Py_None;
     Py_ssize_t metrics_index = 0;
+    int max_requests_fd = -1;
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOO:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiO:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy, &inflight_counter))
+            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -453,6 +455,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     cfg.max_keepalive_requests = (uint32_t)max_keepalive_requests;
     cfg.limits.max_body = (uint64_t)limit_request_body;
     cfg.max_requests = (uint64_t)max_requests;
+    cfg.max_requests_fd = max_requests_fd < 0 ? -1 : max_requests_fd;
     cfg.server_header = server_header;
     if (server_access_log_init(self, access_log, &cfg.access_log_fd) < 0 || m0_proxy_options(proxy, &cfg.proxy) < 0)
         goto error;

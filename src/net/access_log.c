@@ -57,7 +57,8 @@ typedef struct {
     int resp; /* OP_RESP: index of the value in the slot */
     /* OP_LIT: the text; OP_REQ/OP_RESP: the header name (lower-case); in text */
     size_t off, len;
-    /* JSON: the member's key ("req_x"), in text */
+    /* JSON: the member's key with its punctuation (,"req_x":), in text; the
+     * first member skips the comma */
     size_t key_off, key_len;
 } op;
 
@@ -144,22 +145,28 @@ static int compile_atom(m0_access_log *f, size_t *cap, const char *name, size_t 
         }
         int r = text_add(f, h, hlen, 1, &o.off);
         if (r == 0)
-            r = text_add(f, o.op == OP_REQ ? "req_" : "resp_", o.op == OP_REQ ? 4 : 5, 0, &o.key_off);
+            r = text_add(f, o.op == OP_REQ ? ",\"req_" : ",\"resp_", o.op == OP_REQ ? 6 : 7, 0, &o.key_off);
         if (r == 0)
             r = text_add(f, h, hlen, 1, &(size_t){0});
+        if (r == 0)
+            r = text_add(f, "\":", 2, 0, &(size_t){0});
         if (r < 0)
             return r;
         o.len = hlen;
-        o.key_len = hlen + (o.op == OP_REQ ? 4 : 5);
+        o.key_len = hlen + (o.op == OP_REQ ? 4 : 5) + 4;
         return ops_add(f, cap, o);
     }
     for (size_t i = 0; i < sizeof(ATOMS) / sizeof(ATOMS[0]); i++) {
         if (strlen(ATOMS[i].atom) == len && memcmp(ATOMS[i].atom, name, len) == 0) {
             o.op = ATOMS[i].op;
-            int r = text_add(f, ATOMS[i].key, strlen(ATOMS[i].key), 0, &o.key_off);
+            int r = text_add(f, ",\"", 2, 0, &o.key_off);
+            if (r == 0)
+                r = text_add(f, ATOMS[i].key, strlen(ATOMS[i].key), 0, &(size_t){0});
+            if (r == 0)
+                r = text_add(f, "\":", 2, 0, &(size_t){0});
             if (r < 0)
                 return r;
-            o.key_len = strlen(ATOMS[i].key);
+            o.key_len = strlen(ATOMS[i].key) + 4;
             return ops_add(f, cap, o);
         }
     }
@@ -292,9 +299,23 @@ static void put_request_line(out *w, const m0_request *req, int json)
     put(w, req->minor_version ? " HTTP/1.1" : " HTTP/1.0", 9);
 }
 
-static int plain(unsigned char ch)
+/* Bytes copied as they are: printable ASCII but '"' and '\\'. */
+static const unsigned char PLAIN[256] = {[0x20 ... 0x21] = 1, [0x23 ... 0x5b] = 1, [0x5d ... 0x7e] = 1};
+
+/* Whether the 8 bytes at s are all PLAIN, a word at a time (the tests for
+ * a byte below n, above n and equal to c from "Bit Twiddling Hacks"; each
+ * is exact as a yes/no for the whole word). */
+static int plain8(const char *s)
 {
-    return ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, s, 8);
+    uint64_t below = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
+    uint64_t above = ((x + ones * 1) | x) & highs;   /* a byte > 0x7e */
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    uint64_t quote = (q - ones) & ~q & highs;  /* a '"' */
+    uint64_t bslash = (b - ones) & ~b & highs; /* a '\\' */
+    return (below | above | quote | bslash) == 0;
 }
 
 /* A value from the peer or the app, escaped (see access_log.h): runs of
@@ -306,7 +327,9 @@ static void put_escaped(out *w, const char *s, size_t len, int json)
     size_t i = 0;
     while (i < len) {
         size_t run = i;
-        while (run < len && plain((unsigned char)s[run]))
+        while (run + 8 <= len && plain8(s + run))
+            run += 8;
+        while (run < len && PLAIN[(unsigned char)s[run]])
             run++;
         if (run > i) {
             if (run - i > room(w))
@@ -553,14 +576,10 @@ size_t m0_access_log_format(const m0_access_log *f, const m0_access_entry *e, ch
         value v;
         value_of(f, o, e, &v);
         if (f->json) {
-            if (room(&w) < o->key_len + 32)
+            if (room(&w) < o->key_len - 4 + 32)
                 break; /* no room for this member: the line ends here, still an object */
-            if (!first)
-                put(&w, ",", 1);
+            put(&w, f->text + o->key_off + first, o->key_len - (size_t)first); /* ,"key": */
             first = 0;
-            put(&w, "\"", 1);
-            put(&w, f->text + o->key_off, o->key_len);
-            put(&w, "\":", 2);
             if (v.kind == V_MISSING) {
                 put(&w, "null", 4);
             } else if (v.kind == V_NUM) {
@@ -594,29 +613,85 @@ size_t m0_access_log_format(const m0_access_log *f, const m0_access_entry *e, ch
     return w.n;
 }
 
+/* The default line's writer: bytes past cap - 1 are dropped (the line is cut
+ * as snprintf would cut it). */
+typedef struct {
+    char *buf;
+    size_t n;
+    size_t cap;
+} line_w;
+
+static void line_put(line_w *w, const char *s, size_t len)
+{
+    size_t room = w->cap - 1 - w->n;
+    if (len > room)
+        len = room;
+    memcpy(w->buf + w->n, s, len);
+    w->n += len;
+}
+
+static void line_put_u64(line_w *w, uint64_t v, int min_digits)
+{
+    char tmp[24];
+    int i = (int)sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+        min_digits--;
+    } while (v != 0 || min_digits > 0);
+    line_put(w, tmp + i, sizeof(tmp) - (size_t)i);
+}
+
+/* HOST:PORT - "METHOD TARGET HTTP/1.x" STATUS BYTES D.DDDms, written by hand:
+ * snprintf was most of the line's cost. */
 size_t m0_access_log_default(const m0_access_entry *e, char *buf, size_t cap)
 {
-    const char *open = e->ipv6 ? "[" : "";
-    const char *close = e->ipv6 ? "]" : "";
     const char *host = e->peer_host != NULL && e->peer_host[0] ? e->peer_host : "-";
     const m0_request *req = e->req;
-    int n;
-    if (req != NULL) {
-        int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
-        int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
-        n = snprintf(buf, cap, "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host, close,
-                     e->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, e->status,
-                     (unsigned long long)e->body_bytes, (unsigned long long)(e->ns / 1000000),
-                     (unsigned long long)(e->ns / 1000 % 1000));
-    } else {
-        n = snprintf(buf, cap, "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, e->peer_port, e->status,
-                     (unsigned long long)e->body_bytes);
-    }
-    if (n <= 0)
+    line_w w = {buf, 0, cap};
+    if (cap == 0)
         return 0;
-    if ((size_t)n >= cap)
-        n = (int)cap - 1;
-    return (size_t)n;
+    if (e->ipv6)
+        line_put(&w, "[", 1);
+    line_put(&w, host, strlen(host));
+    if (e->ipv6)
+        line_put(&w, "]", 1);
+    line_put(&w, ":", 1);
+    if (e->peer_port < 0) {
+        line_put(&w, "-", 1);
+        line_put_u64(&w, (uint64_t)(-(int64_t)e->peer_port), 1);
+    } else {
+        line_put_u64(&w, (uint64_t)e->peer_port, 1);
+    }
+    if (req != NULL) {
+        line_put(&w, " - \"", 4);
+        line_put(&w, req->method.base, req->method.len > 32 ? 32 : req->method.len);
+        line_put(&w, " ", 1);
+        line_put(&w, req->target.base, req->target.len > 2048 ? 2048 : req->target.len);
+        line_put(&w, " HTTP/1.", 8);
+        line_put_u64(&w, (uint64_t)req->minor_version, 1);
+        line_put(&w, "\" ", 2);
+    } else {
+        line_put(&w, " - \"-\" ", 7);
+    }
+    if (e->status < 0) {
+        line_put(&w, "-", 1);
+        line_put_u64(&w, (uint64_t)(-(int64_t)e->status), 1);
+    } else {
+        line_put_u64(&w, (uint64_t)e->status, 1);
+    }
+    line_put(&w, " ", 1);
+    line_put_u64(&w, e->body_bytes, 1);
+    line_put(&w, " ", 1);
+    if (req != NULL) {
+        line_put_u64(&w, e->ns / 1000000, 1);
+        line_put(&w, ".", 1);
+        line_put_u64(&w, e->ns / 1000 % 1000, 3);
+        line_put(&w, "ms\n", 3);
+    } else {
+        line_put(&w, "0.000ms\n", 8);
+    }
+    return w.n;
 }
 
 /* --- response headers --- */

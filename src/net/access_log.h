@@ -1,4 +1,5 @@
-/* The access log: one line per response, written with one write(2).
+/* The access log: one line per response, buffered per server and written
+ * in batches (see the buffer's section below).
  *
  * Without a format (m0_server_config.access_log_format == NULL) the line is
  * the engine's own, on its fast path:
@@ -91,5 +92,33 @@ size_t m0_access_log_slot_size(const m0_access_log *f);
  * read as far as this write goes). */
 void m0_access_log_record_head(const m0_access_log *f, m0_access_log_slot *slot, uint64_t tag, const struct iovec *iov,
                                int iovcnt);
+
+/* --- the buffer of lines (access_log_buf.c) ---
+ * One per server, owned by its loop thread: lines are formatted in place
+ * (reserve, format at most M0_ACCESS_LOG_LINE_MAX bytes, commit) and written
+ * to fd with one write(2) per flush (per PIPE_BUF bytes of whole lines when
+ * fd is not a regular file, so that lines of processes sharing a pipe never
+ * interleave). The server flushes at the end of each loop pass, before the
+ * loop blocks, past M0_ACCESS_LOG_BUF_MAX bytes, and when it is freed. */
+
+typedef struct m0_access_log_buf m0_access_log_buf;
+
+/* Lines held past this many bytes are written before the next one. */
+#define M0_ACCESS_LOG_BUF_MAX (64 * 1024)
+
+int m0_access_log_buf_new(m0_access_log_buf **out, int fd);
+/* Writes what it holds, then frees it. */
+void m0_access_log_buf_free(m0_access_log_buf *b);
+/* The loop thread: room for one line (M0_ACCESS_LOG_LINE_MAX bytes), then
+ * commit its length (0: none). Nothing else may happen between the two. */
+char *m0_access_log_buf_reserve(m0_access_log_buf *b);
+void m0_access_log_buf_commit(m0_access_log_buf *b, size_t n);
+/* The loop thread: write what is held. */
+void m0_access_log_buf_flush(m0_access_log_buf *b);
+/* Any thread, async-signal-safe: write what every buffer of the process
+ * holds, except a buffer its loop is appending to or writing at this moment
+ * (that loop is not stuck). For a worker about to die: the stack dump's
+ * signal handler and the exit paths that skip the server's own flush. */
+void m0_access_log_buf_flush_all(void);
 
 #endif

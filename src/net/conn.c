@@ -663,11 +663,11 @@ static void conn_dispatch(m0_conn *c)
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->start_ns;
     }
-    if (srv->cfg.max_requests != 0 && srv->requests >= srv->cfg.max_requests && !srv->draining)
-        m0_server_drain(srv);
     if (srv->cfg.proxy.headers)
         m0_proxy_headers_resolve(c);
     int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+    if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
+        m0_server_max_requests(srv); /* after the gate: the health path does not count */
     int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
     if (c->state == M0_CS_CLOSED)
         return;
@@ -877,9 +877,14 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     c->pending = 0;
     c->send_deadline_ms = 0;
     m0_gate_done(c);
+    /* A pool thread's response ended when it completed, not when the loop took it. */
+    uint64_t end_ns = c->done_ns;
+    c->done_ns = 0;
+    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
+        end_ns = m0_conn_clock_ns();
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, m0_conn_clock_ns() - c->start_ns);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
     }
     if (c->abort_after) {
         m0_conn_close(c, 1);
@@ -888,7 +893,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
-        m0_conn_log(c, &c->req, status, body_bytes, m0_conn_clock_ns() - c->start_ns);
+        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
@@ -951,6 +956,7 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     c->done_keep = keep_alive;
     c->done_status = status;
     c->done_bytes = body_bytes;
+    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0_conn_clock_ns() : 0;
     c->done_next = NULL;
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished

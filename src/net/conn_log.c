@@ -1,11 +1,25 @@
 /* The connection's side of the access log (net/access_log.h): the line of
- * each finished response, written with one write(2) to cfg.access_log_fd,
- * and the response header values a format asks for, read from the head as
- * it is written into the slot allocated after the m0_conn. */
+ * each finished response, formatted into the server's line buffer, and the
+ * response header values a format asks for, read from the head as it is
+ * written into the slot allocated after the m0_conn.
+ *
+ * When lines are written: a line logged by an event callback of the loop's
+ * pass stays in the buffer; the pass's end writes them all with one write(2)
+ * (server_pass_end, server.c), before the output held for the pass's end is
+ * sent, so a response sent at the pass's end never precedes its line. The
+ * lines of pool threads' completions, which the loop's wake-up finishes
+ * after the pass's end, are written once per batch of them (srv->log_batch);
+ * a finished keep-alive response does not wake the loop (m0_conn_complete),
+ * so its line comes with the loop's next pass (the client's next request, at
+ * the latest the serve loop's one-second wait), timed to its completion.
+ * Any other line (a timer's 408, an ASGI task finishing in asyncio outside a
+ * pass, a drain called from Python) is written at once with whatever is
+ * held: nothing stays buffered while the loop blocks. A buffer past
+ * M0_ACCESS_LOG_BUF_MAX is written before the next line. All of it on the
+ * loop thread. */
 #include <sys/socket.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "access_log.h"
 #include "conn_int.h"
@@ -48,21 +62,21 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
         .body_bytes = body_bytes,
         .ns = ns,
     };
-    char line[M0_ACCESS_LOG_LINE_MAX];
+    m0_server *srv = c->srv;
+    char *line = m0_access_log_buf_reserve(srv->log_buf);
     size_t n;
     if (cfg->access_log_format == NULL) {
-        n = m0_access_log_default(&e, line, sizeof(line));
+        n = m0_access_log_default(&e, line, M0_ACCESS_LOG_LINE_MAX);
     } else {
         m0_access_log_slot *slot = conn_slot(c);
         if (slot != NULL && req != NULL && slot->recorded && slot->tag == conn_tag(c))
             e.resp = slot;
         e.wall_s = (int64_t)time(NULL);
-        n = m0_access_log_format(cfg->access_log_format, &e, line, sizeof(line));
+        n = m0_access_log_format(cfg->access_log_format, &e, line, M0_ACCESS_LOG_LINE_MAX);
         if (slot != NULL)
             slot->recorded = 0;
     }
-    if (n == 0)
-        return;
-    ssize_t w = write(cfg->access_log_fd, line, n);
-    (void)w;
+    m0_access_log_buf_commit(srv->log_buf, n);
+    if (!srv->log_batch && !m0_loop_in_events(srv->loop))
+        m0_access_log_buf_flush(srv->log_buf);
 }

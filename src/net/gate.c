@@ -45,6 +45,8 @@ int m0_gate(m0_conn *c)
         memcmp(c->req.path.base, pc->health_path, pc->health_path_len) == 0) {
         int ready =
             !__atomic_load_n(&srv->unready, __ATOMIC_RELAXED) && !__atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+        /* Not a request of the app's: it does not count (--max-requests). */
+        __atomic_sub_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
         gate_answer(c, ready ? 200 : 503, ready ? "OK\n" : "draining\n", 0);
         return 1;
     }

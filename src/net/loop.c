@@ -328,6 +328,11 @@ int m0_loop_dispatching(const m0_loop *loop)
     return loop->running && loop->batch_next < loop->batch_len;
 }
 
+int m0_loop_in_events(const m0_loop *loop)
+{
+    return loop->running && loop->batch_len > 0;
+}
+
 static void loop_timers_expire(m0_loop *loop)
 {
     /* Bounded by the timers due now, so a callback re-arming itself with a

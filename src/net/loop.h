@@ -86,6 +86,9 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg);
 /* 1 while the loop's thread dispatches a pass's events (callbacks run). */
 int m0_loop_dispatching(const m0_loop *loop);
+/* 1 inside any event callback of a pass, the last one included: the
+ * pass-end hook runs after it. */
+int m0_loop_in_events(const m0_loop *loop);
 
 /* Wait up to timeout_ms (-1: until the next timer or forever; 0: do not
  * block) for events, dispatch every ready one, then expire due timers and

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include "access_log.h"
 #include "conn_int.h"
 
 void m0_server_config_defaults(m0_server_config *cfg)
@@ -28,6 +30,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->access_log_format = NULL;
     cfg->metrics = NULL;
     cfg->max_requests = 0;
+    cfg->max_requests_fd = -1;
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
 }
@@ -46,7 +49,11 @@ static void server_wake(m0_loop *loop, m0_async *async)
     (void)loop;
     m0_server *srv = (m0_server *)((char *)async - offsetof(m0_server, wake));
     int posted = __atomic_exchange_n(&srv->posted, 0, __ATOMIC_ACQ_REL);
+    srv->log_batch = 1; /* the lines of the completions go in one write, below */
     m0_conn_take_completed(srv);
+    srv->log_batch = 0;
+    if (srv->log_buf != NULL)
+        m0_access_log_buf_flush(srv->log_buf);
     if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
         m0_server_drain(srv);
     if (posted & M0_POSTED_ABORT)
@@ -57,6 +64,16 @@ void m0_server_post_drain(m0_server *srv, int graceful)
 {
     __atomic_or_fetch(&srv->posted, graceful ? M0_POSTED_DRAIN : M0_POSTED_ABORT, __ATOMIC_ACQ_REL);
     m0_async_send(&srv->wake);
+}
+
+/* The loop's pass-end hook: the access-log lines of the pass first (a
+ * response sent now then never precedes its line), then the held output. */
+static void server_pass_end(void *arg)
+{
+    m0_server *srv = arg;
+    if (srv->log_buf != NULL)
+        m0_access_log_buf_flush(srv->log_buf);
+    m0_server_flush_held(srv);
 }
 
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
@@ -79,14 +96,18 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     pthread_mutex_init(&srv->done_lock, NULL);
-    int r = m0_async_init(loop, &srv->wake, server_wake);
+    int r = cfg->access_log_fd >= 0 ? m0_access_log_buf_new(&srv->log_buf, cfg->access_log_fd) : 0;
+    if (r == 0)
+        r = m0_async_init(loop, &srv->wake, server_wake);
     if (r < 0) {
+        m0_access_log_buf_free(srv->log_buf);
         pthread_mutex_destroy(&srv->done_lock);
         free(srv);
         return r;
     }
-    /* One server per loop: its held output is flushed at every pass's end. */
-    m0_loop_set_pass_end(loop, m0_server_flush_held, srv);
+    /* One server per loop: its log lines and held output are written at
+     * every pass's end. */
+    m0_loop_set_pass_end(loop, server_pass_end, srv);
     *out = srv;
     return 0;
 }
@@ -152,6 +173,7 @@ void m0_server_free(m0_server *srv)
     m0_recycle_clear(&srv->rbufs);
     m0_recycle_clear(&srv->hdrs);
     m0_recycle_clear(&srv->wbufs);
+    m0_access_log_buf_free(srv->log_buf); /* writes what it holds */
     free(srv);
 }
 
@@ -191,6 +213,23 @@ void m0_server_drain(m0_server *srv)
         m0_conn_release(c);
         c = next;
     }
+}
+
+void m0_server_max_requests(m0_server *srv)
+{
+    if (srv->draining || srv->max_requests_told)
+        return;
+    if (srv->cfg.max_requests_fd < 0) {
+        m0_server_drain(srv);
+        return;
+    }
+    srv->max_requests_told = 1;
+    ssize_t w;
+    do
+        w = write(srv->cfg.max_requests_fd, "M", 1);
+    while (w < 0 && errno == EINTR);
+    if (w != 1)
+        m0_server_drain(srv); /* nobody to tell: retire as without the fd */
 }
 
 int m0_server_draining(const m0_server *srv)

@@ -82,6 +82,10 @@ typedef struct {
     int server_header;     /* add "Server: m0serve" to canned responses */
     int access_log_fd;     /* -1: off; else one line per response is written here */
     uint64_t max_requests; /* the server drains itself after this many, 0 = never */
+    /* -1: at max_requests the server drains itself; else it writes one byte,
+     * "M", to this fd (a supervisor's status pipe) and keeps serving until it
+     * is told to drain (the supervisor starts the replacement first). */
+    int max_requests_fd;
     /* NULL: the engine's own line; else a compiled format (net/access_log.h),
      * owned by the caller and outliving the server */
     const struct m0_access_log *access_log_format;
@@ -109,6 +113,9 @@ int m0_server_listen(m0_server *srv, int fd);
 /* Graceful drain: stop accepting, close idle connections now, close every
  * other connection as soon as its current response is finished. */
 void m0_server_drain(m0_server *srv);
+/* The loop thread, once the server dispatched cfg.max_requests requests
+ * (those of the health path not counted): drain, or tell max_requests_fd. */
+void m0_server_max_requests(m0_server *srv);
 int m0_server_draining(const m0_server *srv);
 /* Close every connection now (handlers get M0_CONN_CLOSED). */
 void m0_server_abort(m0_server *srv);

@@ -177,6 +177,7 @@ struct m0_conn {
     int done_keep; /* done_*: written by the owner before done_lock, read by the loop after it */
     int done_status;
     uint64_t done_bytes;
+    uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
 
     /* proxy.c: the client as a trusted proxy describes it, per request */
     int peer_trust; /* the peer is in the trusted table: 0 not yet known, 1 yes, 2 no */
@@ -234,6 +235,13 @@ struct m0_server {
      * shares (m0_server_share_inflight): atomic either way. */
     uint32_t inflight;
     uint32_t *inflight_count;
+
+    /* The access-log lines not yet written (conn_log.c; NULL: no log), and
+     * whether the loop is taking pool completions (their lines wait for the
+     * end of the batch). Loop thread only. */
+    struct m0_access_log_buf *log_buf;
+    int log_batch;
+    int max_requests_told; /* max_requests_fd was written */
 };
 
 /* listener.c */
@@ -269,7 +277,8 @@ static inline void m0_gate_done(m0_conn *c)
 
 /* server.c */
 void m0_server_link(m0_server *srv, m0_conn *c);
-/* The loop's pass-end hook: send the output held back during the pass. */
+/* Send the output held back during the loop's pass (conn_write.c); called
+ * by the pass-end hook (server.c) after the access log's flush. */
 void m0_server_flush_held(void *srv);
 void m0_server_unlink(m0_server *srv, m0_conn *c);
 

@@ -2,6 +2,7 @@
  * compilation and its errors, escaping in text and JSON, lines cut to the
  * buffer without breaking JSON, and response header capture from heads
  * split over several iovecs or preceded by "100 Continue". */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,8 +153,121 @@ static void test_record_head(void)
     m0_access_log_free(f);
 }
 
+/* The engine's own line, written by hand, is byte for byte what the
+ * snprintf it replaced wrote, cut lines included. */
+static size_t default_reference(const m0_access_entry *e, char *buf, size_t cap)
+{
+    const char *open = e->ipv6 ? "[" : "";
+    const char *close = e->ipv6 ? "]" : "";
+    const char *host = e->peer_host != NULL && e->peer_host[0] ? e->peer_host : "-";
+    const m0_request *req = e->req;
+    int n;
+    if (req != NULL) {
+        int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
+        int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
+        n = snprintf(buf, cap, "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host, close,
+                     e->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, e->status,
+                     (unsigned long long)e->body_bytes, (unsigned long long)(e->ns / 1000000),
+                     (unsigned long long)(e->ns / 1000 % 1000));
+    } else {
+        n = snprintf(buf, cap, "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, e->peer_port, e->status,
+                     (unsigned long long)e->body_bytes);
+    }
+    if (n <= 0)
+        return 0;
+    return (size_t)n >= cap ? cap - 1 : (size_t)n;
+}
+
+static void test_default_line(void)
+{
+    char target[3000];
+    memset(target, 'x', sizeof(target));
+    target[0] = '/';
+    m0_request req = request(NULL, 0);
+    m0_request longreq = request(NULL, 0);
+    longreq.method = (m0_span){"VERYLONGMETHODNAMEVERYLONGMETHODNAMEXX", 38};
+    longreq.target = (m0_span){target, sizeof(target)};
+    longreq.minor_version = 0;
+    const m0_access_entry entries[] = {
+        {.peer_host = "127.0.0.1", .peer_port = 40000, .req = &req, .status = 200, .body_bytes = 13, .ns = 123456},
+        {.peer_host = "::1",
+         .peer_port = 0,
+         .ipv6 = 1,
+         .req = &req,
+         .status = 404,
+         .body_bytes = 0,
+         .ns = 98765432101ull},
+        {.peer_host = "", .peer_port = 0, .req = NULL, .status = 400, .body_bytes = 18446744073709551615ull},
+        {.peer_host = NULL, .peer_port = 65535, .req = &longreq, .status = 999, .body_bytes = 1, .ns = 1000},
+        {.peer_host = "10.0.0.1", .peer_port = -1, .req = &req, .status = -5, .body_bytes = 5, .ns = 999999},
+    };
+    const size_t caps[] = {M0_ACCESS_LOG_LINE_MAX, 64, 20, 1};
+    for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+        for (size_t k = 0; k < sizeof(caps) / sizeof(caps[0]); k++) {
+            char got[M0_ACCESS_LOG_LINE_MAX], want[M0_ACCESS_LOG_LINE_MAX];
+            size_t n = m0_access_log_default(&entries[i], got, caps[k]);
+            size_t m = default_reference(&entries[i], want, caps[k]);
+            CHECK(n == m && memcmp(got, want, n) == 0);
+        }
+    }
+}
+
+/* Escaping a word at a time: every byte value at every offset of a value
+ * longer than a few words gives what escaping byte by byte gives. */
+static size_t escape_reference(const unsigned char *s, size_t len, int json, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+            out[n++] = (char)ch;
+        } else if (!json) {
+            n += (size_t)sprintf(out + n, "\\x%c%c", hex[ch >> 4], hex[ch & 15]);
+        } else if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else {
+            n += (size_t)sprintf(out + n, "\\u00%c%c", hex[ch >> 4], hex[ch & 15]);
+        }
+    }
+    return n;
+}
+
+static void test_escape_every_byte_everywhere(void)
+{
+    m0_access_log *text = compile("%({x-v}i)s", 0);
+    m0_access_log *json = compile("%({x-v}i)s", 1);
+    int bad = 0;
+    for (int ch = 0; ch < 256; ch++) {
+        for (size_t pos = 0; pos < 40; pos++) {
+            unsigned char v[40];
+            memset(v, 'a' + (int)(pos % 26), sizeof(v));
+            v[pos] = (unsigned char)ch;
+            m0_header h[] = {{{"X-V", 3}, {(const char *)v, sizeof(v)}}};
+            m0_request req = request(h, 1);
+            m0_access_entry e = {.peer_host = "127.0.0.1", .req = &req, .status = 200};
+            char got[512], want[512];
+            size_t n = m0_access_log_format(text, &e, got, sizeof(got));
+            size_t m = escape_reference(v, sizeof(v), 0, want);
+            want[m++] = '\n';
+            bad += n != m || memcmp(got, want, n) != 0;
+            n = m0_access_log_format(json, &e, got, sizeof(got));
+            m = (size_t)sprintf(want, "{\"req_x-v\":\"");
+            m += escape_reference(v, sizeof(v), 1, want + m);
+            m += (size_t)sprintf(want + m, "\"}\n");
+            bad += n != m || memcmp(got, want, n) != 0;
+        }
+    }
+    CHECK(bad == 0);
+    m0_access_log_free(text);
+    m0_access_log_free(json);
+}
+
 int main(void)
 {
+    test_escape_every_byte_everywhere();
+    test_default_line();
     test_compile_errors();
     test_text_and_escapes();
     test_json();
