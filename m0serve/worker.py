@@ -267,7 +267,10 @@ def _beat_ident(buf, index):
 class ServerGroup:
     """The event loops of one worker (--threads) and their pool threads (--blocking-threads),
     seen by the signal policy as one server. Loops and pools run in threads; the main thread
-    waits in join(), where Python runs the signal handlers."""
+    waits for them in timed joins, where Python runs the signal handlers. Timed, because a
+    signal the kernel delivers to another thread of the process (one of ours, when the main
+    thread cannot take it, or a thread-directed one) only marks it pending: the main thread
+    runs its handler the next time it wakes, and an untimed join never does."""
 
     def __init__(self):
         self.servers = []
@@ -321,10 +324,9 @@ class ServerGroup:
         for t in pools + loops:
             t.start()
         ready(self)
-        for t in loops:
-            t.join()
-        for t in pools:
-            t.join()
+        for t in loops + pools:
+            while t.is_alive():
+                t.join(0.5)
         if errors:
             raise errors[0]
 

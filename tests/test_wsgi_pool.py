@@ -465,6 +465,22 @@ def test_drain_and_rolling_restart_lose_no_slow_request(serve, sig):
         assert srv.proc.returncode == 0
 
 
+@pytest.mark.parametrize("extra", [POOL, ("--threads", "2")], ids=["pool", "threads"])
+def test_term_sent_to_another_thread_still_drains(serve, extra):
+    """A signal the kernel hands to a loop or pool thread instead of the main one (tgkill here;
+    also what a tracer can cause) is still acted on: the main thread runs the handler."""
+    import ctypes
+
+    srv = serve("pool_app:app", *extra)
+    assert timed_get(srv, "/")[1] == 200
+    tids = sorted(int(t) for t in os.listdir(f"/proc/{srv.proc.pid}/task") if int(t) != srv.proc.pid)
+    assert tids, "no thread besides the main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.tgkill(srv.proc.pid, tids[-1], signal.SIGTERM) == 0, ctypes.get_errno()
+    srv.proc.wait(10)  # TimeoutExpired if the handler never runs
+    assert srv.proc.returncode == 0
+
+
 def test_max_requests_retires_a_pool_worker_without_losing_requests(serve):
     srv = serve("pool_app:app", "--max-requests", "20", *POOL)
     pids = set()
