@@ -227,8 +227,14 @@ def _host_load(art):
             f"max {busy[-1] * 100:.0f}%. ")
 
 
+STALLED = "‡"
+# Below this many cores busy, an arm's rate was set by waits (on the client, on timers), not by its CPU.
+STALLED_CORES = 0.1
+
+
 def throughput_table(row, versions):
     ref = row.get("reference")
+    stalled = []
     head = ["server", "rps", "server cores", "CPU µs/req", "req per core-s", "p50 ms", "p90 ms", "p99 ms",
             f"{_short(ref)} ÷ this, per core" if ref else "ratio"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -242,10 +248,19 @@ def throughput_table(row, versions):
                          + " | ".join(["–"] * (len(head) - 2)) + " |")
             continue
         ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
+        cores = arm["median"].get("cores")
+        if cores is not None and cores < STALLED_CORES:
+            ratio += f" {STALLED}"
+            stalled.append(f"{label} ({cores:.3f} cores)")
         cells = [label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
                  fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"),
                  fmt_med(arm, "p50_ms", "ms"), fmt_med(arm, "p90_ms", "ms"), fmt_med(arm, "p99_ms", "ms"), ratio]
         lines.append("| " + " | ".join(cells) + " |")
+    if stalled:
+        lines.append("")
+        lines.append(f"{STALLED} Busy less than {STALLED_CORES:g} of a core: " + "; ".join(stalled) + ". Its rate was "
+                     "set by waits (on the client, on timers), not by its CPU, so its per-core figures do not "
+                     "compare with the others.")
     return "\n".join(lines)
 
 
@@ -517,6 +532,7 @@ def pythons_block(arts, py_arts):
                     continue
                 floor = row["ratios"].get("floor", {}).get("cpu_us_per_req")
                 peers = [f"{name}{_off_mark(_arm(row, name))}: {fmt_ratio(r.get('rps_per_core'))}"
+                         f"{_stall_mark(_arm(row, name))}"
                          for name, r in row["ratios"].items() if name not in ("floor", "m0serve-native")]
                 rows.append(((order, row["id"]),
                              f"| {suite} | {row['title']} | Python {_m0_python(art)} | "
@@ -534,6 +550,11 @@ def pythons_block(arts, py_arts):
 
 def _off_mark(arm):
     return f" {OFF}" if arm is not None and servers.off_defaults(arm.get("command")) else ""
+
+
+def _stall_mark(arm):
+    cores = (arm or {}).get("median", {}).get("cores")
+    return f" {STALLED}" if cores is not None and cores < STALLED_CORES else ""
 
 
 def _version_key(dirname):
@@ -714,13 +735,16 @@ def readme_summary(arts, py_arts=None):
                     continue
                 label = f"{suite}, Python {_m0_python(one)}" if suite in PER_PYTHON_SUITES and py_arts else suite
                 vs = [f"{name}{_off_mark(_arm(row, name))}: {fmt_ratio(r.get('rps_per_core'))}"
-                      for name, r in row["ratios"].items()]
+                      f"{_stall_mark(_arm(row, name))}" for name, r in row["ratios"].items()]
                 rows.append(f"| {label} | {row['title']} | {ref} | {'; '.join(vs) or '–'} |")
     if rows:
         lines += ["| suite | row | reference | reference ÷ peer, per core |", "|---|---|---|---|"] + rows + [""]
         if OFF in "".join(rows):
             lines += [f"{OFF}: the peer ran with a flag off its own defaults (docs/BENCHMARKS.md names it; "
                       "bench/README.md says why).", ""]
+        if STALLED in "".join(rows):
+            lines += [f"{STALLED}: the peer was busy less than {STALLED_CORES:g} of a core: its rate was set by waits, "
+                      "not by its CPU, and its per-core figure does not compare (docs/BENCHMARKS.md).", ""]
     else:
         lines += ["_No artifacts recorded yet._", ""]
     if arts.get("wsgi"):

@@ -193,6 +193,24 @@ def test_a_peer_off_its_defaults_is_marked_from_its_recorded_command(tree):
     assert servers.off_defaults(["/x/bin/granian", "--interface", "asgi", "--runtime-threads", "1"]) == []
 
 
+def test_a_peer_that_mostly_waited_is_marked_stalled(tree):
+    """An arm busy less than a tenth of a core was paced by waits, not CPU: its per-core ratio is
+    marked, in the suite's table and in the README summary, and the busy arms are not."""
+    art = make_artifact()
+    row = art["rows"][0]
+    row["arms"][1] = _arm_record("granian", [_round(i, 365 + i, 0.03) for i in range(1, 4)])
+    row["ratios"] = runner._ratios(row["arms"], row["reference"])
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("| granian 2.8.9 |"))
+    assert line.endswith(f" {render.STALLED} |"), line
+    assert f"{render.STALLED} Busy less than 0.1 of a core: granian 2.8.9 (0.030 cores)." in doc
+    m0 = next(x for x in doc.splitlines() if x.startswith("| m0serve |"))
+    assert render.STALLED not in m0
+    assert "granian: " in tree["readme"].read_text() and f") {render.STALLED}" in tree["readme"].read_text()
+
+
 def test_unknown_dirty_cannot_back_a_table(tree, capsys):
     tree["write"]("wsgi-1.json", make_artifact(dirty=None))
     assert tree["cli"]() == 1
