@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from callgrind_run import callgrind_total  # tools/ is sys.path[0]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
         "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
@@ -125,14 +127,7 @@ def instructions(workdir, label, extra, n, conns, pipeline):
                         f"--callgrind-out-file={out}"], workdir, extra)
     drive(port, n, conns, pipeline)
     stop(proc)
-    total = 0
-    for name in os.listdir(workdir):
-        if name.startswith(f"cg.{label}"):
-            with open(os.path.join(workdir, name)) as f:
-                for line in f:
-                    if line.startswith(("totals:", "summary:")):
-                        total += int(line.split()[1])
-                        break
+    total = callgrind_total(workdir, label)
     return total / n
 
 

@@ -54,6 +54,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+
+from callgrind_run import start_server  # tools/ is sys.path[0]
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,16 +151,7 @@ def measure(python, app, request, n, workdir):
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "m0serve", app,
             "--interface", "asgi", "--host", "127.0.0.1", "--port", "0"]
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps"))
-    # Not from the source tree, whose m0serve/ has no built _core.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workdir)
-    port = None
-    for line in proc.stdout:
-        m = re.search(r"Listening on http://127.0.0.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        raise SystemExit(f"{label}: the server did not start:\n{proc.communicate(timeout=60)[0]}")
+    proc, port = start_server(argv, env, workdir, label)
     try:
         sock = socket.create_connection(("127.0.0.1", port))
         sock.settimeout(300)

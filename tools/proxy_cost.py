@@ -14,9 +14,10 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
+
+from callgrind_run import callgrind_total, start_server  # tools/ is sys.path[0]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
@@ -34,16 +35,7 @@ def per_request(workdir, label, app_args, extra, n):
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=conn_io_cb", f"--callgrind-out-file={out}",
             sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0", *extra]
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"))
-    # Not from the source tree, whose m0serve/ has no built _core.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workdir)
-    port = None
-    for line in proc.stdout:
-        m = re.search(r"Listening on http://127.0.0.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        raise SystemExit(f"{label}: the server did not start:\n{proc.communicate(timeout=60)[0]}")
+    proc, port = start_server(argv, env, workdir, label)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.settimeout(120)
     buf = b""
@@ -61,14 +53,7 @@ def per_request(workdir, label, app_args, extra, n):
     sock.close()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
-    total = 0
-    for name in os.listdir(workdir):
-        if name.startswith(f"cg.{label}"):
-            with open(os.path.join(workdir, name)) as f:
-                for line in f:
-                    if line.startswith(("totals:", "summary:")):
-                        total += int(line.split()[1])
-                        break
+    total = callgrind_total(workdir, label)
     return total / n
 
 
