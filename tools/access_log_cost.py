@@ -22,15 +22,10 @@ import subprocess
 import sys
 import tempfile
 
-from callgrind_run import callgrind_total  # tools/ is sys.path[0]
+from callgrind_run import BROWSER_HEAD, callgrind_total  # tools/ is sys.path[0]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
-        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
-        "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"
-        "Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br\r\n"
-        "Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\n"
-        "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: none\r\nSec-Fetch-User: ?1\r\n\r\n").encode()
+HEAD = (BROWSER_HEAD + "\r\n").encode()
 ARMS = {"off": [], "on": ["--access-log"], "json": ["--access-log-json"]}
 
 

@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 
-from callgrind_run import start_server  # tools/ is sys.path[0]
+from callgrind_run import exchange, start_server  # tools/ is sys.path[0]
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,23 +77,6 @@ FUNCS = ["conn_io_cb", "m0_asgi_http_request", "m0_asgi_scope_new", "asgi_header
          "http_start", "m0_head_add_asgi_fields", "m0_conn_writev", "http_complete",
          "__pyx_f_6uvloop_4loop_4Loop__on_idle"]
 WARMUP = 300
-
-
-def exchange(sock, request, buf):
-    sock.sendall(request)
-    while True:
-        j = buf.find(b"\r\n\r\n")
-        if j >= 0:
-            length = re.search(rb"content-length: (\d+)", buf[:j].lower())
-            end = j + 4 + int(length.group(1))
-            if len(buf) >= end:
-                if not buf.startswith(b"HTTP/1.1 200 "):
-                    raise SystemExit(f"unexpected response: {buf[:200]!r}")
-                return buf[end:]
-        data = sock.recv(65536)
-        if not data:
-            raise SystemExit("the server closed the connection")
-        buf += data
 
 
 def control(*args):

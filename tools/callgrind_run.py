@@ -5,6 +5,33 @@ import os
 import re
 import subprocess
 
+# A browser's GET, without its end of head: callers add their own fields and the final CRLF.
+BROWSER_HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
+                "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
+                "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"
+                "Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br\r\n"
+                "Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\n"
+                "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: none\r\nSec-Fetch-User: ?1\r\n")
+
+
+def exchange(sock, request, buf):
+    """Send one request and read its Content-Length response (it must be a 200); returns the bytes
+    read past it."""
+    sock.sendall(request)
+    while True:
+        j = buf.find(b"\r\n\r\n")
+        if j >= 0:
+            length = re.search(rb"content-length: (\d+)", buf[:j].lower())
+            end = j + 4 + int(length.group(1))
+            if len(buf) >= end:
+                if not buf.startswith(b"HTTP/1.1 200 "):
+                    raise SystemExit(f"unexpected response: {buf[:200]!r}")
+                return buf[end:]
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise SystemExit("the server closed the connection")
+        buf += chunk
+
 
 def start_server(argv, env, cwd, label):
     """Popen argv (a wrapped `python -m m0serve ... --port 0`) and return (proc, port) once it logs

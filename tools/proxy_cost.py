@@ -11,22 +11,15 @@ with and without --proxy-headers for --native hello and a WSGI hello.
 usage: python tools/proxy_cost.py [N]      (N = 2000; needs valgrind, a built venv)
 """
 import os
-import re
 import signal
 import socket
 import sys
 import tempfile
 
-from callgrind_run import callgrind_total, start_server  # tools/ is sys.path[0]
+from callgrind_run import BROWSER_HEAD, callgrind_total, exchange, start_server  # tools/ is sys.path[0]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEAD = ("GET /plaintext HTTP/1.1\r\nHost: server.example\r\n"
-        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
-        "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"
-        "Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br\r\n"
-        "Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\n"
-        "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: none\r\nSec-Fetch-User: ?1\r\n"
-        "X-Forwarded-For: 203.0.113.7, 10.0.0.2, 10.0.0.3\r\nX-Forwarded-Proto: https\r\n\r\n").encode()
+HEAD = (BROWSER_HEAD + "X-Forwarded-For: 203.0.113.7, 10.0.0.2, 10.0.0.3\r\nX-Forwarded-Proto: https\r\n\r\n").encode()
 ALLOW = ["--forwarded-allow-ips", "127.0.0.1,10.0.0.0/8"]
 
 
@@ -40,16 +33,7 @@ def per_request(workdir, label, app_args, extra, n):
     sock.settimeout(120)
     buf = b""
     for _ in range(n):
-        sock.sendall(HEAD)
-        while True:
-            j = buf.find(b"\r\n\r\n")
-            if j >= 0:
-                length = re.search(rb"content-length: (\d+)", buf[:j].lower())
-                end = j + 4 + int(length.group(1))
-                if len(buf) >= end:
-                    buf = buf[end:]
-                    break
-            buf += sock.recv(65536)
+        buf = exchange(sock, HEAD, buf)
     sock.close()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
