@@ -33,6 +33,7 @@ import argparse
 import difflib
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -173,9 +174,11 @@ def off_default_notes(arms, versions):
     seen, notes = set(), []
     for arm in arms:
         flags = servers.off_defaults(arm.get("command"))
-        if flags and arm["name"] not in seen:
-            seen.add(arm["name"])
-            notes.append(f"{_label(arm, versions)[:-len(OFF) - 1]}: {'; '.join(flags)}")
+        note = f"{_label(arm, versions)[:-len(OFF) - 1]}: {'; '.join(flags)}" if flags else None
+        # Arms of one server under different loads share a label: one note each.
+        if note and note not in seen:
+            seen.add(note)
+            notes.append(note)
     return f"{OFF} Off its defaults (bench/README.md says why): " + ". ".join(notes) + "." if notes else ""
 
 
@@ -286,13 +289,14 @@ def mixed_table(art, versions):
     head = ["server", "slow requests in flight", "fast-route p50 ms", "p90 ms", "p99 ms", "rps", "rps per core",
             "control"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 6 + ["---"]) + "|"]
+    levels = [r for r in art["rows"] if r["id"] != MIXED_GATE_ROW]
     names = []
-    for row in art["rows"]:
+    for row in levels:
         for arm in row["arms"]:
             if arm["name"] not in names:
                 names.append(arm["name"])
     for name in names:
-        for row in art["rows"]:
+        for row in levels:
             arm = _arm(row, name)
             if not arm:
                 continue
@@ -305,87 +309,127 @@ def mixed_table(art, versions):
             lines.append(f"| {label} | {row['slow_inflight']} | {fmt_med(arm, 'p50_ms', 'ms')} | "
                          f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
                          f"{fmt_med(arm, 'rps', 'int')} | {fmt_med(arm, 'rps_per_core', 'int')} | {control} |")
+    gate_table = mixed_gate_table(art, versions)
+    if gate_table:
+        lines += ["", "The gate row: the same servers again, the three arms alternating round by round.", "",
+                  gate_table]
     gate = mixed_gate(art)
     if gate:
         lines += ["", gate]
     return "\n".join(lines)
 
 
+def same_round_ratio(arm, ref, metric):
+    """Median and range of arm/ref for `metric` over the rounds both measured (round r against round r,
+    the same machine state: the arms of a row alternate). (median, min, max) or None."""
+    per_round = [x[metric] / y[metric] for x, y in zip(arm.get("rounds", []), ref.get("rounds", []))
+                 if not x.get("failed") and not y.get("failed") and x.get(metric) and y.get(metric)]
+    return (statistics.median(per_round), min(per_round), max(per_round)) if per_round else None
+
+
+def _fmt_ratio(r):
+    return "–" if r is None else f"{r[0]:.2f}× ({r[1]:.2f}–{r[2]:.2f})"
+
+
+def _attack_who(load):
+    if not load.get("attack"):
+        return "none"
+    who = f"{load['attackers']} {load['attack']}"
+    return who + (" at a socket nobody reads (control)" if load.get("attack_target") == "sink" else "")
+
+
 def attack_table(art, versions):
-    head = ["server", "attackers", "fast-route p50 ms", "p90 ms", "p99 ms", "p99 ÷ quiet p99", "rps",
-            "server cores, attackers alone", "reconnects (server timeouts)"]
+    """One row of the artifact per server, whose arms are that server quiet and under each load, measured
+    in alternation: "p99 ÷ quiet p99" is the median of same-round ratios."""
+    head = ["server", "attackers", "fast-route p50 ms", "p90 ms", "p99 ms", "p99 ÷ quiet p99, same round",
+            "p99 ÷ control p99, same round", "rps", "server cores, attackers alone", "reconnects (server timeouts)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
-    quiet = next((r for r in art["rows"] if not r.get("attack")), None)
-    names = []
-    for row in art["rows"]:
-        for arm in row["arms"]:
-            if arm["name"] not in names:
-                names.append(arm["name"])
     verdicts = []
-    for name in names:
-        q = _arm(quiet, name) if quiet else None
-        q99 = q.get("median", {}).get("p99_ms") if q and q["status"] == "ok" else None
-        for row in art["rows"]:
-            arm = _arm(row, name)
-            if not arm:
-                continue
-            who = f"{row['attackers']} {row['attack']}" if row.get("attack") else "none"
-            if row.get("attack_target") == "sink":
-                who += " at a socket nobody reads (control)"
+    for row in art["rows"]:
+        quiet = next((a for a in row["arms"] if not a.get("load", {}).get("attack")), None)
+        quiet_ok = quiet is not None and quiet["status"] == "ok"
+        control = next((a for a in row["arms"] if a.get("load", {}).get("attack_target") == "sink"), None)
+        control_ok = control is not None and control["status"] == "ok"
+        for arm in row["arms"]:
+            load = arm.get("load", {})
+            who = _attack_who(load)
             label = _label(arm, versions)
             if arm["status"] != "ok":
                 why = _skip_text(arm) if arm["status"] == "skipped" else f"**{FAILED}**"
                 lines.append(f"| {label} | {who} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
                 continue
-            p99 = arm["median"].get("p99_ms")
-            ratio = p99 / q99 if (p99 is not None and q99 and row.get("attack")) else None
+            ratio = same_round_ratio(arm, quiet, "p99_ms") if quiet_ok and load.get("attack") else None
+            # What the server adds beyond the attackers' load on the load generator's core.
+            beyond = (same_round_ratio(arm, control, "p99_ms")
+                      if control_ok and load.get("attack") and arm is not control else None)
             idle = arm["median"].get("attack_idle_cores")
             recon = [r.get("attack_counters", {}).get("reconnects") for r in arm["rounds"]
                      if r.get("attack_counters")]
             lines.append(f"| {label} | {who} | {fmt_med(arm, 'p50_ms', 'ms')} | {fmt_med(arm, 'p90_ms', 'ms')} | "
-                         f"{fmt_med(arm, 'p99_ms', 'ms')} | {'–' if ratio is None else f'{ratio:.2f}×'} | "
+                         f"{fmt_med(arm, 'p99_ms', 'ms')} | {_fmt_ratio(ratio)} | {_fmt_ratio(beyond)} | "
                          f"{fmt_med(arm, 'rps', 'int')} | {'–' if idle is None else f'{idle:.3f}'} | "
                          f"{'–' if not recon else sorted(recon)[len(recon) // 2]} |")
-            if (arm.get("is_m0serve") and row.get("attack") and not row.get("attack_target")
-                    and ratio is not None and idle is not None):
-                ok = ratio <= 2.0 and idle <= 0.05
-                verdicts.append(f"{name} under {who}: p99 {ratio:.2f}× quiet (goal ≤ 2×), attackers alone "
-                                f"{idle * 100:.1f}% of a core (goal ≤ 5%): {'met' if ok else 'NOT met'}")
+            if arm.get("is_m0serve") and load.get("attack") and load.get("attack_target") != "sink" \
+                    and ratio is not None and idle is not None:
+                ok = ratio[0] <= 2.0 and idle <= 0.05
+                verdicts.append(f"{arm['label']} under {who}: p99 {ratio[0]:.2f}× quiet (goal ≤ 2×), attackers "
+                                f"alone {idle * 100:.1f}% of a core (goal ≤ 5%): {'met' if ok else 'NOT met'}"
+                                + ("" if beyond is None else f" (p99 {beyond[0]:.2f}× the control's)"))
     if verdicts:
         lines += ["", "Gate: " + "; ".join(verdicts) + "."]
     return "\n".join(lines)
 
 
+MIXED_GATE_ROW = "gate"
+
+
 def mixed_gate(art):
-    """The isolation gate, computed from the artifact: the pool's fast p99 with two slow views in flight
-    against its own without any and against Granian's pool at each level, and its requests per
-    core-second without slow load against the inline mode's (medians of the same run)."""
-    rows = {r["slow_inflight"]: r for r in art["rows"]}
-
-    def med(k, name, metric):
-        arm = _arm(rows[k], name) if k in rows else None
-        if not arm or arm["status"] != "ok":
-            return None
-        return arm.get("median", {}).get(metric)
-
-    pool, granian, inline = "m0serve-bt4", "granian-bt4", "m0serve"
-    p0, p2 = med(0, pool, "p99_ms"), med(2, pool, "p99_ms")
-    if p0 is None or p2 is None:
+    """The isolation gate, computed from the artifact. Its two ratios come from the gate row, whose arms
+    (the pool with 0 and with 2 slow requests in flight, the inline mode without) alternate round by round:
+    medians of same-round ratios. Against Granian's pool, the p99 medians of each slow level's row."""
+    gate = next((r for r in art["rows"] if r["id"] == MIXED_GATE_ROW), None)
+    if gate is None:
         return ""
-    out = [f"Gate, {pool}: fast-route p99 with 2 slow requests in flight is {p2 / p0:.2f}× its p99 without "
-           f"({p2:.2f} / {p0:.2f} ms; goal ≤ 1.5×: {'met' if p2 <= 1.5 * p0 else 'NOT met'})."]
+    arms = {a["name"]: a for a in gate["arms"] if a["status"] == "ok"}
+    pool0, pool2, inline0 = (arms.get(n) for n in ("m0serve-bt4@slow0", "m0serve-bt4@slow2", "m0serve@slow0"))
+    out = []
+    p99 = same_round_ratio(pool2, pool0, "p99_ms") if pool0 and pool2 else None
+    if p99 is not None:
+        out.append(f"Gate, m0serve-bt4 (gate row, same-round ratios): fast-route p99 with 2 slow requests in "
+                   f"flight is {_fmt_ratio(p99)} its p99 without ({pool2['median']['p99_ms']:.2f} / "
+                   f"{pool0['median']['p99_ms']:.2f} ms, medians; goal ≤ 1.5×: "
+                   f"{'met' if p99[0] <= 1.5 else 'NOT met'}).")
+    per_core = same_round_ratio(pool0, inline0, "rps_per_core") if pool0 and inline0 else None
+    if per_core is not None:
+        out.append(f"Requests per core-second without slow load: {_fmt_ratio(per_core)} the inline mode's "
+                   f"(goal ≥ 0.90×: {'met' if per_core[0] >= 0.9 else 'NOT met'}).")
     cmp = []
-    for k in sorted(rows):
-        g, m = med(k, granian, "p99_ms"), med(k, pool, "p99_ms")
-        if g is not None and m is not None:
-            cmp.append(f"{k}: {m:.2f} vs {g:.2f} ms ({'≤' if m <= g else '>'})")
+    for row in sorted((r for r in art["rows"] if r["id"] != MIXED_GATE_ROW), key=lambda r: r["slow_inflight"]):
+        g, m = _arm(row, "granian-bt4"), _arm(row, "m0serve-bt4")
+        if g and m and g["status"] == m["status"] == "ok":
+            gm, mm = g["median"]["p99_ms"], m["median"]["p99_ms"]
+            cmp.append(f"{row['slow_inflight']}: {mm:.2f} vs {gm:.2f} ms ({'≤' if mm <= gm else '>'})")
     if cmp:
         out.append("Against Granian's 4 blocking threads, p99 by slow level: " + "; ".join(cmp) + ".")
-    r_pool, r_inline = med(0, pool, "rps_per_core"), med(0, inline, "rps_per_core")
-    if r_pool and r_inline:
-        out.append(f"Requests per core-second without slow load: {r_pool / r_inline:.2f}× the inline mode's "
-                   f"({r_pool:,.0f} / {r_inline:,.0f}; goal ≥ 0.90×: {'met' if r_pool >= 0.9 * r_inline else 'NOT met'}).")
     return " ".join(out)
+
+
+def mixed_gate_table(art, versions):
+    """The gate row's own measurements."""
+    gate = next((r for r in art["rows"] if r["id"] == MIXED_GATE_ROW), None)
+    if gate is None:
+        return ""
+    lines = ["| server | slow requests in flight | fast-route p50 ms | p90 ms | p99 ms | rps | rps per core |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for arm in gate["arms"]:
+        k = arm.get("load", {}).get("slow_inflight", 0)
+        if arm["status"] != "ok":
+            lines.append(f"| {_label(arm, versions)} | {k} | **{FAILED}** | – | – | – | – |")
+            continue
+        lines.append(f"| {_label(arm, versions)} | {k} | {fmt_med(arm, 'p50_ms', 'ms')} | "
+                     f"{fmt_med(arm, 'p90_ms', 'ms')} | {fmt_med(arm, 'p99_ms', 'ms')} | "
+                     f"{fmt_med(arm, 'rps', 'int')} | {fmt_med(arm, 'rps_per_core', 'int')} |")
+    return "\n".join(lines)
 
 
 def _skip_text(arm):

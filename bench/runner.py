@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import env, procs, wrk
+from . import servers as S
 
 SERVER_CPU = 0
 WRK_CPU = 1
@@ -217,14 +218,19 @@ class RowRunner:
         # A row's own headers (row.extra["headers"]) go to every arm, after the browser's.
         return ([] if self.s.bare_request else wrk.BROWSER_HEADERS) + list(self.row.extra.get("headers", ()))
 
+    def load(self, arm):
+        """The load an arm is measured under: the row's, with the arm's own (Arm.load) over it."""
+        return {k: arm.load.get(k, getattr(self.row, k)) for k in S.LOAD_KEYS}
+
     def measure(self, arm_state, duration_s):
         """One timed wrk run against one arm; returns the round record."""
         port, proc = arm_state["port"], arm_state["proc"]
+        load = self.load(arm_state["arm"])
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
-        with SlowLoad(port, self.row.slow_inflight, self.row.slow_ms) as slow, \
-                AttackLoad(self.row.attack, self.row.attackers, port, proc.pid,
-                           target=self.row.attack_target) as attack:
+        with SlowLoad(port, load["slow_inflight"], self.row.slow_ms) as slow, \
+                AttackLoad(load["attack"], load["attackers"], port, proc.pid,
+                           target=load["attack_target"]) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             if self.row.target_requests:
@@ -259,13 +265,13 @@ class RowRunner:
             "server_processes": len(after),
             "wrk_output": raw,
         }
-        if self.row.attack:
+        if load["attack"]:
             rec["attack_idle_cores"] = attack.idle_cores
             rec["attack_counters"] = attack.counters
             if attack.error:
                 rec["failed"] = True
                 rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + attack.error
-        if self.row.slow_inflight:
+        if load["slow_inflight"]:
             rec["slow_completed"] = slow.completed
             rec["slow_errors"] = slow.errors
         if proc.poll() is not None:
@@ -329,7 +335,7 @@ class RowRunner:
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
-               "slow_ms": row.slow_ms if row.slow_inflight else None, "target_requests": row.target_requests,
+               "slow_ms": row.slow_ms if row.slow_inflight or any(a.load.get("slow_inflight") for a in row.arms) else None, "target_requests": row.target_requests,
                "attack": row.attack or None, "attackers": row.attackers,
                "attack_target": row.attack_target or None, **row.extra,
                "arms": [], "status": "ok", "failures": []}
@@ -395,6 +401,8 @@ class RowRunner:
         rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
                "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
                "wrk_command": self.wrk_argv(st["port"], self.s.duration_s), "status": "ok"}
+        if any(a.load for a in self.row.arms):
+            rec["load"] = self.load(arm)
         if "skipped" in st:
             rec["status"] = "skipped"
             rec["skipped"] = st["skipped"]

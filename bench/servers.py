@@ -4,7 +4,7 @@ thread of application code unless a row says otherwise).
 Every argv uses the placeholders {app} (module:callable under bench/apps) and {port}.
 """
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import env
 
@@ -22,9 +22,24 @@ class Arm:
     expect: str = None  # mixed suite: "stall" (no slow-view isolation: must show the stall) | "isolated"
     note: str = ""
     env: dict = field(default_factory=dict)
+    # The load this arm is measured under, over the row's: any of the Row fields slow_inflight, attack,
+    # attackers, attack_target. Arms of one server under different loads alternate round by round, so a
+    # ratio between them (p99 with against without) compares the same machine state.
+    load: dict = field(default_factory=dict)
 
     def command(self, app, port):
         return [a.format(app=app, port=port, host=HOST) for a in self.argv]
+
+
+LOAD_KEYS = ("slow_inflight", "attack", "attackers", "attack_target")
+
+
+def under_load(arm, name, label, expect=None, **load):
+    """The same server as `arm` (its own process), measured under `load` (LOAD_KEYS)."""
+    unknown = set(load) - set(LOAD_KEYS)
+    if unknown:
+        raise ValueError(f"unknown load keys {sorted(unknown)}")
+    return replace(arm, name=name, label=label, expect=expect if expect is not None else arm.expect, load=dict(load))
 
 
 def _bin(name):

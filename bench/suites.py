@@ -77,8 +77,17 @@ def mixed_arms():
 
 
 def mixed():
-    return [Row(f"slow{k}", f"Fast route while {k} request(s) to /slow?ms=200 are in flight", "slow_wsgi:app",
-                mixed_arms(), slow_inflight=k, slow_ms=200) for k in (0, 1, 2)]
+    levels = [Row(f"slow{k}", f"Fast route while {k} request(s) to /slow?ms=200 are in flight", "slow_wsgi:app",
+                  mixed_arms(), slow_inflight=k, slow_ms=200) for k in (0, 1, 2)]
+    # The gate's own row: the pool with 0 and with 2 slow requests in flight, and the inline mode
+    # without, alternating round by round, so both gate ratios compare the same machine state.
+    inline, pool = mixed_arms()[:2]
+    gate = Row("gate", "The pool with 0 and 2 slow requests in flight and the inline mode, alternating",
+               "slow_wsgi:app", [S.under_load(pool, "m0serve-bt4@slow0", pool.label, slow_inflight=0),
+                                 S.under_load(pool, "m0serve-bt4@slow2", pool.label, slow_inflight=2),
+                                 S.under_load(inline, "m0serve@slow0", inline.label, expect="", slow_inflight=0)],
+               slow_ms=200)
+    return levels + [gate]
 
 
 def threads():
@@ -101,21 +110,23 @@ def threads():
 
 
 def attack():
-    # Hostile clients (bench/attack.py, on the load generator's core) beside the fast route: the fast
-    # route's p99 against the quiet row's, and what the attackers alone cost the server (attack_idle_cores).
-    arms = [S.m0serve("wsgi", label="m0serve (wsgi, inline)"),
-            S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
-                      label="m0serve (wsgi, --blocking-threads 4)"),
-            S.granian("wsgi", blocking_threads=4)]
-    return [Row("quiet", "Fast route, no attackers", WSGI_HELLO, arms),
-            Row("slowloris200", "Fast route beside 200 slowloris connections (70 KB head, then a byte every 100 ms)",
-                WSGI_HELLO, arms, attack="slowloris", attackers=200),
-            Row("slowbody200", "Fast route beside 200 slow uploads (1 MB declared, a byte every 100 ms)",
-                WSGI_HELLO, arms, attack="slowbody", attackers=200),
-            # The control: the same 200 upload clients, aimed at a socket nobody reads. The server sees
-            # none of them; what changes is only the attackers' load on the load generator's core.
-            Row("slowbody200-sink", "Fast route while 200 slow uploads go to a socket nobody reads (control)",
-                WSGI_HELLO, arms, attack="slowbody", attackers=200, attack_target="sink")]
+    # Hostile clients (bench/attack.py, on the load generator's core) beside the fast route. One row per
+    # server; its arms are that server quiet, beside each attack, and beside the control, alternating round
+    # by round, so "p99 ÷ quiet p99" is a ratio of the same machine state (this host's speed changes from
+    # one minute to the next). attack_idle_cores: what the attackers alone cost the server.
+    servers = [("m0serve", S.m0serve("wsgi", label="m0serve (wsgi, inline)")),
+               ("m0serve-bt4", S.m0serve("wsgi", extra=["--blocking-threads", "4"], name="m0serve-bt4",
+                                         label="m0serve (wsgi, --blocking-threads 4)")),
+               ("granian-bt4", S.granian("wsgi", blocking_threads=4))]
+    loads = [("quiet", {}),
+             ("slowloris200", {"attack": "slowloris", "attackers": 200}),  # 70 KB head, then a byte every 100 ms
+             ("slowbody200", {"attack": "slowbody", "attackers": 200}),  # 1 MB declared, a byte every 100 ms
+             # The control: the same 200 upload clients, aimed at a socket nobody reads. The server sees
+             # none of them; what changes is only the attackers' load on the load generator's core.
+             ("slowbody200-sink", {"attack": "slowbody", "attackers": 200, "attack_target": "sink"})]
+    return [Row(key, f"{server.label}: fast route quiet, beside each attack, and beside the control", WSGI_HELLO,
+                [S.under_load(server, f"{key}@{load_key}", server.label, **load) for load_key, load in loads])
+            for key, server in servers]
 
 
 def ops():
@@ -182,10 +193,8 @@ def validate(artifact):
     reasons = []
     if artifact["suite"] == "mixed":
         for row in artifact["rows"]:
-            if not row["slow_inflight"]:
-                continue
             for arm in row["arms"]:
-                if arm["status"] != "ok":
+                if arm["status"] != "ok" or not arm.get("load", row).get("slow_inflight"):
                     continue
                 p99 = arm["median"]["p99_ms"]
                 threshold = row["slow_ms"] / 2
@@ -193,7 +202,8 @@ def validate(artifact):
                     arm["control"] = "stall shown" if p99 is not None and p99 >= threshold else "STALL NOT SHOWN"
                     if arm["control"] != "stall shown":
                         reasons.append(f"{row['id']}/{arm['name']}: control without isolation shows p99 {p99} ms "
-                                       f"< {threshold} ms with {row['slow_inflight']} slow request(s) in flight")
+                                       f"< {threshold} ms with {arm.get('load', row)['slow_inflight']} slow "
+                                       "request(s) in flight")
                 elif arm["expect"] == "isolated":
                     arm["control"] = "isolated" if p99 is not None and p99 < threshold else "NOT ISOLATED"
                 slow = sum(r.get("slow_completed", 0) for r in arm["rounds"])

@@ -39,20 +39,47 @@ def test_attackers_hold_their_connections_open_and_the_server_still_answers(serv
     assert counters["bytes_sent"] > counters["connects"] * len(head)  # and the trickled bytes on top
 
 
-def _arm(name, p99, idle=None, is_m0=True):
-    med = {"p50_ms": 0.1, "p90_ms": 0.2, "p99_ms": p99, "rps": 1000.0, "attack_idle_cores": idle}
+def _arm(name, p99s, idle=None, is_m0=True, load=None):
+    """An arm measured over len(p99s) rounds, one p99 per round."""
+    rounds = [{"round": i + 1, "p99_ms": p, "failed": False, "attack_counters": {"reconnects": 7}}
+              for i, p in enumerate(p99s)]
+    med = {"p50_ms": 0.1, "p90_ms": 0.2, "p99_ms": sorted(p99s)[len(p99s) // 2], "rps": 1000.0,
+           "attack_idle_cores": idle}
     return {"name": name, "label": name, "is_m0serve": is_m0, "version_key": "m0serve", "status": "ok",
-            "median": med, "spread": {}, "rounds": [{"attack_counters": {"reconnects": 7}}]}
+            "median": med, "spread": {}, "rounds": rounds, "load": load or {}}
 
 
-def test_attack_table_states_the_gate_from_the_artifact():
-    art = {"rows": [
-        {"id": "quiet", "attack": None, "attackers": 0, "arms": [_arm("m0serve", 0.5)]},
-        {"id": "slowloris200", "attack": "slowloris", "attackers": 200, "arms": [_arm("m0serve", 0.9, 0.02)]},
-        {"id": "slowbody200", "attack": "slowbody", "attackers": 200, "arms": [_arm("m0serve", 1.5, 0.01)]},
-    ]}
+def test_attack_table_states_the_gate_from_same_round_ratios():
+    # The host is slow in round 2: every arm's p99 doubles there. Same-round ratios cancel it; a ratio
+    # of medians across measurements taken at different times would not.
+    loris = {"attack": "slowloris", "attackers": 200}
+    body = {"attack": "slowbody", "attackers": 200}
+    art = {"rows": [{"id": "m0serve", "arms": [
+        _arm("m0serve@quiet", [0.5, 1.0, 0.5]),
+        _arm("m0serve@slowloris200", [0.9, 1.8, 0.9], 0.02, load=loris),
+        _arm("m0serve@slowbody200", [1.5, 3.0, 1.5], 0.01, load=body),
+        _arm("m0serve@slowbody200-sink", [0.6, 1.2, 0.6], 0.0, load={**body, "attack_target": "sink"}),
+    ]}]}
     text = render.attack_table(art, {})
-    assert "1.80×" in text and "3.00×" in text
-    assert "m0serve under 200 slowloris: p99 1.80× quiet (goal ≤ 2×), attackers alone 2.0% of a core " \
-           "(goal ≤ 5%): met" in text
-    assert "m0serve under 200 slowbody: p99 3.00× quiet" in text and "NOT met" in text
+    assert "1.80× (1.80–1.80)" in text and "3.00× (3.00–3.00)" in text
+    assert "200 slowbody at a socket nobody reads (control) | 0.10 | 0.20 | 0.60 | 1.20× (1.20–1.20) | – |" in text
+    assert "| 200 slowbody | 0.10 | 0.20 | 1.50 | 3.00× (3.00–3.00) | 2.50× (2.50–2.50) |" in text
+    assert "m0serve@slowloris200 under 200 slowloris: p99 1.80× quiet (goal ≤ 2×), attackers alone 2.0% of a " \
+           "core (goal ≤ 5%): met" in text
+    assert "m0serve@slowbody200 under 200 slowbody: p99 3.00× quiet" in text and "NOT met" in text
+    assert "(p99 2.50× the control's)" in text
+    assert "sink" not in text.split("Gate:")[1]  # the control is never gated
+
+
+def test_arms_of_one_row_carry_their_own_load():
+    from bench import runner, servers, suites
+    rows = suites.attack()
+    assert [r.id for r in rows] == ["m0serve", "m0serve-bt4", "granian-bt4"]
+    rr = runner.RowRunner.__new__(runner.RowRunner)
+    rr.row = rows[0]
+    loads = {a.name: rr.load(a) for a in rows[0].arms}
+    assert loads["m0serve@quiet"] == {"slow_inflight": 0, "attack": "", "attackers": 0, "attack_target": ""}
+    assert loads["m0serve@slowbody200-sink"]["attack_target"] == "sink"
+    assert len({tuple(a.argv) for a in rows[0].arms}) == 1  # one server, four loads
+    with pytest.raises(ValueError):
+        servers.under_load(rows[0].arms[0], "x", "x", slow=1)

@@ -250,6 +250,28 @@ def test_mixed_control_that_stops_stalling_invalidates_the_run():
     assert "control without isolation" in bad["invalid_reasons"][0]
 
 
+def test_mixed_gate_row_gives_same_round_ratios_and_its_slow_arm_is_validated():
+    def arm(name, p99s, rps_per_core, load, expect="isolated", slow=20):
+        rounds = [_round(i + 1, rps_per_core[i], 1.0, p99=p, slow=slow) for i, p in enumerate(p99s)]
+        rec = _arm_record(name, rounds, is_m0=True, expect=expect)
+        rec["load"] = load
+        return rec
+
+    # Round 2 ran with the host at half speed: every arm doubles its p99 and halves its rate there.
+    gate = {"id": "gate", "slow_inflight": 0, "slow_ms": 200, "status": "ok", "arms": [
+        arm("m0serve-bt4@slow0", [0.10, 0.20, 0.10], [90_000, 45_000, 90_000], {"slow_inflight": 0}),
+        arm("m0serve-bt4@slow2", [0.12, 0.24, 0.12], [85_000, 42_500, 85_000], {"slow_inflight": 2}),
+        arm("m0serve@slow0", [0.08, 0.16, 0.08], [100_000, 50_000, 100_000], {"slow_inflight": 0}, expect="")]}
+    art = {"suite": "mixed", "rows": [gate]}
+    text = render.mixed_gate(art)
+    assert "is 1.20× (1.20–1.20) its p99 without" in text and "goal ≤ 1.5×: met" in text
+    assert "0.90× (0.90–0.90) the inline mode's (goal ≥ 0.90×: met)" in text
+    assert suites.validate(art)["valid"] is True
+    assert gate["arms"][1]["control"] == "isolated"
+    gate["arms"][1]["rounds"] = [{**r, "slow_completed": 0} for r in gate["arms"][1]["rounds"]]
+    assert any("no slow request completed" in r for r in suites.validate(art)["invalid_reasons"])
+
+
 def test_median_spread():
     med, spread = runner.median_spread([100.0, 110.0, 90.0])
     assert med == 100.0 and spread["spread_pct"] == pytest.approx(20.0) and spread["n"] == 3
@@ -266,3 +288,12 @@ def test_verdict_claims_a_direction_only_when_every_round_agrees():
     assert render.verdict({"min": 0.8, "max": 0.95}, "rps_per_core") == "behind"
     assert render.verdict({"min": 0.95, "max": 1.05}, "rps_per_core") == "not separable from"
     assert render.verdict({"min": 1.05, "max": 1.2}, "cpu_us_per_req") == "behind"
+
+
+def test_arms_of_one_server_under_different_loads_share_one_off_defaults_note():
+    cmd = ["/x/bin/granian", "--interface", "wsgi", "--blocking-threads", "4", "hello_wsgi:app"]
+    arms = [{"name": f"granian-bt4@{load}", "label": "Granian (4 blocking threads)", "version_key": "granian",
+             "command": cmd} for load in ("quiet", "slowloris200", "slowbody200")]
+    notes = render.off_default_notes(arms, {"granian": "2.8.9"})
+    assert notes.count("--blocking-threads 4") == 1
+    assert notes.startswith("† Off its defaults (bench/README.md says why): Granian (4 blocking threads) 2.8.9: ")
