@@ -188,6 +188,9 @@ OPTIONS = [
     Option("--send-timeout", "value", _seconds, 30.0,
            "seconds a response may wait on a client that does not read (queued output, or a blocked writer) before "
            "the connection is closed", "http", "SECONDS"),
+    Option("--pace-window", "value", _seconds, 1.0,
+           "a client whose request head, or buffered body, brings under 4 KiB in this many seconds is read once per "
+           "window instead of at every packet (0: off)", "http", "SECONDS"),
     Option("--limit-connections", "value", _int_in(0), None,
            "open connections per event loop past which it stops accepting until one closes (0: no limit; default: "
            "the RLIMIT_NOFILE soft limit less a reserve of a tenth (at least 64) for the app's own files, shared by the "
@@ -496,6 +499,7 @@ def server_options(cfg):
         body_buffer_size=cfg.body_buffer_size,
         body_timeout=cfg.body_timeout,
         send_timeout=cfg.send_timeout,
+        pace_window=cfg.pace_window,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
         access_log=cfg.access_log or cfg.access_log_format is not None or cfg.access_log_json,

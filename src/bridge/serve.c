@@ -387,9 +387,11 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "proxy",
                              "max_requests_fd",
                              "inflight_counter",
+                             "pace_window",
                              NULL};
     PyObject *app, *interface, *listeners;
-    double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0;
+    double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0,
+           pace_window = 1.0;
     int blocking_threads = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
@@ -407,12 +409,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiO:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOd:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter))
+            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -439,6 +441,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         seconds_to_ms("header_timeout", header_timeout, 1, &cfg.header_timeout_ms) < 0 ||
         seconds_to_ms("body_timeout", body_timeout, 1, &cfg.body_timeout_ms) < 0 ||
         seconds_to_ms("send_timeout", send_timeout, 1, &cfg.send_timeout_ms) < 0 ||
+        seconds_to_ms("pace_window", pace_window, 0, &cfg.pace_window_ms) < 0 ||
         positive_size("limit_request_line", limit_request_line, &cfg.limits.max_request_line) < 0 ||
         positive_size("limit_request_fields", limit_request_fields, &cfg.limits.max_header_count) < 0 ||
         size_at_most("limit_request_fields", limit_request_fields, M0_MAX_HEADER_FIELDS) < 0 ||

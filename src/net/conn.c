@@ -146,6 +146,7 @@ void m0_conn_close(m0_conn *c, int notify)
         return;
     m0_server *srv = c->srv;
     c->state = M0_CS_CLOSED;
+    m0_pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
     m0_io_close(srv->loop, &c->io);
     m0_conn_unhold(c);
@@ -257,6 +258,8 @@ void m0_conn_interest(m0_conn *c)
         ev = EPOLLIN | EPOLLRDHUP;
     } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
         ev = 0;
+    } else if ((flags & M0_CF_PACED) && (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)) {
+        ev = 0; /* a trickling peer: the pace timer reads it (pace.c) */
     } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {
         /* A pending request: buffer what fits (pipelined requests, body),
          * stop reading when the buffer is full (read backpressure) but keep
@@ -387,7 +390,8 @@ static void conn_readable(m0_conn *c, uint32_t events)
 {
     switch (c->state) {
     case M0_CS_HEAD:
-    case M0_CS_DISCARD:
+    case M0_CS_DISCARD: {
+        size_t got = 0;
         for (int i = 0; i < 4; i++) {
             size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
@@ -399,6 +403,8 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 m0_conn_close(c, 1);
                 return;
             }
+            if (n > 0)
+                got += (size_t)n;
             if (n == 0)
                 m0_conn_interest(c); /* stop reading; answer what is buffered */
             m0_conn_process(c);
@@ -406,8 +412,12 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
                 break;
         }
+        if (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)
+            m0_pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
         return;
-    case M0_CS_BODY:
+    }
+    case M0_CS_BODY: {
+        size_t got = 0;
         for (int i = 0; i < 4; i++) {
             size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
             ssize_t n = m0_conn_fill(c);
@@ -438,11 +448,15 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 m0_conn_release(c);
                 return;
             }
+            if (n > 0)
+                got += (size_t)n;
             if (n <= 0 || (size_t)n < room)
                 break;
         }
+        m0_pace_note(c, got);
         m0_conn_interest(c);
         return;
+    }
     case M0_CS_REQUEST:
     case M0_CS_RAW: {
         ssize_t n = -ENOBUFS;
@@ -496,6 +510,13 @@ static void conn_readable(m0_conn *c, uint32_t events)
     default:
         return;
     }
+}
+
+void m0_conn_read_now(m0_conn *c)
+{
+    c->refs++;
+    conn_readable(c, EPOLLIN);
+    m0_conn_release(c);
 }
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
@@ -651,6 +672,7 @@ static void conn_dispatch(m0_conn *c)
         }
         c->head_base = c->rbuf + c->rpos;
     }
+    m0_pace_stop(c);
     c->state = M0_CS_REQUEST;
     c->pending = 1;
     c->resp_started = 0;

@@ -58,6 +58,17 @@ uint64_t m0_conn_now_ms(void);
 /* Send "100 Continue" now (the response has not started). */
 int m0_conn_send_continue(m0_conn *c, int blocking);
 
+/* pace.c: read pacing for peers that trickle a head or a buffered body.
+ * m0_pace_note: after a read of n bytes (n may be 0) that left c's head or
+ * buffered body incomplete; may stop reading c on EPOLLIN until the pace
+ * timer. m0_pace_stop: c leaves pacing (dispatch, close); the caller
+ * recomputes the interest. */
+void m0_pace_init(m0_server *srv);
+void m0_pace_note(m0_conn *c, size_t n);
+void m0_pace_stop(m0_conn *c);
+/* conn.c: one read of c as on EPOLLIN (the pace timer's read). */
+void m0_conn_read_now(m0_conn *c);
+
 /* conn_body.c: skip the rest of a finished request's body from what is
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is
  * needed, negative when the connection must close. */

@@ -22,6 +22,8 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->body_timeout_ms = 60000;
     cfg->send_timeout_ms = 30000;
     cfg->body_buffer_size = 1024 * 1024;
+    cfg->pace_window_ms = 1000;
+    cfg->pace_min_bytes = 4096;
     cfg->block_release = NULL;
     cfg->block_acquire = NULL;
     cfg->block_signals = NULL;
@@ -95,6 +97,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
+    m0_pace_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
     int r = cfg->access_log_fd >= 0 ? m0_access_log_buf_new(&srv->log_buf, cfg->access_log_fd) : 0;
     if (r == 0)
@@ -160,6 +163,7 @@ void m0_server_free(m0_server *srv)
     m0_server_abort(srv);
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
     m0_async_close(srv->loop, &srv->wake);
     m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);

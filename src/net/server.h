@@ -72,6 +72,11 @@ typedef struct {
                                       * nor the kernel's send queue shrinks) is closed, and a
                                       * blocked response writer gives up (-ETIMEDOUT) */
     uint64_t body_buffer_size;       /* bodies up to this are read before dispatch (0: never) */
+    /* Read pacing (pace.c): a head, or a body read before dispatch, that
+     * brings fewer than pace_min_bytes in a window of pace_window_ms is read
+     * once per window from one timer instead of at every segment. 0: off. */
+    uint32_t pace_window_ms;
+    uint32_t pace_min_bytes;
     /* Around every blocking wait of an owning thread: release returns a token
      * given back to acquire (the bridge drops and retakes the GIL there);
      * signals runs after an interrupted wait and returns -1 to abandon it

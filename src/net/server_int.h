@@ -83,6 +83,9 @@ enum {
                                       * request (set at accept, cleared once it is read) */
     M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0_gate, cleared by
                                       * m0_gate_done at finish and close) */
+    M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0_pace_note,
+                                      * cleared by the timer, dispatch and close) */
+    M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
 };
 
 typedef struct m0_listener {
@@ -165,6 +168,14 @@ struct m0_conn {
     m0_conn *held_prev;
     m0_conn *held_next;
 
+    /* pace.c: the current pacing window (loop thread only). It starts at the
+     * first read that leaves the head or the buffered body incomplete
+     * (pace_mark_ms 0: none started) and restarts at each dispatch. */
+    uint64_t pace_mark_ms;
+    uint64_t pace_bytes; /* read in the window */
+    m0_conn *pace_prev;  /* the server's paced list, while M0_CF_PACE_LINKED */
+    m0_conn *pace_next;
+
     uint32_t nreq;
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
 
@@ -211,6 +222,8 @@ struct m0_server {
     int at_limit;      /* cfg.limit_connections connections are open */
     int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
+    m0_conn *paced;     /* pace.c: connections read by pace_timer (loop thread only) */
+    m0_timer pace_timer; /* armed while `paced` is not empty */
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */

@@ -1,0 +1,130 @@
+/* Read pacing for peers that trickle.
+ *
+ * A connection whose head, or whose body the loop buffers before dispatch,
+ * brings fewer than cfg.pace_min_bytes in a window of cfg.pace_window_ms is
+ * no longer read on EPOLLIN: one timer per server reads every such
+ * connection once per window, in one pass. A peer that sends a byte per
+ * segment (slowloris, a slow upload) then costs one read per window instead
+ * of one loop wake-up per byte; the kernel keeps what arrives meanwhile. A
+ * peer that brings pace_min_bytes in a window is read on EPOLLIN again, so a
+ * client that pauses and then sends the rest waits at most one window more.
+ * Pacing changes no deadline: the header and body timeouts still bound the
+ * head and the body from their start.
+ *
+ * Only the loop thread touches the list and the fields here: paced
+ * connections are in state HEAD or BODY, which no other thread owns. */
+#include "conn_int.h"
+
+static void pace_link(m0_server *srv, m0_conn *c)
+{
+    c->flags |= M0_CF_PACE_LINKED;
+    c->pace_prev = NULL;
+    c->pace_next = srv->paced;
+    if (srv->paced != NULL)
+        srv->paced->pace_prev = c;
+    srv->paced = c;
+    if (!m0_timer_armed(&srv->pace_timer))
+        m0_timer_start(srv->loop, &srv->pace_timer, srv->cfg.pace_window_ms);
+}
+
+static void pace_unlink(m0_server *srv, m0_conn *c)
+{
+    if (!(c->flags & M0_CF_PACE_LINKED))
+        return;
+    c->flags &= ~M0_CF_PACE_LINKED;
+    if (c->pace_prev != NULL)
+        c->pace_prev->pace_next = c->pace_next;
+    else
+        srv->paced = c->pace_next;
+    if (c->pace_next != NULL)
+        c->pace_next->pace_prev = c->pace_prev;
+    c->pace_prev = c->pace_next = NULL;
+}
+
+/* Whether c is waiting for the rest of a head or of a buffered body. */
+static int pace_incomplete(const m0_conn *c)
+{
+    if (c->flags & M0_CF_CLOSE_AFTER || c->peer_eof)
+        return 0;
+    return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->rlen > c->rpos);
+}
+
+void m0_pace_note(m0_conn *c, size_t n)
+{
+    m0_server *srv = c->srv;
+    if (srv->cfg.pace_window_ms == 0 || !pace_incomplete(c))
+        return;
+    uint64_t now = m0_loop_now(srv->loop);
+    if (c->pace_mark_ms == 0) {
+        c->pace_mark_ms = now;
+        c->pace_bytes = 0;
+    }
+    c->pace_bytes += n;
+    if (c->flags & M0_CF_PACED)
+        return; /* the timer's read: it decides */
+    if (now - c->pace_mark_ms < srv->cfg.pace_window_ms)
+        return;
+    if (c->pace_bytes >= srv->cfg.pace_min_bytes) {
+        c->pace_mark_ms = now; /* fast enough: a new window */
+        c->pace_bytes = 0;
+        return;
+    }
+    c->flags |= M0_CF_PACED;
+    c->pace_mark_ms = now;
+    c->pace_bytes = 0;
+    pace_link(srv, c);
+    m0_conn_interest(c);
+}
+
+void m0_pace_stop(m0_conn *c)
+{
+    c->pace_mark_ms = 0;
+    c->pace_bytes = 0;
+    if (!(c->flags & M0_CF_PACED))
+        return;
+    c->flags &= ~M0_CF_PACED;
+    if (c->srv != NULL)
+        pace_unlink(c->srv, c);
+}
+
+/* Read every paced connection once: those still slow stay paced for another
+ * window, the others are read on EPOLLIN again. */
+static void pace_tick(m0_loop *loop, m0_timer *t)
+{
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, pace_timer));
+    /* This window's connections, apart from any paced during the pass, each
+     * held: reading one may close others (an abort) before their turn. */
+    m0_conn *batch = srv->paced;
+    srv->paced = NULL;
+    for (m0_conn *c = batch; c != NULL; c = c->pace_next) {
+        c->flags &= ~M0_CF_PACE_LINKED;
+        c->refs++;
+    }
+    while (batch != NULL) {
+        m0_conn *c = batch;
+        batch = c->pace_next;
+        c->pace_prev = c->pace_next = NULL;
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && pace_incomplete(c))
+            m0_conn_read_now(c);
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED)) {
+            uint64_t now = m0_loop_now(loop);
+            if (pace_incomplete(c) && c->pace_bytes < srv->cfg.pace_min_bytes) {
+                c->pace_mark_ms = now;
+                c->pace_bytes = 0;
+                pace_link(srv, c);
+            } else {
+                c->flags &= ~M0_CF_PACED;
+                c->pace_mark_ms = now;
+                c->pace_bytes = 0;
+                m0_conn_interest(c);
+            }
+        }
+        m0_conn_release(c);
+    }
+}
+
+void m0_pace_init(m0_server *srv)
+{
+    srv->paced = NULL;
+    m0_timer_init(&srv->pace_timer, pace_tick);
+}
