@@ -620,9 +620,16 @@ static int conn_body_buffer(m0_conn *c)
         size_t have = c->rlen - head_end;
         if (have >= c->body_left)
             return 1;
-        /* Room for the whole body (it is within body_buffer_size). */
-        if (conn_rbuf_reserve(c, head_end + (size_t)c->body_left) < 0)
-            return -500;
+        /* Room for the rest, grown as bytes arrive (doubling, up to the whole
+         * body, which is within body_buffer_size): a client that declares a
+         * large body and sends a few bytes holds a buffer of about what it
+         * sent, not of what it declared. */
+        size_t whole = head_end + (size_t)c->body_left;
+        if (c->rcap < whole && c->rcap - c->rlen < M0_BODY_ROOM) {
+            size_t cap = c->rcap * 2 < whole ? c->rcap * 2 : whole;
+            if (conn_rbuf_reserve(c, cap) < 0)
+                return -500;
+        }
         return 0;
     }
     while (c->body_raw < c->rlen) {
