@@ -268,6 +268,19 @@ def test_mixed_gate_row_gives_same_round_ratios_and_its_slow_arm_is_validated():
     assert "0.90× (0.90–0.90) the inline mode's (goal ≥ 0.90×: met)" in text
     assert suites.validate(art)["valid"] is True
     assert gate["arms"][1]["control"] == "isolated"
+    assert "gate-django" not in text  # no Django gate row measured: no sentence about it
+    # The Django gate row, the same three arms with a costlier view: its own same-round ratios.
+    django = copy.deepcopy(gate)
+    django["id"] = "gate-django"
+    django["arms"][0]["rounds"] = [{**r, "rps_per_core": r["rps_per_core"] * 0.3} for r in django["arms"][0]["rounds"]]
+    django["arms"][2]["rounds"] = [{**r, "rps_per_core": r["rps_per_core"] * 0.285} for r in django["arms"][2]["rounds"]]
+    art["rows"].append(django)
+    text = render.mixed_gate(art)
+    assert "(gate-django row): requests per core-second 0.95× (0.95–0.95) the inline mode's, p99 with 2 slow " \
+           "requests 1.20× (1.20–1.20) its p99 without." in text
+    assert "0.90× (0.90–0.90) the inline mode's (goal ≥ 0.90×: met)" in text  # the gate itself is the bare row's
+    table = render.mixed_gate_table(art, {}, "gate-django")
+    assert table.count("| m0serve-bt4@slow") == 2
     gate["arms"][1]["rounds"] = [{**r, "slow_completed": 0} for r in gate["arms"][1]["rounds"]]
     assert any("no slow request completed" in r for r in suites.validate(art)["invalid_reasons"])
 
