@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from conftest import header, read_response
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -89,6 +89,47 @@ def test_slow_views_do_not_stall_the_pool(serve):
         t.join(10)
     assert [r[1] for r in results] == [200, 200]
     assert all(r[2] == b"slow" for r in results)
+
+
+def test_a_response_left_for_the_loop_does_not_wait_for_its_threads_next_view(serve):
+    """A pool thread leaves a small response's last bytes for the loop to send with its batch and goes
+    on to the next queued request: the loop sends them while that request's view runs. A fast
+    request and a slow one arrive together; whichever a thread takes first, the fast one is answered
+    long before the slow view ends (the control is a thread that kept its response until it had
+    nothing left to run: 1.5 s)."""
+    srv = serve("pool_app:app", "--blocking-threads", "2")
+    fast_latencies(srv, 3)
+    for _ in range(3):
+        fast, slow = srv.connect(timeout=10), srv.connect(timeout=10)
+        t0 = time.monotonic()
+        fast.sendall(get("/"))
+        slow.sendall(get("/slow?ms=1500"))
+        status, _, body, _ = read_response(fast, timeout=10)
+        took = time.monotonic() - t0
+        assert (status, body) == (200, b"Hello, world!")
+        assert took < 0.75, f"the fast response waited {took:.3f}s behind the slow view"
+        status, _, body, _ = read_response(slow, timeout=10)
+        assert (status, body) == (200, b"slow")
+        fast.close()
+        slow.close()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_iterator_over_a_list_is_framed_by_its_end(serve, mode):
+    """An iterator over a list says, without running app code, that it has no item left: a single
+    item is framed with a Content-Length, the last of several ends the chunked body."""
+    srv = serve("pool_app:app", *MODES[mode])
+    with srv.connect(timeout=10) as s:
+        s.sendall(get("/iter?n=1"))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"i0")
+        assert header(headers, "content-length") == "2" and header(headers, "transfer-encoding") is None, head
+        s.sendall(get("/iter?n=3"))
+        status, headers, body, head = read_response(s)
+        assert (status, body) == (200, b"i0i1i2")
+        assert header(headers, "transfer-encoding") == "chunked", head
+        s.sendall(get("/"))  # the connection is still in step
+        assert read_response(s)[2] == b"Hello, world!"
 
 
 def test_slow_view_stalls_the_inline_loop(serve):

@@ -1052,8 +1052,11 @@ static void conn_finish_completed(m0_conn *c)
             c->pending = 0;
             m0_conn_close(c, 1);
         } else {
-            if (c->wlen > c->wpos)
+            if (c->pool_held && c->wlen > c->wpos)
+                m0_conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
+            else if (c->wlen > c->wpos)
                 m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            c->pool_held = 0;
             m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
         }
         c = next;

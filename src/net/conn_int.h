@@ -47,6 +47,7 @@ void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 /* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
 void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
+void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0_conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
 /* Give the (empty) write buffer back; loop thread only (conn.c). */
 void m0_conn_wbuf_release(m0_conn *c);

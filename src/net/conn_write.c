@@ -240,6 +240,36 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return conn_writev(c, iov, iovcnt, blocking, 1);
 }
 
+int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    /* A pool thread's last bytes of a response, when nothing is queued
+     * before them and they are small: left in the write buffer for the loop,
+     * which sends them with the other completions it takes in one pass
+     * (m0_conn_complete wakes it; conn_finish_completed holds them). The
+     * client then wakes once per batch, as with the loop's own held output,
+     * instead of once per response sent from the pool thread. */
+    if (!c->detached || c->state == M0_CS_CLOSED || c->broken || c->wlen > c->wpos)
+        return conn_writev(c, iov, iovcnt, blocking, 1);
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (total == 0 || total > M0_HOLD_MAX)
+        return conn_writev(c, iov, iovcnt, blocking, 1);
+    if (c->srv->cfg.access_log_format != NULL)
+        m0_conn_log_head(c, iov, iovcnt);
+    c->resp_started = 1;
+    if (wbuf_append(c, iov, iovcnt, 0) < 0)
+        return -ENOMEM;
+    c->pool_held = 1;
+    return 0;
+}
+
+void m0_conn_hold(m0_conn *c)
+{
+    if (!c->held)
+        conn_hold(c);
+}
+
 static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int may_hold)
 {
     if (c->state == M0_CS_CLOSED || c->broken)

@@ -138,6 +138,10 @@ static void async_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     (void)loop;
     (void)events;
     uint64_t v;
+    m0_async *async = (m0_async *)((char *)io - offsetof(m0_async, io));
+    /* Cleared before the read: a write after it is either read here or
+     * leaves the eventfd readable for the next wait. */
+    __atomic_store_n(&async->signaled, 0, __ATOMIC_SEQ_CST);
     while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR) {
     }
     /* The callback runs from loop_asyncs_run, at the end of the pass. */
@@ -161,6 +165,7 @@ int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb)
     async->cb = cb;
     async->loop = loop;
     async->pending = 0;
+    async->signaled = 0;
     async->io.events = 0;
     async->io.cb = async_io_cb;
     async->io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -198,6 +203,8 @@ void m0_async_send(m0_async *async)
     __atomic_store_n(&async->pending, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&async->loop->awake, __ATOMIC_SEQ_CST))
         return; /* the pass in progress looks at pending before it ends */
+    if (__atomic_exchange_n(&async->signaled, 1, __ATOMIC_SEQ_CST))
+        return; /* a wake-up is on its way already (a burst of completions: one write) */
     uint64_t one = 1;
     int saved = errno;
     while (write(async->io.fd, &one, sizeof(one)) < 0 && errno == EINTR) {

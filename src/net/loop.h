@@ -64,7 +64,8 @@ struct m0_async {
     m0_io io; /* an eventfd */
     m0_async_cb cb;
     m0_loop *loop;
-    int pending; /* atomic */
+    int pending;  /* atomic */
+    int signaled; /* atomic: the eventfd was written and the loop has not read it yet */
     m0_async *next;
 };
 int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb);

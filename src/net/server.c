@@ -56,6 +56,7 @@ static void server_wake(m0_loop *loop, m0_async *async)
     srv->log_batch = 0;
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
+    m0_server_flush_held(srv); /* the completions' held output, after their lines */
     if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
         m0_server_drain(srv);
     if (posted & M0_POSTED_ABORT)

@@ -201,6 +201,12 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+/* The same for the last bytes of a response. On a thread that owns a
+ * detached connection, small final bytes are left queued for the loop to send
+ * when it takes the completion back (with the other completions of its pass);
+ * the caller must complete the connection (m0_conn_complete) without waiting
+ * on anything else. Otherwise as m0_conn_writev. */
+int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
 /* sendfile(2) count bytes of fd from offset. Blocking: returns once count
  * bytes are sent or at end of file (fewer), or -errno (the same deadline as
  * writev). Non-blocking: returns

@@ -123,6 +123,9 @@ struct m0_conn {
                                 * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
     int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
                                 * (loop), set by the owner's writes */
+    int pool_held;             /* the owner left the response's last bytes queued for the loop to send
+                                * (m0_conn_writev_final): set by the owner, cleared by the loop when it
+                                * takes the connection back */
     uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
     int send_outq;             /* bytes in the kernel's send queue when the send timeout was last

@@ -9,6 +9,7 @@
 /file?n=N    wsgi.file_wrapper over a temporary file of N bytes
 /error-before, /error-after   raise before / after the head
 /closes      how many generator close() calls and which threads served so far
+/iter?n=N    N pieces (b"i0", b"i1", ...) from an iterator over a list, no Content-Length
 """
 import os
 import tempfile
@@ -87,6 +88,9 @@ def app(environ, start_response):
 
         start_response("200 OK", [("Content-Type", "text/plain")])
         return after()
+    if path == "/iter":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return iter([b"i%d" % k for k in range(int(q.get("n", "1")))])
     if path == "/closes":
         with LOCK:
             body = f"{CLOSES['n']} {','.join(sorted(THREADS))} {environ['wsgi.multithread']}".encode()

@@ -492,7 +492,9 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
     }
     if (k == 0)
         return 0;
-    int rc = m0_conn_writev(sr->c, iov, k, 1);
+    /* The response's last bytes: the iterable ended, or the Content-Length is reached. */
+    int last = final || (!sr->no_body && sr->content_length >= 0 && sr->sent + len >= (uint64_t)sr->content_length);
+    int rc = last ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;

@@ -392,6 +392,13 @@ static int can_park(const m0_wsgi_sr *sr)
 static int iter_send(m0_wsgi_sr *sr, PyObject *it)
 {
     PyObject *item = NULL;
+    /* An iterator over a list or a tuple (Django's HttpResponse) says in C,
+     * running no app code, when it has no item left: the last item is then
+     * sent as the response's end (framed with a Content-Length when it is
+     * the only one, and left for the loop to send with its batch on a pool
+     * thread, m0_conn_writev_final). */
+    int sized = Py_IS_TYPE(it, &PyListIter_Type) || Py_IS_TYPE(it, &PyTupleIter_Type);
+    int ended = 0;
     while ((item = PyIter_Next(it)) != NULL) {
         if (!PyBytes_Check(item)) {
             PyErr_Format(PyExc_TypeError, "the application's iterable yielded %.100s, not bytes",
@@ -406,9 +413,10 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
                 goto error;
             }
             struct iovec iov = {PyBytes_AS_STRING(item), len};
-            int rc = m0_wsgi_send(sr, &iov, 1, len, 0);
-            if (rc < 0 || sr->overflow)
-                break; /* peer gone, or past the Content-Length */
+            ended = sized && PyObject_LengthHint(it, 1) == 0;
+            int rc = m0_wsgi_send(sr, &iov, 1, len, ended);
+            if (rc < 0 || sr->overflow || ended)
+                break; /* peer gone, past the Content-Length, or sent whole */
         }
         Py_CLEAR(item);
         if (sr->c == NULL) /* closed while the iterator ran */
@@ -423,7 +431,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
         PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
         return -1;
     }
-    if (!sr->write_error && !sr->overflow && sr->c != NULL)
+    if (!ended && !sr->write_error && !sr->overflow && sr->c != NULL)
         m0_wsgi_send(sr, NULL, 0, 0, 1);
     return 0;
 error:
