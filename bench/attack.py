@@ -73,10 +73,10 @@ class Attack:
         self.socks = [self.open_one() for _ in range(self.conns)]
         print(f"ready {len(self.socks)}", flush=True)
         deadline = time.monotonic() + seconds
-        # One byte to each connection per interval, spread evenly over it.
-        step = self.interval / max(1, self.conns)
+        # One byte to each connection per interval, all in one burst: the server sees the same
+        # trickle per connection, and this process wakes once per interval, not once per byte (it
+        # shares the load generator's core, where a wake-up per byte showed in the fast route's tail).
         nxt = time.monotonic()
-        i = 0
         while not stop() and time.monotonic() < deadline:
             timeout = max(0.0, nxt - time.monotonic())
             for key, _ in self.sel.select(timeout):
@@ -90,16 +90,15 @@ class Attack:
                 if not data:  # the server closed it (a timeout): a new one takes its place
                     self.socks[self.socks.index(s)] = self.replace(s)
             if time.monotonic() >= nxt:
-                s = self.socks[i % len(self.socks)]
-                try:
-                    s.send(b"a")
-                    self.counters["bytes_sent"] += 1
-                except (BlockingIOError, InterruptedError):
-                    pass
-                except OSError:
-                    self.socks[i % len(self.socks)] = self.replace(s)
-                i += 1
-                nxt += step
+                for i, s in enumerate(self.socks):
+                    try:
+                        s.send(b"a")
+                        self.counters["bytes_sent"] += 1
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    except OSError:
+                        self.socks[i] = self.replace(s)
+                nxt += self.interval
         for s in self.socks:
             s.close()
         return self.counters
