@@ -1,27 +1,12 @@
-"""The mixed suite's Django app (the fast route of the seed's pool measurement): / is Django's hello
-(as django_hello.py: DEBUG off, no middleware), /slow?ms=N sleeps N milliseconds first."""
+"""The mixed suite's Django app (the fast route of the seed's pool measurement): django_hello.py's
+app, whose / is Django's hello, with /slow?ms=N added, which sleeps N milliseconds first."""
 import time
 
-import django
-from django.conf import settings
+from django.http import HttpResponse
+from django.urls import path
 
-settings.configure(
-    DEBUG=False,
-    SECRET_KEY="bench-not-secret",
-    ALLOWED_HOSTS=["*"],
-    ROOT_URLCONF=__name__,
-    MIDDLEWARE=[],
-    INSTALLED_APPS=[],
-    USE_TZ=True,
-)
-django.setup()
-
-from django.http import HttpResponse  # noqa: E402
-from django.urls import path  # noqa: E402
-
-
-def hello(request):
-    return HttpResponse(b"Hello, world!", content_type="text/plain")
+import django_hello
+from django_hello import application  # noqa: F401  (the app the suite serves)
 
 
 def slow(request):
@@ -29,8 +14,4 @@ def slow(request):
     return HttpResponse(b"Hello, world!", content_type="text/plain")
 
 
-urlpatterns = [path("", hello), path("slow", slow)]
-
-from django.core.wsgi import get_wsgi_application  # noqa: E402
-
-application = get_wsgi_application()
+django_hello.urlpatterns.append(path("slow", slow))  # django_hello is the ROOT_URLCONF

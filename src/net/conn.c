@@ -412,8 +412,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
                 break;
         }
-        if (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)
-            m0_pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
+        m0_pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
         return;
     }
     case M0_CS_BODY: {

@@ -218,7 +218,11 @@ static int conn_flush_until(m0_conn *c, size_t keep)
     return 0;
 }
 
-static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int may_hold);
+/* What a write may leave queued instead of sending now: nothing, the loop
+ * thread's output until its pass ends, or also a pool thread's last bytes of
+ * a response (m0_conn_writev_final). */
+enum { HOLD_NONE, HOLD_PASS, HOLD_FINAL };
+static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int hold);
 
 /* Never held: the client waits for it before it sends the body the app is
  * about to read. */
@@ -228,7 +232,7 @@ int m0_conn_send_continue(m0_conn *c, int blocking)
     struct iovec iov = {(void *)line, sizeof(line) - 1};
     int started = c->resp_started;
     m0_conn_unhold(c);
-    int r = conn_writev(c, &iov, 1, blocking, 0);
+    int r = conn_writev(c, &iov, 1, blocking, HOLD_NONE);
     if (r == 0 && blocking)
         r = conn_flush_until(c, 0);
     c->resp_started = started;
@@ -237,31 +241,12 @@ int m0_conn_send_continue(m0_conn *c, int blocking)
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
-    return conn_writev(c, iov, iovcnt, blocking, 1);
+    return conn_writev(c, iov, iovcnt, blocking, HOLD_PASS);
 }
 
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
-    /* A pool thread's last bytes of a response, when nothing is queued
-     * before them and they are small: left in the write buffer for the loop,
-     * which sends them with the other completions it takes in one pass
-     * (m0_conn_complete wakes it; conn_finish_completed holds them). The
-     * client then wakes once per batch, as with the loop's own held output,
-     * instead of once per response sent from the pool thread. */
-    if (!c->detached || c->state == M0_CS_CLOSED || c->broken || c->wlen > c->wpos)
-        return conn_writev(c, iov, iovcnt, blocking, 1);
-    size_t total = 0;
-    for (int i = 0; i < iovcnt; i++)
-        total += iov[i].iov_len;
-    if (total == 0 || total > M0_HOLD_MAX)
-        return conn_writev(c, iov, iovcnt, blocking, 1);
-    if (c->srv->cfg.access_log_format != NULL)
-        m0_conn_log_head(c, iov, iovcnt);
-    c->resp_started = 1;
-    if (wbuf_append(c, iov, iovcnt, 0) < 0)
-        return -ENOMEM;
-    c->pool_held = 1;
-    return 0;
+    return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
 void m0_conn_hold(m0_conn *c)
@@ -270,7 +255,7 @@ void m0_conn_hold(m0_conn *c)
         conn_hold(c);
 }
 
-static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int may_hold)
+static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int hold)
 {
     if (c->state == M0_CS_CLOSED || c->broken)
         return -EPIPE;
@@ -282,8 +267,19 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     if (c->srv->cfg.access_log_format != NULL)
         m0_conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
+    if (hold == HOLD_FINAL && c->detached && c->wlen == c->wpos && total <= M0_HOLD_MAX) {
+        /* A pool thread's last bytes of a response: left in the write buffer
+         * for the loop, which sends them with the other completions it takes
+         * in one pass (m0_conn_complete wakes it; conn_finish_completed holds
+         * them). The client then wakes once per batch, as with the loop's own
+         * held output, not once per response sent from the pool thread. */
+        if (wbuf_append(c, iov, iovcnt, 0) < 0)
+            return -ENOMEM;
+        c->pool_held = 1;
+        return 0;
+    }
     /* detached first: a pool thread never reads the loop's state. */
-    if (may_hold && !c->detached && (c->held || c->wlen == c->wpos) && c->wlen - c->wpos + total <= M0_HOLD_MAX &&
+    if (hold != HOLD_NONE && !c->detached && (c->held || c->wlen == c->wpos) && c->wlen - c->wpos + total <= M0_HOLD_MAX &&
         m0_loop_dispatching(c->srv->loop)) {
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
             return -ENOMEM;

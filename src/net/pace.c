@@ -49,37 +49,38 @@ static int pace_incomplete(const m0_conn *c)
     return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->rlen > c->rpos);
 }
 
+/* A new window starts now, with nothing read in it yet. */
+static void pace_window_restart(m0_conn *c, uint64_t now)
+{
+    c->pace_mark_ms = now;
+    c->pace_bytes = 0;
+}
+
 void m0_pace_note(m0_conn *c, size_t n)
 {
     m0_server *srv = c->srv;
     if (srv->cfg.pace_window_ms == 0 || !pace_incomplete(c))
         return;
     uint64_t now = m0_loop_now(srv->loop);
-    if (c->pace_mark_ms == 0) {
-        c->pace_mark_ms = now;
-        c->pace_bytes = 0;
-    }
+    if (c->pace_mark_ms == 0)
+        pace_window_restart(c, now);
     c->pace_bytes += n;
     if (c->flags & M0_CF_PACED)
         return; /* the timer's read: it decides */
     if (now - c->pace_mark_ms < srv->cfg.pace_window_ms)
         return;
-    if (c->pace_bytes >= srv->cfg.pace_min_bytes) {
-        c->pace_mark_ms = now; /* fast enough: a new window */
-        c->pace_bytes = 0;
-        return;
-    }
+    int slow = c->pace_bytes < srv->cfg.pace_min_bytes;
+    pace_window_restart(c, now);
+    if (!slow)
+        return; /* fast enough: a new window */
     c->flags |= M0_CF_PACED;
-    c->pace_mark_ms = now;
-    c->pace_bytes = 0;
     pace_link(srv, c);
     m0_conn_interest(c);
 }
 
 void m0_pace_stop(m0_conn *c)
 {
-    c->pace_mark_ms = 0;
-    c->pace_bytes = 0;
+    pace_window_restart(c, 0); /* none: the next read starts one */
     if (!(c->flags & M0_CF_PACED))
         return;
     c->flags &= ~M0_CF_PACED;
@@ -107,15 +108,12 @@ static void pace_tick(m0_loop *loop, m0_timer *t)
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && pace_incomplete(c))
             m0_conn_read_now(c);
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED)) {
-            uint64_t now = m0_loop_now(loop);
-            if (pace_incomplete(c) && c->pace_bytes < srv->cfg.pace_min_bytes) {
-                c->pace_mark_ms = now;
-                c->pace_bytes = 0;
+            int slow = pace_incomplete(c) && c->pace_bytes < srv->cfg.pace_min_bytes;
+            pace_window_restart(c, m0_loop_now(loop));
+            if (slow) {
                 pace_link(srv, c);
             } else {
                 c->flags &= ~M0_CF_PACED;
-                c->pace_mark_ms = now;
-                c->pace_bytes = 0;
                 m0_conn_interest(c);
             }
         }
