@@ -195,7 +195,12 @@ def register_stack_dump():
 
 def heartbeat_threads(cfg):
     """Heartbeat sub-slots one worker uses: one per thread that runs requests."""
-    return max(1, cfg.threads) * max(1, cfg.blocking_threads)
+    return max(1, cfg.threads) * loop_threads(cfg.blocking_threads)
+
+
+def loop_threads(blocking):
+    """Threads that run one loop's requests: with a pool, its B threads and the loop's own."""
+    return blocking + 1 if blocking else 1
 
 
 def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0, **kw):
@@ -252,7 +257,9 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
     for i in range(threads):
         kw_i = dict(kwargs, blocking_threads=blocking)
         if heartbeat is not None:
-            kw_i.update(heartbeat=heartbeat, heartbeat_index=heartbeat_index + 2 * i * max(1, blocking))
+            # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
+            kw_i.update(heartbeat=heartbeat,
+                        heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
         group.servers.append(_core.Server(app, interface, listeners, **kw_i))
     group.serve(blocking, heartbeat, heartbeat_index, ready)
 
@@ -297,7 +304,7 @@ class ServerGroup:
         errors = []
 
         def loop_main(srv, beat_index):
-            if heartbeat is not None and not blocking:
+            if heartbeat is not None:
                 _beat_ident(heartbeat, beat_index)
             try:
                 srv.serve()
@@ -316,11 +323,12 @@ class ServerGroup:
 
         loops, pools = [], []
         for i, srv in enumerate(self.servers):
-            base = heartbeat_index + 2 * i * max(1, blocking)
+            base = heartbeat_index + 2 * i * loop_threads(blocking)
             for j in range(blocking):
                 pools.append(threading.Thread(target=pool_main, args=(srv, base + 2 * j),
                                               name=f"m0serve-pool-{i}.{j}", daemon=True))
-            loops.append(threading.Thread(target=loop_main, args=(srv, base), name=f"m0serve-loop-{i}", daemon=True))
+            loops.append(threading.Thread(target=loop_main, args=(srv, base + 2 * blocking),
+                                          name=f"m0serve-loop-{i}", daemon=True))
         for t in pools + loops:
             t.start()
         ready(self)

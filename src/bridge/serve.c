@@ -70,9 +70,11 @@ struct m0_server_object {
     int shutdown_requested;    /* atomic: set by shutdown() from any thread */
     int serving;
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
-    m0_workq *workq;              /* blocking-pool mode: requests for the pool threads */
+    m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
-    int pool_running; /* pool threads inside run_pool(), atomic */
+    int pool_running;             /* pool threads inside run_pool(), atomic */
+    int pool_error;               /* blocking-pool mode: the -errno a pass failed with (atomic) */
+    volatile int64_t *serve_beat; /* blocking-pool mode: the heartbeat slot of the thread inside serve() */
 };
 
 typedef struct m0_server_object ServerObject;
@@ -181,8 +183,10 @@ static int server_heartbeat_init(ServerObject *self, PyObject *heartbeat, Py_ssi
         return -1;
     }
     *(volatile int64_t *)slot = 0;
-    if (self->blocking_threads == 0) /* pool threads beat their own slots (run_pool) */
+    if (self->blocking_threads == 0)
         m0_server_set_heartbeat(self->srv, (volatile int64_t *)slot);
+    else /* each of the loop's threads beats its own slot while it runs a request */
+        self->serve_beat = (volatile int64_t *)slot;
     return 0;
 }
 
@@ -317,7 +321,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
         if (self->wsgi == NULL)
             return -1;
         if (self->blocking_threads > 0) {
-            int r = m0_workq_new(&self->workq, (size_t)self->blocking_threads);
+            int r = m0_workq_new(&self->workq, (size_t)self->blocking_threads + 1); /* + serve()'s */
             if (r < 0) {
                 errno = -r;
                 PyErr_SetFromErrno(PyExc_OSError);
@@ -390,8 +394,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "pace_window",
                              NULL};
     PyObject *app, *interface, *listeners;
-    double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0,
-           pace_window = 1.0;
+    double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
     int blocking_threads = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
@@ -508,8 +511,6 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     void *ctx = NULL;
     if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
         goto error;
-    if (self->workq != NULL) /* the pool's loop runs without the GIL */
-        m0_loop_set_wait_hooks(self->loop, NULL, NULL, NULL);
     r = m0_server_new(&self->srv, self->loop, &cfg, handler, ctx);
     if (r < 0) {
         errno = -r;
@@ -638,50 +639,130 @@ static int server_should_stop(ServerObject *self)
            m0_server_connections(self->srv) == 0;
 }
 
-/* Blocking-pool mode: the loop thread never runs Python, so it holds the GIL
- * only to start, to check signals (main thread: at most once a second, the
- * handlers run there) and to return. */
+/* Blocking-pool mode: the thread inside serve() and the run_pool() threads
+ * share the loop and its requests (net/workq.h). Each runs pool_serve with
+ * its own pool_thread. */
+typedef struct {
+    ServerObject *self;
+    m0_wsgi *w;             /* the thread's bridge (a pooled clone) */
+    volatile int64_t *beat; /* its heartbeat slot, NULL: none */
+    int checks_signals;     /* the thread inside serve(): signal handlers may be due */
+    uint64_t checked_ms;    /* monotonic ms of its last signal check */
+} pool_thread;
+
+static uint64_t pool_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *pool_gil_release(void *arg)
+{
+    (void)arg;
+    return PyEval_SaveThread();
+}
+
+static void pool_gil_acquire(void *arg, void *token)
+{
+    (void)arg;
+    PyEval_RestoreThread((PyThreadState *)token);
+}
+
+static void pool_run_item(void *arg, void *item)
+{
+    pool_thread *pt = arg;
+    if (pt->beat != NULL) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        *pt->beat = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    }
+    m0_wsgi_serve_detached(pt->w, (m0_conn *)item);
+    if (pt->beat != NULL)
+        *pt->beat = 0;
+    if (PyErr_Occurred()) /* the bridge never leaves one: do not lose it */
+        PyErr_WriteUnraisable((PyObject *)pt->self);
+}
+
+/* The thread inside serve(), at most once per M0_SERVE_MAX_WAIT_MS or after
+ * EINTR: the access log and, on the main thread, the signal handlers. A
+ * handler that raised stops the loop (-EINTR, its exception set). */
+static int pool_duties(pool_thread *pt, int force)
+{
+    if (!pt->checks_signals)
+        return 0;
+    uint64_t now = pool_now_ms();
+    if (!force && now - pt->checked_ms < M0_SERVE_MAX_WAIT_MS)
+        return 0;
+    pt->checked_ms = now;
+    server_flush_access_log(pt->self);
+    return PyErr_CheckSignals() < 0 ? -EINTR : 0; /* (a no-op outside the main thread) */
+}
+
+static int pool_run_pass(void *arg)
+{
+    pool_thread *pt = arg;
+    ServerObject *self = pt->self;
+    if (server_should_stop(self))
+        return 1;
+    int r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
+    if (r < 0 && r != -EINTR) {
+        __atomic_store_n(&self->pool_error, r, __ATOMIC_RELEASE);
+        return r;
+    }
+    if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
+        PyErr_WriteUnraisable((PyObject *)self);
+    server_flush_access_log(self); /* as the inline mode does after each pass */
+    return pool_duties(pt, r == -EINTR);
+}
+
+static int pool_idle(void *arg)
+{
+    return pool_duties(arg, 1);
+}
+
+/* GIL held: serve until the loop is done. 0, or -errno: -EINTR (a signal
+ * handler raised, its exception set), -ENOSPC and -ENOMEM (exception set). */
+static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_signals)
+{
+    m0_workq_role role;
+    if (m0_workq_join(self->workq, &role) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "run_pool() called by more than blocking_threads (%d) threads",
+                     self->blocking_threads);
+        return -ENOSPC;
+    }
+    pool_thread pt = {self, m0_wsgi_clone(self->wsgi), beat, checks_signals, pool_now_ms()};
+    if (pt.w == NULL) {
+        m0_workq_close(self->workq); /* one of the loop's threads is missing: stop them all */
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -ENOMEM;
+    }
+    if (beat != NULL)
+        *beat = 0;
+    m0_workq_ops ops = {
+        .arg = &pt,
+        .gil_release = pool_gil_release,
+        .gil_acquire = pool_gil_acquire,
+        .run_item = pool_run_item,
+        .run_pass = pool_run_pass,
+        .idle = pool_idle,
+        .idle_ms = checks_signals ? M0_SERVE_MAX_WAIT_MS : 0,
+    };
+    int r = m0_workq_serve(self->workq, &role, &ops);
+    m0_wsgi_free(pt.w);
+    return r;
+}
+
 static PyObject *server_serve_pool(ServerObject *self)
 {
-    int r = 0, queued = 0;
-    uint64_t checked = m0_loop_now(self->loop);
-    /* SCHED_BATCH: a request arriving does not preempt the pool thread
-     * running the previous ones on a shared core; the loop reads the whole
-     * batch when it runs next. Measured on one core: about 8% more requests
-     * per core-second. On more cores the loop runs beside the pool anyway.
-     * Best effort: a failure changes nothing else. */
-    struct sched_param sp = {0};
-    (void)sched_setscheduler(0, SCHED_BATCH, &sp);
-    PyThreadState *ts = PyEval_SaveThread();
-    for (;;) {
-        if (server_should_stop(self))
-            break;
-        /* While requests are queued, look again after the stall time whether
-         * they stall behind slow views (a standby is woken then: net/workq.h). */
-        r = queued ? m0_loop_run_once_us(self->loop, M0_WORKQ_STALL_NS / 1000)
-                   : m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
-        queued = m0_workq_check(self->workq) > 0;
-        if (r < 0 && r != -EINTR)
-            break;
-        if (r == -EINTR || m0_loop_now(self->loop) - checked >= M0_SERVE_MAX_WAIT_MS) {
-            /* (a no-op outside the main thread) */
-            checked = m0_loop_now(self->loop);
-            PyEval_RestoreThread(ts);
-            server_flush_access_log(self); /* the pool threads flush too, after each request */
-            int sig = PyErr_CheckSignals();
-            ts = PyEval_SaveThread();
-            if (sig < 0) {
-                r = -EINTR;
-                break;
-            }
-        }
-        r = 0;
-    }
-    m0_workq_close(self->workq); /* the pool threads return from run_pool() */
-    PyEval_RestoreThread(ts);
+    int r = pool_serve(self, self->serve_beat, 1);
+    if (r == -ENOSPC || r == -ENOMEM)
+        return NULL;
     server_flush_access_log(self);
     if (r == -EINTR) {
-        /* A signal handler raised: close everything, propagate. */
+        /* A signal handler raised: close everything, propagate. No thread
+         * owns the loop now: the queue is closed. */
         PyObject *exc = m0_exc_fetch();
         m0_server_drain(self->srv);
         m0_server_abort(self->srv);
@@ -689,6 +770,7 @@ static PyObject *server_serve_pool(ServerObject *self)
         m0_exc_restore(exc);
         return NULL;
     }
+    r = r < 0 ? r : __atomic_load_n(&self->pool_error, __ATOMIC_ACQUIRE);
     if (r < 0) {
         m0_server_abort(self->srv);
         return server_errno(r);
@@ -749,8 +831,9 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
         return NULL;
     __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
     unsigned long owner = __atomic_load_n(&self->serving_thread, __ATOMIC_ACQUIRE);
-    if (owner != 0 && owner != PyThread_get_thread_ident()) {
-        /* serve() runs on another thread: its loop drains at its next pass. */
+    if (self->workq != NULL || (owner != 0 && owner != PyThread_get_thread_ident())) {
+        /* serve() runs on another thread, or the loop moves between the
+         * pool's threads: whichever owns it drains at its next pass. */
         m0_server_post_drain(self->srv, graceful);
         Py_RETURN_NONE;
     }
@@ -784,43 +867,13 @@ static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *k
         beat = (volatile int64_t *)((char *)self->heartbeat.buf + (size_t)index * sizeof(int64_t));
         *beat = 0;
     }
-    m0_workq_role role;
-    if (m0_workq_join(self->workq, &role) < 0) {
-        PyErr_Format(PyExc_RuntimeError, "run_pool() called by more than blocking_threads (%d) threads",
-                     self->blocking_threads);
-        return NULL;
-    }
-    m0_wsgi *w = m0_wsgi_clone(self->wsgi);
-    if (w == NULL)
-        return NULL;
     Py_INCREF(self); /* the pool outlives nothing it uses */
     __atomic_add_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
-    for (;;) {
-        /* With the GIL: the next request, if any (see net/workq.h). */
-        m0_conn *c = m0_workq_take(self->workq, &role);
-        if (c == NULL) {
-            PyThreadState *ts = PyEval_SaveThread();
-            int r = m0_workq_wait(self->workq);
-            PyEval_RestoreThread(ts);
-            if (r < 0)
-                break;
-            role.state = M0_WORKQ_STANDBY;
-            continue;
-        }
-        struct timespec now;
-        if (beat != NULL) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            *beat = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-        }
-        m0_wsgi_serve_detached(w, c);
-        if (beat != NULL)
-            *beat = 0;
-        if (PyErr_Occurred()) /* the bridge never leaves one: do not lose it */
-            PyErr_WriteUnraisable((PyObject *)self);
-    }
+    int r = pool_serve(self, beat, 0);
     __atomic_sub_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
-    m0_wsgi_free(w);
     Py_DECREF(self);
+    if (r == -ENOSPC || r == -ENOMEM)
+        return NULL;
     Py_RETURN_NONE;
 }
 

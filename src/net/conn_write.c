@@ -279,8 +279,8 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         return 0;
     }
     /* detached first: a pool thread never reads the loop's state. */
-    if (hold != HOLD_NONE && !c->detached && (c->held || c->wlen == c->wpos) && c->wlen - c->wpos + total <= M0_HOLD_MAX &&
-        m0_loop_dispatching(c->srv->loop)) {
+    if (hold != HOLD_NONE && !c->detached && (c->held || c->wlen == c->wpos) &&
+        c->wlen - c->wpos + total <= M0_HOLD_MAX && m0_loop_dispatching(c->srv->loop)) {
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
             return -ENOMEM;
         if (!c->held)

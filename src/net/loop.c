@@ -404,23 +404,28 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
     int64_t wait_us = wait == timeout_ms ? timeout_us : 0;
     int n;
     if (wait != 0 && loop->before != NULL) {
-        loop->waiting = 1;
-        loop->before(loop->hook_arg);
-        n = loop_epoll_wait(loop, wait, wait_us);
-        int err = errno;
-        loop->after(loop->hook_arg);
-        loop->waiting = 0;
-        if (loop->gone_overflow) {
-            n = n > 0 ? 0 : n;
-        } else if (n > 0) {
-            for (size_t g = 0; g < loop->ngone; g++)
-                for (int i = 0; i < n; i++)
-                    if (loop->batch[i].data.ptr == loop->gone[g])
-                        loop->batch[i].data.ptr = NULL;
+        /* Look first: the hooks (which drop the GIL) only around a wait that
+         * blocks. A thread waiting for the GIL would take it at every pass. */
+        n = loop_epoll_wait(loop, 0, 0);
+        if (n == 0) {
+            loop->waiting = 1;
+            loop->before(loop->hook_arg);
+            n = loop_epoll_wait(loop, wait, wait_us);
+            int err = errno;
+            loop->after(loop->hook_arg);
+            loop->waiting = 0;
+            if (loop->gone_overflow) {
+                n = n > 0 ? 0 : n;
+            } else if (n > 0) {
+                for (size_t g = 0; g < loop->ngone; g++)
+                    for (int i = 0; i < n; i++)
+                        if (loop->batch[i].data.ptr == loop->gone[g])
+                            loop->batch[i].data.ptr = NULL;
+            }
+            loop->ngone = 0;
+            loop->gone_overflow = 0;
+            errno = err;
         }
-        loop->ngone = 0;
-        loop->gone_overflow = 0;
-        errno = err;
     } else {
         n = loop_epoll_wait(loop, wait, wait_us);
     }

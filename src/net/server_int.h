@@ -225,7 +225,7 @@ struct m0_server {
     int at_limit;      /* cfg.limit_connections connections are open */
     int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
-    m0_conn *paced;     /* pace.c: connections read by pace_timer (loop thread only) */
+    m0_conn *paced;      /* pace.c: connections read by pace_timer (loop thread only) */
     m0_timer pace_timer; /* armed while `paced` is not empty */
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */

@@ -1,4 +1,5 @@
-/* The loop-to-pool hand-off queue. See workq.h for the wake-up rule. */
+/* One loop and its threads: the queue, the loop's ownership and the standby.
+ * See workq.h for the rule. */
 #include "workq.h"
 
 #include <errno.h>
@@ -9,26 +10,19 @@
 
 struct m0_workq {
     pthread_mutex_t lock;
-    pthread_cond_t ready;
+    pthread_cond_t ready; /* CLOCK_MONOTONIC */
     void **ring;
     size_t cap; /* a power of two */
     size_t head;
     size_t len;
-    size_t waiting;    /* threads inside m0_workq_wait */
-    size_t tickets;    /* wake-ups granted, not yet collected by a waiting thread */
-    size_t standby;    /* threads woken (or granted a wake-up) that hold no item yet */
-    uint64_t *started; /* per joined thread: when it took the item it runs, 0 when it runs none */
+    size_t waiting; /* threads inside workq_wait */
+    size_t tickets; /* wake-ups granted, not yet collected by a waiting thread */
+    size_t standby; /* threads woken (or granted a wake-up) that have not acted yet */
     size_t slots;
     size_t joined;
+    int loop_owned; /* a thread is running a pass */
     int closed;
 };
-
-static uint64_t workq_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int m0_workq_new(m0_workq **out, size_t threads)
 {
@@ -38,15 +32,16 @@ int m0_workq_new(m0_workq **out, size_t threads)
     q->cap = 64;
     q->ring = malloc(q->cap * sizeof(*q->ring));
     q->slots = threads ? threads : 1;
-    q->started = calloc(q->slots, sizeof(*q->started));
-    if (q->ring == NULL || q->started == NULL) {
-        free(q->ring);
-        free(q->started);
+    if (q->ring == NULL) {
         free(q);
         return -ENOMEM;
     }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&q->lock, NULL);
-    pthread_cond_init(&q->ready, NULL);
+    pthread_cond_init(&q->ready, &attr);
+    pthread_condattr_destroy(&attr);
     *out = q;
     return 0;
 }
@@ -58,7 +53,6 @@ void m0_workq_free(m0_workq *q)
     pthread_cond_destroy(&q->ready);
     pthread_mutex_destroy(&q->lock);
     free(q->ring);
-    free(q->started);
     free(q);
 }
 
@@ -77,26 +71,6 @@ static int workq_grow(m0_workq *q)
     return 0;
 }
 
-/* Under the lock: wake one waiting thread as the standby when work is
- * queued, nobody is standing by, somebody can be woken, and the work would
- * stall: no thread runs an item it took less than M0_WORKQ_STALL_NS ago
- * (such a thread takes the next one as soon as it is done). Returns 1 when
- * the condition variable must be signalled. */
-static int workq_need_standby(m0_workq *q)
-{
-    if (q->len == 0 || q->standby > 0 || q->waiting <= q->tickets)
-        return 0;
-    uint64_t newest = 0;
-    for (size_t i = 0; i < q->joined; i++)
-        if (q->started[i] > newest)
-            newest = q->started[i];
-    if (newest != 0 && workq_now_ns() - newest < M0_WORKQ_STALL_NS)
-        return 0;
-    q->standby++;
-    q->tickets++;
-    return 1;
-}
-
 int m0_workq_push(m0_workq *q, void *item)
 {
     pthread_mutex_lock(&q->lock);
@@ -108,25 +82,6 @@ int m0_workq_push(m0_workq *q, void *item)
     q->len++;
     pthread_mutex_unlock(&q->lock);
     return 0;
-}
-
-int m0_workq_wait(m0_workq *q)
-{
-    pthread_mutex_lock(&q->lock);
-    q->waiting++;
-    while (q->tickets == 0 && !q->closed)
-        pthread_cond_wait(&q->ready, &q->lock);
-    q->waiting--;
-    int r = 0;
-    if (q->tickets > 0) {
-        q->tickets--; /* the standby count was taken when it was granted */
-    } else if (q->len > 0) {
-        q->standby++; /* closed with work left: drain it */
-    } else {
-        r = -1;
-    }
-    pthread_mutex_unlock(&q->lock);
-    return r;
 }
 
 int m0_workq_join(m0_workq *q, m0_workq_role *role)
@@ -142,51 +97,138 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
     return r;
 }
 
-/* Under the lock: another thread runs an item it took less than
- * M0_WORKQ_STALL_NS ago, so it will take the next one soon. */
-static int workq_fresh_runner(m0_workq *q, int except, uint64_t now)
+/* Under the lock: the caller acts now, so it is no longer the standby. */
+static void workq_settle(m0_workq *q, m0_workq_role *role)
 {
-    for (size_t i = 0; i < q->joined; i++)
-        if ((int)i != except && q->started[i] != 0 && now - q->started[i] < M0_WORKQ_STALL_NS)
-            return 1;
-    return 0;
-}
-
-void *m0_workq_take(m0_workq *q, m0_workq_role *role)
-{
-    pthread_mutex_lock(&q->lock);
-    int was_running = role->state == M0_WORKQ_RUNNING;
     if (role->state == M0_WORKQ_STANDBY)
         q->standby--;
-    q->started[role->slot] = 0;
     role->state = M0_WORKQ_IDLE;
+}
+
+/* GIL held: the next request, or NULL. A thread that starts one makes sure
+ * somebody stands by for the GIL, should this request block. */
+static void *workq_take(m0_workq *q, m0_workq_role *role)
+{
+    pthread_mutex_lock(&q->lock);
+    workq_settle(q, role);
     void *item = NULL;
-    /* A thread back from a slow request leaves the queue to a runner that is
-     * moving (it may be waiting for the GIL this thread holds) rather than
-     * competing with it for the GIL. */
-    if (q->len > 0 && !(was_running && workq_fresh_runner(q, role->slot, workq_now_ns()))) {
+    int wake = 0;
+    if (q->len > 0) {
         item = q->ring[q->head];
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
-        q->started[role->slot] = workq_now_ns();
         role->state = M0_WORKQ_RUNNING;
+        if (q->standby == 0 && q->waiting > q->tickets) {
+            q->standby++;
+            q->tickets++;
+            wake = 1;
+        }
     }
-    int wake = workq_need_standby(q);
     pthread_mutex_unlock(&q->lock);
     if (wake)
         pthread_cond_signal(&q->ready);
     return item;
 }
 
-size_t m0_workq_check(m0_workq *q)
+/* GIL held: 1 when the caller now owns the loop, 0 when another thread
+ * does, -1 when the queue is closed. */
+static int workq_claim_loop(m0_workq *q, m0_workq_role *role)
 {
     pthread_mutex_lock(&q->lock);
-    int wake = workq_need_standby(q);
-    size_t n = q->len;
+    workq_settle(q, role);
+    int r = q->closed ? -1 : q->loop_owned ? 0 : 1;
+    if (r == 1) {
+        q->loop_owned = 1;
+        role->state = M0_WORKQ_LOOP;
+    }
     pthread_mutex_unlock(&q->lock);
-    if (wake)
-        pthread_cond_signal(&q->ready);
-    return n;
+    return r;
+}
+
+static void workq_release_loop(m0_workq *q, m0_workq_role *role)
+{
+    pthread_mutex_lock(&q->lock);
+    q->loop_owned = 0;
+    role->state = M0_WORKQ_IDLE;
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* GIL released: wait to be woken as the standby (0), for idle_ms without a
+ * wake-up (1), or until the queue is closed with nothing left (-1). */
+static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
+{
+    struct timespec until;
+    if (idle_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += idle_ms / 1000;
+        until.tv_nsec += (long)(idle_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&q->lock);
+    workq_settle(q, role);
+    q->waiting++;
+    int timed_out = 0;
+    while (q->tickets == 0 && !q->closed && !timed_out) {
+        if (idle_ms > 0)
+            timed_out = pthread_cond_timedwait(&q->ready, &q->lock, &until) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&q->ready, &q->lock);
+    }
+    q->waiting--;
+    int r;
+    if (q->tickets > 0) {
+        q->tickets--; /* the standby count was taken when it was granted */
+        role->state = M0_WORKQ_STANDBY;
+        r = 0;
+    } else if (q->closed) {
+        r = q->len > 0 ? 0 : -1; /* closed with work left: drain it */
+        if (r == 0) {
+            q->standby++;
+            role->state = M0_WORKQ_STANDBY;
+        }
+    } else {
+        r = 1;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
+{
+    for (;;) {
+        void *item = workq_take(q, role);
+        if (item != NULL) {
+            ops->run_item(ops->arg, item);
+            continue;
+        }
+        int own = workq_claim_loop(q, role);
+        if (own > 0) {
+            int r = ops->run_pass(ops->arg);
+            workq_release_loop(q, role);
+            if (r != 0) {
+                m0_workq_close(q);
+                return r < 0 ? r : 0;
+            }
+            continue;
+        }
+        if (own < 0 && m0_workq_len(q) == 0)
+            return 0;
+        void *token = ops->gil_release(ops->arg);
+        int w = workq_wait(q, role, ops->idle_ms);
+        ops->gil_acquire(ops->arg, token);
+        if (w < 0)
+            return 0;
+        if (w > 0 && ops->idle != NULL) {
+            int r = ops->idle(ops->arg);
+            if (r != 0) {
+                m0_workq_close(q);
+                return r < 0 ? r : 0;
+            }
+        }
+    }
 }
 
 void m0_workq_close(m0_workq *q)

@@ -1,22 +1,28 @@
-/* The hand-off queue between one loop thread and the threads of its pool:
- * a FIFO of opaque pointers under a mutex and a condition variable (a ring
- * that grows, so pushing never blocks and never drops).
+/* One event loop and its pool of threads (--blocking-threads): who polls the
+ * loop, who runs the requests it reads, and who stands by.
  *
- * Wake-ups follow the GIL rather than fight it. Only a thread that holds the
- * GIL takes an item (m0_workq_take), so an item never waits inside a thread
- * that cannot run it. A thread that finishes a request takes the next one
- * without letting go of the GIL; it waits (m0_workq_wait, GIL released) only
- * when the queue is empty. So fast requests run back to back on one thread,
- * without a wake-up or a context switch each.
+ * The loop is not tied to a thread. Each of the loop's threads runs
+ * m0_workq_serve, holding the GIL: it runs the queued requests, and when
+ * none is queued it takes the loop (one thread at a time) and runs a pass,
+ * which queues the requests it reads. Under load one thread does all of it,
+ * back to back, as the inline mode does: no hand-off, no wake-up, no context
+ * switch per request.
  *
- * Another thread is woken (as the "standby", at most one at a time) only when
- * queued work has nobody to take it soon: no thread is running a request, or
- * none has taken an item for M0_WORKQ_STALL_NS (the running ones are in slow
- * views). The standby takes the next item as soon as it gets the GIL, which
- * is the moment a running request blocks (sleep, I/O) or the interpreter's
- * switch interval ends. The stall is checked by the loop's m0_workq_check
- * after each pass and every M0_WORKQ_STALL_NS while the queue is not empty,
- * so a request queued behind a slow view waits about twice that at most.
+ * A view that blocks must not hold the loop up. So whenever a thread starts
+ * a request and nobody stands by, it wakes one idle thread as the standby,
+ * which waits for the GIL. The GIL comes to the standby when the running view
+ * blocks (sleep, I/O: the GIL is released there) or when the interpreter's
+ * switch interval forces it over (a view busy in Python). The standby then
+ * takes the queued requests, or the loop, which the running thread is not
+ * polling while it is in its view. A standby that finds nothing to do (the
+ * GIL was released by the loop's owner going to sleep in epoll_wait) goes
+ * back to idle. So fast requests go on while up to all but one thread block
+ * in views; when every thread is in a view, the loop waits for one of them.
+ *
+ * The GIL itself is the caller's: m0_workq_serve takes and drops it through
+ * the callbacks, and calls m0_workq_ops.run_item and run_pass with it held.
+ * A pass must release it only around a wait that blocks (the loop's wait
+ * hooks), or the standby would wake for nothing at every pass.
  *
  * Error convention of net/: 0 or -errno. No Python.h here.
  */
@@ -27,38 +33,48 @@
 
 typedef struct m0_workq m0_workq;
 
-/* threads: how many pool threads will join (m0_workq_join). */
+/* threads: how many threads will join (m0_workq_join). */
 int m0_workq_new(m0_workq **out, size_t threads);
-void m0_workq_free(m0_workq *q); /* no thread may be inside m0_workq_wait */
-/* Nobody took an item for this long while work was queued: wake a standby. */
-#define M0_WORKQ_STALL_NS 100000
+void m0_workq_free(m0_workq *q); /* no thread may be inside m0_workq_serve */
 
-/* Any thread. Wakes nobody: the pusher calls m0_workq_check once its batch
- * is queued, so that a whole batch of the loop's pass is queued before a
- * pool thread competes with the loop for the CPU. */
+/* By the loop's owner, inside a pass: queue a request. Wakes nobody (the
+ * owner runs the queue once its pass is over). */
 int m0_workq_push(m0_workq *q, void *item);
-/* After a batch of pushes, and every millisecond or so while the queue is
- * not empty: wake a standby when the work would stall (see above). Returns
- * the queue's length. */
-size_t m0_workq_check(m0_workq *q);
-/* A pool thread with nothing to do: block until it is woken as the standby
- * (returns 0: the caller is the standby; take the GIL, then m0_workq_take)
- * or the queue is closed and empty (-1). */
-int m0_workq_wait(m0_workq *q);
-/* A pool thread's standing with the queue, owned by the thread. */
-enum { M0_WORKQ_IDLE = 0, M0_WORKQ_STANDBY = 1, M0_WORKQ_RUNNING = 2 };
+
+/* A thread's standing with the queue, owned by the thread. */
+enum { M0_WORKQ_IDLE = 0, M0_WORKQ_STANDBY = 1, M0_WORKQ_RUNNING = 2, M0_WORKQ_LOOP = 3 };
 typedef struct {
-    int state; /* M0_WORKQ_*: set to STANDBY by the caller after m0_workq_wait returned 0 */
+    int state; /* M0_WORKQ_* */
     int slot;  /* from m0_workq_join */
 } m0_workq_role;
-/* A pool thread joins once before its first take: 0, or -ENOSPC past the
+/* A thread joins once, before m0_workq_serve: 0, or -ENOSPC past the
  * `threads` given to m0_workq_new. */
 int m0_workq_join(m0_workq *q, m0_workq_role *role);
-/* Non-blocking, by the thread that may run the item now (it holds the GIL).
- * Updates role->state to what the caller is now. Returns the next item or
- * NULL. */
-void *m0_workq_take(m0_workq *q, m0_workq_role *role);
-/* Wake every waiting thread; m0_workq_wait returns -1 once the queue is empty. */
+
+typedef struct {
+    void *arg;
+    /* Release the GIL (returns what gil_acquire takes back), take it again. */
+    void *(*gil_release)(void *arg);
+    void (*gil_acquire)(void *arg, void *token);
+    /* GIL held: run one request taken from the queue. */
+    void (*run_item)(void *arg, void *item);
+    /* GIL held, the loop owned by the caller: one pass of the loop, which may
+     * wait (dropping the GIL) until something happens. Returns 0 to go on,
+     * 1 when the loop is done (the queue closes), or -errno (the queue closes
+     * and m0_workq_serve returns it). */
+    int (*run_pass)(void *arg);
+    /* Optional, GIL held: called when an idle wait of idle_ms ends without a
+     * wake-up (the caller's periodic duties: signals). Same returns as run_pass. */
+    int (*idle)(void *arg);
+    int idle_ms; /* 0: idle waits have no time limit */
+} m0_workq_ops;
+
+/* Serve until the queue is closed and empty (0) or a callback failed (its
+ * -errno). The caller holds the GIL, and holds it again on return. */
+int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops);
+
+/* Wake every idle thread; m0_workq_serve returns once the queue is empty
+ * and the thread is out of its request. */
 void m0_workq_close(m0_workq *q);
 size_t m0_workq_len(m0_workq *q);
 

@@ -1,19 +1,22 @@
-/* The loop-to-pool hand-off of a connection (m0_conn_detach, m0_conn_complete:
- * the WSGI --blocking-threads mode), built with -fsanitize=thread by
- * `make test-c`. The loop thread serves keep-alive clients over socketpairs
- * and hands each request to pool threads through an m0_workq; a pool thread
- * answers it with the blocking calls the WSGI pool makes (m0_conn_body_read,
- * m0_conn_keep_alive, m0_conn_writev or m0_conn_writev_final, m0_conn_complete) while the loop thread
- * goes on with the connection's m0_conn_process and with the other
- * connections. The fields that both threads touch while a pool thread owns a
- * connection (server_int.h: c->flags is the loop thread's alone, the flags a
- * pool thread reads or writes are fields of their own) are checked for data
- * races here. Requests: a GET, a Content-Length body, an Expect:
- * 100-continue body (the pool thread sends the 100) and a chunked body with a
- * pipelined GET behind it; an access-log format that records a response
- * field is on. Then the server is aborted (m0_server_abort) while a pool
- * thread holds a request: its socket is shut down under the pool thread,
- * which answers into it and hands the connection back to be closed. */
+/* The hand-off of a connection between a loop's threads (m0_conn_detach,
+ * m0_conn_complete: the WSGI --blocking-threads mode), built with
+ * -fsanitize=thread by `make test-c`. Three threads run m0_workq_serve over
+ * one loop, with a mutex for the GIL, as serve() and run_pool() do: the loop
+ * serves keep-alive clients over socketpairs and its passes queue each
+ * request; the thread that takes one answers it with the blocking calls the
+ * WSGI pool makes (m0_conn_body_read, m0_conn_keep_alive, m0_conn_writev or
+ * m0_conn_writev_final, m0_conn_complete) while another may run the loop's
+ * passes, with the connection's m0_conn_process and the other connections.
+ * The fields that two threads touch while one owns a connection
+ * (server_int.h: c->flags is the loop owner's alone, the flags the request's
+ * thread reads or writes are fields of their own) and the loop's own state,
+ * which moves between threads, are checked for data races here. Requests: a
+ * GET, a Content-Length body, an Expect: 100-continue body (the request's
+ * thread sends the 100) and a chunked body with a pipelined GET behind it;
+ * an access-log format that records a response field is on. Then the server
+ * is aborted (m0_server_abort) while a thread holds a request, blocked: its
+ * socket is shut down under it, it answers into it and hands the connection
+ * back to be closed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -81,14 +84,90 @@ static void serve_detached(m0_conn *c)
     int w = final ? m0_conn_writev_final(c, iov, 2, 1) : m0_conn_writev(c, iov, 2, 1);
     if (__atomic_load_n(&hold, __ATOMIC_ACQUIRE)) { /* answered, not handed back yet */
         __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&gil); /* blocked in a view: the GIL is released there */
         while (__atomic_load_n(&hold, __ATOMIC_ACQUIRE))
             usleep(1000);
+        pthread_mutex_lock(&gil);
     }
     m0_conn_complete(c, w == 0 ? keep : 0, 200, (uint64_t)blen);
     __atomic_add_fetch(&answered, 1, __ATOMIC_RELAXED);
 }
 
-/* Server_run_pool (src/bridge/serve.c), with gil for the GIL. */
+/* The loop's state for the abort stage: touched by the pass's owner only. */
+static m0_loop *loop;
+static m0_server *srv;
+static int stage; /* 0: clients; 1: a request held by its thread; 2: aborted */
+static int held_fd = -1;
+
+static void *gil_release(void *arg)
+{
+    (void)arg;
+    pthread_mutex_unlock(&gil);
+    return NULL;
+}
+
+static void gil_acquire(void *arg, void *token)
+{
+    (void)arg;
+    (void)token;
+    pthread_mutex_lock(&gil);
+}
+
+static void gil_hook_release(void *arg)
+{
+    (void)arg;
+    pthread_mutex_unlock(&gil);
+}
+
+static void gil_hook_acquire(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&gil);
+}
+
+static void run_item(void *arg, void *item)
+{
+    (void)arg;
+    serve_detached(item);
+}
+
+/* A pass of the pool mode (pool_run_pass in src/bridge/serve.c). Once the
+ * clients are done: one more request, held by its thread while the server
+ * is aborted (m0_server_abort writes abort_after, which m0_conn_complete
+ * reads on that thread). */
+static int run_pass(void *arg)
+{
+    (void)arg;
+    if (stage == 0 && __atomic_load_n(&clients_done, __ATOMIC_ACQUIRE) == CLIENTS && m0_server_connections(srv) == 0) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
+            abort();
+        struct sockaddr_un peer = {.sun_family = AF_UNIX};
+        if (m0_conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) == NULL)
+            abort();
+        __atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
+        static const char held_get[] = "GET /held HTTP/1.1\r\nHost: t\r\n\r\n";
+        if (write(sv[1], held_get, sizeof(held_get) - 1) != (ssize_t)(sizeof(held_get) - 1))
+            abort();
+        held_fd = sv[1];
+        stage = 1;
+    }
+    if (stage == 1 && __atomic_load_n(&holding, __ATOMIC_ACQUIRE)) {
+        /* Released first: nothing orders the abort after the holding
+         * thread's m0_conn_complete, as in a real shutdown. */
+        __atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+        m0_server_abort(srv);
+        stage = 2;
+    }
+    if (stage == 2 && m0_server_connections(srv) == 0)
+        return 1;
+    int r = m0_loop_run_once(loop, 10);
+    return r < 0 && r != -EINTR ? r : 0;
+}
+
+static const m0_workq_ops ops = {NULL, gil_release, gil_acquire, run_item, run_pass, NULL, 0};
+
+/* Server_run_pool and serve() (src/bridge/serve.c), with gil for the GIL. */
 static void *pool_thread(void *arg)
 {
     (void)arg;
@@ -96,21 +175,9 @@ static void *pool_thread(void *arg)
     if (m0_workq_join(q, &role) < 0)
         abort();
     pthread_mutex_lock(&gil);
-    for (;;) {
-        m0_conn *c = m0_workq_take(q, &role);
-        if (c == NULL) {
-            pthread_mutex_unlock(&gil);
-            int r = m0_workq_wait(q);
-            pthread_mutex_lock(&gil);
-            if (r < 0)
-                break;
-            role.state = M0_WORKQ_STANDBY;
-            continue;
-        }
-        serve_detached(c);
-    }
+    int r = m0_workq_serve(q, &role, &ops);
     pthread_mutex_unlock(&gil);
-    return NULL;
+    return (void *)(intptr_t)r;
 }
 
 /* --- clients --- */
@@ -185,8 +252,6 @@ static void *client_thread(void *arg)
 int main(void)
 {
     alarm(120); /* a hang fails the test */
-    m0_loop *loop;
-    m0_server *srv;
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);
     cfg.body_buffer_size = 0; /* every body is read by the pool thread */
@@ -202,7 +267,8 @@ int main(void)
     cfg.access_log_fd = fileno(log);
     CHECK(m0_loop_new(&loop) == 0);
     CHECK(m0_server_new(&srv, loop, &cfg, &pool_handler, NULL) == 0);
-    CHECK(m0_workq_new(&q, POOL) == 0);
+    CHECK(m0_workq_new(&q, POOL + 1) == 0); /* + the thread inside serve() */
+    m0_loop_set_wait_hooks(loop, gil_hook_release, gil_hook_acquire, NULL);
 
     static client clients[CLIENTS];
     pthread_t ct[CLIENTS], pt[POOL];
@@ -219,49 +285,24 @@ int main(void)
     for (int i = 0; i < CLIENTS; i++)
         CHECK(pthread_create(&ct[i], NULL, client_thread, &clients[i]) == 0);
 
-    /* The serve loop of the pool mode (server_serve_pool in src/bridge/serve.c). */
-    int queued = 0;
-    while (__atomic_load_n(&clients_done, __ATOMIC_ACQUIRE) < CLIENTS || m0_server_connections(srv) > 0) {
-        int r = queued ? m0_loop_run_once_us(loop, M0_WORKQ_STALL_NS / 1000) : m0_loop_run_once(loop, 10);
-        queued = m0_workq_check(q) > 0;
-        if (r < 0 && r != -EINTR)
-            break;
-    }
+    /* This thread is the one inside serve(). */
+    CHECK(pool_thread(NULL) == NULL);
     for (int i = 0; i < CLIENTS; i++)
         pthread_join(ct[i], NULL);
-
-    /* Abort while a pool thread holds a request (m0_server_abort writes
-     * abort_after, which m0_conn_complete reads on the pool thread). */
-    int sv[2];
-    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    CHECK(fcntl(sv[0], F_SETFL, O_NONBLOCK) == 0);
-    struct sockaddr_un peer = {.sun_family = AF_UNIX};
-    CHECK(m0_conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) != NULL);
-    __atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
-    static const char held_get[] = "GET /held HTTP/1.1\r\nHost: t\r\n\r\n";
-    CHECK(write(sv[1], held_get, sizeof(held_get) - 1) == (ssize_t)(sizeof(held_get) - 1));
-    while (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE)) {
-        m0_loop_run_once(loop, 10);
-        m0_workq_check(q);
+    for (int i = 0; i < POOL; i++) {
+        void *r;
+        pthread_join(pt[i], &r);
+        CHECK(r == NULL);
     }
-    /* Released first: nothing orders the abort after the pool thread's
-     * m0_conn_complete, as in a real shutdown. */
-    __atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
-    m0_server_abort(srv);
-    for (int i = 0; i < 1000 && m0_server_connections(srv) > 0; i++)
-        m0_loop_run_once(loop, 10);
-    CHECK(m0_server_connections(srv) == 0);
-    /* The response went out before the shutdown; then the connection is
-     * closed, not kept alive. */
+    CHECK(stage == 2);
+    /* Whatever of the held response went out before the shutdown, the
+     * connection is then closed, not kept alive. */
     char drain[256];
     ssize_t got;
-    while ((got = read(sv[1], drain, sizeof(drain))) > 0) {
+    while ((got = read(held_fd, drain, sizeof(drain))) > 0) {
     }
     CHECK(got == 0);
-    close(sv[1]);
-    m0_workq_close(q);
-    for (int i = 0; i < POOL; i++)
-        pthread_join(pt[i], NULL);
+    close(held_fd);
 
     int expected = CLIENTS * ROUNDS * 5;
     CHECK(client_errors == 0);

@@ -1,123 +1,160 @@
-/* The loop-to-pool hand-off queue (src/net/workq.c) and the loop's
+/* One loop's threads (src/net/workq.c: m0_workq_serve) and the loop's
  * cross-thread wake-up (m0_async in src/net/loop.c), built with
- * -fsanitize=thread by `make test-c`. A mutex stands for the GIL, taken the
- * way the pool threads take it. 4 producers and 4 consumers move 200,000
- * items: every item arrives exactly once, per-producer order is kept (a
- * FIFO), close() releases every waiting consumer. A consumer blocked in a
- * slow item (the "GIL" released, as time.sleep does) does not hold back the
- * items queued behind it. Wake-ups sent from many threads reach the loop's
- * callback. */
+ * -fsanitize=thread by `make test-c`. A mutex stands for the GIL, taken and
+ * dropped through the callbacks as the Python threads do. 4 threads share a
+ * "loop" whose passes queue 200,000 items: every item is run exactly once,
+ * each thread sees them in queue order, one pass runs at a time, and the
+ * loop's state moves between threads without a data race. A thread blocked
+ * in a slow item (the "GIL" released, as time.sleep does) does not hold back
+ * the loop: other threads run its passes and the items they queue while it
+ * sleeps. Wake-ups sent from many threads reach the loop's callback. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../src/net/loop.h"
 #include "../../src/net/workq.h"
 
 #include "check.h"
 
-#define PRODUCERS 4
-#define CONSUMERS 4
-#define PER_PRODUCER 50000
+#define THREADS 4
+#define ITEMS 200000
+#define PER_PASS 16
 
 static m0_workq *q;
-static unsigned char seen[PRODUCERS * PER_PRODUCER];
-static long last_seq[CONSUMERS][PRODUCERS];
-static int order_broken;
-static long consumed[CONSUMERS];
-
-static void *producer(void *arg)
-{
-    intptr_t p = (intptr_t)arg;
-    for (long i = 0; i < PER_PRODUCER; i++) {
-        /* item value: 1 + producer * PER_PRODUCER + i (never NULL) */
-        if (m0_workq_push(q, (void *)(intptr_t)(1 + p * PER_PRODUCER + i)) < 0)
-            abort();
-        if (i % 16 == 15) /* the end of a loop pass */
-            m0_workq_check(q);
-    }
-    return NULL;
-}
-
 static pthread_mutex_t gil = PTHREAD_MUTEX_INITIALIZER;
 
-/* A pool thread's loop (src/bridge/serve.c, Server_run_pool), with gil for
- * the GIL: take with it held, wait without it. */
-static void *next_item(m0_workq_role *role)
-{
-    for (;;) {
-        void *item = m0_workq_take(q, role);
-        if (item != NULL)
-            return item;
-        pthread_mutex_unlock(&gil);
-        int r = m0_workq_wait(q);
-        pthread_mutex_lock(&gil);
-        if (r < 0)
-            return NULL;
-        role->state = M0_WORKQ_STANDBY;
-    }
-}
-
-static void *consumer(void *arg)
-{
-    intptr_t k = (intptr_t)arg;
-    m0_workq_role role;
-    if (m0_workq_join(q, &role) < 0)
-        abort();
-    for (int p = 0; p < PRODUCERS; p++)
-        last_seq[k][p] = -1;
-    pthread_mutex_lock(&gil);
-    for (;;) {
-        void *item = next_item(&role);
-        if (item == NULL)
-            break;
-        long v = (long)(intptr_t)item - 1;
-        long p = v / PER_PRODUCER, i = v % PER_PRODUCER;
-        /* one consumer sees each producer's items in the order they were pushed */
-        if (i <= last_seq[k][p])
-            __atomic_store_n(&order_broken, 1, __ATOMIC_RELAXED);
-        last_seq[k][p] = i;
-        __atomic_add_fetch(&seen[v], 1, __ATOMIC_RELAXED);
-        consumed[k]++;
-    }
-    pthread_mutex_unlock(&gil);
-    return NULL;
-}
-
-/* Items of the slow-view scenario: 1 sleeps 300 ms without the "GIL", 2..n
- * are fast; done_fast counts fast items finished while the slow one sleeps. */
-static int slow_running, done_fast, fast_during_slow;
-
-static void *slow_consumer(void *arg)
+static void *gil_release(void *arg)
 {
     (void)arg;
+    pthread_mutex_unlock(&gil);
+    return NULL;
+}
+
+static void gil_acquire(void *arg, void *token)
+{
+    (void)arg;
+    (void)token;
+    pthread_mutex_lock(&gil);
+}
+
+/* The loop's state: plain fields, touched only by the pass's owner. */
+static long produced;
+static int in_pass; /* atomic: a second concurrent pass would see it set */
+static int passes_overlapped;
+static unsigned char seen[ITEMS];
+static long consumed; /* atomic */
+static int order_broken;
+
+/* A pass that finds nothing waits with the "GIL" released, as epoll_wait does. */
+static void idle_wait(void)
+{
+    pthread_mutex_unlock(&gil);
+    struct timespec ts = {0, 100 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&gil);
+}
+
+static int count_pass(void *arg)
+{
+    (void)arg;
+    if (__atomic_exchange_n(&in_pass, 1, __ATOMIC_SEQ_CST))
+        __atomic_store_n(&passes_overlapped, 1, __ATOMIC_RELAXED);
+    int r = 0;
+    if (produced == ITEMS) {
+        if (__atomic_load_n(&consumed, __ATOMIC_ACQUIRE) == ITEMS)
+            r = 1;
+        else
+            idle_wait();
+    }
+    for (int i = 0; i < PER_PASS && produced < ITEMS; i++, produced++)
+        if (m0_workq_push(q, (void *)(intptr_t)(produced + 1)) < 0)
+            abort();
+    __atomic_store_n(&in_pass, 0, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+static __thread long last_item;
+
+static void count_item(void *arg, void *item)
+{
+    (void)arg;
+    long v = (long)(intptr_t)item - 1;
+    if (v <= last_item - 1)
+        __atomic_store_n(&order_broken, 1, __ATOMIC_RELAXED);
+    last_item = v + 1;
+    __atomic_add_fetch(&seen[v], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&consumed, 1, __ATOMIC_RELEASE);
+}
+
+static const m0_workq_ops count_ops = {NULL, gil_release, gil_acquire, count_item, count_pass, NULL, 0};
+
+static void *serve_thread(void *arg)
+{
+    const m0_workq_ops *ops = arg;
     m0_workq_role role;
     if (m0_workq_join(q, &role) < 0)
         abort();
     pthread_mutex_lock(&gil);
-    for (;;) {
-        void *item = next_item(&role);
-        if (item == NULL)
-            break;
-        if ((intptr_t)item == 1) {
-            __atomic_store_n(&slow_running, 1, __ATOMIC_SEQ_CST);
-            pthread_mutex_unlock(&gil);
-            struct timespec ts = {0, 300 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            pthread_mutex_lock(&gil);
-            __atomic_store_n(&slow_running, 0, __ATOMIC_SEQ_CST);
-        } else {
-            __atomic_add_fetch(&done_fast, 1, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&slow_running, __ATOMIC_SEQ_CST))
-                __atomic_add_fetch(&fast_during_slow, 1, __ATOMIC_SEQ_CST);
-        }
-    }
+    int r = m0_workq_serve(q, &role, ops);
     pthread_mutex_unlock(&gil);
-    return NULL;
+    return (void *)(intptr_t)r;
 }
+
+/* The slow-view scenario: item 1 sleeps 300 ms without the "GIL"; the passes
+ * that run while it sleeps queue 100 fast items (2..101). It is queued once
+ * the other threads have gone idle: one must be woken to stand by. */
+static int slow_running, slow_done, fast_queued, done_fast, fast_during_slow;
+static int slow_queued, warm_passes;
+
+static int slow_pass(void *arg)
+{
+    (void)arg;
+    if (!slow_queued) {
+        if (++warm_passes < 200) { /* the other threads go idle meanwhile */
+            idle_wait();
+            return 0;
+        }
+        slow_queued = 1;
+        if (m0_workq_push(q, (void *)(intptr_t)1) < 0)
+            abort();
+        return 0;
+    }
+    if (__atomic_load_n(&slow_running, __ATOMIC_SEQ_CST) && fast_queued < 100) {
+        fast_queued++;
+        if (m0_workq_push(q, (void *)(intptr_t)(1 + fast_queued)) < 0)
+            abort();
+        return 0;
+    }
+    if (__atomic_load_n(&slow_done, __ATOMIC_SEQ_CST) && __atomic_load_n(&done_fast, __ATOMIC_SEQ_CST) == fast_queued)
+        return 1;
+    idle_wait();
+    return 0;
+}
+
+static void slow_item(void *arg, void *item)
+{
+    (void)arg;
+    if ((intptr_t)item == 1) {
+        __atomic_store_n(&slow_running, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&gil);
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&gil);
+        __atomic_store_n(&slow_running, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&slow_done, 1, __ATOMIC_SEQ_CST);
+    } else {
+        if (__atomic_load_n(&slow_running, __ATOMIC_SEQ_CST))
+            __atomic_add_fetch(&fast_during_slow, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&done_fast, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+static const m0_workq_ops slow_ops = {NULL, gil_release, gil_acquire, slow_item, slow_pass, NULL, 0};
 
 static int async_fired;
 static void on_async(m0_loop *loop, m0_async *a)
@@ -138,27 +175,21 @@ static void *waker(void *arg)
 
 int main(void)
 {
-    CHECK(m0_workq_new(&q, 4) == 0);
-    pthread_t prod[PRODUCERS], cons[CONSUMERS];
-    for (intptr_t k = 0; k < CONSUMERS; k++)
-        CHECK(pthread_create(&cons[k], NULL, consumer, (void *)k) == 0);
-    for (intptr_t p = 0; p < PRODUCERS; p++)
-        CHECK(pthread_create(&prod[p], NULL, producer, (void *)p) == 0);
-    for (int p = 0; p < PRODUCERS; p++)
-        pthread_join(prod[p], NULL);
-    while (m0_workq_check(q) > 0) { /* the loop's periodic look until drained */
-        struct timespec ms = {0, 1000 * 1000};
-        nanosleep(&ms, NULL);
+    alarm(120); /* a hang fails the test */
+    CHECK(m0_workq_new(&q, THREADS) == 0);
+    pthread_t t[THREADS];
+    for (int k = 0; k < THREADS; k++)
+        CHECK(pthread_create(&t[k], NULL, serve_thread, (void *)&count_ops) == 0);
+    int failed = 0;
+    for (int k = 0; k < THREADS; k++) {
+        void *r;
+        pthread_join(t[k], &r);
+        failed |= r != NULL;
     }
-    m0_workq_close(q);
-    for (int k = 0; k < CONSUMERS; k++)
-        pthread_join(cons[k], NULL);
-    long total = 0;
-    for (int k = 0; k < CONSUMERS; k++)
-        total += consumed[k];
-    CHECK(total == PRODUCERS * PER_PRODUCER);
+    CHECK(!failed);
+    CHECK(consumed == ITEMS);
     int dup = 0, missing = 0;
-    for (long v = 0; v < PRODUCERS * PER_PRODUCER; v++) {
+    for (long v = 0; v < ITEMS; v++) {
         if (seen[v] == 0)
             missing++;
         else if (seen[v] > 1)
@@ -166,31 +197,25 @@ int main(void)
     }
     CHECK(dup == 0 && missing == 0);
     CHECK(!order_broken);
+    CHECK(!passes_overlapped);
     CHECK(m0_workq_len(q) == 0);
-    CHECK(m0_workq_wait(q) == -1); /* closed and empty: no wait */
     m0_workq_free(q);
 
-    /* A slow item first, then 100 fast ones pushed while it sleeps. */
-    CHECK(m0_workq_new(&q, 4) == 0);
-    pthread_t sc[3];
+    /* A slow item, and the loop going on without its thread. */
+    CHECK(m0_workq_new(&q, 3) == 0);
     for (int k = 0; k < 3; k++)
-        CHECK(pthread_create(&sc[k], NULL, slow_consumer, NULL) == 0);
-    CHECK(m0_workq_push(q, (void *)(intptr_t)1) == 0);
-    m0_workq_check(q);
-    while (!__atomic_load_n(&slow_running, __ATOMIC_SEQ_CST)) {
-    }
-    for (intptr_t i = 2; i <= 101; i++)
-        CHECK(m0_workq_push(q, (void *)i) == 0);
-    /* the loop's periodic look (serve.c) while work is queued */
-    while (__atomic_load_n(&done_fast, __ATOMIC_SEQ_CST) < 100) {
-        struct timespec ms = {0, 1000 * 1000};
-        nanosleep(&ms, NULL);
-        m0_workq_check(q);
-    }
-    CHECK(__atomic_load_n(&fast_during_slow, __ATOMIC_SEQ_CST) == 100);
-    m0_workq_close(q);
+        CHECK(pthread_create(&t[k], NULL, serve_thread, (void *)&slow_ops) == 0);
     for (int k = 0; k < 3; k++)
-        pthread_join(sc[k], NULL);
+        pthread_join(t[k], NULL);
+    CHECK(fast_queued == 100);
+    CHECK(fast_during_slow == 100);
+    m0_workq_free(q);
+
+    /* More threads than joined slots: refused. */
+    CHECK(m0_workq_new(&q, 1) == 0);
+    m0_workq_role role;
+    CHECK(m0_workq_join(q, &role) == 0);
+    CHECK(m0_workq_join(q, &role) < 0);
     m0_workq_free(q);
 
     m0_loop *loop;
