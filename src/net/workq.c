@@ -8,6 +8,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+struct workq_slot {
+    int state;           /* the thread's role->state */
+    uint64_t started_ns; /* when it took the request it runs */
+    clockid_t cpu_clock; /* its CPU-time clock */
+    int has_clock;
+};
+
 struct m0_workq {
     pthread_mutex_t lock;
     pthread_cond_t ready; /* CLOCK_MONOTONIC */
@@ -20,7 +27,9 @@ struct m0_workq {
     size_t standby; /* threads woken (or granted a wake-up) that have not acted yet */
     size_t slots;
     size_t joined;
-    int loop_owned; /* a thread is running a pass */
+    struct workq_slot *slot; /* per joined thread, what a standby looks at */
+    int waker;               /* the slot of the thread that woke the last standby */
+    int loop_owned;          /* a thread is running a pass */
     int closed;
 };
 
@@ -32,7 +41,11 @@ int m0_workq_new(m0_workq **out, size_t threads)
     q->cap = 64;
     q->ring = malloc(q->cap * sizeof(*q->ring));
     q->slots = threads ? threads : 1;
-    if (q->ring == NULL) {
+    q->slot = calloc(q->slots, sizeof(*q->slot));
+    q->waker = -1;
+    if (q->ring == NULL || q->slot == NULL) {
+        free(q->ring);
+        free(q->slot);
         free(q);
         return -ENOMEM;
     }
@@ -53,7 +66,16 @@ void m0_workq_free(m0_workq *q)
     pthread_cond_destroy(&q->ready);
     pthread_mutex_destroy(&q->lock);
     free(q->ring);
+    free(q->slot);
     free(q);
+}
+
+static uint64_t workq_ns(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int workq_grow(m0_workq *q)
@@ -91,10 +113,20 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
     if (q->joined < q->slots) {
         role->slot = (int)q->joined++;
         role->state = M0_WORKQ_IDLE;
+        role->watch_slot = -1;
+        struct workq_slot *ws = &q->slot[role->slot];
+        ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
         r = 0;
     }
     pthread_mutex_unlock(&q->lock);
     return r;
+}
+
+/* Under the lock. */
+static void workq_set_state(m0_workq *q, m0_workq_role *role, int state)
+{
+    role->state = state;
+    q->slot[role->slot].state = state;
 }
 
 /* Under the lock: the caller acts now, so it is no longer the standby. */
@@ -102,25 +134,70 @@ static void workq_settle(m0_workq *q, m0_workq_role *role)
 {
     if (role->state == M0_WORKQ_STANDBY)
         q->standby--;
-    role->state = M0_WORKQ_IDLE;
+    workq_set_state(q, role, M0_WORKQ_IDLE);
 }
 
+/* Under the lock: another thread that runs a request or the loop, the one
+ * that started its request last first; -1 when there is none. */
+static int workq_other_active(m0_workq *q, int except)
+{
+    int found = -1;
+    for (size_t i = 0; i < q->joined; i++) {
+        struct workq_slot *ws = &q->slot[i];
+        if ((int)i == except || (ws->state != M0_WORKQ_RUNNING && ws->state != M0_WORKQ_LOOP))
+            continue;
+        if (found < 0 || q->slot[found].state == M0_WORKQ_LOOP ||
+            (ws->state == M0_WORKQ_RUNNING && ws->started_ns > q->slot[found].started_ns))
+            found = (int)i;
+    }
+    return found;
+}
+
+/* What workq_take tells a caller that got no request. */
+enum { WORKQ_GO_ON = 0, WORKQ_IDLE = 1, WORKQ_STAND_BY = 2 };
+
 /* GIL held: the next request, or NULL. A thread that starts one makes sure
- * somebody stands by for the GIL, should this request block. */
-static void *workq_take(m0_workq *q, m0_workq_role *role)
+ * somebody stands by for the GIL, should this request block.
+ *
+ * A thread back from a request that took M0_WORKQ_FORCED_NS or more (a view
+ * that blocked, or one the switch interval interrupted) while another thread
+ * runs a request or the loop leaves them to that thread (*next: stand by,
+ * or go idle when somebody stands by already) rather than run beside it:
+ * two threads taking turns with the GIL leave each other's requests half
+ * done for a switch interval at every turn. */
+static void *workq_take(m0_workq *q, m0_workq_role *role, int *next)
 {
     pthread_mutex_lock(&q->lock);
+    int was_running = role->state == M0_WORKQ_RUNNING;
+    uint64_t began = q->slot[role->slot].started_ns;
     workq_settle(q, role);
+    *next = WORKQ_GO_ON;
+    if (was_running && workq_ns(CLOCK_MONOTONIC) - began >= M0_WORKQ_FORCED_NS) {
+        int other = workq_other_active(q, role->slot);
+        if (other >= 0) {
+            *next = WORKQ_IDLE;
+            if (q->standby == 0) {
+                q->standby++;
+                workq_set_state(q, role, M0_WORKQ_STANDBY);
+                role->watch_slot = other;
+                *next = WORKQ_STAND_BY;
+            }
+            pthread_mutex_unlock(&q->lock);
+            return NULL;
+        }
+    }
     void *item = NULL;
     int wake = 0;
     if (q->len > 0) {
         item = q->ring[q->head];
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
-        role->state = M0_WORKQ_RUNNING;
+        workq_set_state(q, role, M0_WORKQ_RUNNING);
+        q->slot[role->slot].started_ns = workq_ns(CLOCK_MONOTONIC);
         if (q->standby == 0 && q->waiting > q->tickets) {
             q->standby++;
             q->tickets++;
+            q->waker = role->slot;
             wake = 1;
         }
     }
@@ -139,7 +216,7 @@ static int workq_claim_loop(m0_workq *q, m0_workq_role *role)
     int r = q->closed ? -1 : q->loop_owned ? 0 : 1;
     if (r == 1) {
         q->loop_owned = 1;
-        role->state = M0_WORKQ_LOOP;
+        workq_set_state(q, role, M0_WORKQ_LOOP);
     }
     pthread_mutex_unlock(&q->lock);
     return r;
@@ -149,7 +226,7 @@ static void workq_release_loop(m0_workq *q, m0_workq_role *role)
 {
     pthread_mutex_lock(&q->lock);
     q->loop_owned = 0;
-    role->state = M0_WORKQ_IDLE;
+    workq_set_state(q, role, M0_WORKQ_IDLE);
     pthread_mutex_unlock(&q->lock);
 }
 
@@ -181,13 +258,15 @@ static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
     int r;
     if (q->tickets > 0) {
         q->tickets--; /* the standby count was taken when it was granted */
-        role->state = M0_WORKQ_STANDBY;
+        workq_set_state(q, role, M0_WORKQ_STANDBY);
+        role->watch_slot = q->waker;
         r = 0;
     } else if (q->closed) {
         r = q->len > 0 ? 0 : -1; /* closed with work left: drain it */
         if (r == 0) {
             q->standby++;
-            role->state = M0_WORKQ_STANDBY;
+            workq_set_state(q, role, M0_WORKQ_STANDBY);
+            role->watch_slot = -1;
         }
     } else {
         r = 1;
@@ -196,15 +275,65 @@ static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
     return r;
 }
 
+/* GIL released, by the standby before it waits for the GIL: note the
+ * watched thread's CPU time. */
+static void workq_standby_look(m0_workq *q, m0_workq_role *role)
+{
+    if (role->watch_slot < 0)
+        return;
+    pthread_mutex_lock(&q->lock);
+    struct workq_slot ws = q->slot[role->watch_slot];
+    pthread_mutex_unlock(&q->lock);
+    role->watch_wall_ns = workq_ns(CLOCK_MONOTONIC);
+    role->watch_cpu_ns = ws.has_clock ? workq_ns(ws.cpu_clock) : 0;
+}
+
+/* GIL held, by the standby: 1 when the GIL came from the watched thread's
+ * request while it ran on the CPU for at least half the wait, and for less
+ * than M0_WORKQ_BUSY_NS: that thread was not blocked, give it back. */
+static int workq_standby_yields(m0_workq *q, m0_workq_role *role)
+{
+    if (role->watch_slot < 0 || role->watch_cpu_ns == 0)
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    struct workq_slot ws = q->slot[role->watch_slot];
+    int closed = q->closed;
+    pthread_mutex_unlock(&q->lock);
+    if (closed || ws.state != M0_WORKQ_RUNNING || !ws.has_clock)
+        return 0;
+    uint64_t now = workq_ns(CLOCK_MONOTONIC), cpu = workq_ns(ws.cpu_clock);
+    if (cpu == 0 || now - ws.started_ns >= M0_WORKQ_BUSY_NS)
+        return 0;
+    /* The switch interval (5 ms unless the app changed it) forces the GIL
+     * over no sooner: given sooner, it was released, by a blocking call. */
+    if (now - role->watch_wall_ns < M0_WORKQ_FORCED_NS)
+        return 0;
+    return (cpu - role->watch_cpu_ns) * 2 >= now - role->watch_wall_ns;
+}
+
 int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     for (;;) {
-        void *item = workq_take(q, role);
+        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role)) {
+            void *token = ops->gil_release(ops->arg);
+            struct timespec pause = {0, M0_WORKQ_PAUSE_NS};
+            nanosleep(&pause, NULL);
+            workq_standby_look(q, role);
+            ops->gil_acquire(ops->arg, token);
+        }
+        int next;
+        void *item = workq_take(q, role, &next);
         if (item != NULL) {
             ops->run_item(ops->arg, item);
             continue;
         }
-        int own = workq_claim_loop(q, role);
+        if (next == WORKQ_STAND_BY) { /* wait for the GIL, as a woken standby does */
+            void *token = ops->gil_release(ops->arg);
+            workq_standby_look(q, role);
+            ops->gil_acquire(ops->arg, token);
+            continue;
+        }
+        int own = next == WORKQ_IDLE ? 0 : workq_claim_loop(q, role);
         if (own > 0) {
             int r = ops->run_pass(ops->arg);
             workq_release_loop(q, role);
@@ -218,6 +347,8 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
             return 0;
         void *token = ops->gil_release(ops->arg);
         int w = workq_wait(q, role, ops->idle_ms);
+        if (w == 0)
+            workq_standby_look(q, role);
         ops->gil_acquire(ops->arg, token);
         if (w < 0)
             return 0;

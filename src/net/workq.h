@@ -16,8 +16,10 @@
  * takes the queued requests, or the loop, which the running thread is not
  * polling while it is in its view. A standby that finds nothing to do (the
  * GIL was released by the loop's owner going to sleep in epoll_wait) goes
- * back to idle. So fast requests go on while up to all but one thread block
- * in views; when every thread is in a view, the loop waits for one of them.
+ * back to idle; one that got it from a request running on the CPU gives it
+ * back (see M0_WORKQ_PAUSE_NS). So fast requests go on while up to all but
+ * one thread block in views; when every thread is in a view, the loop waits
+ * for one of them.
  *
  * The GIL itself is the caller's: m0_workq_serve takes and drops it through
  * the callbacks, and calls m0_workq_ops.run_item and run_pass with it held.
@@ -30,6 +32,7 @@
 #define M0_NET_WORKQ_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct m0_workq m0_workq;
 
@@ -46,7 +49,22 @@ enum { M0_WORKQ_IDLE = 0, M0_WORKQ_STANDBY = 1, M0_WORKQ_RUNNING = 2, M0_WORKQ_L
 typedef struct {
     int state; /* M0_WORKQ_* */
     int slot;  /* from m0_workq_join */
+    /* The standby's look at the thread that woke it, taken before it waits
+     * for the GIL: that thread's slot and CPU time, and the time. */
+    int watch_slot;
+    uint64_t watch_wall_ns, watch_cpu_ns;
 } m0_workq_role;
+
+/* A standby that gets the GIL while the thread that woke it has been
+ * running its request on the CPU for most of the wait (the switch interval
+ * forced the GIL over: that thread is not blocked) gives the GIL back and
+ * looks again M0_WORKQ_PAUSE_NS later, rather than leaving that request
+ * half done for a switch interval or more. Unless the request has been
+ * running M0_WORKQ_BUSY_NS: a view busy in Python that long shares the GIL
+ * with the fast requests behind it. */
+#define M0_WORKQ_PAUSE_NS 500000
+#define M0_WORKQ_FORCED_NS 1000000 /* a GIL got sooner than this was not forced over */
+#define M0_WORKQ_BUSY_NS 20000000
 /* A thread joins once, before m0_workq_serve: 0, or -ENOSPC past the
  * `threads` given to m0_workq_new. */
 int m0_workq_join(m0_workq *q, m0_workq_role *role);
