@@ -81,7 +81,7 @@ def mixed():
                   mixed_arms(), slow_inflight=k, slow_ms=200) for k in (0, 1, 2)]
     # The gate's own row: the pool with 0 and with 2 slow requests in flight, and the inline mode
     # without, alternating round by round, so both gate ratios compare the same machine state.
-    # Its fast route is the bare hello, the pool's worst case (the hand-off is the whole difference);
+    # Its fast route is the bare hello, the pool's worst case (its own work is the whole difference);
     # "gate-django" measures the same three arms with Django's hello as the fast route, the view the
     # seed's pool measurement used.
     inline, pool = mixed_arms()[:2]

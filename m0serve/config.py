@@ -247,8 +247,9 @@ OPTIONS = [
     Option("--threads", "value", _int_in(1, 256), 1,
            "event loops per worker process, sharing its listeners and one interpreter (WSGI)", "processes", "T"),
     Option("--blocking-threads", "value", _int_in(0, 1024), 0,
-           "WSGI: Python threads per event loop that run the app, so a slow view holds one thread, not the loop "
-           "(0: the app runs on the loop); ASGI: the size of the loop's default executor", "processes", "B"),
+           "WSGI: Python threads per event loop besides its own; a view that blocks holds one thread while another "
+           "takes the loop over (0: the app runs on the loop's thread alone); ASGI: the size of the loop's default "
+           "executor", "processes", "B"),
     Option("--graceful-timeout", "value", _seconds, 30.0,
            "seconds a stopping worker may spend finishing in-flight requests before it is killed (0: close at once)",
            "processes", "SECONDS"),
