@@ -740,6 +740,17 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
     }
     if (beat != NULL)
         *beat = 0;
+    /* The switch interval, after which a thread waiting for the GIL forces
+     * it over (sys.setswitchinterval; 5 ms by default). */
+    uint64_t forced_ns = 0;
+    PyObject *sys = PyImport_ImportModule("sys");
+    PyObject *interval = sys != NULL ? PyObject_CallMethod(sys, "getswitchinterval", NULL) : NULL;
+    double seconds = interval != NULL ? PyFloat_AsDouble(interval) : -1.0;
+    Py_XDECREF(interval);
+    Py_XDECREF(sys);
+    if (seconds > 0)
+        forced_ns = (uint64_t)(seconds * 0.9e9);
+    PyErr_Clear();
     m0_workq_ops ops = {
         .arg = &pt,
         .gil_release = pool_gil_release,
@@ -748,6 +759,7 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
         .run_pass = pool_run_pass,
         .idle = pool_idle,
         .idle_ms = checks_signals ? M0_SERVE_MAX_WAIT_MS : 0,
+        .forced_ns = forced_ns,
     };
     int r = m0_workq_serve(self->workq, &role, &ops);
     m0_wsgi_free(pt.w);

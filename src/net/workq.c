@@ -3,16 +3,19 @@
 #include "workq.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 struct workq_slot {
     int state;           /* the thread's role->state */
     uint64_t started_ns; /* when it took the request it runs */
     clockid_t cpu_clock; /* its CPU-time clock */
     int has_clock;
+    int schedstat_fd; /* its /proc schedstat (time on the CPU and waiting for it), -1: none */
 };
 
 struct m0_workq {
@@ -65,6 +68,9 @@ void m0_workq_free(m0_workq *q)
         return;
     pthread_cond_destroy(&q->ready);
     pthread_mutex_destroy(&q->lock);
+    for (size_t i = 0; i < q->joined; i++)
+        if (q->slot[i].schedstat_fd >= 0)
+            close(q->slot[i].schedstat_fd);
     free(q->ring);
     free(q->slot);
     free(q);
@@ -116,6 +122,7 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
         role->watch_slot = -1;
         struct workq_slot *ws = &q->slot[role->slot];
         ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
+        ws->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         r = 0;
     }
     pthread_mutex_unlock(&q->lock);
@@ -277,6 +284,28 @@ static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
 
 /* GIL released, by the standby before it waits for the GIL: note the
  * watched thread's CPU time. */
+/* How long a thread has wanted the CPU: its time on it plus its time
+ * waiting for it (schedstat), so that a thread sharing its core with other
+ * processes still counts as busy; its CPU time alone without schedstat.
+ * 0: unknown. */
+static uint64_t workq_wanted_ns(const struct workq_slot *ws)
+{
+    if (ws->schedstat_fd >= 0) {
+        char buf[96];
+        ssize_t n = pread(ws->schedstat_fd, buf, sizeof(buf) - 1, 0);
+        if (n > 0) {
+            buf[n] = 0;
+            char *end;
+            unsigned long long on_cpu = strtoull(buf, &end, 10);
+            unsigned long long waiting = strtoull(end, NULL, 10);
+            return (uint64_t)(on_cpu + waiting);
+        }
+    }
+    return ws->has_clock ? workq_ns(ws->cpu_clock) : 0;
+}
+
+/* GIL released, by the standby before it waits for the GIL: note how long
+ * the watched thread has wanted the CPU. */
 static void workq_standby_look(m0_workq *q, m0_workq_role *role)
 {
     if (role->watch_slot < 0)
@@ -285,36 +314,39 @@ static void workq_standby_look(m0_workq *q, m0_workq_role *role)
     struct workq_slot ws = q->slot[role->watch_slot];
     pthread_mutex_unlock(&q->lock);
     role->watch_wall_ns = workq_ns(CLOCK_MONOTONIC);
-    role->watch_cpu_ns = ws.has_clock ? workq_ns(ws.cpu_clock) : 0;
+    role->watch_busy_ns = workq_wanted_ns(&ws);
 }
 
 /* GIL held, by the standby: 1 when the GIL came from the watched thread's
- * request while it ran on the CPU for at least half the wait, and for less
- * than M0_WORKQ_BUSY_NS: that thread was not blocked, give it back. */
-static int workq_standby_yields(m0_workq *q, m0_workq_role *role)
+ * request while that thread wanted the CPU for at least half the wait, and
+ * for less than M0_WORKQ_BUSY_NS: it was not blocked, give it back. */
+static int workq_standby_yields(m0_workq *q, m0_workq_role *role, uint64_t forced_ns)
 {
-    if (role->watch_slot < 0 || role->watch_cpu_ns == 0)
+    if (role->watch_slot < 0 || role->watch_busy_ns == 0)
         return 0;
     pthread_mutex_lock(&q->lock);
     struct workq_slot ws = q->slot[role->watch_slot];
     int closed = q->closed;
     pthread_mutex_unlock(&q->lock);
-    if (closed || ws.state != M0_WORKQ_RUNNING || !ws.has_clock)
+    if (closed || ws.state != M0_WORKQ_RUNNING)
         return 0;
-    uint64_t now = workq_ns(CLOCK_MONOTONIC), cpu = workq_ns(ws.cpu_clock);
-    if (cpu == 0 || now - ws.started_ns >= M0_WORKQ_BUSY_NS)
+    uint64_t now = workq_ns(CLOCK_MONOTONIC);
+    if (now - ws.started_ns >= M0_WORKQ_BUSY_NS)
         return 0;
-    /* The switch interval (5 ms unless the app changed it) forces the GIL
-     * over no sooner: given sooner, it was released, by a blocking call. */
-    if (now - role->watch_wall_ns < M0_WORKQ_FORCED_NS)
+    /* The switch interval forces the GIL over no sooner: given sooner, it
+     * was released, by a blocking call. */
+    if (now - role->watch_wall_ns < (forced_ns ? forced_ns : M0_WORKQ_FORCED_NS))
         return 0;
-    return (cpu - role->watch_cpu_ns) * 2 >= now - role->watch_wall_ns;
+    uint64_t busy = workq_wanted_ns(&ws);
+    if (busy == 0)
+        return 0;
+    return (busy - role->watch_busy_ns) * 2 >= now - role->watch_wall_ns;
 }
 
 int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     for (;;) {
-        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role)) {
+        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->forced_ns)) {
             void *token = ops->gil_release(ops->arg);
             struct timespec pause = {0, M0_WORKQ_PAUSE_NS};
             nanosleep(&pause, NULL);

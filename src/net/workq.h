@@ -50,20 +50,22 @@ typedef struct {
     int state; /* M0_WORKQ_* */
     int slot;  /* from m0_workq_join */
     /* The standby's look at the thread that woke it, taken before it waits
-     * for the GIL: that thread's slot and CPU time, and the time. */
+     * for the GIL: that thread's slot, how long it has wanted the CPU, and
+     * the time. */
     int watch_slot;
-    uint64_t watch_wall_ns, watch_cpu_ns;
+    uint64_t watch_wall_ns, watch_busy_ns;
 } m0_workq_role;
 
 /* A standby that gets the GIL while the thread that woke it has been
- * running its request on the CPU for most of the wait (the switch interval
- * forced the GIL over: that thread is not blocked) gives the GIL back and
+ * running its request for most of the wait, on the CPU or queued for it
+ * (schedstat: a core shared with other processes still counts; the switch
+ * interval forced the GIL over: that thread is not blocked) gives the GIL back and
  * looks again M0_WORKQ_PAUSE_NS later, rather than leaving that request
  * half done for a switch interval or more. Unless the request has been
  * running M0_WORKQ_BUSY_NS: a view busy in Python that long shares the GIL
  * with the fast requests behind it. */
 #define M0_WORKQ_PAUSE_NS 500000
-#define M0_WORKQ_FORCED_NS 1000000 /* a GIL got sooner than this was not forced over */
+#define M0_WORKQ_FORCED_NS 1000000
 #define M0_WORKQ_BUSY_NS 20000000
 /* A thread joins once, before m0_workq_serve: 0, or -ENOSPC past the
  * `threads` given to m0_workq_new. */
@@ -85,6 +87,9 @@ typedef struct {
      * wake-up (the caller's periodic duties: signals). Same returns as run_pass. */
     int (*idle)(void *arg);
     int idle_ms; /* 0: idle waits have no time limit */
+    /* A GIL the standby waited for less than this was released, not forced
+     * over: 0.9 of the interpreter's switch interval (0: M0_WORKQ_FORCED_NS). */
+    uint64_t forced_ns;
 } m0_workq_ops;
 
 /* Serve until the queue is closed and empty (0) or a callback failed (its

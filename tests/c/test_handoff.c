@@ -165,7 +165,7 @@ static int run_pass(void *arg)
     return r < 0 && r != -EINTR ? r : 0;
 }
 
-static const m0_workq_ops ops = {NULL, gil_release, gil_acquire, run_item, run_pass, NULL, 0};
+static const m0_workq_ops ops = {NULL, gil_release, gil_acquire, run_item, run_pass, NULL, 0, 0};
 
 /* Server_run_pool and serve() (src/bridge/serve.c), with gil for the GIL. */
 static void *pool_thread(void *arg)

@@ -91,7 +91,7 @@ static void count_item(void *arg, void *item)
     __atomic_add_fetch(&consumed, 1, __ATOMIC_RELEASE);
 }
 
-static const m0_workq_ops count_ops = {NULL, gil_release, gil_acquire, count_item, count_pass, NULL, 0};
+static const m0_workq_ops count_ops = {NULL, gil_release, gil_acquire, count_item, count_pass, NULL, 0, 0};
 
 static void *serve_thread(void *arg)
 {
@@ -154,7 +154,7 @@ static void slow_item(void *arg, void *item)
     }
 }
 
-static const m0_workq_ops slow_ops = {NULL, gil_release, gil_acquire, slow_item, slow_pass, NULL, 0};
+static const m0_workq_ops slow_ops = {NULL, gil_release, gil_acquire, slow_item, slow_pass, NULL, 0, 0};
 
 static int async_fired;
 static void on_async(m0_loop *loop, m0_async *a)
