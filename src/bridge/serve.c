@@ -511,6 +511,8 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     void *ctx = NULL;
     if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
         goto error;
+    if (self->workq != NULL) /* the pool's standby waits for the GIL: not at every pass */
+        m0_loop_set_look_first(self->loop, 1);
     r = m0_server_new(&self->srv, self->loop, &cfg, handler, ctx);
     if (r < 0) {
         errno = -r;

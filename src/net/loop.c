@@ -41,7 +41,8 @@ struct m0_loop {
     size_t batch_next;
     size_t batch_len;
     m0_async *asyncs;
-    int awake; /* atomic: inside a pass, before its last look at the asyncs */
+    int awake;      /* atomic: inside a pass, before its last look at the asyncs */
+    int look_first; /* m0_loop_set_look_first */
     struct epoll_event batch[M0_LOOP_BATCH];
 };
 
@@ -324,6 +325,11 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
     loop->hook_arg = arg;
 }
 
+void m0_loop_set_look_first(m0_loop *loop, int on)
+{
+    loop->look_first = on;
+}
+
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg)
 {
     loop->pass_end = cb;
@@ -404,9 +410,10 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
     int64_t wait_us = wait == timeout_ms ? timeout_us : 0;
     int n;
     if (wait != 0 && loop->before != NULL) {
-        /* Look first: the hooks (which drop the GIL) only around a wait that
-         * blocks. A thread waiting for the GIL would take it at every pass. */
-        n = loop_epoll_wait(loop, 0, 0);
+        /* With look_first, the hooks (which drop the GIL) run only around a
+         * wait that blocks: a thread waiting for the GIL would take it at
+         * every pass. Without, one syscall less per pass. */
+        n = loop->look_first ? loop_epoll_wait(loop, 0, 0) : 0;
         if (n == 0) {
             loop->waiting = 1;
             loop->before(loop->hook_arg);

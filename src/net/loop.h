@@ -84,6 +84,10 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
 /* A hook run at the end of each pass, after its ready events were
  * dispatched and before timers expire: the server flushes the output it
  * held back during the pass (net/conn_write.c). */
+/* on: a pass that may wait first looks without waiting, and calls the wait
+ * hooks only when it must block (for a loop whose threads queue for the
+ * GIL: the blocking-pool mode). Off by default: a syscall less per pass. */
+void m0_loop_set_look_first(m0_loop *loop, int on);
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg);
 /* 1 while the loop's thread dispatches a pass's events (callbacks run). */
 int m0_loop_dispatching(const m0_loop *loop);

@@ -269,6 +269,7 @@ int main(void)
     CHECK(m0_server_new(&srv, loop, &cfg, &pool_handler, NULL) == 0);
     CHECK(m0_workq_new(&q, POOL + 1) == 0); /* + the thread inside serve() */
     m0_loop_set_wait_hooks(loop, gil_hook_release, gil_hook_acquire, NULL);
+    m0_loop_set_look_first(loop, 1); /* as serve.c does in the pool mode */
 
     static client clients[CLIENTS];
     pthread_t ct[CLIENTS], pt[POOL];
