@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include "../net/native_hello.h"
@@ -72,7 +71,6 @@ struct m0_server_object {
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
-    int pool_running;             /* pool threads inside run_pool(), atomic */
     int pool_error;               /* blocking-pool mode: the -errno a pass failed with (atomic) */
     volatile int64_t *serve_beat; /* blocking-pool mode: the heartbeat slot of the thread inside serve() */
 };
@@ -687,8 +685,8 @@ static void pool_run_item(void *arg, void *item)
 }
 
 /* The thread inside serve(), at most once per M0_SERVE_MAX_WAIT_MS or after
- * EINTR: the access log and, on the main thread, the signal handlers. A
- * handler that raised stops the loop (-EINTR, its exception set). */
+ * EINTR: on the main thread, the signal handlers. A handler that raised
+ * stops the loop (-EINTR, its exception set). */
 static int pool_duties(pool_thread *pt, int force)
 {
     if (!pt->checks_signals)
@@ -697,7 +695,6 @@ static int pool_duties(pool_thread *pt, int force)
     if (!force && now - pt->checked_ms < M0_SERVE_MAX_WAIT_MS)
         return 0;
     pt->checked_ms = now;
-    server_flush_access_log(pt->self);
     return PyErr_CheckSignals() < 0 ? -EINTR : 0; /* (a no-op outside the main thread) */
 }
 
@@ -720,7 +717,9 @@ static int pool_run_pass(void *arg)
 
 static int pool_idle(void *arg)
 {
-    return pool_duties(arg, 1);
+    pool_thread *pt = arg;             /* serve()'s thread: the only one with idle waits */
+    server_flush_access_log(pt->self); /* lines another thread's pass left */
+    return pool_duties(pt, 1);
 }
 
 /* GIL held: serve until the loop is done. 0, or -errno: -EINTR (a signal
@@ -745,11 +744,10 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
     /* The switch interval, after which a thread waiting for the GIL forces
      * it over (sys.setswitchinterval; 5 ms by default). */
     uint64_t forced_ns = 0;
-    PyObject *sys = PyImport_ImportModule("sys");
-    PyObject *interval = sys != NULL ? PyObject_CallMethod(sys, "getswitchinterval", NULL) : NULL;
+    PyObject *get = PySys_GetObject("getswitchinterval"); /* borrowed */
+    PyObject *interval = get != NULL ? PyObject_CallNoArgs(get) : NULL;
     double seconds = interval != NULL ? PyFloat_AsDouble(interval) : -1.0;
     Py_XDECREF(interval);
-    Py_XDECREF(sys);
     if (seconds > 0)
         forced_ns = (uint64_t)(seconds * 0.9e9);
     PyErr_Clear();
@@ -882,9 +880,7 @@ static PyObject *Server_run_pool(ServerObject *self, PyObject *args, PyObject *k
         *beat = 0;
     }
     Py_INCREF(self); /* the pool outlives nothing it uses */
-    __atomic_add_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
     int r = pool_serve(self, beat, 0);
-    __atomic_sub_fetch(&self->pool_running, 1, __ATOMIC_ACQ_REL);
     Py_DECREF(self);
     if (r == -ENOSPC || r == -ENOMEM)
         return NULL;

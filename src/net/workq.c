@@ -176,10 +176,10 @@ static void *workq_take(m0_workq *q, m0_workq_role *role, int *next)
 {
     pthread_mutex_lock(&q->lock);
     int was_running = role->state == M0_WORKQ_RUNNING;
-    uint64_t began = q->slot[role->slot].started_ns;
+    uint64_t now = workq_ns(CLOCK_MONOTONIC), began = q->slot[role->slot].started_ns;
     workq_settle(q, role);
     *next = WORKQ_GO_ON;
-    if (was_running && workq_ns(CLOCK_MONOTONIC) - began >= M0_WORKQ_FORCED_NS) {
+    if (was_running && now - began >= M0_WORKQ_FORCED_NS) {
         int other = workq_other_active(q, role->slot);
         if (other >= 0) {
             *next = WORKQ_IDLE;
@@ -200,7 +200,7 @@ static void *workq_take(m0_workq *q, m0_workq_role *role, int *next)
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
         workq_set_state(q, role, M0_WORKQ_RUNNING);
-        q->slot[role->slot].started_ns = workq_ns(CLOCK_MONOTONIC);
+        q->slot[role->slot].started_ns = now;
         if (q->standby == 0 && q->waiting > q->tickets) {
             q->standby++;
             q->tickets++;
@@ -343,16 +343,31 @@ static int workq_standby_yields(m0_workq *q, m0_workq_role *role, uint64_t force
     return (busy - role->watch_busy_ns) * 2 >= now - role->watch_wall_ns;
 }
 
+/* GIL held, by a standby: drop the GIL (first sleeping pause_ns, when not
+ * 0), note the watched thread's CPU, wait for the GIL again. */
+static void workq_standby_regain(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops, long pause_ns)
+{
+    void *token = ops->gil_release(ops->arg);
+    if (pause_ns > 0) {
+        struct timespec pause = {0, pause_ns};
+        nanosleep(&pause, NULL);
+    }
+    workq_standby_look(q, role);
+    ops->gil_acquire(ops->arg, token);
+}
+
+/* A callback's non-zero result ends m0_workq_serve: the queue closes. */
+static int workq_end(m0_workq *q, int r)
+{
+    m0_workq_close(q);
+    return r < 0 ? r : 0;
+}
+
 int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     for (;;) {
-        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->forced_ns)) {
-            void *token = ops->gil_release(ops->arg);
-            struct timespec pause = {0, M0_WORKQ_PAUSE_NS};
-            nanosleep(&pause, NULL);
-            workq_standby_look(q, role);
-            ops->gil_acquire(ops->arg, token);
-        }
+        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->forced_ns))
+            workq_standby_regain(q, role, ops, M0_WORKQ_PAUSE_NS);
         int next;
         void *item = workq_take(q, role, &next);
         if (item != NULL) {
@@ -360,19 +375,15 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
             continue;
         }
         if (next == WORKQ_STAND_BY) { /* wait for the GIL, as a woken standby does */
-            void *token = ops->gil_release(ops->arg);
-            workq_standby_look(q, role);
-            ops->gil_acquire(ops->arg, token);
+            workq_standby_regain(q, role, ops, 0);
             continue;
         }
         int own = next == WORKQ_IDLE ? 0 : workq_claim_loop(q, role);
         if (own > 0) {
             int r = ops->run_pass(ops->arg);
             workq_release_loop(q, role);
-            if (r != 0) {
-                m0_workq_close(q);
-                return r < 0 ? r : 0;
-            }
+            if (r != 0)
+                return workq_end(q, r);
             continue;
         }
         if (own < 0 && m0_workq_len(q) == 0)
@@ -386,10 +397,8 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
             return 0;
         if (w > 0 && ops->idle != NULL) {
             int r = ops->idle(ops->arg);
-            if (r != 0) {
-                m0_workq_close(q);
-                return r < 0 ? r : 0;
-            }
+            if (r != 0)
+                return workq_end(q, r);
         }
     }
 }

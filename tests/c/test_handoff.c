@@ -33,13 +33,13 @@
 #include "../../src/net/workq.h"
 
 #include "check.h"
+#include "gil_mutex.h"
 
 #define CLIENTS 4
 #define POOL 2
 #define ROUNDS 150 /* of the four kinds of request, per client */
 
 static m0_workq *q;
-static pthread_mutex_t gil = PTHREAD_MUTEX_INITIALIZER;
 static int requests;      /* dispatched (loop thread) */
 static int answered;      /* answered by the pool (atomic) */
 static int clients_done;  /* atomic */
@@ -99,20 +99,6 @@ static m0_server *srv;
 static int stage; /* 0: clients; 1: a request held by its thread; 2: aborted */
 static int held_fd = -1;
 
-static void *gil_release(void *arg)
-{
-    (void)arg;
-    pthread_mutex_unlock(&gil);
-    return NULL;
-}
-
-static void gil_acquire(void *arg, void *token)
-{
-    (void)arg;
-    (void)token;
-    pthread_mutex_lock(&gil);
-}
-
 static void gil_hook_release(void *arg)
 {
     (void)arg;
@@ -171,13 +157,7 @@ static const m0_workq_ops ops = {NULL, gil_release, gil_acquire, run_item, run_p
 static void *pool_thread(void *arg)
 {
     (void)arg;
-    m0_workq_role role;
-    if (m0_workq_join(q, &role) < 0)
-        abort();
-    pthread_mutex_lock(&gil);
-    int r = m0_workq_serve(q, &role, &ops);
-    pthread_mutex_unlock(&gil);
-    return (void *)(intptr_t)r;
+    return (void *)(intptr_t)gil_serve(q, &ops);
 }
 
 /* --- clients --- */

@@ -20,28 +20,13 @@
 #include "../../src/net/workq.h"
 
 #include "check.h"
+#include "gil_mutex.h"
 
 #define THREADS 4
 #define ITEMS 200000
 #define PER_PASS 16
 
 static m0_workq *q;
-static pthread_mutex_t gil = PTHREAD_MUTEX_INITIALIZER;
-
-static void *gil_release(void *arg)
-{
-    (void)arg;
-    pthread_mutex_unlock(&gil);
-    return NULL;
-}
-
-static void gil_acquire(void *arg, void *token)
-{
-    (void)arg;
-    (void)token;
-    pthread_mutex_lock(&gil);
-}
-
 /* The loop's state: plain fields, touched only by the pass's owner. */
 static long produced;
 static int in_pass; /* atomic: a second concurrent pass would see it set */
@@ -95,14 +80,7 @@ static const m0_workq_ops count_ops = {NULL, gil_release, gil_acquire, count_ite
 
 static void *serve_thread(void *arg)
 {
-    const m0_workq_ops *ops = arg;
-    m0_workq_role role;
-    if (m0_workq_join(q, &role) < 0)
-        abort();
-    pthread_mutex_lock(&gil);
-    int r = m0_workq_serve(q, &role, ops);
-    pthread_mutex_unlock(&gil);
-    return (void *)(intptr_t)r;
+    return (void *)(intptr_t)gil_serve(q, arg);
 }
 
 /* The slow-view scenario: item 1 sleeps 300 ms without the "GIL"; the passes
