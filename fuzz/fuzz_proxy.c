@@ -6,9 +6,11 @@
  * (and against "*"), and as an allow list. Besides memory safety
  * (ASan/UBSan), it asserts the contracts: a parsed PROXY header's length lies
  * inside the input and parsing its prefixes never claims more; every span a
- * resolution returns lies inside the request buffer; a port is -1 or
- * 0..65535; a parsed table has at most M0_TRUST_MAX entries with valid
- * prefixes; m0_ip_parse agrees with inet_pton.
+ * resolution returns (with either --forwarded-style) lies inside the request
+ * buffer; a PROXY result is unknown only when it is local, and a v1 one that
+ * is local is unknown; a port is -1 or 0..65535; a parsed table has at most
+ * M0_TRUST_MAX entries with valid prefixes; m0_ip_parse agrees with
+ * inet_pton.
  */
 #include "../src/http/forwarded.h"
 #include "../src/http/parser.h"
@@ -37,6 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (!r.local && ((r.family != 4 && r.family != 6) || r.src_port < 0 || r.src_port > 65535))
                 abort();
+            /* unknown (the peer's trust is dropped) only without an address; a v1
+             * header without one is UNKNOWN (v1 has no LOCAL command) */
+            if ((r.unknown && !r.local) || (buf[0] == 'P' && r.local && !r.unknown))
+                abort();
             /* a prefix of a header is never a complete one */
             if (m0_pp_parse(buf, (size_t)n - 1, versions[v], &r) > 0)
                 abort();
@@ -55,12 +61,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     req.headers = hdrs;
     m0_limits lim = {8190, 64, 8190, 0};
     if (m0_parse_request(buf, size, &req, &lim) > 0) {
-        for (int pass = 0; pass < 2; pass++) {
+        for (int pass = 0; pass < 4; pass++) {
             m0_forwarded f;
             m0_trust any;
-            if (pass == 1 && m0_trust_parse(&any, "*", 1, NULL, NULL) != 0)
+            if ((pass & 1) && m0_trust_parse(&any, "*", 1, NULL, NULL) != 0)
                 abort();
-            if (m0_forwarded_resolve(&req, pass ? &any : &t, M0_FWD_HOST, &f)) {
+            /* both header families (--forwarded-style) */
+            unsigned flags = M0_FWD_HOST | (pass & 2 ? M0_FWD_FORWARDED : 0);
+            if (m0_forwarded_resolve(&req, (pass & 1) ? &any : &t, flags, &f)) {
                 inside(f.client, buf, size);
                 inside(f.host, buf, size);
                 if (f.client_port < -1 || f.client_port > 65535 || f.port < -1 || f.port > 65535)

@@ -209,6 +209,9 @@ OPTIONS = [
     Option("--forwarded-host", "flag", _bool, False,
            "with --proxy-headers, also trust X-Forwarded-Host/-Port and Forwarded host= (HTTP_HOST, SERVER_NAME, "
            "the ASGI host header)", "proxy"),
+    Option("--forwarded-style", "value", _choice("x-forwarded", "forwarded"), "x-forwarded",
+           "with --proxy-headers, the one header family the proxy sets and m0serve reads: X-Forwarded-* "
+           "(nginx, HAProxy, AWS ALB) or RFC 7239 Forwarded; the other is ignored", "proxy", "x-forwarded|forwarded"),
     Option("--proxy-protocol", "value", _choice("off", "v1", "v2", "auto"), "off",
            "read a PROXY protocol header (HAProxy send-proxy, AWS NLB) before each connection's first request; "
            "v1/v2 require it, auto accepts either or none", "proxy", "off|v1|v2|auto"),
@@ -511,6 +514,7 @@ def server_options(cfg):
             proxy_headers=cfg.proxy_headers and not cfg.no_proxy_headers,
             forwarded_allow_ips=cfg.forwarded_allow_ips,
             forwarded_host=cfg.forwarded_host,
+            forwarded_style=cfg.forwarded_style,
             proxy_protocol=cfg.proxy_protocol,
             proxy_protocol_timeout=cfg.proxy_protocol_timeout,
             health_path=cfg.health_path,

@@ -4,9 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const known[] = {
-    "proxy_headers",          "forwarded_allow_ips", "forwarded_host",    "proxy_protocol",
-    "proxy_protocol_timeout", "health_path",         "limit_concurrency", NULL};
+static const char *const known[] = {"proxy_headers",   "forwarded_allow_ips", "forwarded_host",
+                                    "forwarded_style", "proxy_protocol",      "proxy_protocol_timeout",
+                                    "health_path",     "limit_concurrency",   NULL};
 
 /* A str value of opts, or NULL (none given: *s untouched) / -1 on error. */
 static int opt_str(PyObject *opts, const char *key, const char **s, Py_ssize_t *len)
@@ -62,6 +62,17 @@ int m0_proxy_options(PyObject *opts, m0_proxy_config *out)
     if (opt_bool(opts, "proxy_headers", &out->headers) < 0 || opt_bool(opts, "forwarded_host", &host) < 0)
         return -1;
     out->fwd_flags = host ? M0_FWD_HOST : 0;
+    const char *style = NULL;
+    Py_ssize_t stylelen = 0;
+    if (opt_str(opts, "forwarded_style", &style, &stylelen) < 0)
+        return -1;
+    if (style != NULL && strcmp(style, "forwarded") == 0) {
+        out->fwd_flags |= M0_FWD_FORWARDED;
+    } else if (style != NULL && strcmp(style, "x-forwarded") != 0) {
+        PyErr_Format(PyExc_ValueError, "forwarded_style must be x-forwarded or forwarded, not %R",
+                     PyDict_GetItemString(opts, "forwarded_style"));
+        return -1;
+    }
     if (opt_str(opts, "forwarded_allow_ips", &allow, &allow_len) < 0)
         return -1;
 

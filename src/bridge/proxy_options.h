@@ -14,7 +14,8 @@
 
 /* opts: None (everything off) or a dict with any of
  *   proxy_headers (bool), forwarded_allow_ips (str, a comma list),
- *   forwarded_host (bool), proxy_protocol ("off"|"v1"|"v2"|"auto"),
+ *   forwarded_host (bool), forwarded_style ("x-forwarded", the default, or
+ *   "forwarded": the one header family read), proxy_protocol ("off"|"v1"|"v2"|"auto"),
  *   proxy_protocol_timeout (seconds), health_path (str, starting with "/"),
  *   limit_concurrency (int >= 0).
  * Unknown keys are a TypeError, bad values a ValueError naming the key. */

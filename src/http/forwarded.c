@@ -563,8 +563,9 @@ int m0_forwarded_resolve(const m0_request *req, const m0_trust *t, unsigned flag
             }
         }
     }
-    if (forwarded && resolve_forwarded(req, t, flags, out))
-        return 1;
+    /* Only the family the proxy sets: the other is whatever the client sent. */
+    if (flags & M0_FWD_FORWARDED)
+        return forwarded && resolve_forwarded(req, t, flags, out);
     int found = nxff > 0 && resolve_xff(req, xff, nxff, t, out);
     if (xfp >= 0 && (out->scheme = scheme_parse(last_item(req->headers[xfp].value))) != M0_SCHEME_NONE)
         found = 1;

@@ -16,6 +16,11 @@
  * client as sent. Proto and host come from the same place: for Forwarded,
  * the element whose for= was chosen; X-Forwarded-Proto and -Host are single
  * values set by the nearest proxy (their rightmost item).
+ *
+ * One family is read per server, the one its proxy sets (M0_FWD_FORWARDED):
+ * the other is the client's own and is never looked at, and a malformed
+ * header of the chosen family gives nothing (the peer's address stands)
+ * rather than a fall back to the other.
  */
 #ifndef M0_HTTP_FORWARDED_H
 #define M0_HTTP_FORWARDED_H
@@ -66,7 +71,8 @@ enum {
 };
 
 enum {
-    M0_FWD_HOST = 1u << 0, /* use X-Forwarded-Host/-Port and Forwarded host= */
+    M0_FWD_HOST = 1u << 0,      /* use X-Forwarded-Host/-Port and Forwarded host= */
+    M0_FWD_FORWARDED = 1u << 1, /* read RFC 7239 Forwarded only; without it, X-Forwarded-* only */
 };
 
 typedef struct {
@@ -78,9 +84,12 @@ typedef struct {
 } m0_forwarded;
 
 /* Resolve the forwarded client, scheme and host of req, whose direct peer is
- * trusted (the caller checked). RFC 7239 Forwarded wins when it is present
- * and valid; otherwise the X-Forwarded-* fields. flags: M0_FWD_*. Returns 1
- * when anything was found (out says what), 0 when nothing applies. */
+ * trusted (the caller checked), from the family flags chooses: RFC 7239
+ * Forwarded with M0_FWD_FORWARDED (a malformed chain gives nothing at all),
+ * else the X-Forwarded-* fields (each judged on its own: a malformed
+ * X-Forwarded-For gives no client, a malformed -Proto no scheme). The other
+ * family is ignored. flags: M0_FWD_*. Returns 1 when anything was found (out
+ * says what), 0 when nothing applies. */
 int m0_forwarded_resolve(const m0_request *req, const m0_trust *t, unsigned flags, m0_forwarded *out);
 
 /* One node of Forwarded for= (or an X-Forwarded-For item): "192.0.2.1",

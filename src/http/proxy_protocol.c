@@ -63,6 +63,7 @@ static int parse_v1(const char *buf, size_t len, m0_pp_result *out)
         if (nf == 1 && fl[0] == 7 && memcmp(f[0], "UNKNOWN", 7) == 0) {
             memset(out, 0, sizeof(*out));
             out->local = 1; /* the rest of the line is ignored */
+            out->unknown = 1;
             return (int)total;
         }
         if (j >= end)
@@ -119,7 +120,8 @@ static int parse_v2(const unsigned char *b, size_t len, m0_pp_result *out)
         p += 3 + tl;
     }
     if (cmd == 0 || fam == 0 || fam == 3 || proto == 0) {
-        out->local = 1; /* LOCAL (a health check), UNSPEC or AF_UNIX: the socket's own address */
+        out->local = 1;          /* LOCAL (a health check), UNSPEC or AF_UNIX: the socket's own address */
+        out->unknown = cmd != 0; /* ... and, but for LOCAL, a client that is not the balancer */
         return (int)total;
     }
     const unsigned char *a = b + 16;

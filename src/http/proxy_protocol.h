@@ -27,8 +27,11 @@ enum {
 };
 
 typedef struct {
-    int local;  /* LOCAL command, UNKNOWN or UNSPEC: keep the socket's own address */
-    int family; /* 4 or 6 when !local */
+    int local;   /* no client address: keep the socket's own (every case below, and the v2 LOCAL command) */
+    int unknown; /* local, and not the v2 LOCAL command: v1 UNKNOWN, or v2 PROXY with AF_UNSPEC, AF_UNIX or
+                  * an unspecified transport. The balancer relays a client it cannot name, so the peer's
+                  * trust must not stand for that client's forwarded headers. */
+    int family;  /* 4 or 6 when !local */
     uint8_t src[16];
     uint8_t dst[16];
     int src_port;
@@ -38,8 +41,10 @@ typedef struct {
 /* Parse a header at the start of buf[0..len) of a version in `versions`
  * (M0_PP_* bits). Returns its length (> 0) with *out filled, or one of
  * M0_PP_INCOMPLETE, M0_PP_INVALID, M0_PP_ABSENT. A v2 header's TLVs are
- * checked to lie inside it and are skipped; AF_UNIX addresses are treated as
- * LOCAL (there is no peer address to report). */
+ * checked to lie inside it and are skipped; AF_UNIX addresses are reported as
+ * unknown (there is no peer address to report). Only the v2 LOCAL command
+ * (the balancer's own connection, e.g. a health check) is local without
+ * being unknown. */
 int m0_pp_parse(const char *buf, size_t len, unsigned versions, m0_pp_result *out);
 
 #endif

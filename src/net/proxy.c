@@ -10,7 +10,8 @@
 #include "conn_int.h"
 
 /* Whether the socket's peer is in --forwarded-allow-ips (cached per
- * connection; a PROXY header resets it for the address it gives). */
+ * connection; a PROXY header resets it for the address it gives, and one
+ * that names no client withdraws it). */
 static int conn_peer_trusted(m0_conn *c)
 {
     if (c->peer_trust == 0) {
@@ -61,7 +62,12 @@ int m0_proxy_protocol_read(m0_conn *c)
     }
     c->rpos += (size_t)r;
     c->flags &= ~M0_CF_PP_WAIT;
-    if (!pp.local) {
+    if (pp.unknown) {
+        /* A client the balancer cannot name (v1 UNKNOWN, v2 AF_UNSPEC/AF_UNIX):
+         * its headers came through the balancer untouched and are not the
+         * balancer's word. Only the LOCAL command keeps the peer's trust. */
+        c->peer_trust = 2;
+    } else if (!pp.local) {
         int af = pp.family == 4 ? AF_INET : AF_INET6;
         if (inet_ntop(af, pp.src, c->peer_host, sizeof(c->peer_host)) == NULL) {
             m0_conn_close(c, 1);

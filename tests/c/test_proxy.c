@@ -178,6 +178,9 @@ static void run_fwd(const m0_trust *t, const fwd_case *fc)
     CHECK(ok);
 }
 
+/* --forwarded-style forwarded */
+#define FWD M0_FWD_FORWARDED
+
 static void test_resolve(void)
 {
     m0_trust t = trust("127.0.0.1,::1,10.0.0.0/8,2001:db8:ffff::/48");
@@ -217,31 +220,43 @@ static void test_resolve(void)
         {"X-Forwarded-Host: bad host\r\n", M0_FWD_HOST, 0, NULL, -1, 0, NULL, -1},
         {"X-Forwarded-Host: a/b\r\n", M0_FWD_HOST, 0, NULL, -1, 0, NULL, -1},
         {"X-Forwarded-Port: 70000\r\n", M0_FWD_HOST, 0, NULL, -1, 0, NULL, -1},
-        /* RFC 7239 Forwarded, section 4 and 7 examples */
-        {"Forwarded: for=\"_gazonk\"\r\n", 0, 1, "_gazonk", -1, 0, NULL, -1},
-        {"Forwarded: For=\"[2001:db8:cafe::17]:4711\"\r\n", 0, 1, "2001:db8:cafe::17", 4711, 0, NULL, -1},
-        {"Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43\r\n", 0, 1, "192.0.2.60", -1, M0_SCHEME_HTTP, NULL, -1},
-        {"Forwarded: for=192.0.2.43, for=198.51.100.17\r\n", 0, 1, "198.51.100.17", -1, 0, NULL, -1},
-        {"Forwarded: for=192.0.2.43, for=10.0.0.9;proto=https\r\n", 0, 1, "192.0.2.43", -1, 0, NULL, -1},
-        {"Forwarded: for=192.0.2.43;proto=https;host=shop.example, for=10.0.0.9;proto=http\r\n", M0_FWD_HOST, 1,
+        /* RFC 7239 Forwarded, section 4 and 7 examples, read with --forwarded-style forwarded */
+        {"Forwarded: for=\"_gazonk\"\r\n", FWD, 1, "_gazonk", -1, 0, NULL, -1},
+        {"Forwarded: For=\"[2001:db8:cafe::17]:4711\"\r\n", FWD, 1, "2001:db8:cafe::17", 4711, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43\r\n", FWD, 1, "192.0.2.60", -1, M0_SCHEME_HTTP, NULL,
+         -1},
+        {"Forwarded: for=192.0.2.43, for=198.51.100.17\r\n", FWD, 1, "198.51.100.17", -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.43, for=10.0.0.9;proto=https\r\n", FWD, 1, "192.0.2.43", -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.43;proto=https;host=shop.example, for=10.0.0.9;proto=http\r\n", M0_FWD_HOST | FWD, 1,
          "192.0.2.43", -1, M0_SCHEME_HTTPS, "shop.example", -1},
-        {"Forwarded: for=192.0.2.43;host=\"shop.example:8080\"\r\n", 0, 1, "192.0.2.43", -1, 0, NULL, -1},
-        {"Forwarded: for=unknown;proto=https\r\n", 0, 1, "unknown", -1, M0_SCHEME_HTTPS, NULL, -1},
-        {"Forwarded: for=\"_hidden:_p\" ; proto=https\r\n", 0, 1, "_hidden", -1, M0_SCHEME_HTTPS, NULL, -1},
-        {"Forwarded: for=192.0.2.43\r\nForwarded: for=\"[::1]\"\r\n", 0, 1, "192.0.2.43", -1, 0, NULL, -1},
-        {"Forwarded: proto=https\r\n", 0, 1, NULL, -1, M0_SCHEME_HTTPS, NULL, -1},
-        /* Forwarded wins over X-Forwarded-For */
-        {"X-Forwarded-For: 198.51.100.9\r\nForwarded: for=192.0.2.1\r\n", 0, 1, "192.0.2.1", -1, 0, NULL, -1},
-        /* malformed Forwarded: ignored, X-Forwarded-For applies */
-        {"Forwarded: for=[2001:db8::1]\r\nX-Forwarded-For: 198.51.100.9\r\n", 0, 1, "198.51.100.9", -1, 0, NULL, -1},
-        {"Forwarded: for=\"192.0.2.1\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for=192.0.2.1;for=192.0.2.2\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for=\"\\\"x\"\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: ,,\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for=example.com\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for=192.0.2.1 x\r\n", 0, 0, NULL, -1, 0, NULL, -1},
-        {"Forwarded: for=\"[2001:db8::1]:99999\"\r\n", 0, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.43;host=\"shop.example:8080\"\r\n", FWD, 1, "192.0.2.43", -1, 0, NULL, -1},
+        {"Forwarded: for=unknown;proto=https\r\n", FWD, 1, "unknown", -1, M0_SCHEME_HTTPS, NULL, -1},
+        {"Forwarded: for=\"_hidden:_p\" ; proto=https\r\n", FWD, 1, "_hidden", -1, M0_SCHEME_HTTPS, NULL, -1},
+        {"Forwarded: for=192.0.2.43\r\nForwarded: for=\"[::1]\"\r\n", FWD, 1, "192.0.2.43", -1, 0, NULL, -1},
+        {"Forwarded: proto=https\r\n", FWD, 1, NULL, -1, M0_SCHEME_HTTPS, NULL, -1},
+        /* One family only. x-forwarded (the default): Forwarded is the client's own, never read */
+        {"X-Forwarded-For: 198.51.100.9\r\nForwarded: for=192.0.2.1\r\n", 0, 1, "198.51.100.9", -1, 0, NULL, -1},
+        {"Forwarded: for=198.51.100.66;proto=https\r\n", 0, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.1;proto=https;host=evil.example\r\nX-Forwarded-Proto: http\r\n", M0_FWD_HOST, 1, NULL,
+         -1, M0_SCHEME_HTTP, NULL, -1},
+        /* ... and a malformed X-Forwarded-For gives no client, not Forwarded's */
+        {"X-Forwarded-For: bogus\r\nForwarded: for=192.0.2.1;proto=https\r\n", 0, 0, NULL, -1, 0, NULL, -1},
+        /* forwarded: X-Forwarded-* are the client's own */
+        {"X-Forwarded-For: 198.51.100.9\r\nForwarded: for=192.0.2.1\r\n", FWD, 1, "192.0.2.1", -1, 0, NULL, -1},
+        {"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.example\r\n",
+         M0_FWD_HOST | FWD, 0, NULL, -1, 0, NULL, -1},
+        /* ... and a malformed Forwarded gives nothing at all: no fall back to X-Forwarded-* */
+        {"Forwarded: bogus\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=[2001:db8::1]\r\nX-Forwarded-For: 198.51.100.9\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.1;proto=https, garbage\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=\"192.0.2.1\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.1;for=192.0.2.2\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=\"\\\"x\"\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: ,,\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=example.com\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=192.0.2.1 x\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
+        {"Forwarded: for=\"[2001:db8::1]:99999\"\r\n", FWD, 0, NULL, -1, 0, NULL, -1},
         /* nothing forwarded */
         {"Accept: */*\r\n", 0, 0, NULL, -1, 0, NULL, -1},
     };
@@ -277,17 +292,18 @@ static void test_pp_v1(void)
     const char *h = "PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\nGET /";
     int n = m0_pp_parse(h, strlen(h), M0_PP_V1, &r);
     CHECK(n == (int)strlen("PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\n"));
-    CHECK(!r.local && r.family == 4 && r.src_port == 56324 && r.dst_port == 443);
+    CHECK(!r.local && !r.unknown && r.family == 4 && r.src_port == 56324 && r.dst_port == 443);
     CHECK(memcmp(r.src, "\xc0\x00\x02\x01", 4) == 0);
 
     h = "PROXY TCP6 2001:db8::1 2001:db8::2 1 65535\r\n";
     CHECK(m0_pp_parse(h, strlen(h), M0_PP_V1 | M0_PP_V2, &r) == (int)strlen(h));
     CHECK(r.family == 6 && r.src_port == 1 && r.dst_port == 65535 && r.src[0] == 0x20 && r.src[15] == 1);
 
+    /* UNKNOWN: no address, and a client that is not the balancer (unknown drops the peer's trust) */
     h = "PROXY UNKNOWN whatever is here\r\n";
-    CHECK(m0_pp_parse(h, strlen(h), M0_PP_V1, &r) == (int)strlen(h) && r.local);
+    CHECK(m0_pp_parse(h, strlen(h), M0_PP_V1, &r) == (int)strlen(h) && r.local && r.unknown);
     h = "PROXY UNKNOWN\r\n";
-    CHECK(m0_pp_parse(h, strlen(h), M0_PP_V1, &r) == (int)strlen(h) && r.local);
+    CHECK(m0_pp_parse(h, strlen(h), M0_PP_V1, &r) == (int)strlen(h) && r.local && r.unknown);
 
     /* every prefix of a valid header is incomplete */
     h = "PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\n";
@@ -368,17 +384,24 @@ static void test_pp_v2(void)
     CHECK(m0_pp_parse((char *)buf, n, M0_PP_V1 | M0_PP_V2, &r) == (int)n);
     CHECK(r.family == 6 && r.src[15] == 7 && r.src_port == 0x1234);
 
-    /* LOCAL (a balancer's health check): the socket's own address */
+    /* LOCAL (a balancer's health check): the socket's own address, and the only one that keeps its trust */
     n = v2(buf, 0, 0x00, body, 0);
-    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == 16 && r.local);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == 16 && r.local && !r.unknown);
     n = v2(buf, 0, 0x11, a4, 12);
-    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local);
-    /* UNSPEC and AF_UNIX: local too */
-    n = v2(buf, 1, 0x00, body, 0);
-    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == 16 && r.local);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local && !r.unknown);
     memset(body, 0, 216);
+    n = v2(buf, 0, 0x31, body, 216);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local && !r.unknown);
+    /* PROXY with AF_UNSPEC, AF_UNIX or an unspecified transport: no address, and unknown */
+    n = v2(buf, 1, 0x00, body, 0);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == 16 && r.local && r.unknown);
     n = v2(buf, 1, 0x31, body, 216);
-    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local && r.unknown);
+    n = v2(buf, 1, 0x10, a4, 12);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && r.local && r.unknown);
+    /* an address given: neither */
+    n = v2(buf, 1, 0x11, a4, 12);
+    CHECK(m0_pp_parse((char *)buf, n, M0_PP_V2, &r) == (int)n && !r.local && !r.unknown);
 
     /* invalid: version, command, family, short address block, TLV overrun */
     n = v2(buf, 1, 0x11, a4, 12);
