@@ -1,9 +1,11 @@
 """m0serve behind real nginx and HAProxy processes, WSGI and ASGI.
 
 The proxy configurations are the blocks of docs/DEPLOYMENT.md marked `<!-- test:NAME -->`,
-with only addresses, ports, paths and check intervals replaced. The test client connects
-from 127.0.0.2 while the proxies reach m0serve from 127.0.0.1, so the address the app
-reports tells the client from the proxy."""
+with only addresses, ports, paths and check intervals replaced, and m0serve runs with the
+flags the page gives for each (`doc_flags`). The test client connects from 127.0.0.2 while
+the proxies reach m0serve from 127.0.0.1, so the address the app reports tells the client
+from the proxy. Each configuration also meets a client that sends the forwarded header
+family its proxy does not set, and a malformed one."""
 import http.client
 import json
 import os
@@ -29,6 +31,23 @@ def snippet(tag):
     i = text.index(f"<!-- test:{tag} -->")
     start = text.index("\n", text.index("```", i)) + 1
     return text[start:text.index("```", start)]
+
+
+def doc_flags(tag):
+    """The m0serve flags docs/DEPLOYMENT.md gives for the configuration `tag`: the last
+    `m0serve myapp:app ...` command written before its block."""
+    text = DOC.read_text()
+    i = text.rindex("`m0serve myapp:app ", 0, text.index(f"<!-- test:{tag} -->"))
+    return text[i + len("`m0serve myapp:app "):text.index("`", i + 1)].split()
+
+
+# What a client that wants to choose its own address sends, besides what the proxy sets:
+# the family the proxy does not set, and the one it does, malformed (a proxy that appends
+# keeps it), each with a well-formed header of the other family to fall back on.
+SPOOF_FORWARDED = [("Forwarded", "for=198.51.100.66;proto=https")]
+SPOOF_X_FORWARDED = [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https")]
+MALFORMED_X_FORWARDED = [("X-Forwarded-For", "bogus"), ("X-Forwarded-Proto", "gopher")] + SPOOF_FORWARDED
+MALFORMED_FORWARDED = [("Forwarded", "bogus")] + SPOOF_X_FORWARDED
 
 
 @pytest.fixture(params=IFACES, ids=[i[1] for i in IFACES])
@@ -60,8 +79,9 @@ def via(port, path="/", headers=(), source="127.0.0.2", wrap=None):
 
 def test_nginx_tcp_forwarded_for_and_proto(serve, iface, tmp_path, stop_later):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-allow-ips", "127.0.0.1",
-                "--keep-alive-timeout", "75")
+    flags = doc_flags("nginx-tcp")
+    assert flags[:3] == ["--proxy-headers", "--forwarded-style", "x-forwarded"], flags
+    srv = serve(app, "--interface", kind, *flags, "--forwarded-allow-ips", "127.0.0.1")
     conf = snippet("nginx-tcp").replace("127.0.0.1:8000", f"127.0.0.1:{srv.port}").replace("listen 80;", "listen LISTEN;")
     nginx = Nginx(str(tmp_path / "nginx"), http_conf=conf)
     stop_later(nginx)
@@ -78,9 +98,25 @@ def test_nginx_tcp_forwarded_for_and_proto(serve, iface, tmp_path, stop_later):
     srv.wait_log("APP-CALLED")
 
 
+@pytest.mark.parametrize("spoof", [SPOOF_FORWARDED, MALFORMED_X_FORWARDED], ids=["forwarded", "malformed"])
+def test_nginx_tcp_ignores_the_family_it_does_not_set(serve, iface, tmp_path, stop_later, spoof):
+    """Issue 23 item 1: nginx sets X-Forwarded-* and passes the client's own Forwarded
+    through, which won: the app saw 198.51.100.66 and https."""
+    app, kind = iface
+    srv = serve(app, "--interface", kind, *doc_flags("nginx-tcp"))
+    conf = snippet("nginx-tcp").replace("127.0.0.1:8000", f"127.0.0.1:{srv.port}").replace("listen 80;", "listen LISTEN;")
+    nginx = Nginx(str(tmp_path / "nginx"), http_conf=conf)
+    stop_later(nginx)
+    status, r, _ = via(nginx.port, headers=spoof)
+    assert status == 200, r
+    assert (r["client"], r["scheme"]) == ("127.0.0.2", "http")
+
+
 def test_nginx_tls_sends_forwarded(serve, iface, tmp_path, stop_later):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers")
+    flags = doc_flags("nginx-tls")
+    assert flags == ["--proxy-headers", "--forwarded-style", "forwarded"], flags
+    srv = serve(app, "--interface", kind, *flags)
     key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
                     "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
@@ -92,15 +128,64 @@ def test_nginx_tls_sends_forwarded(serve, iface, tmp_path, stop_later):
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    status, r, port = via(nginx.port, wrap=lambda s: ctx.wrap_socket(s, server_hostname="localhost"))
+    tls = lambda s: ctx.wrap_socket(s, server_hostname="localhost")  # noqa: E731
+    status, r, port = via(nginx.port, wrap=tls)
     assert status == 200, r
     assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "https")
+    # nginx replaces the client's Forwarded and passes its X-Forwarded-* through: ignored
+    for spoof in (SPOOF_X_FORWARDED + [("X-Forwarded-Proto", "http")], MALFORMED_FORWARDED):
+        status, r, port = via(nginx.port, headers=spoof, wrap=tls)
+        assert status == 200, r
+        assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "https")
+
+
+# nginx as the second proxy of a chain, appending to the Forwarded of the one before it
+# (the case a malformed Forwarded matters: it reaches m0serve with nginx's element after it).
+NGINX_APPENDS_FORWARDED = """
+map $http_forwarded $forwarded_before {
+    ""      "";
+    default "$http_forwarded, ";
+}
+
+server {
+    listen LISTEN;
+
+    location / {
+        proxy_pass http://127.0.0.1:8000;
+        proxy_http_version 1.1;
+        proxy_set_header Host $host;
+        proxy_set_header Forwarded "${forwarded_before}for=\\"$remote_addr:$remote_port\\";proto=$scheme";
+    }
+}
+"""
+
+
+def test_nginx_appending_forwarded_malformed_is_no_fall_back(serve, iface, tmp_path, stop_later):
+    """Issue 23 item 2: behind a proxy that appends to Forwarded, a client's `Forwarded: bogus`
+    made the chain malformed and m0serve fell back to the client's own X-Forwarded-For and
+    -Proto (6.6.6.6, https). Now a malformed chain means no forwarded information: the peer
+    (nginx, 127.0.0.1) stands."""
+    app, kind = iface
+    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-style", "forwarded")
+    nginx = Nginx(str(tmp_path / "nginx"), http_conf=NGINX_APPENDS_FORWARDED.replace("127.0.0.1:8000", f"127.0.0.1:{srv.port}"))
+    stop_later(nginx)
+    status, r, port = via(nginx.port)
+    assert status == 200, r
+    assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "http")
+    # a well-formed element of the client's own is left of nginx's: nginx's is chosen
+    status, r, port = via(nginx.port, headers=[("Forwarded", "for=198.51.100.66;proto=https")] + SPOOF_X_FORWARDED)
+    assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "http")
+    status, r, _ = via(nginx.port, headers=MALFORMED_FORWARDED)
+    assert status == 200, r
+    assert (r["client"], r["scheme"]) == ("127.0.0.1", "http")
 
 
 def test_nginx_unix_socket(serve, iface, tmp_path, stop_later):
     app, kind = iface
     sock = str(tmp_path / "myapp.sock")
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--uds", sock, wait=False)
+    flags = [sock if f == "/run/myapp/myapp.sock" else f for f in doc_flags("nginx-unix")]
+    assert flags == ["--uds", sock, "--proxy-headers", "--forwarded-style", "x-forwarded"], flags
+    srv = serve(app, "--interface", kind, *flags, wait=False)
     srv.wait_log(r"Listening on")
     conf = snippet("nginx-unix").replace("/run/myapp/myapp.sock", sock).replace("listen 80;", "listen LISTEN;")
     nginx = Nginx(str(tmp_path / "nginx"), http_conf=conf)
@@ -108,11 +193,18 @@ def test_nginx_unix_socket(serve, iface, tmp_path, stop_later):
     status, r, _ = via(nginx.port)
     assert status == 200, (r, nginx.log())
     assert (r["client"], r["scheme"]) == ("127.0.0.2", "http")
+    # the family nginx does not set (item 1 of issue 23), and a malformed X-Forwarded-For
+    for spoof in (SPOOF_FORWARDED, MALFORMED_X_FORWARDED):
+        status, r, _ = via(nginx.port, headers=spoof)
+        assert status == 200, (r, nginx.log())
+        assert (r["client"], r["scheme"]) == ("127.0.0.2", "http")
 
 
 def test_nginx_stream_proxy_protocol_v1(serve, iface, tmp_path, stop_later):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-protocol", "v1", "--access-log")
+    flags = doc_flags("nginx-stream")
+    assert flags == ["--proxy-protocol", "v1"], flags
+    srv = serve(app, "--interface", kind, *flags, "--access-log")
     conf = snippet("nginx-stream").replace("127.0.0.1:8000", f"127.0.0.1:{srv.port}").replace("listen 8080;", "listen LISTEN;")
     nginx = Nginx(str(tmp_path / "nginx"), stream_conf=conf)
     stop_later(nginx)
@@ -120,6 +212,11 @@ def test_nginx_stream_proxy_protocol_v1(serve, iface, tmp_path, stop_later):
     assert status == 200, r
     assert (r["client"], r["port"]) == ("127.0.0.2", port)
     srv.wait_log(rf"127\.0\.0\.2:{port} - \"GET / HTTP/1.1\" 200")
+    # forwarded headers of either family, well formed or not, are the client's own
+    for spoof in (SPOOF_FORWARDED + SPOOF_X_FORWARDED, MALFORMED_FORWARDED, MALFORMED_X_FORWARDED):
+        status, r, port = via(nginx.port, headers=spoof)
+        assert status == 200, r
+        assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "http")
 
 
 def haproxy_config(port1, port2, version):
@@ -132,6 +229,8 @@ def haproxy_config(port1, port2, version):
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_haproxy_send_proxy_and_health_check(serve, iface, tmp_path, stop_later, version):
     app, kind = iface
+    flags = doc_flags("haproxy")
+    assert flags[:4] == ["--proxy-protocol", "v2", "--health-path", "/healthz"], flags
     srv = serve(app, "--interface", kind, "--proxy-protocol", version, "--health-path", "/healthz")
     ha = HAProxy(str(tmp_path / "haproxy"), haproxy_config(srv.port, srv.port, version).replace("inter 1s", "inter 200ms"))
     stop_later(ha)
@@ -141,10 +240,74 @@ def test_haproxy_send_proxy_and_health_check(serve, iface, tmp_path, stop_later,
         status, r, port = via(ha.port)
         assert status == 200, r
         assert (r["client"], r["port"]) == ("127.0.0.2", port)
+    for spoof in (SPOOF_FORWARDED + SPOOF_X_FORWARDED, MALFORMED_FORWARDED, MALFORMED_X_FORWARDED):
+        status, r, port = via(ha.port, headers=spoof)
+        assert status == 200, r
+        assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "http")
     time.sleep(0.5)  # a few more health checks
     assert ha.server_status() == {"app1": "UP", "app2": "UP"}
     srv.wait_log("APP-CALLED /\n")
     assert "APP-CALLED /healthz" not in srv.log  # the engine answered every check
+
+
+# HAProxy relaying clients that reach it over a Unix socket (a local TLS terminator, a
+# sidecar): it cannot name them, so with send-proxy it sends `PROXY UNKNOWN`, and it passes
+# the client's own X-Forwarded-* through (no `option forwardfor`). (With send-proxy-v2,
+# HAProxy 2.6 sends such a client as the v2 LOCAL command, AF_UNSPEC: the same bytes as its
+# health checks, which keep the peer's trust; the v2 PROXY AF_UNSPEC/AF_UNIX cases are
+# asserted in test_proxy_headers.py with the headers written out.)
+HAPROXY_UNIX_FRONTEND = """global
+    maxconn 256
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+
+frontend local
+    bind unix@SOCKET
+    default_backend app
+
+backend app
+    server app1 127.0.0.1:PORT SEND_PROXY
+"""
+
+
+def _haproxy_unix(tmp_path, port, version):
+    sock = str(tmp_path / "front.sock")
+    conf = (HAPROXY_UNIX_FRONTEND.replace("SOCKET", sock).replace("PORT", str(port))
+            .replace("SEND_PROXY", "send-proxy" if version == "v1" else "send-proxy-v2"))
+    conf += "\nfrontend web\n    bind :80\n    default_backend app\n"  # the port HAProxy() waits on
+    return HAProxy(str(tmp_path / "haproxy"), conf), sock
+
+
+@pytest.mark.parametrize("version", ["v1"])
+def test_haproxy_unknown_client_drops_header_trust(serve, iface, tmp_path, stop_later, version):
+    """Issue 23 item 3: with PROXY UNKNOWN the balancer stayed the trusted peer and the
+    client's own X-Forwarded-* were believed (6.6.6.6, https). The balancer's address stands
+    and its trust is withdrawn."""
+    app, kind = iface
+    srv = serve(app, "--interface", kind, "--proxy-protocol", version, "--proxy-headers")
+    ha, sock = _haproxy_unix(tmp_path, srv.port, version)
+    stop_later(ha)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sock)
+    try:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nX-Forwarded-For: 6.6.6.6\r\n"
+                  b"X-Forwarded-Proto: https\r\n\r\n")
+        status, _, body, _ = read_response(s)
+    finally:
+        s.close()
+    assert status == 200, (body, ha.log())
+    r = json.loads(body)
+    assert (r["client"], r["scheme"]) == ("127.0.0.1", "http")
+    # a client HAProxy can name (TCP): its PROXY address, and X-Forwarded-* judged against it
+    # (127.0.0.2 is not a trusted proxy, so they are not believed either)
+    status, r, port = via(ha.port, headers=SPOOF_X_FORWARDED)
+    assert status == 200, r
+    assert (r["client"], r["port"], r["scheme"]) == ("127.0.0.2", port, "http")
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
