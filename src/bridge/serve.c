@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -973,18 +972,4 @@ int m0_serve_module_init(PyObject *module)
     if (st->server_type == NULL)
         return -1;
     return PyModule_AddType(module, st->server_type);
-}
-
-m0_loop *m0_server_object_loop(PyObject *server)
-{
-    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
-        return NULL;
-    return ((ServerObject *)server)->loop;
-}
-
-m0_server *m0_server_object_server(PyObject *server)
-{
-    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
-        return NULL;
-    return ((ServerObject *)server)->srv;
 }

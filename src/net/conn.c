@@ -721,7 +721,7 @@ static void conn_begin(m0_conn *c)
         m0_conn_error(c, 500);
         return;
     }
-    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
+    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
     /* Expect: 100-continue leaves the choice to the app: it may answer
      * without the body, and the 100 goes out only when it starts reading. */
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
@@ -740,7 +740,7 @@ static void conn_begin(m0_conn *c)
         conn_dispatch(c);
         return;
     }
-    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
+    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
 }
 
 /* Whether a parse of the buffered head can give anything but
@@ -1096,16 +1096,6 @@ void m0_conn_set_data(m0_conn *c, void *data)
 m0_server *m0_conn_server(const m0_conn *c)
 {
     return c->srv;
-}
-
-const char *m0_conn_peer_host(const m0_conn *c)
-{
-    return c->peer_host;
-}
-
-int m0_conn_peer_port(const m0_conn *c)
-{
-    return c->peer_port;
 }
 
 static void conn_local_resolve(const m0_conn *cc)

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -358,46 +357,12 @@ static void loop_timers_expire(m0_loop *loop)
     }
 }
 
-/* epoll_pwait2 (a timeout in nanoseconds) is called through syscall(2): the
- * libc function needs glibc 2.35, and musl may not have it, while the wheels
- * are built against older C libraries (manylinux_2_28, musllinux_1_2). Its
- * number is 441 on every architecture. A kernel older than 5.11 answers
- * ENOSYS once; from then on the wait is epoll_wait's, rounded up to 1 ms. */
-#ifndef SYS_epoll_pwait2
-#define SYS_epoll_pwait2 441
-#endif
-static int loop_has_pwait2 = 1; /* cleared (by any thread, to the same value) on ENOSYS */
-
-static int loop_epoll_wait(m0_loop *loop, int wait, int64_t wait_us)
+static int loop_epoll_wait(m0_loop *loop, int wait)
 {
-    if (wait_us > 0 && (wait < 0 || wait_us < (int64_t)wait * 1000)) {
-        if (__atomic_load_n(&loop_has_pwait2, __ATOMIC_RELAXED)) {
-            /* struct timespec is the kernel's __kernel_timespec on 64-bit targets. */
-            struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-            long n = syscall(SYS_epoll_pwait2, loop->epfd, loop->batch, M0_LOOP_BATCH, &ts, NULL, 0);
-            if (n >= 0 || errno != ENOSYS)
-                return (int)n;
-            __atomic_store_n(&loop_has_pwait2, 0, __ATOMIC_RELAXED);
-        }
-        int64_t ms = (wait_us + 999) / 1000;
-        wait = ms > INT32_MAX ? INT32_MAX : (int)ms;
-    }
     return epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
 }
 
-static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us);
-
 int m0_loop_run_once(m0_loop *loop, int timeout_ms)
-{
-    return loop_run(loop, timeout_ms, 0);
-}
-
-int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us)
-{
-    return loop_run(loop, (int)((timeout_us + 999) / 1000), timeout_us);
-}
-
-static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
 {
     if (loop->running)
         return -EBUSY;
@@ -407,17 +372,16 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
         if (next >= 0 && (wait < 0 || next < wait))
             wait = next;
     }
-    int64_t wait_us = wait == timeout_ms ? timeout_us : 0;
     int n;
     if (wait != 0 && loop->before != NULL) {
         /* With look_first, the hooks (which drop the GIL) run only around a
          * wait that blocks: a thread waiting for the GIL would take it at
          * every pass. Without, one syscall less per pass. */
-        n = loop->look_first ? loop_epoll_wait(loop, 0, 0) : 0;
+        n = loop->look_first ? loop_epoll_wait(loop, 0) : 0;
         if (n == 0) {
             loop->waiting = 1;
             loop->before(loop->hook_arg);
-            n = loop_epoll_wait(loop, wait, wait_us);
+            n = loop_epoll_wait(loop, wait);
             int err = errno;
             loop->after(loop->hook_arg);
             loop->waiting = 0;
@@ -434,7 +398,7 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
             errno = err;
         }
     } else {
-        n = loop_epoll_wait(loop, wait, wait_us);
+        n = loop_epoll_wait(loop, wait);
     }
     if (n < 0) {
         int err = errno;

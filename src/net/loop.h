@@ -81,13 +81,13 @@ void m0_async_post(m0_async *async);
  * the GIL is held across a whole batch of ready events, never per syscall. */
 void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)(void *), void *arg);
 
-/* A hook run at the end of each pass, after its ready events were
- * dispatched and before timers expire: the server flushes the output it
- * held back during the pass (net/conn_write.c). */
 /* on: a pass that may wait first looks without waiting, and calls the wait
  * hooks only when it must block (for a loop whose threads queue for the
  * GIL: the blocking-pool mode). Off by default: a syscall less per pass. */
 void m0_loop_set_look_first(m0_loop *loop, int on);
+/* A hook run at the end of each pass, after its ready events were
+ * dispatched and before timers expire: the server flushes the output it
+ * held back during the pass (net/conn_write.c). */
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg);
 /* 1 while the loop's thread dispatches a pass's events (callbacks run). */
 int m0_loop_dispatching(const m0_loop *loop);
@@ -101,8 +101,5 @@ int m0_loop_in_events(const m0_loop *loop);
  * (-EINTR when a signal interrupted the wait: the caller checks signals;
  * -EBUSY when called from one of the loop's own callbacks). */
 int m0_loop_run_once(m0_loop *loop, int timeout_ms);
-/* The same with a timeout in microseconds (> 0), for a short look-again
- * (the pool's stall check). */
-int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us);
 
 #endif

@@ -150,10 +150,8 @@ const m0_request *m0_conn_request(const m0_conn *c);
 void m0_conn_set_data(m0_conn *c, void *data);
 m0_server *m0_conn_server(const m0_conn *c);
 
-/* Addresses cached at accept time. Host is numeric ("127.0.0.1", "::1");
- * for a Unix socket host is "" and port 0. */
-const char *m0_conn_peer_host(const m0_conn *c);
-int m0_conn_peer_port(const m0_conn *c);
+/* The local address, looked up on first use and cached. Host is numeric
+ * ("127.0.0.1", "::1"); for a Unix socket host is "" and port 0. */
 const char *m0_conn_local_host(const m0_conn *c);
 int m0_conn_local_port(const m0_conn *c);
 

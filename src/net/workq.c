@@ -282,8 +282,6 @@ static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
     return r;
 }
 
-/* GIL released, by the standby before it waits for the GIL: note the
- * watched thread's CPU time. */
 /* How long a thread has wanted the CPU: its time on it plus its time
  * waiting for it (schedstat), so that a thread sharing its core with other
  * processes still counts as busy; its CPU time alone without schedstat.

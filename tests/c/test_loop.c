@@ -4,17 +4,12 @@
  * the wait hooks (which drop the GIL) skipped when look_first finds events.
  * Built and run by the Makefile's test-c target. */
 #include <errno.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../src/net/loop.h"
@@ -209,61 +204,6 @@ static void test_no_nesting(void)
     m0_loop_free(nested_loop);
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* A pass with a sub-millisecond timeout and nothing ready returns 0 after at
- * least that long (epoll_pwait2, or epoll_wait's 1 ms when it is missing). */
-static int sub_ms_wait_ok(void)
-{
-    m0_loop *loop;
-    if (m0_loop_new(&loop) != 0)
-        return 0;
-    int ok = 1;
-    for (int i = 0; i < 3; i++) {
-        int64_t t0 = now_us();
-        int n = m0_loop_run_once_us(loop, 300);
-        int64_t took = now_us() - t0;
-        if (n != 0 || took < 300 || took > 200000) {
-            fprintf(stderr, "run_once_us(300): %d after %lld us\n", n, (long long)took);
-            ok = 0;
-        }
-    }
-    m0_loop_free(loop);
-    return ok;
-}
-
-/* The same in a child whose kernel "lacks" epoll_pwait2 (a seccomp filter makes
- * syscall 441 fail with ENOSYS, as a kernel before 5.11 does): the loop falls
- * back to epoll_wait instead of reporting the error. */
-static void test_pwait2_missing(void)
-{
-    CHECK(sub_ms_wait_ok());
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        struct sock_filter filter[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 441, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-            _exit(77); /* no seccomp here: skipped */
-        _exit(sub_ms_wait_ok() ? 0 : 1);
-    }
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
-        printf("test_loop: seccomp unavailable, the ENOSYS fallback was not exercised\n");
-}
-
 static int hook_calls;
 static void count_hook(void *arg)
 {
@@ -315,7 +255,6 @@ int main(void)
     test_batch_scrub(0);
     test_batch_scrub(1);
     test_no_nesting();
-    test_pwait2_missing();
     test_look_first();
     printf("test_loop: %d checks, %d failures\n", checks, failures);
     return failures != 0;

@@ -14,11 +14,6 @@ static m0_asgi_state *asgi_state(PyObject *module)
     return m0_module_state_get(module)->asgi;
 }
 
-m0_asgi_state *m0_asgi_state_of(m0_asgi *a)
-{
-    return a->st;
-}
-
 /* --- module state --- */
 
 static int asgi_version_init(m0_asgi_state *st)

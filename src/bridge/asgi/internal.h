@@ -163,9 +163,6 @@ struct m0_asgi {
 
 /* --- asgi.c --- */
 
-/* The bridge's module state (never NULL after module init). */
-m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
-
 /* The scope dict for req (new reference): type, asgi, http_version, scheme,
  * path (root_path + percent-decoded UTF-8 path; "*" for OPTIONS *), raw_path
  * (b"*" for OPTIONS *), query_string, root_path, headers (list of

@@ -745,7 +745,8 @@ void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
     wsgi_on_request(w, c, m0_conn_request(c));
 }
 
-/* Loop thread, without the GIL: hand the request to the pool. */
+/* Inside a pass, on the pool thread that owns the loop, with the GIL held:
+ * queue the request; a pool thread runs it once the pass is over. */
 static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
     (void)req;
