@@ -651,7 +651,7 @@ static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
 /* The request's headers as (lowercase name, value) bytes pairs in order.
  * With an authority (an absolute-form target, RFC 9112 3.2.2), the value of
  * "host" is that authority, and a request without Host gets one at the end.
- * Out of line so that callgrind can tell its cost (tools/asgi_parts.py). */
+ * Out of line so that callgrind can tell its cost (bench/callgrind/asgi_parts.py). */
 __attribute__((noinline)) static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req,
                                                              const m0_span *authority)
 {

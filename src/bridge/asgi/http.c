@@ -225,7 +225,7 @@ static void head_free(m0_asgi_http *h)
  * (Upgrade is kept on a 101, a Connection listing "close" closes the
  * connection after the response) and a warning is logged once per name. The
  * app's Date and Server are kept and replace the server's. Out of line so
- * that callgrind can tell its cost (tools/asgi_parts.py). */
+ * that callgrind can tell its cost (bench/callgrind/asgi_parts.py). */
 __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
 {
     m0_asgi_state *st = h->base.asgi->st;

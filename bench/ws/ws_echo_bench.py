@@ -2,12 +2,12 @@
 
 Each arm serves this module's `app` (one worker, default WebSocket settings; uvloop for
 m0serve and uvicorn; Granian with one runtime thread, as bench/servers.py runs it);
-tools/ws_load.c keeps CONNS connections each echoing one binary message at a time. Rounds
+bench/ws/ws_load.c keeps CONNS connections each echoing one binary message at a time. Rounds
 alternate the arms; for each run the server's CPU (utime+stime of its process tree, from
 /proc) is read around the timed load, so every row has messages/s and server CPU per
 message. Medians over the rounds, with the per-round ratios.
 
-  python tools/ws_echo_bench.py --uvicorn-python /path/to/venv/bin/python [--rounds 3]
+  python bench/ws/ws_echo_bench.py --uvicorn-python /path/to/venv/bin/python [--rounds 3]
       [--duration 5] [--conns 16] [--size 64] [--arms m0serve,uvicorn,granian]
 
 uvicorn and granian run from the venv of --uvicorn-python.
@@ -24,7 +24,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 TICK = os.sysconf("SC_CLK_TCK")
 
 

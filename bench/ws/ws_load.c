@@ -1,7 +1,7 @@
 /* WebSocket echo load generator: C connections, each sends one masked binary
  * message of SIZE bytes and waits for its echo before sending the next, for
  * SECONDS. Prints "messages=N seconds=S rate=R/s errors=E". Used by
- * tools/ws_echo_bench.py; not part of the server.
+ * bench/ws/ws_echo_bench.py; not part of the server.
  *
  *   ws_load HOST PORT PATH CONNECTIONS SECONDS SIZE
  */

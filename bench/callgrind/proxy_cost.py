@@ -8,7 +8,7 @@ the engine's connection callback (conn_io_cb: parsing, resolving, the bridge and
 WSGI inline, the app; not epoll_wait, not the kernel). Prints the per-request counts
 with and without --proxy-headers for --native hello and a WSGI hello.
 
-usage: python tools/proxy_cost.py [N]      (N = 2000; needs valgrind, a built venv)
+usage: python bench/callgrind/proxy_cost.py [N]      (N = 2000; needs valgrind, a built venv)
 """
 import os
 import signal
@@ -16,9 +16,9 @@ import socket
 import sys
 import tempfile
 
-from callgrind_run import BROWSER_HEAD, callgrind_total, exchange, start_server  # tools/ is sys.path[0]
+from callgrind_run import BROWSER_HEAD, callgrind_total, exchange, start_server  # bench/callgrind/ is sys.path[0]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAD = (BROWSER_HEAD + "X-Forwarded-For: 203.0.113.7, 10.0.0.2, 10.0.0.3\r\nX-Forwarded-Proto: https\r\n\r\n").encode()
 ALLOW = ["--forwarded-allow-ips", "127.0.0.1,10.0.0.0/8"]
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run pytest against an ASan/UBSan build of the extension.
 #
-#   tools/asan_pytest.sh [pytest args...]      (from the project root; default: the whole tests/)
+#   tests/asan_pytest.sh [pytest args...]      (from the project root; default: the whole tests/)
 #
 # Builds _core with -fsanitize=address,undefined in build/asan/ (meson, from the project venv),
 # overlays it on a copy of the installed m0serve package, and runs pytest with the sanitizer

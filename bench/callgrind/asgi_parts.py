@@ -41,7 +41,7 @@ The kernel's work (read/write/epoll syscalls) is not in these counts. The apps a
 rows' own (bench/apps): hello_asgi (constant messages), percall_asgi (message dicts built per
 call, no content-length), echo_asgi (a 1 KB POST read with receive() and echoed).
 
-usage: python tools/asgi_parts.py [--python PY ...] [--apps hello,percall,echo] [-n N]
+usage: python bench/callgrind/asgi_parts.py [--python PY ...] [--apps hello,percall,echo] [-n N]
        (default: the worktree's .venv-3.11 and .venv-3.13, all three apps, N = 2000; needs valgrind,
        callgrind_annotate, callgrind_control and built venvs; about a minute per interpreter)
 """
@@ -55,10 +55,10 @@ import subprocess
 import sys
 import tempfile
 
-from callgrind_run import exchange, start_server  # tools/ is sys.path[0]
+from callgrind_run import exchange, start_server  # bench/callgrind/ is sys.path[0]
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADERS = ("Host: server.example\r\n"
            "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0\r\n"
            "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"

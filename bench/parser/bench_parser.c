@@ -1,13 +1,12 @@
 /* Microbenchmark of m0_parse_request on a browser-shaped GET (twelve header
- * fields). Built by hand, not part of `make test`:
- *   cc -O2 -D_GNU_SOURCE -o /tmp/bench_parser tests/c/bench_parser.c src/http/parser.c && /tmp/bench_parser
+ * fields). Built and run by `make bench-parser`, not part of `make test`.
  * Prints CPU ns per parse (median of rounds). It then times the parse of
  * three incomplete ~80 KB heads (ten 8,000-byte fields and an unfinished
  * eleventh, the shape of a trickled slowloris head): plain values, values of
  * "a\ta\t...", names of "!!!!...". Each of those scans must stay at vector
  * speed; a scanner that leaves the fast path on HTAB or on a tchar other than
  * letters, digits and '-' shows here as a large multiple of the plain head.
- * With -DWITH_HTTP_PARSER ... -lhttp_parser
+ * With BENCH_PARSER_FLAGS="-DWITH_HTTP_PARSER -lhttp_parser"
  * (Debian libhttp-parser-dev, the nodejs http_parser 2.9) that parser is timed
  * on the same input in alternated rounds as a comparator; its callbacks record
  * the same spans (method, URL, each field name and value). */

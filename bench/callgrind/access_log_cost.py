@@ -11,7 +11,7 @@ per pass):
                 connection callbacks, the app, the pass's end with the log's flush; not
                 epoll_wait's wait, not the kernel), per request, off and on
 
-usage: python tools/access_log_cost.py [N] [C] [P]   (N = 4000 requests, C = 8, P = 16;
+usage: python bench/callgrind/access_log_cost.py [N] [C] [P]   (N = 4000 requests, C = 8, P = 16;
        needs strace and valgrind, a built venv)
 """
 import os
@@ -22,9 +22,9 @@ import subprocess
 import sys
 import tempfile
 
-from callgrind_run import BROWSER_HEAD, callgrind_total  # tools/ is sys.path[0]
+from callgrind_run import BROWSER_HEAD, callgrind_total  # bench/callgrind/ is sys.path[0]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAD = (BROWSER_HEAD + "\r\n").encode()
 ARMS = {"off": [], "on": ["--access-log"], "json": ["--access-log-json"]}
 
