@@ -77,7 +77,7 @@ test-c: deps
 	./tests/c/build/test_handoff
 
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider . ../bench/tests
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:

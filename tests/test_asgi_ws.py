@@ -18,8 +18,6 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import APPS_DIR, Server, recv_until_eof, server_env
 
-pytestmark = pytest.mark.timeout(60)
-
 APP = "ws_app:app"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -654,6 +652,7 @@ def _rss_kb(pid):
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
 
 
+@pytest.mark.slow
 def test_no_memory_growth_over_connections_and_messages(serve):
     s = serve(APP, "--interface", "asgi")
 

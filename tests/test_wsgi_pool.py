@@ -257,6 +257,7 @@ def test_body_over_the_buffer_size_is_streamed(serve, mode):
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("path,size", [("/big?n=4000000", 4000000), ("/gen?n=30000", 30000 * 1024),
                                        ("/file?n=30000000", 30000000)])
+@pytest.mark.slow
 def test_slow_reader_does_not_stall(serve, mode, path, size):
     """Clients that request a large response (a list, a 30 MB generator, a 30 MB file) and read
     none of it hold only their own connections; each still gets every byte when it reads."""

@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # after site-packages: m0serve is the installed one
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after site-packages: m0serve is the installed one
 
 from bench import procs  # noqa: E402
 
@@ -111,7 +111,7 @@ time.sleep(60)
 def test_ctrl_c_stops_every_server_process():
     import signal
 
-    h = subprocess.Popen([sys.executable, "-c", HARNESS, str(Path(__file__).resolve().parent.parent)],
+    h = subprocess.Popen([sys.executable, "-c", HARNESS, str(Path(__file__).resolve().parents[2])],
                          stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(x) for x in h.stdout.readline().split()]

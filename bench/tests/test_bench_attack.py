@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # after site-packages: m0serve is the installed one
+sys.path.append(str(ROOT / "tests"))  # the server fixtures of tests/conftest.py
 
 from bench import attack, render  # noqa: E402
-from conftest import read_response  # noqa: E402
+from conftest import read_response, serve  # noqa: E402, F401 (serve: the fixture)
 
 
 @pytest.mark.parametrize("mode", ["slowloris", "slowbody"])

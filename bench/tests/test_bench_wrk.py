@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # after site-packages: m0serve is the installed one
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after site-packages: m0serve is the installed one
 
 from bench import wrk  # noqa: E402
 
