@@ -21,11 +21,25 @@ def prepare_path(app_dir):
     sys.path.insert(0, d)
 
 
+def missing_module_message(name, app_dir):
+    """The one line for an APP module that is nowhere to be found (a start and --check-config)."""
+    where = os.path.abspath(app_dir or ".")
+    return f"no module named {name!r} in --app-dir {where} or on sys.path"
+
+
+def _is_missing(e, module_name):
+    """Whether ModuleNotFoundError e says APP's module (or a package above it) does not exist,
+    rather than that something the app imports does not."""
+    parts = module_name.split(".")
+    return e.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
 def load(spec, factory=False, app_dir="."):
     """Import `module:attr[.attr...]` and return the object (called first when a factory).
 
     Exceptions raised while importing the module propagate unchanged (the caller
-    prints their traceback); a missing attribute raises AppLoadError.
+    prints their traceback); a module that does not exist, a missing attribute, and a
+    factory named without --factory raise AppLoadError.
     """
     prepare_path(app_dir)
     module_name, _, attr_path = spec.partition(":")
@@ -33,7 +47,12 @@ def load(spec, factory=False, app_dir="."):
     if attr_path.endswith("()"):
         attr_path = attr_path[:-2]
         call = True
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not _is_missing(e, module_name):
+            raise  # the app's own import failed: its traceback
+        raise AppLoadError(missing_module_message(e.name, app_dir)) from None
     obj = module
     for part in attr_path.split("."):
         try:
@@ -46,6 +65,10 @@ def load(spec, factory=False, app_dir="."):
         obj = obj()
     if not callable(obj):
         raise AppLoadError(f"{spec} is not callable (got {type(obj).__name__})")
+    if not call and _positional_count(obj) == 0:
+        # A WSGI app takes 2 arguments, an ASGI app 3: this one would fail every request.
+        raise AppLoadError(f"{spec} takes no arguments: it looks like an app factory; add --factory "
+                           f"(or write APP as {spec}())")
     return obj
 
 
@@ -98,6 +121,11 @@ def resolve_app(cfg):
     interface = cfg.interface
     if interface == "auto":
         interface = detect_interface(app)
+    if interface == "asgi" and cfg.threads > 1:
+        # As config._check says for --interface asgi, once the app showed itself ASGI.
+        sys.stderr.write(f"m0serve: error: argument --threads: {cfg.app} is an ASGI application, which runs one "
+                         "event loop per worker process; use --workers\n")
+        raise SystemExit(2)
     if interface == "asgi":
         try:
             worker.asgi_driver()

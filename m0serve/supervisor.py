@@ -20,7 +20,9 @@ faulthandler writes every thread's stack to the log), then SIGKILL a moment late
 is replaced.
 
 Signals: TERM/INT graceful stop (a second one forces it), QUIT immediate stop, HUP rolling
-restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers).
+restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers); the
+other signals that would end or stop the process (worker.STRAY_SIGNALS: USR2, WINCH...)
+are logged and ignored.
 
 Hooks (--config, m0serve.hooks): on_starting, when_ready, pre_fork, child_exit and on_exit
 run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit in the worker.
@@ -137,6 +139,7 @@ class Supervisor:
         self.next_reload_check = 0.0
         self.rand = random.Random()
         self.pid = os.getpid()
+        self.stray = []  # the worker.STRAY_SIGNALS this process logs and ignores
 
     # --- start-up -------------------------------------------------------------------
 
@@ -156,7 +159,7 @@ class Supervisor:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
         self.listeners = sockets.open_listeners_or_exit(cfg)
         if cfg.pid_file:
-            pidfile.write(cfg.pid_file)
+            pidfile.write_or_exit(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
@@ -183,6 +186,8 @@ class Supervisor:
             log.info("Metrics on %s", self.metrics_endpoint.url)
         for s in HANDLED:
             signal.signal(s, self._on_signal)
+        self.stray = [s for s in worker.STRAY_SIGNALS if s not in HANDLED and signal.getsignal(s) == signal.SIG_DFL]
+        worker.ignore_stray_signals(self._on_signal, self.stray)
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
                  ", reload on" if cfg.reload else "")
         try:
@@ -292,7 +297,11 @@ class Supervisor:
     def _handle_signals(self):
         """Run handle_<name> for each queued signal, in arrival order (gunicorn's arbiter)."""
         while self.pending_signals:
-            sig = signal.Signals(self.pending_signals.pop(0))
+            signum = self.pending_signals.pop(0)
+            if signum not in HANDLED:
+                worker.log_stray_signal(signum, "supervisor")
+                continue
+            sig = signal.Signals(signum)
             if self.stopping is not Stopping.NO and sig not in STOP_SIGNALS:
                 continue  # no restart or resize once stopping
             getattr(self, "handle_" + sig.name[3:].lower())()
@@ -456,6 +465,9 @@ class Supervisor:
         """Runs in the forked child; returns its exit status."""
         slot = w.slot
         worker.reset_signals()
+        for s in self.stray:
+            signal.signal(s, signal.SIG_DFL)  # the supervisor's; the worker's own follow
+        worker.ignore_stray_signals(lambda signum, frame: worker.log_stray_signal(signum, "worker"))
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
             return 0  # the supervisor died before the death signal was armed
