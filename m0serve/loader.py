@@ -6,6 +6,7 @@ import importlib
 import inspect
 import os
 import sys
+import time
 
 from . import logs, worker
 
@@ -106,26 +107,40 @@ def detect_interface(app):
     return "wsgi"
 
 
-def resolve_app(cfg):
-    """(app, interface) for the configuration; exits 1 with the traceback when loading fails."""
+def resolve_app(cfg, first_failure=None):
+    """(app, interface) for the configuration; exits 1 with the traceback when loading fails.
+
+    first_failure(): whether this process reports the failure in full, when workers booting
+    together fail alike (the supervisor's token: one traceback, not one per worker). The
+    others log a debug line and wait to be stopped: the supervisor stops every booting
+    worker once the first one exits, and that must be the one whose report is complete."""
     if cfg.native is not None:
         return None, f"native-{cfg.native}"
+
+    def fail(code, message, *args, exc_info=False):
+        if first_failure is None or first_failure():
+            if code == 2:  # a bad flag: the one line a bad flag gets
+                sys.stderr.write(f"m0serve: error: {message % args}\n")
+            else:
+                logs.log.error(message, *args, exc_info=exc_info)
+        else:
+            logs.log.debug(message.replace(": the traceback follows", "") + " (another worker reported it)", *args)
+            time.sleep(10.0)  # bounded, should the supervisor not stop this worker
+        raise SystemExit(code)
+
     try:
         app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
     except AppLoadError as e:
-        logs.log.error("cannot load %s: %s", cfg.app, e)
-        raise SystemExit(1) from None
+        fail(1, "cannot load %s: %s", cfg.app, e)
     except BaseException:
-        logs.log.error("cannot import %s: the traceback follows", cfg.app, exc_info=True)
-        raise SystemExit(1) from None
+        fail(1, "cannot import %s: the traceback follows", cfg.app, exc_info=True)
     interface = cfg.interface
     if interface == "auto":
         interface = detect_interface(app)
     if interface == "asgi" and cfg.threads > 1:
-        # As config._check says for --interface asgi, once the app showed itself ASGI.
-        sys.stderr.write(f"m0serve: error: argument --threads: {cfg.app} is an ASGI application, which runs one "
-                         "event loop per worker process; use --workers\n")
-        raise SystemExit(2)
+        # What config._check says of --interface asgi, once the app showed itself ASGI.
+        fail(2, "argument --threads: %s is an ASGI application, which runs one event loop per worker process; "
+             "use --workers", cfg.app)
     if interface == "asgi":
         try:
             worker.asgi_driver()

@@ -77,6 +77,14 @@ def _now():
     return time.monotonic()
 
 
+def _take_token(fd):
+    """Whether this process read the one byte in the pipe (no other process can read it too)."""
+    try:
+        return os.read(fd, 1) == b"1"
+    except BlockingIOError:
+        return False
+
+
 def _describe_status(status):
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -140,6 +148,11 @@ class Supervisor:
         self.rand = random.Random()
         self.pid = os.getpid()
         self.stray = []  # the worker.STRAY_SIGNALS this process logs and ignores
+        # One byte in a pipe: the booting worker that reads it reports an app that fails to
+        # load in full, the others in a debug line (one traceback, not one per worker).
+        # Put back at each rolling restart.
+        self.report_r, self.report_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(self.report_w, b"1")
 
     # --- start-up -------------------------------------------------------------------
 
@@ -488,7 +501,7 @@ class Supervisor:
         if self.app is not None:
             app, interface = self.app, self.interface
         else:
-            app, interface = resolve_app(self.cfg)
+            app, interface = resolve_app(self.cfg, first_failure=lambda: _take_token(self.report_r))
         w.app = app
         if not self.hooks.run("post_worker_init", w):
             return 1
@@ -563,7 +576,7 @@ class Supervisor:
                 self.replacing.remove(w.pid)  # its replacement was started already
             return
         if not w.ready:
-            self._on_boot_failure(w, what)
+            self._on_boot_failure(w, what, code)
             return
         self.replacing.append(w.pid)
         if code == 0:
@@ -577,7 +590,7 @@ class Supervisor:
                 self.respawn_after = now + 1.0
                 log.warning("%d crashes in 10s: waiting 1s before respawning", len(self.crashes))
 
-    def _on_boot_failure(self, w, what):
+    def _on_boot_failure(self, w, what, code=1):
         old = [x for x in self.workers.values() if x.generation < self.generation and not x.stopping]
         if old:
             log.error("worker %d %s before it was ready: rolling restart abandoned, keeping the %d running "
@@ -593,7 +606,7 @@ class Supervisor:
                     self._stop_worker(x, "boot failed", sig=signal.SIGKILL)
             return
         log.error("worker %d %s before it was ready (see its traceback above): stopping", w.pid, what)
-        self.exit_code = 1
+        self.exit_code = 2 if code == 2 else 1  # 2: a bad flag the app revealed (--threads with ASGI)
         self._stop(fast=False)
 
     # --- keeping the right number of workers ----------------------------------------
@@ -629,6 +642,8 @@ class Supervisor:
 
     def _start_rollout(self):
         self.generation += 1
+        _take_token(self.report_r)  # so that the pipe holds one byte, not two
+        os.write(self.report_w, b"1")
         self.boot_blocked = False
         self._maintain()
 
