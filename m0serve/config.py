@@ -133,7 +133,8 @@ OPTIONS = [
     # Application
     Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
     Option("--config", "value", _path, None,
-           "a Python file of settings (the flags' names with underscores) and server hooks; flags and "
+           "a Python file of settings (the flags' names with underscores) and server hooks, or a .toml file of "
+           "settings; flags and "
            "M0_* variables override it", "application", "FILE", short="-c"),
     Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
            "the application's interface; auto detects ASGI (async callable) vs WSGI", "application",

@@ -150,7 +150,7 @@ def test_a_config_file_that_does_not_parse_is_one_line_with_file_and_line(tmp_pa
 
 def test_a_toml_config_file_names_a_bad_setting(tmp_path):
     conf = tmp_path / "m0.toml"
-    conf.write_text('wokers = 2\nport = "eighty"\n')
+    conf.write_text('access_log = true\nport = "eighty"\n')  # `true`: TOML, not Python
     line = one_line(run_cli("cli_hello:app", "-c", str(conf)), 2)
     assert line.startswith(f"m0serve: error: config file {conf}: port: invalid integer 'eighty'"), line
 
