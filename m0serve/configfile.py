@@ -24,11 +24,6 @@ import types
 
 from . import hooks
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the tomli backport (a dependency there)
-    import tomli as tomllib
-
 MODULE_NAME = "__m0serve_config__"
 
 # Names gunicorn users write, and what they are called here.
@@ -61,6 +56,14 @@ def _settings(options):
 
 def _read_toml(path):
     """The names of a .toml config file (settings only: TOML has no functions)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the tomli backport (a dependency there)
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ConfigError(f"config file {path}: reading TOML on Python 3.10 needs tomli "
+                              "(pip install tomli)") from None
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
