@@ -15,6 +15,8 @@ import resource
 import sys
 from dataclasses import dataclass
 
+from . import configfile
+
 ENV_PREFIX = "M0_"
 
 
@@ -131,7 +133,8 @@ OPTIONS = [
     # Application
     Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
     Option("--config", "value", _path, None,
-           "a Python file of settings (the flags' names with underscores) and server hooks; flags and "
+           "a Python file of settings (the flags' names with underscores) and server hooks, or a .toml file of "
+           "settings; flags and "
            "M0_* variables override it", "application", "FILE", short="-c"),
     Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
            "the application's interface; auto detects ASGI (async callable) vs WSGI", "application",
@@ -285,9 +288,44 @@ GROUP_TITLES = {
 }
 
 
+# Flags of gunicorn and uvicorn that m0serve spells another way (or has not), and what to use.
+FOREIGN_FLAGS = {
+    "-w": "--workers",
+    "-b": "--host and --port, or --uds",
+    "--bind": "--host and --port, or --uds",
+    "-t": "--worker-timeout",
+    "--timeout": "--worker-timeout",
+    "-k": "--interface",
+    "--worker-class": "--interface",
+    "--keep-alive": "--keep-alive-timeout",
+    "--timeout-keep-alive": "--keep-alive-timeout",
+    "--timeout-graceful-shutdown": "--graceful-timeout",
+    "--limit-max-requests": "--max-requests",
+    "--chdir": "--app-dir",
+    "--pid": "--pid-file",
+    "--error-logfile": "--log-file",
+    "--access-logfile": "--access-log",
+    "--log-config-json": "--log-config",
+}
+
+
+def _foreign_hints(message):
+    """ "; -w (here: --workers)" for the gunicorn and uvicorn flags of an "unrecognized arguments" message."""
+    hints = {}
+    for arg in message.partition(":")[2].split():
+        name = arg.partition("=")[0]
+        if name[:1] == "-" and name[:2] != "--":
+            name = name[:2]  # -w4
+        if name in FOREIGN_FLAGS:
+            hints.setdefault(name, f"{name} (here: {FOREIGN_FLAGS[name]})")
+    return "; " + ", ".join(hints.values()) if hints else ""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line naming the flag (argparse's messages do: "argument --port: ...").
+        if message.startswith("unrecognized arguments:"):
+            message += _foreign_hints(message)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -324,7 +362,8 @@ def build_parser(prog="m0serve"):
     p.add_argument("--check-config", action="store_true",
                    help="resolve every setting as a start would (command line, environment, config file, "
                    "defaults), print them with where each came from, and exit: 0 when valid, 2 with the error")
-    p.add_argument("--print-config", nargs="?", const="toml", default=None, choices=("toml", "json"),
+    # Not `choices`: `--print-config APP` must take APP as the app, not as the format (resolve()).
+    p.add_argument("--print-config", nargs="?", const="toml", default=None,
                    metavar="toml|json", help="print the resolved settings as TOML (the default) or JSON, and exit")
     groups = {}
     for opt in OPTIONS:
@@ -391,6 +430,10 @@ def resolve(argv=None, environ=None, prog="m0serve"):
     environ = os.environ if environ is None else environ
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
+    if ns.print_config not in (None, "toml", "json"):
+        if ns.app is not None or ":" not in ns.print_config:
+            parser.error(f"argument --print-config: invalid choice: {ns.print_config!r} (choose from 'toml', 'json')")
+        ns.app, ns.print_config = ns.print_config, "toml"  # `--print-config APP`
     values, sources = {}, {}
     try:
         from_file, hooks = _config_file(ns, environ)
@@ -422,15 +465,30 @@ def resolve(argv=None, environ=None, prog="m0serve"):
         cfg.sources = sources
         cfg.check_config = ns.check_config
         cfg.print_config = ns.print_config
+        cfg.warnings = _unknown_env(environ)
         _check(cfg)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return cfg
 
 
+def _unknown_env(environ):
+    """A warning for each M0_* variable that names no option (a typo is otherwise ignored in silence)."""
+    import difflib
+
+    known = {opt.env for opt in OPTIONS}
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else "no option has this name"
+        warnings.append(f"environment variable {name} is not an m0serve setting and is ignored ({hint})")
+    return warnings
+
+
 def _config_file(ns, environ):
     """(settings, Hooks) of the -c/--config file named by the command line or M0_CONFIG."""
-    from . import configfile
     from .hooks import Hooks
 
     path = ns.config
@@ -438,7 +496,10 @@ def _config_file(ns, environ):
         path = _from_env(next(o for o in OPTIONS if o.flag == "--config"), environ)
     if path is None:
         return {}, Hooks()
-    settings, funcs = configfile.load(path)
+    try:
+        settings, funcs = configfile.load(path, OPTIONS)
+    except configfile.ConfigFileError as e:
+        raise ConfigError(str(e)) from None
     return settings, Hooks(funcs)
 
 

@@ -20,7 +20,9 @@ faulthandler writes every thread's stack to the log), then SIGKILL a moment late
 is replaced.
 
 Signals: TERM/INT graceful stop (a second one forces it), QUIT immediate stop, HUP rolling
-restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers).
+restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers); the
+other signals that would end or stop the process (worker.STRAY_SIGNALS: USR2, WINCH...)
+are logged and ignored.
 
 Hooks (--config, m0serve.hooks): on_starting, when_ready, pre_fork, child_exit and on_exit
 run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit in the worker.
@@ -73,6 +75,14 @@ def worker_rss(pid):
 
 def _now():
     return time.monotonic()
+
+
+def _take_token(fd):
+    """Whether this process read the one byte in the pipe (no other process can read it too)."""
+    try:
+        return os.read(fd, 1) == b"1"
+    except BlockingIOError:
+        return False
 
 
 def _describe_status(status):
@@ -137,6 +147,12 @@ class Supervisor:
         self.next_reload_check = 0.0
         self.rand = random.Random()
         self.pid = os.getpid()
+        self.stray = []  # the worker.STRAY_SIGNALS this process logs and ignores
+        # One byte in a pipe: the booting worker that reads it reports an app that fails to
+        # load in full, the others in a debug line (one traceback, not one per worker).
+        # Put back at each rolling restart.
+        self.report_r, self.report_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(self.report_w, b"1")
 
     # --- start-up -------------------------------------------------------------------
 
@@ -156,7 +172,7 @@ class Supervisor:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
         self.listeners = sockets.open_listeners_or_exit(cfg)
         if cfg.pid_file:
-            pidfile.write(cfg.pid_file)
+            pidfile.write_or_exit(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
@@ -183,6 +199,8 @@ class Supervisor:
             log.info("Metrics on %s", self.metrics_endpoint.url)
         for s in HANDLED:
             signal.signal(s, self._on_signal)
+        self.stray = [s for s in worker.STRAY_SIGNALS if s not in HANDLED and signal.getsignal(s) == signal.SIG_DFL]
+        worker.ignore_stray_signals(self._on_signal, self.stray)
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
                  ", reload on" if cfg.reload else "")
         try:
@@ -292,7 +310,11 @@ class Supervisor:
     def _handle_signals(self):
         """Run handle_<name> for each queued signal, in arrival order (gunicorn's arbiter)."""
         while self.pending_signals:
-            sig = signal.Signals(self.pending_signals.pop(0))
+            signum = self.pending_signals.pop(0)
+            if signum not in HANDLED:
+                worker.log_stray_signal(signum, "supervisor")
+                continue
+            sig = signal.Signals(signum)
             if self.stopping is not Stopping.NO and sig not in STOP_SIGNALS:
                 continue  # no restart or resize once stopping
             getattr(self, "handle_" + sig.name[3:].lower())()
@@ -456,6 +478,9 @@ class Supervisor:
         """Runs in the forked child; returns its exit status."""
         slot = w.slot
         worker.reset_signals()
+        for s in self.stray:
+            signal.signal(s, signal.SIG_DFL)  # the supervisor's; the worker's own follow
+        worker.ignore_stray_signals(lambda signum, frame: worker.log_stray_signal(signum, "worker"))
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
             return 0  # the supervisor died before the death signal was armed
@@ -476,7 +501,7 @@ class Supervisor:
         if self.app is not None:
             app, interface = self.app, self.interface
         else:
-            app, interface = resolve_app(self.cfg)
+            app, interface = resolve_app(self.cfg, first_failure=lambda: _take_token(self.report_r))
         w.app = app
         if not self.hooks.run("post_worker_init", w):
             return 1
@@ -551,7 +576,7 @@ class Supervisor:
                 self.replacing.remove(w.pid)  # its replacement was started already
             return
         if not w.ready:
-            self._on_boot_failure(w, what)
+            self._on_boot_failure(w, what, code)
             return
         self.replacing.append(w.pid)
         if code == 0:
@@ -565,7 +590,7 @@ class Supervisor:
                 self.respawn_after = now + 1.0
                 log.warning("%d crashes in 10s: waiting 1s before respawning", len(self.crashes))
 
-    def _on_boot_failure(self, w, what):
+    def _on_boot_failure(self, w, what, code=1):
         old = [x for x in self.workers.values() if x.generation < self.generation and not x.stopping]
         if old:
             log.error("worker %d %s before it was ready: rolling restart abandoned, keeping the %d running "
@@ -581,7 +606,7 @@ class Supervisor:
                     self._stop_worker(x, "boot failed", sig=signal.SIGKILL)
             return
         log.error("worker %d %s before it was ready (see its traceback above): stopping", w.pid, what)
-        self.exit_code = 1
+        self.exit_code = 2 if code == 2 else 1  # 2: a bad flag the app revealed (--threads with ASGI)
         self._stop(fast=False)
 
     # --- keeping the right number of workers ----------------------------------------
@@ -617,6 +642,8 @@ class Supervisor:
 
     def _start_rollout(self):
         self.generation += 1
+        _take_token(self.report_r)  # so that the pipe holds one byte, not two
+        os.write(self.report_w, b"1")
         self.boot_blocked = False
         self._maintain()
 
