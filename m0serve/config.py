@@ -95,6 +95,21 @@ def _health_path(text):
     return text
 
 
+def _octal_mode(text):
+    """--uds-permissions: file permission bits in octal, as chmod(1) takes them ("660", "0o660").
+    Kept as the text "0660" (what --print-config writes back; a config file gives a string too,
+    since an int there could not say whether 660 meant octal)."""
+    t = str(text).strip().lower()
+    digits = t[2:] if t.startswith("0o") else t
+    try:
+        v = int(digits, 8)
+    except ValueError:
+        raise ValueError(f"invalid octal mode {text!r} (e.g. 660)") from None
+    if not 0 <= v <= 0o777:
+        raise ValueError(f"{text!r} is out of range (0..777)")
+    return f"0{v:o}"
+
+
 def _bool(text):
     t = str(text).strip().lower()
     if t in ("1", "true", "yes", "on"):
@@ -167,6 +182,8 @@ OPTIONS = [
     Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
     Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
            "sockets"),
+    Option("--uds-permissions", "value", _octal_mode, None,
+           "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),
     # HTTP limits and timeouts
     Option("--keep-alive-timeout", "value", _seconds, 5.0, "seconds an idle keep-alive connection is kept (0: close after each response)",
            "http", "SECONDS"),
@@ -448,6 +465,8 @@ def _check(cfg):
             raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
     if cfg.uds is not None and cfg.fd is not None:
         raise ConfigError("argument --uds: not allowed with argument --fd")
+    if cfg.uds_permissions is not None and cfg.uds is None:
+        raise ConfigError("argument --uds-permissions: needs --uds")
     if cfg.reuse_port and (cfg.uds is not None or cfg.fd is not None):
         raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
     if cfg.max_requests_jitter and not cfg.max_requests:
