@@ -286,6 +286,12 @@ OPTIONS = [
            supervision=True),
     Option("--reload-dir", "list", _path, None, "directory watched by --reload (repeatable; default: --app-dir)",
            "processes", "DIR"),
+    Option("--reload-include", "list", _path, None,
+           "with --reload, also restart when a file matching this glob changes, e.g. '*.html' or 'templates/*' "
+           "(repeatable; *.py always)", "processes", "GLOB"),
+    Option("--reload-exclude", "list", _path, None,
+           "with --reload, ignore files (and directories) matching this glob, e.g. 'tests/*' (repeatable)",
+           "processes", "GLOB"),
 ]
 
 GROUP_TITLES = {

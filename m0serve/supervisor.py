@@ -164,11 +164,10 @@ class Supervisor:
         if cfg.metrics_port is not None:
             self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
-            from .reload import Reloader
+            from . import reload
 
             dirs = cfg.reload_dir or [cfg.app_dir]
-            self.reloader = Reloader(dirs)
-            log.info("watching %s for changes to .py files", ", ".join(self.reloader.dirs))
+            self.reloader = reload.start(dirs, cfg.reload_include, cfg.reload_exclude)
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
@@ -206,6 +205,8 @@ class Supervisor:
                 pass
         for listener in self.listeners:
             listener.close()
+        if self.reloader is not None:
+            self.reloader.close()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         if self.cfg.pid_file:
@@ -732,6 +733,6 @@ class Supervisor:
         changed = self.reloader.changed()
         if not changed:
             return
-        shown = ", ".join(os.path.relpath(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
+        shown = ", ".join(self.reloader.matcher.shown(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
         log.info("changes detected (%s): restarting workers", shown)
         self._start_rollout()
