@@ -375,6 +375,7 @@ def run_worker(server_kwargs, app, config, on_ready=None):
         from concurrent.futures import ThreadPoolExecutor
 
         loop.set_default_executor(ThreadPoolExecutor(max_workers=blocking, thread_name_prefix="m0serve-blocking"))
+    log.debug("ASGI event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     worker = Worker(server_kwargs, app, config, on_ready, loop)
     try:
         loop.run_until_complete(worker.main())

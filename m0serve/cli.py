@@ -6,12 +6,14 @@ cannot start, 2 for a bad flag or value.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 from . import config, hooks, logs, pidfile, sockets, worker
 from .loader import prepare_path, resolve_app
 from .supervisor import Supervisor
+from . import proctitle
 
 log = logs.log
 
@@ -27,6 +29,7 @@ def check_interface_flag(cfg):
 
 def run_single(cfg):
     """One worker in this process: no fork, no supervisor."""
+    proctitle.set_title("server", proctitle.name_of(cfg))
     hk = hooks.of(cfg)
     server = hooks.InProcess(cfg)
     if not hk.run("on_starting", server):
@@ -69,6 +72,21 @@ def _serve_single(cfg, hk, server):
     return 0
 
 
+def log_settings(cfg):
+    """--log-level debug: each setting that is not its default, with where it came from (as
+    --check-config shows them), and the config file's hooks."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    for opt in config.OPTIONS:
+        name = "app" if opt.flag == "APP" else opt.dest
+        source = cfg.sources.get(name, "default")
+        if source != "default":
+            log.debug("setting %s = %r (%s)", name, getattr(cfg, name), source)
+    names = sorted(getattr(cfg.hooks, "funcs", None) or ())
+    if names:
+        log.debug("hooks: %s", ", ".join(names))
+
+
 def main(argv=None):
     cfg = config.resolve(argv)
     if cfg.check_config or cfg.print_config:
@@ -82,6 +100,7 @@ def main(argv=None):
     except logs.LogConfigError as e:
         config.die(f"argument --log-config: {e}")
     check_interface_flag(cfg)
+    log_settings(cfg)
     if cfg.supervised:
         return Supervisor(cfg).run()
     try:

@@ -259,6 +259,9 @@ OPTIONS = [
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
            "logging", "FILE"),
+    Option("--proc-name", "value", str, None,
+           "the name in the process titles, 'm0serve: master [NAME]' and 'm0serve: worker [NAME]', that ps and "
+           "top show (default: APP)", "logging", "NAME"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--threads", "value", _int_in(1, 256), 1,
@@ -332,6 +335,13 @@ def version_line():
             f"{platform.system()} {platform.machine()})")
 
 
+def _help_default(opt):
+    """" (default: X)" for --help, unless the help already says it or there is none to show."""
+    if opt.default is None or opt.default is False or opt.default == "" or "default" in opt.help:
+        return ""
+    return f" (default: {opt.default})".replace("%", "%%")
+
+
 def build_parser(prog="m0serve"):
     p = _Parser(
         prog=prog,
@@ -351,7 +361,7 @@ def build_parser(prog="m0serve"):
         g = groups.get(opt.group)
         if g is None:
             g = groups[opt.group] = p.add_argument_group(GROUP_TITLES[opt.group])
-        help_text = f"{opt.help} [env {opt.env}]"
+        help_text = f"{opt.help}{_help_default(opt)} [env {opt.env}]"
         if opt.flag == "APP":
             g.add_argument("app", nargs="?", metavar="APP", help=help_text, default=None)
         elif opt.kind == "flag":

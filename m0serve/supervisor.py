@@ -39,6 +39,7 @@ import time
 
 from . import hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
+from . import proctitle
 
 log = logs.log
 
@@ -150,6 +151,7 @@ class Supervisor:
 
     def _run(self):
         cfg = self.cfg
+        proctitle.set_title("master", proctitle.name_of(cfg))
         if cfg.reload and cfg.preload:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
         if cfg.preload and not cfg.reload:
@@ -456,6 +458,7 @@ class Supervisor:
     def _worker_main(self, w, status_w, max_requests):
         """Runs in the forked child; returns its exit status."""
         slot = w.slot
+        proctitle.set_title("worker", proctitle.name_of(self.cfg))
         worker.reset_signals()
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
@@ -735,4 +738,5 @@ class Supervisor:
             return
         shown = ", ".join(self.reloader.matcher.shown(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
         log.info("changes detected (%s): restarting workers", shown)
+        log.debug("changed: %s", ", ".join(changed))
         self._start_rollout()
