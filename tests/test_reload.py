@@ -11,7 +11,9 @@ from conftest import APPS_DIR
 from test_cli import get
 from test_supervisor import wait_until
 
-NO_WATCHFILES = {"PYTHONPATH": str(APPS_DIR / "no_watchfiles") + os.pathsep + str(APPS_DIR)}
+# The servers' PYTHONPATH (conftest.server_env) with the stub that hides watchfiles first.
+NO_WATCHFILES = {"PYTHONPATH": os.pathsep.join([str(APPS_DIR / "no_watchfiles"), str(APPS_DIR),
+                                                os.environ.get("PYTHONPATH", "")])}
 
 APP = (
     "import os\n"
