@@ -677,8 +677,10 @@ size_t m0_access_log_default(const m0_access_entry *e, char *buf, size_t cap)
     line_w w = {buf, 0, cap};
     if (cap == 0)
         return 0;
-    time_format(e->wall_s);
-    line_put(&w, time_stamp, strlen(time_stamp));
+    if (!e->no_stamp) {
+        time_format(e->wall_s);
+        line_put(&w, time_stamp, strlen(time_stamp));
+    }
     if (e->ipv6)
         line_put(&w, "[", 1);
     line_put(&w, host, strlen(host));

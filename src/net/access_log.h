@@ -2,7 +2,8 @@
  * in batches (see the buffer's section below).
  *
  * Without a format (m0_server_config.access_log_format == NULL) the line is
- * the engine's own, on its fast path, stamped as the error log's lines are:
+ * the engine's own, on its fast path, stamped as the error log's lines are
+ * (unless no_stamp: a logger that gets the lines stamps its records):
  *     [YYYY-MM-DD hh:mm:ss +zzzz] HOST:PORT - "METHOD TARGET HTTP/1.x" STATUS BYTES D.DDDms
  * With one, the format uses gunicorn's atoms and is compiled once, at start
  * up, into a list of literal and atom operations; writing a line walks that
@@ -68,6 +69,7 @@ typedef struct {
     uint64_t ns;                           /* server-side duration */
     int64_t wall_s;                        /* the time logged (CLOCK_REALTIME seconds) */
     int wall_ms;                           /* and its milliseconds (JSON's time) */
+    int no_stamp;                          /* the default line without its time stamp */
     const struct m0_access_log_slot *resp; /* response header values, NULL: none recorded */
 } m0_access_entry;
 

@@ -61,6 +61,7 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
         .status = status,
         .body_bytes = body_bytes,
         .ns = ns,
+        .no_stamp = cfg->access_log_no_stamp,
     };
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
