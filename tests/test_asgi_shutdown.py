@@ -5,9 +5,12 @@ import pytest
 from test_cli import get
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_term_cancels_the_tasks_left_on_the_loop(serve, workers):
-    s = serve("asgi_pending_tasks:app", "--workers", workers)
+def test_term_cancels_the_tasks_left_on_the_loop(serve, workers, loop):
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    s = serve("asgi_pending_tasks:app", "--workers", workers, "--loop", loop)
     for _ in range(2):
         status, _, body = get(s.host, s.port, "/")
         assert status == 200 and body == b"ok"

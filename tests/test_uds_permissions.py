@@ -88,3 +88,12 @@ def test_bad_uds_permissions_is_one_line(args, message):
     r = subprocess.run([sys.executable, "-m", "m0serve", "cli_hello:app", *args], env=server_env(),
                        cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_uds_permissions_in_a_config_file(serve, tmp_path):
+    path = str(tmp_path / "m0.sock")
+    conf = tmp_path / "m0.conf.py"
+    conf.write_text(f"uds = {path!r}\nuds_permissions = '660'\n")
+    s = _with_umask(0o077, lambda: serve("cli_hello:app", "-c", str(conf), wait=False))
+    s.wait_log(re.escape(f"Listening on unix:{path}"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
