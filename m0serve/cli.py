@@ -6,6 +6,7 @@ cannot start, 2 for a bad flag or value.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -13,6 +14,7 @@ from . import config, hooks, logs, pidfile, showconfig, sockets, worker
 from .loader import prepare_path, resolve_app
 from .showconfig import check_interface_flag
 from .supervisor import Supervisor
+from . import proctitle
 
 log = logs.log
 
@@ -34,6 +36,7 @@ def check_start(cfg):
 def run_single(cfg):
     """One worker in this process: no fork, no supervisor."""
     worker.ignore_stray_signals(lambda signum, frame: worker.log_stray_signal(signum, "server"))
+    proctitle.set_title("server", proctitle.name_of(cfg))
     hk = hooks.of(cfg)
     server = hooks.InProcess(cfg)
     if not hk.run("on_starting", server):
@@ -76,6 +79,21 @@ def _serve_single(cfg, hk, server):
     return 0
 
 
+def log_settings(cfg):
+    """--log-level debug: each setting that is not its default, with where it came from (as
+    --check-config shows them), and the config file's hooks."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    for opt in config.OPTIONS:
+        name = "app" if opt.flag == "APP" else opt.dest
+        source = cfg.sources.get(name, "default")
+        if source != "default":
+            log.debug("setting %s = %r (%s)", name, getattr(cfg, name), source)
+    names = sorted(getattr(cfg.hooks, "funcs", None) or ())
+    if names:
+        log.debug("hooks: %s", ", ".join(names))
+
+
 def main(argv=None):
     cfg = config.resolve(argv)
     if cfg.check_config or cfg.print_config:
@@ -92,6 +110,7 @@ def main(argv=None):
     for warning in cfg.warnings:
         log.warning("%s", warning)
     check_interface_flag(cfg)
+    log_settings(cfg)
     if cfg.supervised:
         return Supervisor(cfg).run()
     try:

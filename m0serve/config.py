@@ -97,6 +97,21 @@ def _health_path(text):
     return text
 
 
+def _octal_mode(text):
+    """--uds-permissions: file permission bits in octal, as chmod(1) takes them ("660", "0o660").
+    Kept as the text "0660" (what --print-config writes back; a config file gives a string too,
+    since an int there could not say whether 660 meant octal)."""
+    t = str(text).strip().lower()
+    digits = t[2:] if t.startswith("0o") else t
+    try:
+        v = int(digits, 8)
+    except ValueError:
+        raise ValueError(f"invalid octal mode {text!r} (e.g. 660)") from None
+    if not 0 <= v <= 0o777:
+        raise ValueError(f"{text!r} is out of range (0..777)")
+    return f"0{v:o}"
+
+
 def _bool(text):
     t = str(text).strip().lower()
     if t in ("1", "true", "yes", "on"):
@@ -170,6 +185,8 @@ OPTIONS = [
     Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
     Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
            "sockets"),
+    Option("--uds-permissions", "value", _octal_mode, None,
+           "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),
     # HTTP limits and timeouts
     Option("--keep-alive-timeout", "value", _seconds, 5.0, "seconds an idle keep-alive connection is kept (0: close after each response)",
            "http", "SECONDS"),
@@ -248,6 +265,9 @@ OPTIONS = [
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
            "logging", "FILE"),
+    Option("--proc-name", "value", str, None,
+           "the name in the process titles, 'm0serve: master [NAME]' and 'm0serve: worker [NAME]', that ps and "
+           "top show (default: APP)", "logging", "NAME"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--threads", "value", _int_in(1, 256), 1,
@@ -275,6 +295,12 @@ OPTIONS = [
            supervision=True),
     Option("--reload-dir", "list", _path, None, "directory watched by --reload (repeatable; default: --app-dir)",
            "processes", "DIR"),
+    Option("--reload-include", "list", _path, None,
+           "with --reload, also restart when a file matching this glob changes, e.g. '*.html' or 'templates/*' "
+           "(repeatable; *.py always)", "processes", "GLOB"),
+    Option("--reload-exclude", "list", _path, None,
+           "with --reload, ignore files (and directories) matching this glob, e.g. 'tests/*' (repeatable)",
+           "processes", "GLOB"),
 ]
 
 GROUP_TITLES = {
@@ -350,6 +376,13 @@ def version_line():
             f"{platform.system()} {platform.machine()})")
 
 
+def _help_default(opt):
+    """" (default: X)" for --help, unless the help already says it or there is none to show."""
+    if opt.default is None or opt.default is False or opt.default == "" or "default" in opt.help:
+        return ""
+    return f" (default: {opt.default})".replace("%", "%%")
+
+
 def build_parser(prog="m0serve"):
     p = _Parser(
         prog=prog,
@@ -370,7 +403,7 @@ def build_parser(prog="m0serve"):
         g = groups.get(opt.group)
         if g is None:
             g = groups[opt.group] = p.add_argument_group(GROUP_TITLES[opt.group])
-        help_text = f"{opt.help} [env {opt.env}]"
+        help_text = f"{opt.help}{_help_default(opt)} [env {opt.env}]"
         if opt.flag == "APP":
             g.add_argument("app", nargs="?", metavar="APP", help=help_text, default=None)
         elif opt.kind == "flag":
@@ -512,6 +545,8 @@ def _check(cfg):
             raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
     if cfg.uds is not None and cfg.fd is not None:
         raise ConfigError("argument --uds: not allowed with argument --fd")
+    if cfg.uds_permissions is not None and cfg.uds is None:
+        raise ConfigError("argument --uds-permissions: needs --uds")
     if cfg.reuse_port and (cfg.uds is not None or cfg.fd is not None):
         raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
     if cfg.max_requests_jitter and not cfg.max_requests:

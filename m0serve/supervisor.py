@@ -41,6 +41,7 @@ import time
 
 from . import hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
+from . import proctitle
 
 log = logs.log
 
@@ -166,6 +167,7 @@ class Supervisor:
 
     def _run(self):
         cfg = self.cfg
+        proctitle.set_title("master", proctitle.name_of(cfg))
         if cfg.reload and cfg.preload:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
         if cfg.preload and not cfg.reload:
@@ -180,11 +182,10 @@ class Supervisor:
         if cfg.metrics_port is not None:
             self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
-            from .reload import Reloader
+            from . import reload
 
             dirs = cfg.reload_dir or [cfg.app_dir]
-            self.reloader = Reloader(dirs)
-            log.info("watching %s for changes to .py files", ", ".join(self.reloader.dirs))
+            self.reloader = reload.start(dirs, cfg.reload_include, cfg.reload_exclude)
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
@@ -224,6 +225,8 @@ class Supervisor:
                 pass
         for listener in self.listeners:
             listener.close()
+        if self.reloader is not None:
+            self.reloader.close()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         if self.cfg.pid_file:
@@ -477,6 +480,7 @@ class Supervisor:
     def _worker_main(self, w, status_w, max_requests):
         """Runs in the forked child; returns its exit status."""
         slot = w.slot
+        proctitle.set_title("worker", proctitle.name_of(self.cfg))
         worker.reset_signals()
         for s in self.stray:
             signal.signal(s, signal.SIG_DFL)  # the supervisor's; the worker's own follow
@@ -759,6 +763,7 @@ class Supervisor:
         changed = self.reloader.changed()
         if not changed:
             return
-        shown = ", ".join(os.path.relpath(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
+        shown = ", ".join(self.reloader.matcher.shown(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
         log.info("changes detected (%s): restarting workers", shown)
+        log.debug("changed: %s", ", ".join(changed))
         self._start_rollout()

@@ -272,6 +272,11 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
     register_stack_dump()
+    log.debug("worker %d: %s app %s on listener fd(s) %s, %d event loop(s), %d blocking thread(s) each, "
+              "max requests %s, limit connections %s", os.getpid(), interface,
+              f"{getattr(app, '__module__', '?')}.{getattr(app, '__qualname__', type(app).__qualname__)}" if app else "-",
+              ",".join(map(str, fds)), max(1, cfg.threads), cfg.blocking_threads,
+              kwargs.get("max_requests") or "-", kwargs.get("limit_connections") or "-")
 
     def ready(server):
         policy.install(server)

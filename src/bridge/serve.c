@@ -466,6 +466,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
     cfg.access_log_format = self->access_log_format;
+    cfg.access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
         goto error;
     self->metrics_held = cfg.metrics != NULL;

@@ -313,8 +313,30 @@ void m0_conn_close_after(m0_conn *c, int linger)
     m0_conn_interest(c);
 }
 
+/* The request a canned error answers, for its access-log line: in state
+ * BODY the head was parsed and the body is what failed (413, a bad chunk,
+ * the body's 408); its spans are re-parsed when the read buffer moved since.
+ * NULL when the head itself is what failed. */
+static const m0_request *conn_error_request(m0_conn *c)
+{
+    if (c->state != M0_CS_BODY || c->head_base == NULL)
+        return NULL;
+    if (c->rbuf + c->rpos != c->head_base) {
+        if (m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &c->srv->cfg.limits) != (int)c->head_len)
+            return NULL;
+        c->head_base = c->rbuf + c->rpos;
+    }
+    return &c->req;
+}
+
 /* A protocol error: the canned response, then a lingering close. */
 void m0_conn_error(m0_conn *c, int status)
+{
+    m0_conn_error_of(c, status, conn_error_request(c));
+}
+
+/* The same for a request whose head was parsed (req, logged), or NULL. */
+void m0_conn_error_of(m0_conn *c, int status, const m0_request *req)
 {
     char buf[512];
     int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
@@ -327,7 +349,7 @@ void m0_conn_error(m0_conn *c, int status)
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0_conn_log(c, NULL, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
+            m0_conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
         }
     }
     c->timer_kind = M0_TIMER_NONE;
@@ -848,7 +870,8 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         if (r < 0) {
-            m0_conn_error(c, m0_parse_error_status(r));
+            /* A declared body over the limit: the head was parsed, its request line is logged. */
+            m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
             break;
         }
         c->head_len = (size_t)r;

@@ -94,6 +94,9 @@ typedef struct {
     /* NULL: the engine's own line; else a compiled format (net/access_log.h),
      * owned by the caller and outliving the server */
     const struct m0_access_log *access_log_format;
+    /* The engine's own line without its time stamp: for lines handed to a
+     * logger (access_log=callable), whose records carry their own time. */
+    int access_log_no_stamp;
     /* NULL: off; else this worker's metrics slot (net/metrics.h), outliving the server */
     m0_metrics *metrics;
     /* Open connections past which the listeners leave the epoll set until
