@@ -66,6 +66,7 @@ struct m0_server_object {
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
     int inflight_held;
     PyThreadState *wait_state; /* the thread state saved around epoll_wait */
+    int pass_nogil;            /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
     int shutdown_requested;    /* atomic: set by shutdown() from any thread */
     int serving;
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
@@ -82,12 +83,15 @@ typedef struct m0_server_object ServerObject;
 static void server_wait_before(void *arg)
 {
     ServerObject *self = arg;
-    self->wait_state = PyEval_SaveThread();
+    if (!self->pass_nogil)
+        self->wait_state = PyEval_SaveThread();
 }
 
 static void server_wait_after(void *arg)
 {
     ServerObject *self = arg;
+    if (self->pass_nogil)
+        return;
     PyEval_RestoreThread(self->wait_state);
     self->wait_state = NULL;
 }
@@ -698,27 +702,42 @@ static int pool_duties(pool_thread *pt, int force)
     return PyErr_CheckSignals() < 0 ? -EINTR : 0; /* (a no-op outside the main thread) */
 }
 
-static int pool_run_pass(void *arg)
+/* The leader's pass (net/workq.h). With the GIL, the wait hooks drop it
+ * around a wait that blocks; without (every other thread in a view), the
+ * hooks do nothing and the Python duties (the bridge's left exception, the
+ * access log, signals) wait for M0_WORKQ_PASS_DUTIES, at most once per
+ * M0_SERVE_MAX_WAIT_MS. */
+static int pool_run_pass(void *arg, int gil)
 {
     pool_thread *pt = arg;
     ServerObject *self = pt->self;
     if (server_should_stop(self))
         return 1;
+    self->pass_nogil = !gil;
     int r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
+    self->pass_nogil = 0;
     if (r < 0 && r != -EINTR) {
         __atomic_store_n(&self->pool_error, r, __ATOMIC_RELEASE);
         return r;
     }
+    if (!gil)
+        return r == -EINTR || pool_now_ms() - pt->checked_ms >= M0_SERVE_MAX_WAIT_MS ? M0_WORKQ_PASS_DUTIES : 0;
     if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
         PyErr_WriteUnraisable((PyObject *)self);
     server_flush_access_log(self); /* as the inline mode does after each pass */
     return pool_duties(pt, r == -EINTR);
 }
 
+/* GIL held: the periodic duties, after an idle wait (serve()'s thread, the
+ * only one with idle waits) or passes led without the GIL (any thread). */
 static int pool_idle(void *arg)
 {
-    pool_thread *pt = arg;             /* serve()'s thread: the only one with idle waits */
+    pool_thread *pt = arg;
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable((PyObject *)pt->self);
     server_flush_access_log(pt->self); /* lines another thread's pass left */
+    if (!pt->checks_signals)
+        pt->checked_ms = pool_now_ms(); /* pool_duties keeps the time of serve()'s thread */
     return pool_duties(pt, 1);
 }
 
@@ -743,13 +762,13 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
         *beat = 0;
     /* The switch interval, after which a thread waiting for the GIL forces
      * it over (sys.setswitchinterval; 5 ms by default). */
-    uint64_t forced_ns = 0;
+    uint64_t switch_interval_ns = 0;
     PyObject *get = PySys_GetObject("getswitchinterval"); /* borrowed */
     PyObject *interval = get != NULL ? PyObject_CallNoArgs(get) : NULL;
     double seconds = interval != NULL ? PyFloat_AsDouble(interval) : -1.0;
     Py_XDECREF(interval);
     if (seconds > 0)
-        forced_ns = (uint64_t)(seconds * 0.9e9);
+        switch_interval_ns = (uint64_t)(seconds * 1e9);
     PyErr_Clear();
     m0_workq_ops ops = {
         .arg = &pt,
@@ -759,7 +778,7 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
         .run_pass = pool_run_pass,
         .idle = pool_idle,
         .idle_ms = checks_signals ? M0_SERVE_MAX_WAIT_MS : 0,
-        .forced_ns = forced_ns,
+        .switch_interval_ns = switch_interval_ns,
     };
     int r = m0_workq_serve(self->workq, &role, &ops);
     m0_wsgi_free(pt.w);

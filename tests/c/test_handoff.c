@@ -99,16 +99,22 @@ static m0_server *srv;
 static int stage; /* 0: clients; 1: a request held by its thread; 2: aborted */
 static int held_fd = -1;
 
+static int pass_held; /* the pass's leader holds the "GIL" (touched by the leader only) */
+
+/* The loop's wait hooks (server_wait_before/after in src/bridge/serve.c):
+ * they drop the "GIL" only when the leader holds it. */
 static void gil_hook_release(void *arg)
 {
     (void)arg;
-    pthread_mutex_unlock(&gil);
+    if (pass_held)
+        pthread_mutex_unlock(&gil);
 }
 
 static void gil_hook_acquire(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&gil);
+    if (pass_held)
+        pthread_mutex_lock(&gil);
 }
 
 static void run_item(void *arg, void *item)
@@ -121,9 +127,10 @@ static void run_item(void *arg, void *item)
  * clients are done: one more request, held by its thread while the server
  * is aborted (m0_server_abort writes abort_after, which m0_conn_complete
  * reads on that thread). */
-static int run_pass(void *arg)
+static int run_pass(void *arg, int held)
 {
     (void)arg;
+    pass_held = held;
     if (stage == 0 && __atomic_load_n(&clients_done, __ATOMIC_ACQUIRE) == CLIENTS && m0_server_connections(srv) == 0) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
@@ -151,7 +158,8 @@ static int run_pass(void *arg)
     return r < 0 && r != -EINTR ? r : 0;
 }
 
-static const m0_workq_ops ops = {NULL, gil_release, gil_acquire, run_item, run_pass, NULL, 0, 0};
+static const m0_workq_ops ops = {
+    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = run_item, .run_pass = run_pass};
 
 /* Server_run_pool and serve() (src/bridge/serve.c), with gil for the GIL. */
 static void *pool_thread(void *arg)

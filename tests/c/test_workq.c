@@ -35,16 +35,19 @@ static unsigned char seen[ITEMS];
 static long consumed; /* atomic */
 static int order_broken;
 
-/* A pass that finds nothing waits with the "GIL" released, as epoll_wait does. */
-static void idle_wait(void)
+/* A pass that finds nothing waits with the "GIL" released, as epoll_wait
+ * does (a pass led without it just waits). */
+static void idle_wait(int held)
 {
-    pthread_mutex_unlock(&gil);
+    if (held)
+        pthread_mutex_unlock(&gil);
     struct timespec ts = {0, 100 * 1000};
     nanosleep(&ts, NULL);
-    pthread_mutex_lock(&gil);
+    if (held)
+        pthread_mutex_lock(&gil);
 }
 
-static int count_pass(void *arg)
+static int count_pass(void *arg, int held)
 {
     (void)arg;
     if (__atomic_exchange_n(&in_pass, 1, __ATOMIC_SEQ_CST))
@@ -54,7 +57,7 @@ static int count_pass(void *arg)
         if (__atomic_load_n(&consumed, __ATOMIC_ACQUIRE) == ITEMS)
             r = 1;
         else
-            idle_wait();
+            idle_wait(held);
     }
     for (int i = 0; i < PER_PASS && produced < ITEMS; i++, produced++)
         if (m0_workq_push(q, (void *)(intptr_t)(produced + 1)) < 0)
@@ -76,7 +79,8 @@ static void count_item(void *arg, void *item)
     __atomic_add_fetch(&consumed, 1, __ATOMIC_RELEASE);
 }
 
-static const m0_workq_ops count_ops = {NULL, gil_release, gil_acquire, count_item, count_pass, NULL, 0, 0};
+static const m0_workq_ops count_ops = {
+    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = count_item, .run_pass = count_pass};
 
 static void *serve_thread(void *arg)
 {
@@ -89,12 +93,12 @@ static void *serve_thread(void *arg)
 static int slow_running, slow_done, fast_queued, done_fast, fast_during_slow;
 static int slow_queued, warm_passes;
 
-static int slow_pass(void *arg)
+static int slow_pass(void *arg, int held)
 {
     (void)arg;
     if (!slow_queued) {
         if (++warm_passes < 200) { /* the other threads go idle meanwhile */
-            idle_wait();
+            idle_wait(held);
             return 0;
         }
         slow_queued = 1;
@@ -110,7 +114,7 @@ static int slow_pass(void *arg)
     }
     if (__atomic_load_n(&slow_done, __ATOMIC_SEQ_CST) && __atomic_load_n(&done_fast, __ATOMIC_SEQ_CST) == fast_queued)
         return 1;
-    idle_wait();
+    idle_wait(held);
     return 0;
 }
 
@@ -132,7 +136,8 @@ static void slow_item(void *arg, void *item)
     }
 }
 
-static const m0_workq_ops slow_ops = {NULL, gil_release, gil_acquire, slow_item, slow_pass, NULL, 0, 0};
+static const m0_workq_ops slow_ops = {
+    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = slow_item, .run_pass = slow_pass};
 
 static int async_fired;
 static void on_async(m0_loop *loop, m0_async *a)
