@@ -16,7 +16,8 @@
  * an access-log format that records a response field is on. Then the server
  * is aborted (m0_server_abort) while a thread holds a request, blocked: its
  * socket is shut down under it, it answers into it and hands the connection
- * back to be closed. */
+ * back to be closed: its request still leaves the in-flight gauge, with a
+ * duration sample and an access-log line. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../src/net/access_log.h"
+#include "../../src/net/metrics.h"
 #include "../../src/net/server_int.h"
 #include "../../src/net/workq.h"
 
@@ -253,6 +255,8 @@ int main(void)
     CHECK(log != NULL);
     cfg.access_log_format = alog;
     cfg.access_log_fd = fileno(log);
+    static m0_metrics met;
+    cfg.metrics = &met;
     CHECK(m0_loop_new(&loop) == 0);
     CHECK(m0_server_new(&srv, loop, &cfg, &pool_handler, NULL) == 0);
     CHECK(m0_workq_new(&q, POOL + 1) == 0); /* + the thread inside serve() */
@@ -297,6 +301,10 @@ int main(void)
     CHECK(client_errors == 0);
     CHECK(requests == expected + 1);
     CHECK(answered == expected + 1);
+    /* The request the abort caught ended as the others did: out of the
+     * in-flight gauge, with its duration sample and its access-log line. */
+    CHECK(met.cell[M0_MET_IN_FLIGHT] == 0);
+    CHECK(met.cell[M0_MET_DURATION_COUNT] == expected + 1);
     CHECK(m0_server_connections(srv) == 0);
     m0_server_free(srv);
     m0_workq_free(q);
@@ -311,7 +319,7 @@ int main(void)
         right += strcmp(line, "200 3\n") == 0;
     }
     fclose(log);
-    CHECK(lines == expected && right == expected);
+    CHECK(lines == expected + 1 && right == expected + 1);
     printf("test_handoff: %d checks, %d failures (%d requests through the pool)\n", checks, failures, requests);
     return failures ? 1 : 0;
 }
