@@ -91,6 +91,44 @@ def test_slow_views_do_not_stall_the_pool(serve):
     assert all(r[2] == b"slow" for r in results)
 
 
+def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
+    """--blocking-threads 2 and B + 2 = 4 views sleeping 5 s: the loop keeps an owner (a thread
+    that holds no GIL), so the health path, --limit-concurrency's 503 and --header-timeout's 408
+    answer on time while only the views wait for a thread. The control (every thread in a view,
+    nobody polling the loop) answered each only when the first views ended, about 4.7 s later;
+    the bounds sit far from it for a loaded machine (the goal is tens of ms)."""
+    srv = serve("pool_app:app", "--blocking-threads", "2", "--health-path", "/healthz",
+                "--limit-concurrency", "4", "--header-timeout", "1")
+    fast_latencies(srv, 3)
+    threads, results = hold_slow(srv, 5000, 4)
+    took, status, _ = timed_get(srv, "/healthz", timeout=10)
+    assert status == 200 and took < 1.5, f"health answered {status} after {took:.3f}s"
+    took, status, _ = timed_get(srv, "/", timeout=10)
+    assert status == 503 and took < 1.5, f"the 5th request in flight got {status} after {took:.3f}s"
+    with srv.connect(timeout=10) as s:
+        t0 = time.monotonic()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
+        data = b""
+        while True:
+            piece = s.recv(4096)
+            if not piece:
+                break
+            data += piece
+        took = time.monotonic() - t0
+    assert data.startswith(b"HTTP/1.1 408"), data[:100]
+    assert took < 3.0, f"the 1 s header timeout fired after {took:.3f}s"
+    for t in threads:
+        t.join(30)
+    assert [r[1] for r in results] == [200] * 4  # the queued views ran once a thread was back
+
+
+def test_threads_make_wsgi_multithread(serve):
+    """--threads 2 calls the app from two loops' threads: wsgi.multithread says so."""
+    srv = serve("pool_app:app", "--threads", "2")
+    _, status, body = timed_get(srv, "/closes")
+    assert status == 200 and body.decode().split(" ")[2] == "True", body
+
+
 def test_a_response_left_for_the_loop_does_not_wait_for_its_threads_next_view(serve):
     """A pool thread leaves a small response's last bytes for the loop to send with its batch and goes
     on to the next queued request: the loop sends them while that request's view runs. A fast

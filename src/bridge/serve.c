@@ -72,6 +72,7 @@ struct m0_server_object {
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
+    int multithread;              /* the app is called from more than one thread (wsgi.multithread) */
     int pool_error;               /* blocking-pool mode: the -errno a pass failed with (atomic) */
     volatile int64_t *serve_beat; /* blocking-pool mode: the heartbeat slot of the thread inside serve() */
 };
@@ -317,7 +318,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .root_path = self->root_path,
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
-            .multithread = self->blocking_threads > 0,
+            .multithread = self->multithread,
         };
         self->wsgi = m0_wsgi_new(module, &opts);
         if (self->wsgi == NULL)
@@ -394,10 +395,11 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "max_requests_fd",
                              "inflight_counter",
                              "pace_window",
+                             "multithread",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
-    int blocking_threads = 0;
+    int blocking_threads = 0, multithread = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
@@ -414,12 +416,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOd:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdp:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window))
+            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -439,6 +441,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto error;
     }
     self->blocking_threads = blocking_threads;
+    self->multithread = multithread || blocking_threads > 0;
 
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);
@@ -602,6 +605,8 @@ static void Server_dealloc(ServerObject *self)
     }
     m0_loop_free(self->loop);
     self->loop = NULL;
+    m0_workq_free(self->workq); /* no thread is inside: each run_pool() holds a reference */
+    self->workq = NULL;
     m0_access_log_free(self->access_log_format); /* after the server that used it */
     self->access_log_format = NULL;
     if (self->metrics_held) {
