@@ -596,3 +596,42 @@ def test_framework_slow_view_under_the_pool(serve, app, marker):
     for t in ts:
         t.join(20)
     assert [r[1:] for r in results] == [(200, marker)] * 2
+
+
+def test_a_pool_server_gives_its_queue_back():
+    """Each pool-mode Server frees its queue when it goes: the ring, the locks and the
+    /proc/thread-self/schedstat fd each of its threads opened (on c060683 every Server
+    left B + 1 fds behind)."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import gc, os, socket, threading
+from m0serve import _core
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+
+def one_server():
+    srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=2)
+    pool = [threading.Thread(target=srv.run_pool) for _ in range(2)]
+    for t in pool:
+        t.start()
+    threading.Timer(0.2, srv.shutdown).start()
+    srv.serve()
+    for t in pool:
+        t.join(10)
+    del srv
+    gc.collect()
+
+one_server()  # the first one opens what stays open for the process
+before = len(os.listdir("/proc/self/fd"))
+for _ in range(3):
+    one_server()
+print(len(os.listdir("/proc/self/fd")) - before)
+""")
+    assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
