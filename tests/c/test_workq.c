@@ -7,7 +7,8 @@
  * loop's state moves between threads without a data race. A thread blocked
  * in a slow item (the "GIL" released, as time.sleep does) does not hold back
  * the loop: other threads run its passes and the items they queue while it
- * sleeps. Wake-ups sent from many threads reach the loop's callback. */
+ * sleeps. Wake-ups sent from many threads reach the loop's callback. The
+ * forced-switch estimator (m0_workq_forced_over) answers a table of cases. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -156,9 +157,52 @@ static void *waker(void *arg)
     return NULL;
 }
 
+/* The forced-switch estimator, case by case. Times in microseconds from a
+ * base; the request started at 0, the standby looked at 100. */
+static void forced_over_table(void)
+{
+    static const struct {
+        int running;
+        uint64_t now_us, look_busy_us, busy_us, interval_us;
+        int expect;
+        const char *why;
+    } rows[] = {
+        {1, 5100, 1000, 6000, 5000, 1, "forced over: the CPU the whole wait of a switch interval"},
+        {1, 5100, 1000, 3500, 5000, 1, "forced over: the CPU half the wait"},
+        {1, 5100, 1000, 3000, 5000, 0, "the CPU less than half the wait: it blocked, released the GIL"},
+        {1, 1100, 1000, 2000, 5000, 0, "given after 1 ms, under 0.9 of the interval: released"},
+        {1, 4580, 1000, 5480, 5000, 0, "given after 4.48 ms, just under 0.9 of 5 ms: released"},
+        {1, 4620, 1000, 5520, 5000, 1, "given after 4.52 ms, just over 0.9 of 5 ms: forced"},
+        {0, 5100, 1000, 6000, 5000, 0, "the watched thread no longer runs a request"},
+        {1, 5100, 0, 6000, 5000, 0, "its CPU time unknown at the look"},
+        {1, 5100, 1000, 0, 5000, 0, "its CPU time unknown now"},
+        {1, 5100, 1000, 900, 5000, 0, "a clock that went back"},
+        {1, 20000, 1000, 20900, 5000, 0, "running 20 ms: a busy view shares the GIL"},
+        {1, 1200, 1000, 2100, 0, 1, "switch interval unknown: forced after M0_WORKQ_FORCED_NS"},
+        {1, 1000, 1000, 1900, 0, 0, "switch interval unknown, given after 0.9 ms: released"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const uint64_t base = 1000000000u, us = 1000;
+        m0_workq_sample smp = {
+            .watched_running = rows[i].running,
+            .now_ns = base + rows[i].now_us * us,
+            .started_ns = base,
+            .look_wall_ns = base + 100 * us,
+            .look_busy_ns = rows[i].look_busy_us * us,
+            .busy_ns = rows[i].busy_us * us,
+            .switch_interval_ns = rows[i].interval_us * us,
+        };
+        int got = m0_workq_forced_over(&smp);
+        if (got != rows[i].expect)
+            fprintf(stderr, "forced_over row %zu (%s): %d\n", i, rows[i].why, got);
+        CHECK(got == rows[i].expect);
+    }
+}
+
 int main(void)
 {
     alarm(120); /* a hang fails the test */
+    forced_over_table();
     CHECK(m0_workq_new(&q, THREADS) == 0);
     pthread_t t[THREADS];
     for (int k = 0; k < THREADS; k++)
