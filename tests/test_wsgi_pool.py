@@ -635,3 +635,63 @@ for _ in range(3):
 print(len(os.listdir("/proc/self/fd")) - before)
 """)
     assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
+
+
+def test_a_failed_pass_still_ends_its_requests():
+    """The loop's epoll fails (its fd closed under it) while one request runs in a view and
+    another waits in the queue: serve() raises, and both requests end with their connections
+    closed, none left open for a loop that no longer runs (on c060683 they stayed counted open,
+    their completions never taken)."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import os, socket, threading, time
+from m0serve import _core
+
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/slow":
+        time.sleep(3.0)  # a pass waits up to 1 s: the failure comes while this runs
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=1)
+pool = threading.Thread(target=srv.run_pool)
+pool.start()
+clients = []
+
+def drive():
+    for path in ("/slow", "/slow"):  # one thread runs the first, the loop's leader keeps the second queued
+        c = socket.create_connection(lsock.getsockname())
+        c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        clients.append(c)
+        time.sleep(0.2)
+    os.close(srv.fileno())  # the next epoll_wait fails: EBADF
+
+threading.Thread(target=drive).start()
+try:
+    srv.serve()
+    print("serve() returned")
+except OSError as e:
+    print("raised", e.errno)
+pool.join(10)
+print("connections", srv.connections)
+for c in clients:
+    c.settimeout(5)
+    data = b""
+    try:
+        while True:
+            piece = c.recv(4096)
+            if not piece:
+                break
+            data += piece
+        print("eof")
+    except socket.timeout:
+        print("open")
+os._exit(0)  # the loop's fd was closed under it: its number may be reused
+""")
+    lines = out.split("\n")
+    assert lines[0] == "raised 9", out
+    assert "connections 0" in lines and lines.count("eof") == 2, out

@@ -415,13 +415,14 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdp:Server", kwlist, &app, &interface, &listeners,
-            &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
-            &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
-            &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
-            &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdp:Server", kwlist, &app, &interface,
+                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
+                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
+                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
+                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
+                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
+                                     &access_log_format, &access_log_json, &metrics, &metrics_index, &limit_connections,
+                                     &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -790,6 +791,31 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
     return r;
 }
 
+/* How long serve() waits, after a failed pass, for the pool's threads to
+ * come back from the requests they run. */
+#define M0_POOL_WIND_DOWN_MS 10000
+
+/* GIL held, after a pass failed: the queue is closed, so no thread leads
+ * the loop again once the one in a pass (if any) is out. The server is
+ * drained (drain) and aborted; the requests still queued end unrun (503,
+ * their connections close), those running end as their threads come back
+ * (their sockets are shut down), and their completions are taken here, as
+ * the loop's wake-up would have. */
+static void server_pool_wind_down(ServerObject *self, int drain)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+    (void)m0_workq_quiesce(self->workq, 0, M0_POOL_WIND_DOWN_MS); /* at most one pass */
+    if (drain)
+        m0_server_drain(self->srv);
+    m0_server_abort(self->srv);
+    m0_conn *c;
+    while ((c = m0_workq_pop(self->workq)) != NULL)
+        m0_conn_complete(c, 0, 503, 0);
+    (void)m0_workq_quiesce(self->workq, 1, M0_POOL_WIND_DOWN_MS); /* a view that never ends keeps its connection */
+    m0_server_take_completed(self->srv);
+    PyEval_RestoreThread(ts);
+}
+
 static PyObject *server_serve_pool(ServerObject *self)
 {
     int r = pool_serve(self, self->serve_beat, 1);
@@ -797,18 +823,19 @@ static PyObject *server_serve_pool(ServerObject *self)
         return NULL;
     server_flush_access_log(self);
     if (r == -EINTR) {
-        /* A signal handler raised: close everything, propagate. No thread
-         * owns the loop now: the queue is closed. */
+        /* A signal handler raised: close everything, propagate. The queue
+         * is closed: no thread leads the loop once a pass in progress ends. */
         PyObject *exc = m0_exc_fetch();
-        m0_server_drain(self->srv);
-        m0_server_abort(self->srv);
+        server_pool_wind_down(self, 1);
+        server_flush_access_log(self); /* the lines of the requests it ended */
         __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
         m0_exc_restore(exc);
         return NULL;
     }
     r = r < 0 ? r : __atomic_load_n(&self->pool_error, __ATOMIC_ACQUIRE);
     if (r < 0) {
-        m0_server_abort(self->srv);
+        server_pool_wind_down(self, 0);
+        server_flush_access_log(self);
         return server_errno(r);
     }
     Py_RETURN_NONE;

@@ -452,6 +452,15 @@ static void workq_standby_regain(m0_workq *q, m0_workq_role *role, const m0_work
 
 /* --- leading --- */
 
+/* Under the lock: no new leader, no new standby; the followers wake to run
+ * what is left, then return. */
+static void workq_close_locked(m0_workq *q)
+{
+    q->closed = 1;
+    for (size_t i = 0; i < q->joined; i++)
+        pthread_cond_signal(&q->slot[i].wake);
+}
+
 /* Under the lock: the leader without the GIL goes on leading while no
  * queued request could be taken (every other thread in a view). */
 static int workq_keep_leading(m0_workq *q)
@@ -482,12 +491,14 @@ static int workq_lead(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
         }
         ops->gil_acquire(ops->arg, token);
     }
+    if (r == M0_WORKQ_PASS_DUTIES)
+        r = ops->idle != NULL ? ops->idle(ops->arg) : 0;
     pthread_mutex_lock(&q->lock);
+    if (r != 0)
+        workq_close_locked(q); /* before the loop is given up: no thread leads it again */
     workq_leave(q, role);
     workq_check(q);
     pthread_mutex_unlock(&q->lock);
-    if (r == M0_WORKQ_PASS_DUTIES)
-        r = ops->idle != NULL ? ops->idle(ops->arg) : 0;
     return r;
 }
 
@@ -543,9 +554,7 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 void m0_workq_close(m0_workq *q)
 {
     pthread_mutex_lock(&q->lock);
-    q->closed = 1;
-    for (size_t i = 0; i < q->joined; i++)
-        pthread_cond_signal(&q->slot[i].wake);
+    workq_close_locked(q);
     pthread_mutex_unlock(&q->lock);
 }
 
@@ -555,4 +564,33 @@ size_t m0_workq_len(m0_workq *q)
     size_t n = q->len;
     pthread_mutex_unlock(&q->lock);
     return n;
+}
+
+void *m0_workq_pop(m0_workq *q)
+{
+    void *item = NULL;
+    pthread_mutex_lock(&q->lock);
+    if (q->len > 0) {
+        item = q->ring[q->head];
+        q->head = (q->head + 1) & (q->cap - 1);
+        q->len--;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return item;
+}
+
+int m0_workq_quiesce(m0_workq *q, int requests, int timeout_ms)
+{
+    uint64_t until = workq_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        int quiet = q->leader < 0 && (!requests || q->running == 0);
+        pthread_mutex_unlock(&q->lock);
+        if (quiet)
+            return 0;
+        if (workq_ns(CLOCK_MONOTONIC) >= until)
+            return -ETIMEDOUT;
+        struct timespec pause = {0, 1000000}; /* a shutdown path: a poll is enough */
+        nanosleep(&pause, NULL);
+    }
 }

@@ -132,6 +132,14 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops);
 void m0_workq_close(m0_workq *q);
 size_t m0_workq_len(m0_workq *q);
 
+/* After m0_workq_close, for a loop that failed: take a queued request that
+ * will not be run (NULL: none left); the caller ends it. */
+void *m0_workq_pop(m0_workq *q);
+/* After m0_workq_close, GIL released: wait until no thread leads the loop
+ * (and, with requests, none runs a request), at most timeout_ms. 0, or
+ * -ETIMEDOUT. A closed queue makes no new leader. */
+int m0_workq_quiesce(m0_workq *q, int requests, int timeout_ms);
+
 #ifdef M0_WORKQ_TEST_HOOKS
 /* Tests only: called by a thread that found nothing to do, after it dropped
  * the GIL and before it sleeps, to widen that window at will. */
