@@ -93,28 +93,43 @@ def test_slow_views_do_not_stall_the_pool(serve):
 
 def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
     """--blocking-threads 2 and B + 2 = 4 views sleeping 5 s: the loop keeps an owner (a thread
-    that holds no GIL), so the health path, --limit-concurrency's 503 and --header-timeout's 408
-    answer on time while only the views wait for a thread. The control (every thread in a view,
-    nobody polling the loop) answered each only when the first views ended, about 4.7 s later;
-    the bounds sit far from it for a loaded machine (the goal is tens of ms)."""
+    that holds no GIL), so the health path, --limit-concurrency's 503 and --header-timeout's 408,
+    probed together, answer on time while only the views wait for a thread. The control (every
+    thread in a view, nobody polling the loop) answered each only when the first views ended,
+    about 4.7 s later; the bounds sit far from it for a loaded machine (the goal is tens of ms)."""
     srv = serve("pool_app:app", "--blocking-threads", "2", "--health-path", "/healthz",
                 "--limit-concurrency", "4", "--header-timeout", "1")
     fast_latencies(srv, 3)
     threads, results = hold_slow(srv, 5000, 4)
-    took, status, _ = timed_get(srv, "/healthz", timeout=10)
+    probes = {}
+
+    def probe(name, path):
+        probes[name] = timed_get(srv, path, timeout=10)
+
+    def unfinished_head():
+        with srv.connect(timeout=10) as s:
+            t0 = time.monotonic()
+            s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
+            data = b""
+            while True:
+                piece = s.recv(4096)
+                if not piece:
+                    break
+                data += piece
+            probes["head"] = (time.monotonic() - t0, data)
+
+    workers = [threading.Thread(target=probe, args=("health", "/healthz")),
+               threading.Thread(target=probe, args=("fifth", "/")),
+               threading.Thread(target=unfinished_head)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(15)
+    took, status, _ = probes["health"]
     assert status == 200 and took < 1.5, f"health answered {status} after {took:.3f}s"
-    took, status, _ = timed_get(srv, "/", timeout=10)
+    took, status, _ = probes["fifth"]
     assert status == 503 and took < 1.5, f"the 5th request in flight got {status} after {took:.3f}s"
-    with srv.connect(timeout=10) as s:
-        t0 = time.monotonic()
-        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
-        data = b""
-        while True:
-            piece = s.recv(4096)
-            if not piece:
-                break
-            data += piece
-        took = time.monotonic() - t0
+    took, data = probes["head"]
     assert data.startswith(b"HTTP/1.1 408"), data[:100]
     assert took < 3.0, f"the 1 s header timeout fired after {took:.3f}s"
     for t in threads:
