@@ -53,11 +53,12 @@ struct m0_workq {
     int closed;
 };
 
-/* At most this many threads run requests at once: one is left to lead the
- * loop while the others are in views (a queue closed runs no more passes). */
+/* At most this many threads run requests at once: of the threads joined so
+ * far, one is left to lead the loop while the others are in views (a queue
+ * closed runs no more passes; a thread alone runs requests all the same). */
 static size_t workq_max_running(const m0_workq *q)
 {
-    return q->closed || q->slots < 2 ? q->slots : q->slots - 1;
+    return q->closed || q->joined < 2 ? q->joined : q->joined - 1;
 }
 
 #ifdef M0_WORKQ_DEBUG
@@ -297,7 +298,7 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
         q->leader = role->slot;
         me->state = M0_WORKQ_LEADER;
         /* Every other thread in a view: lead without the GIL. */
-        q->leader_gil = q->running + 1 < q->slots;
+        q->leader_gil = q->running + 1 < q->joined;
         next = WORKQ_LEAD;
     }
     role->state = me->state;

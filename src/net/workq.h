@@ -21,8 +21,9 @@
  * hand-off, no wake-up, no context switch per request while views do not
  * block.
  *
- * The loop always has an owner while requests run: at most threads - 1
- * threads run requests (M0_WORKQ_RUNNING), so one is always left to lead.
+ * The loop always has an owner while requests run: of the threads joined,
+ * all but one at most run requests (M0_WORKQ_RUNNING), so one is always left
+ * to lead.
  * When all the others run, the leader leads without the GIL: its passes
  * never wait for the GIL, and only running Python waits for a thread (the
  * queued requests wait for a thread to come back from its view).

@@ -7,7 +7,9 @@
  * loop's state moves between threads without a data race. A thread blocked
  * in a slow item (the "GIL" released, as time.sleep does) does not hold back
  * the loop: other threads run its passes and the items they queue while it
- * sleeps. Wake-ups sent from many threads reach the loop's callback. The
+ * sleeps. When every thread but one is in a view, that one leads the loop
+ * without the GIL and no request runs on it. Wake-ups sent from many
+ * threads reach the loop's callback. The
  * forced-switch estimator (m0_workq_forced_over) answers a table of cases. */
 #include <pthread.h>
 #include <stdint.h>
@@ -140,6 +142,50 @@ static void slow_item(void *arg, void *item)
 static const m0_workq_ops slow_ops = {
     .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = slow_item, .run_pass = slow_pass};
 
+/* Every thread but one in a view: 3 threads, 3 requests that block 300 ms
+ * each (the "GIL" released). Two run at once, never three: the third thread
+ * leads the loop, without the GIL, and its passes go on while both block;
+ * the third request waits for a thread to come back. */
+static int blocked_queued, blocked_now, blocked_max, blocked_done, nogil_passes_while_blocked;
+
+static int blocked_pass(void *arg, int held)
+{
+    (void)arg;
+    if (!blocked_queued) {
+        blocked_queued = 1;
+        for (intptr_t i = 1; i <= 3; i++)
+            if (m0_workq_push(q, (void *)i) < 0)
+                abort();
+        return 0;
+    }
+    if (__atomic_load_n(&blocked_done, __ATOMIC_SEQ_CST) == 3)
+        return 1;
+    if (!held && __atomic_load_n(&blocked_now, __ATOMIC_SEQ_CST) == 2)
+        nogil_passes_while_blocked++;
+    idle_wait(held);
+    return 0;
+}
+
+static void blocked_item(void *arg, void *item)
+{
+    (void)arg;
+    (void)item;
+    int now = __atomic_add_fetch(&blocked_now, 1, __ATOMIC_SEQ_CST);
+    int seen = __atomic_load_n(&blocked_max, __ATOMIC_SEQ_CST);
+    while (now > seen &&
+           !__atomic_compare_exchange_n(&blocked_max, &seen, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    pthread_mutex_unlock(&gil);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&gil);
+    __atomic_sub_fetch(&blocked_now, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&blocked_done, 1, __ATOMIC_SEQ_CST);
+}
+
+static const m0_workq_ops blocked_ops = {
+    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = blocked_item, .run_pass = blocked_pass};
+
 static int async_fired;
 static void on_async(m0_loop *loop, m0_async *a)
 {
@@ -236,6 +282,17 @@ int main(void)
         pthread_join(t[k], NULL);
     CHECK(fast_queued == 100);
     CHECK(fast_during_slow == 100);
+    m0_workq_free(q);
+
+    /* Every thread but one in a view: the last one leads without the GIL. */
+    CHECK(m0_workq_new(&q, 3) == 0);
+    for (int k = 0; k < 3; k++)
+        CHECK(pthread_create(&t[k], NULL, serve_thread, (void *)&blocked_ops) == 0);
+    for (int k = 0; k < 3; k++)
+        pthread_join(t[k], NULL);
+    CHECK(blocked_done == 3);
+    CHECK(blocked_max == 2);
+    CHECK(nogil_passes_while_blocked > 0);
     m0_workq_free(q);
 
     /* More threads than joined slots: refused. */
