@@ -223,15 +223,36 @@ static void workq_make_standby(m0_workq *q, int slot, int watch)
     q->slot[slot].state = M0_WORKQ_STANDBY;
 }
 
+/* Make slot the leader; gil: it leads with the GIL. */
+static void workq_make_leader(m0_workq *q, int slot, int gil)
+{
+    WORKQ_ASSERT(q->leader < 0);
+    q->leader = slot;
+    q->leader_gil = gil;
+    q->slot[slot].state = M0_WORKQ_LEADER;
+}
+
+/* A follower (asleep, or about to sleep) takes up the loop that nobody
+ * polls: the leader without the GIL when no other thread may run a request
+ * (it needs no GIL to lead, so none waits for the views), else the standby,
+ * which takes the loop or the queue once the running view lets the GIL go. */
+static void workq_promote_follower(m0_workq *q, int slot, int watch)
+{
+    if (q->running >= workq_max_running(q))
+        workq_make_leader(q, slot, 0);
+    else
+        workq_make_standby(q, slot, watch);
+}
+
 /* Nobody would poll the loop should the running view block: promote a
- * follower (asleep, or about to sleep) to standby. */
+ * follower (workq_promote_follower). */
 static void workq_promote(m0_workq *q, int watch)
 {
     if (q->standby >= 0 || q->leader >= 0)
         return;
     for (size_t i = 0; i < q->joined; i++) {
         if (q->slot[i].state == M0_WORKQ_FOLLOWER && (int)i != watch) {
-            workq_make_standby(q, (int)i, watch);
+            workq_promote_follower(q, (int)i, watch);
             pthread_cond_signal(&q->slot[i].wake);
             return;
         }
@@ -295,10 +316,8 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
     } else if (q->closed) {
         next = q->len == 0 ? WORKQ_DONE : WORKQ_FOLLOW;
     } else if (q->leader < 0) {
-        q->leader = role->slot;
-        me->state = M0_WORKQ_LEADER;
         /* Every other thread in a view: lead without the GIL. */
-        q->leader_gil = q->running + 1 < q->joined;
+        workq_make_leader(q, role->slot, q->running < workq_max_running(q));
         next = WORKQ_LEAD;
     }
     role->state = me->state;
@@ -309,8 +328,9 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
     return next;
 }
 
-/* GIL released: sleep as a follower until promoted to standby (0), idle_ms
- * pass without it (1), or the queue is closed (-1). */
+/* GIL released: sleep as a follower until promoted to standby (0) or to
+ * leader without the GIL (2), idle_ms pass without either (1), or the queue
+ * is closed (-1). */
 static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
 {
     struct timespec until;
@@ -330,9 +350,9 @@ static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
         if (me->state != M0_WORKQ_FOLLOWER || q->closed || timed_out)
             break;
         /* Nobody to poll the loop for the queued or running requests (a
-         * leader went back to the queue): this one stands by. */
+         * leader went back to the queue): this one takes it up. */
         if (q->standby < 0 && q->leader < 0 && (q->running > 0 || q->len > 0)) {
-            workq_make_standby(q, role->slot, -1);
+            workq_promote_follower(q, role->slot, -1);
             break;
         }
         if (idle_ms > 0)
@@ -340,7 +360,9 @@ static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
         else
             pthread_cond_wait(&me->wake, &q->lock);
     }
-    int r = me->state == M0_WORKQ_STANDBY ? 0 : q->closed ? -1 : 1;
+    if (me->state == M0_WORKQ_LEADER && q->closed)
+        workq_leave(q, role); /* a closed queue makes no pass */
+    int r = me->state == M0_WORKQ_STANDBY ? 0 : me->state == M0_WORKQ_LEADER ? 2 : q->closed ? -1 : 1;
     role->state = me->state;
     role->watch_slot = q->standby_watch;
     workq_check(q);
@@ -469,7 +491,38 @@ static int workq_keep_leading(m0_workq *q)
     return !q->closed && !(q->len > 0 && q->running < workq_max_running(q));
 }
 
-/* GIL held, the caller the leader: lead passes, then give the loop up. */
+/* GIL released, the caller the leader without the GIL: passes until a
+ * queued request could run (or a pass asks for the GIL, or fails). */
+static int workq_passes_nogil(m0_workq *q, const m0_workq_ops *ops)
+{
+    for (;;) {
+        int r = ops->run_pass(ops->arg, 0);
+        if (r != 0)
+            return r;
+        pthread_mutex_lock(&q->lock);
+        int go_on = workq_keep_leading(q);
+        pthread_mutex_unlock(&q->lock);
+        if (!go_on)
+            return 0;
+    }
+}
+
+/* GIL held, the caller the leader after its passes (r: their result): the
+ * duties a pass asked for, then give the loop up. */
+static int workq_lead_end(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops, int r)
+{
+    if (r == M0_WORKQ_PASS_DUTIES)
+        r = ops->idle != NULL ? ops->idle(ops->arg) : 0;
+    pthread_mutex_lock(&q->lock);
+    if (r != 0)
+        workq_close_locked(q); /* before the loop is given up: no thread leads it again */
+    workq_leave(q, role);
+    workq_check(q);
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+/* GIL held, the caller the leader: lead, then give the loop up. */
 static int workq_lead(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     pthread_mutex_lock(&q->lock);
@@ -480,27 +533,10 @@ static int workq_lead(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
         r = ops->run_pass(ops->arg, 1);
     } else {
         void *token = ops->gil_release(ops->arg);
-        for (;;) {
-            r = ops->run_pass(ops->arg, 0);
-            if (r != 0)
-                break;
-            pthread_mutex_lock(&q->lock);
-            int go_on = workq_keep_leading(q);
-            pthread_mutex_unlock(&q->lock);
-            if (!go_on)
-                break;
-        }
+        r = workq_passes_nogil(q, ops);
         ops->gil_acquire(ops->arg, token);
     }
-    if (r == M0_WORKQ_PASS_DUTIES)
-        r = ops->idle != NULL ? ops->idle(ops->arg) : 0;
-    pthread_mutex_lock(&q->lock);
-    if (r != 0)
-        workq_close_locked(q); /* before the loop is given up: no thread leads it again */
-    workq_leave(q, role);
-    workq_check(q);
-    pthread_mutex_unlock(&q->lock);
-    return r;
+    return workq_lead_end(q, role, ops, r);
 }
 
 /* A callback's non-zero result ends m0_workq_serve: the queue closes. */
@@ -540,9 +576,14 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
             int w = workq_follow(q, role, ops->idle_ms);
             if (w == 0)
                 workq_standby_look(q, role);
+            int r = w == 2 ? workq_passes_nogil(q, ops) : 0; /* promoted to lead: no GIL needed */
             ops->gil_acquire(ops->arg, token);
-            if (w > 0 && ops->idle != NULL) {
-                int r = ops->idle(ops->arg);
+            if (w == 2) {
+                r = workq_lead_end(q, role, ops, r);
+                if (r != 0)
+                    return workq_end(q, r);
+            } else if (w == 1 && ops->idle != NULL) {
+                r = ops->idle(ops->arg);
                 if (r != 0)
                     return workq_end(q, r);
             }

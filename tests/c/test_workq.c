@@ -8,7 +8,8 @@
  * in a slow item (the "GIL" released, as time.sleep does) does not hold back
  * the loop: other threads run its passes and the items they queue while it
  * sleeps. When every thread but one is in a view, that one leads the loop
- * without the GIL and no request runs on it. Wake-ups sent from many
+ * without the GIL and no request runs on it, even while a view holds the
+ * GIL. Wake-ups sent from many
  * threads reach the loop's callback. The
  * forced-switch estimator (m0_workq_forced_over) answers a table of cases. */
 #include <pthread.h>
@@ -186,6 +187,56 @@ static void blocked_item(void *arg, void *item)
 static const m0_workq_ops blocked_ops = {
     .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = blocked_item, .run_pass = blocked_pass};
 
+/* The last thread free leads at once, with no GIL to wait for: request 1
+ * blocks 600 ms (the "GIL" released), request 2 keeps the "GIL" 600 ms (a
+ * view busy in C code that does not release it). The third thread is
+ * promoted straight to leader without the GIL, and its passes go on while
+ * request 2 holds the GIL; a standby would wait for the GIL meanwhile. */
+static int hog_warm_passes, hog_queued, hog_blocking, hog_holding, hog_done, passes_while_hogged;
+
+static int hog_pass(void *arg, int held)
+{
+    (void)arg;
+    if (hog_queued == 0 && ++hog_warm_passes < 200) { /* every thread joins meanwhile */
+        idle_wait(held);
+        return 0;
+    }
+    if (hog_queued == 0 || (hog_queued == 1 && __atomic_load_n(&hog_blocking, __ATOMIC_SEQ_CST))) {
+        /* Request 2 once request 1 blocks: the thread that takes it is the
+         * second to run one, and the third is promoted. */
+        hog_queued++;
+        if (m0_workq_push(q, (void *)(intptr_t)hog_queued) < 0)
+            abort();
+        return 0;
+    }
+    if (__atomic_load_n(&hog_done, __ATOMIC_SEQ_CST) == 2)
+        return 1;
+    if (__atomic_load_n(&hog_holding, __ATOMIC_SEQ_CST))
+        passes_while_hogged++;
+    idle_wait(held);
+    return 0;
+}
+
+static void hog_item(void *arg, void *item)
+{
+    (void)arg;
+    struct timespec ts = {0, 600 * 1000 * 1000};
+    if ((intptr_t)item == 1) {
+        __atomic_store_n(&hog_blocking, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&gil);
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&gil);
+    } else {
+        __atomic_store_n(&hog_holding, 1, __ATOMIC_SEQ_CST);
+        nanosleep(&ts, NULL); /* the "GIL" held */
+        __atomic_store_n(&hog_holding, 0, __ATOMIC_SEQ_CST);
+    }
+    __atomic_add_fetch(&hog_done, 1, __ATOMIC_SEQ_CST);
+}
+
+static const m0_workq_ops hog_ops = {
+    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = hog_item, .run_pass = hog_pass};
+
 static int async_fired;
 static void on_async(m0_loop *loop, m0_async *a)
 {
@@ -293,6 +344,16 @@ int main(void)
     CHECK(blocked_done == 3);
     CHECK(blocked_max == 2);
     CHECK(nogil_passes_while_blocked > 0);
+    m0_workq_free(q);
+
+    /* The last free thread leads without waiting for the GIL. */
+    CHECK(m0_workq_new(&q, 3) == 0);
+    for (int k = 0; k < 3; k++)
+        CHECK(pthread_create(&t[k], NULL, serve_thread, (void *)&hog_ops) == 0);
+    for (int k = 0; k < 3; k++)
+        pthread_join(t[k], NULL);
+    CHECK(hog_done == 2);
+    CHECK(passes_while_hogged > 0);
     m0_workq_free(q);
 
     /* More threads than joined slots: refused. */
