@@ -316,9 +316,10 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
     } else if (q->closed) {
         next = q->len == 0 ? WORKQ_DONE : WORKQ_FOLLOW;
     } else if (q->leader < 0) {
-        /* With the GIL, unless every other thread runs a request. A leader
-         * with the GIL never sees that change during its pass: only a pass
-         * queues requests, and its leader takes the first one itself. */
+        /* With the GIL, unless every other thread runs a request. One with
+         * the GIL keeps it for its whole pass: the queue is empty when it
+         * starts (else it would have taken a request) and only its own pass
+         * fills it, so no other thread can start a request meanwhile. */
         workq_make_leader(q, role->slot, q->running < workq_max_running(q));
         next = WORKQ_LEAD;
     }
