@@ -710,3 +710,60 @@ os._exit(0)  # the loop's fd was closed under it: its number may be reused
     lines = out.split("\n")
     assert lines[0] == "raised 9", out
     assert "connections 0" in lines and lines.count("eof") == 2, out
+
+
+def test_access_log_lines_reach_the_callable_while_the_leader_has_no_gil():
+    """Every pool thread but the leader in a view: the leader runs its passes without the GIL and
+    hands the access-log lines to the callable at least once a second (M0_WORKQ_PASS_DUTIES), not
+    only when a view ends."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import socket, threading, time
+from m0serve import _core
+
+def app(environ, start_response):
+    time.sleep(4.0)
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"slow"]
+
+lines = []
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=2, access_log=lines.append,
+                   proxy={"health_path": "/healthz"})
+pool = [threading.Thread(target=srv.run_pool) for _ in range(2)]
+for t in pool:
+    t.start()
+out = []
+
+def drive():
+    views = []
+    for _ in range(2):
+        c = socket.create_connection(lsock.getsockname())
+        c.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        views.append(c)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    h = socket.create_connection(lsock.getsockname())
+    h.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    h.settimeout(5)
+    h.recv(4096)
+    while not any("/healthz" in l for l in lines) and time.monotonic() - t0 < 3.0:
+        time.sleep(0.01)
+    out.append(("logged" if any("/healthz" in l for l in lines) else "missing", time.monotonic() - t0))
+    srv.shutdown()
+    for c in views:
+        c.close()
+    h.close()
+
+threading.Thread(target=drive).start()
+srv.serve()
+for t in pool:
+    t.join(10)
+print(out[0][0], round(out[0][1], 3))
+""")
+    state, took = out.split()
+    # within about a second (the duties' period); the views end 4.5 s after the probe's start
+    assert state == "logged" and float(took) < 2.5, out
