@@ -308,7 +308,7 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         kwargs["inflight_counter"] = mmap.mmap(-1, mmap.PAGESIZE)  # one count for the worker's loops
     group = ServerGroup()
     for i in range(threads):
-        kw_i = dict(kwargs, blocking_threads=blocking)
+        kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
         if heartbeat is not None:
             # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
             kw_i.update(heartbeat=heartbeat,

@@ -937,14 +937,14 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
     }
-    if (c->abort_after) {
-        m0_conn_close(c, 1);
-        return;
-    }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
         m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+    if (c->abort_after) { /* the server aborted while a pool thread had it */
+        m0_conn_close(c, 1);
+        return;
+    }
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
@@ -1071,8 +1071,10 @@ static void conn_finish_completed(m0_conn *c)
         c->detached = 0;
         c->muted = 0;
         if (c->abort_after) {
-            c->pending = 0;
-            m0_conn_close(c, 1);
+            /* Its request ends as any other (in-flight gauge, duration,
+             * access-log line), then the connection closes (m0_conn_finish). */
+            c->pool_held = 0;
+            m0_conn_finish(c, 0, c->done_status, c->done_bytes);
         } else {
             if (c->pool_held && c->wlen > c->wpos)
                 m0_conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
