@@ -332,6 +332,38 @@ class Worker:
             self.done.set_result(None)
 
 
+LEFTOVER_TIMEOUT = 5.0  # seconds the cancelled leftover tasks get to finish
+
+
+def cancel_leftover_tasks(loop, timeout=LEFTOVER_TIMEOUT):
+    """Cancel the tasks the app left on the loop (background tasks it started and never
+    stopped, as python-socketio's are) and wait for them, as asyncio.run does before it
+    closes its loop: each gets its CancelledError (its `finally` runs) instead of being
+    destroyed pending ("Task was destroyed but it is pending!"). An exception a task ends
+    with goes to the loop's exception handler, as asyncio.run reports it. Bounded: a task
+    that ignores its cancellation is logged and left."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    if not tasks:
+        return
+    log.debug("cancelling %d task(s) left on the event loop", len(tasks))
+    for t in tasks:
+        t.cancel()
+    try:
+        done, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=timeout))
+    except BaseException:  # a second signal's exception while waiting: leave the rest
+        return
+    for t in done:
+        if not t.cancelled() and t.exception() is not None:
+            loop.call_exception_handler({
+                "message": "unhandled exception in a task cancelled at shutdown",
+                "exception": t.exception(),
+                "task": t,
+            })
+    if pending:
+        log.warning("%d task(s) did not finish within %gs of their cancellation at shutdown: %s", len(pending),
+                    timeout, ", ".join(sorted(t.get_name() for t in pending)))
+
+
 def run_worker(server_kwargs, app, config, on_ready=None):
     """Serve the ASGI app until shutdown (see the module docstring)."""
     loop = new_event_loop(getattr(config, "loop", "auto") or "auto")
@@ -343,10 +375,12 @@ def run_worker(server_kwargs, app, config, on_ready=None):
         from concurrent.futures import ThreadPoolExecutor
 
         loop.set_default_executor(ThreadPoolExecutor(max_workers=blocking, thread_name_prefix="m0serve-blocking"))
+    log.debug("ASGI event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     worker = Worker(server_kwargs, app, config, on_ready, loop)
     try:
         loop.run_until_complete(worker.main())
     finally:
+        cancel_leftover_tasks(loop)
         try:
             loop.run_until_complete(loop.shutdown_asyncgens())
         except Exception:

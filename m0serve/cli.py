@@ -6,27 +6,37 @@ cannot start, 2 for a bad flag or value.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
-from . import config, hooks, logs, pidfile, sockets, worker
+from . import config, hooks, logs, pidfile, showconfig, sockets, worker
 from .loader import prepare_path, resolve_app
+from .showconfig import check_interface_flag
 from .supervisor import Supervisor
+from . import proctitle
 
 log = logs.log
 
 
-def check_interface_flag(cfg):
-    """Fail early (exit 2) for --interface asgi when this build has no ASGI driver."""
-    if cfg.native is None and cfg.interface == "asgi":
+def check_start(cfg):
+    """The checks a start makes before binding (one line each): the files it will write
+    (exit 2), and that APP's module exists (exit 1: the app cannot be loaded)."""
+    try:
+        showconfig.check_files(cfg)
+    except config.ConfigError as e:
+        config.die(str(e))
+    if cfg.app and cfg.native is None:
         try:
-            worker.asgi_driver()
-        except worker.UnsupportedInterface as e:
-            config.die(f"argument --interface: {e}")
+            showconfig.find_app_module(cfg)
+        except config.ConfigError as e:
+            config.die(str(e), code=1)
 
 
 def run_single(cfg):
     """One worker in this process: no fork, no supervisor."""
+    worker.ignore_stray_signals(lambda signum, frame: worker.log_stray_signal(signum, "server"))
+    proctitle.set_title("server", proctitle.name_of(cfg))
     hk = hooks.of(cfg)
     server = hooks.InProcess(cfg)
     if not hk.run("on_starting", server):
@@ -41,7 +51,7 @@ def _serve_single(cfg, hk, server):
     app, interface = resolve_app(cfg)
     listeners = sockets.open_listeners_or_exit(cfg)
     if cfg.pid_file:
-        pidfile.write(cfg.pid_file)
+        pidfile.write_or_exit(cfg.pid_file)
     me = hooks.WorkerInfo(cfg, age=1)
     me.pid, me.ppid, me.app = os.getpid(), os.getppid(), app
     server.workers[me.pid] = me
@@ -69,19 +79,38 @@ def _serve_single(cfg, hk, server):
     return 0
 
 
+def log_settings(cfg):
+    """--log-level debug: each setting that is not its default, with where it came from (as
+    --check-config shows them), and the config file's hooks."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    for opt in config.OPTIONS:
+        name = "app" if opt.flag == "APP" else opt.dest
+        source = cfg.sources.get(name, "default")
+        if source != "default":
+            log.debug("setting %s = %r (%s)", name, getattr(cfg, name), source)
+    names = sorted(getattr(cfg.hooks, "funcs", None) or ())
+    if names:
+        log.debug("hooks: %s", ", ".join(names))
+
+
 def main(argv=None):
     cfg = config.resolve(argv)
     if cfg.check_config or cfg.print_config:
-        from . import showconfig
-
         return showconfig.main(cfg)
+    check_start(cfg)
     if cfg.log_config:
         prepare_path(cfg.app_dir)  # so that the file may name the project's own handler classes
     try:
         logs.setup(cfg.log_level, cfg.log_file, cfg.log_config)
     except logs.LogConfigError as e:
         config.die(f"argument --log-config: {e}")
+    except OSError as e:
+        config.die(f"argument --log-file: cannot write {cfg.log_file}: {e.strerror}")
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     check_interface_flag(cfg)
+    log_settings(cfg)
     if cfg.supervised:
         return Supervisor(cfg).run()
     try:

@@ -15,6 +15,8 @@ import resource
 import sys
 from dataclasses import dataclass
 
+from . import configfile
+
 ENV_PREFIX = "M0_"
 
 
@@ -95,6 +97,21 @@ def _health_path(text):
     return text
 
 
+def _octal_mode(text):
+    """--uds-permissions: file permission bits in octal, as chmod(1) takes them ("660", "0o660").
+    Kept as the text "0660" (what --print-config writes back; a config file gives a string too,
+    since an int there could not say whether 660 meant octal)."""
+    t = str(text).strip().lower()
+    digits = t[2:] if t.startswith("0o") else t
+    try:
+        v = int(digits, 8)
+    except ValueError:
+        raise ValueError(f"invalid octal mode {text!r} (e.g. 660)") from None
+    if not 0 <= v <= 0o777:
+        raise ValueError(f"{text!r} is out of range (0..777)")
+    return f"0{v:o}"
+
+
 def _bool(text):
     t = str(text).strip().lower()
     if t in ("1", "true", "yes", "on"):
@@ -131,7 +148,8 @@ OPTIONS = [
     # Application
     Option("APP", "value", str, None, "the application, as module:attribute (module:factory with --factory)", "application"),
     Option("--config", "value", _path, None,
-           "a Python file of settings (the flags' names with underscores) and server hooks; flags and "
+           "a Python file of settings (the flags' names with underscores) and server hooks, or a .toml file of "
+           "settings; flags and "
            "M0_* variables override it", "application", "FILE", short="-c"),
     Option("--interface", "value", _choice("auto", "wsgi", "asgi"), "auto",
            "the application's interface; auto detects ASGI (async callable) vs WSGI", "application",
@@ -167,6 +185,8 @@ OPTIONS = [
     Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
     Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
            "sockets"),
+    Option("--uds-permissions", "value", _octal_mode, None,
+           "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),
     # HTTP limits and timeouts
     Option("--keep-alive-timeout", "value", _seconds, 5.0, "seconds an idle keep-alive connection is kept (0: close after each response)",
            "http", "SECONDS"),
@@ -245,6 +265,9 @@ OPTIONS = [
            "a logging.config file (dictConfig .json or fileConfig .ini) for the m0serve.error and "
            "m0serve.access loggers, applied before the app is imported and in every worker",
            "logging", "FILE"),
+    Option("--proc-name", "value", str, None,
+           "the name in the process titles, 'm0serve: master [NAME]' and 'm0serve: worker [NAME]', that ps and "
+           "top show (default: APP)", "logging", "NAME"),
     # Processes
     Option("--workers", "value", _int_in(1), None, "worker processes (default: $WEB_CONCURRENCY or 1)", "processes", "N"),
     Option("--threads", "value", _int_in(1, 256), 1,
@@ -272,6 +295,12 @@ OPTIONS = [
            supervision=True),
     Option("--reload-dir", "list", _path, None, "directory watched by --reload (repeatable; default: --app-dir)",
            "processes", "DIR"),
+    Option("--reload-include", "list", _path, None,
+           "with --reload, also restart when a file matching this glob changes, e.g. '*.html' or 'templates/*' "
+           "(repeatable; *.py always)", "processes", "GLOB"),
+    Option("--reload-exclude", "list", _path, None,
+           "with --reload, ignore files (and directories) matching this glob, e.g. 'tests/*' (repeatable)",
+           "processes", "GLOB"),
 ]
 
 GROUP_TITLES = {
@@ -285,9 +314,44 @@ GROUP_TITLES = {
 }
 
 
+# Flags of gunicorn and uvicorn that m0serve spells another way (or has not), and what to use.
+FOREIGN_FLAGS = {
+    "-w": "--workers",
+    "-b": "--host and --port, or --uds",
+    "--bind": "--host and --port, or --uds",
+    "-t": "--worker-timeout",
+    "--timeout": "--worker-timeout",
+    "-k": "--interface",
+    "--worker-class": "--interface",
+    "--keep-alive": "--keep-alive-timeout",
+    "--timeout-keep-alive": "--keep-alive-timeout",
+    "--timeout-graceful-shutdown": "--graceful-timeout",
+    "--limit-max-requests": "--max-requests",
+    "--chdir": "--app-dir",
+    "--pid": "--pid-file",
+    "--error-logfile": "--log-file",
+    "--access-logfile": "--access-log",
+    "--log-config-json": "--log-config",
+}
+
+
+def _foreign_hints(message):
+    """ "; -w (here: --workers)" for the gunicorn and uvicorn flags of an "unrecognized arguments" message."""
+    hints = {}
+    for arg in message.partition(":")[2].split():
+        name = arg.partition("=")[0]
+        if name[:1] == "-" and name[:2] != "--":
+            name = name[:2]  # -w4
+        if name in FOREIGN_FLAGS:
+            hints.setdefault(name, f"{name} (here: {FOREIGN_FLAGS[name]})")
+    return "; " + ", ".join(hints.values()) if hints else ""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line naming the flag (argparse's messages do: "argument --port: ...").
+        if message.startswith("unrecognized arguments:"):
+            message += _foreign_hints(message)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -312,6 +376,13 @@ def version_line():
             f"{platform.system()} {platform.machine()})")
 
 
+def _help_default(opt):
+    """" (default: X)" for --help, unless the help already says it or there is none to show."""
+    if opt.default is None or opt.default is False or opt.default == "" or "default" in opt.help:
+        return ""
+    return f" (default: {opt.default})".replace("%", "%%")
+
+
 def build_parser(prog="m0serve"):
     p = _Parser(
         prog=prog,
@@ -324,14 +395,15 @@ def build_parser(prog="m0serve"):
     p.add_argument("--check-config", action="store_true",
                    help="resolve every setting as a start would (command line, environment, config file, "
                    "defaults), print them with where each came from, and exit: 0 when valid, 2 with the error")
-    p.add_argument("--print-config", nargs="?", const="toml", default=None, choices=("toml", "json"),
+    # Not `choices`: `--print-config APP` must take APP as the app, not as the format (resolve()).
+    p.add_argument("--print-config", nargs="?", const="toml", default=None,
                    metavar="toml|json", help="print the resolved settings as TOML (the default) or JSON, and exit")
     groups = {}
     for opt in OPTIONS:
         g = groups.get(opt.group)
         if g is None:
             g = groups[opt.group] = p.add_argument_group(GROUP_TITLES[opt.group])
-        help_text = f"{opt.help} [env {opt.env}]"
+        help_text = f"{opt.help}{_help_default(opt)} [env {opt.env}]"
         if opt.flag == "APP":
             g.add_argument("app", nargs="?", metavar="APP", help=help_text, default=None)
         elif opt.kind == "flag":
@@ -391,6 +463,10 @@ def resolve(argv=None, environ=None, prog="m0serve"):
     environ = os.environ if environ is None else environ
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
+    if ns.print_config not in (None, "toml", "json"):
+        if ns.app is not None or ":" not in ns.print_config:
+            parser.error(f"argument --print-config: invalid choice: {ns.print_config!r} (choose from 'toml', 'json')")
+        ns.app, ns.print_config = ns.print_config, "toml"  # `--print-config APP`
     values, sources = {}, {}
     try:
         from_file, hooks = _config_file(ns, environ)
@@ -422,15 +498,30 @@ def resolve(argv=None, environ=None, prog="m0serve"):
         cfg.sources = sources
         cfg.check_config = ns.check_config
         cfg.print_config = ns.print_config
+        cfg.warnings = _unknown_env(environ)
         _check(cfg)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return cfg
 
 
+def _unknown_env(environ):
+    """A warning for each M0_* variable that names no option (a typo is otherwise ignored in silence)."""
+    import difflib
+
+    known = {opt.env for opt in OPTIONS}
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else "no option has this name"
+        warnings.append(f"environment variable {name} is not an m0serve setting and is ignored ({hint})")
+    return warnings
+
+
 def _config_file(ns, environ):
     """(settings, Hooks) of the -c/--config file named by the command line or M0_CONFIG."""
-    from . import configfile
     from .hooks import Hooks
 
     path = ns.config
@@ -438,7 +529,10 @@ def _config_file(ns, environ):
         path = _from_env(next(o for o in OPTIONS if o.flag == "--config"), environ)
     if path is None:
         return {}, Hooks()
-    settings, funcs = configfile.load(path)
+    try:
+        settings, funcs = configfile.load(path, OPTIONS)
+    except configfile.ConfigFileError as e:
+        raise ConfigError(str(e)) from None
     return settings, Hooks(funcs)
 
 
@@ -451,6 +545,8 @@ def _check(cfg):
             raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
     if cfg.uds is not None and cfg.fd is not None:
         raise ConfigError("argument --uds: not allowed with argument --fd")
+    if cfg.uds_permissions is not None and cfg.uds is None:
+        raise ConfigError("argument --uds-permissions: needs --uds")
     if cfg.reuse_port and (cfg.uds is not None or cfg.fd is not None):
         raise ConfigError("argument --reuse-port: only applies to --host/--port sockets")
     if cfg.max_requests_jitter and not cfg.max_requests:

@@ -1,10 +1,14 @@
-"""`-c/--config FILE`: a Python file whose module-level names are settings and hooks.
+"""`-c/--config FILE`: a Python file whose module-level names are settings and hooks, or a
+`.toml` file of settings (what --print-config writes).
 
 Settings use the flags' names with underscores (`workers = 4`, `keep_alive_timeout = 2.5`,
 `access_log = True`, `reload_dir = ["src"]`, `app = "myapp:app"`); hooks are the functions
 named in m0serve.hooks. Names starting with `_`, modules, and functions or classes imported
 from elsewhere (`from multiprocessing import cpu_count`) are ignored; any other name is an
-error that names it, as is a value the flag would refuse.
+error that names it, as is a value the flag would refuse. A file that does not parse (Python
+or TOML) is one line: the file, the line and the error.
+
+The options table is m0serve.config's, passed in (this module does not import config).
 """
 from __future__ import annotations
 
@@ -13,12 +17,12 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 import types
 
 from . import hooks
-from .config import OPTIONS, ConfigError
 
 MODULE_NAME = "__m0serve_config__"
 
@@ -39,13 +43,45 @@ GUNICORN_NAMES = {
 UNSUPPORTED_HOOKS = ("on_reload", "pre_exec", "pre_request", "post_request", "nworkers_changed", "ssl_context")
 
 
-def _settings():
-    return {("app" if o.flag == "APP" else o.dest): o for o in OPTIONS if o.flag != "--config"}
+class ConfigFileError(Exception):
+    """A bad config file; the message names the file (m0serve.config reports it as a ConfigError)."""
+
+
+ConfigError = ConfigFileError
+
+
+def _settings(options):
+    return {("app" if o.flag == "APP" else o.dest): o for o in options if o.flag != "--config"}
+
+
+def _read_toml(path):
+    """The names of a .toml config file (settings only: TOML has no functions)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the tomli backport (a dependency there)
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ConfigError(f"config file {path}: reading TOML on Python 3.10 needs tomli "
+                              "(pip install tomli)") from None
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column \d+\)", str(e))
+        where = f"{path}:{m.group(1)}" if m else path
+        raise ConfigError(f"config file {where}: invalid TOML: {e}".replace("\n", " ")) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path}: {e}") from None
 
 
 def _execute(path):
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path}: no such file")
+    if path.lower().endswith(".toml"):
+        module = types.ModuleType(MODULE_NAME)
+        vars(module).update(_read_toml(path))
+        return module
     loader = importlib.machinery.SourceFileLoader(MODULE_NAME, path)
     spec = importlib.util.spec_from_loader(MODULE_NAME, loader)
     module = importlib.util.module_from_spec(spec)
@@ -53,6 +89,10 @@ def _execute(path):
         loader.exec_module(module)
     except SystemExit:
         raise
+    except SyntaxError as e:
+        # The file does not compile: where and why, no traceback of the loader's frames.
+        where = f"{path}:{e.lineno}" if e.lineno else path
+        raise ConfigError(f"config file {where}: {type(e).__name__}: {e.msg}".replace("\n", " ")) from None
     except BaseException as e:
         # The user's code failed: its traceback, then the one-line error.
         traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
@@ -99,10 +139,11 @@ def _unknown(name, known):
     return f"{name} (did you mean {close[0]}?)" if close else name
 
 
-def load(path):
-    """(settings by dest name, hooks by name) of the config file at path; raises ConfigError."""
+def load(path, options):
+    """(settings by dest name, hooks by name) of the config file at path, given the options
+    table (m0serve.config.OPTIONS); raises ConfigFileError."""
     module = _execute(path)
-    options = _settings()
+    options = _settings(options)
     settings, funcs, unknown = {}, {}, []
     for name, value in vars(module).items():
         if name.startswith("_"):

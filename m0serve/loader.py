@@ -6,6 +6,7 @@ import importlib
 import inspect
 import os
 import sys
+import time
 
 from . import logs, worker
 
@@ -21,11 +22,25 @@ def prepare_path(app_dir):
     sys.path.insert(0, d)
 
 
+def missing_module_message(name, app_dir):
+    """The one line for an APP module that is nowhere to be found (a start and --check-config)."""
+    where = os.path.abspath(app_dir or ".")
+    return f"no module named {name!r} in --app-dir {where} or on sys.path"
+
+
+def _is_missing(e, module_name):
+    """Whether ModuleNotFoundError e says APP's module (or a package above it) does not exist,
+    rather than that something the app imports does not."""
+    parts = module_name.split(".")
+    return e.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
 def load(spec, factory=False, app_dir="."):
     """Import `module:attr[.attr...]` and return the object (called first when a factory).
 
     Exceptions raised while importing the module propagate unchanged (the caller
-    prints their traceback); a missing attribute raises AppLoadError.
+    prints their traceback); a module that does not exist, a missing attribute, and a
+    factory named without --factory raise AppLoadError.
     """
     prepare_path(app_dir)
     module_name, _, attr_path = spec.partition(":")
@@ -33,7 +48,12 @@ def load(spec, factory=False, app_dir="."):
     if attr_path.endswith("()"):
         attr_path = attr_path[:-2]
         call = True
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not _is_missing(e, module_name):
+            raise  # the app's own import failed: its traceback
+        raise AppLoadError(missing_module_message(e.name, app_dir)) from None
     obj = module
     for part in attr_path.split("."):
         try:
@@ -46,6 +66,10 @@ def load(spec, factory=False, app_dir="."):
         obj = obj()
     if not callable(obj):
         raise AppLoadError(f"{spec} is not callable (got {type(obj).__name__})")
+    if not call and _positional_count(obj) == 0:
+        # A WSGI app takes 2 arguments, an ASGI app 3: this one would fail every request.
+        raise AppLoadError(f"{spec} takes no arguments: it looks like an app factory; add --factory "
+                           f"(or write APP as {spec}())")
     return obj
 
 
@@ -83,21 +107,40 @@ def detect_interface(app):
     return "wsgi"
 
 
-def resolve_app(cfg):
-    """(app, interface) for the configuration; exits 1 with the traceback when loading fails."""
+def resolve_app(cfg, first_failure=None):
+    """(app, interface) for the configuration; exits 1 with the traceback when loading fails.
+
+    first_failure(): whether this process reports the failure in full, when workers booting
+    together fail alike (the supervisor's token: one traceback, not one per worker). The
+    others log a debug line and wait to be stopped: the supervisor stops every booting
+    worker once the first one exits, and that must be the one whose report is complete."""
     if cfg.native is not None:
         return None, f"native-{cfg.native}"
+
+    def fail(code, message, *args, exc_info=False):
+        if first_failure is None or first_failure():
+            if code == 2:  # a bad flag: the one line a bad flag gets
+                sys.stderr.write(f"m0serve: error: {message % args}\n")
+            else:
+                logs.log.error(message, *args, exc_info=exc_info)
+        else:
+            logs.log.debug(message.replace(": the traceback follows", "") + " (another worker reported it)", *args)
+            time.sleep(10.0)  # bounded, should the supervisor not stop this worker
+        raise SystemExit(code)
+
     try:
         app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
     except AppLoadError as e:
-        logs.log.error("cannot load %s: %s", cfg.app, e)
-        raise SystemExit(1) from None
+        fail(1, "cannot load %s: %s", cfg.app, e)
     except BaseException:
-        logs.log.error("cannot import %s: the traceback follows", cfg.app, exc_info=True)
-        raise SystemExit(1) from None
+        fail(1, "cannot import %s: the traceback follows", cfg.app, exc_info=True)
     interface = cfg.interface
     if interface == "auto":
         interface = detect_interface(app)
+    if interface == "asgi" and cfg.threads > 1:
+        # What config._check says of --interface asgi, once the app showed itself ASGI.
+        fail(2, "argument --threads: %s is an ASGI application, which runs one event loop per worker process; "
+             "use --workers", cfg.app)
     if interface == "asgi":
         try:
             worker.asgi_driver()

@@ -8,7 +8,11 @@ the app itself is not imported, so none of its code runs. The config file, being
 has run: a start runs it too.
 
 TOML is written here (no dependency): one `name = value` line per setting, in the order
-of the options table; a setting with no value (None) is a comment, since TOML has no null.
+of the options table; a setting with no value (None) is a comment, since TOML has no null,
+and so is `config` (a config file cannot name another): saved as a `.toml` file, the
+output loads with -c.
+
+check_interface_flag() and check_files() are checks a start makes too (m0serve.cli).
 """
 from __future__ import annotations
 
@@ -17,7 +21,45 @@ import json
 import os
 import sys
 
-from .config import OPTIONS, ConfigError, default_limit_connections, version_line
+from . import worker
+from .config import OPTIONS, ConfigError, default_limit_connections, die, version_line
+from .loader import missing_module_message, prepare_path
+
+
+def check_interface_flag(cfg):
+    """Fail early (exit 2) for --interface asgi when this build has no ASGI driver."""
+    if cfg.native is None and cfg.interface == "asgi":
+        try:
+            worker.asgi_driver()
+        except worker.UnsupportedInterface as e:
+            die(f"argument --interface: {e}")
+
+
+def writable_problem(path, replaced=False):
+    """Why `path` cannot be written (opened for appending, or, when `replaced`, replaced
+    through a new file in its directory, as the pid file is), or None. Creates nothing."""
+    if os.path.isdir(path):
+        return "is a directory"
+    if os.path.exists(path) and not replaced:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        except OSError as e:
+            return e.strerror
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"no such directory {parent}"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create files in {parent}"
+    return None
+
+
+def check_files(cfg):
+    """--log-file and --pid-file can be written; raises ConfigError naming the flag and the path."""
+    for flag, path, replaced in (("--log-file", cfg.log_file, False), ("--pid-file", cfg.pid_file, True)):
+        problem = writable_problem(path, replaced) if path else None
+        if problem:
+            raise ConfigError(f"argument {flag}: cannot write {path}: {problem}")
 
 
 def settings(cfg):
@@ -67,6 +109,8 @@ def to_toml(cfg, comments=None):
         note = comments.get(name) if comments else None
         if value is None:
             lines.append(f"# {name}: not set" + (f" ({note})" if note else ""))
+        elif name == "config":
+            lines.append(f"# {name}: {toml_value(value)}" + (f" ({note})" if note else ""))
         else:
             lines.append(f"{name} = {toml_value(value)}" + (f"  # {note}" if note else ""))
     return "\n".join(lines) + "\n"
@@ -76,10 +120,8 @@ def to_json(cfg):
     return json.dumps(settings(cfg), indent=2) + "\n"
 
 
-def _find_app_module(cfg):
+def find_app_module(cfg):
     """The file of APP's top-level module, found (not imported) with --app-dir first on sys.path."""
-    from .loader import prepare_path
-
     prepare_path(cfg.app_dir)
     top = cfg.app.partition(":")[0].split(".")[0]
     try:
@@ -89,20 +131,17 @@ def _find_app_module(cfg):
     else:
         detail = ""
     if spec is None:
-        where = os.path.abspath(cfg.app_dir)
-        raise ConfigError(f"argument APP: no module named {top!r} in --app-dir {where} or on sys.path{detail}")
+        raise ConfigError("argument APP: " + missing_module_message(top, cfg.app_dir) + detail)
     return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
 
 
 def check(cfg):
     """The checks a start makes before importing the app; raises ConfigError. Returns notes."""
     from . import logs
-    from .cli import check_interface_flag
 
     check_interface_flag(cfg)  # exits 2 itself, naming --interface
+    check_files(cfg)
     if cfg.log_config:
-        from .loader import prepare_path
-
         prepare_path(cfg.app_dir)
         try:
             logs.setup(cfg.log_level, None, cfg.log_config)
@@ -110,7 +149,7 @@ def check(cfg):
             raise ConfigError(f"argument --log-config: {e}") from None
     notes = {}
     if cfg.app and cfg.native is None:
-        notes["app"] = f"{cfg.sources.get('app', 'default')}; module found at {_find_app_module(cfg)}, not imported"
+        notes["app"] = f"{cfg.sources.get('app', 'default')}; module found at {find_app_module(cfg)}, not imported"
     if cfg.limit_connections is None:
         notes["limit_connections"] = (f"default: {default_limit_connections(cfg.threads)} per event loop "
                                       "from RLIMIT_NOFILE")
@@ -136,6 +175,8 @@ def report(cfg):
 def main(cfg):
     """Run --check-config and/or --print-config; returns the exit status. With both, the
     checks run and the settings are printed in --print-config's format."""
+    for warning in cfg.warnings:
+        sys.stderr.write(f"m0serve: warning: {warning}\n")
     try:
         if cfg.check_config and not cfg.print_config:
             text = report(cfg)

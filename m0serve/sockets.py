@@ -116,7 +116,9 @@ def bind_tcp(host, port, backlog, reuse_port=False, reserve_only=False):
     return Listener(s, origin="bind", reuse_port=reserve_only, backlog=backlog)
 
 
-def bind_unix(path, backlog):
+def bind_unix(path, backlog, mode=None):
+    """Bind and listen at path. mode (octal text such as "0660", or None for what the umask leaves) is
+    set before listen(2), so no client connects to the socket while it has the umask's mode."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -138,6 +140,8 @@ def bind_unix(path, backlog):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.bind(path)
+        if mode is not None:
+            os.chmod(path, int(mode, 8))
         s.listen(backlog)
     except OSError as e:
         s.close()
@@ -188,7 +192,7 @@ def open_listeners(cfg, environ=None):
     if cfg.fd is not None:
         return [from_fd(cfg.fd, cfg.backlog)]
     if cfg.uds is not None:
-        return [bind_unix(cfg.uds, cfg.backlog)]
+        return [bind_unix(cfg.uds, cfg.backlog, getattr(cfg, "uds_permissions", None))]
     return [bind_tcp(cfg.host, cfg.port, cfg.backlog, reuse_port=cfg.reuse_port, reserve_only=cfg.reuse_port and cfg.supervised)]
 
 

@@ -20,7 +20,9 @@ faulthandler writes every thread's stack to the log), then SIGKILL a moment late
 is replaced.
 
 Signals: TERM/INT graceful stop (a second one forces it), QUIT immediate stop, HUP rolling
-restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers).
+restart, TTIN/TTOU one worker more/less, USR1 reopen --log-file (forwarded to workers); the
+other signals that would end or stop the process (worker.STRAY_SIGNALS: USR2, WINCH...)
+are logged and ignored.
 
 Hooks (--config, m0serve.hooks): on_starting, when_ready, pre_fork, child_exit and on_exit
 run here; post_fork, post_worker_init, worker_int, worker_abort and worker_exit in the worker.
@@ -39,6 +41,7 @@ import time
 
 from . import hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
+from . import proctitle
 
 log = logs.log
 
@@ -73,6 +76,14 @@ def worker_rss(pid):
 
 def _now():
     return time.monotonic()
+
+
+def _take_token(fd):
+    """Whether this process read the one byte in the pipe (no other process can read it too)."""
+    try:
+        return os.read(fd, 1) == b"1"
+    except BlockingIOError:
+        return False
 
 
 def _describe_status(status):
@@ -137,6 +148,12 @@ class Supervisor:
         self.next_reload_check = 0.0
         self.rand = random.Random()
         self.pid = os.getpid()
+        self.stray = []  # the worker.STRAY_SIGNALS this process logs and ignores
+        # One byte in a pipe: the booting worker that reads it reports an app that fails to
+        # load in full, the others in a debug line (one traceback, not one per worker).
+        # Put back at each rolling restart.
+        self.report_r, self.report_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(self.report_w, b"1")
 
     # --- start-up -------------------------------------------------------------------
 
@@ -150,13 +167,14 @@ class Supervisor:
 
     def _run(self):
         cfg = self.cfg
+        proctitle.set_title("master", proctitle.name_of(cfg))
         if cfg.reload and cfg.preload:
             log.warning("--preload is ignored with --reload (workers must import the new code)")
         if cfg.preload and not cfg.reload:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
         self.listeners = sockets.open_listeners_or_exit(cfg)
         if cfg.pid_file:
-            pidfile.write(cfg.pid_file)
+            pidfile.write_or_exit(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
@@ -164,11 +182,10 @@ class Supervisor:
         if cfg.metrics_port is not None:
             self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
-            from .reload import Reloader
+            from . import reload
 
             dirs = cfg.reload_dir or [cfg.app_dir]
-            self.reloader = Reloader(dirs)
-            log.info("watching %s for changes to .py files", ", ".join(self.reloader.dirs))
+            self.reloader = reload.start(dirs, cfg.reload_include, cfg.reload_exclude)
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
@@ -183,6 +200,8 @@ class Supervisor:
             log.info("Metrics on %s", self.metrics_endpoint.url)
         for s in HANDLED:
             signal.signal(s, self._on_signal)
+        self.stray = [s for s in worker.STRAY_SIGNALS if s not in HANDLED and signal.getsignal(s) == signal.SIG_DFL]
+        worker.ignore_stray_signals(self._on_signal, self.stray)
         log.info("supervisor %d: %d worker(s)%s", os.getpid(), self.target,
                  ", reload on" if cfg.reload else "")
         try:
@@ -206,6 +225,8 @@ class Supervisor:
                 pass
         for listener in self.listeners:
             listener.close()
+        if self.reloader is not None:
+            self.reloader.close()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         if self.cfg.pid_file:
@@ -292,7 +313,11 @@ class Supervisor:
     def _handle_signals(self):
         """Run handle_<name> for each queued signal, in arrival order (gunicorn's arbiter)."""
         while self.pending_signals:
-            sig = signal.Signals(self.pending_signals.pop(0))
+            signum = self.pending_signals.pop(0)
+            if signum not in HANDLED:
+                worker.log_stray_signal(signum, "supervisor")
+                continue
+            sig = signal.Signals(signum)
             if self.stopping is not Stopping.NO and sig not in STOP_SIGNALS:
                 continue  # no restart or resize once stopping
             getattr(self, "handle_" + sig.name[3:].lower())()
@@ -455,7 +480,11 @@ class Supervisor:
     def _worker_main(self, w, status_w, max_requests):
         """Runs in the forked child; returns its exit status."""
         slot = w.slot
+        proctitle.set_title("worker", proctitle.name_of(self.cfg))
         worker.reset_signals()
+        for s in self.stray:
+            signal.signal(s, signal.SIG_DFL)  # the supervisor's; the worker's own follow
+        worker.ignore_stray_signals(lambda signum, frame: worker.log_stray_signal(signum, "worker"))
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
             return 0  # the supervisor died before the death signal was armed
@@ -476,7 +505,7 @@ class Supervisor:
         if self.app is not None:
             app, interface = self.app, self.interface
         else:
-            app, interface = resolve_app(self.cfg)
+            app, interface = resolve_app(self.cfg, first_failure=lambda: _take_token(self.report_r))
         w.app = app
         if not self.hooks.run("post_worker_init", w):
             return 1
@@ -551,7 +580,7 @@ class Supervisor:
                 self.replacing.remove(w.pid)  # its replacement was started already
             return
         if not w.ready:
-            self._on_boot_failure(w, what)
+            self._on_boot_failure(w, what, code)
             return
         self.replacing.append(w.pid)
         if code == 0:
@@ -565,7 +594,7 @@ class Supervisor:
                 self.respawn_after = now + 1.0
                 log.warning("%d crashes in 10s: waiting 1s before respawning", len(self.crashes))
 
-    def _on_boot_failure(self, w, what):
+    def _on_boot_failure(self, w, what, code=1):
         old = [x for x in self.workers.values() if x.generation < self.generation and not x.stopping]
         if old:
             log.error("worker %d %s before it was ready: rolling restart abandoned, keeping the %d running "
@@ -581,7 +610,7 @@ class Supervisor:
                     self._stop_worker(x, "boot failed", sig=signal.SIGKILL)
             return
         log.error("worker %d %s before it was ready (see its traceback above): stopping", w.pid, what)
-        self.exit_code = 1
+        self.exit_code = 2 if code == 2 else 1  # 2: a bad flag the app revealed (--threads with ASGI)
         self._stop(fast=False)
 
     # --- keeping the right number of workers ----------------------------------------
@@ -617,6 +646,8 @@ class Supervisor:
 
     def _start_rollout(self):
         self.generation += 1
+        _take_token(self.report_r)  # so that the pipe holds one byte, not two
+        os.write(self.report_w, b"1")
         self.boot_blocked = False
         self._maintain()
 
@@ -732,6 +763,7 @@ class Supervisor:
         changed = self.reloader.changed()
         if not changed:
             return
-        shown = ", ".join(os.path.relpath(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
+        shown = ", ".join(self.reloader.matcher.shown(p) for p in changed[:3]) + (" ..." if len(changed) > 3 else "")
         log.info("changes detected (%s): restarting workers", shown)
+        log.debug("changed: %s", ", ".join(changed))
         self._start_rollout()

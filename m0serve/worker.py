@@ -13,6 +13,7 @@ Worker signals:
               supervisor sends it after the stack dump of a worker stuck past --worker-timeout
   USR2        write the Python stack of every thread to the log (faulthandler); the
               supervisor sends it to a worker stuck past --worker-timeout before killing it
+  the rest    STRAY_SIGNALS: logged and ignored (see there)
 
 ASGI: m0serve.asgi provides `run_worker(server_kwargs, app, config, on_ready)`. It builds
 the Server (`_core.Server(app, "asgi", server_kwargs["listeners"], **rest)`) inside its
@@ -38,6 +39,53 @@ log = logs.log
 
 class UnsupportedInterface(Exception):
     pass
+
+
+# Signals whose default action ends or stops the process (signal(7)) and to which m0serve gives
+# no meaning here: each is logged and ignored, so that a habit from another server (gunicorn's
+# `kill -USR2` binary upgrade, `kill -TTIN` to a single process) does not take the service down.
+# WINCH, ignored by default, is logged too: gunicorn stops its workers on it. Left at their
+# default on purpose: the faults (SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS), the resource limits
+# (XCPU, XFSZ), TSTP (Ctrl-Z in a terminal suspends the server, as asked), KILL and STOP; PIPE
+# is ignored by Python. The supervisor handles TTIN and TTOU (a worker more or less) and the
+# worker ALRM and USR2 (m0serve.supervisor, SignalPolicy and register_stack_dump).
+STRAY_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGUSR2", "SIGTTIN", "SIGTTOU", "SIGWINCH", "SIGALRM", "SIGPROF", "SIGVTALRM", "SIGIO", "SIGPWR", "SIGSTKFLT")
+    if hasattr(signal, name)) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+
+_STRAY_HINTS = {
+    "SIGUSR2": "m0serve has no binary upgrade; SIGHUP restarts the workers on the new code one at a time",
+    "SIGWINCH": "SIGTERM stops the server gracefully",
+    "SIGTTIN": "a worker more needs a supervisor (--workers 2 or more)",
+    "SIGTTOU": "a worker less needs a supervisor (--workers 2 or more)",
+}
+
+
+def signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}" if signal.SIGRTMIN <= signum <= signal.SIGRTMAX else str(signum)
+
+
+def log_stray_signal(signum, role):
+    """The line for a STRAY_SIGNALS signal: `role` is "supervisor", "server" (one process) or "worker"."""
+    name = signal_name(signum)
+    hint = _STRAY_HINTS.get(name) if role != "worker" else None
+    if role == "supervisor" and name in ("SIGTTIN", "SIGTTOU"):
+        hint = None
+    # A worker shares its supervisor's process group (Ctrl-C, a terminal resize, `kill -- -PGID`):
+    # the supervisor's line says it once. A terminal's resize is no news either.
+    quiet = role == "worker" or (name == "SIGWINCH" and os.isatty(0))
+    log.log(logging.DEBUG if quiet else logging.INFO, "%s ignored%s", name, f": {hint}" if hint else "")
+
+
+def ignore_stray_signals(handler, signals=STRAY_SIGNALS):
+    """Install handler(signum, frame) for each of `signals` still at its default disposition
+    (a handler the app installed stays)."""
+    for s in signals:
+        if signal.getsignal(s) == signal.SIG_DFL:
+            signal.signal(s, handler)
 
 
 def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metrics=None, metrics_index=0):
@@ -224,6 +272,11 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
     register_stack_dump()
+    log.debug("worker %d: %s app %s on listener fd(s) %s, %d event loop(s), %d blocking thread(s) each, "
+              "max requests %s, limit connections %s", os.getpid(), interface,
+              f"{getattr(app, '__module__', '?')}.{getattr(app, '__qualname__', type(app).__qualname__)}" if app else "-",
+              ",".join(map(str, fds)), max(1, cfg.threads), cfg.blocking_threads,
+              kwargs.get("max_requests") or "-", kwargs.get("limit_connections") or "-")
 
     def ready(server):
         policy.install(server)
@@ -255,7 +308,7 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         kwargs["inflight_counter"] = mmap.mmap(-1, mmap.PAGESIZE)  # one count for the worker's loops
     group = ServerGroup()
     for i in range(threads):
-        kw_i = dict(kwargs, blocking_threads=blocking)
+        kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
         if heartbeat is not None:
             # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
             kw_i.update(heartbeat=heartbeat,

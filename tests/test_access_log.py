@@ -65,7 +65,7 @@ def test_json_lines_with_every_atom(serve, app):
     (line,) = access_lines(s, '"remote_addr"')
     rec = json.loads(line)
     assert rec["remote_addr"] == "127.0.0.1" and rec["ident"] is None and rec["user"] == "bob"
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", rec["time"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d", rec["time"])  # RFC 3339
     assert rec["request"] == "GET /p/a?x=1&y=2 HTTP/1.1"
     assert (rec["method"], rec["path"], rec["query"], rec["protocol"]) == ("GET", "/p/a", "x=1&y=2", "HTTP/1.1")
     assert (rec["status"], rec["bytes"], rec["length"]) == (200, 5, 5)
@@ -131,11 +131,12 @@ def test_the_engines_own_400_is_logged_with_the_format(serve, app):
     assert access_lines(s, "E 127") == ['E 127.0.0.1 "-" 400 -']
 
 
-def test_default_line_is_unchanged(serve):
+def test_default_line_is_stamped(serve):
     s = serve("alog_app:app", "--access-log")
     send(s, REQUEST)
     (line,) = access_lines(s, '"GET /p/a')
-    assert re.fullmatch(r'127\.0\.0\.1:\d+ - "GET /p/a\?x=1&y=2 HTTP/1\.1" 200 5 \d+\.\d{3}ms', line), line
+    assert re.fullmatch(r'\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] '
+                        r'127\.0\.0\.1:\d+ - "GET /p/a\?x=1&y=2 HTTP/1\.1" 200 5 \d+\.\d{3}ms', line), line
 
 
 @pytest.mark.parametrize("app", APPS)

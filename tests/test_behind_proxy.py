@@ -184,7 +184,7 @@ def test_nginx_unix_socket(serve, iface, tmp_path, stop_later):
     app, kind = iface
     sock = str(tmp_path / "myapp.sock")
     flags = [sock if f == "/run/myapp/myapp.sock" else f for f in doc_flags("nginx-unix")]
-    assert flags == ["--uds", sock, "--proxy-headers", "--forwarded-style", "x-forwarded"], flags
+    assert flags == ["--uds", sock, "--uds-permissions", "660", "--proxy-headers", "--forwarded-style", "x-forwarded"], flags
     srv = serve(app, "--interface", kind, *flags, wait=False)
     srv.wait_log(r"Listening on")
     conf = snippet("nginx-unix").replace("/run/myapp/myapp.sock", sock).replace("listen 80;", "listen LISTEN;")

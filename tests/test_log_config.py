@@ -255,7 +255,7 @@ def test_default_access_log_stays_on_fd_2(serve):
     # No --log-config: the engine writes the line itself, in the plain format.
     s = serve("cli_hello:app", "--access-log")
     get(s.host, s.port, "/plain")
-    s.wait_log(r'(?m)^127\.0\.0\.1:\d+ - "GET /plain HTTP/1\.1" 200 \d+ [0-9.]+ms$')
+    s.wait_log(r'(?m)^\[[^]]+\] 127\.0\.0\.1:\d+ - "GET /plain HTTP/1\.1" 200 \d+ [0-9.]+ms$')
 
 
 

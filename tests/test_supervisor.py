@@ -475,7 +475,9 @@ def test_workers_max_rss_replaces_a_worker_over_the_limit_new_one_first(serve, a
     # Over it: a replacement starts, becomes ready, and only then the old worker drains.
     assert get(s.host, s.port, "/grow?mb=160")[0] == 200
     m = s.wait_log(rf"worker {first}: RSS (\d+\.\d) MiB is over --workers-max-rss 120 MiB", timeout=10)
-    assert float(m.group(1)) > 160
+    # The supervisor may sample while the 160 MiB are still being written: any reading over the
+    # limit is the one that must trigger the replacement.
+    assert float(m.group(1)) > 120
     m = s.wait_log(rf"worker (\d+) started \(slot \d+, replacing {first}\)")
     second = int(m.group(1))
     s.wait_log(rf"worker {first} exited with code 0 \(RSS \d+\.\d MiB over --workers-max-rss 120 MiB\)")

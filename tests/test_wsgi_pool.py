@@ -91,6 +91,59 @@ def test_slow_views_do_not_stall_the_pool(serve):
     assert all(r[2] == b"slow" for r in results)
 
 
+def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
+    """--blocking-threads 2 and B + 2 = 4 views sleeping 5 s: the loop keeps an owner (a thread
+    that holds no GIL), so the health path, --limit-concurrency's 503 and --header-timeout's 408,
+    probed together, answer on time while only the views wait for a thread. The control (every
+    thread in a view, nobody polling the loop) answered each only when the first views ended,
+    about 4.7 s later; the bounds sit far from it for a loaded machine (the goal is tens of ms)."""
+    srv = serve("pool_app:app", "--blocking-threads", "2", "--health-path", "/healthz",
+                "--limit-concurrency", "4", "--header-timeout", "1")
+    fast_latencies(srv, 3)
+    threads, results = hold_slow(srv, 5000, 4)
+    probes = {}
+
+    def probe(name, path):
+        probes[name] = timed_get(srv, path, timeout=10)
+
+    def unfinished_head():
+        with srv.connect(timeout=10) as s:
+            t0 = time.monotonic()
+            s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
+            data = b""
+            while True:
+                piece = s.recv(4096)
+                if not piece:
+                    break
+                data += piece
+            probes["head"] = (time.monotonic() - t0, data)
+
+    workers = [threading.Thread(target=probe, args=("health", "/healthz")),
+               threading.Thread(target=probe, args=("fifth", "/")),
+               threading.Thread(target=unfinished_head)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(15)
+    took, status, _ = probes["health"]
+    assert status == 200 and took < 1.5, f"health answered {status} after {took:.3f}s"
+    took, status, _ = probes["fifth"]
+    assert status == 503 and took < 1.5, f"the 5th request in flight got {status} after {took:.3f}s"
+    took, data = probes["head"]
+    assert data.startswith(b"HTTP/1.1 408"), data[:100]
+    assert took < 3.0, f"the 1 s header timeout fired after {took:.3f}s"
+    for t in threads:
+        t.join(30)
+    assert [r[1] for r in results] == [200] * 4  # the queued views ran once a thread was back
+
+
+def test_threads_make_wsgi_multithread(serve):
+    """--threads 2 calls the app from two loops' threads: wsgi.multithread says so."""
+    srv = serve("pool_app:app", "--threads", "2")
+    _, status, body = timed_get(srv, "/closes")
+    assert status == 200 and body.decode().split(" ")[2] == "True", body
+
+
 def test_a_response_left_for_the_loop_does_not_wait_for_its_threads_next_view(serve):
     """A pool thread leaves a small response's last bytes for the loop to send with its batch and goes
     on to the next queued request: the loop sends them while that request's view runs. A fast
@@ -559,3 +612,159 @@ def test_framework_slow_view_under_the_pool(serve, app, marker):
     for t in ts:
         t.join(20)
     assert [r[1:] for r in results] == [(200, marker)] * 2
+
+
+def test_a_pool_server_gives_its_queue_back():
+    """Each pool-mode Server frees its queue when it goes: the ring, the locks and the
+    /proc/thread-self/schedstat fd each of its threads opened (on c060683 every Server
+    left B + 1 fds behind)."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import gc, os, socket, threading
+from m0serve import _core
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+
+def one_server():
+    srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=2)
+    pool = [threading.Thread(target=srv.run_pool) for _ in range(2)]
+    for t in pool:
+        t.start()
+    threading.Timer(0.2, srv.shutdown).start()
+    srv.serve()
+    for t in pool:
+        t.join(10)
+    del srv
+    gc.collect()
+
+one_server()  # the first one opens what stays open for the process
+before = len(os.listdir("/proc/self/fd"))
+for _ in range(3):
+    one_server()
+print(len(os.listdir("/proc/self/fd")) - before)
+""")
+    assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
+
+
+def test_a_failed_pass_still_ends_its_requests():
+    """The loop's epoll fails (its fd closed under it) while one request runs in a view and
+    another waits in the queue: serve() raises, and both requests end with their connections
+    closed, none left open for a loop that no longer runs (on c060683 they stayed counted open,
+    their completions never taken)."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import os, socket, threading, time
+from m0serve import _core
+
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/slow":
+        time.sleep(3.0)  # a pass waits up to 1 s: the failure comes while this runs
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=1)
+pool = threading.Thread(target=srv.run_pool)
+pool.start()
+clients = []
+
+def drive():
+    for path in ("/slow", "/slow"):  # one thread runs the first, the loop's leader keeps the second queued
+        c = socket.create_connection(lsock.getsockname())
+        c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        clients.append(c)
+        time.sleep(0.2)
+    os.close(srv.fileno())  # the next epoll_wait fails: EBADF
+
+threading.Thread(target=drive).start()
+try:
+    srv.serve()
+    print("serve() returned")
+except OSError as e:
+    print("raised", e.errno)
+pool.join(10)
+print("connections", srv.connections)
+for c in clients:
+    c.settimeout(5)
+    data = b""
+    try:
+        while True:
+            piece = c.recv(4096)
+            if not piece:
+                break
+            data += piece
+        print("eof")
+    except socket.timeout:
+        print("open")
+os._exit(0)  # the loop's fd was closed under it: its number may be reused
+""")
+    lines = out.split("\n")
+    assert lines[0] == "raised 9", out
+    assert "connections 0" in lines and lines.count("eof") == 2, out
+
+
+def test_access_log_lines_reach_the_callable_while_the_leader_has_no_gil():
+    """Every pool thread but the leader in a view: the leader runs its passes without the GIL and
+    hands the access-log lines to the callable at least once a second (M0_WORKQ_PASS_DUTIES), not
+    only when a view ends."""
+    from test_engine import run_python
+
+    out = run_python(r"""
+import socket, threading, time
+from m0serve import _core
+
+def app(environ, start_response):
+    time.sleep(4.0)
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"slow"]
+
+lines = []
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+srv = _core.Server(app, "wsgi", [lsock.fileno()], blocking_threads=2, access_log=lines.append,
+                   proxy={"health_path": "/healthz"})
+pool = [threading.Thread(target=srv.run_pool) for _ in range(2)]
+for t in pool:
+    t.start()
+out = []
+
+def drive():
+    views = []
+    for _ in range(2):
+        c = socket.create_connection(lsock.getsockname())
+        c.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        views.append(c)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    h = socket.create_connection(lsock.getsockname())
+    h.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    h.settimeout(5)
+    h.recv(4096)
+    while not any("/healthz" in l for l in lines) and time.monotonic() - t0 < 3.0:
+        time.sleep(0.01)
+    out.append(("logged" if any("/healthz" in l for l in lines) else "missing", time.monotonic() - t0))
+    srv.shutdown()
+    for c in views:
+        c.close()
+    h.close()
+
+threading.Thread(target=drive).start()
+srv.serve()
+for t in pool:
+    t.join(10)
+print(out[0][0], round(out[0][1], 3))
+""")
+    state, took = out.split()
+    # within about a second (the duties' period); the views end 4.5 s after the probe's start
+    assert state == "logged" and float(took) < 2.5, out

@@ -65,11 +65,13 @@ struct m0_server_object {
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
     int inflight_held;
     PyThreadState *wait_state; /* the thread state saved around epoll_wait */
+    int pass_nogil;            /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
     int shutdown_requested;    /* atomic: set by shutdown() from any thread */
     int serving;
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
+    int multithread;              /* the app is called from more than one thread (wsgi.multithread) */
     int pool_error;               /* blocking-pool mode: the -errno a pass failed with (atomic) */
     volatile int64_t *serve_beat; /* blocking-pool mode: the heartbeat slot of the thread inside serve() */
 };
@@ -81,12 +83,15 @@ typedef struct m0_server_object ServerObject;
 static void server_wait_before(void *arg)
 {
     ServerObject *self = arg;
-    self->wait_state = PyEval_SaveThread();
+    if (!self->pass_nogil)
+        self->wait_state = PyEval_SaveThread();
 }
 
 static void server_wait_after(void *arg)
 {
     ServerObject *self = arg;
+    if (self->pass_nogil)
+        return;
     PyEval_RestoreThread(self->wait_state);
     self->wait_state = NULL;
 }
@@ -312,7 +317,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .root_path = self->root_path,
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
-            .multithread = self->blocking_threads > 0,
+            .multithread = self->multithread,
         };
         self->wsgi = m0_wsgi_new(module, &opts);
         if (self->wsgi == NULL)
@@ -389,10 +394,11 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "max_requests_fd",
                              "inflight_counter",
                              "pace_window",
+                             "multithread",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
-    int blocking_threads = 0;
+    int blocking_threads = 0, multithread = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
@@ -408,13 +414,14 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOd:Server", kwlist, &app, &interface, &listeners,
-            &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
-            &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
-            &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
-            &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
-            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdp:Server", kwlist, &app, &interface,
+                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
+                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
+                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
+                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
+                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
+                                     &access_log_format, &access_log_json, &metrics, &metrics_index, &limit_connections,
+                                     &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -434,6 +441,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto error;
     }
     self->blocking_threads = blocking_threads;
+    self->multithread = multithread || blocking_threads > 0;
 
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);
@@ -465,6 +473,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
     cfg.access_log_format = self->access_log_format;
+    cfg.access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
         goto error;
     self->metrics_held = cfg.metrics != NULL;
@@ -597,6 +606,8 @@ static void Server_dealloc(ServerObject *self)
     }
     m0_loop_free(self->loop);
     self->loop = NULL;
+    m0_workq_free(self->workq); /* no thread is inside: each run_pool() holds a reference */
+    self->workq = NULL;
     m0_access_log_free(self->access_log_format); /* after the server that used it */
     self->access_log_format = NULL;
     if (self->metrics_held) {
@@ -697,27 +708,42 @@ static int pool_duties(pool_thread *pt, int force)
     return PyErr_CheckSignals() < 0 ? -EINTR : 0; /* (a no-op outside the main thread) */
 }
 
-static int pool_run_pass(void *arg)
+/* The leader's pass (net/workq.h). With the GIL, the wait hooks drop it
+ * around a wait that blocks; without (every other thread in a view), the
+ * hooks do nothing and the Python duties (the bridge's left exception, the
+ * access log, signals) wait for M0_WORKQ_PASS_DUTIES, at most once per
+ * M0_SERVE_MAX_WAIT_MS. */
+static int pool_run_pass(void *arg, int gil)
 {
     pool_thread *pt = arg;
     ServerObject *self = pt->self;
     if (server_should_stop(self))
         return 1;
+    self->pass_nogil = !gil;
     int r = m0_loop_run_once(self->loop, M0_SERVE_MAX_WAIT_MS);
+    self->pass_nogil = 0;
     if (r < 0 && r != -EINTR) {
         __atomic_store_n(&self->pool_error, r, __ATOMIC_RELEASE);
         return r;
     }
+    if (!gil)
+        return r == -EINTR || pool_now_ms() - pt->checked_ms >= M0_SERVE_MAX_WAIT_MS ? M0_WORKQ_PASS_DUTIES : 0;
     if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
         PyErr_WriteUnraisable((PyObject *)self);
     server_flush_access_log(self); /* as the inline mode does after each pass */
     return pool_duties(pt, r == -EINTR);
 }
 
+/* GIL held: the periodic duties, after an idle wait (serve()'s thread, the
+ * only one with idle waits) or passes led without the GIL (any thread). */
 static int pool_idle(void *arg)
 {
-    pool_thread *pt = arg;             /* serve()'s thread: the only one with idle waits */
+    pool_thread *pt = arg;
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable((PyObject *)pt->self);
     server_flush_access_log(pt->self); /* lines another thread's pass left */
+    if (!pt->checks_signals)
+        pt->checked_ms = pool_now_ms(); /* pool_duties keeps the time of serve()'s thread */
     return pool_duties(pt, 1);
 }
 
@@ -742,13 +768,13 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
         *beat = 0;
     /* The switch interval, after which a thread waiting for the GIL forces
      * it over (sys.setswitchinterval; 5 ms by default). */
-    uint64_t forced_ns = 0;
+    uint64_t switch_interval_ns = 0;
     PyObject *get = PySys_GetObject("getswitchinterval"); /* borrowed */
     PyObject *interval = get != NULL ? PyObject_CallNoArgs(get) : NULL;
     double seconds = interval != NULL ? PyFloat_AsDouble(interval) : -1.0;
     Py_XDECREF(interval);
     if (seconds > 0)
-        forced_ns = (uint64_t)(seconds * 0.9e9);
+        switch_interval_ns = (uint64_t)(seconds * 1e9);
     PyErr_Clear();
     m0_workq_ops ops = {
         .arg = &pt,
@@ -758,11 +784,36 @@ static int pool_serve(ServerObject *self, volatile int64_t *beat, int checks_sig
         .run_pass = pool_run_pass,
         .idle = pool_idle,
         .idle_ms = checks_signals ? M0_SERVE_MAX_WAIT_MS : 0,
-        .forced_ns = forced_ns,
+        .switch_interval_ns = switch_interval_ns,
     };
     int r = m0_workq_serve(self->workq, &role, &ops);
     m0_wsgi_free(pt.w);
     return r;
+}
+
+/* How long serve() waits, after a failed pass, for the pool's threads to
+ * come back from the requests they run. */
+#define M0_POOL_WIND_DOWN_MS 10000
+
+/* GIL held, after a pass failed: the queue is closed, so no thread leads
+ * the loop again once the one in a pass (if any) is out. The server is
+ * drained (drain) and aborted; the requests still queued end unrun (503,
+ * their connections close), those running end as their threads come back
+ * (their sockets are shut down), and their completions are taken here, as
+ * the loop's wake-up would have. */
+static void server_pool_wind_down(ServerObject *self, int drain)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+    (void)m0_workq_quiesce(self->workq, 0, M0_POOL_WIND_DOWN_MS); /* at most one pass */
+    if (drain)
+        m0_server_drain(self->srv);
+    m0_server_abort(self->srv);
+    m0_conn *c;
+    while ((c = m0_workq_pop(self->workq)) != NULL)
+        m0_conn_complete(c, 0, 503, 0);
+    (void)m0_workq_quiesce(self->workq, 1, M0_POOL_WIND_DOWN_MS); /* a view that never ends keeps its connection */
+    m0_server_take_completed(self->srv);
+    PyEval_RestoreThread(ts);
 }
 
 static PyObject *server_serve_pool(ServerObject *self)
@@ -772,18 +823,19 @@ static PyObject *server_serve_pool(ServerObject *self)
         return NULL;
     server_flush_access_log(self);
     if (r == -EINTR) {
-        /* A signal handler raised: close everything, propagate. No thread
-         * owns the loop now: the queue is closed. */
+        /* A signal handler raised: close everything, propagate. The queue
+         * is closed: no thread leads the loop once a pass in progress ends. */
         PyObject *exc = m0_exc_fetch();
-        m0_server_drain(self->srv);
-        m0_server_abort(self->srv);
+        server_pool_wind_down(self, 1);
+        server_flush_access_log(self); /* the lines of the requests it ended */
         __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
         m0_exc_restore(exc);
         return NULL;
     }
     r = r < 0 ? r : __atomic_load_n(&self->pool_error, __ATOMIC_ACQUIRE);
     if (r < 0) {
-        m0_server_abort(self->srv);
+        server_pool_wind_down(self, 0);
+        server_flush_access_log(self);
         return server_errno(r);
     }
     Py_RETURN_NONE;

@@ -424,23 +424,49 @@ static int basic_user(const m0_request *req, char *dst, size_t cap, size_t *len)
     return 0; /* no ':': not user:password */
 }
 
-/* %(t)s: formatted once a second per thread (like the Date cache). */
+/* The times of a line, formatted once a second per thread (like the Date
+ * cache): %(t)s in text (CLF, "[02/Dec/2026:04:16:08 +0000]"), the JSON
+ * time's seconds and offset (RFC 3339: "2026-12-02T04:16:08" and "+00:00";
+ * the milliseconds are added per line), and the default line's stamp, the
+ * error log's "[2026-12-02 04:16:08 +0000] " (logs.py's DATEFMT), so that a
+ * --log-file holding both reads and sorts as one. Local time, as there. */
 static __thread int64_t time_second = INT64_MIN;
-static __thread char time_clf[40], time_iso[40];
+static __thread char time_clf[40], time_iso[40], time_offset[8], time_stamp[40];
 
-static const char *time_text(int64_t sec, int json)
+static void time_format(int64_t sec)
 {
-    if (sec != time_second) {
-        time_t t = (time_t)sec;
-        struct tm tm;
-        if (localtime_r(&t, &tm) == NULL || strftime(time_clf, sizeof(time_clf), "[%d/%b/%Y:%H:%M:%S %z]", &tm) == 0 ||
-            strftime(time_iso, sizeof(time_iso), "%Y-%m-%dT%H:%M:%S%z", &tm) == 0) {
-            strcpy(time_clf, "-");
-            strcpy(time_iso, "-");
-        }
-        time_second = sec;
+    if (sec == time_second)
+        return;
+    time_t t = (time_t)sec;
+    struct tm tm;
+    char z[8];
+    if (localtime_r(&t, &tm) == NULL || strftime(time_clf, sizeof(time_clf), "[%d/%b/%Y:%H:%M:%S %z]", &tm) == 0 ||
+        strftime(time_iso, sizeof(time_iso), "%Y-%m-%dT%H:%M:%S", &tm) == 0 ||
+        strftime(time_stamp, sizeof(time_stamp), "[%Y-%m-%d %H:%M:%S %z] ", &tm) == 0 ||
+        strftime(z, sizeof(z), "%z", &tm) != 5) {
+        strcpy(time_clf, "-");
+        strcpy(time_iso, "-");
+        strcpy(time_stamp, "[-] ");
+        time_offset[0] = '\0';
+    } else {
+        /* %z is "+hhmm"; RFC 3339 wants "+hh:mm". */
+        memcpy(time_offset, z, 3);
+        time_offset[3] = ':';
+        memcpy(time_offset + 4, z + 3, 2);
+        time_offset[6] = '\0';
     }
-    return json ? time_iso : time_clf;
+    time_second = sec;
+}
+
+static const char *time_text(int64_t sec, int json, int ms, char *tmp, size_t cap)
+{
+    time_format(sec);
+    if (!json)
+        return time_clf;
+    if (time_offset[0] == '\0')
+        return "-";
+    snprintf(tmp, cap, "%s.%03d%s", time_iso, ms, time_offset);
+    return tmp;
 }
 
 enum { V_MISSING, V_STR, V_TRUSTED, V_NUM, V_RLINE };
@@ -477,7 +503,7 @@ static void value_of(const m0_access_log *f, const op *o, const m0_access_entry 
         break;
     case OP_t:
         v->kind = V_TRUSTED;
-        v->s = time_text(e->wall_s, f->json);
+        v->s = time_text(e->wall_s, f->json, e->wall_ms, v->tmp, sizeof(v->tmp));
         v->len = strlen(v->s);
         break;
     case OP_r:
@@ -651,6 +677,10 @@ size_t m0_access_log_default(const m0_access_entry *e, char *buf, size_t cap)
     line_w w = {buf, 0, cap};
     if (cap == 0)
         return 0;
+    if (!e->no_stamp) {
+        time_format(e->wall_s);
+        line_put(&w, time_stamp, strlen(time_stamp));
+    }
     if (e->ipv6)
         line_put(&w, "[", 1);
     line_put(&w, host, strlen(host));

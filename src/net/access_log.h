@@ -2,8 +2,9 @@
  * in batches (see the buffer's section below).
  *
  * Without a format (m0_server_config.access_log_format == NULL) the line is
- * the engine's own, on its fast path:
- *     HOST:PORT - "METHOD TARGET HTTP/1.x" STATUS BYTES D.DDDms
+ * the engine's own, on its fast path, stamped as the error log's lines are
+ * (unless no_stamp: a logger that gets the lines stamps its records):
+ *     [YYYY-MM-DD hh:mm:ss +zzzz] HOST:PORT - "METHOD TARGET HTTP/1.x" STATUS BYTES D.DDDms
  * With one, the format uses gunicorn's atoms and is compiled once, at start
  * up, into a list of literal and atom operations; writing a line walks that
  * list. Atoms:
@@ -16,7 +17,8 @@
  *     {name}i request header, {name}o response header (names case-insensitive)
  * written as %(atom)s, with %% for a percent sign. json: each atom is one
  * member of a JSON object and literals are ignored; one object per line.
- * Keys: remote_addr ident user time (ISO 8601) request method path query
+ * Keys: remote_addr ident user time (RFC 3339 with milliseconds,
+ * 2026-12-02T04:16:08.123+00:00) request method path query
  * protocol status bytes length referer user_agent duration_s duration_us
  * duration_ms duration pid, req_NAME and resp_NAME (NAME lower-cased).
  *
@@ -65,7 +67,9 @@ typedef struct {
     int status;
     uint64_t body_bytes;
     uint64_t ns;                           /* server-side duration */
-    int64_t wall_s;                        /* the time logged by %(t)s (CLOCK_REALTIME seconds) */
+    int64_t wall_s;                        /* the time logged (CLOCK_REALTIME seconds) */
+    int wall_ms;                           /* and its milliseconds (JSON's time) */
+    int no_stamp;                          /* the default line without its time stamp */
     const struct m0_access_log_slot *resp; /* response header values, NULL: none recorded */
 } m0_access_entry;
 

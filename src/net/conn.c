@@ -313,8 +313,30 @@ void m0_conn_close_after(m0_conn *c, int linger)
     m0_conn_interest(c);
 }
 
+/* The request a canned error answers, for its access-log line: in state
+ * BODY the head was parsed and the body is what failed (413, a bad chunk,
+ * the body's 408); its spans are re-parsed when the read buffer moved since.
+ * NULL when the head itself is what failed. */
+static const m0_request *conn_error_request(m0_conn *c)
+{
+    if (c->state != M0_CS_BODY || c->head_base == NULL)
+        return NULL;
+    if (c->rbuf + c->rpos != c->head_base) {
+        if (m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &c->srv->cfg.limits) != (int)c->head_len)
+            return NULL;
+        c->head_base = c->rbuf + c->rpos;
+    }
+    return &c->req;
+}
+
 /* A protocol error: the canned response, then a lingering close. */
 void m0_conn_error(m0_conn *c, int status)
+{
+    m0_conn_error_of(c, status, conn_error_request(c));
+}
+
+/* The same for a request whose head was parsed (req, logged), or NULL. */
+void m0_conn_error_of(m0_conn *c, int status, const m0_request *req)
 {
     char buf[512];
     int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
@@ -327,7 +349,7 @@ void m0_conn_error(m0_conn *c, int status)
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0_conn_log(c, NULL, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
+            m0_conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
         }
     }
     c->timer_kind = M0_TIMER_NONE;
@@ -848,7 +870,8 @@ void m0_conn_process(m0_conn *c)
             break;
         }
         if (r < 0) {
-            m0_conn_error(c, m0_parse_error_status(r));
+            /* A declared body over the limit: the head was parsed, its request line is logged. */
+            m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
             break;
         }
         c->head_len = (size_t)r;
@@ -914,14 +937,14 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
     }
-    if (c->abort_after) {
-        m0_conn_close(c, 1);
-        return;
-    }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
         m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+    if (c->abort_after) { /* the server aborted while a pool thread had it */
+        m0_conn_close(c, 1);
+        return;
+    }
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && m0_conn_keep_alive(c);
@@ -1048,8 +1071,10 @@ static void conn_finish_completed(m0_conn *c)
         c->detached = 0;
         c->muted = 0;
         if (c->abort_after) {
-            c->pending = 0;
-            m0_conn_close(c, 1);
+            /* Its request ends as any other (in-flight gauge, duration,
+             * access-log line), then the connection closes (m0_conn_finish). */
+            c->pool_held = 0;
+            m0_conn_finish(c, 0, c->done_status, c->done_bytes);
         } else {
             if (c->pool_held && c->wlen > c->wpos)
                 m0_conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */

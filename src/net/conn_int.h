@@ -19,6 +19,7 @@ int m0_conn_peer_progressed(const m0_conn *c);
 void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
+void m0_conn_error_of(m0_conn *c, int status, const m0_request *req);
 ssize_t m0_conn_fill(m0_conn *c);
 void m0_conn_process(m0_conn *c);
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across

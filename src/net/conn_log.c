@@ -61,7 +61,12 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
         .status = status,
         .body_bytes = body_bytes,
         .ns = ns,
+        .no_stamp = cfg->access_log_no_stamp,
     };
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    e.wall_s = (int64_t)now.tv_sec;
+    e.wall_ms = (int)(now.tv_nsec / 1000000);
     m0_server *srv = c->srv;
     char *line = m0_access_log_buf_reserve(srv->log_buf);
     size_t n;
@@ -71,7 +76,6 @@ void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_by
         m0_access_log_slot *slot = conn_slot(c);
         if (slot != NULL && req != NULL && slot->recorded && slot->tag == conn_tag(c))
             e.resp = slot;
-        e.wall_s = (int64_t)time(NULL);
         n = m0_access_log_format(cfg->access_log_format, &e, line, M0_ACCESS_LOG_LINE_MAX);
         if (slot != NULL)
             slot->recorded = 0;

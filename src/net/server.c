@@ -63,6 +63,11 @@ static void server_wake(m0_loop *loop, m0_async *async)
         m0_server_abort(srv);
 }
 
+void m0_server_take_completed(m0_server *srv)
+{
+    server_wake(srv->loop, &srv->wake);
+}
+
 void m0_server_post_drain(m0_server *srv, int graceful)
 {
     __atomic_or_fetch(&srv->posted, graceful ? M0_POSTED_DRAIN : M0_POSTED_ABORT, __ATOMIC_ACQ_REL);

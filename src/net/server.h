@@ -94,6 +94,9 @@ typedef struct {
     /* NULL: the engine's own line; else a compiled format (net/access_log.h),
      * owned by the caller and outliving the server */
     const struct m0_access_log *access_log_format;
+    /* The engine's own line without its time stamp: for lines handed to a
+     * logger (access_log=callable), whose records carry their own time. */
+    int access_log_no_stamp;
     /* NULL: off; else this worker's metrics slot (net/metrics.h), outliving the server */
     m0_metrics *metrics;
     /* Open connections past which the listeners leave the epoll set until
@@ -127,6 +130,9 @@ void m0_server_abort(m0_server *srv);
 /* Thread-safe and async-signal-safe: ask the loop's thread to drain
  * (graceful) or to drain and abort, at its next pass. */
 void m0_server_post_drain(m0_server *srv, int graceful);
+/* The loop's owner, for a loop that runs no more passes (its epoll failed):
+ * finish now what other threads completed and posted, as the wake-up would. */
+void m0_server_take_completed(m0_server *srv);
 size_t m0_server_connections(const m0_server *srv); /* open connections */
 /* Readiness (thread-safe): once not ready, the health path answers 503 and
  * every response closes its connection ("Connection: close"), while the

@@ -1,5 +1,14 @@
-/* One loop and its threads: the queue, the loop's ownership and the standby.
- * See workq.h for the rule. */
+/* One loop and its threads: leader/followers with a GIL standby. See
+ * workq.h for the roles and the rule, docs/ARCHITECTURE.md for the state
+ * diagram.
+ *
+ * Every role change happens under q->lock, in the queue's record of the
+ * thread (q->slot[i].state), which the thread copies into its m0_workq_role.
+ * q->leader and q->standby name the one leader and the one standby; a thread
+ * is a follower from the moment it decides to sleep (GIL still held), so
+ * that it can be promoted before it is asleep: the wake-up is a state, never
+ * a signal that could be missed. Built with -DM0_WORKQ_DEBUG, every change
+ * checks the invariants (workq_check). */
 #include "workq.h"
 
 #include <errno.h>
@@ -10,8 +19,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef M0_WORKQ_DEBUG
+#include <stdio.h>
+#endif
+
+#ifdef M0_WORKQ_TEST_HOOKS
+void (*m0_workq_test_window)(void);
+#endif
+
 struct workq_slot {
-    int state;           /* the thread's role->state */
+    m0_workq_state state;
+    pthread_cond_t wake; /* a follower sleeps on its own: promotion wakes that one thread */
     uint64_t started_ns; /* when it took the request it runs */
     clockid_t cpu_clock; /* its CPU-time clock */
     int has_clock;
@@ -20,21 +38,60 @@ struct workq_slot {
 
 struct m0_workq {
     pthread_mutex_t lock;
-    pthread_cond_t ready; /* CLOCK_MONOTONIC */
     void **ring;
     size_t cap; /* a power of two */
     size_t head;
     size_t len;
-    size_t waiting; /* threads inside workq_wait */
-    size_t tickets; /* wake-ups granted, not yet collected by a waiting thread */
-    size_t standby; /* threads woken (or granted a wake-up) that have not acted yet */
-    size_t slots;
-    size_t joined;
-    struct workq_slot *slot; /* per joined thread, what a standby looks at */
-    int waker;               /* the slot of the thread that woke the last standby */
-    int loop_owned;          /* a thread is running a pass */
+    size_t slots;  /* threads expected (m0_workq_new) */
+    size_t joined; /* threads joined so far */
+    struct workq_slot *slot;
+    int leader;        /* the slot that owns the loop, -1: none */
+    int leader_gil;    /* the leader holds the GIL through its passes */
+    int standby;       /* the slot of the standby, -1: none */
+    int standby_watch; /* the slot of the thread that made it (-1: none) */
+    size_t running;    /* threads in M0_WORKQ_RUNNING */
     int closed;
 };
+
+/* At most this many threads run requests at once: of the threads joined so
+ * far, one is left to lead the loop while the others are in views (a queue
+ * closed runs no more passes; a thread alone runs requests all the same). */
+static size_t workq_max_running(const m0_workq *q)
+{
+    return q->closed || q->joined < 2 ? q->joined : q->joined - 1;
+}
+
+#ifdef M0_WORKQ_DEBUG
+#define WORKQ_ASSERT(cond)                                                                                             \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: workq invariant failed: %s\n", __FILE__, __LINE__, #cond);                         \
+            abort();                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+/* Under the lock: the roles agree with the queue's counts and names. */
+static void workq_check(const m0_workq *q)
+{
+    size_t running = 0, leaders = 0, standbys = 0;
+    for (size_t i = 0; i < q->joined; i++) {
+        m0_workq_state s = q->slot[i].state;
+        running += s == M0_WORKQ_RUNNING;
+        leaders += s == M0_WORKQ_LEADER;
+        standbys += s == M0_WORKQ_STANDBY;
+        WORKQ_ASSERT(s != M0_WORKQ_LEADER || q->leader == (int)i);
+        WORKQ_ASSERT(s != M0_WORKQ_STANDBY || q->standby == (int)i);
+    }
+    WORKQ_ASSERT(running == q->running);
+    WORKQ_ASSERT(leaders == (q->leader >= 0));
+    WORKQ_ASSERT(standbys == (q->standby >= 0));
+    WORKQ_ASSERT(q->running <= workq_max_running(q));
+    WORKQ_ASSERT(q->len <= q->cap);
+}
+#else
+#define WORKQ_ASSERT(cond) ((void)0)
+#define workq_check(q) ((void)0)
+#endif
 
 int m0_workq_new(m0_workq **out, size_t threads)
 {
@@ -45,7 +102,7 @@ int m0_workq_new(m0_workq **out, size_t threads)
     q->ring = malloc(q->cap * sizeof(*q->ring));
     q->slots = threads ? threads : 1;
     q->slot = calloc(q->slots, sizeof(*q->slot));
-    q->waker = -1;
+    q->leader = q->standby = q->standby_watch = -1;
     if (q->ring == NULL || q->slot == NULL) {
         free(q->ring);
         free(q->slot);
@@ -56,7 +113,10 @@ int m0_workq_new(m0_workq **out, size_t threads)
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&q->lock, NULL);
-    pthread_cond_init(&q->ready, &attr);
+    for (size_t i = 0; i < q->slots; i++) {
+        pthread_cond_init(&q->slot[i].wake, &attr);
+        q->slot[i].schedstat_fd = -1;
+    }
     pthread_condattr_destroy(&attr);
     *out = q;
     return 0;
@@ -66,11 +126,12 @@ void m0_workq_free(m0_workq *q)
 {
     if (q == NULL)
         return;
-    pthread_cond_destroy(&q->ready);
-    pthread_mutex_destroy(&q->lock);
-    for (size_t i = 0; i < q->joined; i++)
+    for (size_t i = 0; i < q->slots; i++) {
+        pthread_cond_destroy(&q->slot[i].wake);
         if (q->slot[i].schedstat_fd >= 0)
             close(q->slot[i].schedstat_fd);
+    }
+    pthread_mutex_destroy(&q->lock);
     free(q->ring);
     free(q->slot);
     free(q);
@@ -118,9 +179,10 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
     int r = -ENOSPC;
     if (q->joined < q->slots) {
         role->slot = (int)q->joined++;
-        role->state = M0_WORKQ_IDLE;
+        role->state = M0_WORKQ_FOLLOWER;
         role->watch_slot = -1;
         struct workq_slot *ws = &q->slot[role->slot];
+        ws->state = M0_WORKQ_FOLLOWER;
         ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
         ws->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         r = 0;
@@ -129,117 +191,150 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
     return r;
 }
 
-/* Under the lock. */
-static void workq_set_state(m0_workq *q, m0_workq_role *role, int state)
+/* --- role changes, each under the lock --- */
+
+/* The caller leaves its role (it acts now): back to follower, the only role
+ * from which the others are taken. */
+static void workq_leave(m0_workq *q, m0_workq_role *role)
 {
-    role->state = state;
-    q->slot[role->slot].state = state;
+    struct workq_slot *ws = &q->slot[role->slot];
+    switch (ws->state) {
+    case M0_WORKQ_STANDBY:
+        q->standby = q->standby_watch = -1;
+        break;
+    case M0_WORKQ_RUNNING:
+        q->running--;
+        break;
+    case M0_WORKQ_LEADER:
+        q->leader = -1;
+        break;
+    case M0_WORKQ_FOLLOWER:
+        break;
+    }
+    ws->state = role->state = M0_WORKQ_FOLLOWER;
 }
 
-/* Under the lock: the caller acts now, so it is no longer the standby. */
-static void workq_settle(m0_workq *q, m0_workq_role *role)
+/* Make slot the standby, watching the thread in slot watch (-1: none). */
+static void workq_make_standby(m0_workq *q, int slot, int watch)
 {
-    if (role->state == M0_WORKQ_STANDBY)
-        q->standby--;
-    workq_set_state(q, role, M0_WORKQ_IDLE);
+    WORKQ_ASSERT(q->standby < 0 && q->slot[slot].state == M0_WORKQ_FOLLOWER);
+    q->standby = slot;
+    q->standby_watch = watch;
+    q->slot[slot].state = M0_WORKQ_STANDBY;
 }
 
-/* Under the lock: another thread that runs a request or the loop, the one
- * that started its request last first; -1 when there is none. */
+/* Make slot the leader; gil: it leads with the GIL. */
+static void workq_make_leader(m0_workq *q, int slot, int gil)
+{
+    WORKQ_ASSERT(q->leader < 0);
+    q->leader = slot;
+    q->leader_gil = gil;
+    q->slot[slot].state = M0_WORKQ_LEADER;
+}
+
+/* A follower (asleep, or about to sleep) takes up the loop that nobody
+ * polls: the leader without the GIL when no other thread may run a request
+ * (it needs no GIL to lead, so none waits for the views), else the standby,
+ * which takes the loop or the queue once the running view lets the GIL go. */
+static void workq_promote_follower(m0_workq *q, int slot, int watch)
+{
+    if (q->running >= workq_max_running(q))
+        workq_make_leader(q, slot, 0);
+    else
+        workq_make_standby(q, slot, watch);
+}
+
+/* Nobody would poll the loop should the running view block: promote a
+ * follower (workq_promote_follower). */
+static void workq_promote(m0_workq *q, int watch)
+{
+    if (q->standby >= 0 || q->leader >= 0)
+        return;
+    for (size_t i = 0; i < q->joined; i++) {
+        if (q->slot[i].state == M0_WORKQ_FOLLOWER && (int)i != watch) {
+            workq_promote_follower(q, (int)i, watch);
+            pthread_cond_signal(&q->slot[i].wake);
+            return;
+        }
+    }
+}
+
+/* Another thread that competes for the GIL: one that runs a request, or a
+ * leader with the GIL; the one that started its request last first. -1:
+ * none. */
 static int workq_other_active(m0_workq *q, int except)
 {
     int found = -1;
     for (size_t i = 0; i < q->joined; i++) {
         struct workq_slot *ws = &q->slot[i];
-        if ((int)i == except || (ws->state != M0_WORKQ_RUNNING && ws->state != M0_WORKQ_LOOP))
+        int active = ws->state == M0_WORKQ_RUNNING || (ws->state == M0_WORKQ_LEADER && q->leader_gil);
+        if ((int)i == except || !active)
             continue;
-        if (found < 0 || q->slot[found].state == M0_WORKQ_LOOP ||
+        if (found < 0 || q->slot[found].state == M0_WORKQ_LEADER ||
             (ws->state == M0_WORKQ_RUNNING && ws->started_ns > q->slot[found].started_ns))
             found = (int)i;
     }
     return found;
 }
 
-/* What workq_take tells a caller that got no request. */
-enum { WORKQ_GO_ON = 0, WORKQ_IDLE = 1, WORKQ_STAND_BY = 2 };
+/* What the caller of workq_next does now. */
+enum { WORKQ_RUN, WORKQ_LEAD, WORKQ_STAND_BY, WORKQ_FOLLOW, WORKQ_DONE };
 
-/* GIL held: the next request, or NULL. A thread that starts one makes sure
- * somebody stands by for the GIL, should this request block.
+/* GIL held: the caller's next role. WORKQ_RUN with *item (RUNNING),
+ * WORKQ_LEAD (LEADER), WORKQ_STAND_BY (wait for the GIL), WORKQ_FOLLOW
+ * (sleep), WORKQ_DONE (the queue is closed and empty).
  *
  * A thread back from a request that took M0_WORKQ_FORCED_NS or more (a view
  * that blocked, or one the switch interval interrupted) while another thread
- * runs a request or the loop leaves them to that thread (*next: stand by,
- * or go idle when somebody stands by already) rather than run beside it:
- * two threads taking turns with the GIL leave each other's requests half
- * done for a switch interval at every turn. */
-static void *workq_take(m0_workq *q, m0_workq_role *role, int *next)
+ * competes for the GIL leaves the queue to that thread (stand by, or follow
+ * when somebody stands by already) rather than run beside it: two threads
+ * taking turns with the GIL leave each other's requests half done for a
+ * switch interval at every turn. */
+static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
 {
     pthread_mutex_lock(&q->lock);
-    int was_running = role->state == M0_WORKQ_RUNNING;
-    uint64_t now = workq_ns(CLOCK_MONOTONIC), began = q->slot[role->slot].started_ns;
-    workq_settle(q, role);
-    *next = WORKQ_GO_ON;
-    if (was_running && now - began >= M0_WORKQ_FORCED_NS) {
-        int other = workq_other_active(q, role->slot);
-        if (other >= 0) {
-            *next = WORKQ_IDLE;
-            if (q->standby == 0) {
-                q->standby++;
-                workq_set_state(q, role, M0_WORKQ_STANDBY);
-                role->watch_slot = other;
-                *next = WORKQ_STAND_BY;
-            }
-            pthread_mutex_unlock(&q->lock);
-            return NULL;
+    struct workq_slot *me = &q->slot[role->slot];
+    int was_running = me->state == M0_WORKQ_RUNNING;
+    uint64_t now = workq_ns(CLOCK_MONOTONIC);
+    workq_leave(q, role);
+    int next = WORKQ_FOLLOW;
+    int other = was_running && now - me->started_ns >= M0_WORKQ_FORCED_NS ? workq_other_active(q, role->slot) : -1;
+    if (other >= 0) {
+        if (q->standby < 0) {
+            workq_make_standby(q, role->slot, other);
+            next = WORKQ_STAND_BY;
         }
-    }
-    void *item = NULL;
-    int wake = 0;
-    if (q->len > 0) {
-        item = q->ring[q->head];
+    } else if (q->len > 0 && q->running < workq_max_running(q)) {
+        *item = q->ring[q->head];
         q->head = (q->head + 1) & (q->cap - 1);
         q->len--;
-        workq_set_state(q, role, M0_WORKQ_RUNNING);
-        q->slot[role->slot].started_ns = now;
-        if (q->standby == 0 && q->waiting > q->tickets) {
-            q->standby++;
-            q->tickets++;
-            q->waker = role->slot;
-            wake = 1;
-        }
+        me->state = M0_WORKQ_RUNNING;
+        me->started_ns = now;
+        q->running++;
+        workq_promote(q, role->slot);
+        next = WORKQ_RUN;
+    } else if (q->closed) {
+        next = q->len == 0 ? WORKQ_DONE : WORKQ_FOLLOW;
+    } else if (q->leader < 0) {
+        /* With the GIL, unless every other thread runs a request. One with
+         * the GIL keeps it for its whole pass: the queue is empty when it
+         * starts (else it would have taken a request) and only its own pass
+         * fills it, so no other thread can start a request meanwhile. */
+        workq_make_leader(q, role->slot, q->running < workq_max_running(q));
+        next = WORKQ_LEAD;
     }
+    role->state = me->state;
+    role->watch_slot = q->standby_watch;
+    WORKQ_ASSERT(next != WORKQ_FOLLOW || q->closed || q->leader >= 0 || q->standby >= 0 || q->running == 0);
+    workq_check(q);
     pthread_mutex_unlock(&q->lock);
-    if (wake)
-        pthread_cond_signal(&q->ready);
-    return item;
+    return next;
 }
 
-/* GIL held: 1 when the caller now owns the loop, 0 when another thread
- * does, -1 when the queue is closed. */
-static int workq_claim_loop(m0_workq *q, m0_workq_role *role)
-{
-    pthread_mutex_lock(&q->lock);
-    workq_settle(q, role);
-    int r = q->closed ? -1 : q->loop_owned ? 0 : 1;
-    if (r == 1) {
-        q->loop_owned = 1;
-        workq_set_state(q, role, M0_WORKQ_LOOP);
-    }
-    pthread_mutex_unlock(&q->lock);
-    return r;
-}
-
-static void workq_release_loop(m0_workq *q, m0_workq_role *role)
-{
-    pthread_mutex_lock(&q->lock);
-    q->loop_owned = 0;
-    workq_set_state(q, role, M0_WORKQ_IDLE);
-    pthread_mutex_unlock(&q->lock);
-}
-
-/* GIL released: wait to be woken as the standby (0), for idle_ms without a
- * wake-up (1), or until the queue is closed with nothing left (-1). */
-static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
+/* GIL released: sleep as a follower until promoted to standby (0) or to
+ * leader without the GIL (2), idle_ms pass without either (1), or the queue
+ * is closed (-1). */
+static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
 {
     struct timespec until;
     if (idle_ms > 0) {
@@ -252,45 +347,60 @@ static int workq_wait(m0_workq *q, m0_workq_role *role, int idle_ms)
         }
     }
     pthread_mutex_lock(&q->lock);
-    workq_settle(q, role);
-    q->waiting++;
+    struct workq_slot *me = &q->slot[role->slot];
     int timed_out = 0;
-    while (q->tickets == 0 && !q->closed && !timed_out) {
-        if (idle_ms > 0)
-            timed_out = pthread_cond_timedwait(&q->ready, &q->lock, &until) == ETIMEDOUT;
-        else
-            pthread_cond_wait(&q->ready, &q->lock);
-    }
-    q->waiting--;
-    int r;
-    if (q->tickets > 0) {
-        q->tickets--; /* the standby count was taken when it was granted */
-        workq_set_state(q, role, M0_WORKQ_STANDBY);
-        role->watch_slot = q->waker;
-        r = 0;
-    } else if (q->closed) {
-        r = q->len > 0 ? 0 : -1; /* closed with work left: drain it */
-        if (r == 0) {
-            q->standby++;
-            workq_set_state(q, role, M0_WORKQ_STANDBY);
-            role->watch_slot = -1;
+    for (;;) {
+        if (me->state != M0_WORKQ_FOLLOWER || q->closed || timed_out)
+            break;
+        /* Nobody to poll the loop for the queued or running requests (a
+         * leader went back to the queue): this one takes it up. */
+        if (q->standby < 0 && q->leader < 0 && (q->running > 0 || q->len > 0)) {
+            workq_promote_follower(q, role->slot, -1);
+            break;
         }
-    } else {
-        r = 1;
+        if (idle_ms > 0)
+            timed_out = pthread_cond_timedwait(&me->wake, &q->lock, &until) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&me->wake, &q->lock);
     }
+    if (me->state == M0_WORKQ_LEADER && q->closed)
+        workq_leave(q, role); /* a closed queue makes no pass */
+    int r = me->state == M0_WORKQ_STANDBY ? 0 : me->state == M0_WORKQ_LEADER ? 2 : q->closed ? -1 : 1;
+    role->state = me->state;
+    role->watch_slot = q->standby_watch;
+    workq_check(q);
     pthread_mutex_unlock(&q->lock);
     return r;
+}
+
+/* --- the forced-switch estimator --- */
+
+int m0_workq_forced_over(const m0_workq_sample *s)
+{
+    if (!s->watched_running || s->look_busy_ns == 0 || s->busy_ns == 0 || s->busy_ns < s->look_busy_ns)
+        return 0;
+    if (s->now_ns < s->started_ns || s->now_ns < s->look_wall_ns)
+        return 0;
+    if (s->now_ns - s->started_ns >= M0_WORKQ_BUSY_NS)
+        return 0; /* busy that long: it shares the GIL */
+    /* The switch interval forces the GIL over no sooner: given sooner, it
+     * was released, by a blocking call. */
+    uint64_t forced = s->switch_interval_ns ? s->switch_interval_ns / 10 * 9 : M0_WORKQ_FORCED_NS;
+    uint64_t waited = s->now_ns - s->look_wall_ns;
+    if (waited < forced)
+        return 0;
+    return (s->busy_ns - s->look_busy_ns) * 2 >= waited;
 }
 
 /* How long a thread has wanted the CPU: its time on it plus its time
  * waiting for it (schedstat), so that a thread sharing its core with other
  * processes still counts as busy; its CPU time alone without schedstat.
  * 0: unknown. */
-static uint64_t workq_wanted_ns(const struct workq_slot *ws)
+static uint64_t workq_wanted_ns(int schedstat_fd, int has_clock, clockid_t clock)
 {
-    if (ws->schedstat_fd >= 0) {
+    if (schedstat_fd >= 0) {
         char buf[96];
-        ssize_t n = pread(ws->schedstat_fd, buf, sizeof(buf) - 1, 0);
+        ssize_t n = pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
         if (n > 0) {
             buf[n] = 0;
             char *end;
@@ -299,46 +409,58 @@ static uint64_t workq_wanted_ns(const struct workq_slot *ws)
             return (uint64_t)(on_cpu + waiting);
         }
     }
-    return ws->has_clock ? workq_ns(ws->cpu_clock) : 0;
+    return has_clock ? workq_ns(clock) : 0;
+}
+
+/* Under the lock, copy what the standby needs of the watched thread. */
+typedef struct {
+    int running, schedstat_fd, has_clock;
+    clockid_t clock;
+    uint64_t started_ns;
+} workq_watched;
+
+static int workq_watch(m0_workq *q, const m0_workq_role *role, workq_watched *w)
+{
+    if (role->watch_slot < 0)
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    const struct workq_slot *ws = &q->slot[role->watch_slot];
+    w->running = ws->state == M0_WORKQ_RUNNING && !q->closed;
+    w->schedstat_fd = ws->schedstat_fd;
+    w->has_clock = ws->has_clock;
+    w->clock = ws->cpu_clock;
+    w->started_ns = ws->started_ns;
+    pthread_mutex_unlock(&q->lock);
+    return 1;
 }
 
 /* GIL released, by the standby before it waits for the GIL: note how long
  * the watched thread has wanted the CPU. */
 static void workq_standby_look(m0_workq *q, m0_workq_role *role)
 {
-    if (role->watch_slot < 0)
+    workq_watched w;
+    if (!workq_watch(q, role, &w))
         return;
-    pthread_mutex_lock(&q->lock);
-    struct workq_slot ws = q->slot[role->watch_slot];
-    pthread_mutex_unlock(&q->lock);
     role->watch_wall_ns = workq_ns(CLOCK_MONOTONIC);
-    role->watch_busy_ns = workq_wanted_ns(&ws);
+    role->watch_busy_ns = workq_wanted_ns(w.schedstat_fd, w.has_clock, w.clock);
 }
 
-/* GIL held, by the standby: 1 when the GIL came from the watched thread's
- * request while that thread wanted the CPU for at least half the wait, and
- * for less than M0_WORKQ_BUSY_NS: it was not blocked, give it back. */
-static int workq_standby_yields(m0_workq *q, m0_workq_role *role, uint64_t forced_ns)
+/* GIL held, by the standby: m0_workq_forced_over on a fresh sample. */
+static int workq_standby_yields(m0_workq *q, m0_workq_role *role, uint64_t switch_interval_ns)
 {
-    if (role->watch_slot < 0 || role->watch_busy_ns == 0)
+    workq_watched w;
+    if (role->watch_busy_ns == 0 || !workq_watch(q, role, &w) || !w.running)
         return 0;
-    pthread_mutex_lock(&q->lock);
-    struct workq_slot ws = q->slot[role->watch_slot];
-    int closed = q->closed;
-    pthread_mutex_unlock(&q->lock);
-    if (closed || ws.state != M0_WORKQ_RUNNING)
-        return 0;
-    uint64_t now = workq_ns(CLOCK_MONOTONIC);
-    if (now - ws.started_ns >= M0_WORKQ_BUSY_NS)
-        return 0;
-    /* The switch interval forces the GIL over no sooner: given sooner, it
-     * was released, by a blocking call. */
-    if (now - role->watch_wall_ns < (forced_ns ? forced_ns : M0_WORKQ_FORCED_NS))
-        return 0;
-    uint64_t busy = workq_wanted_ns(&ws);
-    if (busy == 0)
-        return 0;
-    return (busy - role->watch_busy_ns) * 2 >= now - role->watch_wall_ns;
+    m0_workq_sample s = {
+        .watched_running = 1,
+        .now_ns = workq_ns(CLOCK_MONOTONIC),
+        .started_ns = w.started_ns,
+        .look_wall_ns = role->watch_wall_ns,
+        .look_busy_ns = role->watch_busy_ns,
+        .busy_ns = workq_wanted_ns(w.schedstat_fd, w.has_clock, w.clock),
+        .switch_interval_ns = switch_interval_ns,
+    };
+    return m0_workq_forced_over(&s);
 }
 
 /* GIL held, by a standby: drop the GIL (first sleeping pause_ns, when not
@@ -354,6 +476,72 @@ static void workq_standby_regain(m0_workq *q, m0_workq_role *role, const m0_work
     ops->gil_acquire(ops->arg, token);
 }
 
+/* --- leading --- */
+
+/* Under the lock: no new leader, no new standby; the followers wake to run
+ * what is left, then return. */
+static void workq_close_locked(m0_workq *q)
+{
+    q->closed = 1;
+    for (size_t i = 0; i < q->joined; i++)
+        pthread_cond_signal(&q->slot[i].wake);
+}
+
+/* Under the lock: the leader without the GIL goes on leading while no
+ * queued request could be taken (every other thread in a view). */
+static int workq_keep_leading(m0_workq *q)
+{
+    return !q->closed && !(q->len > 0 && q->running < workq_max_running(q));
+}
+
+/* GIL released, the caller the leader without the GIL: passes until a
+ * queued request could run (or a pass asks for the GIL, or fails). */
+static int workq_passes_nogil(m0_workq *q, const m0_workq_ops *ops)
+{
+    for (;;) {
+        int r = ops->run_pass(ops->arg, 0);
+        if (r != 0)
+            return r;
+        pthread_mutex_lock(&q->lock);
+        int go_on = workq_keep_leading(q);
+        pthread_mutex_unlock(&q->lock);
+        if (!go_on)
+            return 0;
+    }
+}
+
+/* GIL held, the caller the leader after its passes (r: their result): the
+ * duties a pass asked for, then give the loop up. */
+static int workq_lead_end(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops, int r)
+{
+    if (r == M0_WORKQ_PASS_DUTIES)
+        r = ops->idle != NULL ? ops->idle(ops->arg) : 0;
+    pthread_mutex_lock(&q->lock);
+    if (r != 0)
+        workq_close_locked(q); /* before the loop is given up: no thread leads it again */
+    workq_leave(q, role);
+    workq_check(q);
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+/* GIL held, the caller the leader: lead, then give the loop up. */
+static int workq_lead(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
+{
+    pthread_mutex_lock(&q->lock);
+    int gil = q->leader_gil;
+    pthread_mutex_unlock(&q->lock);
+    int r;
+    if (gil) {
+        r = ops->run_pass(ops->arg, 1);
+    } else {
+        void *token = ops->gil_release(ops->arg);
+        r = workq_passes_nogil(q, ops);
+        ops->gil_acquire(ops->arg, token);
+    }
+    return workq_lead_end(q, role, ops, r);
+}
+
 /* A callback's non-zero result ends m0_workq_serve: the queue closes. */
 static int workq_end(m0_workq *q, int r)
 {
@@ -364,39 +552,46 @@ static int workq_end(m0_workq *q, int r)
 int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     for (;;) {
-        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->forced_ns))
+        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->switch_interval_ns))
             workq_standby_regain(q, role, ops, M0_WORKQ_PAUSE_NS);
-        int next;
-        void *item = workq_take(q, role, &next);
-        if (item != NULL) {
+        void *item = NULL;
+        switch (workq_next(q, role, &item)) {
+        case WORKQ_RUN:
             ops->run_item(ops->arg, item);
-            continue;
-        }
-        if (next == WORKQ_STAND_BY) { /* wait for the GIL, as a woken standby does */
+            break;
+        case WORKQ_STAND_BY: /* wait for the GIL, as a promoted standby does */
             workq_standby_regain(q, role, ops, 0);
-            continue;
-        }
-        int own = next == WORKQ_IDLE ? 0 : workq_claim_loop(q, role);
-        if (own > 0) {
-            int r = ops->run_pass(ops->arg);
-            workq_release_loop(q, role);
+            break;
+        case WORKQ_LEAD: {
+            int r = workq_lead(q, role, ops);
             if (r != 0)
                 return workq_end(q, r);
-            continue;
+            break;
         }
-        if (own < 0 && m0_workq_len(q) == 0)
+        case WORKQ_DONE:
             return 0;
-        void *token = ops->gil_release(ops->arg);
-        int w = workq_wait(q, role, ops->idle_ms);
-        if (w == 0)
-            workq_standby_look(q, role);
-        ops->gil_acquire(ops->arg, token);
-        if (w < 0)
-            return 0;
-        if (w > 0 && ops->idle != NULL) {
-            int r = ops->idle(ops->arg);
-            if (r != 0)
-                return workq_end(q, r);
+        case WORKQ_FOLLOW: {
+            void *token = ops->gil_release(ops->arg);
+#ifdef M0_WORKQ_TEST_HOOKS
+            if (m0_workq_test_window != NULL)
+                m0_workq_test_window();
+#endif
+            int w = workq_follow(q, role, ops->idle_ms);
+            if (w == 0)
+                workq_standby_look(q, role);
+            int r = w == 2 ? workq_passes_nogil(q, ops) : 0; /* promoted to lead: no GIL needed */
+            ops->gil_acquire(ops->arg, token);
+            if (w == 2) {
+                r = workq_lead_end(q, role, ops, r);
+                if (r != 0)
+                    return workq_end(q, r);
+            } else if (w == 1 && ops->idle != NULL) {
+                r = ops->idle(ops->arg);
+                if (r != 0)
+                    return workq_end(q, r);
+            }
+            break;
+        }
         }
     }
 }
@@ -404,9 +599,8 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 void m0_workq_close(m0_workq *q)
 {
     pthread_mutex_lock(&q->lock);
-    q->closed = 1;
+    workq_close_locked(q);
     pthread_mutex_unlock(&q->lock);
-    pthread_cond_broadcast(&q->ready);
 }
 
 size_t m0_workq_len(m0_workq *q)
@@ -415,4 +609,33 @@ size_t m0_workq_len(m0_workq *q)
     size_t n = q->len;
     pthread_mutex_unlock(&q->lock);
     return n;
+}
+
+void *m0_workq_pop(m0_workq *q)
+{
+    void *item = NULL;
+    pthread_mutex_lock(&q->lock);
+    if (q->len > 0) {
+        item = q->ring[q->head];
+        q->head = (q->head + 1) & (q->cap - 1);
+        q->len--;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return item;
+}
+
+int m0_workq_quiesce(m0_workq *q, int requests, int timeout_ms)
+{
+    uint64_t until = workq_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        int quiet = q->leader < 0 && (!requests || q->running == 0);
+        pthread_mutex_unlock(&q->lock);
+        if (quiet)
+            return 0;
+        if (workq_ns(CLOCK_MONOTONIC) >= until)
+            return -ETIMEDOUT;
+        struct timespec pause = {0, 1000000}; /* a shutdown path: a poll is enough */
+        nanosleep(&pause, NULL);
+    }
 }

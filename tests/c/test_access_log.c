@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../src/net/access_log.h"
 #include "check.h"
@@ -86,6 +87,44 @@ static void test_json(void)
     m0_access_log_free(f);
 }
 
+/* The JSON time: RFC 3339 with milliseconds and a "+hh:mm" offset; the text
+ * %(t)s stays CLF; the default line starts with the error log's stamp. */
+static void test_times(void)
+{
+    m0_access_log *json = compile("%(t)s", 1), *text = compile("%(t)s", 0);
+    m0_access_entry e = {.peer_host = "", .status = 200, .wall_s = 1764648968, .wall_ms = 7};
+    char buf[512];
+    setenv("TZ", "UTC", 1);
+    tzset();
+    size_t n = m0_access_log_format(json, &e, buf, sizeof(buf));
+    const char *want = "{\"time\":\"2025-12-02T04:16:08.007+00:00\"}\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    e.wall_ms = 999;
+    n = m0_access_log_format(json, &e, buf, sizeof(buf));
+    want = "{\"time\":\"2025-12-02T04:16:08.999+00:00\"}\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    n = m0_access_log_format(text, &e, buf, sizeof(buf));
+    want = "[02/Dec/2025:04:16:08 +0000]\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    n = m0_access_log_default(&e, buf, sizeof(buf));
+    want = "[2025-12-02 04:16:08 +0000] -:0 - \"-\" 200 0 0.000ms\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    /* Another second, another zone: the offset keeps its colon. */
+    setenv("TZ", "IST-5:30", 1);
+    tzset();
+    e.wall_s += 1;
+    e.wall_ms = 0;
+    n = m0_access_log_format(json, &e, buf, sizeof(buf));
+    want = "{\"time\":\"2025-12-02T09:46:09.000+05:30\"}\n";
+    CHECK(n == strlen(want) && memcmp(buf, want, n) == 0);
+    if (n != strlen(want) || memcmp(buf, want, n) != 0)
+        fprintf(stderr, "got %.*s", (int)n, buf);
+    setenv("TZ", "UTC", 1);
+    tzset();
+    m0_access_log_free(json);
+    m0_access_log_free(text);
+}
+
 /* A buffer too small for the values: the line is cut at an escape boundary
  * and still ends as a complete JSON object / a text line. */
 static void test_cut_lines(void)
@@ -161,17 +200,22 @@ static size_t default_reference(const m0_access_entry *e, char *buf, size_t cap)
     const char *close = e->ipv6 ? "]" : "";
     const char *host = e->peer_host != NULL && e->peer_host[0] ? e->peer_host : "-";
     const m0_request *req = e->req;
+    char stamp[64];
+    time_t t = (time_t)e->wall_s;
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(stamp, sizeof(stamp), "[%Y-%m-%d %H:%M:%S %z] ", &tm);
     int n;
     if (req != NULL) {
         int mlen = req->method.len > 32 ? 32 : (int)req->method.len;
         int tlen = req->target.len > 2048 ? 2048 : (int)req->target.len;
-        n = snprintf(buf, cap, "%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", open, host, close,
-                     e->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, e->status,
+        n = snprintf(buf, cap, "%s%s%s%s:%d - \"%.*s %.*s HTTP/1.%d\" %d %llu %llu.%03llums\n", stamp, open, host,
+                     close, e->peer_port, mlen, req->method.base, tlen, req->target.base, req->minor_version, e->status,
                      (unsigned long long)e->body_bytes, (unsigned long long)(e->ns / 1000000),
                      (unsigned long long)(e->ns / 1000 % 1000));
     } else {
-        n = snprintf(buf, cap, "%s%s%s:%d - \"-\" %d %llu 0.000ms\n", open, host, close, e->peer_port, e->status,
-                     (unsigned long long)e->body_bytes);
+        n = snprintf(buf, cap, "%s%s%s%s:%d - \"-\" %d %llu 0.000ms\n", stamp, open, host, close, e->peer_port,
+                     e->status, (unsigned long long)e->body_bytes);
     }
     if (n <= 0)
         return 0;
@@ -189,7 +233,13 @@ static void test_default_line(void)
     longreq.target = (m0_span){target, sizeof(target)};
     longreq.minor_version = 0;
     const m0_access_entry entries[] = {
-        {.peer_host = "127.0.0.1", .peer_port = 40000, .req = &req, .status = 200, .body_bytes = 13, .ns = 123456},
+        {.peer_host = "127.0.0.1",
+         .peer_port = 40000,
+         .req = &req,
+         .status = 200,
+         .body_bytes = 13,
+         .ns = 123456,
+         .wall_s = 1764648968},
         {.peer_host = "::1",
          .peer_port = 0,
          .ipv6 = 1,
@@ -271,6 +321,7 @@ int main(void)
     test_compile_errors();
     test_text_and_escapes();
     test_json();
+    test_times();
     test_cut_lines();
     test_record_head();
     printf("test_access_log: %d checks, %d failures\n", checks, failures);

@@ -745,8 +745,8 @@ void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
     wsgi_on_request(w, c, m0_conn_request(c));
 }
 
-/* Inside a pass, on the pool thread that owns the loop, with the GIL held:
- * queue the request; a pool thread runs it once the pass is over. */
+/* Inside a pass, on the leader's thread, with or without the GIL
+ * (net/workq.h): no Python here. Queue the request for a pool thread. */
 static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
     (void)req;

@@ -37,8 +37,8 @@ void m0_wsgi_free(m0_wsgi *w);
 extern const m0_handler m0_wsgi_handler;
 
 /* Blocking-pool mode. The loop's handler (ctx: an m0_workq*) runs inside a
- * pass, on the pool thread that owns the loop, with the GIL held: it
- * detaches each complete request and queues it (net/workq.h). Each pool thread
+ * pass, on the leader's thread, with the GIL or without it (net/workq.h), so
+ * it runs no Python: it detaches each complete request and queues it. Each pool thread
  * serves from its own copy of the bridge (m0_wsgi_clone: the app and the
  * environ template are shared, the per-request objects and caches are not)
  * and runs m0_wsgi_serve_detached for every connection it pops. */
