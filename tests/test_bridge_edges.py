@@ -110,6 +110,20 @@ def test_asgi_cancelled_pathsend_aborts_the_response(serve, tmp_path):
     alive(server)
 
 
+def test_asgi_pathsend_path_dropped_by_its_own_fspath(serve):
+    """The path object's __fspath__ removes it from the message (its only
+    reference): the error for the missing file still names it. Before: the
+    borrowed path was used after __fspath__ freed it (a use after free that
+    the ASan build with PYTHONMALLOC=malloc reports)."""
+    server = serve(ASGI, "--interface", "asgi", env={"PYTHONMALLOC": "malloc"})
+    with server.connect() as s:
+        s.sendall(b"GET /pathsend-fspath-drops HTTP/1.1\r\n" + HOST + b"\r\n")
+        status, _, _, head = read_response(s)
+    assert status == 500, head
+    server.wait_log(r"FSPATH OSError")
+    alive(server)
+
+
 # --- defect 4: a 101 on a request without Upgrade ---
 
 

@@ -12,6 +12,7 @@ ASGI `asgi_app`:
   /reenter-start-logger       the hop-by-hop warning's logger completes it from inside http.response.start
   /reenter-start-buffer       a header value's __buffer__ (3.12+) completes it from inside http.response.start
   /pathsend-cancel?path=      a pathsend cancelled by a timeout, then more body
+  /pathsend-fspath-drops      a pathsend whose path's __fspath__ drops the message's reference to it
   websocket /ws-queue?n=      does not receive for 1 s, logs its queue's length, then receives n messages
 Each re-entry prints "NESTED <outcome>" to stderr (the server's log).
 """
@@ -220,6 +221,22 @@ async def asgi_app(scope, receive, send):
         headers = [(b"content-type", b"text/plain"), (b"x-evil", _EvilBuffer(send))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"outer"})
+        return
+    if path == "/pathsend-fspath-drops":
+        msg = {"type": "http.response.pathsend"}
+
+        class DropsItself:
+            def __fspath__(self):
+                del msg["path"]  # the message held the only reference
+                return "/nonexistent/edges-app-file"
+
+        msg["path"] = DropsItself()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await send(msg)
+        except OSError as e:
+            print("FSPATH OSError", e.filename, file=sys.stderr, flush=True)
+            raise
         return
     if path == "/pathsend-cancel":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/x")]})

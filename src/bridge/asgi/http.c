@@ -427,11 +427,14 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         return -1;
     if (body == NULL)
         body = st->empty_bytes;
+    Py_INCREF(body); /* a __buffer__ is Python: it may take body out of msg */
     if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "http.response.body 'body' must be bytes, got %.100s", Py_TYPE(body)->tp_name);
+        Py_DECREF(body);
         return -1;
     }
+    Py_DECREF(body);                                        /* the view holds it now */
     more_o = PyDict_GetItemWithError(msg, st->s_more_body); // borrowed
     if (more_o == NULL && PyErr_Occurred())
         goto done;
@@ -631,11 +634,12 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
             PyErr_SetString(PyExc_KeyError, "http.response.pathsend message is missing 'path'");
         return -1;
     }
+    Py_INCREF(path); /* __fspath__ is Python: it may take path out of msg */
     if (!PyUnicode_FSConverter(path, &fspath))
-        return -1;
-    if (h->base.conn == NULL || h->resp != RESP_STARTED) { /* __fspath__ is Python */
-        Py_DECREF(fspath);
-        return http_raise_disconnected(h);
+        goto error;
+    if (h->base.conn == NULL || h->resp != RESP_STARTED) {
+        http_raise_disconnected(h);
+        goto error;
     }
     fd = open(PyBytes_AS_STRING(fspath), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -665,6 +669,7 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
     head_free(h);
     h->resp = RESP_BODY;
     Py_DECREF(fspath);
+    Py_DECREF(path);
     if (h->no_body || sb.st_size == 0) {
         close(fd);
         http_complete(h, h->keep_alive);
@@ -681,6 +686,7 @@ error:
     if (fd >= 0)
         close(fd);
     Py_XDECREF(fspath);
+    Py_DECREF(path);
     return -1;
 }
 
