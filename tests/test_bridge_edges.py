@@ -93,6 +93,23 @@ def test_asgi_send_reentered_from_the_message_is_refused(serve, path):
     assert "completed" not in m.group(1), server.log
 
 
+def test_asgi_websocket_denial_send_reentered_is_refused(serve):
+    """The same for a WebSocket denial response (websocket.http.response.body):
+    the nested send() is refused and the outer one completes the response.
+    Before: the nested one completed the response under the outer one, which
+    then failed on the finished session."""
+    server = start(serve, "asgi")
+    with server.connect() as s:
+        key = base64.b64encode(os.urandom(16))
+        s.sendall(b"GET /ws-deny-reenter HTTP/1.1\r\n" + HOST + b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        status, _, body, head = read_response(s)
+    assert (status, body) == (403, b"firstouter"), (head, body, server.log)
+    m = server.wait_log(r"NESTED (.*)")
+    assert "refused RuntimeError" in m.group(1), server.log
+    alive(server)
+
+
 # --- defect 3: a cancelled pathsend ---
 
 

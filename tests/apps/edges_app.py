@@ -14,6 +14,7 @@ ASGI `asgi_app`:
   /pathsend-cancel?path=      a pathsend cancelled by a timeout, then more body
   /pathsend-fspath-drops      a pathsend whose path's __fspath__ drops the message's reference to it
   websocket /ws-queue?n=      does not receive for 1 s, logs its queue's length, then receives n messages
+  websocket /ws-deny-reenter  a denial response whose more_body's __bool__ completes it through a nested send()
 Each re-entry prints "NESTED <outcome>" to stderr (the server's log).
 """
 import asyncio
@@ -123,11 +124,12 @@ def _complete(send):
 
 
 class _EvilBool:
-    def __init__(self, send):
+    def __init__(self, send, nested=None):
         self.send = send
+        self.nested = nested or {"type": "http.response.body", "body": b"inner"}
 
     def __bool__(self):
-        print("NESTED", _drive(self.send({"type": "http.response.body", "body": b"inner"})), file=sys.stderr, flush=True)
+        print("NESTED", _drive(self.send(self.nested)), file=sys.stderr, flush=True)
         return False
 
 
@@ -172,6 +174,12 @@ def _ws_queue_len(receive):
 async def _ws(scope, receive, send):
     m = await receive()
     assert m["type"] == "websocket.connect"
+    if scope["path"] == "/ws-deny-reenter":
+        await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+        await send({"type": "websocket.http.response.body", "body": b"first", "more_body": True})
+        evil = _EvilBool(send, {"type": "websocket.http.response.body", "body": b"inner"})
+        await send({"type": "websocket.http.response.body", "body": b"outer", "more_body": evil})
+        return
     await send({"type": "websocket.accept"})
     n = int(_query(scope["query_string"].decode())["n"])
     await asyncio.sleep(1.0)  # the client's frames arrive; the app does not receive

@@ -626,9 +626,27 @@ static int ws_app_close(m0_asgi_ws *w, PyObject *msg)
     return 0;
 }
 
+static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out);
+
+/* send(): one re-entered from Python code the outer one runs (a denial
+ * body's __buffer__ or more_body's __bool__, a frame's __buffer__) is
+ * refused: the outer one is midway through the session's state. */
 static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
 {
     m0_asgi_ws *w = (m0_asgi_ws *)owner;
+    if (w->in_send) {
+        PyErr_SetString(PyExc_RuntimeError, "ASGI send() called from inside another send() (re-entered through "
+                                            "the message's own code): refused");
+        return -1;
+    }
+    w->in_send = 1;
+    int r = ws_send_dispatch(w, msg, out);
+    w->in_send = 0;
+    return r;
+}
+
+static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out)
+{
     if (!PyDict_Check(msg)) {
         PyErr_Format(PyExc_TypeError, "ASGI send() takes a dict message, got %.100s", Py_TYPE(msg)->tp_name);
         return -1;
