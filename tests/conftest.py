@@ -200,7 +200,7 @@ class _Reader:
         self.buf = _take_leftover(sock)
         self.deadline = time.monotonic() + timeout
 
-    def more(self, what):
+    def recv(self, what):
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise socket.timeout(f"timed out waiting for {what}; have {self.buf[:300]!r}")
@@ -208,7 +208,10 @@ class _Reader:
         b = self.sock.recv(65536)
         if not b:
             raise ConnectionError(f"closed before {what}: {self.buf[:300]!r}")
-        self.buf += b
+        return b
+
+    def more(self, what):
+        self.buf += self.recv(what)
 
     def line(self, what):
         while b"\r\n" not in self.buf:
@@ -217,8 +220,15 @@ class _Reader:
         return line
 
     def exactly(self, n, what):
-        while len(self.buf) < n:
-            self.more(what)
+        # Chunks are joined once: appending each to the buffer would copy a large body
+        # once per recv (quadratic; minutes for 30 MB read in 4 KiB pieces).
+        if len(self.buf) < n:
+            parts, have = [self.buf], len(self.buf)
+            while have < n:
+                b = self.recv(what)
+                parts.append(b)
+                have += len(b)
+            self.buf = b"".join(parts)
         data, self.buf = self.buf[:n], self.buf[n:]
         return data
 

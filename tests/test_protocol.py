@@ -1091,10 +1091,11 @@ def test_app_connection_close_is_honoured(serve, bridge):
 
 def test_upgrade_is_kept_on_a_101(serve, bridge):
     """Upgrade names the protocol a 101 switches to: on a 101 it is the app's
-    and no warning is logged; on any other status it is dropped."""
+    and no warning is logged; on any other status it is dropped. (A 101 is
+    allowed only on a request that asked to upgrade: test_bridge_edges.py.)"""
     server = start(serve, bridge)
     with connect(server) as s:
-        s.sendall(get(hop([("Upgrade", "x-proto")], status=101)))
+        s.sendall(get(hop([("Upgrade", "x-proto")], status=101), b"Connection: upgrade\r\nUpgrade: x-proto\r\n"))
         status, headers, _, head = read_response(s)
         assert status == 101 and header(headers, "upgrade") == "x-proto", head
     with connect(server) as s:

@@ -63,6 +63,7 @@ typedef struct {
     int body_error; /* HTTP status for a bad or too large body, else 0 */
     int disconnected;
     int app_done; /* the app's coroutine has finished */
+    int in_send;  /* a send() is running: one re-entered from the Python it calls is refused */
     /* response */
     int resp;
     int status;
@@ -253,9 +254,18 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
                      code);
         return -1;
     }
+    if (code == 101 && !(h->req_flags & M0_REQ_UPGRADE)) {
+        /* A 101 the client did not ask for: a proxy that tunnels on 101
+         * would forward its later bytes to the app as requests, past its
+         * own rules. */
+        PyErr_SetString(PyExc_ValueError, "ASGI response status 101 to a request without Upgrade");
+        return -1;
+    }
     h->status = (int)code;
     h->resp_length = -1;
-    h->keep_alive = m0_conn_keep_alive(h->base.conn);
+    /* After a 101 no HTTP is parsed: the connection closes after it (the
+     * http scope carries no upgraded stream). */
+    h->keep_alive = code == 101 ? 0 : m0_conn_keep_alive(h->base.conn);
     h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
     const char *reason = m0_status_reason((int)code);
     size_t rlen = strlen(reason);
@@ -332,7 +342,10 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
     }
-    if (!h->keep_alive) {
+    if (h->status == 101) {
+        if (m0_head_add(&h->head, "Connection: upgrade\r\n", 21) < 0)
+            return -1;
+    } else if (!h->keep_alive) {
         if (m0_head_add(&h->head, "Connection: close\r\n", 19) < 0)
             return -1;
     } else if (h->minor_version == 0) {
@@ -414,16 +427,29 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         return -1;
     if (body == NULL)
         body = st->empty_bytes;
+    Py_INCREF(body); /* a __buffer__ is Python: it may take body out of msg */
     if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "http.response.body 'body' must be bytes, got %.100s", Py_TYPE(body)->tp_name);
+        Py_DECREF(body);
         return -1;
     }
+    Py_DECREF(body);                                        /* the view holds it now */
     more_o = PyDict_GetItemWithError(msg, st->s_more_body); // borrowed
     if (more_o == NULL && PyErr_Occurred())
         goto done;
     if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
         goto done;
+    /* Python ran above (the body's buffer export, more_body's truth): the
+     * client may be gone, or the response over. */
+    if (h->base.conn == NULL || h->resp == RESP_DONE || h->resp == RESP_NONE) {
+        http_raise_disconnected(h);
+        goto done;
+    }
+    if (h->pathsend.fd >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.body sent while a pathsend is in progress");
+        goto done;
+    }
     size_t len = (size_t)view.len;
     if (h->resp_length >= 0 && h->body_sent + len > (uint64_t)h->resp_length) {
         h->keep_alive = 0;
@@ -486,10 +512,43 @@ done:
 
 static int http_sendfile_step(m0_asgi_http *h, PyObject **out);
 static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out);
+static void pathsend_close(m0_asgi_http *h);
 
+/* Abort a response whose pathsend wait was cancelled: the file is only
+ * partly sent, so the stream cannot go on (more body would land inside the
+ * file's bytes, and resuming the file later would send past what the app
+ * meant). Closes the connection; the caller's send() raises. */
+static void http_pathsend_abort(m0_asgi_http *h)
+{
+    int live = h->base.conn != NULL;
+    pathsend_close(h);
+    http_lost(h);
+    if (live) /* Python runs in the logger: the response is over by now */
+        m0_asgi_log_exception(h->base.asgi, "ASGI pathsend cancelled before the file was sent: response aborted", NULL);
+}
+
+static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out);
+
+/* send(): a send() re-entered from Python code that the outer one runs (the
+ * app's __bool__ of more_body, __buffer__ of a body or header, __fspath__,
+ * the hop-by-hop warning's logger) is refused: the outer one is midway
+ * through the response's state and the connection. */
 static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
 {
     m0_asgi_http *h = (m0_asgi_http *)owner;
+    if (h->in_send) {
+        PyErr_SetString(PyExc_RuntimeError, "ASGI send() called from inside another send() (re-entered through "
+                                            "the message's own code): refused");
+        return -1;
+    }
+    h->in_send = 1;
+    int r = http_send_dispatch(h, msg, out);
+    h->in_send = 0;
+    return r;
+}
+
+static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
     m0_asgi_state *st = h->base.asgi->st;
     if (!PyDict_Check(msg)) {
         PyErr_Format(PyExc_TypeError, "ASGI send() takes a dict message, got %.100s", Py_TYPE(msg)->tp_name);
@@ -515,7 +574,13 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
             PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
             return -1;
         }
-        Py_CLEAR(h->send_waiter); /* cancelled while waiting for buffer space */
+        Py_CLEAR(h->send_waiter); /* cancelled while waiting */
+        if (h->pathsend.fd >= 0) {
+            http_pathsend_abort(h);
+            PyErr_SetString(PyExc_RuntimeError,
+                            "the response was aborted: its pathsend was cancelled before the file was sent");
+            return -1;
+        }
     }
     const char *t = PyUnicode_AsUTF8(type);
     if (t == NULL)
@@ -569,8 +634,13 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
             PyErr_SetString(PyExc_KeyError, "http.response.pathsend message is missing 'path'");
         return -1;
     }
+    Py_INCREF(path); /* __fspath__ is Python: it may take path out of msg */
     if (!PyUnicode_FSConverter(path, &fspath))
-        return -1;
+        goto error;
+    if (h->base.conn == NULL || h->resp != RESP_STARTED) {
+        http_raise_disconnected(h);
+        goto error;
+    }
     fd = open(PyBytes_AS_STRING(fspath), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
@@ -599,6 +669,7 @@ static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
     head_free(h);
     h->resp = RESP_BODY;
     Py_DECREF(fspath);
+    Py_DECREF(path);
     if (h->no_body || sb.st_size == 0) {
         close(fd);
         http_complete(h, h->keep_alive);
@@ -615,6 +686,7 @@ error:
     if (fd >= 0)
         close(fd);
     Py_XDECREF(fspath);
+    Py_DECREF(path);
     return -1;
 }
 
@@ -631,6 +703,13 @@ static void pathsend_close(m0_asgi_http *h)
 static int http_sendfile_step(m0_asgi_http *h, PyObject **out)
 {
     m0_conn *c = h->base.conn;
+    if (h->resp_length >= 0 && h->body_sent + h->pathsend.left > (uint64_t)h->resp_length) {
+        /* Never past the declared length: the stream would desync. */
+        pathsend_close(h);
+        http_lost(h);
+        PyErr_SetString(PyExc_RuntimeError, "pathsend: more file bytes left than the declared Content-Length");
+        return -1;
+    }
     while (h->pathsend.left > 0) {
         if (c == NULL) {
             pathsend_close(h);
@@ -726,6 +805,15 @@ static void http_on_event(m0_asgi_base *base, int what)
         PyObject *fut = h->send_waiter;
         if (h->pathsend.fd >= 0) {
             PyObject *out = NULL;
+            int cancelled = m0_asgi_future_done(a, fut);
+            if (cancelled != 0) { /* the app stopped waiting (a timeout): never resume the file */
+                if (cancelled < 0)
+                    m0_asgi_log_error(a, "ASGI send() wake-up failed");
+                h->send_waiter = NULL;
+                Py_DECREF(fut);
+                http_pathsend_abort(h);
+                return;
+            }
             h->send_waiter = NULL;
             int r = http_sendfile_step(h, &out);
             if (r == 0) {        /* still waiting: keep the same future */

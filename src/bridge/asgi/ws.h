@@ -65,6 +65,7 @@ typedef struct {
     int paused;                  /* reading stopped on a full queue */
     int write_paused;            /* reading stopped: the peer does not read our frames */
     int app_closed;              /* the app sent websocket.close */
+    int in_send;                 /* a send() is running: one re-entered from the Python it calls is refused */
     int disconnect_queued;       /* the websocket.disconnect message is queued or delivered */
     int disconnect_code;         /* its code */
     PyObject *disconnect_reason; /* str or NULL */

@@ -361,23 +361,72 @@ static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
     }
 }
 
-/* Read and process what the connection has, until the socket is drained,
- * the queue is full or the connection is over. */
+/* Whether reading stops here: the queue is at its bound (resumed by
+ * receive()), or a peer that sends (pings...) without reading our answers
+ * has grown the write buffer (resumed on WRITABLE). */
+static int ws_pump_full(m0_asgi_ws *w)
+{
+    if (ws_queue_len(w) >= WS_MAX_QUEUE || w->queue_bytes >= WS_MAX_QUEUE_BYTES) {
+        w->paused = 1;
+        return 1;
+    }
+    if (m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+        w->write_paused = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Process what w->rbuf holds, one frame piece at a time, until it is used
+ * up, the queue is full or the connection is over. The bound is checked
+ * before each piece, not once per read: a 64 KiB read holds some 10,000
+ * empty frames. What is left stays buffered for the next pump. */
+static void ws_pump_parse(m0_asgi_ws *w)
+{
+    size_t off = 0;
+    while (off < w->rlen && w->state == WS_OPEN && ws_conn(w) != NULL && !ws_pump_full(w)) {
+        m0_ws_chunk ch;
+        int r = m0_ws_parse(&w->parser, w->rbuf + off, w->rlen - off, &ch);
+        if (r == M0_WS_INCOMPLETE)
+            break;
+        if (r < 0) {
+            int code = m0_ws_error_close_code(r);
+            m0_asgi_ws_close_with(w, code,
+                                  code == M0_WS_CLOSE_TOO_BIG        ? "message too big"
+                                  : code == M0_WS_CLOSE_INVALID_DATA ? "invalid UTF-8"
+                                                                     : "protocol error",
+                                  1);
+            break;
+        }
+        off += (size_t)r;
+        int c = ws_on_chunk(w, &ch);
+        if (c < 0) {
+            ws_log_error(w, "ASGI WebSocket receive failed");
+            m0_asgi_ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, NULL, 1);
+            break;
+        }
+    }
+    if (w->state != WS_OPEN)
+        return;
+    memmove(w->rbuf, w->rbuf + off, w->rlen - off);
+    w->rlen -= off;
+}
+
+/* Process what is buffered, then read and process what the connection has,
+ * until the socket is drained, the queue is full or the connection is
+ * over. */
 void m0_asgi_ws_pump(m0_asgi_ws *w)
 {
     Py_INCREF(w);
     w->paused = w->write_paused = 0;
     while (w->state == WS_OPEN && ws_conn(w) != NULL) {
-        if (ws_queue_len(w) >= WS_MAX_QUEUE || w->queue_bytes >= WS_MAX_QUEUE_BYTES) {
-            w->paused = 1; /* resumed by receive() */
+        ws_pump_parse(w);
+        if (w->state != WS_OPEN || ws_conn(w) == NULL || w->paused || w->write_paused)
             break;
-        }
-        if (m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
-            /* A peer that sends (pings...) without reading our answers must
-             * not grow the write buffer without bound: resumed on WRITABLE. */
-            w->write_paused = 1;
+        if (ws_pump_full(w))
             break;
-        }
+        /* Not full and nothing parseable left: rbuf holds at most a partial
+         * frame head, so there is room to read into. */
         ssize_t n = m0_conn_body_read(ws_conn(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
         if (n == -EAGAIN)
             break; /* re-armed: M0_CONN_BODY follows */
@@ -387,33 +436,6 @@ void m0_asgi_ws_pump(m0_asgi_ws *w)
             break;
         }
         w->rlen += (size_t)n;
-        size_t off = 0;
-        while (off < w->rlen && w->state == WS_OPEN) {
-            m0_ws_chunk ch;
-            int r = m0_ws_parse(&w->parser, w->rbuf + off, w->rlen - off, &ch);
-            if (r == M0_WS_INCOMPLETE)
-                break;
-            if (r < 0) {
-                int code = m0_ws_error_close_code(r);
-                m0_asgi_ws_close_with(w, code,
-                                      code == M0_WS_CLOSE_TOO_BIG        ? "message too big"
-                                      : code == M0_WS_CLOSE_INVALID_DATA ? "invalid UTF-8"
-                                                                         : "protocol error",
-                                      1);
-                break;
-            }
-            off += (size_t)r;
-            int c = ws_on_chunk(w, &ch);
-            if (c < 0) {
-                ws_log_error(w, "ASGI WebSocket receive failed");
-                m0_asgi_ws_close_with(w, M0_WS_CLOSE_INTERNAL_ERROR, NULL, 1);
-                break;
-            }
-        }
-        if (w->state != WS_OPEN)
-            break;
-        memmove(w->rbuf, w->rbuf + off, w->rlen - off);
-        w->rlen -= off;
     }
     Py_DECREF(w);
 }
@@ -604,9 +626,27 @@ static int ws_app_close(m0_asgi_ws *w, PyObject *msg)
     return 0;
 }
 
+static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out);
+
+/* send(): one re-entered from Python code the outer one runs (a denial
+ * body's __buffer__ or more_body's __bool__, a frame's __buffer__) is
+ * refused: the outer one is midway through the session's state. */
 static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
 {
     m0_asgi_ws *w = (m0_asgi_ws *)owner;
+    if (w->in_send) {
+        PyErr_SetString(PyExc_RuntimeError, "ASGI send() called from inside another send() (re-entered through "
+                                            "the message's own code): refused");
+        return -1;
+    }
+    w->in_send = 1;
+    int r = ws_send_dispatch(w, msg, out);
+    w->in_send = 0;
+    return r;
+}
+
+static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out)
+{
     if (!PyDict_Check(msg)) {
         PyErr_Format(PyExc_TypeError, "ASGI send() takes a dict message, got %.100s", Py_TYPE(msg)->tp_name);
         return -1;

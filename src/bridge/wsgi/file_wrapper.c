@@ -4,6 +4,7 @@
  * sendfile(2) from the file's current position instead of iterating.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,12 +148,30 @@ static int fw_regular_fd(m0_wsgi_file_wrapper *fw, off_t *pos, off_t *size)
     return (int)fd;
 }
 
+void m0_wsgi_resume_release(m0_wsgi_resume *park)
+{
+    if (park->fd >= 0)
+        close(park->fd);
+    park->fd = -1;
+}
+
 /* sendfile park->left bytes from park->off. On a pool thread it waits for
  * the peer (blocking); on the loop thread it stops when the socket is full
- * and returns 2 (the loop resumes it when the peer has read). */
+ * and returns 2 (the loop resumes it when the peer has read). park->fd is
+ * ours (a duplicate): it is closed when this returns 0. */
+static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking);
+
 static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
     int blocking = sr->w->pooled;
+    int rc = file_send_some(sr, park, blocking);
+    if (rc != 2)
+        m0_wsgi_resume_release(park);
+    return rc;
+}
+
+static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking)
+{
     while (park->left > 0 && sr->c != NULL) {
         ssize_t n = m0_conn_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
         if (n == -EAGAIN)
@@ -174,6 +193,7 @@ int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
     if (sr->c == NULL) {
         sr->write_error = -ECONNRESET;
+        m0_wsgi_resume_release(park);
         return 0;
     }
     return file_send(sr, park);
@@ -204,9 +224,20 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
         m0_wsgi_send(sr, NULL, 0, 0, 1);
         return 1;
     }
-    if (m0_wsgi_send(sr, NULL, 0, 0, 0) < 0)
+    /* A duplicate of the descriptor, taken while the GIL is held: the
+     * blocking sendfile drops the GIL, and a parked one waits for the loop,
+     * while the app's other threads may close the file and have its number
+     * reused by another file, whose bytes would then be sent. */
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (m0_wsgi_send(sr, NULL, 0, 0, 0) < 0) {
+        close(own);
         return 1;
-    park->fd = fd;
+    }
+    park->fd = own;
     park->off = pos;
     park->left = count;
     return file_send(sr, park) == 2 ? 2 : 1;

@@ -22,6 +22,7 @@ void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req)
     in->c = c;
     in->err = 0;
     in->pos = in->len = 0;
+    in->busy = 0;
     if (req->flags & M0_REQ_CHUNKED)
         in->remaining = -1;
     else
@@ -143,6 +144,27 @@ error:
     return NULL;
 }
 
+/* One read at a time: a read waits for the body without the GIL, and the
+ * readahead (pos, len, buf) would change under it if another thread read
+ * meanwhile (bytes lost, or pos past len: a read past the buffer). A read
+ * entered while another runs raises instead of waiting (it would get an
+ * arbitrary part of the body anyway). */
+static int input_enter(m0_wsgi_input *in)
+{
+    if (in->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "wsgi.input read while another read of it is running (another thread)");
+        return -1;
+    }
+    in->busy = 1;
+    return 0;
+}
+
+static PyObject *input_leave(m0_wsgi_input *in, PyObject *r)
+{
+    in->busy = 0;
+    return r;
+}
+
 static int size_arg(PyObject *const *args, Py_ssize_t nargs, const char *fname, Py_ssize_t *out)
 {
     *out = -1;
@@ -167,9 +189,9 @@ static int size_arg(PyObject *const *args, Py_ssize_t nargs, const char *fname, 
 static PyObject *input_read(m0_wsgi_input *in, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t size;
-    if (size_arg(args, nargs, "read", &size) < 0)
+    if (size_arg(args, nargs, "read", &size) < 0 || input_enter(in) < 0)
         return NULL;
-    return input_read_n(in, size);
+    return input_leave(in, input_read_n(in, size));
 }
 
 /* One line up to and including b"\n", at most limit bytes (limit < 0: no
@@ -240,9 +262,9 @@ error:
 static PyObject *input_readline(m0_wsgi_input *in, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t limit;
-    if (size_arg(args, nargs, "readline", &limit) < 0)
+    if (size_arg(args, nargs, "readline", &limit) < 0 || input_enter(in) < 0)
         return NULL;
-    return input_readline_n(in, limit);
+    return input_leave(in, input_readline_n(in, limit));
 }
 
 static PyObject *input_readlines(m0_wsgi_input *in, PyObject *const *args, Py_ssize_t nargs)
@@ -250,11 +272,11 @@ static PyObject *input_readlines(m0_wsgi_input *in, PyObject *const *args, Py_ss
     Py_ssize_t hint;
     size_t total = 0;
     PyObject *lines = NULL, *line = NULL;
-    if (size_arg(args, nargs, "readlines", &hint) < 0)
+    if (size_arg(args, nargs, "readlines", &hint) < 0 || input_enter(in) < 0)
         return NULL;
     lines = PyList_New(0);
     if (lines == NULL)
-        return NULL;
+        return input_leave(in, NULL);
     for (;;) {
         line = input_readline_n(in, -1);
         if (line == NULL)
@@ -269,16 +291,18 @@ static PyObject *input_readlines(m0_wsgi_input *in, PyObject *const *args, Py_ss
             break;
     }
     Py_XDECREF(line);
-    return lines;
+    return input_leave(in, lines);
 error:
     Py_XDECREF(line);
     Py_XDECREF(lines);
-    return NULL;
+    return input_leave(in, NULL);
 }
 
 static PyObject *input_iternext(m0_wsgi_input *in)
 {
-    PyObject *line = input_readline_n(in, -1);
+    if (input_enter(in) < 0)
+        return NULL;
+    PyObject *line = input_leave(in, input_readline_n(in, -1));
     if (line != NULL && PyBytes_GET_SIZE(line) == 0) {
         Py_DECREF(line);
         return NULL; /* StopIteration */

@@ -175,6 +175,7 @@ struct m0_wsgi_input {
     int64_t remaining;        /* declared body bytes not yet read, -1 when chunked */
     char *buf;                /* readahead for readline, allocated on first use */
     size_t pos, len, cap;
+    int busy; /* a read is running (it may wait without the GIL): another is refused */
 };
 
 typedef struct {
@@ -214,7 +215,7 @@ int m0_wsgi_keep_alive(const m0_wsgi_sr *sr);
  * iterator being sent, or the rest of a file being sent with sendfile. */
 typedef struct {
     PyObject *it; /* strong, or NULL when sending a file */
-    int fd;       /* the file's fd (kept open by the app's result), -1 when none */
+    int fd;       /* our duplicate of the file's fd (m0_wsgi_resume_release), -1 when none */
     off_t off;
     uint64_t left;
 } m0_wsgi_resume;
@@ -229,6 +230,9 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
 /* Go on with a parked sendfile: 0 when done (or failed: sr->write_error), 2
  * when it waits for the peer again. */
 int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park);
+/* Close the descriptor a parked sendfile holds (a response that ends before
+ * its file was sent). */
+void m0_wsgi_resume_release(m0_wsgi_resume *park);
 
 /* wsgi.c */
 

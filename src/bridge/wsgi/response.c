@@ -106,16 +106,25 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyErr_Format(PyExc_ValueError, "status %R is informational (1xx): a WSGI response must be final", status);
         return -1;
     }
+    if (code == 101 && (sr->c == NULL || !(m0_conn_request(sr->c)->flags & M0_REQ_UPGRADE))) {
+        /* A 101 the client did not ask for: a proxy that tunnels on 101
+         * would forward its later bytes to the app as requests. */
+        PyErr_Format(PyExc_ValueError, "status %R to a request without Upgrade", status);
+        return -1;
+    }
     if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
         PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
         return -1;
     }
-    if (head_reserve(w, 9 + (size_t)slen + 2 + HEAD_SUFFIX_ROOM) < 0)
+    if (head_reserve(w, 9 + (size_t)slen + 3 + HEAD_SUFFIX_ROOM) < 0)
         return -1;
     memcpy(w->head, "HTTP/1.1 ", 9);
     memcpy(w->head + 9, s, (size_t)slen);
-    memcpy(w->head + 9 + slen, "\r\n", 2);
-    pos = 9 + (size_t)slen + 2;
+    pos = 9 + (size_t)slen;
+    if (slen == 3)
+        w->head[pos++] = ' '; /* no reason phrase: the SP before it stays (RFC 9112 section 4) */
+    memcpy(w->head + pos, "\r\n", 2);
+    pos += 2;
 
     Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -416,7 +425,13 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
     } else {
         keep = 0; /* HTTP/1.0 and an unknown length: the close delimits the body */
     }
-    if (!keep) {
+    if (sr->status == 101) {
+        /* No HTTP is parsed after a 101: the connection closes after it (a
+         * WSGI app has no upgraded stream to carry). */
+        memcpy(p, "Connection: upgrade\r\n", 21);
+        p += 21;
+        keep = 0;
+    } else if (!keep) {
         memcpy(p, "Connection: close\r\n", 19);
         p += 19;
     } else if (sr->minor_version == 0) {

@@ -612,6 +612,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
 static void parked_free(m0_wsgi_parked *p)
 {
     Py_CLEAR(p->resume.it);
+    m0_wsgi_resume_release(&p->resume);
     PyMem_Free(p);
 }
 
@@ -670,6 +671,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
             }
             /* No memory to wait: the rest of the response is dropped. */
             Py_CLEAR(resume.it);
+            m0_wsgi_resume_release(&resume);
             sr->write_error = -ENOMEM;
             rc = 0;
         }
