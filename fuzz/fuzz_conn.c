@@ -78,7 +78,7 @@ static void sb_put(sbuf *b, const void *p, size_t n)
 }
 
 typedef struct {
-    sbuf body; /* the body bytes the handler framed (or the echo after a 101) */
+    sbuf body;         /* the body bytes the handler framed (or the echo after a 101) */
     uint64_t declared; /* its Content-Length; UINT64_MAX after a 101 */
 } s_framed;
 
@@ -262,8 +262,8 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
         size_t len = arg * 3000 < S_FILE ? arg * 3000 : S_FILE;
         int keep = m0_conn_keep_alive(c);
         char head[200];
-        int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nX-Id: %d\r\nContent-Length: %zu\r\n%s\r\n", id,
-                         len, keep ? "" : "Connection: close\r\n");
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nX-Id: %d\r\nContent-Length: %zu\r\n%s\r\n", id, len,
+                         keep ? "" : "Connection: close\r\n");
         s_framed *f = &w->framed[id];
         f->declared = len;
         sb_put(&f->body, s_file_bytes(), len);

@@ -223,8 +223,7 @@ static int ref_chunk_line(const uint8_t *l, size_t n, uint64_t *size)
  * M0_PARSE_BAD_REQUEST / M0_PARSE_BODY_TOO_LARGE. A prefix may be reported 0
  * where the incremental decoder already knows it is bad (a size line is only
  * judged once its CRLF is there), so 0 is compared loosely. */
-static int ref_chunked(const uint8_t *in, size_t n, uint64_t max_body, uint8_t *out, size_t *out_len,
-                       size_t *consumed)
+static int ref_chunked(const uint8_t *in, size_t n, uint64_t max_body, uint8_t *out, size_t *out_len, size_t *consumed)
 {
     size_t i = 0;
     uint64_t total = 0;
@@ -313,8 +312,8 @@ static void check_chunked_reference(const uint8_t *data, size_t size, uint64_t m
     int ref = ref_chunked(data, size, max_body, want, &want_len, &want_consumed);
     if (ref < 0 && rc != ref)
         abort();
-    if (ref == 1 && (rc != 1 || got_len != want_len || got_consumed != want_consumed ||
-                     memcmp(got, want, want_len) != 0))
+    if (ref == 1 &&
+        (rc != 1 || got_len != want_len || got_consumed != want_consumed || memcmp(got, want, want_len) != 0))
         abort();
     if (rc == 1 && ref != 1)
         abort();

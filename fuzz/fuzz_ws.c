@@ -290,8 +290,8 @@ static void bb_put(bytes_buf *b, const void *p, size_t n)
 
 /* Append one frame to wire through the writer, checking the header against
  * the reference and the masking against a byte-wise XOR. */
-NO_COVERAGE static void write_frame(bytes_buf *wire, int fin, int opcode, const uint8_t *payload, size_t len, const uint8_t *mask,
-                        size_t split)
+NO_COVERAGE static void write_frame(bytes_buf *wire, int fin, int opcode, const uint8_t *payload, size_t len,
+                                    const uint8_t *mask, size_t split)
 {
     uint8_t hdr[M0_WS_MAX_HEADER], ref[M0_WS_MAX_HEADER];
     size_t n = m0_ws_frame_header(hdr, fin, opcode, len, mask);
@@ -406,7 +406,8 @@ static void fuzz_writer(const uint8_t *data, size_t size, uint8_t sel)
     pieces.msg = malloc(wire.len + 1);
     parse_stream(&whole, wire.p, wire.len, masked, 0, NULL, 0);
     parse_stream(&pieces, wire.p, wire.len, masked, 0, data, size < 8 ? size : 8);
-    if (whole.result != M0_WS_INCOMPLETE || whole.len != want.len || (want.len && memcmp(whole.log, want.p, want.len) != 0))
+    if (whole.result != M0_WS_INCOMPLETE || whole.len != want.len ||
+        (want.len && memcmp(whole.log, want.p, want.len) != 0))
         abort();
     if (pieces.result != whole.result || pieces.len != whole.len || memcmp(pieces.log, whole.log, whole.len) != 0)
         abort();
