@@ -505,11 +505,14 @@ ASGI_STATUS = [200, 200, 404, 201, 299, 204, 99, 600, -1, "index", "index_raise"
 if 4 not in UNFIXED:
     ASGI_STATUS.append(101)
 
+HEADER_KINDS = st.sampled_from(
+    ["ok", "ok", "ok", "gen", "str_name", "triple", "iter_raise", "buffer_value", "buffer_raise", "buffer_reenter"]
+)
 ASGI_OP = st.one_of(
     st.tuples(
         st.just("start"),
         st.sampled_from(ASGI_STATUS),
-        st.sampled_from(["ok", "ok", "ok", "gen", "str_name", "triple", "iter_raise"]),
+        HEADER_KINDS,
         st.sampled_from([None, None, 0, 5, 100000]),
     ),
     st.tuples(st.just("body"), SIZES, BYTE, st.sampled_from(MORE), st.sampled_from(BODY_KINDS)),
@@ -544,8 +547,11 @@ def asgi_programs(draw):
         last = ("body", draw(SIZES), draw(BYTE), draw(st.sampled_from(["false", "missing"])), "bytes")
         ops = [("start", draw(st.sampled_from([200, 200, 404, 201, 299])), "ok", None)] + more + [last]
         if mode == "mutated":
-            if draw(st.booleans()):
+            how = draw(st.sampled_from(["insert", "body", "start"]))
+            if how == "insert":
                 ops = insert_some(draw, ops, any_op)
+            elif how == "start":
+                ops[0] = ("start", draw(st.sampled_from(ASGI_STATUS)), draw(HEADER_KINDS), None)
             else:
                 i = draw(st.integers(1, len(ops) - 1))
                 if ops[i][0] == "body":

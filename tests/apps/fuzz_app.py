@@ -113,8 +113,30 @@ if sys.version_info >= (3, 12):
                 raise RuntimeError("__buffer__ raised")
             return memoryview(self.data)
 
+    class ReenterBuffer:
+        """A header value whose __buffer__ sends the whole response through a
+        nested send() (issue 22's suspected http.response.start re-entry)."""
+
+        def __init__(self, send):
+            self.send = send
+
+        def __buffer__(self, flags):
+            for msg in (
+                {"type": "http.response.start", "status": 200, "headers": []},
+                {"type": "http.response.body", "body": b"nested"},
+            ):
+                step = self.send(msg).__await__()
+                try:
+                    next(step)
+                except StopIteration:
+                    pass
+                except Exception:
+                    pass
+            return memoryview(b"v")
+
 else:
     BufferBody = None
+    ReenterBuffer = None
 
 
 # --- WSGI ---------------------------------------------------------------------
@@ -306,7 +328,7 @@ def _body(kind, n, b):
     return data
 
 
-def _headers(kind, cl):
+def _headers(kind, cl, send):
     h = [(b"content-type", b"text/plain")]
     if cl is not None:
         h.append((b"content-length", str(cl).encode()))
@@ -318,6 +340,10 @@ def _headers(kind, cl):
         h.append((b"x-a", b"b", b"c"))
     if kind == "iter_raise":
         return RaisingIter()
+    if kind in ("buffer_value", "buffer_raise"):
+        h.append((b"x-buf", BufferBody(b"v", kind == "buffer_raise") if BufferBody else b"v"))
+    if kind == "buffer_reenter":
+        h.append((b"x-buf", ReenterBuffer(send) if ReenterBuffer else b"v"))
     return h
 
 
@@ -325,7 +351,7 @@ async def _asgi_op(op, receive, send):
     k = op[0]
     if k == "start":
         # ["start", status kind, headers kind, content-length or None]
-        msg = {"type": "http.response.start", "status": _status(op[1]), "headers": _headers(op[2], op[3])}
+        msg = {"type": "http.response.start", "status": _status(op[1]), "headers": _headers(op[2], op[3], send)}
         await send(msg)
     elif k == "body":
         # ["body", n, byte, more kind, body kind]
