@@ -7,7 +7,8 @@
 #   make bench-parser     build and run the parser's microbenchmark (bench/parser/bench_parser.c)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
 #                         with no compiler and serve a request (tools/wheel_check.sh; not part of test)
-#   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
+#   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*,
+#                         then the misbehaving-apps fuzzer for FUZZ_APPS_SECONDS (make fuzz-apps)
 
 PY ?= 3.11
 PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
@@ -26,7 +27,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench bench-parser format clean
+.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
 all: build
 
@@ -88,7 +89,9 @@ test-docs:
 test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
-# prints its executions); each runs even when another fails.
+# prints its executions), then the stateful fuzzer of misbehaving apps runs
+# FUZZ_APPS_SECONDS against real servers (tests/test_fuzz_apps.py prints its
+# programs); each runs even when another fails.
 fuzz: deps
 	mkdir -p fuzz/build
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
@@ -99,7 +102,14 @@ fuzz: deps
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ]
+	$(MAKE) --no-print-directory fuzz-apps; a=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$a -eq 0 ]
+
+# The stateful fuzzer of misbehaving WSGI/ASGI apps (Hypothesis, real server
+# processes); the test suite runs it too, for its default 20 s.
+FUZZ_APPS_SECONDS ?= 60
+fuzz-apps: build
+	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider test_fuzz_apps.py
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).
