@@ -166,6 +166,8 @@ struct m0_conn {
     size_t wcap;
     size_t wlen;
     size_t wpos;
+    int out_stalled; /* a blocking writer stopped waiting for this peer until it drains the queue
+                      * (conn_write.c); the output's owner's */
     int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
                * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
     m0_conn *held_prev;
