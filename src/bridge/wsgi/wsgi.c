@@ -447,14 +447,20 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
 {
     if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status) {
         /* All bytes: the total is known, so Content-Length, and groups of
-         * pieces per writev (the first with the head). No Python code runs
-         * here, so the borrowed items stay valid. Queued whole (the app holds
-         * it in memory anyway): the loop flushes it. */
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
+         * pieces per writev (the first with the head). A blocking write
+         * drops the GIL while it waits for the peer, and another thread may
+         * then change the list (a cache refreshed): the pieces are sent from
+         * a snapshot that holds its own references (a tuple, which nothing
+         * can change; a tuple result is one already, held by the caller), so
+         * the response is the list as the app returned it. */
+        PyObject *snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
+        if (snap == NULL)
+            return -1;
+        Py_ssize_t n = PyTuple_GET_SIZE(snap);
         size_t total = 0;
         int all_bytes = 1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+            PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
             if (!PyBytes_Check(b)) {
                 all_bytes = 0;
                 break;
@@ -469,7 +475,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 !(sr->status < 200 || sr->status == 204 || sr->status == 304))
                 m0_wsgi_declare_length(sr, total);
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+                PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
                 size_t blen = (size_t)PyBytes_GET_SIZE(b);
                 if (blen) {
                     iov[k].iov_base = PyBytes_AS_STRING(b);
@@ -478,15 +484,19 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
-                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow)
+                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow) {
+                        Py_DECREF(snap);
                         return 0;
+                    }
                     k = 0;
                     len = 0;
                 }
             }
             m0_wsgi_send(sr, iov, k, len, 1);
+            Py_DECREF(snap);
             return 0;
         }
+        Py_DECREF(snap);
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
         int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result, park);
         if (rc != 0)
@@ -583,7 +593,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev(sr->c, &iov, 1, 1) < 0)
+                if (m0_conn_writev_final(sr->c, &iov, 1, 1) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
