@@ -722,13 +722,24 @@ static void conn_begin(m0_conn *c)
         return;
     }
     c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
-    /* Expect: 100-continue leaves the choice to the app: it may answer
-     * without the body, and the 100 goes out only when it starts reading. */
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
-                 !c->expect_continue && (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+                 (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
     if (!buffer) {
+        /* A larger body streams to the app. With Expect: 100-continue the
+         * choice is then the app's: it may answer without the body, and the
+         * 100 goes out only when it starts reading (conn_body.c). */
         conn_dispatch(c);
         return;
+    }
+    if (c->expect_continue) {
+        /* A body the loop buffers: the loop answers the 100 itself (unless
+         * the client sent body bytes without waiting for it), so that the
+         * app never waits for the client. */
+        c->continue_sent = 1;
+        if (c->rlen <= c->rpos + c->head_len && m0_conn_send_continue(c, 0) < 0) {
+            m0_conn_close(c, 1);
+            return;
+        }
     }
     c->state = M0_CS_BODY;
     int r = conn_body_buffer(c);
