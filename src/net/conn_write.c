@@ -14,9 +14,13 @@
 #include "conn_int.h"
 
 #define M0_SEND_WINDOW 64
-/* An app running on the loop thread itself (WSGI inline) must not wait for
- * one slow reader: its output is queued up to this much before it waits. */
-#define M0_INLINE_QUEUE_MAX (16 * 1024 * 1024)
+/* A blocking writer (a view) queues up to this much before it waits for its
+ * peer: on the loop thread (inline) it must not wait for one slow reader, and
+ * on a pool thread it must not be held by one (an iterator's response is set
+ * aside instead once more than M0_WRITE_HIGH_WATER is queued, bridge/wsgi).
+ * So a connection queues at most this plus one write; only write() past it,
+ * which cannot be set aside, waits for the peer. */
+#define M0_QUEUE_MAX (16 * 1024 * 1024)
 
 /* Output written by the loop's own thread during a pass (WSGI inline, the
  * native handler, the engine's canned responses) is held in the connection's
@@ -67,7 +71,8 @@ void m0_conn_unhold(m0_conn *c)
 /* How much queued output a blocking writer leaves before it waits. */
 static size_t conn_queue_limit(const m0_conn *c)
 {
-    return c->detached ? M0_WRITE_HIGH_WATER : M0_INLINE_QUEUE_MAX;
+    (void)c;
+    return M0_QUEUE_MAX;
 }
 
 uint64_t m0_conn_now_ms(void)

@@ -190,7 +190,9 @@ struct m0_conn {
     int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
                     * back. Set by the loop, cleared when it takes it back; read by the owner (all
                     * under done_lock) */
-    int done_keep; /* done_*: written by the owner before done_lock, read by the loop after it */
+    int done_keep;   /* done_*: written by the owner before done_lock, read by the loop after it */
+    int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
+    int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
     int done_status;
     uint64_t done_bytes;
     uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */

@@ -82,3 +82,23 @@ def app(environ, start_response):
         return CACHED
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "13")])
     return [b"Hello, world!"]
+
+
+def _pieces(n, size):
+    piece = b"g" * size
+    for _ in range(n // size):
+        yield piece
+
+
+def big_app(environ, start_response):
+    """/gen?n=N: N bytes from a generator of 64 KiB pieces; /list?n=N: a list of them; else hello."""
+    path = environ.get("PATH_INFO", "")
+    q = _q(environ)
+    n = int(q.get("n", str(8 << 20)))
+    if path == "/gen":
+        start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(n))])
+        return _pieces(n, 65536)
+    if path == "/list":
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return list(_pieces(n, 65536))
+    return app(environ, start_response)

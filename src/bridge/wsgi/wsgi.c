@@ -379,11 +379,23 @@ static int result_close(m0_wsgi *w, PyObject *result)
     return 0;
 }
 
-/* Whether this request's sending may stop and resume when the peer reads
- * (inline mode: the loop thread must not wait on one client). */
+/* Whether this request's sending may stop and resume when the peer reads:
+ * neither the loop thread (inline) nor a pool thread waits on one client.
+ * An iterator's response is set aside with more than M0_WRITE_HIGH_WATER
+ * queued, so it queues at most that plus one item. */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return !sr->w->pooled && sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+    return sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+}
+
+/* Set the connection aside until its peer reads: parked by the loop thread
+ * itself (inline), or handed back to the loop by a pool thread. */
+static void conn_set_aside(m0_wsgi *w, m0_conn *c)
+{
+    if (w->pooled)
+        m0_conn_set_aside(c);
+    else
+        m0_conn_park(c);
 }
 
 /* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
@@ -675,7 +687,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
                 p->resume = resume;
                 w->active = outer;
                 m0_conn_set_data(c, p);
-                m0_conn_park(c);
+                conn_set_aside(w, c);
                 return 1;
             }
             /* No memory to wait: the rest of the response is dropped. */
@@ -703,7 +715,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
         rc = 1;
     if (rc == 1 && sr->c != NULL) {
         w->active = outer;
-        m0_conn_park(c);
+        conn_set_aside(w, c);
         return;
     }
     m0_conn *live = sr->c;
@@ -750,9 +762,29 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
 
 const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event};
 
+/* A pool thread: a queued request, or a set-aside response whose peer read
+ * its queue (resumed by whichever thread is free) or went away (its
+ * objects released here, with the GIL). */
 void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
 {
-    wsgi_on_request(w, c, m0_conn_request(c));
+    m0_wsgi_parked *p = m0_conn_data(c);
+    if (p == NULL) {
+        wsgi_on_request(w, c, m0_conn_request(c));
+        return;
+    }
+    if (!m0_conn_closed(c)) {
+        wsgi_resume(w, c, p);
+        return;
+    }
+    p->sr->c = NULL;
+    if (p->sr->input != NULL)
+        p->sr->input->c = NULL;
+    m0_conn_set_data(c, NULL);
+    m0_wsgi_sr *psr = p->sr;
+    PyObject *result = p->result, *wr = p->wr;
+    m0_wsgi_input *in = p->in;
+    parked_free(p);
+    request_end(w, c, m0_conn_request(c), psr, wr, in, result, 0, w->active); /* hands c back */
 }
 
 /* Loop thread, without the GIL: hand the request to the pool. */
@@ -774,4 +806,24 @@ static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
     return 1;
 }
 
-const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, NULL};
+/* Loop thread, without the GIL: a set-aside response (its m0_wsgi_parked
+ * is the connection's data) goes back to the pool when its peer drained the
+ * queue, or when the connection closed (its objects need the GIL). */
+static void wsgi_pool_on_event(void *ctx, m0_conn *c, int what)
+{
+    m0_workq *q = ctx;
+    if (m0_conn_data(c) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
+        return;
+    if (what == M0_CONN_CLOSED)
+        m0_conn_hand_closed(c);
+    else
+        m0_conn_detach(c);
+    if (m0_workq_push(q, c) < 0) {
+        /* No memory for the queue: the response's objects stay (a leak),
+         * the connection is given up. */
+        m0_conn_set_data(c, NULL);
+        m0_conn_complete(c, 0, 500, 0);
+    }
+}
+
+const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, wsgi_pool_on_event};
