@@ -161,7 +161,19 @@ struct m0_conn {
     uint64_t discard_budget;
     m0_chunked_decoder dec;
 
-    /* write buffer: [wpos, wlen) not yet sent */
+    /* Output. write buffer: [wpos, wlen) queued, not yet sent. It has one
+     * owner at a time, the only thread that appends to it or sends from it
+     * (through conn_send, conn_write.c, the one routine that sends):
+     *  - the loop thread while the connection is attached: the loop's own
+     *    writes and those of a view it runs (inline), the EPOLLOUT flush
+     *    (m0_conn_flush) and the pass-end flush of held output;
+     *  - from m0_conn_detach (which sends held output first) until the loop
+     *    takes the connection back (m0_conn_complete, m0_conn_set_aside),
+     *    the thread that owns the request: its writes, its waits for input
+     *    (m0_conn_wait sends while it waits) and its final bytes left for
+     *    the loop (pool_held), which the loop sends once it has it back.
+     * So the loop never reads these fields of a detached connection
+     * (m0_conn_interest and conn_io_cb return first). */
     char *wbuf;
     size_t wcap;
     size_t wlen;
