@@ -239,9 +239,20 @@ def test_slow_readers_hold_no_thread(serve, mode, path):
         time.sleep(0.5)
         took = [timed_hello(srv, timeout=5) for _ in range(5)]
         assert max(took) < 1.0, took
-        for h in hogs:
-            status, _, body, _ = read_response(h, timeout=30)
-            assert status == 200 and len(body) == n and body.count(b"g") == n
+        # Then they all read at once (one after the other, the last would meet --send-timeout).
+        results = []
+
+        def drain(h):
+            h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            status, _, body, _ = read_response(h, timeout=60)
+            results.append((status, len(body), body.count(b"g")))
+
+        readers = [threading.Thread(target=drain, args=(h,), daemon=True) for h in hogs]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(90)
+        assert results == [(200, n, n)] * 4
     finally:
         for h in hogs:
             h.close()
