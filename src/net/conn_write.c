@@ -491,6 +491,10 @@ void m0_server_flush_held(void *arg)
             continue;
         c->refs++;
         m0_conn_flush(c);
+        if (c->detached) {
+            m0_conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
+            continue;
+        }
         if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
             m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* as a write that found the socket full */
         if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
