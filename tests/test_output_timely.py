@@ -131,7 +131,9 @@ def read_counted(s, n, deadline):
 def test_bytes_written_leave_while_the_view_sleeps(serve, mode):
     """write(8 MiB), then the view sleeps 3 s: a client reading at full speed has every byte
     well before the sleep ends (the control left up to the whole write queued until the view
-    returned: the last bytes after 3 s). The bound, 2 s, leaves a second of margin."""
+    returned: the last bytes after 3 s). The bound, 2 s, leaves a second of margin. The writer
+    stops waiting for a peer that takes nothing for 200 ms (pool) or 50 ms (inline: the loop
+    waits with it), so a client descheduled that long leaves the rest for the view's end."""
     srv = serve("output_app:app", *MODES[mode])
     n = 8 << 20
     with socket.socket() as s:

@@ -277,14 +277,16 @@ static int conn_flush_until(m0_conn *c, size_t keep)
 /* A blocking writer returns once its bytes are in the kernel while the peer
  * keeps taking them: nothing it produced should wait for its next call
  * (DESIGN.md section 2), and when it returns it may block on anything else.
- * It waits for the socket at most M0_WRITE_STALL_MS at a time and
- * M0_WRITE_FLUSH_MS per write. A peer that takes nothing for the stall has a
- * socket-full of bytes to read; a slow one must not hold the thread (inline:
- * the loop). Either way the writer stops waiting (c->out_stalled) until the
+ * It waits for the socket at most a stall at a time (M0_WRITE_STALL_MS on a
+ * pool thread, M0_WRITE_STALL_LOOP_MS on the loop's, where every connection
+ * waits with it) and M0_WRITE_FLUSH_MS per write. A peer that takes nothing
+ * for a stall has a socket-full of bytes to read; a slow one must not hold
+ * the thread. Either way the writer stops waiting (c->out_stalled) until the
  * peer catches up with the whole queue, and the rest stays queued (up to the
  * queue limit) for its next write, its next wait for input (m0_conn_wait)
  * or the loop once the response ends. 0 or -errno. */
-#define M0_WRITE_STALL_MS 50
+#define M0_WRITE_STALL_MS 200
+#define M0_WRITE_STALL_LOOP_MS 50
 #define M0_WRITE_FLUSH_MS 1000
 static int conn_flush_keeping_up(m0_conn *c)
 {
@@ -296,7 +298,7 @@ static int conn_flush_keeping_up(m0_conn *c)
         uint64_t now = m0_conn_now_ms();
         if (until == 0)
             until = now + M0_WRITE_FLUSH_MS;
-        uint64_t stall = now + M0_WRITE_STALL_MS;
+        uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
         int w = now < until ? m0_conn_wait(c, POLLOUT, stall < until ? stall : until) : -ETIMEDOUT;
         if (w == -ETIMEDOUT)
             c->out_stalled = 1;
