@@ -561,6 +561,10 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     }
     if (events & EPOLLOUT)
         m0_conn_flush(c);
+    if (c->detached) {
+        m0_conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */
+        return;
+    }
     if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         if ((c->flags & M0_CF_CLOSE_AFTER) && !(events & (EPOLLHUP | EPOLLERR))) {
             /* flushing before a close: input waits */
@@ -744,13 +748,24 @@ static void conn_begin(m0_conn *c)
         return;
     }
     c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
-    /* Expect: 100-continue leaves the choice to the app: it may answer
-     * without the body, and the 100 goes out only when it starts reading. */
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
-                 !c->expect_continue && (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+                 (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
     if (!buffer) {
+        /* A larger body streams to the app. With Expect: 100-continue the
+         * choice is then the app's: it may answer without the body, and the
+         * 100 goes out only when it starts reading (conn_body.c). */
         conn_dispatch(c);
         return;
+    }
+    if (c->expect_continue) {
+        /* A body the loop buffers: the loop answers the 100 itself (unless
+         * the client sent body bytes without waiting for it), so that the
+         * app never waits for the client. */
+        c->continue_sent = 1;
+        if (c->rlen <= c->rpos + c->head_len && m0_conn_send_continue(c, 0) < 0) {
+            m0_conn_close(c, 1);
+            return;
+        }
     }
     c->state = M0_CS_BODY;
     int r = conn_body_buffer(c);
@@ -989,6 +1004,9 @@ void m0_conn_park(m0_conn *c)
     m0_conn_interest(c);
 }
 
+static void conn_finish_completed(m0_conn *c);
+static void conn_hand_back(m0_conn *c, int urgent);
+
 void m0_conn_detach(m0_conn *c)
 {
     /* The epoll interest is left as it is (no syscall per request): an event
@@ -1017,6 +1035,32 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
                  __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+    conn_hand_back(c, urgent);
+}
+
+void m0_conn_set_aside(m0_conn *c)
+{
+    c->done_parked = 1;
+    c->done_next = NULL;
+    conn_hand_back(c, 1); /* its queued output waits for the loop */
+}
+
+void m0_conn_hand_closed(m0_conn *c)
+{
+    c->refs++; /* dropped when it comes back (conn_finish_completed) */
+    c->done_closed = 1;
+    c->detached = 1;
+}
+
+int m0_conn_closed(const m0_conn *c)
+{
+    return c->state == M0_CS_CLOSED;
+}
+
+/* The owner gives c back to the loop (the done list), waking it when urgent. */
+static void conn_hand_back(m0_conn *c, int urgent)
+{
+    m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)
         srv->done_tail->done_next = c;
@@ -1030,8 +1074,6 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     else
         m0_async_post(&srv->wake);
 }
-
-static void conn_finish_completed(m0_conn *c);
 
 /* Loop thread: finish the responses other threads completed. */
 void m0_conn_take_completed(m0_server *srv)
@@ -1070,9 +1112,19 @@ static void conn_finish_completed(m0_conn *c)
         c->done_next = NULL;
         c->detached = 0;
         c->muted = 0;
-        if (c->abort_after) {
+        if (c->done_closed) {
+            /* Closed while a thread released its handler state: free now. */
+            c->done_closed = c->done_parked = 0;
+            m0_conn_release(c);
+        } else if (c->done_parked && !c->abort_after) {
+            /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
+            c->done_parked = 0;
+            c->pool_held = 0;
+            m0_conn_park(c);
+        } else if (c->abort_after) {
             /* Its request ends as any other (in-flight gauge, duration,
              * access-log line), then the connection closes (m0_conn_finish). */
+            c->done_parked = 0;
             c->pool_held = 0;
             m0_conn_finish(c, 0, c->done_status, c->done_bytes);
         } else {

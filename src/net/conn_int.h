@@ -45,7 +45,10 @@ size_t m0_conn_log_slot_size(const m0_server *srv);
  * asks for from its head. Only called when cfg.access_log_format is set. */
 void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 
-/* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
+/* conn_write.c: the output. Every byte leaves through one routine
+ * (conn_send), called only by the owner of the connection's queued output:
+ * the rule is beside the write buffer's fields (server_int.h).
+ * m0_conn_flush: send the write buffer without blocking (EPOLLOUT). */
 void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
 void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */

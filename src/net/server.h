@@ -241,6 +241,20 @@ void m0_conn_detach(m0_conn *c);
  * finishes the response (flushes what is queued, keep-alive, the next
  * pipelined request) at its next pass. The caller must not touch c after. */
 void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+/* The owning thread's m0_conn_park: its response waits for the peer (more
+ * than M0_WRITE_HIGH_WATER queued), so the thread goes back to work. The
+ * loop takes the connection back unfinished and parks it; once the peer
+ * drained the queue the handler gets M0_CONN_WRITABLE on the loop's thread,
+ * and may hand the connection to a thread again (m0_conn_detach); a close
+ * meanwhile gives it M0_CONN_CLOSED there. The caller must not touch c after. */
+void m0_conn_set_aside(m0_conn *c);
+/* Loop thread, inside on_event(M0_CONN_CLOSED) for a connection whose
+ * handler state needs another thread to be released (a set-aside response
+ * of the pool): c stays allocated, owned by that thread, which hands it back
+ * with m0_conn_complete (the loop then frees it). */
+void m0_conn_hand_closed(m0_conn *c);
+/* Whether c was closed (the peer went away, or the server aborted it). */
+int m0_conn_closed(const m0_conn *c);
 
 /* After a 101 response: the connection becomes a raw byte stream.
  * m0_conn_body_read then returns raw bytes until EOF; no more requests are

@@ -249,6 +249,23 @@ static void test_100_continue(void)
     CHECK(h_responses(h.out, h.out_len, &why) == 1);
     h_close(&h);
 
+    /* A body within body_buffer_size: the loop answers the 100 and reads
+     * the body before the handler runs (it never waits for the client). */
+    CHECK(h_open(&h, &c0) == 0);
+    const char *ask = "POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n";
+    h_send(&h, ask, strlen(ask));
+    h_run(&h, 0);
+    CHECK(h.out_len == 25 && memcmp(h.out, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0);
+    CHECK(h.conn != NULL && h.conn->state == M0_CS_BODY);
+    h_send(&h, "abcde", 5);
+    h_run(&h, 0);
+    CHECK(h_responses(h.out + 25, h.out_len - 25, &why) == 1);
+    CHECK(memmem(h.out + 25, h.out_len - 25, "100 Continue", 12) == NULL);
+    h_close(&h);
+
+    /* A larger body streams: the app decides about the 100. */
+    c0.body_buffer_size = 2;
+
     /* The handler answers before reading: no 100 inside its response, and
      * the connection closes after it. */
     CHECK(h_open(&h, &c0) == 0);

@@ -507,9 +507,11 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
     }
     if (k == 0)
         return 0;
-    /* The response's last bytes: the iterable ended, or the Content-Length is reached. */
-    int last = final || (!sr->no_body && sr->content_length >= 0 && sr->sent + len >= (uint64_t)sr->content_length);
-    int rc = last ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
+    /* Only the response's end may be left for the loop (m0_conn_writev_final):
+     * the iterable ended. Bytes that reach the Content-Length are complete
+     * too, but the app runs on (the iterator's next item, its close) and
+     * may block: they leave now. */
+    int rc = final ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;
