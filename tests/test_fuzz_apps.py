@@ -59,7 +59,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 # Issue 22's defects that are still open on this branch. Generated programs
 # never use the ops that reproduce them; their reproducers are strict xfails.
 UNFIXED = {
-    1: "WSGI cached list mutated while a blocking write runs (issue 22 defect 1)",
     # Found by this fuzzer:
     6: "the app's Content-Length is sent on a 204 (RFC 9110 8.6: MUST NOT)",
 }
