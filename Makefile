@@ -3,16 +3,28 @@
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
+#   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
+#   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
 #                         with no compiler and serve a request (tools/wheel_check.sh; not part of test)
 #   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
 
 PY ?= 3.11
+# The free-threaded interpreter (PY=3.13t): built once, outside the repository, by
+# `make python-ft` (tools/build_python_ft.sh; ~5 minutes on 2 cores), then reused.
+FT_PREFIX ?= $(HOME)/.cache/m0serve/python3.13t
+ifeq ($(PY),3.13t)
+PYTHON := $(FT_PREFIX)/bin/python3.13t
+FT_DEP := python-ft
+REQUIREMENTS := requirements-test-ft.txt
+else
+REQUIREMENTS := requirements-test.txt
 PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 	elif command -v pyenv >/dev/null 2>&1 && [ -x "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python" ]; then \
 	  echo "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python"; \
 	else command -v python$(PY) || command -v python3; fi)
+endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy
@@ -25,7 +37,9 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
+PYTEST_ARGS ?=
+
+.PHONY: all deps python-ft venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
 
 all: build
 
@@ -38,10 +52,13 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(VENV)/.ok: requirements-test.txt
+python-ft:
+	tools/build_python_ft.sh $(FT_PREFIX)
+
+$(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -r requirements-test.txt
+	$(VPY) -m pip install -q -r $(REQUIREMENTS)
 	touch $@
 
 venv: $(VENV)/.ok
@@ -76,7 +93,7 @@ test-c: deps
 	./tests/c/build/test_handoff
 
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
+	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider $(or $(PYTEST_ARGS),.)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:

@@ -4,8 +4,9 @@
  * Per-request objects. start_response (m0_wsgi_sr), its write() callable
  * (m0_wsgi_write) and wsgi.input (m0_wsgi_input) are Python objects created
  * once per server and reused for the next request when nothing but the bridge
- * still references them (refcount check); otherwise a fresh trio is made, so
- * an app that keeps them never sees a later request. When a request ends the
+ * still references them (refcount check, GIL builds only: see trio_reusable in
+ * wsgi.c); otherwise, and always on a free-threaded build, a fresh trio is
+ * made, so an app that keeps them never sees a later request. When a request ends the
  * bridge marks its objects inactive: a stale start_response or write() raises,
  * a stale wsgi.input reads b"".
  *
