@@ -1,7 +1,9 @@
 """What one asyncio loop per thread would give an ASGI worker with --threads: T threads, each
 running its own asyncio event loop through the same task-heavy work (per request an ASGI server
 creates a task, a future or two and a few callbacks), against one thread doing T times that work
-alone, in the same run, alternated. Prints the work per second of each arm and the ratio.
+alone, in the same run, alternated. Prints each arm's requests per second, per CPU-second and the
+cores it used, and the ratios: on a shared machine the cores an arm gets vary, the CPU-second per
+request says whether the loops pay for running beside each other.
 
     python tools/asyncio_threads.py [--threads 2] [--tasks 20000] [--rounds 3]
 
@@ -31,13 +33,15 @@ async def batch(n):
 
 
 def run_loops(threads, tasks):
+    """(requests per second, requests per CPU-second, cores used)."""
     ths = [threading.Thread(target=lambda: asyncio.run(batch(tasks))) for _ in range(threads)]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for t in ths:
         t.start()
     for t in ths:
         t.join()
-    return threads * tasks / (time.perf_counter() - t0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return threads * tasks / wall, threads * tasks / cpu, cpu / wall
 
 
 def main():
@@ -52,11 +56,14 @@ def main():
     for _ in range(a.rounds):
         one.append(run_loops(1, a.tasks * a.threads))
         many.append(run_loops(a.threads, a.tasks))
-    m1, mt = statistics.median(one), statistics.median(many)
-    print(f"python {sys.version.split()[0]} gil={'on' if gil else 'off'}")
-    print(f"1 loop:  {m1:,.0f} requests/s  (rounds: {', '.join(f'{x:,.0f}' for x in one)})")
-    print(f"{a.threads} loops: {mt:,.0f} requests/s  (rounds: {', '.join(f'{x:,.0f}' for x in many)})")
-    print(f"ratio {a.threads} loops / 1 loop: {mt / m1:.2f}")
+    print(f"python {sys.version.split()[0]} gil={'on' if gil else 'off'}, {a.rounds} rounds, medians")
+    for name, arm in (("1 loop", one), (f"{a.threads} loops", many)):
+        rps, per_cpu, cores = (statistics.median(x[i] for x in arm) for i in range(3))
+        print(f"{name:8}: {rps:9,.0f} requests/s  {per_cpu:9,.0f} requests/CPU-s  {cores:.2f} cores"
+              f"  (requests/s: {', '.join(f'{x[0]:,.0f}' for x in arm)})")
+    ratio = statistics.median(x[0] for x in many) / statistics.median(x[0] for x in one)
+    cpu_ratio = statistics.median(x[1] for x in many) / statistics.median(x[1] for x in one)
+    print(f"{a.threads} loops / 1 loop: {ratio:.2f}x requests/s, {cpu_ratio:.2f}x requests per CPU-second")
 
 
 if __name__ == "__main__":
