@@ -5,6 +5,7 @@
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
 #   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
+#   make tsan-threads PY=3.13t  the extension under ThreadSanitizer, --threads 2 under wrk (tools/tsan_threads.sh)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
 #                         with no compiler and serve a request (tools/wheel_check.sh; not part of test)
@@ -38,8 +39,15 @@ FUZZ_SECONDS ?= 60
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
 PYTEST_ARGS ?=
+TSAN_SECONDS ?= 5
+# What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
+# --threads / --blocking-threads test.
+FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
+	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
+	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
+	test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
 
 all: build
 
@@ -52,7 +60,10 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-python-ft:
+# CPython's build dependencies (the modules the tests use: ssl, sqlite3, ctypes...).
+python-ft: SYSTEM_PACKAGES += gcc make libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev \
+	libreadline-dev libgdbm-dev uuid-dev
+python-ft: deps
 	tools/build_python_ft.sh $(FT_PREFIX)
 
 $(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
@@ -91,6 +102,16 @@ test-c: deps
 	./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
 	./tests/c/build/test_handoff
+
+# The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
+# tests skip on a GIL build).
+test-ft: build
+	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider -rs $(FT_TESTS)
+
+# gcc's ThreadSanitizer runtime (libtsan2), preloaded into the interpreter.
+tsan-threads: SYSTEM_PACKAGES += libtsan2
+tsan-threads: deps build
+	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider $(or $(PYTEST_ARGS),.)
