@@ -62,7 +62,7 @@ deps:
 
 # CPython's build dependencies (the modules the tests use: ssl, sqlite3, ctypes...).
 python-ft: SYSTEM_PACKAGES += gcc make libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev \
-	libreadline-dev libgdbm-dev uuid-dev
+	libreadline-dev uuid-dev
 python-ft: deps
 	tools/build_python_ft.sh $(FT_PREFIX)
 
