@@ -3,6 +3,9 @@
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
+#   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
+#   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
+#   make tsan-threads PY=3.13t  the extension under ThreadSanitizer, --threads 2 under wrk (tools/tsan_threads.sh)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make bench-parser     build and run the parser's microbenchmark (bench/parser/bench_parser.c)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
@@ -11,10 +14,20 @@
 #                         then the misbehaving-apps fuzzer for FUZZ_APPS_SECONDS (make fuzz-apps)
 
 PY ?= 3.11
+# The free-threaded interpreter (PY=3.13t): built once, outside the repository, by
+# `make python-ft` (tools/build_python_ft.sh; ~5 minutes on 2 cores), then reused.
+FT_PREFIX ?= $(HOME)/.cache/m0serve/python3.13t
+ifeq ($(PY),3.13t)
+PYTHON := $(FT_PREFIX)/bin/python3.13t
+FT_DEP := python-ft
+REQUIREMENTS := requirements-test-ft.txt
+else
+REQUIREMENTS := requirements-test.txt
 PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 	elif command -v pyenv >/dev/null 2>&1 && [ -x "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python" ]; then \
 	  echo "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python"; \
 	else command -v python$(PY) || command -v python3; fi)
+endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := wrk clang clang-format libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy
@@ -27,7 +40,16 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
+PYTEST_ARGS ?=
+TSAN_SECONDS ?= 5
+# What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
+# --threads / --blocking-threads test.
+FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
+	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
+	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
+	test_readiness.py::test_shutdown_delay_with_threads
+
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
 all: build
 
@@ -40,10 +62,16 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(VENV)/.ok: requirements-test.txt
+# CPython's build dependencies (the modules the tests use: ssl, sqlite3, ctypes...).
+python-ft: SYSTEM_PACKAGES += gcc make libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev \
+	libreadline-dev uuid-dev
+python-ft: deps
+	tools/build_python_ft.sh $(FT_PREFIX)
+
+$(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -r requirements-test.txt
+	$(VPY) -m pip install -q -r $(REQUIREMENTS)
 	touch $@
 
 venv: $(VENV)/.ok
@@ -79,8 +107,18 @@ test-c: deps
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
 	./tests/c/build/test_handoff
 
+# The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
+# tests skip on a GIL build).
+test-ft: build
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -rs $(FT_TESTS)
+
+# gcc's ThreadSanitizer runtime (libtsan2), preloaded into the interpreter.
+tsan-threads: SYSTEM_PACKAGES += libtsan2
+tsan-threads: deps build
+	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
+
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider . ../bench/tests
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider $(or $(PYTEST_ARGS),. ../bench/tests)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:

@@ -57,7 +57,12 @@ static void core_free(void *module)
 
 static PyModuleDef_Slot core_slots[] = {
     {Py_mod_exec, core_exec},
-#ifdef Py_mod_gil
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded build: the engine needs no GIL (docs/ARCHITECTURE.md,
+     * "Free-threaded builds": every piece of shared state and how it is
+     * guarded). A GIL build ignores the slot's value. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#elif defined(Py_mod_gil)
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

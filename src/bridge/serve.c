@@ -50,7 +50,7 @@ struct m0_server_object {
      * hold the GIL, never from inside a connection callback. */
     PyObject *access_log;
     int access_log_fd;
-    int access_log_flushing;   /* a flush is calling the callable (GIL-protected) */
+    int access_log_flushing;   /* atomic: a thread is flushing (see server_flush_access_log) */
     uint64_t access_log_read;  /* memfd offset up to which lines were handed over */
     uint64_t access_log_freed; /* memfd pages below this offset were given back */
     /* The compiled access_log_format (NULL: the engine's own line). */
@@ -67,7 +67,7 @@ struct m0_server_object {
     PyThreadState *wait_state; /* the thread state saved around epoll_wait */
     int pass_nogil;            /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
     int shutdown_requested;    /* atomic: set by shutdown() from any thread */
-    int serving;
+    int serving;                  /* atomic: a thread is inside serve() */
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
@@ -242,15 +242,16 @@ static int server_access_log_init(ServerObject *self, PyObject *access_log, int 
  * The loop thread appends (O_APPEND) and may run without the GIL (blocking
  * pool), so the reader never truncates: it keeps its offset, takes only
  * whole lines (a line being written may be half there), and gives the pages
- * it has read back with FALLOC_FL_PUNCH_HOLE. Readers are serialised by the
- * GIL and access_log_flushing, so lines reach the callable in order. An
+ * it has read back with FALLOC_FL_PUNCH_HOLE. Readers are serialised by
+ * access_log_flushing, taken by compare-and-swap (a free-threaded build has
+ * no GIL to do it; a reader that finds it taken leaves the lines to the
+ * thread flushing, or to the next pass), so lines reach the callable in order
+ * and access_log_read/freed have one writer at a time. An
  * exception of the callable is reported as unraisable: the log must not stop
  * the server. */
-static void server_flush_access_log(ServerObject *self)
+static void server_flush_access_log_held(ServerObject *self)
 {
     struct stat st;
-    if (self->access_log_fd < 0 || self->access_log == NULL || self->access_log_flushing)
-        return;
     if (fstat(self->access_log_fd, &st) < 0 || (uint64_t)st.st_size <= self->access_log_read)
         return;
     size_t avail = (size_t)((uint64_t)st.st_size - self->access_log_read);
@@ -286,15 +287,23 @@ static void server_flush_access_log(ServerObject *self)
     PyMem_Free(buf);
     PyObject *r = NULL;
     if (text != NULL) {
-        self->access_log_flushing = 1;
         r = PyObject_CallOneArg(callable, text);
-        self->access_log_flushing = 0;
         Py_DECREF(text);
     }
     if (r == NULL)
         PyErr_WriteUnraisable(callable);
     Py_XDECREF(r);
     Py_DECREF(callable);
+}
+
+static void server_flush_access_log(ServerObject *self)
+{
+    int idle = 0;
+    if (self->access_log_fd < 0 || self->access_log == NULL ||
+        !__atomic_compare_exchange_n(&self->access_log_flushing, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    server_flush_access_log_held(self);
+    __atomic_store_n(&self->access_log_flushing, 0, __ATOMIC_RELEASE);
 }
 
 /* The handler for the interface: the switch point for every bridge. */
@@ -843,16 +852,17 @@ static PyObject *server_serve_pool(ServerObject *self)
 
 static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->serving) {
+    /* Taken by exchange: two threads calling serve() on one object at once
+     * (no GIL orders them on a free-threaded build) must not both run it. */
+    if (__atomic_exchange_n(&self->serving, 1, __ATOMIC_ACQ_REL)) {
         PyErr_SetString(PyExc_RuntimeError, "serve() is already running");
         return NULL;
     }
-    self->serving = 1;
     __atomic_store_n(&self->serving_thread, PyThread_get_thread_ident(), __ATOMIC_RELEASE);
     if (self->workq != NULL) {
         PyObject *r = server_serve_pool(self);
         __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-        self->serving = 0;
+        __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
         return r;
     }
     for (;;) {
@@ -862,7 +872,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         if (r < 0 && r != -EINTR) {
             m0_server_abort(self->srv);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-            self->serving = 0;
+            __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
             return server_errno(r);
         }
         if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
@@ -876,13 +886,13 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
             m0_server_abort(self->srv);
             __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-            self->serving = 0;
+            __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
             m0_exc_restore(exc);
             return NULL;
         }
     }
     __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-    self->serving = 0;
+    __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
 

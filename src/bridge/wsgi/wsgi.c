@@ -118,13 +118,35 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
     return in;
 }
 
+/* Whether the server's own trio may serve the next request: the previous
+ * request is over and nothing but the bridge holds any of the three (an app
+ * that kept one must never see a later request through it).
+ *
+ * With the GIL, the refcounts prove it: the bridge holds sr twice (w->sr and
+ * write's sr) and the others once, and no other thread can take a reference
+ * while this one holds the GIL. On a free-threaded build a refcount read is
+ * no proof of ownership (another thread may be taking a reference from a
+ * container, or the count is split between the owner thread's local field
+ * and the shared one): there the trio is never reused, each request gets
+ * objects no other request ever sees, and the app's references keep them
+ * alive as long as it likes. */
+static int trio_reusable(const m0_wsgi *w)
+{
+#ifdef Py_GIL_DISABLED
+    (void)w;
+    return 0;
+#else
+    return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 &&
+           Py_REFCNT(w->input) == 1;
+#endif
+}
+
 /* New references to a start_response, its write() and a wsgi.input for one
- * request: the server's own trio when nothing else holds it, else a new one
- * (which becomes the server's). */
+ * request: the server's own trio when trio_reusable, else a new one (which
+ * becomes the server's). */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
-    if (!(w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 &&
-          Py_REFCNT(w->input) == 1)) {
+    if (!trio_reusable(w)) {
         m0_wsgi_sr *nsr = m0_wsgi_sr_new(w->st);
         PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
         m0_wsgi_input *nin = nwr != NULL ? input_new(w->st) : NULL;
@@ -262,7 +284,14 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
     w->app = Py_NewRef(src->app);
     w->logger = Py_NewRef(src->logger);
     w->errors = Py_NewRef(src->errors);
-    w->template = Py_NewRef(src->template); /* only ever copied */
+    /* A copy of its own: each request copies the template, and on a
+     * free-threaded build copying one dict from several threads at once
+     * serialises them on the dict's lock. */
+    w->template = PyDict_Copy(src->template);
+    if (w->template == NULL) {
+        m0_wsgi_free(w);
+        return NULL;
+    }
     w->server_header = src->server_header;
     w->multithread = src->multithread;
     w->pooled = 1;
