@@ -59,8 +59,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 # Issue 22's defects that are still open on this branch. Generated programs
 # never use the ops that reproduce them; their reproducers are strict xfails.
 UNFIXED = {
-    # Found by this fuzzer:
-    6: "the app's Content-Length is sent on a 204 (RFC 9110 8.6: MUST NOT)",
+    # Empty while every known defect is fixed. Defect 6 (the app's Content-Length
+    # sent on a 204, RFC 9110 8.6) was found by this fuzzer.
 }
 # FUZZ_APPS_DEFECTS=1,2: generate those defects' ops too (to check a fix, or
 # that the fuzzer finds them).

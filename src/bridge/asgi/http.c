@@ -292,7 +292,7 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
     m0_head_fields f = {.content_length = -1};
     Py_INCREF(headers);
     int r =
-        m0_head_add_asgi_fields(&h->head, headers, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0, &f, h->base.asgi->logger);
+        m0_head_add_asgi_fields(&h->head, headers, m0_head_own_for_status(code), &f, h->base.asgi->logger);
     Py_DECREF(headers);
     if (r < 0)
         return -1;

@@ -116,6 +116,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
         return -1;
     }
+    unsigned own = m0_head_own_for_status(code);
     if (head_reserve(w, 9 + (size_t)slen + 3 + HEAD_SUFFIX_ROOM) < 0)
         return -1;
     memcpy(w->head, "HTTP/1.1 ", 9);
@@ -142,7 +143,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         const char *value = latin1_view(ovalue, &vlen, "header value");
         if (value == NULL)
             return -1;
-        switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0)) {
+        switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, own)) {
         case M0_FIELD_KEEP:
             break;
         case M0_FIELD_DROP:
