@@ -291,8 +291,7 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
      * the send() awaitable, h by the awaitable too; headers is held here. */
     m0_head_fields f = {.content_length = -1};
     Py_INCREF(headers);
-    int r =
-        m0_head_add_asgi_fields(&h->head, headers, m0_head_own_for_status(code), &f, h->base.asgi->logger);
+    int r = m0_head_add_asgi_fields(&h->head, headers, m0_head_own_for_status(code), &f, h->base.asgi->logger);
     Py_DECREF(headers);
     if (r < 0)
         return -1;
