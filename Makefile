@@ -15,15 +15,17 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 	else command -v python$(PY) || command -v python3; fi)
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy
+SYSTEM_PACKAGES := wrk clang libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
 CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
 CFLAGS_FUZZ := -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
-# Every file of src/net (the connection tests and fuzzer link the whole layer).
+# Every file of src/net (the connection tests and fuzzer link the whole layer, and
+# with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
+NET_LIBS := -lssl -lcrypto
 
 .PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
 
@@ -68,11 +70,11 @@ test-c: deps
 	./tests/c/build/test_access_log
 	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
 	./tests/c/build/test_metrics
-	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread
+	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_conn
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
-	clang $(CFLAGS_TSAN) -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
+	clang $(CFLAGS_TSAN) -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
 	./tests/c/build/test_handoff
 
 test-py: build
@@ -90,7 +92,7 @@ fuzz: deps
 	mkdir -p fuzz/build
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
-	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \

@@ -45,7 +45,7 @@ int m0_conn_release_held(m0_conn *c)
 {
     m0_conn_unhold(c);
     while (c->wpos < c->wlen) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        ssize_t n = m0_conn_send(c, c->wbuf + c->wpos, c->wlen - c->wpos);
         if (n > 0) {
             c->wpos += (size_t)n;
             continue;
@@ -194,7 +194,7 @@ static int conn_wait_writable(m0_conn *c)
 static int conn_flush_until(m0_conn *c, size_t keep)
 {
     while (c->wlen - c->wpos > keep) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        ssize_t n = m0_conn_send(c, c->wbuf + c->wpos, c->wlen - c->wpos);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->wpos += (size_t)n;
@@ -319,8 +319,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
             skip = 0;
             wn++;
         }
-        struct msghdr msg = {.msg_iov = win, .msg_iovlen = (size_t)wn};
-        ssize_t n = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
+        ssize_t n = m0_conn_sendv(c, win, wn);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             done += (size_t)n;
@@ -366,7 +365,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = sendfile(c->io.fd, fd, &off, count - sent);
+        ssize_t n = m0_conn_sendfile_some(c, fd, &off, count - sent);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
@@ -453,7 +452,7 @@ void m0_conn_flush(m0_conn *c)
     m0_server *srv = c->srv;
     size_t before = c->wpos;
     while (c->wpos < c->wlen) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        ssize_t n = m0_conn_send(c, c->wbuf + c->wpos, c->wlen - c->wpos);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->wpos += (size_t)n;
