@@ -298,7 +298,7 @@ class Supervisor:
             if not self.listening_logged:
                 self.listening_logged = True
                 for listener in self.listeners:
-                    log.info("Listening on %s", listener.url)
+                    log.info("Listening on %s", sockets.url_of(listener, self.cfg))
             self._progress_rollout()
         if b"D" in data:
             w.drained = True
