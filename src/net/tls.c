@@ -392,10 +392,11 @@ char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len)
     char *out = NULL;
     if (bio == NULL || pem_append(bio, leaf) < 0)
         goto done;
-    /* The server side's chain does not include the leaf. */
+    /* The chain as sent; whether it repeats the leaf varies (by version and
+     * by what the client sent): it is given once. */
     STACK_OF(X509) *chain = SSL_get_peer_cert_chain(tc->ssl);
     for (int i = 0; chain != NULL && i < sk_X509_num(chain); i++)
-        if (pem_append(bio, sk_X509_value(chain, i)) < 0)
+        if (X509_cmp(sk_X509_value(chain, i), leaf) != 0 && pem_append(bio, sk_X509_value(chain, i)) < 0)
             goto done;
     char *data = NULL;
     long n = BIO_get_mem_data(bio, &data);
