@@ -606,6 +606,8 @@ def tls_options(cfg):
         cert_reqs=cfg.ssl_cert_reqs,
         ciphers=cfg.ssl_ciphers,
         min_version=cfg.ssl_min_version,
+        # Set by the supervisor (m0serve.supervisor): one set for all its workers, new at each HUP.
+        ticket_keys=getattr(cfg, "tls_ticket_keys", None),
     )
 
 

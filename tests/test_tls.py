@@ -2,6 +2,7 @@
 httpx, websockets), certificates made at test time with trustme."""
 import hashlib
 import json
+import signal
 import socket
 import ssl
 import time
@@ -120,9 +121,11 @@ def test_keep_alive_and_pipelining_over_tls(serve, pki, app):
         assert rest == b""
 
 
-@pytest.mark.parametrize("app", ["tls_app:app", "tls_app:asgi_app"])
-def test_large_response_and_upload_over_tls(serve, pki, app):
-    s = serve(app, *tls_args(pki))
+@pytest.mark.parametrize("app, mode", [("tls_app:app", []), ("tls_app:app", ["--blocking-threads", "2"]),
+                                       ("tls_app:asgi_app", [])])
+def test_large_response_and_upload_over_tls(serve, pki, app, mode):
+    """Blocking threads write through the session from a pool thread (poll for POLLOUT)."""
+    s = serve(app, *tls_args(pki), *mode)
     size = 24 * 1024 * 1024 + 7
     with tls_socket(s, client_ctx(pki)) as t:
         t.sendall(f"GET /big?size={size} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -225,12 +228,6 @@ def test_min_version_1_3_refuses_a_1_2_client(serve, pki):
         assert t.version() == "TLSv1.2"
         t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(t)[2] == b"ok"
-    with pytest.raises(ssl.SSLError):  # and never below it
-        ctx = client_ctx(pki)
-        ctx.options &= ~(ssl.OP_NO_TLSv1 | ssl.OP_NO_TLSv1_1)  # the deprecated knobs, without the warning
-        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
-        ctx.options |= ssl.OP_NO_TLSv1_2
-        tls_socket(s2, ctx).close()
 
 
 def test_websocket_over_tls(serve, pki):
@@ -293,3 +290,58 @@ def test_bad_certificate_key_or_password_is_one_line_exit_2(pki, tmp_path):
 def test_gunicorn_tls_flags_get_the_flag_to_use(flag, hint):
     line = one_line(run_cli("tls_app:app", flag, "x.pem"), 2)
     assert f"{flag} (here: {hint})" in line, line
+
+
+def _pid_and_reuse(s, ctx, session=None):
+    """(worker pid, session reused, session) of one new TLS connection."""
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as t:
+            t.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+            _, _, body, _ = read_response(t)
+            return int(body), t.session_reused, t.session
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_a_session_resumes_on_another_worker(serve, pki, version):
+    """The supervisor hands every worker the same ticket keys: a session issued by one worker resumes
+    on the other (with per-process keys, a ticket from another worker means a full handshake)."""
+    s = serve("tls_app:app", *tls_args(pki), "--workers", "2")
+    s.wait_log(r"worker \d+ ready.*\n(.|\n)*worker \d+ ready")
+    ctx = client_ctx(pki, maximum_version=version)
+    issuer, _, session = _pid_and_reuse(s, ctx)
+    pids, reused = set(), []
+    for _ in range(40):
+        pid, was_reused, _ = _pid_and_reuse(s, ctx, session)
+        pids.add(pid)
+        reused.append((pid, was_reused))
+        if len(pids) == 2 and pid != issuer:
+            break
+    assert any(pid != issuer for pid, _ in reused), "every connection went to one worker"
+    assert all(r for _, r in reused), reused
+
+
+def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    pki.server.cert_chain_pems[0].write_to_path(cert)
+    pki.server.private_key_pem.write_to_path(key)
+    s = serve("tls_app:app", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", "2")
+    ctx = client_ctx(pki)
+
+    def served_cert():
+        with tls_socket(s, ctx) as t:
+            return t.getpeercert(binary_form=True)
+
+    first = served_cert()
+    renewed = pki.ca.issue_cert("127.0.0.1", "localhost")
+    renewed.cert_chain_pems[0].write_to_path(cert)
+    renewed.private_key_pem.write_to_path(key)
+    assert served_cert() == first  # the running workers keep what they loaded
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_log(r"SIGHUP: rolling restart")
+    deadline = time.monotonic() + 30
+    want = ssl.PEM_cert_to_DER_cert(renewed.cert_chain_pems[0].bytes().decode())
+    while time.monotonic() < deadline:
+        if all(served_cert() == want for _ in range(6)):
+            break
+        time.sleep(0.2)
+    assert all(served_cert() == want for _ in range(6))

@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-static const char *const known[] = {"certfile", "keyfile",   "password",    "ca_certs",
-                                    "ciphers",  "cert_reqs", "min_version", NULL};
+static const char *const known[] = {"certfile",  "keyfile",     "password",    "ca_certs", "ciphers",
+                                    "cert_reqs", "min_version", "ticket_keys", NULL};
 
 /* A str value of opts into *s (untouched when absent or None): 0, or -1. */
 static int opt_str(PyObject *opts, const char *key, const char **s)
@@ -65,6 +65,14 @@ int m0_tls_options(PyObject *opts, m0_tls **out)
     else {
         PyErr_Format(PyExc_ValueError, "tls option min_version must be 1.2 or 1.3, not %s", minv);
         return -1;
+    }
+    PyObject *keys = PyDict_GetItemString(opts, "ticket_keys"); // borrowed
+    if (keys != NULL && keys != Py_None) {
+        if (!PyBytes_Check(keys) || PyBytes_GET_SIZE(keys) != M0_TLS_TICKET_KEYS) {
+            PyErr_Format(PyExc_ValueError, "tls option ticket_keys must be %d bytes", M0_TLS_TICKET_KEYS);
+            return -1;
+        }
+        s.ticket_keys = (const unsigned char *)PyBytes_AS_STRING(keys);
     }
     char err[512];
     m0_tls *t = NULL;

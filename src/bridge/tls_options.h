@@ -13,7 +13,8 @@
 
 /* opts: None (*out NULL: plaintext) or a dict with certfile (str, required),
  * keyfile, password, ca_certs, ciphers (str or None), cert_reqs
- * ("none"|"optional"|"required") and min_version ("1.2"|"1.3"). A file or
+ * ("none"|"optional"|"required"), min_version ("1.2"|"1.3") and
+ * ticket_keys (80 bytes shared by the workers, or None). A file or
  * setting that does not load is a ValueError of one line naming it. */
 int m0_tls_options(PyObject *opts, m0_tls **out);
 

@@ -171,6 +171,11 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
     static const unsigned char sid_ctx[] = "m0serve";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
     SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+    if (s->ticket_keys != NULL &&
+        SSL_CTX_set_tlsext_ticket_keys(ctx, (void *)s->ticket_keys, M0_TLS_TICKET_KEYS) != 1) {
+        tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
+        goto error;
+    }
     *out = t;
     return 0;
 error:

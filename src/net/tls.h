@@ -31,7 +31,13 @@ typedef struct {
     const char *ciphers;  /* OpenSSL cipher list for TLS 1.2, or NULL: OpenSSL's default */
     int cert_reqs;        /* M0_TLS_CERT_* */
     int min_version;      /* 12 or 13 */
+    /* Session-ticket keys (M0_TLS_TICKET_KEYS bytes: name, HMAC and AES
+     * keys) shared by every worker so that any of them resumes a session
+     * another issued, or NULL: OpenSSL's own, this process's alone. */
+    const unsigned char *ticket_keys;
 } m0_tls_settings;
+
+#define M0_TLS_TICKET_KEYS 80
 
 /* Build the context. On failure -1 with one line in err naming the file
  * (or the setting) at fault. */

@@ -2,6 +2,7 @@
   /scope            JSON: the scheme the app sees (WSGI: wsgi.url_scheme and HTTPS; ASGI: scope's
                     scheme and its `tls` extension, if any)
   /big?size=N       a body of N bytes, in 64 KiB pieces
+  /pid              (WSGI) the worker's pid
   /upload           reads the whole request body, answers "LENGTH SHA256"
   /file?size=N      (WSGI) a file of N bytes through wsgi.file_wrapper (sendfile without TLS)
   websocket /ws     (ASGI) echoes every message, and sends the scope's scheme first
@@ -22,6 +23,10 @@ def app(environ, start_response):
     if path == "/scope":
         body = json.dumps({"scheme": environ["wsgi.url_scheme"], "https": environ.get("HTTPS")}).encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+    if path == "/pid":
+        body = str(os.getpid()).encode()
+        start_response("200 OK", [("Content-Length", str(len(body)))])
         return [body]
     if path == "/big":
         size = int(q["size"])
