@@ -619,8 +619,6 @@ def _check_tls(cfg):
             if opt.group == "tls" and opt.flag != "--ssl-certfile" and getattr(cfg, opt.dest) not in (None, opt.default):
                 raise ConfigError(f"argument {opt.flag}: needs --ssl-certfile")
         return
-    if cfg.proxy_protocol != "off":
-        raise ConfigError("argument --proxy-protocol: not supported with --ssl-certfile yet")
     from . import _core
 
     try:

@@ -2,6 +2,7 @@
 httpx, websockets), certificates made at test time with trustme."""
 import hashlib
 import json
+import re
 import signal
 import socket
 import ssl
@@ -345,3 +346,61 @@ def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):
             break
         time.sleep(0.2)
     assert all(served_cert() == want for _ in range(6))
+
+
+def _request_over_bio(raw, ctx, first, request):
+    """A TLS exchange over raw whose first segment is `first` followed by the ClientHello; returns the
+    decrypted response bytes up to the end of its body (Content-Length)."""
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="127.0.0.1")
+    pending = first
+    while True:
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pending += out.read()
+            if pending:
+                raw.sendall(pending)
+                pending = b""
+            data = raw.recv(65536)
+            assert data, "closed during the handshake"
+            inc.write(data)
+    obj.write(request)
+    raw.sendall(out.read())
+    buf = b""
+    while True:
+        try:
+            buf += obj.read(65536)
+        except ssl.SSLWantReadError:
+            data = raw.recv(65536)
+            assert data, buf
+            inc.write(data)
+            continue
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep:
+            n = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            if len(body) >= n:
+                return head, body[:n]
+
+
+@pytest.mark.parametrize("mode", ["v1", "auto"])
+def test_proxy_protocol_header_before_the_client_hello(serve, pki, mode):
+    s = serve("tls_app:app", *tls_args(pki), "--proxy-protocol", mode)
+    header = b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n"
+    req = b"GET /scope HTTP/1.1\r\nHost: x\r\n\r\n"
+    # In one segment with the ClientHello (the bytes after the header are handed to OpenSSL) ...
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        head, body = _request_over_bio(raw, client_ctx(pki), header, req)
+        assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["client"] == "203.0.113.7"
+    # ... and in a segment of its own.
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        raw.sendall(header)
+        time.sleep(0.1)
+        with client_ctx(pki).wrap_socket(raw, server_hostname="127.0.0.1") as t:
+            t.sendall(req)
+            assert json.loads(read_response(t)[2])["client"] == "203.0.113.7"
+    if mode == "auto":  # and none at all
+        with tls_socket(s, client_ctx(pki)) as t:
+            t.sendall(req)
+            assert json.loads(read_response(t)[2])["client"] == "127.0.0.1"

@@ -70,6 +70,9 @@ ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len);
 ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
 /* At accept: a TLS session when the server has cfg.tls (-ENOMEM). */
 int m0_conn_start_tls(m0_conn *c);
+/* The PROXY header was read: the bytes after it in the read buffer are the
+ * handshake's, handed to the session (0, or -ENOMEM). */
+int m0_conn_tls_preface(m0_conn *c);
 /* notify_peer: send close_notify (before a lingering close's SHUT_WR);
  * else free the session (at close). */
 void m0_conn_end_tls(m0_conn *c, int notify_peer);

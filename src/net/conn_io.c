@@ -20,7 +20,8 @@
 
 ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len)
 {
-    if (c->tls != NULL)
+    /* A PROXY protocol header comes before the ClientHello, in clear. */
+    if (c->tls != NULL && !(c->flags & M0_CF_PP_WAIT))
         return m0_tls_recv(c->tls, buf, len);
     return read(c->io.fd, buf, len);
 }
@@ -86,6 +87,15 @@ void m0_conn_end_tls(m0_conn *c, int notify_peer)
     }
     m0_tls_conn_free(c->tls);
     c->tls = NULL;
+}
+
+int m0_conn_tls_preface(m0_conn *c)
+{
+    if (c->tls == NULL || c->rpos == c->rlen)
+        return 0;
+    int r = m0_tls_conn_preface(c->tls, c->rbuf + c->rpos, c->rlen - c->rpos);
+    c->rpos = c->rlen = 0;
+    return r;
 }
 
 static void conn_ring_cb(m0_loop *loop, m0_timer *t)

@@ -8,6 +8,7 @@
  * of record buffers), accept partial writes and a moved write buffer (the
  * unsent rest of a write is retried from the connection's write buffer). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ struct m0_tls {
 
 struct m0_tls_conn {
     SSL *ssl;
+    char *preface; /* m0_tls_conn_preface's bytes, read before the socket */
+    size_t preface_len;
+    size_t preface_pos;
     int fd;
     int failed;     /* a fatal error: no close_notify, no more I/O */
     int shut;       /* close_notify sent */
@@ -208,6 +212,93 @@ m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd)
     return tc;
 }
 
+/* The session's read side once it has a preface: the preface's bytes, then
+ * the socket's (a source BIO; writes still go to the socket's BIO). */
+static int preface_read(BIO *b, char *out, int outl)
+{
+    m0_tls_conn *tc = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (outl <= 0)
+        return 0;
+    if (tc->preface_pos < tc->preface_len) {
+        size_t n = tc->preface_len - tc->preface_pos;
+        if (n > (size_t)outl)
+            n = (size_t)outl;
+        memcpy(out, tc->preface + tc->preface_pos, n);
+        tc->preface_pos += n;
+        if (tc->preface_pos == tc->preface_len) {
+            free(tc->preface);
+            tc->preface = NULL;
+            tc->preface_len = tc->preface_pos = 0;
+        }
+        return (int)n;
+    }
+    ssize_t n;
+    do {
+        n = read(tc->fd, out, (size_t)outl);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_read(b);
+    return (int)n;
+}
+
+static long preface_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int preface_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *preface_bio_method; /* made once (preface_method_make), never freed */
+static pthread_once_t preface_bio_once = PTHREAD_ONCE_INIT;
+
+static void preface_method_make(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "m0serve preface");
+    if (m == NULL)
+        return;
+    if (!BIO_meth_set_read(m, preface_read) || !BIO_meth_set_ctrl(m, preface_ctrl) ||
+        !BIO_meth_set_create(m, preface_create)) {
+        BIO_meth_free(m);
+        return;
+    }
+    preface_bio_method = m;
+}
+
+static BIO_METHOD *preface_method(void)
+{
+    pthread_once(&preface_bio_once, preface_method_make);
+    return preface_bio_method;
+}
+
+int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    BIO_METHOD *m = preface_method();
+    char *copy = malloc(len);
+    BIO *rbio = m != NULL ? BIO_new(m) : NULL;
+    if (copy == NULL || rbio == NULL) {
+        free(copy);
+        BIO_free(rbio);
+        return -ENOMEM;
+    }
+    memcpy(copy, data, len);
+    tc->preface = copy;
+    tc->preface_len = len;
+    tc->preface_pos = 0;
+    BIO_set_data(rbio, tc);
+    SSL_set0_rbio(tc->ssl, rbio); /* the socket BIO stays the write side */
+    return 0;
+}
+
 void m0_tls_conn_shutdown(m0_tls_conn *tc)
 {
     if (tc == NULL || tc->failed || tc->shut || !SSL_is_init_finished(tc->ssl))
@@ -223,6 +314,7 @@ void m0_tls_conn_free(m0_tls_conn *tc)
         return;
     m0_tls_conn_shutdown(tc);
     SSL_free(tc->ssl);
+    free(tc->preface);
     free(tc);
 }
 
@@ -346,7 +438,7 @@ ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt)
 
 int m0_tls_pending(const m0_tls_conn *tc)
 {
-    return !tc->failed && SSL_pending(tc->ssl) > 0;
+    return !tc->failed && (SSL_pending(tc->ssl) > 0 || tc->preface_pos < tc->preface_len);
 }
 
 int m0_tls_want_write(const m0_tls_conn *tc)

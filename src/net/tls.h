@@ -46,6 +46,10 @@ void m0_tls_free(m0_tls *t);
 
 /* A session on the accepted socket fd (the server's side), or NULL. */
 m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd);
+/* Bytes of the handshake read off the socket before the session took over
+ * (behind a PROXY protocol header, in the same segment): the session reads
+ * them first. 0, or -ENOMEM. */
+int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len);
 /* Send close_notify once (without waiting) unless the session failed. */
 void m0_tls_conn_shutdown(m0_tls_conn *tc);
 void m0_tls_conn_free(m0_tls_conn *tc);
@@ -57,8 +61,8 @@ ssize_t m0_tls_recv(m0_tls_conn *tc, void *buf, size_t len);
  * bytes may have moved). */
 ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt);
 
-/* Decrypted input buffered in the session that no socket readiness will
- * announce. */
+/* Input buffered in the session that no socket readiness will announce:
+ * decrypted bytes, or preface bytes not yet read. */
 int m0_tls_pending(const m0_tls_conn *tc);
 /* A read stopped on the socket's write side (a handshake flight the socket
  * did not take): the loop watches EPOLLOUT and reads again when it comes.

@@ -21,7 +21,8 @@ def app(environ, start_response):
     path = environ["PATH_INFO"]
     q = _q(environ.get("QUERY_STRING", ""))
     if path == "/scope":
-        body = json.dumps({"scheme": environ["wsgi.url_scheme"], "https": environ.get("HTTPS")}).encode()
+        body = json.dumps({"scheme": environ["wsgi.url_scheme"], "https": environ.get("HTTPS"),
+                           "client": environ["REMOTE_ADDR"]}).encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
     if path == "/pid":
