@@ -525,6 +525,10 @@ def resolve(argv=None, environ=None, prog="m0serve"):
         cfg.print_config = ns.print_config
         cfg.warnings = _unknown_env(environ)
         _check(cfg)
+        if cfg.ssl_certfile is not None:
+            # TLS session-ticket keys for every event loop of this process (--threads) and, with a
+            # supervisor, of every worker it forks (which makes new ones at each HUP).
+            cfg.tls_ticket_keys = os.urandom(80)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return cfg

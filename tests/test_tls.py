@@ -404,3 +404,73 @@ def test_proxy_protocol_header_before_the_client_hello(serve, pki, mode):
         with tls_socket(s, client_ctx(pki)) as t:
             t.sendall(req)
             assert json.loads(read_response(t)[2])["client"] == "127.0.0.1"
+
+
+def _s_client(s, *args, stdin=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", pki=None):
+    import subprocess
+
+    argv = ["openssl", "s_client", "-connect", f"{s.host}:{s.port}", "-servername", "localhost", *args]
+    if pki is not None:
+        argv += ["-CAfile", pki.ca_file]
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=20)
+
+
+def test_openssl_s_client_sees_no_compression_no_renegotiation_and_no_tls_1_1(serve, pki):
+    s = serve("tls_app:app", *tls_args(pki))
+    r = _s_client(s, "-tls1_2", "-ign_eof", pki=pki)
+    out = r.stdout.decode()
+    assert "Verify return code: 0 (ok)" in out and "Protocol  : TLSv1.2" in out, out
+    assert "Compression: NONE" in out and "HTTP/1.1 200 OK" in out
+    assert "ALPN protocol" not in out or "ALPN protocol: http/1.1" in out
+    # A renegotiation the client asks for ("R" on s_client's input) is refused: no second handshake.
+    r = _s_client(s, "-tls1_2", stdin=b"R\n", pki=pki)
+    both = (r.stdout + r.stderr).decode()
+    assert "RENEGOTIATING" in both and "no renegotiation" in both.lower(), both
+    r = _s_client(s, "-tls1_1", "-cipher", "DEFAULT:@SECLEVEL=0", pki=pki)  # and nothing below 1.2
+    assert r.returncode != 0 and "alert protocol version" in r.stderr.decode()
+    r = _s_client(s, "-alpn", "h2,http/1.1", pki=pki)
+    assert "ALPN protocol: http/1.1" in r.stdout.decode()
+    time.sleep(0.2)
+    assert "ERROR" not in s.log
+
+
+def test_a_client_that_vanishes_mid_handshake_or_trickles_it(serve, pki):
+    """Gone after half a ClientHello: nothing logged, the server serves on. A ClientHello sent a few
+    bytes at a time (within --header-timeout) still completes."""
+    s = serve("tls_app:app", *tls_args(pki, "--header-timeout", "5"))
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = client_ctx(pki).wrap_bio(inc, out, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    hello = out.read()
+    for _ in range(20):
+        with socket.create_connection((s.host, s.port), timeout=5) as raw:
+            raw.sendall(hello[: len(hello) // 2])
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(0, len(hello), 64):
+            raw.sendall(hello[i:i + 64])
+            time.sleep(0.05)
+        while True:
+            data = raw.recv(65536)
+            assert data
+            inc.write(data)
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+        raw.sendall(out.read())
+        obj.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw.sendall(out.read())
+        buf = b""
+        while not buf.endswith(b"ok"):
+            try:
+                buf += obj.read(4096)
+            except ssl.SSLWantReadError:
+                inc.write(raw.recv(65536))
+        assert buf.startswith(b"HTTP/1.1 200")
+    with httpx.Client(verify=client_ctx(pki)) as c:
+        assert c.get(f"{s.url}/").text == "ok"
+    time.sleep(0.2)
+    assert "ERROR" not in s.log and "Traceback" not in s.log
