@@ -474,3 +474,22 @@ def test_a_client_that_vanishes_mid_handshake_or_trickles_it(serve, pki):
         assert c.get(f"{s.url}/").text == "ok"
     time.sleep(0.2)
     assert "ERROR" not in s.log and "Traceback" not in s.log
+
+
+def test_a_peer_gone_mid_response_does_not_kill_a_worker_without_sig_ign(serve, pki):
+    """A peer reset mid-response is an error of that connection, not a SIGPIPE, even when the app
+    set SIGPIPE back to its default (which kills): the session stops writing after the first
+    failed write and sends no close_notify after it, and its writes use MSG_NOSIGNAL."""
+    import struct
+
+    s = serve("tls_app:sigpipe_app", *tls_args(pki))
+    for _ in range(3):
+        t = tls_socket(s, client_ctx(pki))
+        t.sendall(b"GET /big?size=33554432 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert t.recv(100)
+        t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        t.close()
+        time.sleep(0.3)
+    assert s.proc.poll() is None, s.log
+    with httpx.Client(verify=client_ctx(pki)) as c:
+        assert c.get(f"{s.url}/").text == "ok"

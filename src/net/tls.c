@@ -195,26 +195,11 @@ void m0_tls_free(m0_tls *t)
     free(t);
 }
 
-m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd)
-{
-    m0_tls_conn *tc = calloc(1, sizeof(*tc));
-    if (tc == NULL)
-        return NULL;
-    tc->ssl = SSL_new(t->ctx);
-    if (tc->ssl == NULL || SSL_set_fd(tc->ssl, fd) != 1) {
-        SSL_free(tc->ssl);
-        free(tc);
-        ERR_clear_error();
-        return NULL;
-    }
-    tc->fd = fd;
-    SSL_set_accept_state(tc->ssl);
-    return tc;
-}
-
-/* The session's read side once it has a preface: the preface's bytes, then
- * the socket's (a source BIO; writes still go to the socket's BIO). */
-static int preface_read(BIO *b, char *out, int outl)
+/* The sessions' transport: a BIO on the connection's socket that reads the
+ * preface (m0_tls_conn_preface) before the socket, and writes with
+ * MSG_NOSIGNAL (OpenSSL's socket BIO writes with write(2): a peer gone away
+ * would raise SIGPIPE in a process that does not ignore it). */
+static int conn_bio_read(BIO *b, char *out, int outl)
 {
     m0_tls_conn *tc = BIO_get_data(b);
     BIO_clear_retry_flags(b);
@@ -242,7 +227,20 @@ static int preface_read(BIO *b, char *out, int outl)
     return (int)n;
 }
 
-static long preface_ctrl(BIO *b, int cmd, long num, void *ptr)
+static int conn_bio_write(BIO *b, const char *in, int inl)
+{
+    m0_tls_conn *tc = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    ssize_t n;
+    do {
+        n = send(tc->fd, in, (size_t)inl, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static long conn_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
     (void)b;
     (void)num;
@@ -250,52 +248,63 @@ static long preface_ctrl(BIO *b, int cmd, long num, void *ptr)
     return cmd == BIO_CTRL_FLUSH ? 1 : 0;
 }
 
-static int preface_create(BIO *b)
+static int conn_bio_create(BIO *b)
 {
     BIO_set_init(b, 1);
     return 1;
 }
 
-static BIO_METHOD *preface_bio_method; /* made once (preface_method_make), never freed */
-static pthread_once_t preface_bio_once = PTHREAD_ONCE_INIT;
+static BIO_METHOD *conn_bio_method; /* made once (conn_bio_method_make), never freed */
+static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
 
-static void preface_method_make(void)
+static void conn_bio_method_make(void)
 {
-    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "m0serve preface");
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "m0serve connection");
     if (m == NULL)
         return;
-    if (!BIO_meth_set_read(m, preface_read) || !BIO_meth_set_ctrl(m, preface_ctrl) ||
-        !BIO_meth_set_create(m, preface_create)) {
+    if (!BIO_meth_set_read(m, conn_bio_read) || !BIO_meth_set_write(m, conn_bio_write) ||
+        !BIO_meth_set_ctrl(m, conn_bio_ctrl) || !BIO_meth_set_create(m, conn_bio_create)) {
         BIO_meth_free(m);
         return;
     }
-    preface_bio_method = m;
+    conn_bio_method = m;
 }
 
-static BIO_METHOD *preface_method(void)
+m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd)
 {
-    pthread_once(&preface_bio_once, preface_method_make);
-    return preface_bio_method;
+    pthread_once(&conn_bio_once, conn_bio_method_make);
+    if (conn_bio_method == NULL)
+        return NULL;
+    m0_tls_conn *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL)
+        return NULL;
+    tc->fd = fd;
+    tc->ssl = SSL_new(t->ctx);
+    BIO *bio = tc->ssl != NULL ? BIO_new(conn_bio_method) : NULL;
+    if (bio == NULL) {
+        SSL_free(tc->ssl);
+        free(tc);
+        ERR_clear_error();
+        return NULL;
+    }
+    BIO_set_data(bio, tc);
+    SSL_set_bio(tc->ssl, bio, bio); /* one reference for both sides */
+    SSL_set_accept_state(tc->ssl);
+    return tc;
 }
 
 int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len)
 {
     if (len == 0)
         return 0;
-    BIO_METHOD *m = preface_method();
     char *copy = malloc(len);
-    BIO *rbio = m != NULL ? BIO_new(m) : NULL;
-    if (copy == NULL || rbio == NULL) {
-        free(copy);
-        BIO_free(rbio);
+    if (copy == NULL)
         return -ENOMEM;
-    }
     memcpy(copy, data, len);
+    free(tc->preface);
     tc->preface = copy;
     tc->preface_len = len;
     tc->preface_pos = 0;
-    BIO_set_data(rbio, tc);
-    SSL_set0_rbio(tc->ssl, rbio); /* the socket BIO stays the write side */
     return 0;
 }
 

@@ -49,6 +49,14 @@ def app(environ, start_response):
     return [b"ok"]
 
 
+def sigpipe_app(environ, start_response):
+    """`app`, in a process that no longer ignores SIGPIPE (as an app may do)."""
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return app(environ, start_response)
+
+
 async def _body(receive):
     chunks = []
     while True:
