@@ -72,6 +72,8 @@ test-c: deps
 	./tests/c/build/test_metrics
 	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_conn
+	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	./tests/c/build/test_tls
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
 	./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
