@@ -103,11 +103,12 @@ def test_a_request_over_tls_sees_https(serve, pki, app, scheme_key):
     assert "ERROR" not in s.log
 
 
-@pytest.mark.parametrize("app", ["tls_app:app", "tls_app:asgi_app"])
-def test_keep_alive_and_pipelining_over_tls(serve, pki, app):
+@pytest.mark.parametrize("app, mode", [("tls_app:app", []), ("tls_app:app", ["--threads", "2"]),
+                                       ("tls_app:asgi_app", [])])
+def test_keep_alive_and_pipelining_over_tls(serve, pki, app, mode):
     """200 pipelined requests in one TLS record (about 9 KiB): the server's first read takes 4 KiB
     of it and OpenSSL holds the rest, which no socket readiness announces; all are answered."""
-    s = serve(app, *tls_args(pki))
+    s = serve(app, *tls_args(pki), *mode)
     with tls_socket(s, client_ctx(pki)) as t:
         for _ in range(3):  # keep-alive
             t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -142,8 +143,11 @@ def test_large_response_and_upload_over_tls(serve, pki, app, mode):
     assert "ERROR" not in s.log
 
 
-def test_file_wrapper_over_tls_is_read_and_encrypted(serve, pki):
-    s = serve("tls_app:app", *tls_args(pki))
+@pytest.mark.parametrize("app, mode", [("tls_app:app", []), ("tls_app:app", ["--blocking-threads", "2"]),
+                                       ("tls_app:asgi_app", [])])
+def test_file_responses_over_tls_are_read_and_encrypted(serve, pki, app, mode):
+    """wsgi.file_wrapper (from the loop, and from a pool thread) and ASGI pathsend."""
+    s = serve(app, *tls_args(pki), *mode)
     size = 3 * 1024 * 1024 + 13
     expect = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
     with httpx.Client(verify=client_ctx(pki), timeout=60) as c:

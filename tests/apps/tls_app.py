@@ -4,7 +4,8 @@
   /big?size=N       a body of N bytes, in 64 KiB pieces
   /pid              (WSGI) the worker's pid
   /upload           reads the whole request body, answers "LENGTH SHA256"
-  /file?size=N      (WSGI) a file of N bytes through wsgi.file_wrapper (sendfile without TLS)
+  /file?size=N      a file of N bytes through wsgi.file_wrapper / http.response.pathsend (sendfile
+                    without TLS)
   websocket /ws     (ASGI) echoes every message, and sends the scope's scheme first
 """
 import hashlib
@@ -104,6 +105,17 @@ async def asgi_app(scope, receive, send):
         for i in range(0, size, 65536):
             await send({"type": "http.response.body", "body": b"x" * min(65536, size - i), "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+        return
+    if path == "/file":  # http.response.pathsend (read + SSL_write under TLS)
+        assert "http.response.pathsend" in scope["extensions"]
+        size = int(q["size"])
+        f = tempfile.NamedTemporaryFile(delete=False)
+        f.write(bytes(range(256)) * (size // 256) + b"z" * (size % 256))
+        f.close()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(size).encode())]})
+        await send({"type": "http.response.pathsend", "path": f.name})
+        os.unlink(f.name)
         return
     if path == "/upload":
         data = await _body(receive)
