@@ -95,12 +95,14 @@ fuzz: deps
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_tls fuzz/fuzz_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ]
+	fuzz/run.sh fuzz/build/fuzz_tls $(FUZZ_SECONDS) fuzz/corpus_tls -dict=fuzz/http.dict; t=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ]
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).
