@@ -310,12 +310,14 @@ def _pid_and_reuse(s, ctx, session=None):
 def test_a_session_resumes_on_another_worker(serve, pki, version):
     """The supervisor hands every worker the same ticket keys: a session issued by one worker resumes
     on the other (with per-process keys, a ticket from another worker means a full handshake)."""
-    s = serve("tls_app:app", *tls_args(pki), "--workers", "2")
+    # --reuse-port: the kernel spreads connections over the workers by their address (with one
+    # shared socket, one idle worker may take every connection).
+    s = serve("tls_app:app", *tls_args(pki), "--workers", "2", "--reuse-port")
     s.wait_log(r"worker \d+ ready.*\n(.|\n)*worker \d+ ready")
     ctx = client_ctx(pki, maximum_version=version)
     issuer, _, session = _pid_and_reuse(s, ctx)
     pids, reused = set(), []
-    for _ in range(40):
+    for _ in range(100):
         pid, was_reused, _ = _pid_and_reuse(s, ctx, session)
         pids.add(pid)
         reused.append((pid, was_reused))
