@@ -59,7 +59,7 @@ def _serve_single(cfg, hk, server):
 
     def on_ready():
         for listener in listeners:
-            log.info("Listening on %s", listener.url)
+            log.info("Listening on %s", sockets.url_of(listener, cfg))
         log.info("m0serve: serving %s (%s) in process %d", cfg.app or "native hello", interface, os.getpid())
 
     try:

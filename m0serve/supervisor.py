@@ -119,6 +119,7 @@ class Worker(hooks.WorkerInfo):
 class Supervisor:
     def __init__(self, cfg):
         self.cfg = cfg
+        self._new_ticket_keys()
         self.log = log
         self.hooks = hooks.of(cfg)
         self.spawned = 0  # workers started so far (a worker's age)
@@ -298,7 +299,7 @@ class Supervisor:
             if not self.listening_logged:
                 self.listening_logged = True
                 for listener in self.listeners:
-                    log.info("Listening on %s", listener.url)
+                    log.info("Listening on %s", sockets.url_of(listener, self.cfg))
             self._progress_rollout()
         if b"D" in data:
             w.drained = True
@@ -343,8 +344,16 @@ class Supervisor:
         log.info("SIGQUIT: stopping now")
         self._stop(fast=True)
 
+    def _new_ticket_keys(self):
+        """TLS session-ticket keys for the workers forked from now on: every worker shares them, so a
+        session one issued resumes on any other. New at each HUP (with the certificate files, which each
+        new worker loads again)."""
+        if self.cfg.ssl_certfile is not None:
+            self.cfg.tls_ticket_keys = os.urandom(80)
+
     def handle_hup(self):
         log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
+        self._new_ticket_keys()
         self._start_rollout()
 
     def handle_ttin(self):

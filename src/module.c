@@ -4,6 +4,7 @@
 #include "bridge/serve.h"
 #include "bridge/access_log_format.h"
 #include "bridge/metrics.h"
+#include "bridge/tls_options.h"
 #include "bridge/asgi/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi/wsgi.h"
@@ -22,6 +23,8 @@ static int core_exec(PyObject *module)
     if (m0_asgi_module_init(module) < 0)
         return -1;
     if (m0_access_log_format_module_init(module) < 0)
+        return -1;
+    if (m0_tls_options_module_init(module) < 0)
         return -1;
     if (m0_metrics_module_init(module) < 0)
         return -1;

@@ -18,6 +18,7 @@
 #include "pythread.h"
 #include "asgi/asgi.h"
 #include "proxy_options.h"
+#include "tls_options.h"
 #include "pyerr.h"
 #include "state.h"
 #include "wsgi/wsgi.h"
@@ -60,6 +61,7 @@ struct m0_server_object {
     int metrics_held;
     PyObject *root_path;
     PyObject *url_scheme;
+    m0_tls *tls; /* tls=: the connections' TLS context (net/tls.h), NULL: plaintext; freed after the server */
     Py_buffer heartbeat;
     int heartbeat_held;
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
@@ -404,6 +406,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "inflight_counter",
                              "pace_window",
                              "multithread",
+                             "tls",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
@@ -413,7 +416,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -423,14 +426,14 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdp:Server", kwlist, &app, &interface,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdpO:Server", kwlist, &app, &interface,
                                      &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
                                      &limit_request_line, &limit_request_fields, &limit_request_field_size,
                                      &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
                                      &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
                                      &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
                                      &access_log_format, &access_log_json, &metrics, &metrics_index, &limit_connections,
-                                     &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread))
+                                     &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread, &tls))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -481,6 +484,9 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto error;
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
+    if (m0_tls_options(tls, &self->tls) < 0)
+        goto error;
+    cfg.tls = self->tls;
     cfg.access_log_format = self->access_log_format;
     cfg.access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
@@ -501,7 +507,9 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "root_path must be a str");
     if (self->root_path == NULL)
         goto error;
-    if (url_scheme == Py_None)
+    if (self->tls != NULL)
+        self->url_scheme = PyUnicode_FromString("https"); /* the apps see the connection's own scheme */
+    else if (url_scheme == Py_None)
         self->url_scheme = PyUnicode_FromString("http");
     else if (PyUnicode_Check(url_scheme))
         self->url_scheme = Py_NewRef(url_scheme);
@@ -614,6 +622,8 @@ static void Server_dealloc(ServerObject *self)
         self->asgi = NULL;
     }
     m0_loop_free(self->loop);
+    m0_tls_free(self->tls);
+    self->tls = NULL;
     self->loop = NULL;
     m0_workq_free(self->workq); /* no thread is inside: each run_pool() holds a reference */
     self->workq = NULL;

@@ -69,7 +69,8 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     c->family = peer->sa_family;
     c->local_port = -1;
     addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
-    if (m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+    if (m0_conn_start_tls(c) < 0 || m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        m0_conn_end_tls(c, 0);
         c->io.fd = -1;
         c->srv = srv;
         c->state = M0_CS_CLOSED;
@@ -77,7 +78,8 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         return NULL;
     }
     m0_server_link(srv, c);
-    /* The first head must start within the header timeout. */
+    /* The first head must start within the header timeout (a TLS handshake
+     * included: it reads no byte of a head). */
     m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
     m0_proxy_conn_start(c);
     return c;
@@ -148,6 +150,7 @@ void m0_conn_close(m0_conn *c, int notify)
     c->state = M0_CS_CLOSED;
     m0_pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
+    m0_conn_end_tls(c, 0);
     m0_io_close(srv->loop, &c->io);
     m0_conn_unhold(c);
     m0_server_unlink(srv, c);
@@ -273,6 +276,8 @@ void m0_conn_interest(m0_conn *c)
     }
     if (out)
         ev |= EPOLLOUT;
+    if (c->tls != NULL)
+        m0_conn_tls_interest(c, &ev);
     if (ev == 0 && c->io.events != 0) {
         /* Keep the fd registered for nothing rather than DEL+ADD churn:
          * EPOLLERR/EPOLLHUP are still reported, which we want. */
@@ -305,6 +310,7 @@ void m0_conn_close_after(m0_conn *c, int linger)
         m0_conn_close(c, 1);
         return;
     }
+    m0_conn_end_tls(c, 1);
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
     c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED);
@@ -392,7 +398,7 @@ ssize_t m0_conn_fill(m0_conn *c)
     if (c->rlen == c->rcap)
         return -ENOBUFS;
     for (;;) {
-        ssize_t n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        ssize_t n = m0_conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
             c->rlen += (size_t)n;
@@ -559,6 +565,8 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
             return;
         }
     }
+    if ((events & EPOLLOUT) && m0_conn_tls_take_want_write(c))
+        events |= EPOLLIN; /* a TLS read waited for the socket to take output */
     if (events & EPOLLOUT)
         m0_conn_flush(c);
     if (c->detached) {
@@ -1186,6 +1194,11 @@ static void conn_local_resolve(const m0_conn *cc)
     c->local_host[0] = '\0';
     if (c->io.fd >= 0 && getsockname(c->io.fd, (struct sockaddr *)&ss, &len) == 0)
         addr_format((struct sockaddr *)&ss, c->local_host, sizeof(c->local_host), &c->local_port);
+}
+
+struct m0_tls_conn *m0_conn_tls(const m0_conn *c)
+{
+    return c->tls;
 }
 
 const char *m0_conn_local_host(const m0_conn *c)

@@ -226,8 +226,7 @@ static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *do
         }
         if (wn == 0)
             break;
-        struct msghdr msg = {.msg_iov = win, .msg_iovlen = (size_t)wn};
-        ssize_t n = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
+        ssize_t n = m0_conn_sendv(c, win, wn); /* plaintext or through the TLS session (conn_io.c) */
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->send_deadline_ms = 0; /* progress */
@@ -424,7 +423,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = sendfile(c->io.fd, fd, &off, count - sent);
+        ssize_t n = m0_conn_sendfile_some(c, fd, &off, count - sent);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;

@@ -104,6 +104,9 @@ typedef struct {
      * connections alone never run the process out of fds. 0 = no limit. */
     uint32_t limit_connections;
     m0_proxy_config proxy; /* proxies, PROXY protocol, health path, concurrency limit (proxy.h) */
+    /* NULL: plaintext; else every accepted connection speaks TLS through
+     * this context (net/tls.h), owned by the caller and outliving the server */
+    struct m0_tls *tls;
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -155,6 +158,9 @@ void *m0_conn_data(const m0_conn *c);
 const m0_request *m0_conn_request(const m0_conn *c);
 void m0_conn_set_data(m0_conn *c, void *data);
 m0_server *m0_conn_server(const m0_conn *c);
+
+/* The connection's TLS session (net/tls.h), NULL when it is plaintext. */
+struct m0_tls_conn *m0_conn_tls(const m0_conn *c);
 
 /* The local address, looked up on first use and cached. Host is numeric
  * ("127.0.0.1", "::1"); for a Unix socket host is "" and port 0. */

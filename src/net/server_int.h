@@ -225,6 +225,12 @@ struct m0_conn {
     int local_port; /* -1 until asked */
     char peer_host[46];
     char local_host[46];
+
+    /* conn_io.c: the TLS session (NULL: plaintext), and the ring of
+     * sessions holding input (loop thread only) */
+    struct m0_tls_conn *tls;
+    m0_conn *tls_ring_next;
+    int tls_ringing;
 };
 
 struct m0_server {
@@ -241,8 +247,10 @@ struct m0_server {
     int at_limit;      /* cfg.limit_connections connections are open */
     int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
-    m0_conn *paced;      /* pace.c: connections read by pace_timer (loop thread only) */
-    m0_timer pace_timer; /* armed while `paced` is not empty */
+    m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
+    m0_timer pace_timer;     /* armed while `paced` is not empty */
+    m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
+    m0_timer tls_ring_timer; /* armed (0 ms) while `tls_ring` is not empty */
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */

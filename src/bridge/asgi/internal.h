@@ -172,6 +172,8 @@ struct m0_asgi {
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
+/* tls_scope.c: the `tls` extension's dict for c, None when c is plaintext, NULL on error. */
+PyObject *m0_asgi_tls_extension(m0_conn *c);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
  * its data, taking a reference for the connection. */

@@ -50,6 +50,8 @@
     X(slash, "/")                                                                                                      \
     X(scheme_http, "http")                                                                                             \
     X(scheme_https, "https")                                                                                           \
+    X(HTTPS, "HTTPS")                                                                                                  \
+    X(on, "on")                                                                                                        \
     X(http11, "HTTP/1.1")                                                                                              \
     X(http10, "HTTP/1.0")                                                                                              \
     X(m_GET, "GET")                                                                                                    \
