@@ -58,8 +58,9 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/http/response.c
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
 	./tests/c/build/test_loop
+	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
@@ -70,12 +71,15 @@ test-c: deps
 	./tests/c/build/test_metrics
 	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread
 	./tests/c/build/test_conn
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
+	M0_IO_BACKEND=poll ./tests/c/build/test_conn
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c
 	./tests/c/build/test_workq
+	M0_IO_BACKEND=poll ./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
 	./tests/c/build/test_workq_wakeup
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
 	./tests/c/build/test_handoff
+	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
