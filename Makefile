@@ -2,6 +2,8 @@
 #   make serve            build and serve the demo app on 127.0.0.1:8000
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
+#   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
+#                         suites on the poll(2) backend (M0_IO_BACKEND=poll)
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
@@ -25,7 +27,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
+.PHONY: all deps venv build serve test test-c test-poll test-py test-docs wheel-check fuzz bench format clean
 
 all: build
 
@@ -80,6 +82,14 @@ test-c: deps
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
 	./tests/c/build/test_handoff
 	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
+
+# The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
+# both backends) and these suites once more on it.
+POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
+	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py test_bench_attack.py \
+	test_supervisor.py test_asgi_supervisor.py
+test-poll: test-c build
+	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider $(POLL_TESTS)
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .

@@ -27,7 +27,7 @@ def per_request(workdir, label, app_args, backend, n, site=None):
             sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0"]
     path = os.path.join(ROOT, "tests", "apps") + (os.pathsep + site if site else "")
     env = {k: v for k, v in os.environ.items() if not k.startswith("M0_")}
-    env.update(PYTHONPATH=path, M0_IO_BACKEND=backend)
+    env.update(PYTHONPATH=path, M0_IO_BACKEND=backend, PYTHONHASHSEED="0")  # the same Python work in every arm
     if backend == "default":
         del env["M0_IO_BACKEND"]
     proc, port = start_server(argv, env, workdir, label)
