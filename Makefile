@@ -3,7 +3,8 @@
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
-#                         suites on the poll(2) backend (M0_IO_BACKEND=poll)
+#                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
+#   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make bench            run the benchmark suites (see bench/README.md)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
@@ -27,7 +28,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 
-.PHONY: all deps venv build serve test test-c test-poll test-py test-docs wheel-check fuzz bench format clean
+.PHONY: all deps venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz bench format clean
 
 all: build
 
@@ -88,8 +89,22 @@ test-c: deps
 POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
 	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py test_bench_attack.py \
 	test_supervisor.py test_asgi_supervisor.py
-test-poll: test-c build
+test-poll: test-c test-poll-py
+test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider $(POLL_TESTS)
+
+# The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
+# the loop's C tests, then a few suites against that build (installed apart, first on
+# PYTHONPATH).
+PORTABLE_DIR := build-portable
+PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+test-portable: venv
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	./tests/c/build/test_loop_portable
+	rm -rf $(PORTABLE_DIR)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
+	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider $(PORTABLE_TESTS)
 
 test-py: build
 	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .

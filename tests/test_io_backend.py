@@ -8,6 +8,10 @@ import socket
 import pytest
 
 from conftest import read_response
+from m0serve import _core
+
+# "epoll,poll" on Linux; "poll" in the build with every portable fallback (meson -Dportable=true).
+BUILT = _core.io_backends.split(",")
 
 
 def _tree(pid):
@@ -75,14 +79,23 @@ APPS = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["epoll", "poll", "--io-backend poll"])
+@pytest.mark.parametrize("backend", ["auto", "epoll", "poll", "--io-backend poll"])
 @pytest.mark.parametrize("app,args", APPS)
 def test_backend_serves(serve, backend, app, args):
     if backend.startswith("--"):
-        srv = serve(app, *args, *backend.split())
         backend = backend.split()[1]
+        srv = serve(app, *args, "--io-backend", backend, wait=False)
     else:
-        srv = serve(app, *args, env={"M0_IO_BACKEND": backend})
+        srv = serve(app, *args, env={"M0_IO_BACKEND": backend}, wait=False)
+    if backend == "auto":
+        backend = BUILT[0]
+    if backend not in BUILT:
+        srv.proc.wait(timeout=30)
+        srv._reader.join(5)
+        assert srv.proc.returncode == 2
+        assert f"{backend} is not in this build" in srv.log
+        return
+    srv.wait_ready()
     body = _get(srv, b"/scope" if app.startswith("asgi") else b"/")
     assert body
     epolls = _epolls_on_listener(srv.proc.pid, srv.port)

@@ -82,6 +82,11 @@ void m0_loop_free(m0_loop *loop)
     free(loop);
 }
 
+const char *m0_loop_backends(void)
+{
+    return M0_HAVE_EPOLL ? "epoll,poll" : "poll";
+}
+
 const char *m0_loop_backend_name(const m0_loop *loop)
 {
     return loop->be->name;

@@ -59,6 +59,8 @@ void m0_loop_free(m0_loop *loop);
 int m0_loop_fd(m0_loop *loop);
 /* "epoll" or "poll". */
 const char *m0_loop_backend_name(const m0_loop *loop);
+/* The backends this build has, comma-separated, the default first. */
+const char *m0_loop_backends(void);
 
 /* Register, change or remove an fd watcher. events == 0 removes it. */
 int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events);
