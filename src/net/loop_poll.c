@@ -229,8 +229,10 @@ static int poll_be_set(m0_loop *loop, m0_io *io, uint32_t events)
         goto out;
     }
     if (slot != 0 && ps->set.ios[slot - 1] != io) {
-        r = -EEXIST; /* as epoll: one watcher per fd */
-        goto out;
+        /* The fd's number was closed under its old watcher and reused (epoll
+         * forgets a closed fd by itself): the new watcher takes the slot, and
+         * the old one's removal, keyed on its pointer, leaves it alone. */
+        ps->set.ios[slot - 1] = io;
     }
     if (slot == 0) {
         if ((size_t)fd >= ps->slot_cap) {

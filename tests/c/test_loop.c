@@ -466,6 +466,33 @@ static void test_add_from_thread(void)
     m0_loop_free(loop);
 }
 
+/* An fd closed under its watcher (no m0_io_close) and its number reused:
+ * a new watcher registers it and gets its events, as epoll, which forgets a
+ * closed fd by itself, allows. */
+static void test_fd_reused(void)
+{
+    m0_loop *loop;
+    CHECK(m0_loop_new(&loop) == 0);
+    int sv[2], sw[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sw) == 0);
+    m0_io old = {.fd = sv[0], .events = 0, .cb = ready_cb};
+    CHECK(m0_io_set(loop, &old, EPOLLIN) == 0);
+    close(sv[0]);
+    CHECK(dup2(sw[0], sv[0]) == sv[0]); /* the old number, now another socket */
+    close(sw[0]);
+    m0_io neu = {.fd = sv[0], .events = 0, .cb = ready_cb};
+    CHECK(m0_io_set(loop, &neu, EPOLLIN) == 0);
+    int seen = ready_seen;
+    CHECK(write(sw[1], "z", 1) == 1);
+    CHECK(m0_loop_run_once(loop, 1000) == 1);
+    CHECK(ready_seen == seen + 1);
+    m0_io_close(loop, &neu);
+    close(sv[1]);
+    close(sw[1]);
+    m0_loop_free(loop);
+}
+
 int main(void)
 {
     test_backend_choice();
@@ -479,6 +506,7 @@ int main(void)
     test_outer_fd();
     test_hup_once();
     test_add_from_thread();
+    test_fd_reused();
     printf("test_loop: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
