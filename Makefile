@@ -2,6 +2,9 @@
 #   make serve            build and serve the demo app on 127.0.0.1:8000
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
+#   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
+#                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
+#   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
 #   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
@@ -51,7 +54,7 @@ FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_
 	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
 all: build
 
@@ -90,8 +93,9 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/http/response.c
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
 	./tests/c/build/test_loop
+	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
@@ -102,14 +106,39 @@ test-c: deps
 	./tests/c/build/test_metrics
 	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_conn
+	M0_IO_BACKEND=poll ./tests/c/build/test_conn
 	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_tls
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c
 	./tests/c/build/test_workq
+	M0_IO_BACKEND=poll ./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
 	./tests/c/build/test_workq_wakeup
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
 	./tests/c/build/test_handoff
+	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
+
+# The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
+# both backends) and these suites once more on it.
+POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
+	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py ../bench/tests/test_bench_attack.py \
+	test_supervisor.py test_asgi_supervisor.py
+test-poll: test-c test-poll-py
+test-poll-py: build
+	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
+
+# The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
+# the loop's C tests, then a few suites against that build (installed apart, first on
+# PYTHONPATH).
+PORTABLE_DIR := build-portable
+PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+test-portable: venv
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	./tests/c/build/test_loop_portable
+	rm -rf $(PORTABLE_DIR)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
+	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x -p no:cacheprovider $(PORTABLE_TESTS)
 
 # The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
 # tests skip on a GIL build).

@@ -187,7 +187,12 @@ class Supervisor:
 
             dirs = cfg.reload_dir or [cfg.app_dir]
             self.reloader = reload.start(dirs, cfg.reload_include, cfg.reload_exclude)
-        self.selector = selectors.DefaultSelector()
+        # M0_IO_BACKEND=poll (the engine's portable backend) applies here too, so
+        # that the whole server runs on poll(2) where it is chosen.
+        if os.environ.get("M0_IO_BACKEND") == "poll":
+            self.selector = selectors.PollSelector()
+        else:
+            self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -497,7 +502,9 @@ class Supervisor:
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
             return 0  # the supervisor died before the death signal was armed
-        for fd in [self.wake_r, self.wake_w, self.selector.fileno()] + [
+        # A PollSelector (M0_IO_BACKEND=poll) holds no fd of its own.
+        sel_fd = self.selector.fileno() if hasattr(self.selector, "fileno") else -1
+        for fd in [self.wake_r, self.wake_w, sel_fd] + [
             w.status_fd for w in self.workers.values() if w.status_fd is not None
         ]:
             try:

@@ -8,6 +8,7 @@
 #include "bridge/asgi/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi/wsgi.h"
+#include "net/loop.h"
 
 m0_module_state *m0_module_state_get(PyObject *module)
 {
@@ -27,6 +28,9 @@ static int core_exec(PyObject *module)
     if (m0_tls_options_module_init(module) < 0)
         return -1;
     if (m0_metrics_module_init(module) < 0)
+        return -1;
+    /* "epoll,poll" or "poll": what --io-backend may choose in this build. */
+    if (PyModule_AddStringConstant(module, "io_backends", m0_loop_backends()) < 0)
         return -1;
     return 0;
 }

@@ -661,6 +661,13 @@ print(len(os.listdir("/proc/self/fd")) - before)
     assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
 
 
+def _on_poll():
+    from m0serve import _core
+
+    return os.environ.get("M0_IO_BACKEND") == "poll" or not _core.io_backends.startswith("epoll")
+
+
+@pytest.mark.skipif(_on_poll(), reason="the failure is injected by closing the epoll fd; poll(2) has no fd whose loss fails a wait")
 def test_a_failed_pass_still_ends_its_requests():
     """The loop's epoll fails (its fd closed under it) while one request runs in a view and
     another waits in the queue: serve() raises, and both requests end with their connections
