@@ -149,7 +149,12 @@ class HAProxy(_Proc):
         deadline = time.monotonic() + timeout
         status = None
         while time.monotonic() < deadline:
-            status = self.server_status().get(server)
+            if self.proc.poll() is not None:
+                raise AssertionError(f"haproxy exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                status = self.server_status().get(server)
+            except (FileNotFoundError, ConnectionRefusedError):
+                status = None  # the admin socket is not there yet: HAProxy is still starting
             if status is not None and status.split()[0] == want:
                 return
             time.sleep(0.05)
