@@ -218,6 +218,9 @@ OPTIONS = [
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
+    Option("--early-hints", "value", _choice("on", "off"), "on",
+           "send the app's 103 Early Hints (wsgi.early_hints) to HTTP/1.1 clients; off: the call does nothing",
+           "http", "on|off"),
     # Behind a proxy or a load balancer
     Option("--proxy-headers", "flag", _bool, False,
            "trust X-Forwarded-For/-Proto and Forwarded from --forwarded-allow-ips peers: they set the client "
@@ -602,6 +605,7 @@ def server_options(cfg):
         pace_window=cfg.pace_window,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
+        early_hints=cfg.early_hints == "on",
         access_log=cfg.access_log or cfg.access_log_format is not None or cfg.access_log_json,
         access_log_format=cfg.access_log_format,
         access_log_json=cfg.access_log_json,
