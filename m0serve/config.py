@@ -219,7 +219,8 @@ OPTIONS = [
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
     Option("--early-hints", "value", _choice("on", "off"), "on",
-           "send the app's 103 Early Hints (wsgi.early_hints) to HTTP/1.1 clients; off: the call does nothing",
+           "send the app's 103 Early Hints (wsgi.early_hints, ASGI http.response.early_hint) to HTTP/1.1 clients; "
+           "off: none are sent",
            "http", "on|off"),
     # Behind a proxy or a load balancer
     Option("--proxy-headers", "flag", _bool, False,

@@ -347,6 +347,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .root_path = self->root_path,
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
+            .early_hints = self->early_hints,
             .extra = self->asgi_extra,
         };
         self->asgi = m0_asgi_new(module, &opts);

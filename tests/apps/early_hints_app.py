@@ -35,3 +35,43 @@ def wsgi(environ, start_response):
         return [",".join(errors).encode()]
     start_response("404 Not Found", [])
     return [b""]
+
+
+async def asgi(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    links = [v.encode() for _, v in HINTS]
+    if path == "/extensions":
+        body = repr(sorted(scope["extensions"])).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+        return
+    if path == "/hints":
+        import asyncio
+
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.early_hint", "links": links})
+        await asyncio.sleep(SLEEP)
+        await send({"type": "http.response.body", "body": b"final"})
+        return
+    if path == "/late":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first;", "more_body": True})
+        try:
+            await send({"type": "http.response.early_hint", "links": links})
+            tail = b"no error"
+        except RuntimeError as e:
+            tail = b"raised: " + str(e).encode()
+        await send({"type": "http.response.body", "body": tail})
+        return
+    if path == "/bad":
+        errors = []
+        for bad in ([b"a\r\nX: y"], ["str"], None):
+            try:
+                await send({"type": "http.response.early_hint", "links": bad})
+                errors.append("accepted")
+            except (ValueError, TypeError) as e:
+                errors.append(type(e).__name__)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": ",".join(errors).encode()})

@@ -303,6 +303,16 @@ m0_asgi *m0_asgi_new(PyObject *module, const m0_asgi_options *opts)
         PyDict_SetItemString(a->http_extensions, "http.response.pathsend", pathsend) < 0)
         goto error;
     Py_DECREF(pathsend);
+    pathsend = NULL;
+    a->early_hints = opts->early_hints;
+    if (a->early_hints) {
+        PyObject *hints = PyDict_New();
+        if (hints == NULL || PyDict_SetItemString(a->http_extensions, "http.response.early_hint", hints) < 0) {
+            Py_XDECREF(hints);
+            goto error;
+        }
+        Py_DECREF(hints);
+    }
     return a;
 error:
     Py_XDECREF(pathsend);

@@ -30,6 +30,7 @@ typedef struct {
     PyObject *root_path;  /* borrowed: str, "" when none */
     PyObject *url_scheme; /* borrowed: str ("http" or "https") */
     int server_header;    /* send "Server: m0serve" */
+    int early_hints;      /* advertise and send http.response.early_hint (--early-hints) */
     /* borrowed: dict of ASGI-only settings or NULL/Py_None. Keys (all optional):
      *   "loop":  the asyncio loop (default: the running loop at the first request)
      *   "state": dict, the lifespan state; each scope gets a shallow copy

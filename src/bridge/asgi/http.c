@@ -547,6 +547,88 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     return r;
 }
 
+#define EARLY_HINT_STATUS_LINE "HTTP/1.1 103 Early Hints\r\n"
+
+/* http.response.early_hint (the ASGI "Early Hints" extension): a 103 head
+ * with one Link field per value of the message's `links` (an iterable of
+ * bytes), written at once. Allowed until the final head is written (before
+ * or after http.response.start: the head waits for the first body bytes).
+ * Sent to HTTP/1.1 clients only and with --early-hints on (otherwise the
+ * extension is not advertised and the message is validated and dropped, as
+ * the extension lets a server do). */
+static int http_send_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
+    PyObject *links = NULL, *seq = NULL;
+    char *buf = NULL;
+    size_t len = sizeof(EARLY_HINT_STATUS_LINE) - 1;
+    int rc = -1;
+
+    if (h->resp > RESP_STARTED) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.early_hint sent after the response head was sent");
+        return -1;
+    }
+    links = PyDict_GetItemString(msg, "links"); // borrowed
+    if (links == NULL) {
+        PyErr_SetString(PyExc_KeyError, "http.response.early_hint message is missing 'links'");
+        return -1;
+    }
+    Py_INCREF(links);
+    seq = PySequence_Fast(links, "http.response.early_hint 'links' must be an iterable of bytes");
+    if (seq == NULL)
+        goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    size_t need = len + 2;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
+        if (!PyBytes_Check(v)) {
+            PyErr_Format(PyExc_TypeError, "http.response.early_hint links must be bytes, got %.100s",
+                         Py_TYPE(v)->tp_name);
+            goto done;
+        }
+        if (!m0_valid_header_value(PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v))) {
+            PyErr_Format(PyExc_ValueError, "invalid Link value %R (CR, LF, NUL and other controls are refused)", v);
+            goto done;
+        }
+        need += 6 + (size_t)PyBytes_GET_SIZE(v) + 2;
+    }
+    if (h->base.conn == NULL) {
+        rc = http_raise_disconnected(h);
+        goto done;
+    }
+    if (count > 0 && h->base.asgi->early_hints && h->minor_version >= 1) {
+        buf = PyMem_Malloc(need);
+        if (buf == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(buf, EARLY_HINT_STATUS_LINE, len);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed
+            memcpy(buf + len, "Link: ", 6);
+            len += 6;
+            memcpy(buf + len, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
+            len += (size_t)PyBytes_GET_SIZE(v);
+            memcpy(buf + len, "\r\n", 2);
+            len += 2;
+        }
+        memcpy(buf + len, "\r\n", 2);
+        len += 2;
+        struct iovec iov = {buf, len};
+        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+            http_lost(h);
+            rc = http_raise_disconnected(h);
+            goto done;
+        }
+    }
+    *out = Py_NewRef(Py_None);
+    rc = 1;
+done:
+    PyMem_Free(buf);
+    Py_XDECREF(seq);
+    Py_XDECREF(links);
+    return rc;
+}
+
 static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
 {
     m0_asgi_state *st = h->base.asgi->st;
@@ -585,6 +667,8 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
     const char *t = PyUnicode_AsUTF8(type);
     if (t == NULL)
         return -1;
+    if (strcmp(t, "http.response.early_hint") == 0)
+        return http_send_early_hint(h, msg, out);
     switch (h->resp) {
     case RESP_NONE:
         if (strcmp(t, "http.response.start") != 0)
