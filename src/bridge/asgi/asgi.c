@@ -304,6 +304,12 @@ m0_asgi *m0_asgi_new(PyObject *module, const m0_asgi_options *opts)
         goto error;
     Py_DECREF(pathsend);
     pathsend = NULL;
+    PyObject *trailers = PyDict_New();
+    if (trailers == NULL || PyDict_SetItemString(a->http_extensions, "http.response.trailers", trailers) < 0) {
+        Py_XDECREF(trailers);
+        goto error;
+    }
+    Py_DECREF(trailers);
     a->early_hints = opts->early_hints;
     if (a->early_hints) {
         PyObject *hints = PyDict_New();
