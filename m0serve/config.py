@@ -176,6 +176,9 @@ OPTIONS = [
            "SECONDS"),
     Option("--ws-ping-timeout", "value", _seconds, 20.0, "seconds to wait for a pong before closing", "asgi",
            "SECONDS"),
+    Option("--ws-per-message-deflate", "value", _choice("on", "off"), "on",
+           "accept the client's permessage-deflate offer (RFC 7692): compressed WebSocket messages", "asgi",
+           "on|off"),
     # Sockets
     Option("--host", "value", str, "127.0.0.1", "address to bind", "sockets"),
     Option("--port", "value", _int_in(0, 65535), 8000, "port to bind; 0 picks a free one (logged at start)", "sockets"),

@@ -244,6 +244,11 @@ static int asgi_options_read(m0_asgi *a, PyObject *extra)
             return -1;
         a->ws_max_size = n;
     }
+    a->ws_deflate = 0;
+    if (asgi_extra_get(extra, "ws_per_message_deflate", &v) < 0)
+        return -1;
+    if (v != NULL && v != Py_None && (a->ws_deflate = PyObject_IsTrue(v)) < 0)
+        return -1;
     a->ws_ping_interval = 20.0;
     a->ws_ping_timeout = 20.0;
     if (asgi_extra_get(extra, "ws_ping_interval", &v) < 0)

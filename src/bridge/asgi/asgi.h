@@ -36,7 +36,8 @@ typedef struct {
      *   "state": dict, the lifespan state; each scope gets a shallow copy
      *   "tasks": set, the bridge keeps its running request tasks in it
      *   "ws": bool (default True), "ws_max_size": int, "ws_ping_interval": float,
-     *   "ws_ping_timeout": float (seconds, 0 = off): read by the WebSocket part. */
+     *   "ws_ping_timeout": float (seconds, 0 = off), "ws_per_message_deflate": bool
+     *   (default False): read by the WebSocket part. */
     PyObject *extra;
 } m0_asgi_options;
 

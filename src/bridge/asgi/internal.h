@@ -153,6 +153,7 @@ struct m0_asgi {
     int early_hints; /* http.response.early_hint is advertised and sent (--early-hints) */
     int ws_enabled;
     uint64_t ws_max_size;
+    int ws_deflate; /* accept permessage-deflate offers (--ws-per-message-deflate) */
     double ws_ping_interval, ws_ping_timeout;
     m0_asgi_base *live; /* attached objects */
     /* The last scope "server" tuple and what it was built from (one
