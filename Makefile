@@ -62,6 +62,8 @@ test-c: deps
 	./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
+	clang $(CFLAGS_TEST) -o tests/c/build/test_ws_deflate tests/c/test_ws_deflate.c src/http/ws_deflate.c src/http/ws.c src/http/parser.c -lz
+	./tests/c/build/test_ws_deflate
 	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	./tests/c/build/test_proxy
 	clang $(CFLAGS_TEST) -o tests/c/build/test_access_log tests/c/test_access_log.c src/net/access_log.c
