@@ -3,6 +3,9 @@
 1. zlib alone, with the server's settings (level 6, 12-bit window, memLevel 5,
    context takeover): CPU per message and bytes on the wire for a typical
    JSON message (about 1.6 KB) and a short one.
+3. Server RSS with 200 open connections, idle and after each sent and got
+   back one such message, deflate on and off (the zlib streams are made on
+   the first compressed message, so idle connections hold none).
 2. End to end on 127.0.0.1: N echo round trips of that JSON message over one
    connection (the websockets client, which offers deflate), with the
    server's CPU time read from /proc before and after, deflate on and off.
@@ -93,6 +96,34 @@ def end_to_end(flag):
         p.wait()
 
 
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+
+def rss(flag, n=200):
+    p, port = serve(flag)
+    try:
+        async def main():
+            base = rss_kib(p.pid)
+            conns = [await connect(f"ws://127.0.0.1:{port}/echo") for _ in range(n)]
+            await asyncio.sleep(0.5)
+            idle = rss_kib(p.pid)
+            for k, ws in enumerate(conns):
+                await ws.send(MESSAGES[k % len(MESSAGES)].decode())
+                await ws.recv()
+            await asyncio.sleep(0.5)
+            active = rss_kib(p.pid)
+            for ws in conns:
+                await ws.close()
+            return base, idle, active
+        return asyncio.run(main())
+    finally:
+        p.terminate()
+        p.wait()
+
+
 if __name__ == "__main__":
     for name, msgs in (("json", MESSAGES), ("short", [SHORT])):
         raw, c, d, size = zlib_cost(msgs, 5000)
@@ -102,3 +133,7 @@ if __name__ == "__main__":
         ext, cpu, wall = end_to_end(flag)
         print(f"end to end, deflate {flag} ({ext}): {N} echoes of ~{len(JSON)} B JSON, server CPU "
               f"{cpu / N * 1e6:.0f} us per echo, wall {wall / N * 1e6:.0f} us per round trip")
+    for flag in ("off", "on"):
+        base, idle, active = rss(flag)
+        print(f"RSS, deflate {flag}: {base} KiB at start; 200 idle connections +{(idle - base) / 200:.1f} KiB each; "
+              f"after one message each +{(active - base) / 200:.1f} KiB each")
