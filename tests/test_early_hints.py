@@ -43,6 +43,21 @@ def test_103_arrives_before_the_app_finishes(serve, app):
         assert read_response(s, timeout=10)[0] == 200
 
 
+@pytest.mark.parametrize("args", [("--blocking-threads", "2"), ("--threads", "2")])
+def test_wsgi_103_from_pool_and_loop_threads(serve, args):
+    # the app runs on a pool thread (blocking) or on one of several loops: the
+    # 103 is written from there, at once, as write() is
+    srv = serve(WSGI, *args)
+    with srv.connect(timeout=10) as s:
+        _request(s, "/hints")
+        status, headers, _, head = read_response(s, timeout=10)
+        t_hints = time.monotonic()
+        assert status == 103 and [v for n, v in headers if n == "link"] == LINKS, head
+        status, _, body, _ = read_response(s, timeout=10)
+        assert (status, body) == (200, b"final")
+        assert time.monotonic() - t_hints > 1.0
+
+
 @both
 def test_httpx_client_skips_103_and_gets_final(serve, app):
     srv = serve(app)
