@@ -137,6 +137,23 @@ def test_negotiation(serve_module, offer, expected):
     assert ext == expected
 
 
+def test_client_window_of_8_bits_decoded(serve):
+    # A client told 8 bits that compresses with zlib gets a 9-bit window
+    # (zlib's deflate cannot do 8): its messages, which refer back into the
+    # previous one, must still be read.
+    srv = serve(APP)
+    s, ext, buf = handshake(srv, "permessage-deflate; client_max_window_bits=8")
+    assert ext == "permessage-deflate; client_max_window_bits=8"
+    data = os.urandom(200).hex().encode()  # 400 bytes: the second message refers back into the first
+    c = zlib.compressobj(wbits=-9)  # what zlib makes of 8 (newer zlib refuses 8 outright)
+    d = zlib.decompressobj(wbits=-15)
+    for _ in range(2):
+        s.sendall(frame(0x2, (c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH))[:-4], rsv1=True))
+        op, rsv1, payload, buf = read_frame(s, buf)
+        assert op == 0x2 and d.decompress(payload + TAIL) == data
+    s.close()
+
+
 def test_no_context_takeover_is_honoured(serve):
     srv = serve(APP)
     s, ext, buf = handshake(srv, "permessage-deflate; server_no_context_takeover; client_no_context_takeover")

@@ -178,7 +178,10 @@ int64_t m0_ws_inflate_message(m0_ws_deflate *d, const uint8_t *in, size_t len, u
     size_t out = 0, limit = max ? (size_t)max + 1 : 0;
     if (!d->in_ready) {
         memset(z, 0, sizeof(*z));
-        if (inflateInit2(z, -d->p.client_max_window_bits) != Z_OK)
+        /* At least 9: zlib's deflate, which most clients use, turns an
+         * 8-bit window into 9 bits, and a larger window decodes a smaller. */
+        int bits = d->p.client_max_window_bits < 9 ? 9 : d->p.client_max_window_bits;
+        if (inflateInit2(z, -bits) != Z_OK)
             return -ENOMEM;
         d->in_ready = 1;
     }
