@@ -2,30 +2,59 @@
 #   make serve            build and serve the demo app on 127.0.0.1:8000
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
+#   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
+#                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
+#   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
+#   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
+#   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
+#   make tsan-threads PY=3.13t  the extension under ThreadSanitizer, --threads 2 under wrk (tools/tsan_threads.sh)
 #   make bench            run the benchmark suites (see bench/README.md)
+#   make bench-parser     build and run the parser's microbenchmark (bench/parser/bench_parser.c)
 #   make wheel-check      build the sdist and a wheel, auditwheel show/repair it, install it in a venv
 #                         with no compiler and serve a request (tools/wheel_check.sh; not part of test)
-#   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*
+#   make fuzz             run each libFuzzer driver for FUZZ_SECONDS (default 60) over fuzz/corpus*,
+#                         then the misbehaving-apps fuzzer for FUZZ_APPS_SECONDS (make fuzz-apps)
 
 PY ?= 3.11
+# The free-threaded interpreter (PY=3.13t): built once, outside the repository, by
+# `make python-ft` (tools/build_python_ft.sh; ~5 minutes on 2 cores), then reused.
+FT_PREFIX ?= $(HOME)/.cache/m0serve/python3.13t
+ifeq ($(PY),3.13t)
+PYTHON := $(FT_PREFIX)/bin/python3.13t
+FT_DEP := python-ft
+REQUIREMENTS := requirements-test-ft.txt
+else
+REQUIREMENTS := requirements-test.txt
 PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 	elif command -v pyenv >/dev/null 2>&1 && [ -x "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python" ]; then \
 	  echo "$$(pyenv root)/versions/$$(pyenv versions --bare | grep -E '^$(PY)(\.|$$)' | tail -1)/bin/python"; \
 	else command -v python$(PY) || command -v python3; fi)
+endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy zlib1g-dev
+SYSTEM_PACKAGES := wrk clang clang-format libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
 CFLAGS_TSAN := -std=gnu11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fsanitize=thread -fno-omit-frame-pointer -pthread
 CFLAGS_FUZZ := -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
-# Every file of src/net (the connection tests and fuzzer link the whole layer).
+# Every file of src/net (the connection tests and fuzzer link the whole layer, and
+# with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
+NET_LIBS := -lssl -lcrypto
 
-.PHONY: all deps venv build serve test test-c test-py test-docs wheel-check fuzz bench format clean
+PYTEST_ARGS ?=
+TSAN_SECONDS ?= 5
+# What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
+# --threads / --blocking-threads test.
+FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
+	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
+	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
+	test_readiness.py::test_shutdown_delay_with_threads
+
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
 all: build
 
@@ -38,10 +67,16 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(VENV)/.ok: requirements-test.txt
+# CPython's build dependencies (the modules the tests use: ssl, sqlite3, ctypes...).
+python-ft: SYSTEM_PACKAGES += gcc make libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev \
+	libreadline-dev uuid-dev
+python-ft: deps
+	tools/build_python_ft.sh $(FT_PREFIX)
+
+$(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -r requirements-test.txt
+	$(VPY) -m pip install -q -r $(REQUIREMENTS)
 	touch $@
 
 venv: $(VENV)/.ok
@@ -58,8 +93,9 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/http/response.c
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
 	./tests/c/build/test_loop
+	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws_deflate tests/c/test_ws_deflate.c src/http/ws_deflate.c src/http/ws.c src/http/parser.c -lz
@@ -70,17 +106,54 @@ test-c: deps
 	./tests/c/build/test_access_log
 	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
 	./tests/c/build/test_metrics
-	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread
+	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_conn
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/http/response.c
+	M0_IO_BACKEND=poll ./tests/c/build/test_conn
+	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	./tests/c/build/test_tls
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c
 	./tests/c/build/test_workq
+	M0_IO_BACKEND=poll ./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
 	./tests/c/build/test_workq_wakeup
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
 	./tests/c/build/test_handoff
+	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
+
+# The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
+# both backends) and these suites once more on it.
+POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
+	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py ../bench/tests/test_bench_attack.py \
+	test_supervisor.py test_asgi_supervisor.py
+test-poll: test-c test-poll-py
+test-poll-py: build
+	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
+
+# The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
+# the loop's C tests, then a few suites against that build (installed apart, first on
+# PYTHONPATH).
+PORTABLE_DIR := build-portable
+PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+test-portable: venv
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	./tests/c/build/test_loop_portable
+	rm -rf $(PORTABLE_DIR)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
+	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x -p no:cacheprovider $(PORTABLE_TESTS)
+
+# The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
+# tests skip on a GIL build).
+test-ft: build
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -rs $(FT_TESTS)
+
+# gcc's ThreadSanitizer runtime (libtsan2), preloaded into the interpreter.
+tsan-threads: SYSTEM_PACKAGES += libtsan2
+tsan-threads: deps build
+	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
 
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x --timeout=300 -p no:cacheprovider .
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider $(or $(PYTEST_ARGS),. ../bench/tests)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:
@@ -89,18 +162,29 @@ test-docs:
 test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
-# prints its executions); each runs even when another fails.
+# prints its executions), then the stateful fuzzer of misbehaving apps runs
+# FUZZ_APPS_SECONDS against real servers (tests/test_fuzz_apps.py prints its
+# programs); each runs even when another fails.
 fuzz: deps
 	mkdir -p fuzz/build
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_parser fuzz/fuzz_parser.c fuzz/parser_nosimd.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
-	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_tls fuzz/fuzz_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ]
+	fuzz/run.sh fuzz/build/fuzz_tls $(FUZZ_SECONDS) fuzz/corpus_tls -dict=fuzz/http.dict; t=$$?; \
+	$(MAKE) --no-print-directory fuzz-apps; a=$$?; \
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$a -eq 0 ]
+
+# The stateful fuzzer of misbehaving WSGI/ASGI apps (Hypothesis, real server
+# processes); the test suite runs it too, for its default 20 s.
+FUZZ_APPS_SECONDS ?= 60
+fuzz-apps: build
+	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider test_fuzz_apps.py
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).
@@ -111,6 +195,14 @@ wheel-check: deps
 bench: deps build
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
+
+# ns per parse of a browser-shaped GET and of three trickled 80 KB heads. BENCH_PARSER_FLAGS=
+# "-DWITH_HTTP_PARSER -lhttp_parser" (libhttp-parser-dev) times nodejs's http_parser beside it.
+bench-parser:
+	mkdir -p build
+	clang -O2 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -o build/bench_parser \
+		bench/parser/bench_parser.c src/http/parser.c $(BENCH_PARSER_FLAGS)
+	./build/bench_parser
 
 # Debian names the binary after its version; the newest one installed wins.
 CLANG_FORMAT ?= $(shell command -v clang-format || ls /usr/bin/clang-format-[0-9]* 2>/dev/null | sort -V | tail -1)

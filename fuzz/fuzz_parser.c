@@ -5,8 +5,10 @@
  * contract: spans inside the buffer, a prefix never disagrees with the whole
  * input, chunked decoding does not depend on how the input is split, and
  * against references written from the RFC grammar here: the octets of an
- * accepted target, name and value, and whether a chunk-size line (size and
- * extensions) is accepted. */
+ * accepted target, name and value, whether a chunk-size line (size and
+ * extensions) is accepted, and the whole chunked body: an independent
+ * decoder of RFC 9112 7.1 (ref_chunked) gives the same result, the same
+ * decoded bytes and the same count of bytes consumed. */
 #include "../src/http/parser.h"
 
 #include <ctype.h>
@@ -206,6 +208,120 @@ static int ref_chunk_line(const uint8_t *l, size_t n, uint64_t *size)
     }
 }
 
+/* The decoder's bounds: a size line (CR excluded) and the trailer field lines
+ * (with their CRLFs, the final CRLF excluded). */
+#define REF_LINE_MAX 4096
+#define REF_TRAILER_MAX 8192
+
+/* An independent whole-buffer decoder of RFC 9112 7.1:
+ *   chunked-body   = *chunk last-chunk trailer-section CRLF
+ *   chunk          = chunk-size [ chunk-ext ] CRLF chunk-data CRLF
+ *   last-chunk     = 1*("0") [ chunk-ext ] CRLF
+ *   trailer-section = *( field-line CRLF ), field-line = field-name ":" field-value
+ * Returns 1 (complete: out[0..*out_len) the data, *consumed the bytes of the
+ * body), 0 (a valid prefix so far: out holds the data so far), or
+ * M0_PARSE_BAD_REQUEST / M0_PARSE_BODY_TOO_LARGE. A prefix may be reported 0
+ * where the incremental decoder already knows it is bad (a size line is only
+ * judged once its CRLF is there), so 0 is compared loosely. */
+static int ref_chunked(const uint8_t *in, size_t n, uint64_t max_body, uint8_t *out, size_t *out_len, size_t *consumed)
+{
+    size_t i = 0;
+    uint64_t total = 0;
+    *out_len = 0;
+    *consumed = 0;
+    for (;;) {
+        /* a chunk-size line */
+        size_t cr = i;
+        uint64_t size;
+        while (cr < n && in[cr] != '\r')
+            cr++;
+        if (cr - i > REF_LINE_MAX)
+            return M0_PARSE_BAD_REQUEST;
+        if (cr + 1 >= n)
+            return 0;
+        if (in[cr + 1] != '\n' || !ref_chunk_line(in + i, cr - i, &size))
+            return M0_PARSE_BAD_REQUEST;
+        i = cr + 2;
+        if (size == 0)
+            break;
+        if (max_body != 0 && total + size > max_body)
+            return M0_PARSE_BODY_TOO_LARGE;
+        /* chunk-data CRLF */
+        if (n - i < size) {
+            memcpy(out + *out_len, in + i, n - i);
+            *out_len += n - i;
+            return 0;
+        }
+        memcpy(out + *out_len, in + i, (size_t)size);
+        *out_len += (size_t)size;
+        total += size;
+        i += (size_t)size;
+        if (i < n && in[i] != '\r')
+            return M0_PARSE_BAD_REQUEST;
+        if (i + 1 < n && in[i + 1] != '\n')
+            return M0_PARSE_BAD_REQUEST;
+        if (i + 2 > n)
+            return 0;
+        i += 2;
+    }
+    /* trailer-section CRLF */
+    size_t trailer = 0;
+    for (;;) {
+        if (i == n)
+            return 0;
+        if (in[i] == '\r') {
+            if (i + 1 == n)
+                return 0;
+            if (in[i + 1] != '\n')
+                return M0_PARSE_BAD_REQUEST;
+            *consumed = i + 2;
+            return 1;
+        }
+        size_t j = ref_skip_token(in, i, n);
+        if (j == i)
+            return M0_PARSE_BAD_REQUEST; /* obs-fold, bare LF, empty name */
+        if (j < n && in[j] != ':')
+            return M0_PARSE_BAD_REQUEST;
+        while (j + 1 < n && ref_value_octet(in[j + 1]))
+            j++;
+        /* in[j + 1] is the CR of the field line if the line is whole */
+        if (j + 1 < n && in[j + 1] != '\r')
+            return M0_PARSE_BAD_REQUEST;
+        if (j + 2 < n && in[j + 2] != '\n')
+            return M0_PARSE_BAD_REQUEST;
+        if (j + 3 > n) {
+            if (trailer + (n - i) > REF_TRAILER_MAX)
+                return M0_PARSE_BAD_REQUEST;
+            return 0;
+        }
+        trailer += j + 3 - i;
+        if (trailer > REF_TRAILER_MAX)
+            return M0_PARSE_BAD_REQUEST;
+        i = j + 3;
+    }
+}
+
+/* The decoder, fed whole, agrees with ref_chunked: the same final result and
+ * the same data and consumed count when complete; while incomplete, the data
+ * decoded so far is the reference's (or the decoder refused a prefix early). */
+static void check_chunked_reference(const uint8_t *data, size_t size, uint64_t max_body, int rc, const char *got,
+                                    size_t got_len, size_t got_consumed)
+{
+    uint8_t *want = malloc(size ? size : 1);
+    size_t want_len, want_consumed;
+    int ref = ref_chunked(data, size, max_body, want, &want_len, &want_consumed);
+    if (ref < 0 && rc != ref)
+        abort();
+    if (ref == 1 &&
+        (rc != 1 || got_len != want_len || got_consumed != want_consumed || memcmp(got, want, want_len) != 0))
+        abort();
+    if (rc == 1 && ref != 1)
+        abort();
+    if (ref == 0 && rc == 0 && (got_len != want_len || memcmp(got, want, want_len) != 0))
+        abort();
+    free(want);
+}
+
 /* The decoder accepts exactly the size lines ref_chunk_line accepts. */
 static void check_chunk_line(const uint8_t *data, size_t size, uint64_t max_body)
 {
@@ -245,6 +361,7 @@ static void fuzz_chunked(const uint8_t *data, size_t size, uint8_t sel)
     rc1 = m0_chunked_decode(&d1, whole, &len, &consumed);
     if (len > consumed || consumed > size)
         abort();
+    check_chunked_reference(data, size, max_body, rc1, whole, len, consumed);
 
     /* Byte-sized pieces must give the same data and result. */
     m0_chunked_init(&d2, max_body);

@@ -59,7 +59,7 @@ def _serve_single(cfg, hk, server):
 
     def on_ready():
         for listener in listeners:
-            log.info("Listening on %s", listener.url)
+            log.info("Listening on %s", sockets.url_of(listener, cfg))
         log.info("m0serve: serving %s (%s) in process %d", cfg.app or "native hello", interface, os.getpid())
 
     try:
@@ -99,6 +99,16 @@ def main(argv=None):
     if cfg.check_config or cfg.print_config:
         return showconfig.main(cfg)
     check_start(cfg)
+    # The engine (src/net/loop.c) and the supervisor read the backend from the
+    # environment, which the workers inherit.
+    if cfg.io_backend == "auto":
+        os.environ.pop("M0_IO_BACKEND", None)
+    else:
+        from . import _core
+
+        if cfg.io_backend not in _core.io_backends.split(","):
+            config.die(f"argument --io-backend: {cfg.io_backend} is not in this build (it has {_core.io_backends})")
+        os.environ["M0_IO_BACKEND"] = cfg.io_backend
     if cfg.log_config:
         prepare_path(cfg.app_dir)  # so that the file may name the project's own handler classes
     try:

@@ -188,6 +188,9 @@ OPTIONS = [
     Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
     Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
            "sockets"),
+    Option("--io-backend", "value", _choice("auto", "epoll", "poll"), "auto",
+           "the event loop's I/O backend: epoll (Linux) or poll (poll(2), any POSIX system; every worker on a shared "
+           "listener wakes for each connection); auto: epoll where the system has it", "sockets", "NAME"),
     Option("--uds-permissions", "value", _octal_mode, None,
            "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),
     # HTTP limits and timeouts
@@ -225,6 +228,24 @@ OPTIONS = [
            "send the app's 103 Early Hints (wsgi.early_hints, ASGI http.response.early_hint) to HTTP/1.1 clients; "
            "off: none are sent",
            "http", "on|off"),
+    # TLS (HTTPS served by the engine itself, on OpenSSL)
+    Option("--ssl-certfile", "value", _path, None,
+           "serve HTTPS: the server's certificate (PEM, followed by its chain); the apps see the scheme https",
+           "tls", "FILE"),
+    Option("--ssl-keyfile", "value", _path, None, "the certificate's private key (PEM; default: in --ssl-certfile)",
+           "tls", "FILE"),
+    Option("--ssl-keyfile-password", "value", str, None, "the password of an encrypted --ssl-keyfile", "tls",
+           "PASSWORD"),
+    Option("--ssl-ca-certs", "value", _path, None,
+           "the CA certificates (PEM) that client certificates are checked against (mutual TLS)", "tls", "FILE"),
+    Option("--ssl-cert-reqs", "value", _choice("none", "optional", "required"), "none",
+           "client certificates: none (not asked for), optional (checked when sent) or required (mutual TLS)",
+           "tls", "none|optional|required"),
+    Option("--ssl-ciphers", "value", str, None,
+           "the OpenSSL cipher list for TLS 1.2, e.g. 'ECDHE+AESGCM' (default: OpenSSL's; TLS 1.3 suites are "
+           "OpenSSL's)", "tls", "CIPHERS"),
+    Option("--ssl-min-version", "value", _choice("1.2", "1.3"), "1.2", "the oldest TLS version accepted", "tls",
+           "1.2|1.3"),
     # Behind a proxy or a load balancer
     Option("--proxy-headers", "flag", _bool, False,
            "trust X-Forwarded-For/-Proto and Forwarded from --forwarded-allow-ips peers: they set the client "
@@ -315,6 +336,7 @@ GROUP_TITLES = {
     "asgi": "ASGI",
     "sockets": "sockets",
     "http": "HTTP limits and timeouts",
+    "tls": "TLS",
     "proxy": "behind a proxy or a load balancer",
     "logging": "logging",
     "processes": "processes",
@@ -339,6 +361,12 @@ FOREIGN_FLAGS = {
     "--error-logfile": "--log-file",
     "--access-logfile": "--access-log",
     "--log-config-json": "--log-config",
+    "--certfile": "--ssl-certfile",
+    "--keyfile": "--ssl-keyfile",
+    "--ca-certs": "--ssl-ca-certs",
+    "--cert-reqs": "--ssl-cert-reqs",
+    "--ciphers": "--ssl-ciphers",
+    "--ssl-version": "--ssl-min-version",
 }
 
 
@@ -507,6 +535,10 @@ def resolve(argv=None, environ=None, prog="m0serve"):
         cfg.print_config = ns.print_config
         cfg.warnings = _unknown_env(environ)
         _check(cfg)
+        if cfg.ssl_certfile is not None:
+            # TLS session-ticket keys for every event loop of this process (--threads) and, with a
+            # supervisor, of every worker it forks (which makes new ones at each HUP).
+            cfg.tls_ticket_keys = os.urandom(80)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return cfg
@@ -566,6 +598,7 @@ def _check(cfg):
         raise ConfigError("argument --proxy-protocol-timeout: must be > 0")
     if cfg.threads > 1 and cfg.interface == "asgi":
         raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
+    _check_tls(cfg)
     if cfg.access_log_format is not None:
         from . import _core
 
@@ -573,6 +606,39 @@ def _check(cfg):
             _core.check_access_log_format(cfg.access_log_format, cfg.access_log_json)
         except ValueError as e:
             raise ConfigError(f"argument --access-log-format: {e}") from None
+
+
+def tls_options(cfg):
+    """The tls keyword of _core.Server: None (plaintext) or the --ssl-* settings."""
+    if cfg.ssl_certfile is None:
+        return None
+    return dict(
+        certfile=cfg.ssl_certfile,
+        keyfile=cfg.ssl_keyfile,
+        password=cfg.ssl_keyfile_password,
+        ca_certs=cfg.ssl_ca_certs,
+        cert_reqs=cfg.ssl_cert_reqs,
+        ciphers=cfg.ssl_ciphers,
+        min_version=cfg.ssl_min_version,
+        # Set by the supervisor (m0serve.supervisor): one set for all its workers, new at each HUP.
+        ticket_keys=getattr(cfg, "tls_ticket_keys", None),
+    )
+
+
+def _check_tls(cfg):
+    """The --ssl-* settings load as a worker will load them: a bad certificate, key or password is one line
+    naming the file, at start (exit 2), not a worker that fails to boot."""
+    if cfg.ssl_certfile is None:
+        for opt in OPTIONS:
+            if opt.group == "tls" and opt.flag != "--ssl-certfile" and getattr(cfg, opt.dest) not in (None, opt.default):
+                raise ConfigError(f"argument {opt.flag}: needs --ssl-certfile")
+        return
+    from . import _core
+
+    try:
+        _core.check_tls(tls_options(cfg))
+    except ValueError as e:
+        raise ConfigError(f"argument --ssl-certfile: {e}") from None
 
 
 def default_limit_connections(threads=1):
@@ -614,6 +680,7 @@ def server_options(cfg):
         access_log_format=cfg.access_log_format,
         access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
+        tls=tls_options(cfg),
         proxy=dict(
             proxy_headers=cfg.proxy_headers and not cfg.no_proxy_headers,
             forwarded_allow_ips=cfg.forwarded_allow_ips,

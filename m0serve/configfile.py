@@ -39,6 +39,11 @@ GUNICORN_NAMES = {
     "pidfile": "pid_file",
     "preload_app": "preload",
     "chdir": "app_dir",
+    "certfile": "ssl_certfile",
+    "keyfile": "ssl_keyfile",
+    "ca_certs": "ssl_ca_certs",
+    "cert_reqs": "ssl_cert_reqs",
+    "ciphers": "ssl_ciphers",
 }
 UNSUPPORTED_HOOKS = ("on_reload", "pre_exec", "pre_request", "post_request", "nworkers_changed", "ssl_context")
 

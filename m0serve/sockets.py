@@ -29,6 +29,13 @@ def _describe(sock):
     return f"http://{host}:{port}"
 
 
+def url_of(listener, cfg):
+    """The listener's URL as the log gives it: https:// when the engine serves TLS."""
+    if cfg.ssl_certfile is not None and listener.url.startswith("http://"):
+        return "https://" + listener.url[len("http://"):]
+    return listener.url
+
+
 class Listener:
     """One listening address. `sock` is listening unless this reserves a SO_REUSEPORT address."""
 

@@ -119,6 +119,7 @@ class Worker(hooks.WorkerInfo):
 class Supervisor:
     def __init__(self, cfg):
         self.cfg = cfg
+        self._new_ticket_keys()
         self.log = log
         self.hooks = hooks.of(cfg)
         self.spawned = 0  # workers started so far (a worker's age)
@@ -186,7 +187,12 @@ class Supervisor:
 
             dirs = cfg.reload_dir or [cfg.app_dir]
             self.reloader = reload.start(dirs, cfg.reload_include, cfg.reload_exclude)
-        self.selector = selectors.DefaultSelector()
+        # M0_IO_BACKEND=poll (the engine's portable backend) applies here too, so
+        # that the whole server runs on poll(2) where it is chosen.
+        if os.environ.get("M0_IO_BACKEND") == "poll":
+            self.selector = selectors.PollSelector()
+        else:
+            self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -298,7 +304,7 @@ class Supervisor:
             if not self.listening_logged:
                 self.listening_logged = True
                 for listener in self.listeners:
-                    log.info("Listening on %s", listener.url)
+                    log.info("Listening on %s", sockets.url_of(listener, self.cfg))
             self._progress_rollout()
         if b"D" in data:
             w.drained = True
@@ -343,8 +349,16 @@ class Supervisor:
         log.info("SIGQUIT: stopping now")
         self._stop(fast=True)
 
+    def _new_ticket_keys(self):
+        """TLS session-ticket keys for the workers forked from now on: every worker shares them, so a
+        session one issued resumes on any other. New at each HUP (with the certificate files, which each
+        new worker loads again)."""
+        if self.cfg.ssl_certfile is not None:
+            self.cfg.tls_ticket_keys = os.urandom(80)
+
     def handle_hup(self):
         log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
+        self._new_ticket_keys()
         self._start_rollout()
 
     def handle_ttin(self):
@@ -488,7 +502,9 @@ class Supervisor:
         worker.set_parent_death_signal()
         if os.getppid() != self.pid:
             return 0  # the supervisor died before the death signal was armed
-        for fd in [self.wake_r, self.wake_w, self.selector.fileno()] + [
+        # A PollSelector (M0_IO_BACKEND=poll) holds no fd of its own.
+        sel_fd = self.selector.fileno() if hasattr(self.selector, "fileno") else -1
+        for fd in [self.wake_r, self.wake_w, sel_fd] + [
             w.status_fd for w in self.workers.values() if w.status_fd is not None
         ]:
             try:

@@ -4,9 +4,11 @@
 #include "bridge/serve.h"
 #include "bridge/access_log_format.h"
 #include "bridge/metrics.h"
+#include "bridge/tls_options.h"
 #include "bridge/asgi/asgi.h"
 #include "bridge/state.h"
 #include "bridge/wsgi/wsgi.h"
+#include "net/loop.h"
 
 m0_module_state *m0_module_state_get(PyObject *module)
 {
@@ -23,7 +25,12 @@ static int core_exec(PyObject *module)
         return -1;
     if (m0_access_log_format_module_init(module) < 0)
         return -1;
+    if (m0_tls_options_module_init(module) < 0)
+        return -1;
     if (m0_metrics_module_init(module) < 0)
+        return -1;
+    /* "epoll,poll" or "poll": what --io-backend may choose in this build. */
+    if (PyModule_AddStringConstant(module, "io_backends", m0_loop_backends()) < 0)
         return -1;
     return 0;
 }
@@ -57,7 +64,12 @@ static void core_free(void *module)
 
 static PyModuleDef_Slot core_slots[] = {
     {Py_mod_exec, core_exec},
-#ifdef Py_mod_gil
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded build: the engine needs no GIL (docs/ARCHITECTURE.md,
+     * "Free-threaded builds": every piece of shared state and how it is
+     * guarded). A GIL build ignores the slot's value. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#elif defined(Py_mod_gil)
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

@@ -20,7 +20,7 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 APPS_DIR = TESTS_DIR / "apps"
-LISTEN_RE = re.compile(r"Listening on http://([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
+LISTEN_RE = re.compile(r"Listening on https?://([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 
 
 class Server:
@@ -35,6 +35,7 @@ class Server:
         self._ready = threading.Event()
         self.host = None
         self.port = None
+        self.scheme = "http"
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -45,6 +46,7 @@ class Server:
             if m and not self._ready.is_set():
                 self.host = m.group(1).strip("[]")
                 self.port = int(m.group(2))
+                self.scheme = "https" if "Listening on https" in line else "http"
                 self._ready.set()
         self._ready.set()
 
@@ -70,7 +72,7 @@ class Server:
 
     @property
     def url(self):
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def connect(self, timeout=5):
         s = socket.create_connection((self.host, self.port), timeout=timeout)
@@ -93,7 +95,7 @@ def server_env(extra=None):
     env["PYTHONPATH"] = str(APPS_DIR) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     for k in list(env):
-        if k.startswith("M0_"):
+        if k.startswith("M0_") and k != "M0_IO_BACKEND":  # make test-poll runs the suites on poll
             del env[k]
     if extra:
         env.update(extra)

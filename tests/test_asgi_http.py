@@ -316,6 +316,7 @@ def test_read_backpressure(srv):
     assert status == 200 and body == str(total).encode()
 
 
+@pytest.mark.slow
 def test_write_backpressure(srv):
     # A client that does not read: send() must wait (the app cannot finish 32 MB into
     # buffers), and everything arrives once the client reads.

@@ -6,6 +6,9 @@ import random
 import time
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
 
 APP = "asgi_app:app"
 

@@ -363,6 +363,7 @@ def test_proxy_protocol_auto_and_local(serve):
         s.close()
 
 
+@pytest.mark.slow
 def test_rolling_restart_under_haproxy_loses_nothing(serve, iface, tmp_path, stop_later):
     """Two backends behind HAProxy; one gets TERM while clients loop through the balancer."""
     app, kind = iface

@@ -88,6 +88,7 @@ def trickle_and_count(server, conns=20, seconds=2.0, body=False):
     return wakeups, i, responses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", [False, True], ids=["head", "body"])
 def test_a_trickling_peer_is_read_once_per_window_not_per_byte(serve, body):
     # The control: pacing off, every byte wakes the loop. Then the same peers with a 0.2 s window.

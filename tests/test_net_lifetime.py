@@ -240,6 +240,7 @@ def test_pipelining_client_that_stops_reading_is_closed(engine):
     assert got < 20000 * 132
 
 
+@pytest.mark.slow
 def test_pool_writer_for_a_slow_steady_reader_is_not_cut_off(serve):
     """A pool thread blocked writing an 8 MB response that the client reads at
     2 MB/s: the send timeout (1.5 s) counts from the peer's last progress, not

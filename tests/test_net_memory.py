@@ -13,6 +13,8 @@ import pytest
 
 from conftest import APPS_DIR, Server, server_env
 
+pytestmark = pytest.mark.slow
+
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 HELLO = b"Hello, world!"
 

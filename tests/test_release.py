@@ -128,6 +128,7 @@ def test_wheel_check_is_a_script_and_not_part_of_make_test():
     assert "wheel" not in test_rule
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="not a git checkout")
 def test_sdist_holds_the_build_files_and_every_source(tmp_path):
     pytest.importorskip("mesonpy")

@@ -369,6 +369,7 @@ def test_usr1_while_a_worker_boots_does_not_kill_it(serve, tmp_path):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_asgi_worker_timeout_watches_the_event_loop(serve):
     s = serve("sup_asgi:app", "--workers", "2", "--worker-timeout", "1")
     worker_pids(s, 2)

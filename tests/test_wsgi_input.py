@@ -126,7 +126,9 @@ def test_empty_body_reads_empty(serve):
 
 
 def test_expect_100_continue_sent_when_app_reads(serve):
-    srv = serve(APP)
+    """A body larger than --body-buffer-size streams: the 100 goes out when the app reads (a
+    smaller one gets its 100 from the loop, test_output_timely.py)."""
+    srv = serve(APP, "--body-buffer-size", "2")
     with srv.connect(timeout=10) as s:
         s.sendall(b"POST /expect?delay=1.0 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
         sent = time.monotonic()
@@ -186,8 +188,9 @@ def test_body_over_limit_chunked_gives_413(serve):
 
 def test_expect_continue_unread_body_closes_without_100(serve):
     """The app answers without reading: no 100 is ever sent, and since the
-    client still holds the body, the response says Connection: close."""
-    srv = serve(APP)
+    client still holds the body, the response says Connection: close. (A body larger than
+    --body-buffer-size: a smaller one gets its 100 from the loop.)"""
+    srv = serve(APP, "--body-buffer-size", "2")
     with srv.connect() as s:
         s.sendall(b"POST /hello HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
         status, headers, body, _ = read_response(s)

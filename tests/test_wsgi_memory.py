@@ -1,7 +1,11 @@
 """The worker's RSS does not grow with the number of requests served."""
 import json
 
+import pytest
+
 from conftest import read_response
+
+pytestmark = pytest.mark.slow
 
 BROWSER = (
     "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0\r\n"

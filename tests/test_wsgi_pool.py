@@ -203,7 +203,10 @@ def test_pool_runs_on_pool_threads_with_multithread(serve):
     _, status, body = timed_get(srv, "/closes")
     closes, names, multithread = body.decode().split(" ")
     assert multithread == "True"
-    assert all(n.startswith("m0serve-pool-") for n in names.split(",")), names
+    # the loop's threads: its pool, and the loop's own thread, which shares the requests (with a
+    # GIL it seldom gets one here; on a free-threaded build it runs beside the pool)
+    assert all(re.match(r"m0serve-(pool-0\.\d+|loop-0)$", n) for n in names.split(",")), names
+    assert any(n.startswith("m0serve-pool-") for n in names.split(",")), names
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
@@ -214,7 +217,10 @@ def test_threads_share_listeners(serve, threads):
         _, status, body = timed_get(srv, "/closes")
         assert status == 200
         seen.update(body.decode().split(" ")[1].split(","))
-    loops = {re.match(r"m0serve-pool-(\d+)\.", n).group(1) for n in seen}
+    # a loop's requests run on its pool threads or on the loop's own thread (which, on a
+    # free-threaded build, runs beside them rather than waiting for a GIL)
+    loops = {re.match(r"m0serve-(?:pool-(\d+)\.|loop-(\d+)$)", n).group(1, 2) for n in seen}
+    loops = {a or b for a, b in loops}
     assert len(loops) <= int(threads)
     threads_held, _ = hold_slow(srv, 1500, 2)
     lat = fast_latencies(srv, 10)
@@ -310,6 +316,7 @@ def test_body_over_the_buffer_size_is_streamed(serve, mode):
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("path,size", [("/big?n=4000000", 4000000), ("/gen?n=30000", 30000 * 1024),
                                        ("/file?n=30000000", 30000000)])
+@pytest.mark.slow
 def test_slow_reader_does_not_stall(serve, mode, path, size):
     """Clients that request a large response (a list, a 30 MB generator, a 30 MB file) and read
     none of it hold only their own connections; each still gets every byte when it reads."""
@@ -351,8 +358,10 @@ def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_no_100_continue_inside_a_started_response(serve, mode):
     """The app writes part of its response, then reads the body of an Expect: 100-continue
-    request: the interim response must not land in the middle of the final one."""
-    srv = serve("pool_app:app", *MODES[mode])
+    request: the interim response must not land in the middle of the final one. The body is larger
+    than --body-buffer-size, so the app, not the loop, decides about the 100 (a body the loop
+    buffers gets its 100 from the loop before the app runs: test_output_timely.py)."""
+    srv = serve("pool_app:app", *MODES[mode], "--body-buffer-size", "2")
     with srv.connect(timeout=10) as s:
         s.sendall(b"POST /write-then-read HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
                   b"Content-Length: 4\r\n\r\n")
@@ -652,6 +661,13 @@ print(len(os.listdir("/proc/self/fd")) - before)
     assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
 
 
+def _on_poll():
+    from m0serve import _core
+
+    return os.environ.get("M0_IO_BACKEND") == "poll" or not _core.io_backends.startswith("epoll")
+
+
+@pytest.mark.skipif(_on_poll(), reason="the failure is injected by closing the epoll fd; poll(2) has no fd whose loss fails a wait")
 def test_a_failed_pass_still_ends_its_requests():
     """The loop's epoll fails (its fd closed under it) while one request runs in a view and
     another waits in the queue: serve() raises, and both requests end with their connections

@@ -80,7 +80,16 @@ enum {
     M0_HEAD_OWN_CONTENT_LENGTH = 1u << 0, /* the bridge frames the body (WebSocket denial responses) */
     M0_HEAD_OWN_WS_ACCEPT = 1u << 1,      /* Sec-WebSocket-Accept: the handshake's */
     M0_HEAD_KEEP_UPGRADE = 1u << 2,       /* not owned: Upgrade is the app's on a 101 */
+    M0_HEAD_NO_LENGTH = 1u << 3,          /* a 1xx or 204: Content-Length is checked, then dropped (RFC 9110 8.6) */
 };
+
+/* The flags m0_head_field takes for a response of status code: a 101 keeps
+ * the app's Upgrade; a 1xx or 204 carries no Content-Length (RFC 9110 8.6:
+ * a server MUST NOT send one), whatever the app gave. */
+static inline unsigned m0_head_own_for_status(int code)
+{
+    return (code == 101 ? M0_HEAD_KEEP_UPGRADE : 0u) | (code < 200 || code == 204 ? M0_HEAD_NO_LENGTH : 0u);
+}
 
 /* What the fields seen so far said. Zero it, then set content_length = -1. */
 typedef struct {
@@ -151,6 +160,8 @@ static inline int m0_head_field(m0_head_fields *f, const char *name, size_t nlen
             int64_t cl;
             if (m0_head_parse_length(value, vlen, &cl) < 0)
                 return M0_FIELD_BAD_LENGTH;
+            if (own & M0_HEAD_NO_LENGTH)
+                return M0_FIELD_DROP;
             if (f->content_length >= 0)
                 return f->content_length == cl ? M0_FIELD_DROP : M0_FIELD_DIFFERING_LENGTH;
             f->content_length = cl;

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -19,6 +18,7 @@
 #include "pythread.h"
 #include "asgi/asgi.h"
 #include "proxy_options.h"
+#include "tls_options.h"
 #include "pyerr.h"
 #include "state.h"
 #include "wsgi/wsgi.h"
@@ -51,7 +51,7 @@ struct m0_server_object {
      * hold the GIL, never from inside a connection callback. */
     PyObject *access_log;
     int access_log_fd;
-    int access_log_flushing;   /* a flush is calling the callable (GIL-protected) */
+    int access_log_flushing;   /* atomic: a thread is flushing (see server_flush_access_log) */
     uint64_t access_log_read;  /* memfd offset up to which lines were handed over */
     uint64_t access_log_freed; /* memfd pages below this offset were given back */
     /* The compiled access_log_format (NULL: the engine's own line). */
@@ -61,14 +61,15 @@ struct m0_server_object {
     int metrics_held;
     PyObject *root_path;
     PyObject *url_scheme;
+    m0_tls *tls; /* tls=: the connections' TLS context (net/tls.h), NULL: plaintext; freed after the server */
     Py_buffer heartbeat;
     int heartbeat_held;
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
     int inflight_held;
-    PyThreadState *wait_state; /* the thread state saved around epoll_wait */
-    int pass_nogil;            /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
-    int shutdown_requested;    /* atomic: set by shutdown() from any thread */
-    int serving;
+    PyThreadState *wait_state;    /* the thread state saved around epoll_wait */
+    int pass_nogil;               /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
+    int shutdown_requested;       /* atomic: set by shutdown() from any thread */
+    int serving;                  /* atomic: a thread is inside serve() */
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
@@ -244,15 +245,16 @@ static int server_access_log_init(ServerObject *self, PyObject *access_log, int 
  * The loop thread appends (O_APPEND) and may run without the GIL (blocking
  * pool), so the reader never truncates: it keeps its offset, takes only
  * whole lines (a line being written may be half there), and gives the pages
- * it has read back with FALLOC_FL_PUNCH_HOLE. Readers are serialised by the
- * GIL and access_log_flushing, so lines reach the callable in order. An
+ * it has read back with FALLOC_FL_PUNCH_HOLE. Readers are serialised by
+ * access_log_flushing, taken by compare-and-swap (a free-threaded build has
+ * no GIL to do it; a reader that finds it taken leaves the lines to the
+ * thread flushing, or to the next pass), so lines reach the callable in order
+ * and access_log_read/freed have one writer at a time. An
  * exception of the callable is reported as unraisable: the log must not stop
  * the server. */
-static void server_flush_access_log(ServerObject *self)
+static void server_flush_access_log_held(ServerObject *self)
 {
     struct stat st;
-    if (self->access_log_fd < 0 || self->access_log == NULL || self->access_log_flushing)
-        return;
     if (fstat(self->access_log_fd, &st) < 0 || (uint64_t)st.st_size <= self->access_log_read)
         return;
     size_t avail = (size_t)((uint64_t)st.st_size - self->access_log_read);
@@ -288,15 +290,23 @@ static void server_flush_access_log(ServerObject *self)
     PyMem_Free(buf);
     PyObject *r = NULL;
     if (text != NULL) {
-        self->access_log_flushing = 1;
         r = PyObject_CallOneArg(callable, text);
-        self->access_log_flushing = 0;
         Py_DECREF(text);
     }
     if (r == NULL)
         PyErr_WriteUnraisable(callable);
     Py_XDECREF(r);
     Py_DECREF(callable);
+}
+
+static void server_flush_access_log(ServerObject *self)
+{
+    int idle = 0;
+    if (self->access_log_fd < 0 || self->access_log == NULL ||
+        !__atomic_compare_exchange_n(&self->access_log_flushing, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    server_flush_access_log_held(self);
+    __atomic_store_n(&self->access_log_flushing, 0, __ATOMIC_RELEASE);
 }
 
 /* The handler for the interface: the switch point for every bridge. */
@@ -400,6 +410,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "pace_window",
                              "multithread",
                              "early_hints",
+                             "tls",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
@@ -409,7 +420,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -420,13 +431,13 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *fast = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdpp:Server", kwlist, &app, &interface, &listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppO:Server", kwlist, &app, &interface, &listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
             &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
-            &early_hints))
+            &early_hints, &tls))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -478,6 +489,9 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto error;
     if (m0_access_log_format_from_py(access_log_format, access_log_json, &self->access_log_format) < 0)
         goto error;
+    if (m0_tls_options(tls, &self->tls) < 0)
+        goto error;
+    cfg.tls = self->tls;
     cfg.access_log_format = self->access_log_format;
     cfg.access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg.metrics) < 0)
@@ -498,7 +512,9 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "root_path must be a str");
     if (self->root_path == NULL)
         goto error;
-    if (url_scheme == Py_None)
+    if (self->tls != NULL)
+        self->url_scheme = PyUnicode_FromString("https"); /* the apps see the connection's own scheme */
+    else if (url_scheme == Py_None)
         self->url_scheme = PyUnicode_FromString("http");
     else if (PyUnicode_Check(url_scheme))
         self->url_scheme = Py_NewRef(url_scheme);
@@ -611,6 +627,8 @@ static void Server_dealloc(ServerObject *self)
         self->asgi = NULL;
     }
     m0_loop_free(self->loop);
+    m0_tls_free(self->tls);
+    self->tls = NULL;
     self->loop = NULL;
     m0_workq_free(self->workq); /* no thread is inside: each run_pool() holds a reference */
     self->workq = NULL;
@@ -849,16 +867,17 @@ static PyObject *server_serve_pool(ServerObject *self)
 
 static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->serving) {
+    /* Taken by exchange: two threads calling serve() on one object at once
+     * (no GIL orders them on a free-threaded build) must not both run it. */
+    if (__atomic_exchange_n(&self->serving, 1, __ATOMIC_ACQ_REL)) {
         PyErr_SetString(PyExc_RuntimeError, "serve() is already running");
         return NULL;
     }
-    self->serving = 1;
     __atomic_store_n(&self->serving_thread, PyThread_get_thread_ident(), __ATOMIC_RELEASE);
     if (self->workq != NULL) {
         PyObject *r = server_serve_pool(self);
         __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-        self->serving = 0;
+        __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
         return r;
     }
     for (;;) {
@@ -868,7 +887,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         if (r < 0 && r != -EINTR) {
             m0_server_abort(self->srv);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-            self->serving = 0;
+            __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
             return server_errno(r);
         }
         if (PyErr_Occurred()) /* a bridge must not leave one set: never lose it silently */
@@ -882,13 +901,13 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
             m0_server_abort(self->srv);
             __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-            self->serving = 0;
+            __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
             m0_exc_restore(exc);
             return NULL;
         }
     }
     __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
-    self->serving = 0;
+    __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
 
@@ -1030,18 +1049,4 @@ int m0_serve_module_init(PyObject *module)
     if (st->server_type == NULL)
         return -1;
     return PyModule_AddType(module, st->server_type);
-}
-
-m0_loop *m0_server_object_loop(PyObject *server)
-{
-    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
-        return NULL;
-    return ((ServerObject *)server)->loop;
-}
-
-m0_server *m0_server_object_server(PyObject *server)
-{
-    if (server == NULL || strcmp(Py_TYPE(server)->tp_name, "m0serve._core.Server") != 0)
-        return NULL;
-    return ((ServerObject *)server)->srv;
 }

@@ -18,9 +18,4 @@
  * stores it in the module state and adds it to the module. */
 int m0_serve_module_init(PyObject *module);
 
-/* The C side of a Server object, for bridges that drive its loop (ASGI). */
-typedef struct m0_server_object m0_server_object;
-m0_loop *m0_server_object_loop(PyObject *server);     /* borrowed; NULL if not a Server */
-m0_server *m0_server_object_server(PyObject *server); /* borrowed; NULL if not a Server */
-
 #endif

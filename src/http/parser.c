@@ -152,7 +152,7 @@ static inline const char *window_end(const char *line, const char *end, size_t m
  * octet of the class stays on that path: a scanner that steps octet by octet
  * over a legal but rarer octet (HTAB in a value, a tchar other than letters,
  * digits and '-' in a name) lets a client make each parse of its head 50-120
- * times slower (tests/c/bench_parser.c). Elsewhere (or with
+ * times slower (bench/parser/bench_parser.c). Elsewhere (or with
  * -DM0_PARSER_NO_SIMD, which the tests also build) SWAR tests skip clean
  * 8-octet words of targets and values, and names go 4 octets per step. */
 #ifdef M0_PARSER_SSE2

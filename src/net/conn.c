@@ -69,7 +69,8 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     c->family = peer->sa_family;
     c->local_port = -1;
     addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
-    if (m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+    if (m0_conn_start_tls(c) < 0 || m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        m0_conn_end_tls(c, 0);
         c->io.fd = -1;
         c->srv = srv;
         c->state = M0_CS_CLOSED;
@@ -77,7 +78,8 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         return NULL;
     }
     m0_server_link(srv, c);
-    /* The first head must start within the header timeout. */
+    /* The first head must start within the header timeout (a TLS handshake
+     * included: it reads no byte of a head). */
     m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
     m0_proxy_conn_start(c);
     return c;
@@ -148,6 +150,7 @@ void m0_conn_close(m0_conn *c, int notify)
     c->state = M0_CS_CLOSED;
     m0_pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
+    m0_conn_end_tls(c, 0);
     m0_io_close(srv->loop, &c->io);
     m0_conn_unhold(c);
     m0_server_unlink(srv, c);
@@ -273,6 +276,8 @@ void m0_conn_interest(m0_conn *c)
     }
     if (out)
         ev |= EPOLLOUT;
+    if (c->tls != NULL)
+        m0_conn_tls_interest(c, &ev);
     if (ev == 0 && c->io.events != 0) {
         /* Keep the fd registered for nothing rather than DEL+ADD churn:
          * EPOLLERR/EPOLLHUP are still reported, which we want. */
@@ -305,6 +310,7 @@ void m0_conn_close_after(m0_conn *c, int linger)
         m0_conn_close(c, 1);
         return;
     }
+    m0_conn_end_tls(c, 1);
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
     c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED);
@@ -392,7 +398,7 @@ ssize_t m0_conn_fill(m0_conn *c)
     if (c->rlen == c->rcap)
         return -ENOBUFS;
     for (;;) {
-        ssize_t n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        ssize_t n = m0_conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
             c->rlen += (size_t)n;
@@ -559,8 +565,14 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
             return;
         }
     }
+    if ((events & EPOLLOUT) && m0_conn_tls_take_want_write(c))
+        events |= EPOLLIN; /* a TLS read waited for the socket to take output */
     if (events & EPOLLOUT)
         m0_conn_flush(c);
+    if (c->detached) {
+        m0_conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */
+        return;
+    }
     if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         if ((c->flags & M0_CF_CLOSE_AFTER) && !(events & (EPOLLHUP | EPOLLERR))) {
             /* flushing before a close: input waits */
@@ -743,14 +755,25 @@ static void conn_begin(m0_conn *c)
         m0_conn_error(c, 500);
         return;
     }
-    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
-    /* Expect: 100-continue leaves the choice to the app: it may answer
-     * without the body, and the 100 goes out only when it starts reading. */
+    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
-                 !c->expect_continue && (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+                 (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
     if (!buffer) {
+        /* A larger body streams to the app. With Expect: 100-continue the
+         * choice is then the app's: it may answer without the body, and the
+         * 100 goes out only when it starts reading (conn_body.c). */
         conn_dispatch(c);
         return;
+    }
+    if (c->expect_continue) {
+        /* A body the loop buffers: the loop answers the 100 itself (unless
+         * the client sent body bytes without waiting for it), so that the
+         * app never waits for the client. */
+        c->continue_sent = 1;
+        if (c->rlen <= c->rpos + c->head_len && m0_conn_send_continue(c, 0) < 0) {
+            m0_conn_close(c, 1);
+            return;
+        }
     }
     c->state = M0_CS_BODY;
     int r = conn_body_buffer(c);
@@ -762,7 +785,7 @@ static void conn_begin(m0_conn *c)
         conn_dispatch(c);
         return;
     }
-    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 30000);
+    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
 }
 
 /* Whether a parse of the buffered head can give anything but
@@ -989,6 +1012,9 @@ void m0_conn_park(m0_conn *c)
     m0_conn_interest(c);
 }
 
+static void conn_finish_completed(m0_conn *c);
+static void conn_hand_back(m0_conn *c, int urgent);
+
 void m0_conn_detach(m0_conn *c)
 {
     /* The epoll interest is left as it is (no syscall per request): an event
@@ -1017,6 +1043,32 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
                  __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+    conn_hand_back(c, urgent);
+}
+
+void m0_conn_set_aside(m0_conn *c)
+{
+    c->done_parked = 1;
+    c->done_next = NULL;
+    conn_hand_back(c, 1); /* its queued output waits for the loop */
+}
+
+void m0_conn_hand_closed(m0_conn *c)
+{
+    c->refs++; /* dropped when it comes back (conn_finish_completed) */
+    c->done_closed = 1;
+    c->detached = 1;
+}
+
+int m0_conn_closed(const m0_conn *c)
+{
+    return c->state == M0_CS_CLOSED;
+}
+
+/* The owner gives c back to the loop (the done list), waking it when urgent. */
+static void conn_hand_back(m0_conn *c, int urgent)
+{
+    m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)
         srv->done_tail->done_next = c;
@@ -1030,8 +1082,6 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     else
         m0_async_post(&srv->wake);
 }
-
-static void conn_finish_completed(m0_conn *c);
 
 /* Loop thread: finish the responses other threads completed. */
 void m0_conn_take_completed(m0_server *srv)
@@ -1070,9 +1120,19 @@ static void conn_finish_completed(m0_conn *c)
         c->done_next = NULL;
         c->detached = 0;
         c->muted = 0;
-        if (c->abort_after) {
+        if (c->done_closed) {
+            /* Closed while a thread released its handler state: free now. */
+            c->done_closed = c->done_parked = 0;
+            m0_conn_release(c);
+        } else if (c->done_parked && !c->abort_after) {
+            /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
+            c->done_parked = 0;
+            c->pool_held = 0;
+            m0_conn_park(c);
+        } else if (c->abort_after) {
             /* Its request ends as any other (in-flight gauge, duration,
              * access-log line), then the connection closes (m0_conn_finish). */
+            c->done_parked = 0;
             c->pool_held = 0;
             m0_conn_finish(c, 0, c->done_status, c->done_bytes);
         } else {
@@ -1123,16 +1183,6 @@ m0_server *m0_conn_server(const m0_conn *c)
     return c->srv;
 }
 
-const char *m0_conn_peer_host(const m0_conn *c)
-{
-    return c->peer_host;
-}
-
-int m0_conn_peer_port(const m0_conn *c)
-{
-    return c->peer_port;
-}
-
 static void conn_local_resolve(const m0_conn *cc)
 {
     m0_conn *c = (m0_conn *)cc; /* a cache filled on first use */
@@ -1144,6 +1194,11 @@ static void conn_local_resolve(const m0_conn *cc)
     c->local_host[0] = '\0';
     if (c->io.fd >= 0 && getsockname(c->io.fd, (struct sockaddr *)&ss, &len) == 0)
         addr_format((struct sockaddr *)&ss, c->local_host, sizeof(c->local_host), &c->local_port);
+}
+
+struct m0_tls_conn *m0_conn_tls(const m0_conn *c)
+{
+    return c->tls;
 }
 
 const char *m0_conn_local_host(const m0_conn *c)

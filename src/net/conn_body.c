@@ -115,7 +115,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             /* Nothing buffered and the caller's buffer is the larger one:
              * read straight into it, never past the body. */
             size_t want = cap < c->body_left ? cap : (size_t)c->body_left;
-            n = read(c->io.fd, dst, want);
+            n = m0_conn_recv(c, dst, want);
             if (n > 0) {
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->body_left -= (size_t)n;
@@ -126,7 +126,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         } else if (room == 0) {
             return -EBADMSG; /* a chunk size line longer than the buffer */
         } else {
-            n = read(c->io.fd, c->rbuf + c->rlen, room);
+            n = m0_conn_recv(c, c->rbuf + c->rlen, room);
             if (n > 0) {
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->rlen += (size_t)n;

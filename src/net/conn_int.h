@@ -45,7 +45,10 @@ size_t m0_conn_log_slot_size(const m0_server *srv);
  * asks for from its head. Only called when cfg.access_log_format is set. */
 void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 
-/* conn_write.c: flush the write buffer without blocking (EPOLLOUT). */
+/* conn_write.c: the output. Every byte leaves through one routine
+ * (conn_send), called only by the owner of the connection's queued output:
+ * the rule is beside the write buffer's fields (server_int.h).
+ * m0_conn_flush: send the write buffer without blocking (EPOLLOUT). */
 void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
 void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
@@ -59,6 +62,30 @@ int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
 uint64_t m0_conn_now_ms(void);
 /* Send "100 Continue" now (the response has not started). */
 int m0_conn_send_continue(m0_conn *c, int blocking);
+
+/* conn_io.c: the connection's byte transport, plaintext or TLS, with the
+ * contracts of read(2), sendmsg(2)/send(2) (MSG_NOSIGNAL) and sendfile(2):
+ * bytes, 0 (end of input, end of file), or -1 with errno. Every read and
+ * write of a connection's socket goes through these. */
+ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len);
+ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt);
+ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len);
+ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
+/* At accept: a TLS session when the server has cfg.tls (-ENOMEM). */
+int m0_conn_start_tls(m0_conn *c);
+/* The PROXY header was read: the bytes after it in the read buffer are the
+ * handshake's, handed to the session (0, or -ENOMEM). */
+int m0_conn_tls_preface(m0_conn *c);
+/* notify_peer: send close_notify (before a lingering close's SHUT_WR);
+ * else free the session (at close). */
+void m0_conn_end_tls(m0_conn *c, int notify_peer);
+/* For m0_conn_interest on a TLS connection: EPOLLOUT while a read waits on
+ * the socket's write side, and a ring when the session holds input. */
+void m0_conn_tls_interest(m0_conn *c, uint32_t *ev);
+/* On EPOLLOUT: whether a read was waiting for it (cleared). */
+int m0_conn_tls_take_want_write(m0_conn *c);
+void m0_conn_ring_init(m0_server *srv);
+void m0_conn_ring_stop(m0_server *srv);
 
 /* pace.c: read pacing for peers that trickle a head or a buffered body.
  * m0_pace_note: after a read of n bytes (n may be 0) that left c's head or

@@ -14,9 +14,13 @@
 #include "conn_int.h"
 
 #define M0_SEND_WINDOW 64
-/* An app running on the loop thread itself (WSGI inline) must not wait for
- * one slow reader: its output is queued up to this much before it waits. */
-#define M0_INLINE_QUEUE_MAX (16 * 1024 * 1024)
+/* A blocking writer (a view) queues up to this much before it waits for its
+ * peer: on the loop thread (inline) it must not wait for one slow reader, and
+ * on a pool thread it must not be held by one (an iterator's response is set
+ * aside instead once more than M0_WRITE_HIGH_WATER is queued, bridge/wsgi).
+ * So a connection queues at most this plus one write; only write() past it,
+ * which cannot be set aside, waits for the peer. */
+#define M0_QUEUE_MAX (16 * 1024 * 1024)
 
 /* Output written by the loop's own thread during a pass (WSGI inline, the
  * native handler, the engine's canned responses) is held in the connection's
@@ -38,27 +42,16 @@ static void conn_hold(m0_conn *c)
     srv->held = c;
 }
 
+static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *done);
+
 /* Leave the held list and send what the socket takes now (no wait); what
  * it does not take stays queued for the usual paths (EPOLLOUT, a blocking
  * writer's flush). 0 or -errno (the peer is gone: c->broken). */
 int m0_conn_release_held(m0_conn *c)
 {
     m0_conn_unhold(c);
-    while (c->wpos < c->wlen) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
-        if (n > 0) {
-            c->wpos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        c->broken = 1;
-        return n < 0 ? -errno : -EPIPE;
-    }
-    c->wpos = c->wlen = 0;
-    return 0;
+    int r = conn_send(c, NULL, 0, NULL);
+    return r == -EAGAIN ? 0 : r;
 }
 
 void m0_conn_unhold(m0_conn *c)
@@ -78,7 +71,8 @@ void m0_conn_unhold(m0_conn *c)
 /* How much queued output a blocking writer leaves before it waits. */
 static size_t conn_queue_limit(const m0_conn *c)
 {
-    return c->detached ? M0_WRITE_HIGH_WATER : M0_INLINE_QUEUE_MAX;
+    (void)c;
+    return M0_QUEUE_MAX;
 }
 
 uint64_t m0_conn_now_ms(void)
@@ -89,14 +83,22 @@ uint64_t m0_conn_now_ms(void)
 int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
 {
     const m0_server_config *cfg = &c->srv->cfg;
-    if (c->held && (events & POLLIN)) {
-        /* A peer may wait for our response before it sends more. */
-        int r = m0_conn_release_held(c);
-        if (r < 0)
-            return r;
-    }
-    struct pollfd p = {.fd = c->io.fd, .events = events};
+    if (c->held && (events & POLLIN))
+        m0_conn_unhold(c); /* a peer may wait for our response before it sends more: sent below */
     for (;;) {
+        /* Waiting for input, the caller owns the connection's queued output
+         * and is the only one who can send it: a peer may wait for those
+         * bytes before it sends more (a full-duplex client), so it goes
+         * while we wait. */
+        short want = events;
+        if ((events & POLLIN) && c->wlen > c->wpos) {
+            int r = conn_send(c, NULL, 0, NULL);
+            if (r < 0 && r != -EAGAIN)
+                return r;
+            if (c->wlen > c->wpos)
+                want |= POLLOUT;
+        }
+        struct pollfd p = {.fd = c->io.fd, .events = want};
         int timeout = -1;
         if (deadline_ms != 0) {
             uint64_t now = m0_conn_now_ms();
@@ -110,6 +112,8 @@ int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
         int err = errno;
         if (cfg->block_acquire != NULL)
             cfg->block_acquire(token);
+        if (r > 0 && (p.revents & ~POLLOUT) == 0 && want != events)
+            continue; /* writable, not yet readable: send more (above) */
         if (r > 0)
             return 0; /* errors and hang-ups surface from the next syscall */
         if (r == 0)
@@ -189,38 +193,125 @@ static int conn_wait_writable(m0_conn *c)
     }
 }
 
-/* Send queued bytes until at most `keep` remain queued, waiting for the peer
- * (an owning thread's blocking write). 0 or -errno. */
-static int conn_flush_until(m0_conn *c, size_t keep)
+/* The one routine that sends a connection's output: its queued bytes
+ * [wpos, wlen) first, then the bytes of iov after the first *done (done
+ * NULL: none), in one sendmsg per window, without waiting. Every byte sent
+ * is counted (M0_MET_BYTES_OUT) and renews the blocked writer's send
+ * deadline (progress). On return *done counts the bytes of iov sent; 0: all
+ * sent (nothing queued), -EAGAIN: the socket is full, -errno: the peer is
+ * gone (c->broken). Only the owner of c's output calls it (conn_int.h). */
+static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *done)
 {
-    while (c->wlen - c->wpos > keep) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+    size_t sent = done != NULL ? *done : 0;
+    int r = 0;
+    for (;;) {
+        struct iovec win[M0_SEND_WINDOW];
+        int wn = 0;
+        size_t queued = c->wlen - c->wpos;
+        if (queued > 0) {
+            win[wn].iov_base = c->wbuf + c->wpos;
+            win[wn].iov_len = queued;
+            wn++;
+        }
+        size_t skip = sent;
+        for (int i = 0; i < iovcnt && wn < M0_SEND_WINDOW; i++) {
+            if (skip >= iov[i].iov_len) {
+                skip -= iov[i].iov_len;
+                continue;
+            }
+            win[wn].iov_base = (char *)iov[i].iov_base + skip;
+            win[wn].iov_len = iov[i].iov_len - skip;
+            skip = 0;
+            wn++;
+        }
+        if (wn == 0)
+            break;
+        ssize_t n = m0_conn_sendv(c, win, wn); /* plaintext or through the TLS session (conn_io.c) */
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
-            c->wpos += (size_t)n;
             c->send_deadline_ms = 0; /* progress */
+            size_t from_queue = (size_t)n < queued ? (size_t)n : queued;
+            c->wpos += from_queue;
+            sent += (size_t)n - from_queue;
             continue;
         }
         int err = errno;
         if (n < 0 && err == EINTR)
             continue;
         if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-            int w = conn_wait_writable(c);
-            if (w < 0)
-                return w;
-            continue;
+            r = -EAGAIN;
+        } else {
+            c->broken = 1;
+            r = n < 0 ? -err : -EPIPE;
         }
-        c->broken = 1;
-        return n < 0 ? -err : -EPIPE;
+        break;
     }
-    if (c->wpos == c->wlen)
+    if (done != NULL)
+        *done = sent;
+    if (c->wpos == c->wlen) {
         c->wpos = c->wlen = 0;
+        if (r == 0)
+            c->out_stalled = 0; /* the peer caught up */
+    }
+    return r;
+}
+
+/* Send queued bytes until at most `keep` remain queued, waiting for the peer
+ * (an owning thread's blocking write). 0 or -errno. */
+static int conn_flush_until(m0_conn *c, size_t keep)
+{
+    while (c->wlen - c->wpos > keep) {
+        int r = conn_send(c, NULL, 0, NULL);
+        if (r == 0 || c->wlen - c->wpos <= keep)
+            break;
+        if (r != -EAGAIN)
+            return r;
+        int w = conn_wait_writable(c);
+        if (w < 0)
+            return w;
+    }
+    return 0;
+}
+
+/* A blocking writer returns once its bytes are in the kernel while the peer
+ * keeps taking them: nothing it produced should wait for its next call
+ * (DESIGN.md section 2), and when it returns it may block on anything else.
+ * It waits for the socket at most a stall at a time (M0_WRITE_STALL_MS on a
+ * pool thread, M0_WRITE_STALL_LOOP_MS on the loop's, where every connection
+ * waits with it) and M0_WRITE_FLUSH_MS per write. A peer that takes nothing
+ * for a stall has a socket-full of bytes to read; a slow one must not hold
+ * the thread. Either way the writer stops waiting (c->out_stalled) until the
+ * peer catches up with the whole queue, and the rest stays queued (up to the
+ * queue limit) for its next write, its next wait for input (m0_conn_wait)
+ * or the loop once the response ends. 0 or -errno. */
+#define M0_WRITE_STALL_MS 200
+#define M0_WRITE_STALL_LOOP_MS 50
+#define M0_WRITE_FLUSH_MS 1000
+static int conn_flush_keeping_up(m0_conn *c)
+{
+    uint64_t until = 0;
+    while (c->wlen > c->wpos && !c->out_stalled) {
+        int r = conn_send(c, NULL, 0, NULL);
+        if (r != -EAGAIN)
+            return r;
+        uint64_t now = m0_conn_now_ms();
+        if (until == 0)
+            until = now + M0_WRITE_FLUSH_MS;
+        uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
+        int w = now < until ? m0_conn_wait(c, POLLOUT, stall < until ? stall : until) : -ETIMEDOUT;
+        if (w == -ETIMEDOUT)
+            c->out_stalled = 1;
+        else if (w < 0)
+            return w;
+    }
     return 0;
 }
 
 /* What a write may leave queued instead of sending now: nothing, the loop
  * thread's output until its pass ends, or also a pool thread's last bytes of
- * a response (m0_conn_writev_final). */
+ * a response (m0_conn_writev_final). Only bytes that end a response may
+ * wait: a view may block again as soon as a write returns (a streamed
+ * response between its chunks), and what it wrote must not wait for that. */
 enum { HOLD_NONE, HOLD_PASS, HOLD_FINAL };
 static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int hold);
 
@@ -241,7 +332,11 @@ int m0_conn_send_continue(m0_conn *c, int blocking)
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
-    return conn_writev(c, iov, iovcnt, blocking, HOLD_PASS);
+    /* A blocking write is a view's (WSGI), which runs on after it returns:
+     * never held. The loop's own non-blocking writes are whole responses
+     * (canned, native, the gate's) or an async handler's, whose app runs
+     * after the pass: held for the pass's end. */
+    return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
@@ -287,67 +382,29 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
             conn_hold(c);
         return 0;
     }
-    if (c->held) {
-        /* Too much to hold (a large or streamed response): what is held
-         * goes first, and this write takes the usual path behind it. */
-        int r = m0_conn_release_held(c);
-        if (r < 0)
-            return r;
-    }
+    /* Not held: what is queued (held or not) goes first, then these bytes,
+     * as far as the socket takes them now. */
+    m0_conn_unhold(c);
     size_t done = 0;
-    if (c->wlen > c->wpos) {
-        /* Output is already queued: keep the order. */
-        if (wbuf_append(c, iov, iovcnt, 0) < 0)
-            return -ENOMEM;
-        if (!blocking) {
-            c->flags |= M0_CF_WRITABLE_WANTED;
-            return 0;
-        }
-        return conn_flush_until(c, conn_queue_limit(c));
+    int r = conn_send(c, iov, iovcnt, &done);
+    if (r == 0)
+        return 0;
+    if (r != -EAGAIN)
+        return r;
+    if (wbuf_append(c, iov, iovcnt, done) < 0)
+        return -ENOMEM;
+    if (blocking) {
+        r = conn_flush_until(c, conn_queue_limit(c));
+        return r < 0 ? r : conn_flush_keeping_up(c);
     }
-    for (;;) {
-        struct iovec win[M0_SEND_WINDOW];
-        int wn = 0;
-        size_t skip = done;
-        for (int i = 0; i < iovcnt && wn < M0_SEND_WINDOW; i++) {
-            if (skip >= iov[i].iov_len) {
-                skip -= iov[i].iov_len;
-                continue;
-            }
-            win[wn].iov_base = (char *)iov[i].iov_base + skip;
-            win[wn].iov_len = iov[i].iov_len - skip;
-            skip = 0;
-            wn++;
-        }
-        struct msghdr msg = {.msg_iov = win, .msg_iovlen = (size_t)wn};
-        ssize_t n = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
-        if (n > 0) {
-            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
-            done += (size_t)n;
-            if (done == total)
-                return 0;
-            continue;
-        }
-        int err = errno;
-        if (n < 0 && err == EINTR)
-            continue;
-        if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-            if (wbuf_append(c, iov, iovcnt, done) < 0)
-                return -ENOMEM;
-            if (blocking)
-                return conn_flush_until(c, conn_queue_limit(c));
-            c->flags |= M0_CF_WRITABLE_WANTED;
-            if (c->pending && c->timer_kind == M0_TIMER_NONE) {
-                /* A response waits on its peer: it must keep reading
-                 * (m0_conn_flush re-arms on progress, disarms once drained). */
-                m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
-            }
-            m0_conn_interest(c);
-            return 0;
-        }
-        c->broken = 1;
-        return n < 0 ? -err : -EPIPE;
+    c->flags |= M0_CF_WRITABLE_WANTED;
+    if (c->pending && c->timer_kind == M0_TIMER_NONE) {
+        /* A response waits on its peer: it must keep reading
+         * (m0_conn_flush re-arms on progress, disarms once drained). */
+        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
     }
+    m0_conn_interest(c);
+    return 0;
 }
 
 static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
@@ -366,7 +423,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = sendfile(c->io.fd, fd, &off, count - sent);
+        ssize_t n = m0_conn_sendfile_some(c, fd, &off, count - sent);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
@@ -435,6 +492,10 @@ void m0_server_flush_held(void *arg)
             continue;
         c->refs++;
         m0_conn_flush(c);
+        if (c->detached) {
+            m0_conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
+            continue;
+        }
         if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
             m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* as a write that found the socket full */
         if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
@@ -451,23 +512,13 @@ size_t m0_conn_write_pending(const m0_conn *c)
 void m0_conn_flush(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    size_t before = c->wpos;
-    while (c->wpos < c->wlen) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
-        if (n > 0) {
-            m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
-            c->wpos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        c->broken = 1;
+    size_t before = c->wlen - c->wpos;
+    int r = conn_send(c, NULL, 0, NULL);
+    if (r < 0 && r != -EAGAIN) {
         m0_conn_close(c, 1);
         return;
     }
-    if (c->timer_kind == M0_TIMER_SEND && c->wpos > before)
+    if (c->timer_kind == M0_TIMER_SEND && c->wlen - c->wpos < before)
         m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* progress */
     if (c->wpos == c->wlen) {
         c->wpos = c->wlen = 0;

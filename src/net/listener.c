@@ -1,15 +1,16 @@
-/* Listeners: non-blocking listening sockets registered with EPOLLEXCLUSIVE
- * (one shared accept queue across pre-forked workers without a thundering
- * herd), accept4 in a loop. */
+/* Listeners: non-blocking listening sockets registered with M0_IO_EXCLUSIVE
+ * (EPOLLEXCLUSIVE: one shared accept queue across pre-forked workers without
+ * a thundering herd; the poll backend wakes every worker, and those that find
+ * no connection get EAGAIN), accept4 (or its fallback) in a loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "portable.h"
 #include "server_int.h"
 
 /* Connections accepted per readiness, so one busy listener cannot starve the
@@ -35,7 +36,7 @@ int m0_server_listen(m0_server *srv, int fd)
     l->io.cb = m0_listener_io;
     l->srv = srv;
     if (!srv->draining && !srv->accept_paused && !srv->at_limit) {
-        int r = m0_io_set(srv->loop, &l->io, EPOLLIN | EPOLLEXCLUSIVE);
+        int r = m0_io_set(srv->loop, &l->io, M0_IO_IN | M0_IO_EXCLUSIVE);
         if (r < 0) {
             free(l);
             return r;
@@ -54,7 +55,7 @@ void m0_listeners_update(m0_server *srv)
         return;
     srv->listening = on;
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next)
-        m0_io_set(srv->loop, &l->io, on ? EPOLLIN | EPOLLEXCLUSIVE : 0);
+        m0_io_set(srv->loop, &l->io, on ? M0_IO_IN | M0_IO_EXCLUSIVE : 0);
 }
 
 void m0_listeners_pause(m0_server *srv, int paused)
@@ -71,7 +72,7 @@ void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
     for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused && !srv->at_limit; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
-        int fd = accept4(io->fd, (struct sockaddr *)&peer, &peerlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = m0_accept_nb(io->fd, (struct sockaddr *)&peer, &peerlen);
         if (fd < 0) {
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)

@@ -1,50 +1,23 @@
-/* The epoll loop: fd watchers, a binary min-heap of timers, a cached
- * monotonic clock and the per-pass Date refresh. See loop.h. */
+/* The backend-independent loop: fd watchers over a backend (loop_int.h:
+ * loop_epoll.c, loop_poll.c), a binary min-heap of timers, cross-thread
+ * wake-ups, a cached monotonic clock and the per-pass Date refresh. See
+ * loop.h. */
 #include "loop.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/syscall.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../http/response.h"
+#include "loop_int.h"
+#include "portable.h"
 
-#define M0_LOOP_BATCH 256
-
-struct m0_loop {
-    int epfd;
-    uint64_t now_ms;
-    m0_timer **heap;
-    size_t heap_len;
-    size_t heap_cap;
-    void (*before)(void *);
-    void (*after)(void *);
-    void *hook_arg;
-    /* The batch being dispatched: a watcher removed during the batch is
-     * scrubbed from the entries not yet dispatched, so its owner may be
-     * freed right away. */
-    int running; /* run_once is not re-entrant: the batch array is shared */
-    void (*pass_end)(void *);
-    void *pass_end_arg;
-    /* Watchers removed by another thread (holding the GIL) while this one
-     * waits in epoll_wait with the GIL released: the kernel may already have
-     * written their events into the batch, so they are scrubbed after the
-     * wait. On overflow the whole batch is dropped (level-triggered events
-     * are reported again by the next wait). */
-    int waiting;
-    int gone_overflow;
-    size_t ngone;
-    const m0_io *gone[64];
-    size_t batch_next;
-    size_t batch_len;
-    m0_async *asyncs;
-    int awake;      /* atomic: inside a pass, before its last look at the asyncs */
-    int look_first; /* m0_loop_set_look_first */
-    struct epoll_event batch[M0_LOOP_BATCH];
-};
+#if M0_HAVE_EVENTFD
+#include <sys/eventfd.h>
+#endif
 
 static uint64_t loop_clock_ms(void)
 {
@@ -53,16 +26,44 @@ static uint64_t loop_clock_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* M0_IO_BACKEND picks the backend: "epoll" (the default where it exists) or
+ * "poll"; anything else is EINVAL rather than a silent default. */
+static int loop_backend_pick(const m0_loop_backend **out)
+{
+    const char *name = getenv("M0_IO_BACKEND");
+#if M0_HAVE_EPOLL
+    if (name == NULL || name[0] == '\0' || strcmp(name, "epoll") == 0) {
+        *out = &m0_loop_backend_epoll;
+        return 0;
+    }
+#else
+    if (name == NULL || name[0] == '\0') {
+        *out = &m0_loop_backend_poll;
+        return 0;
+    }
+#endif
+    if (strcmp(name, "poll") == 0) {
+        *out = &m0_loop_backend_poll;
+        return 0;
+    }
+    return -EINVAL;
+}
+
 int m0_loop_new(m0_loop **out)
 {
+    const m0_loop_backend *be;
+    int r = loop_backend_pick(&be);
+    if (r < 0)
+        return r;
     m0_loop *loop = calloc(1, sizeof(*loop));
     if (loop == NULL)
         return -ENOMEM;
-    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (loop->epfd < 0) {
-        int err = errno;
+    loop->be = be;
+    loop->epfd = -1;
+    r = be->init(loop);
+    if (r < 0) {
         free(loop);
-        return -err;
+        return r;
     }
     loop->now_ms = loop_clock_ms();
     m0_date_refresh(time(NULL));
@@ -77,13 +78,23 @@ void m0_loop_free(m0_loop *loop)
     for (size_t i = 0; i < loop->heap_len; i++)
         loop->heap[i]->heap_index = SIZE_MAX;
     free(loop->heap);
-    close(loop->epfd);
+    loop->be->free(loop);
     free(loop);
 }
 
-int m0_loop_fd(const m0_loop *loop)
+const char *m0_loop_backends(void)
 {
-    return loop->epfd;
+    return M0_HAVE_EPOLL ? "epoll,poll" : "poll";
+}
+
+const char *m0_loop_backend_name(const m0_loop *loop)
+{
+    return loop->be->name;
+}
+
+int m0_loop_fd(m0_loop *loop)
+{
+    return loop->be->fd(loop);
 }
 
 static void loop_batch_scrub(m0_loop *loop, const m0_io *io)
@@ -95,8 +106,8 @@ static void loop_batch_scrub(m0_loop *loop, const m0_io *io)
             loop->gone_overflow = 1;
     }
     for (size_t i = loop->batch_next; i < loop->batch_len; i++)
-        if (loop->batch[i].data.ptr == io)
-            loop->batch[i].data.ptr = NULL;
+        if (M0_EV_IO(&loop->batch[i]) == io)
+            M0_EV_CLEAR(&loop->batch[i]);
 }
 
 int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events)
@@ -104,16 +115,15 @@ int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events)
     if (events == io->events)
         return 0;
     if (events == 0) {
-        /* The kernel drops a closed fd by itself; a failing DEL is harmless. */
-        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+        /* A failing removal is harmless (epoll drops a closed fd itself). */
+        loop->be->set(loop, io, 0);
         io->events = 0;
         loop_batch_scrub(loop, io);
         return 0;
     }
-    struct epoll_event ev = {.events = events, .data.ptr = io};
-    int op = io->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-    if (epoll_ctl(loop->epfd, op, io->fd, &ev) < 0)
-        return -errno;
+    int r = loop->be->set(loop, io, events);
+    if (r < 0)
+        return r;
     io->events = events;
     return 0;
 }
@@ -122,10 +132,11 @@ void m0_io_close(m0_loop *loop, m0_io *io)
 {
     if (io->fd < 0)
         return;
-    /* close() removes the fd from the epoll set when it was the last
-     * reference; an explicit DEL covers fds duplicated elsewhere (fork). */
+    /* close() removes the fd from an epoll set when it was the last
+     * reference; an explicit removal covers fds duplicated elsewhere (fork)
+     * and backends that keep their own set. */
     if (io->events != 0)
-        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+        loop->be->set(loop, io, 0);
     io->events = 0;
     loop_batch_scrub(loop, io);
     close(io->fd);
@@ -141,7 +152,8 @@ static void async_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     uint64_t v;
     m0_async *async = (m0_async *)((char *)io - offsetof(m0_async, io));
     /* Cleared before the read: a write after it is either read here or
-     * leaves the eventfd readable for the next wait. */
+     * leaves the eventfd readable for the next wait. A pipe holds at most
+     * one byte per signal (signaled gates the writes); the read drains it. */
     __atomic_store_n(&async->signaled, 0, __ATOMIC_SEQ_CST);
     while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR) {
     }
@@ -169,13 +181,26 @@ int m0_async_init(m0_loop *loop, m0_async *async, m0_async_cb cb)
     async->signaled = 0;
     async->io.events = 0;
     async->io.cb = async_io_cb;
+#if M0_HAVE_EVENTFD
     async->io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (async->io.fd < 0)
         return -errno;
-    int r = m0_io_set(loop, &async->io, EPOLLIN);
+    async->wfd = async->io.fd;
+#else
+    int p[2];
+    int pr = m0_pipe_cloexec_nonblock(p);
+    if (pr < 0)
+        return pr;
+    async->io.fd = p[0];
+    async->wfd = p[1];
+#endif
+    int r = m0_io_set(loop, &async->io, M0_IO_IN);
     if (r < 0) {
+        if (async->wfd != async->io.fd)
+            close(async->wfd);
         close(async->io.fd);
         async->io.fd = -1;
+        async->wfd = -1;
         return r;
     }
     async->next = loop->asyncs;
@@ -191,6 +216,9 @@ void m0_async_close(m0_loop *loop, m0_async *async)
             break;
         }
     }
+    if (async->wfd != async->io.fd && async->wfd >= 0)
+        close(async->wfd);
+    async->wfd = -1;
     m0_io_close(loop, &async->io);
 }
 
@@ -208,7 +236,9 @@ void m0_async_send(m0_async *async)
         return; /* a wake-up is on its way already (a burst of completions: one write) */
     uint64_t one = 1;
     int saved = errno;
-    while (write(async->io.fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    /* 8 bytes to an eventfd; 1 byte to a pipe. */
+    size_t len = async->wfd == async->io.fd ? sizeof(one) : 1;
+    while (write(async->wfd, &one, len) < 0 && errno == EINTR) {
     }
     errno = saved;
 }
@@ -358,46 +388,7 @@ static void loop_timers_expire(m0_loop *loop)
     }
 }
 
-/* epoll_pwait2 (a timeout in nanoseconds) is called through syscall(2): the
- * libc function needs glibc 2.35, and musl may not have it, while the wheels
- * are built against older C libraries (manylinux_2_28, musllinux_1_2). Its
- * number is 441 on every architecture. A kernel older than 5.11 answers
- * ENOSYS once; from then on the wait is epoll_wait's, rounded up to 1 ms. */
-#ifndef SYS_epoll_pwait2
-#define SYS_epoll_pwait2 441
-#endif
-static int loop_has_pwait2 = 1; /* cleared (by any thread, to the same value) on ENOSYS */
-
-static int loop_epoll_wait(m0_loop *loop, int wait, int64_t wait_us)
-{
-    if (wait_us > 0 && (wait < 0 || wait_us < (int64_t)wait * 1000)) {
-        if (__atomic_load_n(&loop_has_pwait2, __ATOMIC_RELAXED)) {
-            /* struct timespec is the kernel's __kernel_timespec on 64-bit targets. */
-            struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-            long n = syscall(SYS_epoll_pwait2, loop->epfd, loop->batch, M0_LOOP_BATCH, &ts, NULL, 0);
-            if (n >= 0 || errno != ENOSYS)
-                return (int)n;
-            __atomic_store_n(&loop_has_pwait2, 0, __ATOMIC_RELAXED);
-        }
-        int64_t ms = (wait_us + 999) / 1000;
-        wait = ms > INT32_MAX ? INT32_MAX : (int)ms;
-    }
-    return epoll_wait(loop->epfd, loop->batch, M0_LOOP_BATCH, wait);
-}
-
-static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us);
-
 int m0_loop_run_once(m0_loop *loop, int timeout_ms)
-{
-    return loop_run(loop, timeout_ms, 0);
-}
-
-int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us)
-{
-    return loop_run(loop, (int)((timeout_us + 999) / 1000), timeout_us);
-}
-
-static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
 {
     if (loop->running)
         return -EBUSY;
@@ -407,17 +398,16 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
         if (next >= 0 && (wait < 0 || next < wait))
             wait = next;
     }
-    int64_t wait_us = wait == timeout_ms ? timeout_us : 0;
     int n;
     if (wait != 0 && loop->before != NULL) {
         /* With look_first, the hooks (which drop the GIL) run only around a
          * wait that blocks: a thread waiting for the GIL would take it at
          * every pass. Without, one syscall less per pass. */
-        n = loop->look_first ? loop_epoll_wait(loop, 0, 0) : 0;
+        n = loop->look_first ? loop->be->wait(loop, 0) : 0;
         if (n == 0) {
             loop->waiting = 1;
             loop->before(loop->hook_arg);
-            n = loop_epoll_wait(loop, wait, wait_us);
+            n = loop->be->wait(loop, wait);
             int err = errno;
             loop->after(loop->hook_arg);
             loop->waiting = 0;
@@ -426,15 +416,15 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
             } else if (n > 0) {
                 for (size_t g = 0; g < loop->ngone; g++)
                     for (int i = 0; i < n; i++)
-                        if (loop->batch[i].data.ptr == loop->gone[g])
-                            loop->batch[i].data.ptr = NULL;
+                        if (M0_EV_IO(&loop->batch[i]) == loop->gone[g])
+                            M0_EV_CLEAR(&loop->batch[i]);
             }
             loop->ngone = 0;
             loop->gone_overflow = 0;
             errno = err;
         }
     } else {
-        n = loop_epoll_wait(loop, wait, wait_us);
+        n = loop->be->wait(loop, wait);
     }
     if (n < 0) {
         int err = errno;
@@ -446,8 +436,8 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
     __atomic_store_n(&loop->awake, 1, __ATOMIC_SEQ_CST);
     loop->batch_len = (size_t)n;
     for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
-        struct epoll_event *ev = &loop->batch[loop->batch_next++];
-        m0_io *io = ev->data.ptr;
+        m0_loop_event *ev = &loop->batch[loop->batch_next++];
+        m0_io *io = M0_EV_IO(ev);
         if (io != NULL)
             io->cb(loop, io, ev->events);
     }
@@ -457,7 +447,7 @@ static int loop_run(m0_loop *loop, int timeout_ms, int64_t timeout_us)
         loop->pass_end(loop->pass_end_arg);
     loop_timers_expire(loop);
     loop_asyncs_run(loop);
-    /* A send that saw awake = 1 wrote no eventfd: look once more after
+    /* A send that saw awake = 1 wrote no wake-up fd: look once more after
      * clearing it (the two sides' seq_cst store-then-load pairs cannot both
      * miss each other). */
     __atomic_store_n(&loop->awake, 0, __ATOMIC_SEQ_CST);

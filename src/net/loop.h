@@ -1,8 +1,10 @@
-/* The event loop: epoll, fd watchers and timers. It runs two ways, like
- * libuv's run modes: m0_loop_run_once(loop, -1 or ms) blocks for the next
- * events (the WSGI worker's serve loop), m0_loop_run_once(loop, 0) is one
- * non-blocking pass (the ASGI bridge calls it when asyncio sees the epoll fd
- * readable).
+/* The event loop: fd watchers, timers and cross-thread wake-ups over an I/O
+ * backend (loop_int.h): epoll on Linux, poll(2) anywhere, chosen when the
+ * loop is made (M0_IO_BACKEND=poll|epoll in the environment; epoll is the
+ * default where it exists). It runs two ways, like libuv's run modes:
+ * m0_loop_run_once(loop, -1 or ms) blocks for the next events (the WSGI
+ * worker's serve loop), m0_loop_run_once(loop, 0) is one non-blocking pass
+ * (the ASGI bridge calls it when asyncio sees m0_loop_fd readable).
  *
  * Error convention of net/: 0 (or a count) on success, -errno on failure.
  * No Python.h here.
@@ -20,8 +22,22 @@ typedef struct m0_timer m0_timer;
 typedef void (*m0_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
 typedef void (*m0_timer_cb)(m0_loop *loop, m0_timer *timer);
 
+/* Interest and event bits. Their values are epoll's (on Linux EPOLLIN etc.
+ * may be passed as they are); every backend maps them to its own.
+ * M0_IO_ET: edge-triggered; the poll backend emulates it by muting the fd
+ * after it reported an event, until its interest changes.
+ * M0_IO_EXCLUSIVE: wake one waiter of several loops (EPOLLEXCLUSIVE); other
+ * backends ignore it, so every loop wakes (accept answers EAGAIN). */
+#define M0_IO_IN 0x001u
+#define M0_IO_OUT 0x004u
+#define M0_IO_ERR 0x008u
+#define M0_IO_HUP 0x010u
+#define M0_IO_RDHUP 0x2000u
+#define M0_IO_EXCLUSIVE (1u << 28)
+#define M0_IO_ET (1u << 31)
+
 /* An fd watcher; embed it in the owning struct and recover the owner with
- * container_of-style arithmetic. events are EPOLLIN/EPOLLOUT/... */
+ * container_of-style arithmetic. events are M0_IO_* bits. */
 struct m0_io {
     int fd;
     uint32_t events; /* currently registered, 0 if not registered */
@@ -37,7 +53,14 @@ struct m0_timer {
 
 int m0_loop_new(m0_loop **out);
 void m0_loop_free(m0_loop *loop);
-int m0_loop_fd(const m0_loop *loop); /* the epoll fd, for an outer loop to watch */
+/* The fd an outer loop watches: epoll's fd; with poll, a pipe a helper
+ * thread (started by the first call) makes readable when a pass would find
+ * events. */
+int m0_loop_fd(m0_loop *loop);
+/* "epoll" or "poll". */
+const char *m0_loop_backend_name(const m0_loop *loop);
+/* The backends this build has, comma-separated, the default first. */
+const char *m0_loop_backends(void);
 
 /* Register, change or remove an fd watcher. events == 0 removes it. */
 int m0_io_set(m0_loop *loop, m0_io *io, uint32_t events);
@@ -57,11 +80,13 @@ int m0_loop_next_timeout(const m0_loop *loop);
  * from any thread; the callback runs on the loop's thread at the end of a
  * pass. Several sends before it coalesce into one callback. A send while the
  * loop is inside a pass costs no syscall: the pass looks at the flag before
- * it ends; otherwise the eventfd wakes the loop (or whoever watches its fd). */
+ * it ends; otherwise the eventfd (a pipe where there is none) wakes the loop
+ * (or whoever watches its fd). */
 typedef struct m0_async m0_async;
 typedef void (*m0_async_cb)(m0_loop *loop, m0_async *async);
 struct m0_async {
-    m0_io io; /* an eventfd */
+    m0_io io; /* an eventfd, or a pipe's read end */
+    int wfd;  /* the fd written to wake: io.fd, or the pipe's write end */
     m0_async_cb cb;
     m0_loop *loop;
     int pending;  /* atomic */
@@ -76,18 +101,18 @@ void m0_async_send(m0_async *async); /* thread-safe, async-signal-safe */
  * own wait timeout). */
 void m0_async_post(m0_async *async);
 
-/* Hooks run around a blocking epoll_wait (never around a zero-timeout one):
+/* Hooks run around a blocking backend wait (never around a zero-timeout one):
  * the WSGI bridge releases the GIL in before and takes it back in after, so
  * the GIL is held across a whole batch of ready events, never per syscall. */
 void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)(void *), void *arg);
 
-/* A hook run at the end of each pass, after its ready events were
- * dispatched and before timers expire: the server flushes the output it
- * held back during the pass (net/conn_write.c). */
 /* on: a pass that may wait first looks without waiting, and calls the wait
  * hooks only when it must block (for a loop whose threads queue for the
  * GIL: the blocking-pool mode). Off by default: a syscall less per pass. */
 void m0_loop_set_look_first(m0_loop *loop, int on);
+/* A hook run at the end of each pass, after its ready events were
+ * dispatched and before timers expire: the server flushes the output it
+ * held back during the pass (net/conn_write.c). */
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg);
 /* 1 while the loop's thread dispatches a pass's events (callbacks run). */
 int m0_loop_dispatching(const m0_loop *loop);
@@ -101,8 +126,5 @@ int m0_loop_in_events(const m0_loop *loop);
  * (-EINTR when a signal interrupted the wait: the caller checks signals;
  * -EBUSY when called from one of the loop's own callbacks). */
 int m0_loop_run_once(m0_loop *loop, int timeout_ms);
-/* The same with a timeout in microseconds (> 0), for a short look-again
- * (the pool's stall check). */
-int m0_loop_run_once_us(m0_loop *loop, int64_t timeout_us);
 
 #endif

@@ -53,6 +53,10 @@ int m0_proxy_protocol_read(m0_conn *c)
         return 0;
     if (r == M0_PP_ABSENT && pc->protocol_optional) {
         c->flags &= ~M0_CF_PP_WAIT;
+        if (m0_conn_tls_preface(c) < 0) {
+            m0_conn_close(c, 1);
+            return -1;
+        }
         m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
         return 1;
     }
@@ -62,6 +66,10 @@ int m0_proxy_protocol_read(m0_conn *c)
     }
     c->rpos += (size_t)r;
     c->flags &= ~M0_CF_PP_WAIT;
+    if (m0_conn_tls_preface(c) < 0) { /* a TLS listener: what follows is the handshake's */
+        m0_conn_close(c, 1);
+        return -1;
+    }
     if (pp.unknown) {
         /* A client the balancer cannot name (v1 UNKNOWN, v2 AF_UNSPEC/AF_UNIX):
          * its headers came through the balancer untouched and are not the

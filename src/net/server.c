@@ -35,6 +35,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->max_requests_fd = -1;
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
+    cfg->tls = NULL;
 }
 
 static void server_accept_timer(m0_loop *loop, m0_timer *t)
@@ -104,6 +105,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     m0_pace_init(srv);
+    m0_conn_ring_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
     int r = cfg->access_log_fd >= 0 ? m0_access_log_buf_new(&srv->log_buf, cfg->access_log_fd) : 0;
     if (r == 0)
@@ -170,6 +172,7 @@ void m0_server_free(m0_server *srv)
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
+    m0_conn_ring_stop(srv);
     m0_async_close(srv->loop, &srv->wake);
     m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);

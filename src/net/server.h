@@ -104,6 +104,9 @@ typedef struct {
      * connections alone never run the process out of fds. 0 = no limit. */
     uint32_t limit_connections;
     m0_proxy_config proxy; /* proxies, PROXY protocol, health path, concurrency limit (proxy.h) */
+    /* NULL: plaintext; else every accepted connection speaks TLS through
+     * this context (net/tls.h), owned by the caller and outliving the server */
+    struct m0_tls *tls;
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -156,10 +159,11 @@ const m0_request *m0_conn_request(const m0_conn *c);
 void m0_conn_set_data(m0_conn *c, void *data);
 m0_server *m0_conn_server(const m0_conn *c);
 
-/* Addresses cached at accept time. Host is numeric ("127.0.0.1", "::1");
- * for a Unix socket host is "" and port 0. */
-const char *m0_conn_peer_host(const m0_conn *c);
-int m0_conn_peer_port(const m0_conn *c);
+/* The connection's TLS session (net/tls.h), NULL when it is plaintext. */
+struct m0_tls_conn *m0_conn_tls(const m0_conn *c);
+
+/* The local address, looked up on first use and cached. Host is numeric
+ * ("127.0.0.1", "::1"); for a Unix socket host is "" and port 0. */
 const char *m0_conn_local_host(const m0_conn *c);
 int m0_conn_local_port(const m0_conn *c);
 
@@ -243,6 +247,20 @@ void m0_conn_detach(m0_conn *c);
  * finishes the response (flushes what is queued, keep-alive, the next
  * pipelined request) at its next pass. The caller must not touch c after. */
 void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+/* The owning thread's m0_conn_park: its response waits for the peer (more
+ * than M0_WRITE_HIGH_WATER queued), so the thread goes back to work. The
+ * loop takes the connection back unfinished and parks it; once the peer
+ * drained the queue the handler gets M0_CONN_WRITABLE on the loop's thread,
+ * and may hand the connection to a thread again (m0_conn_detach); a close
+ * meanwhile gives it M0_CONN_CLOSED there. The caller must not touch c after. */
+void m0_conn_set_aside(m0_conn *c);
+/* Loop thread, inside on_event(M0_CONN_CLOSED) for a connection whose
+ * handler state needs another thread to be released (a set-aside response
+ * of the pool): c stays allocated, owned by that thread, which hands it back
+ * with m0_conn_complete (the loop then frees it). */
+void m0_conn_hand_closed(m0_conn *c);
+/* Whether c was closed (the peer went away, or the server aborted it). */
+int m0_conn_closed(const m0_conn *c);
 
 /* After a 101 response: the connection becomes a raw byte stream.
  * m0_conn_body_read then returns raw bytes until EOF; no more requests are

@@ -161,11 +161,25 @@ struct m0_conn {
     uint64_t discard_budget;
     m0_chunked_decoder dec;
 
-    /* write buffer: [wpos, wlen) not yet sent */
+    /* Output. write buffer: [wpos, wlen) queued, not yet sent. It has one
+     * owner at a time, the only thread that appends to it or sends from it
+     * (through conn_send, conn_write.c, the one routine that sends):
+     *  - the loop thread while the connection is attached: the loop's own
+     *    writes and those of a view it runs (inline), the EPOLLOUT flush
+     *    (m0_conn_flush) and the pass-end flush of held output;
+     *  - from m0_conn_detach (which sends held output first) until the loop
+     *    takes the connection back (m0_conn_complete, m0_conn_set_aside),
+     *    the thread that owns the request: its writes, its waits for input
+     *    (m0_conn_wait sends while it waits) and its final bytes left for
+     *    the loop (pool_held), which the loop sends once it has it back.
+     * So the loop never reads these fields of a detached connection
+     * (m0_conn_interest and conn_io_cb return first). */
     char *wbuf;
     size_t wcap;
     size_t wlen;
     size_t wpos;
+    int out_stalled; /* a blocking writer stopped waiting for this peer until it drains the queue
+                      * (conn_write.c); the output's owner's */
     int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
                * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
     m0_conn *held_prev;
@@ -188,7 +202,9 @@ struct m0_conn {
     int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
                     * back. Set by the loop, cleared when it takes it back; read by the owner (all
                     * under done_lock) */
-    int done_keep; /* done_*: written by the owner before done_lock, read by the loop after it */
+    int done_keep;   /* done_*: written by the owner before done_lock, read by the loop after it */
+    int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
+    int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
     int done_status;
     uint64_t done_bytes;
     uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
@@ -209,6 +225,12 @@ struct m0_conn {
     int local_port; /* -1 until asked */
     char peer_host[46];
     char local_host[46];
+
+    /* conn_io.c: the TLS session (NULL: plaintext), and the ring of
+     * sessions holding input (loop thread only) */
+    struct m0_tls_conn *tls;
+    m0_conn *tls_ring_next;
+    int tls_ringing;
 };
 
 struct m0_server {
@@ -225,8 +247,10 @@ struct m0_server {
     int at_limit;      /* cfg.limit_connections connections are open */
     int listening;     /* the listeners are in the epoll set */
     m0_timer accept_timer;
-    m0_conn *paced;      /* pace.c: connections read by pace_timer (loop thread only) */
-    m0_timer pace_timer; /* armed while `paced` is not empty */
+    m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
+    m0_timer pace_timer;     /* armed while `paced` is not empty */
+    m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
+    m0_timer tls_ring_timer; /* armed (0 ms) while `tls_ring` is not empty */
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */

@@ -249,6 +249,23 @@ static void test_100_continue(void)
     CHECK(h_responses(h.out, h.out_len, &why) == 1);
     h_close(&h);
 
+    /* A body within body_buffer_size: the loop answers the 100 and reads
+     * the body before the handler runs (it never waits for the client). */
+    CHECK(h_open(&h, &c0) == 0);
+    const char *ask = "POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n";
+    h_send(&h, ask, strlen(ask));
+    h_run(&h, 0);
+    CHECK(h.out_len == 25 && memcmp(h.out, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0);
+    CHECK(h.conn != NULL && h.conn->state == M0_CS_BODY);
+    h_send(&h, "abcde", 5);
+    h_run(&h, 0);
+    CHECK(h_responses(h.out + 25, h.out_len - 25, &why) == 1);
+    CHECK(memmem(h.out + 25, h.out_len - 25, "100 Continue", 12) == NULL);
+    h_close(&h);
+
+    /* A larger body streams: the app decides about the 100. */
+    c0.body_buffer_size = 2;
+
     /* The handler answers before reading: no 100 inside its response, and
      * the connection closes after it. */
     CHECK(h_open(&h, &c0) == 0);
@@ -428,6 +445,32 @@ static void test_body_buffer_grows_with_input(void)
     h_close(&h);
 }
 
+static void test_body_timeout_unset(void)
+{
+    /* A config whose body_timeout_ms is 0 (one filled by hand, not by
+     * m0_server_config_defaults) gets the default's body timeout, both for
+     * the body buffered before dispatch and for the app's blocking reads. */
+    m0_server_config def, cfg;
+    m0_server_config_defaults(&def);
+    cfg = def;
+    cfg.body_timeout_ms = 0;
+    cfg.pace_window_ms = 0;
+    harness h;
+    CHECK(h_open(&h, &cfg) == 0);
+    const char *post = "POST /read HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789";
+    h_send(&h, post, strlen(post));
+    h_run(&h, 0);
+    CHECK(h.conn != NULL && h.conn->state == M0_CS_BODY && h.conn->timer_kind == M0_TIMER_BODY);
+    if (h.conn != NULL) {
+        uint64_t now = m0_loop_now(h.loop);
+        CHECK(h.conn->deadline_ms >= now + def.body_timeout_ms - 1000);
+        CHECK(h.conn->deadline_ms <= now + def.body_timeout_ms);
+        CHECK(h.conn->body_deadline_ms >= now + def.body_timeout_ms - 1000);
+        CHECK(h.conn->body_deadline_ms <= now + def.body_timeout_ms);
+    }
+    h_close(&h);
+}
+
 int main(void)
 {
     test_split_at_every_byte();
@@ -440,6 +483,7 @@ int main(void)
     test_slow_peer_queue();
     test_pacing();
     test_body_buffer_grows_with_input();
+    test_body_timeout_unset();
     printf("test_conn: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

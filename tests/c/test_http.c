@@ -687,7 +687,7 @@ static double parse_ns(const char *buf, size_t len)
 /* A head of HTAB-laden values or of names made of '!' costs about what a
  * head of plain values of the same size costs. The scanners used to leave
  * their 16-octet step at every HTAB and every such tchar: 47 and 117 times
- * the plain head (tests/c/bench_parser.c). The bound leaves room for the
+ * the plain head (bench/parser/bench_parser.c). The bound leaves room for the
  * scalar build and for the sanitizers. */
 static void test_parse_cost(void)
 {

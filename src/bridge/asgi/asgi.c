@@ -14,11 +14,6 @@ static m0_asgi_state *asgi_state(PyObject *module)
     return m0_module_state_get(module)->asgi;
 }
 
-m0_asgi_state *m0_asgi_state_of(m0_asgi *a)
-{
-    return a->st;
-}
-
 /* --- module state --- */
 
 static int asgi_version_init(m0_asgi_state *st)
@@ -677,7 +672,7 @@ static PyObject *asgi_header_name(m0_asgi_state *st, m0_span name)
 /* The request's headers as (lowercase name, value) bytes pairs in order.
  * With an authority (an absolute-form target, RFC 9112 3.2.2), the value of
  * "host" is that authority, and a request without Host gets one at the end.
- * Out of line so that callgrind can tell its cost (tools/asgi_parts.py). */
+ * Out of line so that callgrind can tell its cost (bench/callgrind/asgi_parts.py). */
 __attribute__((noinline)) static PyObject *asgi_headers_list(m0_asgi_state *st, const m0_request *req,
                                                              const m0_span *authority)
 {
@@ -829,6 +824,25 @@ static PyObject *asgi_scheme(m0_asgi *a, int forwarded, int websocket)
     return PyUnicode_FromString(want);
 }
 
+/* A TLS connection's scope: its own extensions dict, the shared ones and
+ * `tls` (the template's dict is shared by every plaintext scope). */
+static int asgi_scope_tls(m0_asgi *a, PyObject *scope, m0_conn *c, int websocket)
+{
+    PyObject *ext = websocket ? PyDict_New() : PyDict_Copy(a->http_extensions);
+    if (ext == NULL)
+        return -1;
+    PyObject *tls = m0_asgi_tls_extension(c);
+    if (tls == NULL || PyDict_SetItemString(ext, "tls", tls) < 0 ||
+        PyDict_SetItem(scope, a->st->s_extensions, ext) < 0) {
+        Py_XDECREF(tls);
+        Py_DECREF(ext);
+        return -1;
+    }
+    Py_DECREF(tls);
+    Py_DECREF(ext);
+    return 0;
+}
+
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket)
 {
     m0_asgi_state *st = a->st;
@@ -882,6 +896,8 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     /* Built before the chain, so released here whether or not it got to them. */
     Py_XDECREF(scheme);
     Py_XDECREF(raw_path);
+    if (scope != NULL && m0_conn_tls(c) != NULL && asgi_scope_tls(a, scope, c, websocket) < 0)
+        Py_CLEAR(scope);
     return scope;
 }
 

@@ -230,7 +230,7 @@ static void head_free(m0_asgi_http *h)
  * (Upgrade is kept on a 101, a Connection listing "close" closes the
  * connection after the response) and a warning is logged once per name. The
  * app's Date and Server are kept and replace the server's. Out of line so
- * that callgrind can tell its cost (tools/asgi_parts.py). */
+ * that callgrind can tell its cost (bench/callgrind/asgi_parts.py). */
 __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
@@ -299,8 +299,7 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
      * the send() awaitable, h by the awaitable too; headers is held here. */
     m0_head_fields f = {.content_length = -1};
     Py_INCREF(headers);
-    int r =
-        m0_head_add_asgi_fields(&h->head, headers, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0, &f, h->base.asgi->logger);
+    int r = m0_head_add_asgi_fields(&h->head, headers, m0_head_own_for_status(code), &f, h->base.asgi->logger);
     Py_DECREF(headers);
     if (r < 0)
         return -1;

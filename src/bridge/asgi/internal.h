@@ -165,9 +165,6 @@ struct m0_asgi {
 
 /* --- asgi.c --- */
 
-/* The bridge's module state (never NULL after module init). */
-m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
-
 /* The scope dict for req (new reference): type, asgi, http_version, scheme,
  * path (root_path + percent-decoded UTF-8 path; "*" for OPTIONS *), raw_path
  * (b"*" for OPTIONS *), query_string, root_path, headers (list of
@@ -177,6 +174,8 @@ m0_asgi_state *m0_asgi_state_of(m0_asgi *a);
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
+/* tls_scope.c: the `tls` extension's dict for c, None when c is plaintext, NULL on error. */
+PyObject *m0_asgi_tls_extension(m0_conn *c);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
  * its data, taking a reference for the connection. */

@@ -548,6 +548,9 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         goto error;
     if (m0_target_authority_get(req, &ta) && authority_set(w, env, &ta) < 0)
         goto error;
+    /* The connection itself is TLS (CGI's and mod_ssl's HTTPS=on). */
+    if (m0_conn_tls(c) != NULL && PyDict_SetItem(env, M0_WSGI_STR(st, HTTPS), M0_WSGI_STR(st, on)) < 0)
+        goto error;
     /* What a trusted proxy forwarded (--proxy-headers) wins. */
     int scheme = m0_conn_forwarded_scheme(c);
     if (scheme != M0_SCHEME_NONE &&

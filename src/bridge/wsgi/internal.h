@@ -4,10 +4,11 @@
  * Per-request objects. start_response (m0_wsgi_sr), its write() callable
  * (m0_wsgi_write) and wsgi.input (m0_wsgi_input) are Python objects created
  * once per server and reused for the next request when nothing but the bridge
- * still references them (refcount check); otherwise a fresh trio is made, so
- * an app that keeps them never sees a later request. When a request ends the
- * bridge marks its objects inactive: a stale start_response or write() raises,
- * a stale wsgi.input reads b"".
+ * still references them (refcount check, GIL builds only: see trio_reusable in
+ * wsgi.c); otherwise, and always on a free-threaded build, a fresh trio is
+ * made, so an app that keeps them never sees a later request. When a request
+ * ends the bridge marks its objects inactive: a stale start_response or
+ * write() raises, a stale wsgi.input reads b"".
  *
  * Error convention: NULL or -1 with a Python exception set, unless a comment
  * says otherwise.
@@ -50,6 +51,8 @@
     X(slash, "/")                                                                                                      \
     X(scheme_http, "http")                                                                                             \
     X(scheme_https, "https")                                                                                           \
+    X(HTTPS, "HTTPS")                                                                                                  \
+    X(on, "on")                                                                                                        \
     X(http11, "HTTP/1.1")                                                                                              \
     X(http10, "HTTP/1.0")                                                                                              \
     X(m_GET, "GET")                                                                                                    \

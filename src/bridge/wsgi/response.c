@@ -116,6 +116,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyErr_Format(PyExc_TypeError, "response headers must be a list, not %.100s", Py_TYPE(headers)->tp_name);
         return -1;
     }
+    unsigned own = m0_head_own_for_status(code);
     if (head_reserve(w, 9 + (size_t)slen + 3 + HEAD_SUFFIX_ROOM) < 0)
         return -1;
     memcpy(w->head, "HTTP/1.1 ", 9);
@@ -142,7 +143,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         const char *value = latin1_view(ovalue, &vlen, "header value");
         if (value == NULL)
             return -1;
-        switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, code == 101 ? M0_HEAD_KEEP_UPGRADE : 0)) {
+        switch (m0_head_field(&f, name, (size_t)nlen, value, (size_t)vlen, own)) {
         case M0_FIELD_KEEP:
             break;
         case M0_FIELD_DROP:
@@ -507,9 +508,11 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
     }
     if (k == 0)
         return 0;
-    /* The response's last bytes: the iterable ended, or the Content-Length is reached. */
-    int last = final || (!sr->no_body && sr->content_length >= 0 && sr->sent + len >= (uint64_t)sr->content_length);
-    int rc = last ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
+    /* Only the response's end may be left for the loop (m0_conn_writev_final):
+     * the iterable ended. Bytes that reach the Content-Length are complete
+     * too, but the app runs on (the iterator's next item, its close) and
+     * may block: they leave now. */
+    int rc = final ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;

@@ -123,14 +123,37 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
     return in;
 }
 
+/* Whether the server's own trio may serve the next request: the previous
+ * request is over and nothing but the bridge holds any of the three (an app
+ * that kept one must never see a later request through it).
+ *
+ * With the GIL, the refcounts prove it: the bridge holds sr three times
+ * (w->sr, write's and early_hints') and the others once, and no other thread can take a reference
+ * while this one holds the GIL. On a free-threaded build a refcount read is
+ * no proof of ownership (another thread may be taking a reference from a
+ * container, or the count is split between the owner thread's local field
+ * and the shared one): there the trio is never reused, each request gets
+ * objects no other request ever sees, and the app's references keep them
+ * alive as long as it likes. */
+static int trio_reusable(const m0_wsgi *w)
+{
+#ifdef Py_GIL_DISABLED
+    (void)w;
+    return 0;
+#else
+    /* The start_response is held by the server and by its wsgi.early_hints. */
+    return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 3 && Py_REFCNT(w->write) == 1 &&
+           Py_REFCNT(w->hints) == 1 && Py_REFCNT(w->input) == 1;
+#endif
+}
+
 /* New references to a start_response, its write() and a wsgi.input for one
- * request: the server's own trio when nothing else holds it, else a new one
- * (which becomes the server's). Its wsgi.early_hints (w->hints, which holds
- * the start_response too) goes with it; the environ takes it from w->hints. */
+ * request: the server's own trio when trio_reusable, else a new one (which
+ * becomes the server's). Its wsgi.early_hints (w->hints, which holds the
+ * start_response too) goes with it; the environ takes it from w->hints. */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
-    if (!(w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 3 && Py_REFCNT(w->write) == 1 &&
-          Py_REFCNT(w->hints) == 1 && Py_REFCNT(w->input) == 1)) {
+    if (!trio_reusable(w)) {
         m0_wsgi_sr *nsr = m0_wsgi_sr_new(w->st);
         PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
         PyObject *nh = nwr != NULL ? m0_wsgi_hints_new(w->st, nsr) : NULL;
@@ -272,7 +295,14 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
     w->app = Py_NewRef(src->app);
     w->logger = Py_NewRef(src->logger);
     w->errors = Py_NewRef(src->errors);
-    w->template = Py_NewRef(src->template); /* only ever copied */
+    /* A copy of its own: each request copies the template, and on a
+     * free-threaded build copying one dict from several threads at once
+     * serialises them on the dict's lock. */
+    w->template = PyDict_Copy(src->template);
+    if (w->template == NULL) {
+        m0_wsgi_free(w);
+        return NULL;
+    }
     w->server_header = src->server_header;
     w->multithread = src->multithread;
     w->early_hints = src->early_hints;
@@ -391,11 +421,23 @@ static int result_close(m0_wsgi *w, PyObject *result)
     return 0;
 }
 
-/* Whether this request's sending may stop and resume when the peer reads
- * (inline mode: the loop thread must not wait on one client). */
+/* Whether this request's sending may stop and resume when the peer reads:
+ * neither the loop thread (inline) nor a pool thread waits on one client.
+ * An iterator's response is set aside with more than M0_WRITE_HIGH_WATER
+ * queued, so it queues at most that plus one item. */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return !sr->w->pooled && sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+    return sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+}
+
+/* Set the connection aside until its peer reads: parked by the loop thread
+ * itself (inline), or handed back to the loop by a pool thread. */
+static void conn_set_aside(m0_wsgi *w, m0_conn *c)
+{
+    if (w->pooled)
+        m0_conn_set_aside(c);
+    else
+        m0_conn_park(c);
 }
 
 /* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
@@ -459,14 +501,20 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
 {
     if ((PyList_CheckExact(result) || PyTuple_CheckExact(result)) && sr->status) {
         /* All bytes: the total is known, so Content-Length, and groups of
-         * pieces per writev (the first with the head). No Python code runs
-         * here, so the borrowed items stay valid. Queued whole (the app holds
-         * it in memory anyway): the loop flushes it. */
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
+         * pieces per writev (the first with the head). A blocking write
+         * drops the GIL while it waits for the peer, and another thread may
+         * then change the list (a cache refreshed): the pieces are sent from
+         * a snapshot that holds its own references (a tuple, which nothing
+         * can change; a tuple result is one already, held by the caller), so
+         * the response is the list as the app returned it. */
+        PyObject *snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
+        if (snap == NULL)
+            return -1;
+        Py_ssize_t n = PyTuple_GET_SIZE(snap);
         size_t total = 0;
         int all_bytes = 1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+            PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
             if (!PyBytes_Check(b)) {
                 all_bytes = 0;
                 break;
@@ -481,7 +529,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 !(sr->status < 200 || sr->status == 204 || sr->status == 304))
                 m0_wsgi_declare_length(sr, total);
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *b = PySequence_Fast_GET_ITEM(result, i); // borrowed
+                PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
                 size_t blen = (size_t)PyBytes_GET_SIZE(b);
                 if (blen) {
                     iov[k].iov_base = PyBytes_AS_STRING(b);
@@ -490,15 +538,19 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
-                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow)
+                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow) {
+                        Py_DECREF(snap);
                         return 0;
+                    }
                     k = 0;
                     len = 0;
                 }
             }
             m0_wsgi_send(sr, iov, k, len, 1);
+            Py_DECREF(snap);
             return 0;
         }
+        Py_DECREF(snap);
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
         int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result, park);
         if (rc != 0)
@@ -595,7 +647,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev(sr->c, &iov, 1, 1) < 0)
+                if (m0_conn_writev_final(sr->c, &iov, 1, 1) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
@@ -678,7 +730,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
                 p->resume = resume;
                 w->active = outer;
                 m0_conn_set_data(c, p);
-                m0_conn_park(c);
+                conn_set_aside(w, c);
                 return 1;
             }
             /* No memory to wait: the rest of the response is dropped. */
@@ -707,7 +759,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
         rc = 1;
     if (rc == 1 && sr->c != NULL) {
         w->active = outer;
-        m0_conn_park(c);
+        conn_set_aside(w, c);
         return;
     }
     m0_conn *live = sr->c;
@@ -754,12 +806,33 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
 
 const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event};
 
+/* A pool thread: a queued request, or a set-aside response whose peer read
+ * its queue (resumed by whichever thread is free) or went away (its
+ * objects released here, with the GIL). */
 void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
 {
-    wsgi_on_request(w, c, m0_conn_request(c));
+    m0_wsgi_parked *p = m0_conn_data(c);
+    if (p == NULL) {
+        wsgi_on_request(w, c, m0_conn_request(c));
+        return;
+    }
+    if (!m0_conn_closed(c)) {
+        wsgi_resume(w, c, p);
+        return;
+    }
+    p->sr->c = NULL;
+    if (p->sr->input != NULL)
+        p->sr->input->c = NULL;
+    m0_conn_set_data(c, NULL);
+    m0_wsgi_sr *psr = p->sr;
+    PyObject *result = p->result, *wr = p->wr;
+    m0_wsgi_input *in = p->in;
+    parked_free(p);
+    request_end(w, c, m0_conn_request(c), psr, wr, in, result, 0, w->active); /* hands c back */
 }
 
-/* Loop thread, without the GIL: hand the request to the pool. */
+/* Inside a pass, on the leader's thread, with or without the GIL
+ * (net/workq.h): no Python here. Queue the request for a pool thread. */
 static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
     (void)req;
@@ -778,4 +851,24 @@ static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
     return 1;
 }
 
-const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, NULL};
+/* Loop thread, without the GIL: a set-aside response (its m0_wsgi_parked
+ * is the connection's data) goes back to the pool when its peer drained the
+ * queue, or when the connection closed (its objects need the GIL). */
+static void wsgi_pool_on_event(void *ctx, m0_conn *c, int what)
+{
+    m0_workq *q = ctx;
+    if (m0_conn_data(c) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
+        return;
+    if (what == M0_CONN_CLOSED)
+        m0_conn_hand_closed(c);
+    else
+        m0_conn_detach(c);
+    if (m0_workq_push(q, c) < 0) {
+        /* No memory for the queue: the response's objects stay (a leak),
+         * the connection is given up. */
+        m0_conn_set_data(c, NULL);
+        m0_conn_complete(c, 0, 500, 0);
+    }
+}
+
+const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, wsgi_pool_on_event};

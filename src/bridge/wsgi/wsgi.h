@@ -37,8 +37,9 @@ void m0_wsgi_free(m0_wsgi *w);
 /* The handler; its ctx is the m0_wsgi*. Runs with the GIL held. */
 extern const m0_handler m0_wsgi_handler;
 
-/* Blocking-pool mode. The loop's handler (ctx: an m0_workq*) runs without
- * the GIL: it detaches each complete request and queues it. Each pool thread
+/* Blocking-pool mode. The loop's handler (ctx: an m0_workq*) runs inside a
+ * pass, on the leader's thread, with the GIL or without it (net/workq.h), so
+ * it runs no Python: it detaches each complete request and queues it. Each pool thread
  * serves from its own copy of the bridge (m0_wsgi_clone: the app and the
  * environ template are shared, the per-request objects and caches are not)
  * and runs m0_wsgi_serve_detached for every connection it pops. */

@@ -1,0 +1,312 @@
+"""The renderer, its --check, the platform guard, and the failure markers of the runner."""
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after site-packages: m0serve is the installed one
+
+from bench import render, runner, servers, suites  # noqa: E402
+
+PLATFORM = "linux x86_64 · Test CPU · 2 logical cores"
+
+
+def _round(i, rps, cores, failed=False, failure=None, p99=1.0, slow=0):
+    req = int(rps * 5)
+    cpu = cores * 5
+    return {"round": i, "rps": rps, "requests": req, "wall_s": 5.0, "cpu_s": cpu, "cores": cores,
+            "cpu_us_per_req": cpu / req * 1e6, "rps_per_core": req / cpu, "p50_ms": 0.3, "p90_ms": 0.5,
+            "p99_ms": p99, "errors": {"connect": 0, "read": 0, "write": 0, "timeout": 0}, "non_2xx": 0,
+            "failed": failed, "failure": failure, "rss_after": 20_000_000, "slow_completed": slow}
+
+
+class FakeArm:
+    def __init__(self, name, is_m0=False, expect=None):
+        self.name, self.label, self.is_m0serve, self.interface = name, name, is_m0, "wsgi"
+        self.version_key, self.expect, self.note = name, expect, ""
+
+
+def _arm_record(name, rounds, is_m0=False, expect=None):
+    rr = runner.RowRunner.__new__(runner.RowRunner)
+    rr.s = runner.Settings()
+    rr.row = runner.Row("r", "t", "a:app", [])
+    rr.script = None
+    st = {"arm": FakeArm(name, is_m0, expect), "port": 1, "command": [name], "rounds": rounds,
+          "parity": {"status": 200}, "rss_after_warmup": 10_000_000}
+    return rr._arm_record(st)
+
+
+def make_artifact(scale=1.0, platform=PLATFORM, stamp="2026-11-30T10:00:00Z", dirty=False, fail_peer=False):
+    arms = [
+        _arm_record("m0serve", [_round(i, 30000 * scale + i, 0.9) for i in range(1, 4)], is_m0=True),
+        _arm_record("granian", [_round(i, 25000 + i * 10, 0.95, failed=fail_peer and i == 2,
+                                       failure="socket errors read 2" if fail_peer and i == 2 else None)
+                                for i in range(1, 4)]),
+    ]
+    row = {"id": "hello-c16", "title": "Bare WSGI hello, 16 connections", "app": "hello_wsgi:app", "path": "/",
+           "method": "GET", "body_size": 0, "connections": 16, "slow_inflight": 0, "slow_ms": None,
+           "target_requests": 0, "arms": arms, "status": "ok", "failures": []}
+    if any(a["status"] == runner.FAILED for a in arms):
+        row["status"] = runner.FAILED
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return {"schema": 1, "suite": "wsgi", "valid": True, "invalid_reasons": [],
+            "provenance": {"timestamp": stamp, "platform": platform, "git": {"commit": "abc123", "dirty": dirty},
+                           "kernel": "6.x", "versions": {"granian": "2.8.9", "wrk": "4.1.0"},
+                           "python": {"comparators": {"version": "3.11.7", "build": "GIL"},
+                                      "m0serve": {"version": "3.11.7", "build": "GIL"}}},
+            "settings": {"wrk_threads": 1, "wrk_cpu": 1, "server_cpu": 0, "rounds": 3, "duration_s": 5.0,
+                         "warmup_s": 2.0, "headers": ["h"] * 11},
+            "rows": [row]}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- section:benchmarks -->\n<!-- /section:benchmarks -->\n")
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(render.default_doc(PLATFORM) + "\nm0serve leads Granian by "
+                   "<!-- bench:span:wsgi.hello-c16.ratio.granian.rps_per_core -->?<!-- /bench:span --> per core.\n")
+    charts = tmp_path / "charts"
+
+    def cli(*extra):
+        return render.main(["--results", str(results), "--doc", str(doc), "--readme", str(readme),
+                            "--charts", str(charts), *extra])
+
+    def write(name, art):
+        (results / name).write_text(json.dumps(art))
+
+    return {"results": results, "doc": doc, "readme": readme, "charts": charts, "cli": cli, "write": write}
+
+
+def test_ratios_are_same_round_medians():
+    art = make_artifact()
+    r = art["rows"][0]["ratios"]["granian"]["rps"]
+    assert len(r["rounds"]) == 3
+    assert r["median"] == pytest.approx((30002) / (25020))
+    assert art["rows"][0]["reference"] == "m0serve"
+
+
+def test_render_then_check_passes_and_fills_spans(tree):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    assert "| m0serve | 30,002 ±0.0%" in doc
+    assert "per core-s" in doc
+    ratio = render.fmt_ratio(make_artifact()["rows"][0]["ratios"]["granian"]["rps_per_core"])
+    assert f"-->{ratio}<!--" in doc
+    assert "wsgi: requests per core-second" in (tree["charts"] / "wsgi.svg").read_text()
+    assert "granian: " in tree["readme"].read_text()
+
+
+def test_check_fails_on_a_hand_edited_table(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["doc"].write_text(tree["doc"].read_text().replace("30,002", "31,002"))
+    assert tree["cli"]("--check") == 1
+    assert "stale" in capsys.readouterr().err
+
+
+def test_check_fails_when_a_newer_artifact_is_not_rendered(tree):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["write"]("wsgi-2.json", make_artifact(scale=1.2, stamp="2026-11-30T11:00:00Z"))
+    assert tree["cli"]("--check") == 1
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    assert "36,002" in tree["doc"].read_text()
+
+
+def test_check_fails_on_a_newer_artifact_from_another_platform(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0
+    tree["write"]("wsgi-2.json", make_artifact(platform="darwin arm64 · Apple M4 · 10 logical cores",
+                                               stamp="2026-11-30T11:00:00Z"))
+    assert tree["cli"]("--check") == 1
+    err = capsys.readouterr().err
+    assert "Apple M4" in err and "subdirectory" in err
+    assert tree["cli"]() == 1  # rendering refuses too, rather than silently using the older artifact
+    (tree["results"] / "darwin").mkdir()
+    (tree["results"] / "wsgi-2.json").rename(tree["results"] / "darwin" / "wsgi-2.json")
+    assert tree["cli"]("--check") == 0
+
+
+def _on_python(art, version):
+    art["provenance"]["python"]["m0serve"]["version"] = version
+    return art
+
+
+def test_other_interpreters_render_under_their_version_and_a_missing_suite_says_so(tree):
+    tree["doc"].write_text(tree["doc"].read_text() + "\n<!-- bench:table:pythons -->\n<!-- /bench:table:pythons -->\n")
+    tree["write"]("wsgi-1.json", make_artifact())
+    (tree["results"] / "python3.13").mkdir()
+    (tree["results"] / "python3.13" / "wsgi-1.json").write_text(
+        json.dumps(_on_python(make_artifact(scale=1.2), "3.13.0")))
+    assert tree["cli"]() == 0
+    assert tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    wsgi = doc[doc.index("<!-- bench:table:wsgi -->"):doc.index("<!-- /bench:table:wsgi -->")]
+    assert wsgi.index("### m0serve on Python 3.11.7") < wsgi.index("| m0serve | 30,002") \
+        < wsgi.index("### m0serve on Python 3.13.0") < wsgi.index("| m0serve | 36,002")
+    asgi = doc[doc.index("<!-- bench:table:asgi -->"):doc.index("<!-- /bench:table:asgi -->")]
+    assert "No `asgi` artifact recorded with m0serve on Python 3.13 yet" in asgi
+    pythons = doc[doc.index("<!-- bench:table:pythons -->"):doc.index("<!-- /bench:table:pythons -->")]
+    assert "| wsgi | Bare WSGI hello, 16 connections | Python 3.11.7 |" in pythons
+    assert "| wsgi | Bare WSGI hello, 16 connections | Python 3.13.0 |" in pythons
+    assert "| asgi | – | Python 3.13 | not recorded |" in pythons
+    readme = tree["readme"].read_text()
+    assert "| wsgi, Python 3.11.7 |" in readme and "| wsgi, Python 3.13.0 |" in readme
+    # A newer artifact on the other interpreter is picked up, and --check sees it is not rendered yet.
+    (tree["results"] / "python3.13" / "wsgi-2.json").write_text(
+        json.dumps(_on_python(make_artifact(scale=1.5, stamp="2026-11-30T11:00:00Z"), "3.13.0")))
+    assert tree["cli"]("--check") == 1
+    assert tree["cli"]() == 0
+    assert "| m0serve | 45,002" in tree["doc"].read_text()
+
+
+def test_an_artifact_in_another_interpreters_directory_is_refused(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact())
+    (tree["results"] / "python3.13").mkdir()
+    (tree["results"] / "python3.13" / "wsgi-1.json").write_text(json.dumps(make_artifact()))  # recorded on 3.11
+    assert tree["cli"]() == 1
+    assert "move it to the directory of its interpreter" in capsys.readouterr().err
+
+
+def test_a_peer_off_its_defaults_is_marked_from_its_recorded_command(tree):
+    art = make_artifact()
+    granian = [a for a in art["rows"][0]["arms"] if a["name"] == "granian"][0]
+    granian["command"] = ["taskset", "-c", "0", "/x/bin/granian", "--interface", "wsgi", "--workers", "1",
+                          "--runtime-threads", "1", "--blocking-threads", "1", "hello_wsgi:app"]
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    assert "| granian 2.8.9 † |" in doc
+    assert "† Off its defaults (bench/README.md says why): granian 2.8.9: --blocking-threads 1 (" in doc
+    assert "| m0serve | 30,002" in doc  # m0serve itself carries no mark
+    assert servers.off_defaults(["/x/bin/uvicorn", "a:app", "--loop", "uvloop", "--http", "httptools"]) == []
+    assert servers.off_defaults(["/x/bin/gunicorn", "-k", "sync", "-w", "1", "a:app"]) == []
+    assert servers.off_defaults(["/x/bin/granian", "--interface", "asgi", "--runtime-threads", "1"]) == []
+
+
+def test_a_peer_that_mostly_waited_is_marked_stalled(tree):
+    """An arm busy less than a tenth of a core was paced by waits, not CPU: its per-core ratio is
+    marked, in the suite's table and in the README summary, and the busy arms are not."""
+    art = make_artifact()
+    row = art["rows"][0]
+    row["arms"][1] = _arm_record("granian", [_round(i, 365 + i, 0.03) for i in range(1, 4)])
+    row["ratios"] = runner._ratios(row["arms"], row["reference"])
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("| granian 2.8.9 |"))
+    assert line.endswith(f" {render.STALLED} |"), line
+    assert f"{render.STALLED} Busy less than 0.1 of a core: granian 2.8.9 (0.030 cores)." in doc
+    m0 = next(x for x in doc.splitlines() if x.startswith("| m0serve |"))
+    assert render.STALLED not in m0
+    assert "granian: " in tree["readme"].read_text() and f") {render.STALLED}" in tree["readme"].read_text()
+
+
+def test_unknown_dirty_cannot_back_a_table(tree, capsys):
+    tree["write"]("wsgi-1.json", make_artifact(dirty=None))
+    assert tree["cli"]() == 1
+    assert "dirty: null" in capsys.readouterr().err
+
+
+def test_failed_round_marks_the_arm_and_row(tree):
+    art = make_artifact(fail_peer=True)
+    row = art["rows"][0]
+    granian = [a for a in row["arms"] if a["name"] == "granian"][0]
+    assert granian["status"] == runner.FAILED
+    assert "round 2: socket errors read 2" in granian["failure"]
+    assert row["status"] == runner.FAILED
+    assert "granian" not in row["ratios"]  # a failed measurement is never a ratio
+    tree["doc"].write_text(render.default_doc(PLATFORM))
+    tree["write"]("wsgi-1.json", art)
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    assert f"**{runner.FAILED}**: round 2: socket errors read 2" in doc
+
+
+def test_mixed_control_that_stops_stalling_invalidates_the_run():
+    def mixed_art(p99):
+        arms = [_arm_record("gunicorn", [_round(i, 3000, 0.5, p99=p99, slow=20) for i in range(1, 4)],
+                            expect="stall"),
+                _arm_record("m0serve-bt4", [_round(i, 9000, 0.9, p99=3.0, slow=20) for i in range(1, 4)],
+                            is_m0=True, expect="isolated")]
+        row = {"id": "slow1", "slow_inflight": 1, "slow_ms": 200, "arms": arms, "status": "ok"}
+        return {"suite": "mixed", "rows": [row]}
+
+    good = suites.validate(mixed_art(p99=205.0))
+    assert good["valid"] is True
+    assert good["rows"][0]["arms"][0]["control"] == "stall shown"
+    assert good["rows"][0]["arms"][1]["control"] == "isolated"
+    bad = suites.validate(mixed_art(p99=2.0))
+    assert bad["valid"] is False
+    assert "control without isolation" in bad["invalid_reasons"][0]
+
+
+def test_mixed_gate_row_gives_same_round_ratios_and_its_slow_arm_is_validated():
+    def arm(name, p99s, rps_per_core, load, expect="isolated", slow=20):
+        rounds = [_round(i + 1, rps_per_core[i], 1.0, p99=p, slow=slow) for i, p in enumerate(p99s)]
+        rec = _arm_record(name, rounds, is_m0=True, expect=expect)
+        rec["load"] = load
+        return rec
+
+    # Round 2 ran with the host at half speed: every arm doubles its p99 and halves its rate there.
+    gate = {"id": "gate", "slow_inflight": 0, "slow_ms": 200, "status": "ok", "arms": [
+        arm("m0serve-bt4@slow0", [0.10, 0.20, 0.10], [90_000, 45_000, 90_000], {"slow_inflight": 0}),
+        arm("m0serve-bt4@slow2", [0.12, 0.24, 0.12], [85_000, 42_500, 85_000], {"slow_inflight": 2}),
+        arm("m0serve@slow0", [0.08, 0.16, 0.08], [100_000, 50_000, 100_000], {"slow_inflight": 0}, expect="")]}
+    art = {"suite": "mixed", "rows": [gate]}
+    text = render.mixed_gate(art)
+    assert "is 1.20× (1.20–1.20) its p99 without" in text and "goal ≤ 1.5×: met" in text
+    assert "0.90× (0.90–0.90) the inline mode's (goal ≥ 0.90×: met)" in text
+    assert suites.validate(art)["valid"] is True
+    assert gate["arms"][1]["control"] == "isolated"
+    assert "gate-django" not in text  # no Django gate row measured: no sentence about it
+    # The Django gate row, the same three arms with a costlier view: its own same-round ratios.
+    django = copy.deepcopy(gate)
+    django["id"] = "gate-django"
+    django["arms"][0]["rounds"] = [{**r, "rps_per_core": r["rps_per_core"] * 0.3} for r in django["arms"][0]["rounds"]]
+    django["arms"][2]["rounds"] = [{**r, "rps_per_core": r["rps_per_core"] * 0.285} for r in django["arms"][2]["rounds"]]
+    art["rows"].append(django)
+    text = render.mixed_gate(art)
+    assert "(gate-django row): requests per core-second 0.95× (0.95–0.95) the inline mode's, p99 with 2 slow " \
+           "requests 1.20× (1.20–1.20) its p99 without." in text
+    assert "0.90× (0.90–0.90) the inline mode's (goal ≥ 0.90×: met)" in text  # the gate itself is the bare row's
+    table = render.mixed_gate_table(art, {}, "gate-django")
+    assert table.count("| m0serve-bt4@slow") == 2
+    gate["arms"][1]["rounds"] = [{**r, "slow_completed": 0} for r in gate["arms"][1]["rounds"]]
+    assert any("no slow request completed" in r for r in suites.validate(art)["invalid_reasons"])
+
+
+def test_median_spread():
+    med, spread = runner.median_spread([100.0, 110.0, 90.0])
+    assert med == 100.0 and spread["spread_pct"] == pytest.approx(20.0) and spread["n"] == 3
+    assert runner.median_spread([]) == (None, None)
+
+
+def test_committed_docs_match_committed_artifacts():
+    """The repository's own docs are current (what `make test` checks through bench.render --check)."""
+    assert render.main(["--check"]) == 0
+
+
+def test_verdict_claims_a_direction_only_when_every_round_agrees():
+    assert render.verdict({"min": 1.05, "max": 1.2}, "rps_per_core") == "ahead of"
+    assert render.verdict({"min": 0.8, "max": 0.95}, "rps_per_core") == "behind"
+    assert render.verdict({"min": 0.95, "max": 1.05}, "rps_per_core") == "not separable from"
+    assert render.verdict({"min": 1.05, "max": 1.2}, "cpu_us_per_req") == "behind"
+
+
+def test_arms_of_one_server_under_different_loads_share_one_off_defaults_note():
+    cmd = ["/x/bin/granian", "--interface", "wsgi", "--blocking-threads", "4", "hello_wsgi:app"]
+    arms = [{"name": f"granian-bt4@{load}", "label": "Granian (4 blocking threads)", "version_key": "granian",
+             "command": cmd} for load in ("quiet", "slowloris200", "slowbody200")]
+    notes = render.off_default_notes(arms, {"granian": "2.8.9"})
+    assert notes.count("--blocking-threads 4") == 1
+    assert notes.startswith("† Off its defaults (bench/README.md says why): Granian (4 blocking threads) 2.8.9: ")

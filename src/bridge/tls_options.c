@@ -1,0 +1,112 @@
+/* The `tls` keyword of _core.Server (see tls_options.h). */
+#include "tls_options.h"
+
+#include <string.h>
+
+static const char *const known[] = {"certfile",  "keyfile",     "password",    "ca_certs", "ciphers",
+                                    "cert_reqs", "min_version", "ticket_keys", NULL};
+
+/* A str value of opts into *s (untouched when absent or None): 0, or -1. */
+static int opt_str(PyObject *opts, const char *key, const char **s)
+{
+    PyObject *v = PyDict_GetItemString(opts, key); // borrowed
+    if (v == NULL || v == Py_None)
+        return 0;
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "tls option %s must be a str", key);
+        return -1;
+    }
+    *s = PyUnicode_AsUTF8(v); /* lives as long as opts */
+    return *s == NULL ? -1 : 0;
+}
+
+int m0_tls_options(PyObject *opts, m0_tls **out)
+{
+    *out = NULL;
+    if (opts == Py_None)
+        return 0;
+    if (!PyDict_Check(opts)) {
+        PyErr_SetString(PyExc_TypeError, "tls must be a dict or None");
+        return -1;
+    }
+    PyObject *key;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(opts, &pos, &key, NULL)) {
+        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        int ok = 0;
+        for (int i = 0; k != NULL && known[i] != NULL; i++)
+            ok |= strcmp(k, known[i]) == 0;
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "unknown tls option %R", key);
+            return -1;
+        }
+    }
+    m0_tls_settings s = {.cert_reqs = M0_TLS_CERT_NONE, .min_version = 12};
+    const char *reqs = "none", *minv = "1.2";
+    if (opt_str(opts, "certfile", &s.certfile) < 0 || opt_str(opts, "keyfile", &s.keyfile) < 0 ||
+        opt_str(opts, "password", &s.password) < 0 || opt_str(opts, "ca_certs", &s.ca_certs) < 0 ||
+        opt_str(opts, "ciphers", &s.ciphers) < 0 || opt_str(opts, "cert_reqs", &reqs) < 0 ||
+        opt_str(opts, "min_version", &minv) < 0)
+        return -1;
+    if (strcmp(reqs, "none") == 0)
+        s.cert_reqs = M0_TLS_CERT_NONE;
+    else if (strcmp(reqs, "optional") == 0)
+        s.cert_reqs = M0_TLS_CERT_OPTIONAL;
+    else if (strcmp(reqs, "required") == 0)
+        s.cert_reqs = M0_TLS_CERT_REQUIRED;
+    else {
+        PyErr_Format(PyExc_ValueError, "tls option cert_reqs must be none, optional or required, not %s", reqs);
+        return -1;
+    }
+    if (strcmp(minv, "1.2") == 0)
+        s.min_version = 12;
+    else if (strcmp(minv, "1.3") == 0)
+        s.min_version = 13;
+    else {
+        PyErr_Format(PyExc_ValueError, "tls option min_version must be 1.2 or 1.3, not %s", minv);
+        return -1;
+    }
+    PyObject *keys = PyDict_GetItemString(opts, "ticket_keys"); // borrowed
+    if (keys != NULL && keys != Py_None) {
+        if (!PyBytes_Check(keys) || PyBytes_GET_SIZE(keys) != M0_TLS_TICKET_KEYS) {
+            PyErr_Format(PyExc_ValueError, "tls option ticket_keys must be %d bytes", M0_TLS_TICKET_KEYS);
+            return -1;
+        }
+        s.ticket_keys = (const unsigned char *)PyBytes_AS_STRING(keys);
+    }
+    char err[512];
+    m0_tls *t = NULL;
+    int r;
+    /* Loading may read files and run the key's KDF: not under the GIL. */
+    PyThreadState *ts = PyEval_SaveThread();
+    r = m0_tls_new(&t, &s, err, sizeof(err));
+    PyEval_RestoreThread(ts);
+    if (r < 0) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+static PyObject *check_tls(PyObject *module, PyObject *opts)
+{
+    (void)module;
+    m0_tls *t = NULL;
+    if (m0_tls_options(opts, &t) < 0)
+        return NULL;
+    m0_tls_free(t);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef tls_methods[] = {
+    {"check_tls", check_tls, METH_O,
+     "check_tls(opts)\n--\n\nLoad the TLS settings as a server would; raise ValueError (one line naming the file) "
+     "when they do not load."},
+    {NULL, NULL, 0, NULL},
+};
+
+int m0_tls_options_module_init(PyObject *module)
+{
+    return PyModule_AddFunctions(module, tls_methods);
+}

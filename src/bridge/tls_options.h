@@ -1,0 +1,24 @@
+/* The `tls` keyword of _core.Server and _core.check_tls(): a dict of the TLS
+ * settings, turned into the net layer's context (net/tls.h).
+ *
+ * Error convention of bridge/: -1 with a Python exception set.
+ */
+#ifndef M0_BRIDGE_TLS_OPTIONS_H
+#define M0_BRIDGE_TLS_OPTIONS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../net/tls.h"
+
+/* opts: None (*out NULL: plaintext) or a dict with certfile (str, required),
+ * keyfile, password, ca_certs, ciphers (str or None), cert_reqs
+ * ("none"|"optional"|"required"), min_version ("1.2"|"1.3") and
+ * ticket_keys (80 bytes shared by the workers, or None). A file or
+ * setting that does not load is a ValueError of one line naming it. */
+int m0_tls_options(PyObject *opts, m0_tls **out);
+
+/* Adds check_tls(opts) to the module. */
+int m0_tls_options_module_init(PyObject *module);
+
+#endif

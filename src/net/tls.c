@@ -1,0 +1,541 @@
+/* TLS on OpenSSL (see tls.h): the context built from the settings and the
+ * non-blocking session of one connection.
+ *
+ * The context: TLS 1.2 and newer by default (1.3 with min_version 13), no
+ * renegotiation, no compression, the server's cipher order, ALPN offering
+ * http/1.1. Sessions release their buffers when idle
+ * (SSL_MODE_RELEASE_BUFFERS: an idle keep-alive connection keeps no 2x16 KiB
+ * of record buffers), accept partial writes and a moved write buffer (the
+ * unsent rest of a write is retried from the connection's write buffer). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "tls.h"
+
+struct m0_tls {
+    SSL_CTX *ctx;
+};
+
+struct m0_tls_conn {
+    SSL *ssl;
+    char *preface; /* m0_tls_conn_preface's bytes, read before the socket */
+    size_t preface_len;
+    size_t preface_pos;
+    int fd;
+    int failed;     /* a fatal error: no close_notify, no more I/O */
+    int shut;       /* close_notify sent */
+    int want_write; /* a read waits for the socket to take the handshake's output */
+};
+
+/* Records of up to this much plaintext: a response's head and a small body,
+ * given as separate iovecs, leave in one record (one syscall). */
+#define M0_TLS_COALESCE 16384
+
+static const unsigned char alpn_http11[] = "\x08http/1.1";
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg)
+{
+    (void)ssl;
+    (void)arg;
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, alpn_http11, sizeof(alpn_http11) - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK; /* no protocol in common: go on without ALPN */
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static int password_cb(char *buf, int size, int rwflag, void *userdata)
+{
+    (void)rwflag;
+    const char *pw = userdata;
+    if (pw == NULL)
+        return 0;
+    size_t n = strlen(pw);
+    if (n > (size_t)size)
+        n = (size_t)size;
+    memcpy(buf, pw, n);
+    return (int)n;
+}
+
+/* "what path: OpenSSL's reason" into err. */
+static int tls_fail(char *err, size_t errcap, const char *what, const char *path)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *reason = e != 0 ? ERR_reason_error_string(e) : NULL;
+    if (path != NULL)
+        snprintf(err, errcap, "%s %s: %s", what, path, reason != NULL ? reason : "invalid");
+    else
+        snprintf(err, errcap, "%s: %s", what, reason != NULL ? reason : "invalid");
+    ERR_clear_error();
+    return -1;
+}
+
+/* The leaf certificate's validity now: 0, or -1 with the reason in err. */
+static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t errcap)
+{
+    X509 *cert = SSL_CTX_get0_certificate(ctx);
+    if (cert == NULL)
+        return 0;
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+        snprintf(err, errcap, "the certificate %s has expired", path);
+        return -1;
+    }
+    if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+        snprintf(err, errcap, "the certificate %s is not valid yet", path);
+        return -1;
+    }
+    return 0;
+}
+
+int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
+{
+    *out = NULL;
+    ERR_clear_error();
+    if (s->certfile == NULL) {
+        snprintf(err, errcap, "a certificate file is required");
+        return -1;
+    }
+    const char *keyfile = s->keyfile != NULL ? s->keyfile : s->certfile;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL)
+        return tls_fail(err, errcap, "cannot create the TLS context", NULL);
+    m0_tls *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        SSL_CTX_free(ctx);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    t->ctx = ctx;
+    if (!SSL_CTX_set_min_proto_version(ctx, s->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION)) {
+        tls_fail(err, errcap, "cannot set the minimum TLS version", NULL);
+        goto error;
+    }
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                 SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_mode(ctx,
+                     SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (s->ciphers != NULL && s->ciphers[0] != '\0' && !SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
+        snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
+        ERR_clear_error();
+        goto error;
+    }
+    SSL_CTX_set_default_passwd_cb(ctx, password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)s->password);
+    if (SSL_CTX_use_certificate_chain_file(ctx, s->certfile) != 1) {
+        tls_fail(err, errcap, "cannot load the certificate", s->certfile);
+        goto error;
+    }
+    if (tls_check_dates(ctx, s->certfile, err, errcap) < 0)
+        goto error;
+    if (SSL_CTX_use_PrivateKey_file(ctx, keyfile, SSL_FILETYPE_PEM) != 1) {
+        tls_fail(err, errcap,
+                 s->password != NULL ? "cannot load the key (wrong password?)"
+                                     : "cannot load the key (encrypted: "
+                                       "give --ssl-keyfile-password?)",
+                 keyfile);
+        goto error;
+    }
+    /* The password is needed only while loading: do not keep the pointer. */
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        snprintf(err, errcap, "the key %s does not match the certificate %s", keyfile, s->certfile);
+        ERR_clear_error();
+        goto error;
+    }
+    if (s->ca_certs != NULL) {
+        if (SSL_CTX_load_verify_locations(ctx, s->ca_certs, NULL) != 1) {
+            tls_fail(err, errcap, "cannot load the CA certificates", s->ca_certs);
+            goto error;
+        }
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_certs);
+        if (names != NULL)
+            SSL_CTX_set_client_CA_list(ctx, names);
+        ERR_clear_error();
+    } else if (s->cert_reqs != M0_TLS_CERT_NONE) {
+        snprintf(err, errcap, "--ssl-cert-reqs %s needs --ssl-ca-certs",
+                 s->cert_reqs == M0_TLS_CERT_REQUIRED ? "required" : "optional");
+        goto error;
+    }
+    if (s->cert_reqs == M0_TLS_CERT_REQUIRED)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    else if (s->cert_reqs == M0_TLS_CERT_OPTIONAL)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* Resumed sessions (tickets) need a context id once peers are verified. */
+    static const unsigned char sid_ctx[] = "m0serve";
+    SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+    if (s->ticket_keys != NULL &&
+        SSL_CTX_set_tlsext_ticket_keys(ctx, (void *)s->ticket_keys, M0_TLS_TICKET_KEYS) != 1) {
+        tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
+        goto error;
+    }
+    *out = t;
+    return 0;
+error:
+    m0_tls_free(t);
+    return -1;
+}
+
+void m0_tls_free(m0_tls *t)
+{
+    if (t == NULL)
+        return;
+    SSL_CTX_free(t->ctx);
+    free(t);
+}
+
+/* The sessions' transport: a BIO on the connection's socket that reads the
+ * preface (m0_tls_conn_preface) before the socket, and writes with
+ * MSG_NOSIGNAL (OpenSSL's socket BIO writes with write(2): a peer gone away
+ * would raise SIGPIPE in a process that does not ignore it). */
+static int conn_bio_read(BIO *b, char *out, int outl)
+{
+    m0_tls_conn *tc = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (outl <= 0)
+        return 0;
+    if (tc->preface_pos < tc->preface_len) {
+        size_t n = tc->preface_len - tc->preface_pos;
+        if (n > (size_t)outl)
+            n = (size_t)outl;
+        memcpy(out, tc->preface + tc->preface_pos, n);
+        tc->preface_pos += n;
+        if (tc->preface_pos == tc->preface_len) {
+            free(tc->preface);
+            tc->preface = NULL;
+            tc->preface_len = tc->preface_pos = 0;
+        }
+        return (int)n;
+    }
+    ssize_t n;
+    do {
+        n = read(tc->fd, out, (size_t)outl);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_read(b);
+    return (int)n;
+}
+
+static int conn_bio_write(BIO *b, const char *in, int inl)
+{
+    m0_tls_conn *tc = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    ssize_t n;
+    do {
+        n = send(tc->fd, in, (size_t)inl, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static long conn_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int conn_bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *conn_bio_method; /* made once (conn_bio_method_make), never freed */
+static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
+
+static void conn_bio_method_make(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "m0serve connection");
+    if (m == NULL)
+        return;
+    if (!BIO_meth_set_read(m, conn_bio_read) || !BIO_meth_set_write(m, conn_bio_write) ||
+        !BIO_meth_set_ctrl(m, conn_bio_ctrl) || !BIO_meth_set_create(m, conn_bio_create)) {
+        BIO_meth_free(m);
+        return;
+    }
+    conn_bio_method = m;
+}
+
+m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd)
+{
+    pthread_once(&conn_bio_once, conn_bio_method_make);
+    if (conn_bio_method == NULL)
+        return NULL;
+    m0_tls_conn *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL)
+        return NULL;
+    tc->fd = fd;
+    tc->ssl = SSL_new(t->ctx);
+    BIO *bio = tc->ssl != NULL ? BIO_new(conn_bio_method) : NULL;
+    if (bio == NULL) {
+        SSL_free(tc->ssl);
+        free(tc);
+        ERR_clear_error();
+        return NULL;
+    }
+    BIO_set_data(bio, tc);
+    SSL_set_bio(tc->ssl, bio, bio); /* one reference for both sides */
+    SSL_set_accept_state(tc->ssl);
+    return tc;
+}
+
+int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    char *copy = malloc(len);
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, data, len);
+    free(tc->preface);
+    tc->preface = copy;
+    tc->preface_len = len;
+    tc->preface_pos = 0;
+    return 0;
+}
+
+void m0_tls_conn_shutdown(m0_tls_conn *tc)
+{
+    if (tc == NULL || tc->failed || tc->shut || !SSL_is_init_finished(tc->ssl))
+        return;
+    tc->shut = 1;
+    (void)SSL_shutdown(tc->ssl); /* one attempt: its close_notify, or nothing */
+    ERR_clear_error();
+}
+
+void m0_tls_conn_free(m0_tls_conn *tc)
+{
+    if (tc == NULL)
+        return;
+    m0_tls_conn_shutdown(tc);
+    SSL_free(tc->ssl);
+    free(tc->preface);
+    free(tc);
+}
+
+/* A client that spoke plain HTTP to the TLS port: a short 400 in clear text,
+ * as nginx answers, sent as is (best effort, the connection closes next);
+ * the rest of its request is read first, so that the close does not reset
+ * the answer away. */
+static void tls_answer_plain_http(m0_tls_conn *tc)
+{
+    static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 51\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "This port speaks HTTPS: use https:// to reach it.\n";
+    (void)!send(tc->fd, resp, sizeof(resp) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    char scratch[4096];
+    for (int i = 0; i < 16 && recv(tc->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++) {
+    }
+    shutdown(tc->fd, SHUT_WR);
+}
+
+/* An SSL_read/SSL_write result r <= 0 as errno. */
+static ssize_t tls_error(m0_tls_conn *tc, int r, int reading)
+{
+    int e = SSL_get_error(tc->ssl, r);
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_WANT_WRITE:
+        if (reading)
+            tc->want_write = 1;
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_ZERO_RETURN:
+        if (reading)
+            return 0;
+        errno = EPIPE;
+        return -1;
+    case SSL_ERROR_SYSCALL: {
+        int err = errno;
+        tc->failed = 1;
+        ERR_clear_error();
+        errno = err != 0 && err != EAGAIN ? err : ECONNRESET;
+        if (reading && err == 0)
+            return 0; /* EOF */
+        return -1;
+    }
+    default: {
+        unsigned long le = ERR_peek_last_error();
+        tc->failed = 1;
+        if (reading && ERR_GET_LIB(le) == ERR_LIB_SSL &&
+            (ERR_GET_REASON(le) == SSL_R_HTTP_REQUEST || ERR_GET_REASON(le) == SSL_R_HTTPS_PROXY_REQUEST))
+            tls_answer_plain_http(tc);
+        ERR_clear_error();
+        errno = EPROTO;
+        return -1;
+    }
+    }
+}
+
+ssize_t m0_tls_recv(m0_tls_conn *tc, void *buf, size_t len)
+{
+    if (tc->failed) {
+        errno = EPROTO;
+        return -1;
+    }
+    tc->want_write = 0;
+    if (len > INT32_MAX)
+        len = INT32_MAX;
+    int r = SSL_read(tc->ssl, buf, (int)len);
+    if (r > 0)
+        return r;
+    return tls_error(tc, r, 1);
+}
+
+ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt)
+{
+    if (tc->failed) {
+        errno = EPIPE;
+        return -1;
+    }
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (total == 0)
+        return 0;
+    if (iovcnt > 1 && total <= M0_TLS_COALESCE) {
+        /* One record for all of it (and one syscall). */
+        char stage[M0_TLS_COALESCE];
+        size_t off = 0;
+        for (int i = 0; i < iovcnt; i++) {
+            memcpy(stage + off, iov[i].iov_base, iov[i].iov_len);
+            off += iov[i].iov_len;
+        }
+        int r = SSL_write(tc->ssl, stage, (int)total);
+        return r > 0 ? r : tls_error(tc, r, 0);
+    }
+    size_t done = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        size_t len = iov[i].iov_len;
+        if (len == 0)
+            continue;
+        if (len > INT32_MAX)
+            len = INT32_MAX;
+        int r = SSL_write(tc->ssl, iov[i].iov_base, (int)len);
+        if (r <= 0) {
+            if (done > 0) {
+                ERR_clear_error();
+                return (ssize_t)done; /* the caller retries the rest from its own copy */
+            }
+            return tls_error(tc, r, 0);
+        }
+        done += (size_t)r;
+        if ((size_t)r < iov[i].iov_len)
+            break;
+    }
+    return (ssize_t)done;
+}
+
+int m0_tls_pending(const m0_tls_conn *tc)
+{
+    return !tc->failed && (SSL_pending(tc->ssl) > 0 || tc->preface_pos < tc->preface_len);
+}
+
+int m0_tls_want_write(const m0_tls_conn *tc)
+{
+    return tc->want_write;
+}
+
+int m0_tls_take_want_write(m0_tls_conn *tc)
+{
+    int w = tc->want_write;
+    tc->want_write = 0;
+    return w;
+}
+
+const char *m0_tls_version(const m0_tls_conn *tc)
+{
+    return SSL_get_version(tc->ssl);
+}
+
+int m0_tls_version_id(const m0_tls_conn *tc)
+{
+    return SSL_version(tc->ssl);
+}
+
+const char *m0_tls_cipher(const m0_tls_conn *tc)
+{
+    const SSL_CIPHER *c = SSL_get_current_cipher(tc->ssl);
+    return c != NULL ? SSL_CIPHER_get_name(c) : NULL;
+}
+
+int m0_tls_cipher_id(const m0_tls_conn *tc)
+{
+    const SSL_CIPHER *c = SSL_get_current_cipher(tc->ssl);
+    return c != NULL ? (int)SSL_CIPHER_get_protocol_id(c) : -1;
+}
+
+static int pem_append(BIO *bio, X509 *cert)
+{
+    return PEM_write_bio_X509(bio, cert) == 1 ? 0 : -1;
+}
+
+char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len)
+{
+    X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
+    if (leaf == NULL)
+        return NULL;
+    BIO *bio = BIO_new(BIO_s_mem());
+    char *out = NULL;
+    if (bio == NULL || pem_append(bio, leaf) < 0)
+        goto done;
+    /* The chain as sent; whether it repeats the leaf varies (by version and
+     * by what the client sent): it is given once. */
+    STACK_OF(X509) *chain = SSL_get_peer_cert_chain(tc->ssl);
+    for (int i = 0; chain != NULL && i < sk_X509_num(chain); i++)
+        if (X509_cmp(sk_X509_value(chain, i), leaf) != 0 && pem_append(bio, sk_X509_value(chain, i)) < 0)
+            goto done;
+    char *data = NULL;
+    long n = BIO_get_mem_data(bio, &data);
+    out = malloc((size_t)n + 1);
+    if (out != NULL) {
+        memcpy(out, data, (size_t)n);
+        out[n] = '\0';
+        *len = (size_t)n;
+    }
+done:
+    BIO_free(bio);
+    X509_free(leaf);
+    ERR_clear_error();
+    return out;
+}
+
+char *m0_tls_peer_subject(const m0_tls_conn *tc)
+{
+    X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
+    if (leaf == NULL)
+        return NULL;
+    char *out = NULL;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio != NULL && X509_NAME_print_ex(bio, X509_get_subject_name(leaf), 0, XN_FLAG_RFC2253) >= 0) {
+        char *data = NULL;
+        long n = BIO_get_mem_data(bio, &data);
+        out = malloc((size_t)n + 1);
+        if (out != NULL) {
+            memcpy(out, data, (size_t)n);
+            out[n] = '\0';
+        }
+    }
+    BIO_free(bio);
+    X509_free(leaf);
+    return out;
+}

@@ -1,0 +1,69 @@
+"""A free-threaded interpreter (3.13t): the engine keeps the GIL off, and --threads runs
+Python on several threads at once. Skipped on a GIL build, where neither can hold
+(`make test PY=3.13t` runs them; .ci/run does)."""
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import read_response
+
+FREE_THREADED = hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled()
+pytestmark = pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded interpreter (PY=3.13t)")
+
+APP = "ft_app:app"
+
+
+def get(srv, path, timeout=60):
+    with srv.connect(timeout=timeout) as s:
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, body, _ = read_response(s, timeout=timeout)
+    assert status == 200, body
+    return body
+
+
+def test_gil_stays_off(serve):
+    """Importing m0serve._core must not turn the GIL back on (the module declares
+    Py_MOD_GIL_NOT_USED on a free-threaded build), and says nothing about it."""
+    srv = serve(APP, "--threads", "2")
+    assert get(srv, "/gil") == b"off"
+    assert "GIL" not in srv.log, srv.log
+
+
+def hold_then_now(srv, n):
+    """(when /now was sent to the other loop, when it was served, when /hold?n=n's view ended),
+    on the CLOCK_MONOTONIC every process shares. /now is sent once /hold is in its view with
+    at least half a second of it left (a trial where not is run again): only the other loop
+    then waits in epoll_wait."""
+    for wait in (0.3, 1.0, 3.0):
+        held = []
+        t = threading.Thread(target=lambda: held.append(get(srv, f"/hold?n={n}").split()), daemon=True)
+        t.start()
+        time.sleep(wait)
+        sent = time.monotonic()
+        now = float(get(srv, "/now"))
+        t.join(120)
+        start, end = map(float, held[0])
+        if start < sent and end - sent > 0.5:
+            return sent, now, end
+    pytest.fail("/hold never ran long enough after /now was sent")
+
+
+@pytest.mark.parametrize("gil", ["off", "on"])
+def test_threads_run_python_in_parallel(serve, gil):
+    """--threads 2: a view that holds the CPU in one C call (sum over a range never lets a
+    GIL go) does not delay a request on the other loop: it is served in the first half of
+    what was left of that view. With the GIL forced on (PYTHON_GIL=1, the control), it is
+    served only once that call ended (in the second half: the view's own clock read after
+    the call may come a switch interval later). The bound is half the view's remaining
+    time, a second or more here, against the few milliseconds /now takes."""
+    # "off": the interpreter's default, so that a module that turns the GIL back on fails here
+    srv = serve(APP, "--threads", "2", env={"PYTHON_GIL": "1"} if gil == "on" else None)
+    assert get(srv, "/gil") == gil.encode()
+    sent, now, end = hold_then_now(srv, 100_000_000)
+    mid = (sent + end) / 2
+    if gil == "off":
+        assert now < mid, (sent, now, end)
+    else:
+        assert now > mid, (sent, now, end)
