@@ -33,7 +33,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev
+SYSTEM_PACKAGES := wrk clang clang-format libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
@@ -98,6 +98,8 @@ test-c: deps
 	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
 	./tests/c/build/test_ws
+	clang $(CFLAGS_TEST) -o tests/c/build/test_ws_deflate tests/c/test_ws_deflate.c src/http/ws_deflate.c src/http/ws.c src/http/parser.c -lz
+	./tests/c/build/test_ws_deflate
 	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	./tests/c/build/test_proxy
 	clang $(CFLAGS_TEST) -o tests/c/build/test_access_log tests/c/test_access_log.c src/net/access_log.c

@@ -203,10 +203,11 @@ class Worker:
     # -- options passed to the C bridge --
     def asgi_options(self, state):
         opts = {"loop": self.loop, "state": state, "tasks": self.tasks}
-        for name in ("ws", "ws_max_size", "ws_ping_interval", "ws_ping_timeout"):
+        for name in ("ws", "ws_max_size", "ws_ping_interval", "ws_ping_timeout", "ws_per_message_deflate"):
             value = getattr(self.config, name, None)
             if value is not None:
-                opts[name] = value != "off" if name == "ws" and isinstance(value, str) else value
+                on_off = name in ("ws", "ws_per_message_deflate") and isinstance(value, str)
+                opts[name] = value != "off" if on_off else value
         return opts
 
     async def main(self):

@@ -176,6 +176,9 @@ OPTIONS = [
            "SECONDS"),
     Option("--ws-ping-timeout", "value", _seconds, 20.0, "seconds to wait for a pong before closing", "asgi",
            "SECONDS"),
+    Option("--ws-per-message-deflate", "value", _choice("on", "off"), "on",
+           "accept the client's permessage-deflate offer (RFC 7692): compressed WebSocket messages", "asgi",
+           "on|off"),
     # Sockets
     Option("--host", "value", str, "127.0.0.1", "address to bind", "sockets"),
     Option("--port", "value", _int_in(0, 65535), 8000, "port to bind; 0 picks a free one (logged at start)", "sockets"),
@@ -221,6 +224,10 @@ OPTIONS = [
     Option("--no-server-header", "flag", _bool, False, "do not send 'Server: m0serve'", "http"),
     Option("--url-scheme", "value", _choice("http", "https"), "http",
            "wsgi.url_scheme / the ASGI scope's scheme (https behind a TLS-terminating proxy)", "http", "http|https"),
+    Option("--early-hints", "value", _choice("on", "off"), "on",
+           "send the app's 103 Early Hints (wsgi.early_hints, ASGI http.response.early_hint) to HTTP/1.1 clients; "
+           "off: none are sent",
+           "http", "on|off"),
     # TLS (HTTPS served by the engine itself, on OpenSSL)
     Option("--ssl-certfile", "value", _path, None,
            "serve HTTPS: the server's certificate (PEM, followed by its chain); the apps see the scheme https",
@@ -668,6 +675,7 @@ def server_options(cfg):
         pace_window=cfg.pace_window,
         root_path=cfg.root_path,
         server_header=not cfg.no_server_header,
+        early_hints=cfg.early_hints == "on",
         access_log=cfg.access_log or cfg.access_log_format is not None or cfg.access_log_json,
         access_log_format=cfg.access_log_format,
         access_log_json=cfg.access_log_json,

@@ -131,6 +131,67 @@ int m0_connection_has_close(const char *v, size_t n)
     return 0;
 }
 
+int m0_te_has_trailers(const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t' && v[i] != ';')
+            i++;
+        if (LOWER_EQ(v + start, i - start, "trailers"))
+            return 1;
+        while (i < n && v[i] != ',') /* parameters of another coding */
+            i++;
+    }
+    return 0;
+}
+
+/* RFC 9110 6.5.1: the fields a sender must not put in a trailer section,
+ * since a recipient must have them before the content (framing, routing,
+ * request modifiers, authentication, response control data, how to process
+ * the content). */
+static const char *const trailer_forbidden[] = {
+    "age",
+    "authorization",
+    "cache-control",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "cookie",
+    "date",
+    "expect",
+    "expires",
+    "host",
+    "location",
+    "max-forwards",
+    "pragma",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "range",
+    "retry-after",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "vary",
+    "www-authenticate",
+};
+
+int m0_trailer_field_forbidden(const char *name, size_t len)
+{
+    if (m0_hop_by_hop(name, len))
+        return 1;
+    if (len > 3 && lower_eq(name, 3, "if-", 3)) /* conditionals: If-Match, If-None-Match, If-Range, ... */
+        return 1;
+    for (size_t i = 0; i < sizeof(trailer_forbidden) / sizeof(trailer_forbidden[0]); i++)
+        if (lower_eq(name, len, trailer_forbidden[i], strlen(trailer_forbidden[i])))
+            return 1;
+    return 0;
+}
+
 /* The M0_HOP_* bits already warned about in this process (one worker). Read
  * and set atomically: the bridges of several threads may warn at once. */
 static unsigned hop_warned;

@@ -64,6 +64,16 @@ static inline unsigned m0_hop_by_hop(const char *name, size_t len)
  * separated by commas and optional whitespace, any case). */
 int m0_connection_has_close(const char *value, size_t len);
 
+/* Whether a TE field value lists the "trailers" option (RFC 9110 10.1.4):
+ * the client accepts a trailer section after a chunked body. */
+int m0_te_has_trailers(const char *value, size_t len);
+
+/* Whether a response field may not be sent in a trailer section (RFC 9110
+ * 6.5.1: framing, routing, request modifiers and conditionals,
+ * authentication, response control data, content processing, and the
+ * hop-by-hop fields); compared case-insensitively. */
+int m0_trailer_field_forbidden(const char *name, size_t len);
+
 /* Log that the application set the fields in `dropped` (M0_HOP_* bits) and
  * that they were dropped: logger.warning(...) per field name not warned
  * about yet in this process, or a line on stderr when logger is None. Calls

@@ -66,14 +66,15 @@ struct m0_server_object {
     int heartbeat_held;
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
     int inflight_held;
-    PyThreadState *wait_state; /* the thread state saved around epoll_wait */
-    int pass_nogil;            /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
-    int shutdown_requested;    /* atomic: set by shutdown() from any thread */
+    PyThreadState *wait_state;    /* the thread state saved around epoll_wait */
+    int pass_nogil;               /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
+    int shutdown_requested;       /* atomic: set by shutdown() from any thread */
     int serving;                  /* atomic: a thread is inside serve() */
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;
     int multithread;              /* the app is called from more than one thread (wsgi.multithread) */
+    int early_hints;              /* wsgi.early_hints sends 103 heads (--early-hints) */
     int pool_error;               /* blocking-pool mode: the -errno a pass failed with (atomic) */
     volatile int64_t *serve_beat; /* blocking-pool mode: the heartbeat slot of the thread inside serve() */
 };
@@ -329,6 +330,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
             .multithread = self->multithread,
+            .early_hints = self->early_hints,
         };
         self->wsgi = m0_wsgi_new(module, &opts);
         if (self->wsgi == NULL)
@@ -355,6 +357,7 @@ static int server_handler_init(ServerObject *self, PyObject *module, const m0_ha
             .root_path = self->root_path,
             .url_scheme = self->url_scheme,
             .server_header = self->hello.server_header,
+            .early_hints = self->early_hints,
             .extra = self->asgi_extra,
         };
         self->asgi = m0_asgi_new(module, &opts);
@@ -406,11 +409,12 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "inflight_counter",
                              "pace_window",
                              "multithread",
+                             "early_hints",
                              "tls",
                              NULL};
     PyObject *app, *interface, *listeners;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
-    int blocking_threads = 0, multithread = 0;
+    int blocking_threads = 0, multithread = 0, early_hints = 1;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0;
@@ -426,14 +430,14 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ServerObject *self = NULL;
     PyObject *fast = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdpO:Server", kwlist, &app, &interface,
-                                     &listeners, &keep_alive_timeout, &max_keepalive_requests, &header_timeout,
-                                     &limit_request_line, &limit_request_fields, &limit_request_field_size,
-                                     &limit_request_body, &root_path, &server_header, &access_log, &url_scheme, &logger,
-                                     &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra,
-                                     &blocking_threads, &body_buffer_size, &body_timeout, &send_timeout,
-                                     &access_log_format, &access_log_json, &metrics, &metrics_index, &limit_connections,
-                                     &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread, &tls))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppO:Server", kwlist, &app, &interface, &listeners,
+            &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
+            &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
+            &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
+            &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
+            &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
+            &early_hints, &tls))
         return NULL;
 
     self = (ServerObject *)type->tp_alloc(type, 0);
@@ -454,6 +458,7 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->blocking_threads = blocking_threads;
     self->multithread = multithread || blocking_threads > 0;
+    self->early_hints = early_hints;
 
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);

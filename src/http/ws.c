@@ -183,7 +183,12 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
 
         /* Everything the first two bytes can refute is refuted before
          * waiting for the rest of the header. */
-        if ((b0 & 0x70) || !m0_ws_opcode_known(op))
+        /* RSV1 marks a compressed message when permessage-deflate was
+         * negotiated (RFC 7692 section 6): on a message's first frame only. */
+        int rsv1 = (b0 & 0x40) != 0;
+        if ((b0 & 0x30) || !m0_ws_opcode_known(op))
+            return M0_WS_PROTOCOL_ERROR;
+        if (rsv1 && (!p->allow_rsv1 || control || op == M0_WS_OP_CONT))
             return M0_WS_PROTOCOL_ERROR;
         if (p->require_mask && !masked)
             return M0_WS_PROTOCOL_ERROR;
@@ -227,12 +232,14 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
             out->data = payload;
             out->len = (size_t)plen;
             out->frame_end = 1;
+            out->compressed = 0;
             out->message_end = 1;
             return (int)(hdr + plen);
         }
 
         if (op != M0_WS_OP_CONT) {
             p->message_opcode = (uint8_t)op;
+            p->message_compressed = (uint8_t)rsv1;
             p->message_len = 0;
             m0_utf8_init(&p->utf8);
         }
@@ -261,9 +268,12 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
     if (p->frame_masked)
         p->mask_pos = (uint8_t)m0_ws_mask(buf, n, p->mask, p->mask_pos);
     p->remaining -= n;
-    if (p->message_opcode == M0_WS_OP_TEXT && m0_utf8_feed(&p->utf8, buf, n) < 0)
+    /* A compressed text message is validated once inflated, by the caller. */
+    int check_utf8 = p->message_opcode == M0_WS_OP_TEXT && !p->message_compressed;
+    if (check_utf8 && m0_utf8_feed(&p->utf8, buf, n) < 0)
         return M0_WS_INVALID_DATA;
     out->opcode = p->message_opcode;
+    out->compressed = p->message_compressed;
     out->data = buf;
     out->len = n;
     out->frame_end = p->remaining == 0;
@@ -271,7 +281,7 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
     if (out->frame_end)
         p->in_frame = 0;
     if (out->message_end) {
-        if (p->message_opcode == M0_WS_OP_TEXT && !m0_utf8_complete(&p->utf8))
+        if (check_utf8 && !m0_utf8_complete(&p->utf8))
             return M0_WS_INVALID_DATA;
         p->message_opcode = 0;
     }

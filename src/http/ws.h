@@ -9,8 +9,9 @@
  * success, M0_WS_INCOMPLETE when more bytes are needed, or a negative
  * m0_ws_error. A frame error maps to the close code the endpoint sends before
  * closing (m0_ws_error_close_code); a handshake error maps to the HTTP status
- * that refuses the upgrade (m0_ws_error_status). No extensions are negotiated,
- * so every RSV bit must be 0. No Python.h here.
+ * that refuses the upgrade (m0_ws_error_status). The only extension is
+ * permessage-deflate (ws_deflate.h): RSV1 is allowed when the caller sets
+ * allow_rsv1, RSV2 and RSV3 must be 0. No Python.h here.
  */
 #ifndef M0_HTTP_WS_H
 #define M0_HTTP_WS_H
@@ -89,11 +90,13 @@ typedef struct {
     size_t len;
     int frame_end;   /* this chunk ends its frame */
     int message_end; /* this chunk ends its message (final fragment, frame end; always for control) */
+    int compressed;  /* the message's first frame had RSV1 (permessage-deflate): data is deflated, not UTF-8 checked */
 } m0_ws_chunk;
 
 typedef struct {
     uint64_t max_message; /* payload bytes of one data message, over all fragments; 0 = unlimited (1009) */
     int require_mask;     /* 1 on a server: unmasked client frames are a protocol error */
+    int allow_rsv1;       /* permessage-deflate was negotiated: RSV1 on a message's first frame is allowed */
     /* private */
     uint64_t remaining;   /* payload bytes of the current data frame not yet delivered */
     uint64_t message_len; /* payload bytes of the current message so far */
@@ -103,6 +106,7 @@ typedef struct {
     uint8_t frame_fin;
     uint8_t frame_masked;
     uint8_t message_opcode; /* TEXT/BINARY while a message is open, 0 between messages */
+    uint8_t message_compressed;
     m0_utf8 utf8;
 } m0_ws_parser;
 

@@ -1012,6 +1012,61 @@ static void test_error_codes(void)
     CHECK_EQ(m0_ws_error_close_code(M0_WS_TOO_BIG), 1009);
 }
 
+/* permessage-deflate: RSV1 only when allowed, only on a data message's first
+ * frame; it marks every chunk of that message, whose bytes are not UTF-8
+ * checked (they are deflated). */
+static void test_rsv1(void)
+{
+    static uint8_t buf[64];
+    m0_ws_parser p;
+    /* allowed: a text message whose deflated bytes are not UTF-8 */
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf, "\xC1\x02\xFF\xFE", 4);
+    CHECK_EQ(parse_all(&p, buf, 4), 4);
+    CHECK_EQ(col.messages, 1);
+    m0_ws_chunk ch;
+    /* fragmented: the continuation inherits the flag, and may not carry RSV1 itself */
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf, "\x41\x01\xFF\x80\x01\xFE", 6);
+    CHECK_EQ(m0_ws_parse(&p, buf, 6, &ch), 3);
+    CHECK(ch.compressed && !ch.message_end);
+    CHECK_EQ(m0_ws_parse(&p, buf + 3, 3, &ch), 3);
+    CHECK(ch.compressed && ch.message_end);
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf,
+           "\x01\x01"
+           "a"
+           "\xC0\x01"
+           "b",
+           6);
+    CHECK_EQ(parse_all(&p, buf, 6), M0_WS_PROTOCOL_ERROR);
+    /* never on a control frame; RSV2 and RSV3 stay errors */
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf, "\xC9\x00", 2);
+    CHECK_EQ(parse_all(&p, buf, 2), M0_WS_PROTOCOL_ERROR);
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf, "\xE1\x00", 2);
+    CHECK_EQ(parse_all(&p, buf, 2), M0_WS_PROTOCOL_ERROR);
+    /* an uncompressed message is still checked and not marked */
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf,
+           "\x81\x01"
+           "a",
+           3);
+    CHECK_EQ(m0_ws_parse(&p, buf, 3, &ch), 3);
+    CHECK(!ch.compressed);
+    m0_ws_parser_init(&p, 0, 0);
+    p.allow_rsv1 = 1;
+    memcpy(buf, "\x81\x01\xFF", 3);
+    CHECK_EQ(parse_all(&p, buf, 3), M0_WS_INVALID_DATA);
+}
+
 int main(void)
 {
     test_sha1();
@@ -1033,6 +1088,7 @@ int main(void)
     test_handshake_parsed();
     test_lists();
     test_error_codes();
+    test_rsv1();
     printf("test_ws: %d checks passed\n", checks);
     return 0;
 }

@@ -239,6 +239,11 @@ static int asgi_options_read(m0_asgi *a, PyObject *extra)
             return -1;
         a->ws_max_size = n;
     }
+    a->ws_deflate = 0;
+    if (asgi_extra_get(extra, "ws_per_message_deflate", &v) < 0)
+        return -1;
+    if (v != NULL && v != Py_None && (a->ws_deflate = PyObject_IsTrue(v)) < 0)
+        return -1;
     a->ws_ping_interval = 20.0;
     a->ws_ping_timeout = 20.0;
     if (asgi_extra_get(extra, "ws_ping_interval", &v) < 0)
@@ -298,6 +303,22 @@ m0_asgi *m0_asgi_new(PyObject *module, const m0_asgi_options *opts)
         PyDict_SetItemString(a->http_extensions, "http.response.pathsend", pathsend) < 0)
         goto error;
     Py_DECREF(pathsend);
+    pathsend = NULL;
+    PyObject *trailers = PyDict_New();
+    if (trailers == NULL || PyDict_SetItemString(a->http_extensions, "http.response.trailers", trailers) < 0) {
+        Py_XDECREF(trailers);
+        goto error;
+    }
+    Py_DECREF(trailers);
+    a->early_hints = opts->early_hints;
+    if (a->early_hints) {
+        PyObject *hints = PyDict_New();
+        if (hints == NULL || PyDict_SetItemString(a->http_extensions, "http.response.early_hint", hints) < 0) {
+            Py_XDECREF(hints);
+            goto error;
+        }
+        Py_DECREF(hints);
+    }
     return a;
 error:
     Py_XDECREF(pathsend);

@@ -30,12 +30,14 @@ typedef struct {
     PyObject *root_path;  /* borrowed: str, "" when none */
     PyObject *url_scheme; /* borrowed: str ("http" or "https") */
     int server_header;    /* send "Server: m0serve" */
+    int early_hints;      /* advertise and send http.response.early_hint (--early-hints) */
     /* borrowed: dict of ASGI-only settings or NULL/Py_None. Keys (all optional):
      *   "loop":  the asyncio loop (default: the running loop at the first request)
      *   "state": dict, the lifespan state; each scope gets a shallow copy
      *   "tasks": set, the bridge keeps its running request tasks in it
      *   "ws": bool (default True), "ws_max_size": int, "ws_ping_interval": float,
-     *   "ws_ping_timeout": float (seconds, 0 = off): read by the WebSocket part. */
+     *   "ws_ping_timeout": float (seconds, 0 = off), "ws_per_message_deflate": bool
+     *   (default False): read by the WebSocket part. */
     PyObject *extra;
 } m0_asgi_options;
 

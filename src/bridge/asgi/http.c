@@ -30,10 +30,11 @@
 #include "../http_rules.h"
 
 enum {
-    RESP_NONE,    /* nothing sent */
-    RESP_STARTED, /* http.response.start accepted, head not written yet */
-    RESP_BODY,    /* head written, body streaming */
-    RESP_DONE,    /* complete (or abandoned after an error) */
+    RESP_NONE,     /* nothing sent */
+    RESP_STARTED,  /* http.response.start accepted, head not written yet */
+    RESP_BODY,     /* head written, body streaming */
+    RESP_TRAILERS, /* body complete, waiting for http.response.trailers (the app said trailers: True) */
+    RESP_DONE,     /* complete (or abandoned after an error) */
 };
 
 #define HEAD_INLINE 1024
@@ -73,7 +74,10 @@ typedef struct {
     int64_t resp_length; /* Content-Length given or computed, -1 when none */
     uint64_t body_sent;  /* body bytes accepted from the app */
     int has_date, has_server;
-    m0_head head; /* being built, over head_inline */
+    int te_trailers;   /* the request's TE lists "trailers" */
+    int trailers;      /* http.response.start said trailers: True */
+    int trailers_send; /* ... and they go on the wire: chunked to a client that accepts them */
+    m0_head head;      /* being built, over head_inline; in RESP_TRAILERS the trailer section */
     m0_pathsend pathsend;
     char head_inline[HEAD_INLINE];
 } m0_asgi_http;
@@ -263,6 +267,10 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
     }
     h->status = (int)code;
     h->resp_length = -1;
+    PyObject *trailers = PyDict_GetItemString(msg, "trailers"); // borrowed
+    h->trailers = trailers != NULL ? PyObject_IsTrue(trailers) : 0;
+    if (h->trailers < 0)
+        return -1;
     /* After a 101 no HTTP is parsed: the connection closes after it (the
      * http scope carries no upgraded stream). */
     h->keep_alive = code == 101 ? 0 : m0_conn_keep_alive(h->base.conn);
@@ -308,6 +316,10 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
 static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
 {
     char line[64];
+    /* Trailers need the chunked coding: a client that accepts them gets it
+     * even for a body known whole. */
+    if (h->trailers && h->te_trailers && !h->no_body && h->minor_version >= 1)
+        more = 1;
     if (!h->has_date && m0_head_add(&h->head, m0_date_line(), M0_DATE_LINE_LEN) < 0)
         return -1;
     if (h->base.asgi->server_header && !h->has_server && m0_head_add(&h->head, "Server: m0serve\r\n", 17) < 0)
@@ -341,6 +353,9 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
     }
+    /* RFC 9110 6.5: trailers the client did not ask for (no "TE: trailers"),
+     * or that no chunked body can carry, are dropped. */
+    h->trailers_send = h->trailers && h->te_trailers && h->chunked && !h->no_body;
     if (h->status == 101) {
         if (m0_head_add(&h->head, "Connection: upgrade\r\n", 21) < 0)
             return -1;
@@ -483,7 +498,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
             iov[n++].iov_len = 2;
         }
     }
-    if (!more && h->chunked && !h->no_body) {
+    if (!more && h->chunked && !h->no_body && !h->trailers_send) {
         iov[n].iov_base = M0_LAST_CHUNK;
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
@@ -497,7 +512,15 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         head_free(h);
     }
     h->body_sent += len;
-    if (!more) {
+    if (!more && h->trailers) {
+        /* The response ends with the trailers message; the last chunk and
+         * the trailer section are built in h->head meanwhile. */
+        h->resp = RESP_TRAILERS;
+        head_free(h);
+        if (h->trailers_send && m0_head_add(&h->head, "0\r\n", 3) < 0)
+            goto done;
+        r = http_maybe_wait_writable(h, out);
+    } else if (!more) {
         http_complete(h, h->keep_alive);
         *out = Py_NewRef(Py_None);
         r = 1;
@@ -546,6 +569,167 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     return r;
 }
 
+#define EARLY_HINT_STATUS_LINE "HTTP/1.1 103 Early Hints\r\n"
+
+/* http.response.early_hint (the ASGI "Early Hints" extension): a 103 head
+ * with one Link field per value of the message's `links` (an iterable of
+ * bytes), written at once. Allowed until the final head is written (before
+ * or after http.response.start: the head waits for the first body bytes).
+ * Sent to HTTP/1.1 clients only and with --early-hints on (otherwise the
+ * extension is not advertised and the message is validated and dropped, as
+ * the extension lets a server do). */
+static int http_send_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
+    PyObject *links = NULL, *seq = NULL;
+    char *buf = NULL;
+    size_t len = sizeof(EARLY_HINT_STATUS_LINE) - 1;
+    int rc = -1;
+
+    if (h->resp > RESP_STARTED) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.early_hint sent after the response head was sent");
+        return -1;
+    }
+    links = PyDict_GetItemString(msg, "links"); // borrowed
+    if (links == NULL) {
+        PyErr_SetString(PyExc_KeyError, "http.response.early_hint message is missing 'links'");
+        return -1;
+    }
+    Py_INCREF(links);
+    seq = PySequence_Fast(links, "http.response.early_hint 'links' must be an iterable of bytes");
+    if (seq == NULL)
+        goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    size_t need = len + 2;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
+        if (!PyBytes_Check(v)) {
+            PyErr_Format(PyExc_TypeError, "http.response.early_hint links must be bytes, got %.100s",
+                         Py_TYPE(v)->tp_name);
+            goto done;
+        }
+        if (!m0_valid_header_value(PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v))) {
+            PyErr_Format(PyExc_ValueError, "invalid Link value %R (CR, LF, NUL and other controls are refused)", v);
+            goto done;
+        }
+        need += 6 + (size_t)PyBytes_GET_SIZE(v) + 2;
+    }
+    if (h->base.conn == NULL) {
+        rc = http_raise_disconnected(h);
+        goto done;
+    }
+    if (count > 0 && h->base.asgi->early_hints && h->minor_version >= 1) {
+        buf = PyMem_Malloc(need);
+        if (buf == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(buf, EARLY_HINT_STATUS_LINE, len);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed
+            memcpy(buf + len, "Link: ", 6);
+            len += 6;
+            memcpy(buf + len, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
+            len += (size_t)PyBytes_GET_SIZE(v);
+            memcpy(buf + len, "\r\n", 2);
+            len += 2;
+        }
+        memcpy(buf + len, "\r\n", 2);
+        len += 2;
+        struct iovec iov = {buf, len};
+        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+            http_lost(h);
+            rc = http_raise_disconnected(h);
+            goto done;
+        }
+    }
+    *out = Py_NewRef(Py_None);
+    rc = 1;
+done:
+    PyMem_Free(buf);
+    Py_XDECREF(seq);
+    Py_XDECREF(links);
+    return rc;
+}
+
+/* http.response.trailers (the ASGI "HTTP Trailers" extension), after the
+ * last body of a response started with trailers: True. Its fields are
+ * checked like headers, and the fields RFC 9110 6.5.1 keeps out of trailers
+ * are refused (ValueError). They are collected until more_trailers is false;
+ * then the last chunk and the trailer section are written (when the client
+ * sent "TE: trailers", else they are dropped) and the response completes. */
+static int http_send_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
+{
+    m0_asgi_state *st = h->base.asgi->st;
+    PyObject *headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
+    PyObject *seq = NULL;
+    int more = 0, r = -1;
+    if (headers == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *more_o = PyDict_GetItemString(msg, "more_trailers"); // borrowed
+    if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
+        return -1;
+    if (headers != NULL && headers != Py_None) {
+        seq = PySequence_Fast(headers, "http.response.trailers 'headers' must be an iterable of [name, value]");
+        if (seq == NULL)
+            return -1;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
+            if (!(PyTuple_Check(item) || PyList_Check(item)) || PySequence_Fast_GET_SIZE(item) != 2 ||
+                !PyBytes_Check(PySequence_Fast_GET_ITEM(item, 0)) ||
+                !PyBytes_Check(PySequence_Fast_GET_ITEM(item, 1))) {
+                PyErr_Format(PyExc_TypeError, "each trailer must be a [name, value] pair of bytes, not %R", item);
+                goto done;
+            }
+            PyObject *oname = PySequence_Fast_GET_ITEM(item, 0), *ovalue = PySequence_Fast_GET_ITEM(item, 1);
+            const char *name = PyBytes_AS_STRING(oname), *value = PyBytes_AS_STRING(ovalue);
+            size_t nlen = (size_t)PyBytes_GET_SIZE(oname), vlen = (size_t)PyBytes_GET_SIZE(ovalue);
+            if (!m0_valid_header_name(name, nlen)) {
+                PyErr_Format(PyExc_ValueError, "invalid trailer name %R", oname);
+                goto done;
+            }
+            if (!m0_valid_header_value(value, vlen)) {
+                PyErr_Format(PyExc_ValueError,
+                             "invalid value for trailer %R: %R (CR, LF, NUL and other controls are refused)", oname,
+                             ovalue);
+                goto done;
+            }
+            if (m0_trailer_field_forbidden(name, nlen)) {
+                PyErr_Format(PyExc_ValueError, "%R may not be sent as a trailer (RFC 9110 section 6.5.1)", oname);
+                goto done;
+            }
+            if (h->trailers_send && (m0_head_add(&h->head, name, nlen) < 0 || m0_head_add(&h->head, ": ", 2) < 0 ||
+                                     m0_head_add(&h->head, value, vlen) < 0 || m0_head_add(&h->head, "\r\n", 2) < 0))
+                goto done;
+        }
+    }
+    /* Python may have run above (more_trailers' truth). */
+    if (h->base.conn == NULL || h->resp != RESP_TRAILERS) {
+        r = http_raise_disconnected(h);
+        goto done;
+    }
+    if (more) {
+        *out = Py_NewRef(Py_None);
+        r = 1;
+        goto done;
+    }
+    if (h->trailers_send) {
+        if (m0_head_add(&h->head, "\r\n", 2) < 0)
+            goto done;
+        struct iovec iov = {h->head.buf, h->head.len};
+        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+            http_lost(h);
+            r = http_raise_disconnected(h);
+            goto done;
+        }
+    }
+    http_complete(h, h->keep_alive);
+    *out = Py_NewRef(Py_None);
+    r = 1;
+done:
+    Py_XDECREF(seq);
+    return r;
+}
+
 static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
 {
     m0_asgi_state *st = h->base.asgi->st;
@@ -584,6 +768,8 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
     const char *t = PyUnicode_AsUTF8(type);
     if (t == NULL)
         return -1;
+    if (strcmp(t, "http.response.early_hint") == 0)
+        return http_send_early_hint(h, msg, out);
     switch (h->resp) {
     case RESP_NONE:
         if (strcmp(t, "http.response.start") != 0)
@@ -605,12 +791,20 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
         if (h->base.conn == NULL)
             return http_raise_disconnected(h);
         return http_send_body(h, msg, out);
+    case RESP_TRAILERS:
+        if (strcmp(t, "http.response.trailers") != 0)
+            break;
+        if (h->base.conn == NULL)
+            return http_raise_disconnected(h);
+        return http_send_trailers(h, msg, out);
     default:
         PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message '%s' sent, after response already completed", t);
         return -1;
     }
     PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message '%s' sent, expected %s", t,
-                 h->resp == RESP_NONE ? "'http.response.start'" : "'http.response.body'");
+                 h->resp == RESP_NONE       ? "'http.response.start'"
+                 : h->resp == RESP_TRAILERS ? "'http.response.trailers'"
+                                            : "'http.response.body'");
     return -1;
 }
 
@@ -964,6 +1158,10 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     h->req_flags = req->flags;
     h->minor_version = req->minor_version;
     h->resp_length = -1;
+    for (size_t i = 0; i < req->num_headers && req->minor_version >= 1; i++)
+        if (m0_span_ieq(req->headers[i].name, "te", 2) &&
+            m0_te_has_trailers(req->headers[i].value.base, req->headers[i].value.len))
+            h->te_trailers = 1;
     m0_head_init(&h->head, h->head_inline, HEAD_INLINE);
     h->pathsend.fd = -1;
     PyObject_GC_Track(h);

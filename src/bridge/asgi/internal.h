@@ -146,12 +146,14 @@ struct m0_asgi {
     PyObject *eager_kwnames;   /* ("loop", "eager_start") on 3.12+, else NULL */
     PyObject *running_loop;    /* asyncio._get_running_loop before 3.12, else NULL */
     PyObject *create_future;   /* bound loop.create_future */
-    PyObject *http_extensions; /* {"http.response.pathsend": {}} */
+    PyObject *http_extensions; /* {"http.response.pathsend": {}, "http.response.early_hint": {} when on} */
     PyObject *http_template;   /* every HTTP scope key, in order, constants filled: copied per request */
     PyObject *tasks;           /* strong set or NULL: the running request tasks */
     int server_header;
+    int early_hints; /* http.response.early_hint is advertised and sent (--early-hints) */
     int ws_enabled;
     uint64_t ws_max_size;
+    int ws_deflate; /* accept permessage-deflate offers (--ws-per-message-deflate) */
     double ws_ping_interval, ws_ping_timeout;
     m0_asgi_base *live; /* attached objects */
     /* The last scope "server" tuple and what it was built from (one

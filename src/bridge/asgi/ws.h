@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include "../../http/ws.h"
+#include "../../http/ws_deflate.h"
 #include "../head.h"
 
 #define WS_READ_BUF (64 * 1024)
@@ -24,6 +25,9 @@
 #define WS_MAX_QUEUE 32
 #define WS_MAX_QUEUE_BYTES (1024 * 1024)
 #define WS_HEAD_INLINE 512
+/* Messages shorter than this go out uncompressed even with permessage-deflate
+ * (RFC 7692 lets each message choose): deflate saves nothing on them. */
+#define WS_DEFLATE_MIN 64
 
 #define M0_WS_STRINGS(X)                                                                                               \
     X(bytes)                                                                                                           \
@@ -78,6 +82,12 @@ typedef struct {
     uint8_t *msg; /* the fragmented message being reassembled */
     size_t msg_len, msg_cap;
     int msg_opcode;
+    /* permessage-deflate: negotiated at the request, streams made on accept */
+    int deflate_on;
+    m0_ws_deflate_params deflate_params;
+    m0_ws_deflate *deflate; /* NULL unless negotiated and accepted */
+    uint8_t *zbuf;          /* inflated or deflated message (malloc) */
+    size_t zcap;
     /* the app's HTTP response (websocket.http.response) */
     int status;
     int resp_chunked;

@@ -87,6 +87,15 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
             head_add(w, "\r\n", 2) < 0)
             goto error;
     }
+    if (w->deflate_on) {
+        char ext[128];
+        if ((w->deflate = m0_ws_deflate_new(&w->deflate_params)) == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        if (head_add(w, ext, m0_ws_deflate_response(&w->deflate_params, ext)) < 0)
+            goto error;
+    }
     if (head_add_app_headers(w, headers, &has_date, &has_server, 0) < 0 ||
         head_add_common(w, has_date, has_server) < 0 || head_add(w, "\r\n", 2) < 0)
         goto error;
@@ -106,6 +115,7 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
     w->status = 101;
     w->state = WS_OPEN;
     m0_ws_parser_init(&w->parser, w->base.asgi->ws_max_size, 1);
+    w->parser.allow_rsv1 = w->deflate != NULL;
     if (m0_server_draining(m0_conn_server(ws_conn(w)))) {
         /* accepted while the server drains: open and close at once */
         m0_asgi_ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
@@ -317,6 +327,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
     m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
     m0_ws_accept(hs.key.base, hs.key.len, w->accept);
+    w->deflate_on = a->ws_deflate && m0_ws_deflate_negotiate(req, &w->deflate_params);
     w->queue = PyList_New(0);
     PyObject_GC_Track(w);
     if (w->queue == NULL)

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../http/response.h"
@@ -199,6 +200,33 @@ static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t le
     return m0_conn_writev(c, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
 }
 
+static void ws_zbuf_trim(m0_asgi_ws *w);
+
+/* A data message: deflated (RSV1) when permessage-deflate is on and it is
+ * worth it. 0, or -1 when the connection is gone or no memory was left for
+ * compressing (no exception set: the caller closes). */
+static int ws_write_data(m0_asgi_ws *w, int opcode, const void *data, size_t len)
+{
+    if (w->deflate == NULL || len < WS_DEFLATE_MIN)
+        return ws_write_frame(w, opcode, data, len);
+    int64_t n = m0_ws_deflate_message(w->deflate, data, len, &w->zbuf, &w->zcap);
+    if (n < 0)
+        return -1;
+    uint8_t hdr[M0_WS_MAX_HEADER];
+    struct iovec iov[2];
+    m0_conn *c = ws_conn(w);
+    if (c == NULL)
+        return -1;
+    iov[0].iov_base = hdr;
+    iov[0].iov_len = m0_ws_frame_header(hdr, 1, opcode, (uint64_t)n, NULL);
+    hdr[0] |= 0x40; /* RSV1: compressed (RFC 7692 section 6) */
+    iov[1].iov_base = w->zbuf;
+    iov[1].iov_len = (size_t)n;
+    int r = m0_conn_writev(c, iov, n > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+    ws_zbuf_trim(w);
+    return r;
+}
+
 /* --- the end --- */
 
 /* Queue websocket.disconnect (once) with the close code. */
@@ -228,6 +256,11 @@ void m0_asgi_ws_finish(m0_asgi_ws *w)
     PyMem_Free(w->msg);
     w->msg = NULL;
     w->msg_len = w->msg_cap = 0;
+    m0_ws_deflate_free(w->deflate);
+    w->deflate = NULL;
+    free(w->zbuf);
+    w->zbuf = NULL;
+    w->zcap = 0;
     Py_INCREF(w);
     if (c != NULL) {
         m0_asgi_detach(&w->base);
@@ -265,6 +298,16 @@ void m0_asgi_ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send
 }
 
 /* --- reading frames --- */
+
+/* Give back a large inflate/deflate buffer after its message. */
+static void ws_zbuf_trim(m0_asgi_ws *w)
+{
+    if (w->zcap > WS_READ_BUF) {
+        free(w->zbuf);
+        w->zbuf = NULL;
+        w->zcap = 0;
+    }
+}
 
 static int ws_queue_message(m0_asgi_ws *w, int opcode, const uint8_t *data, size_t len)
 {
@@ -307,6 +350,34 @@ static int ws_msg_append(m0_asgi_ws *w, const uint8_t *data, size_t len)
     return 0;
 }
 
+/* A compressed message, whole: inflate it (at most --ws-max-size bytes, so
+ * a decompression bomb is refused with 1009 once that much is produced),
+ * check a text's UTF-8, queue it. 0, 1 when the connection was closed, -1 on
+ * a Python error. */
+static int ws_inflated_queue(m0_asgi_ws *w, int opcode, const uint8_t *data, size_t len)
+{
+    int64_t n = m0_ws_inflate_message(w->deflate, data, len, &w->zbuf, &w->zcap, w->base.asgi->ws_max_size);
+    if (n == M0_WS_TOO_BIG) {
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_TOO_BIG, "message too big", 1);
+        return 1;
+    }
+    if (n == M0_WS_PROTOCOL_ERROR) {
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_PROTOCOL_ERROR, "invalid compressed data", 1);
+        return 1;
+    }
+    if (n < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (opcode == M0_WS_OP_TEXT && !m0_utf8_valid(w->zbuf, (size_t)n)) {
+        m0_asgi_ws_close_with(w, M0_WS_CLOSE_INVALID_DATA, "invalid UTF-8", 1);
+        return 1;
+    }
+    int r = ws_queue_message(w, opcode, w->zbuf, (size_t)n);
+    ws_zbuf_trim(w);
+    return r;
+}
+
 /* One parsed chunk. Returns 0, 1 when the connection was closed, -1 on a
  * Python error. */
 static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
@@ -316,6 +387,22 @@ static int ws_on_chunk(m0_asgi_ws *w, const m0_ws_chunk *ch)
     case M0_WS_OP_BINARY:
         if (w->app_closed)
             return 0;
+        if (ch->compressed) {
+            if (ch->message_end && w->msg_len == 0)
+                return ws_inflated_queue(w, ch->opcode, ch->data, ch->len);
+            if (ws_msg_append(w, ch->data, ch->len) < 0)
+                return -1;
+            if (!ch->message_end)
+                return 0;
+            int r = ws_inflated_queue(w, ch->opcode, w->msg, w->msg_len);
+            w->msg_len = 0;
+            if (w->msg_cap > WS_READ_BUF) {
+                PyMem_Free(w->msg);
+                w->msg = NULL;
+                w->msg_cap = 0;
+            }
+            return r;
+        }
         if (ch->message_end && w->msg_len == 0) /* the whole message in one piece: no copy */
             return ws_queue_message(w, ch->opcode, ch->data, ch->len);
         if (ws_msg_append(w, ch->data, ch->len) < 0)
@@ -561,7 +648,7 @@ static int ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
         }
         if ((s = PyUnicode_AsUTF8AndSize(text, &n)) == NULL)
             return -1;
-        r = ws_write_frame(w, M0_WS_OP_TEXT, s, (size_t)n);
+        r = ws_write_data(w, M0_WS_OP_TEXT, s, (size_t)n);
     } else {
         Py_buffer view;
         if (PyUnicode_Check(bytes) || PyObject_GetBuffer(bytes, &view, PyBUF_SIMPLE) < 0) {
@@ -569,7 +656,7 @@ static int ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
             PyErr_Format(PyExc_TypeError, "websocket.send 'bytes' must be bytes, got %.100s", Py_TYPE(bytes)->tp_name);
             return -1;
         }
-        r = ws_write_frame(w, M0_WS_OP_BINARY, view.buf, (size_t)view.len);
+        r = ws_write_data(w, M0_WS_OP_BINARY, view.buf, (size_t)view.len);
         PyBuffer_Release(&view);
     }
     if (r < 0) {
@@ -858,6 +945,8 @@ static void ws_dealloc(PyObject *self)
     ws_clear(self);
     PyMem_Free(w->rbuf);
     PyMem_Free(w->msg);
+    m0_ws_deflate_free(w->deflate);
+    free(w->zbuf);
     m0_head_reset(&w->head);
     PyObject_GC_Del(self);
     Py_DECREF(tp);

@@ -46,6 +46,7 @@
     X(wsgi_run_once, "wsgi.run_once")                                                                                  \
     X(wsgi_file_wrapper, "wsgi.file_wrapper")                                                                          \
     X(wsgi_input_terminated, "wsgi.input_terminated")                                                                  \
+    X(wsgi_early_hints, "wsgi.early_hints")                                                                            \
     X(empty, "")                                                                                                       \
     X(slash, "/")                                                                                                      \
     X(scheme_http, "http")                                                                                             \
@@ -89,6 +90,7 @@ struct m0_wsgi_state {
     PyTypeObject *write_type;
     PyTypeObject *input_type;
     PyTypeObject *file_wrapper_type;
+    PyTypeObject *hints_type;
     PyObject *str[M0_WSGI_S_COUNT];
     PyObject *hdr_key[M0_WSGI_HDR_MAX];
     PyObject *exc_info_kwnames; /* ("exc_info",) */
@@ -112,10 +114,12 @@ struct m0_wsgi {
     int server_header;
     int multithread; /* wsgi.multithread: requests run on a pool of threads */
     int pooled;      /* this copy runs on a pool thread: finish with m0_conn_complete */
+    int early_hints; /* wsgi.early_hints sends its 103 (else it only validates) */
 
     /* Reusable per-request objects (strong) and the request being served. */
     m0_wsgi_sr *sr;
     PyObject *write;
+    PyObject *hints; /* wsgi.early_hints */
     m0_wsgi_input *input;
     m0_wsgi_sr *active; /* borrowed, NULL between requests */
 
@@ -171,6 +175,12 @@ typedef struct {
     m0_wsgi_sr *sr; /* strong */
 } m0_wsgi_write;
 
+/* wsgi.early_hints (early_hints.c) */
+typedef struct {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    m0_wsgi_sr *sr; /* strong */
+} m0_wsgi_hints;
+
 struct m0_wsgi_input {
     PyObject_HEAD m0_conn *c; /* NULL when the request is over or the peer gone */
     int eof;                  /* the body end was read */
@@ -222,6 +232,10 @@ typedef struct {
     off_t off;
     uint64_t left;
 } m0_wsgi_resume;
+
+/* early_hints.c */
+extern PyType_Spec m0_wsgi_hints_spec;
+PyObject *m0_wsgi_hints_new(m0_wsgi_state *st, m0_wsgi_sr *sr);
 
 /* file_wrapper.c */
 extern PyType_Spec m0_wsgi_file_wrapper_spec;

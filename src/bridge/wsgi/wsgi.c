@@ -58,6 +58,9 @@ int m0_wsgi_module_init(PyObject *module)
     st->file_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_file_wrapper_spec, NULL);
     if (st->file_wrapper_type == NULL)
         return -1;
+    st->hints_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &m0_wsgi_hints_spec, NULL);
+    if (st->hints_type == NULL)
+        return -1;
     if (PyModule_AddObjectRef(module, "FileWrapper", (PyObject *)st->file_wrapper_type) < 0)
         return -1;
     for (int i = 0; i < M0_WSGI_S_COUNT; i++) {
@@ -84,6 +87,7 @@ int m0_wsgi_module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->write_type);
     Py_VISIT(st->input_type);
     Py_VISIT(st->file_wrapper_type);
+    Py_VISIT(st->hints_type);
     return 0;
 }
 
@@ -98,6 +102,7 @@ void m0_wsgi_module_clear(PyObject *module)
     Py_CLEAR(st->write_type);
     Py_CLEAR(st->input_type);
     Py_CLEAR(st->file_wrapper_type);
+    Py_CLEAR(st->hints_type);
     for (int i = 0; i < M0_WSGI_S_COUNT; i++)
         Py_CLEAR(st->str[i]);
     for (int i = 0; i < M0_WSGI_HDR_MAX; i++)
@@ -122,8 +127,8 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
  * request is over and nothing but the bridge holds any of the three (an app
  * that kept one must never see a later request through it).
  *
- * With the GIL, the refcounts prove it: the bridge holds sr twice (w->sr and
- * write's sr) and the others once, and no other thread can take a reference
+ * With the GIL, the refcounts prove it: the bridge holds sr three times
+ * (w->sr, write's and early_hints') and the others once, and no other thread can take a reference
  * while this one holds the GIL. On a free-threaded build a refcount read is
  * no proof of ownership (another thread may be taking a reference from a
  * container, or the count is split between the owner thread's local field
@@ -136,27 +141,32 @@ static int trio_reusable(const m0_wsgi *w)
     (void)w;
     return 0;
 #else
-    return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 2 && Py_REFCNT(w->write) == 1 &&
-           Py_REFCNT(w->input) == 1;
+    /* The start_response is held by the server and by its wsgi.early_hints. */
+    return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 3 && Py_REFCNT(w->write) == 1 &&
+           Py_REFCNT(w->hints) == 1 && Py_REFCNT(w->input) == 1;
 #endif
 }
 
 /* New references to a start_response, its write() and a wsgi.input for one
  * request: the server's own trio when trio_reusable, else a new one (which
- * becomes the server's). */
+ * becomes the server's). Its wsgi.early_hints (w->hints, which holds the
+ * start_response too) goes with it; the environ takes it from w->hints. */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
     if (!trio_reusable(w)) {
         m0_wsgi_sr *nsr = m0_wsgi_sr_new(w->st);
         PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
-        m0_wsgi_input *nin = nwr != NULL ? input_new(w->st) : NULL;
+        PyObject *nh = nwr != NULL ? m0_wsgi_hints_new(w->st, nsr) : NULL;
+        m0_wsgi_input *nin = nh != NULL ? input_new(w->st) : NULL;
         if (nin == NULL) {
+            Py_XDECREF(nh);
             Py_XDECREF(nwr);
             Py_XDECREF(nsr);
             return -1;
         }
         Py_XSETREF(w->sr, nsr);
         Py_XSETREF(w->write, nwr);
+        Py_XSETREF(w->hints, nh);
         Py_XSETREF(w->input, nin);
     }
     *sr = (m0_wsgi_sr *)Py_NewRef(w->sr);
@@ -236,6 +246,7 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
     }
     w->server_header = opts->server_header;
     w->multithread = opts->multithread;
+    w->early_hints = opts->early_hints;
 
     /* root_path as UTF-8 bytes without trailing '/'; SCRIPT_NAME is their
      * latin-1 tunnel, like PATH_INFO. */
@@ -294,6 +305,7 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
     }
     w->server_header = src->server_header;
     w->multithread = src->multithread;
+    w->early_hints = src->early_hints;
     w->pooled = 1;
     if (src->root_len) {
         w->root = PyMem_Malloc(src->root_len);
@@ -316,6 +328,7 @@ void m0_wsgi_free(m0_wsgi *w)
         sr_end(w->sr);
     Py_CLEAR(w->sr);
     Py_CLEAR(w->write);
+    Py_CLEAR(w->hints);
     Py_CLEAR(w->input);
     m0_wsgi_environ_clear_cache(w);
     Py_CLEAR(w->template);

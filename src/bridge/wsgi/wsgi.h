@@ -21,6 +21,7 @@ typedef struct {
     PyObject *url_scheme; /* borrowed: str */
     int server_header;    /* send "Server: m0serve" */
     int multithread;      /* requests run on a pool of threads (wsgi.multithread) */
+    int early_hints;      /* wsgi.early_hints sends 103 heads (--early-hints) */
 } m0_wsgi_options;
 
 /* Called once from the module's exec slot: creates the bridge's heap types

@@ -1,0 +1,204 @@
+/* environ["wsgi.early_hints"]: send a 103 Early Hints head (RFC 8297) now.
+ *
+ * gunicorn's API: a callable taking a list of (name, value) str pairs. The
+ * head goes out at once, before the final response: only to an HTTP/1.1
+ * client (an HTTP/1.0 one may not expect a 1xx, RFC 9110 15.2) and only
+ * while --early-hints is on; otherwise the call validates its argument and
+ * does nothing, so an app written for gunicorn runs unchanged. Once the final
+ * head is on the wire it raises RuntimeError: a 1xx after it would be read as
+ * the start of the next response.
+ *
+ * The object is one of the per-request objects (internal.h): it holds its
+ * start_response strongly and is reused with it.
+ */
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../http_rules.h"
+#include "internal.h"
+
+#include <structmember.h>
+
+#define HINTS_STATUS_LINE "HTTP/1.1 103 Early Hints\r\n"
+
+/* Append "name: value\r\n" for each pair of `headers` to a PyMem buffer
+ * (*buf, *len, *cap). 1xx fields are end-to-end metadata only: framing and
+ * hop-by-hop fields are refused (RFC 9110 8.6: no Content-Length in a 1xx). */
+static int hints_fields_add(PyObject *headers, char **buf, size_t *len, size_t *cap)
+{
+    PyObject *seq = PySequence_Fast(headers, "early hints must be a list of (name, value) pairs");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
+        if (!(PyTuple_Check(item) || PyList_Check(item)) || PySequence_Fast_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "each early hint must be a (name, value) tuple, not %R", item);
+            goto error;
+        }
+        PyObject *oname = PySequence_Fast_GET_ITEM(item, 0);  // borrowed
+        PyObject *ovalue = PySequence_Fast_GET_ITEM(item, 1); // borrowed
+        if (!PyUnicode_Check(oname) || !PyUnicode_Check(ovalue)) {
+            PyErr_Format(PyExc_TypeError, "early hint names and values must be str: %R", item);
+            goto error;
+        }
+#if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(oname) < 0 || PyUnicode_READY(ovalue) < 0)
+            goto error;
+#endif
+        if (PyUnicode_KIND(oname) != PyUnicode_1BYTE_KIND || PyUnicode_KIND(ovalue) != PyUnicode_1BYTE_KIND) {
+            PyErr_Format(PyExc_ValueError, "early hint is not latin-1 encodable: %R", item);
+            goto error;
+        }
+        const char *name = (const char *)PyUnicode_1BYTE_DATA(oname);
+        const char *value = (const char *)PyUnicode_1BYTE_DATA(ovalue);
+        size_t nlen = (size_t)PyUnicode_GET_LENGTH(oname), vlen = (size_t)PyUnicode_GET_LENGTH(ovalue);
+        if (!m0_valid_header_name(name, nlen)) {
+            PyErr_Format(PyExc_ValueError, "invalid early hint name %R", oname);
+            goto error;
+        }
+        if (!m0_valid_header_value(value, vlen)) {
+            PyErr_Format(PyExc_ValueError,
+                         "invalid value for early hint %R: %R (CR, LF, NUL and other controls are refused)", oname,
+                         ovalue);
+            goto error;
+        }
+        if (m0_hop_by_hop(name, nlen) || (nlen == 14 && strncasecmp(name, "content-length", 14) == 0)) {
+            PyErr_Format(PyExc_ValueError, "%R may not be sent in a 103 Early Hints head", oname);
+            goto error;
+        }
+        size_t need = *len + nlen + 2 + vlen + 2 + 2; /* + the final blank line */
+        if (need > *cap) {
+            size_t ncap = *cap * 2 > need ? *cap * 2 : need;
+            char *p = PyMem_Realloc(*buf, ncap);
+            if (p == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            *buf = p;
+            *cap = ncap;
+        }
+        char *p = *buf + *len;
+        memcpy(p, name, nlen);
+        p += nlen;
+        *p++ = ':';
+        *p++ = ' ';
+        memcpy(p, value, vlen);
+        p += vlen;
+        *p++ = '\r';
+        *p++ = '\n';
+        *len = (size_t)(p - *buf);
+    }
+    Py_DECREF(seq);
+    return (int)(count > 0);
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
+static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    m0_wsgi_sr *sr = ((m0_wsgi_hints *)self)->sr;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    char *buf = NULL;
+    size_t len = sizeof(HINTS_STATUS_LINE) - 1, cap = 512;
+
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "wsgi.early_hints() takes exactly one list of (name, value) pairs");
+        return NULL;
+    }
+    if (!sr->active) {
+        PyErr_SetString(PyExc_RuntimeError, "wsgi.early_hints() called after its request finished");
+        return NULL;
+    }
+    if (sr->head_sent) {
+        PyErr_SetString(PyExc_RuntimeError, "wsgi.early_hints() called after the response head was sent");
+        return NULL;
+    }
+    buf = PyMem_Malloc(cap);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, HINTS_STATUS_LINE, len);
+    int any = hints_fields_add(args[0], &buf, &len, &cap);
+    if (any < 0)
+        goto error;
+    /* Validated: the app's own code would fail here under any server. Sent
+     * only when enabled, to an HTTP/1.1 client still connected, and with
+     * at least one field (an empty 103 tells the client nothing). */
+    if (any && sr->w->early_hints && sr->minor_version >= 1 && sr->c != NULL && !sr->write_error) {
+        buf[len++] = '\r';
+        buf[len++] = '\n';
+        struct iovec iov = {buf, len};
+        int rc = m0_conn_writev(sr->c, &iov, 1, 1);
+        if (rc < 0) {
+            sr->write_error = rc;
+            PyObject *a = Py_BuildValue("(is)", -rc, "client disconnected");
+            if (a != NULL) {
+                PyErr_SetObject(PyExc_OSError, a);
+                Py_DECREF(a);
+            }
+            goto error;
+        }
+    }
+    PyMem_Free(buf);
+    Py_RETURN_NONE;
+error:
+    PyMem_Free(buf);
+    return NULL;
+}
+
+static int hints_traverse(m0_wsgi_hints *h, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(h));
+    Py_VISIT(h->sr);
+    return 0;
+}
+
+static int hints_clear(m0_wsgi_hints *h)
+{
+    Py_CLEAR(h->sr);
+    return 0;
+}
+
+static void hints_dealloc(m0_wsgi_hints *h)
+{
+    PyTypeObject *tp = Py_TYPE(h);
+    PyObject_GC_UnTrack(h);
+    hints_clear(h);
+    tp->tp_free((PyObject *)h);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef hints_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(m0_wsgi_hints, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot hints_slots[] = {
+    {Py_tp_dealloc, hints_dealloc},
+    {Py_tp_traverse, hints_traverse},
+    {Py_tp_clear, hints_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, hints_members},
+    {Py_tp_doc, "early_hints(headers): send a 103 Early Hints head with these (name, value) pairs now"},
+    {0, NULL},
+};
+
+PyType_Spec m0_wsgi_hints_spec = {
+    .name = "m0serve._core.WSGIEarlyHints",
+    .basicsize = sizeof(m0_wsgi_hints),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .slots = hints_slots,
+};
+
+PyObject *m0_wsgi_hints_new(m0_wsgi_state *st, m0_wsgi_sr *sr)
+{
+    m0_wsgi_hints *h = PyObject_GC_New(m0_wsgi_hints, st->hints_type);
+    if (h == NULL)
+        return NULL;
+    h->vectorcall = hints_vectorcall;
+    h->sr = (m0_wsgi_sr *)Py_NewRef(sr);
+    PyObject_GC_Track(h);
+    return (PyObject *)h;
+}

@@ -1,0 +1,130 @@
+"""103 Early Hints (RFC 8297) over a real socket: environ["wsgi.early_hints"]
+(gunicorn's API) and the ASGI "http.response.early_hint" extension. The 103 goes
+to HTTP/1.1 clients only, before the final head, and not at all with
+--early-hints off."""
+import time
+
+import httpx
+import pytest
+
+from conftest import header, read_response
+
+WSGI = "early_hints_app:wsgi"
+ASGI = "early_hints_app:asgi"
+both = pytest.mark.parametrize("app", [WSGI, ASGI])
+LINKS = ["</a.css>; rel=preload; as=style", "</b.js>; rel=preload; as=script"]
+
+
+def _request(s, target, version="1.1"):
+    s.sendall(f"GET {target} HTTP/{version}\r\nHost: h\r\n\r\n".encode())
+
+
+@both
+def test_103_arrives_before_the_app_finishes(serve, app):
+    srv = serve(app)
+    with srv.connect(timeout=10) as s:
+        t0 = time.monotonic()
+        _request(s, "/hints")
+        status, headers, body, head = read_response(s, timeout=10)
+        t_hints = time.monotonic()
+        assert status == 103, head
+        assert head.startswith(b"HTTP/1.1 103 Early Hints\r\n")
+        assert [v for n, v in headers if n == "link"] == LINKS
+        assert header(headers, "content-length") is None and header(headers, "date") is None
+        status, headers, body, _ = read_response(s, timeout=10)
+        t_final = time.monotonic()
+        assert (status, body) == (200, b"final")
+        assert header(headers, "link") == (LINKS[0] if app == WSGI else None)
+        # The app sleeps 2 s after sending the hints: the 103 came while it slept
+        # (bound well under 2 s so that a slow, shared machine cannot fail it).
+        assert t_final - t_hints > 1.0, (t_hints - t0, t_final - t0)
+        # the connection stays usable
+        _request(s, "/bad")
+        assert read_response(s, timeout=10)[0] == 200
+
+
+@pytest.mark.parametrize("args", [("--blocking-threads", "2"), ("--threads", "2")])
+def test_wsgi_103_from_pool_and_loop_threads(serve, args):
+    # the app runs on a pool thread (blocking) or on one of several loops: the
+    # 103 is written from there, at once, as write() is
+    srv = serve(WSGI, *args)
+    with srv.connect(timeout=10) as s:
+        _request(s, "/hints")
+        status, headers, _, head = read_response(s, timeout=10)
+        t_hints = time.monotonic()
+        assert status == 103 and [v for n, v in headers if n == "link"] == LINKS, head
+        status, _, body, _ = read_response(s, timeout=10)
+        assert (status, body) == (200, b"final")
+        assert time.monotonic() - t_hints > 1.0
+
+
+@both
+def test_httpx_client_skips_103_and_gets_final(serve, app):
+    srv = serve(app)
+    r = httpx.get(srv.url + "/hints", timeout=10)
+    assert r.status_code == 200 and r.text == "final"
+
+
+@both
+def test_http10_client_gets_no_103(serve, app):
+    srv = serve(app)
+    with srv.connect(timeout=10) as s:
+        _request(s, "/hints", version="1.0")
+        status, headers, body, head = read_response(s, timeout=10)
+        assert (status, body) == (200, b"final"), head
+        assert b"103" not in head
+
+
+@both
+def test_opt_out_sends_none(serve, app):
+    for args, env in ((("--early-hints", "off"), None), ((), {"M0_EARLY_HINTS": "off"})):
+        srv = serve(app, *args, env=env)
+        with srv.connect(timeout=10) as s:
+            _request(s, "/hints")
+            status, headers, body, head = read_response(s, timeout=10)
+            assert (status, body) == (200, b"final"), head
+        srv.stop()
+
+
+@pytest.mark.parametrize(
+    "app,message",
+    [
+        (WSGI, b"wsgi.early_hints() called after the response head was sent"),
+        (ASGI, b"http.response.early_hint sent after the response head was sent"),
+    ],
+)
+def test_hints_after_the_head_raise(serve, app, message):
+    srv = serve(app)
+    with srv.connect() as s:
+        _request(s, "/late")
+        status, headers, body, head = read_response(s)
+        assert status == 200, head
+        assert body == b"first;raised: " + message
+
+
+@pytest.mark.parametrize(
+    "app,errors",
+    [
+        (WSGI, b"ValueError,ValueError,ValueError,ValueError,TypeError,TypeError"),
+        (ASGI, b"ValueError,TypeError,TypeError"),
+    ],
+)
+def test_framing_and_invalid_fields_refused(serve, app, errors):
+    srv = serve(app)
+    with srv.connect() as s:
+        _request(s, "/bad")
+        status, headers, body, head = read_response(s)
+        # no 103 went out for any of them: the first response is the final one
+        assert status == 200, head
+        assert body == errors
+
+
+def test_asgi_extension_advertised_unless_off(serve):
+    for args, expected in (((), True), (("--early-hints", "off"), False)):
+        srv = serve(ASGI, *args)
+        with srv.connect() as s:
+            _request(s, "/extensions")
+            status, headers, body, head = read_response(s)
+            assert status == 200, head
+            assert (b"'http.response.early_hint'" in body) is expected, body
+        srv.stop()
