@@ -18,7 +18,7 @@ def main(argv=None):
     ap.add_argument("--nice", type=int, default=0, help="niceness for servers and wrk (recorded; default 0)")
     ap.add_argument("--bare-request", action="store_true",
                     help="send wrk's Host-only request instead of the twelve-header browser request")
-    ap.add_argument("--arms", help="comma-separated arm names to keep (default: all)")
+    ap.add_argument("--arms", help="comma-separated arm names to keep (default: all); rows left with none are not run")
     ap.add_argument("--results", default=str(env.RESULTS_DIR), help="artifact directory")
     ap.add_argument("--no-install", action="store_true", help="do not create the venv or apt-get install")
     ap.add_argument("--note", default="", help="free text stored in the artifact")
@@ -46,6 +46,7 @@ def main(argv=None):
         if keep:
             for row in rows:
                 row.arms = [a for a in row.arms if a.name in keep]
+            rows = [row for row in rows if row.arms]  # a row none of whose arms is kept is not run
         env.log(f"suite {name}: {len(rows)} row(s)")
         artifact = runner.run_suite(name, rows, settings, note=args.note)
         suites.validate(artifact)

@@ -7,6 +7,10 @@ Modes (each keeps CONNS connections open and re-opens any the server closes):
              byte at a time (the re-parse cost) until the server's header timeout closes it.
   slowbody   a complete head of `POST /` with Content-Length BODY_BYTES, then one body byte per
              connection every INTERVAL seconds: the body never completes before the body timeout.
+  slowread   `GET PATH` (a large response: bench/apps/big_wsgi.py's /big is 8 MiB), sent once from a
+             socket with a small receive buffer (RCVBUF), then nothing is ever read: the response
+             fills both ends' socket buffers and the server holds the rest. A connection the server
+             closes (its send timeout) is seen in its TCP state, checked one connection per INTERVAL.
 
 Prints one line `ready <n>` once every connection is open and its first bytes are sent, then, on
 SIGTERM or after --seconds, one JSON line of counters: connects, reconnects (connections the server
@@ -41,21 +45,49 @@ def slowbody_head(body_bytes):
             f"Content-Length: {body_bytes}\r\n\r\n").encode()
 
 
+def slowread_head(path):
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
+TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # linux/tcp_states.h; tcp_info's first byte is the state
+
+
+def tcp_state(s):
+    try:
+        return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+    except OSError:
+        return TCP_CLOSE
+
+
 class Attack:
-    def __init__(self, port, mode, conns, interval, head_bytes, body_bytes):
+    def __init__(self, port, mode, conns, interval, head_bytes, body_bytes, path="/big", rcvbuf=4096):
         self.port, self.mode, self.conns, self.interval = port, mode, conns, interval
-        self.head = slowloris_head(head_bytes) if mode == "slowloris" else slowbody_head(body_bytes)
+        self.rcvbuf = rcvbuf
+        if mode == "slowloris":
+            self.head = slowloris_head(head_bytes)
+        elif mode == "slowbody":
+            self.head = slowbody_head(body_bytes)
+        else:
+            self.head = slowread_head(path)
         self.sel = selectors.DefaultSelector()
         self.socks = []
         self.counters = {"mode": mode, "connections": conns, "connects": 0, "reconnects": 0, "bytes_sent": 0,
                          "interval_s": interval, "head_bytes": len(self.head)}
 
     def open_one(self):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        if self.mode == "slowread":
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # Before connect, so that the window the client advertises is small from the first segment.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+            s.settimeout(5)
+            s.connect(("127.0.0.1", self.port))
+        else:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.sendall(self.head)
         s.setblocking(False)
-        self.sel.register(s, selectors.EVENT_READ)
+        if self.mode != "slowread":  # a slow reader never reads: nothing to select on
+            self.sel.register(s, selectors.EVENT_READ)
         self.counters["connects"] += 1
         self.counters["bytes_sent"] += len(self.head)
         return s
@@ -82,7 +114,8 @@ class Attack:
         i = 0
         while not stop() and time.monotonic() < deadline:
             timeout = max(0.0, nxt - time.monotonic())
-            for key, _ in self.sel.select(timeout):
+            events = self.sel.select(timeout) if self.sel.get_map() else time.sleep(timeout) or []
+            for key, _ in events:
                 s = key.fileobj
                 try:
                     data = s.recv(65536)
@@ -92,7 +125,13 @@ class Attack:
                     data = b""
                 if not data:  # the server closed it (a timeout): a new one takes its place
                     self.socks[self.socks.index(s)] = self.replace(s)
-            if time.monotonic() >= nxt:
+            if time.monotonic() >= nxt and self.mode == "slowread":
+                s = self.socks[i % len(self.socks)]
+                if tcp_state(s) in (TCP_CLOSE, TCP_CLOSE_WAIT):  # the server gave up on it
+                    self.socks[i % len(self.socks)] = self.replace(s)
+                i += 1
+                nxt += step
+            elif time.monotonic() >= nxt:
                 s = self.socks[i % len(self.socks)]
                 try:
                     s.send(b"a")
@@ -112,16 +151,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=("slowloris", "slowbody"), required=True)
+    ap.add_argument("--mode", choices=("slowloris", "slowbody", "slowread"), required=True)
     ap.add_argument("--conns", type=int, default=200)
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two bytes on one connection")
     ap.add_argument("--head-bytes", type=int, default=70_000, help="slowloris: bytes of head sent at once")
     ap.add_argument("--body-bytes", type=int, default=1_000_000, help="slowbody: the declared Content-Length")
+    ap.add_argument("--path", default="/big", help="slowread: the path of the large response")
+    ap.add_argument("--rcvbuf", type=int, default=4096, help="slowread: SO_RCVBUF of each connection")
     ap.add_argument("--seconds", type=float, default=600.0)
     args = ap.parse_args(argv)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    attack = Attack(args.port, args.mode, args.conns, args.interval, args.head_bytes, args.body_bytes)
+    attack = Attack(args.port, args.mode, args.conns, args.interval, args.head_bytes, args.body_bytes,
+                    args.path, args.rcvbuf)
     counters = attack.run(args.seconds, lambda: bool(stopping))
     print(json.dumps(counters), flush=True)
     return 0

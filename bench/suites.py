@@ -117,6 +117,9 @@ def threads():
     ]
 
 
+SLOW_READERS = 6
+
+
 def attack():
     # Hostile clients (bench/attack.py, on the load generator's core) beside the fast route. One row per
     # server; its arms are that server quiet, beside each attack, and beside the control, alternating round
@@ -132,9 +135,23 @@ def attack():
              # The control: the same 200 upload clients, aimed at a socket nobody reads. The server sees
              # none of them; what changes is only the attackers' load on the load generator's core.
              ("slowbody200-sink", {"attack": "slowbody", "attackers": 200, "attack_target": "sink"})]
-    return [Row(key, f"{server.label}: fast route quiet, beside each attack, and beside the control", WSGI_HELLO,
+    rows = [Row(key, f"{server.label}: fast route quiet, beside each attack, and beside the control", WSGI_HELLO,
                 [S.under_load(server, f"{key}@{load_key}", server.label, **load) for load_key, load in loads])
             for key, server in servers]
+    # Slow readers: SLOW_READERS clients (two more than the pool's 4 threads) ask for an 8 MiB response
+    # (big_wsgi.py's /big, a generator) and read nothing, so the server cannot finish any of them; the
+    # fast route `/` is big_wsgi's hello. Rows of their own (quiet measured on the same app), ids
+    # "<server>-slowread", so that `--arms` can pick them. The control: the same clients at a sink.
+    readers = [("quiet", {}),
+               (f"slowread{SLOW_READERS}", {"attack": "slowread", "attackers": SLOW_READERS}),
+               (f"slowread{SLOW_READERS}-sink", {"attack": "slowread", "attackers": SLOW_READERS,
+                                                 "attack_target": "sink"})]
+    rows += [Row(f"{key}-slowread", f"{server.label}: fast route quiet, beside {SLOW_READERS} slow readers of an "
+                                    "8 MiB response, and beside the control", "big_wsgi:app",
+                 [S.under_load(server, f"{key}-slowread@{load_key}", server.label, **load)
+                  for load_key, load in readers])
+             for key, server in servers]
+    return rows
 
 
 def ops():

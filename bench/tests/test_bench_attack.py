@@ -40,6 +40,39 @@ def test_attackers_hold_their_connections_open_and_the_server_still_answers(serv
     assert counters["bytes_sent"] > counters["connects"] * len(head)  # and the trickled bytes on top
 
 
+def _send_queues(port):
+    """Bytes queued unsent on each of the server's established connections on `port` (ss's Send-Q)."""
+    out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                         text=True, check=True).stdout
+    return [int(line.split()[1]) for line in out.splitlines() if line.strip()]
+
+
+def test_slow_readers_leave_their_responses_unread_and_the_server_still_answers(serve):
+    # Four readers against a pool of two threads: each asks for big_wsgi's 8 MiB /big and reads nothing.
+    srv = serve("big_wsgi:app", "--blocking-threads", "2", cwd=str(ROOT / "bench" / "apps"))
+    p = subprocess.Popen([sys.executable, "-m", "bench.attack", "--port", str(srv.port), "--mode", "slowread",
+                          "--conns", "4", "--interval", "0.05"], cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready 4"
+        time.sleep(1.0)
+        # Each reader's response stands in the server's send queue: its 4 KiB window took the first bytes
+        # and nothing since (a reader that read would have emptied the queue long before 8 MiB's rest).
+        queued = _send_queues(srv.port)
+        assert len(queued) == 4 and all(q > 1_000_000 for q in queued), queued
+        s = srv.connect()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body, _ = read_response(s)
+        s.close()
+        assert status == 200 and body == b"Hello, world!"
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+    counters = json.loads(out.strip().splitlines()[-1])
+    assert counters["mode"] == "slowread" and counters["connects"] == 4
+    assert counters["head_bytes"] == len(attack.slowread_head("/big"))
+    assert counters["bytes_sent"] == 4 * counters["head_bytes"]  # one request each, nothing more
+
+
 def _arm(name, p99s, idle=None, is_m0=True, load=None):
     """An arm measured over len(p99s) rounds, one p99 per round."""
     rounds = [{"round": i + 1, "p99_ms": p, "failed": False, "attack_counters": {"reconnects": 7}}
@@ -75,12 +108,17 @@ def test_attack_table_states_the_gate_from_same_round_ratios():
 def test_arms_of_one_row_carry_their_own_load():
     from bench import runner, servers, suites
     rows = suites.attack()
-    assert [r.id for r in rows] == ["m0serve", "m0serve-bt4", "granian-bt4"]
+    assert [r.id for r in rows] == ["m0serve", "m0serve-bt4", "granian-bt4",
+                                    "m0serve-slowread", "m0serve-bt4-slowread", "granian-bt4-slowread"]
+    assert [a.name for a in rows[4].arms] == ["m0serve-bt4-slowread@quiet", "m0serve-bt4-slowread@slowread6",
+                                              "m0serve-bt4-slowread@slowread6-sink"]
     rr = runner.RowRunner.__new__(runner.RowRunner)
     rr.row = rows[0]
     loads = {a.name: rr.load(a) for a in rows[0].arms}
     assert loads["m0serve@quiet"] == {"slow_inflight": 0, "attack": "", "attackers": 0, "attack_target": ""}
     assert loads["m0serve@slowbody200-sink"]["attack_target"] == "sink"
     assert len({tuple(a.argv) for a in rows[0].arms}) == 1  # one server, four loads
+    rr.row = rows[4]
+    assert rr.load(rows[4].arms[1])["attack"] == "slowread" and rows[4].app == "big_wsgi:app"
     with pytest.raises(ValueError):
         servers.under_load(rows[0].arms[0], "x", "x", slow=1)
