@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -429,7 +430,14 @@ def test_exception_from_a_signal_handler_propagates_out_of_serve(engine):
         s.sendall(GET)
         assert_hello(read_response(s))
         srv.proc.send_signal(signal.SIGINT)  # default handler: KeyboardInterrupt
-        assert srv.proc.wait(5) == 3
+        try:
+            code = srv.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            stacks = subprocess.run(["gdb", "-batch", "-p", str(srv.proc.pid), "-ex", "thread apply all bt"],
+                                    capture_output=True, text=True).stdout
+            status = open(f"/proc/{srv.proc.pid}/status").read()
+            raise AssertionError(f"no exit 5 s after SIGINT:\n{srv.log}\n{status}\n{stacks}")
+        assert code == 3
         assert recv_until_eof(s) == b""  # every connection was closed first
     srv.wait_log(r"KeyboardInterrupt out of serve\(\): 0 connections")
 
