@@ -117,12 +117,31 @@ class HAProxy(_Proc):
         self.admin = os.path.join(workdir, "admin.sock")
         conf = os.path.join(workdir, "haproxy.cfg")
         assert "bind :80\n" in config and "global\n" in config
-        config = config.replace("bind :80\n", f"bind 127.0.0.1:{self.port}\n")
-        config = config.replace("global\n", f"global\n    stats socket {self.admin} mode 600 level admin\n", 1)
-        with open(conf, "w") as f:
-            f.write(config)
-        super().__init__([_binary("haproxy"), "-f", conf, "-db"], workdir, os.path.join(workdir, "stdout.log"))
-        _wait_port(self.port, self.proc, self.log)
+        template = config.replace("global\n", f"global\n    stats socket {self.admin} mode 600 level admin\n", 1)
+        # A port free_port() saw free can be taken before HAProxy binds it; HAProxy then exits
+        # (and the port answers for someone else). Started once more on another port, twice.
+        for attempt in range(3):
+            if os.path.exists(self.admin):
+                os.unlink(self.admin)  # a failed attempt's
+            with open(conf, "w") as f:
+                f.write(template.replace("bind :80\n", f"bind 127.0.0.1:{self.port}\n"))
+            super().__init__([_binary("haproxy"), "-f", conf, "-db"], workdir, os.path.join(workdir, "stdout.log"))
+            try:
+                _wait_port(self.port, self.proc, self.log)
+                # Its listeners and the admin socket are made together, before it serves.
+                deadline = time.monotonic() + 10
+                while not os.path.exists(self.admin):
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError(f"HAProxy did not start (exit {self.proc.poll()}):\n{self.log()}")
+                    time.sleep(0.02)
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"HAProxy exited with {self.proc.returncode}:\n{self.log()}")
+                break
+            except AssertionError:
+                self.stop()
+                if attempt == 2:
+                    raise
+                self.port = free_port()
 
     def server_status(self):
         """{server name: status} of the servers of every backend ("UP", "DOWN", ...)."""
