@@ -50,6 +50,9 @@ def on_term(signum, frame):
 
 
 signal.signal(signal.SIGTERM, on_term)
+# KeyboardInterrupt on SIGINT even when started with SIGINT ignored (a background job of a
+# shell without job control inherits SIG_IGN, and Python then leaves it ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 threads = [threading.Thread(target=server.serve) for server in servers[1:]]
 for t in threads:
     t.start()
