@@ -3,7 +3,7 @@ the backend's wait, dispatch, the connection callbacks, timers), counted by call
 the I/O backend interface, and of each backend. A count, not a time, so it can be taken on a
 shared host. Each arm serves N browser-shaped requests on one keep-alive connection.
 
-usage: python tools/loop_cost.py [N] [BASE_SITE]
+usage: python bench/callgrind/loop_cost.py [N] [BASE_SITE]
   N          requests per arm (2000)
   BASE_SITE  optional: a directory holding another build of the m0serve package (pip install
              --target DIR), counted first as the comparator, e.g. the build of main before a change
@@ -15,9 +15,9 @@ import socket
 import sys
 import tempfile
 
-from callgrind_run import BROWSER_HEAD, callgrind_total, exchange, start_server  # tools/ is sys.path[0]
+from callgrind_run import BROWSER_HEAD, callgrind_total, exchange, start_server  # bench/callgrind/ is sys.path[0]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAD = (BROWSER_HEAD + "\r\n").encode()
 
 

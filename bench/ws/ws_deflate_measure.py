@@ -10,7 +10,7 @@
    connection (the websockets client, which offers deflate), with the
    server's CPU time read from /proc before and after, deflate on and off.
 
-Usage: .venv-3.11/bin/python tools/ws_deflate_measure.py [N]   (default 2000)
+Usage: .venv-3.11/bin/python bench/ws/ws_deflate_measure.py [N]   (default 2000)
 """
 import asyncio
 import json
@@ -62,7 +62,7 @@ def cpu_seconds(pid):
 
 
 def serve(flag):
-    apps = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "apps")
+    apps = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "apps")
     env = dict(os.environ, PYTHONPATH=apps, PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "m0serve", "ws_app:app", "--host", "127.0.0.1", "--port", "0",
                           "--ws-per-message-deflate", flag], env=env, stdout=subprocess.PIPE,

@@ -5,7 +5,7 @@ alone, in the same run, alternated. Prints each arm's requests per second, per C
 cores it used, and the ratios: on a shared machine the cores an arm gets vary, the CPU-second per
 request says whether the loops pay for running beside each other.
 
-    python tools/asyncio_threads.py [--threads 2] [--tasks 20000] [--rounds 3]
+    python bench/asyncio_threads.py [--threads 2] [--tasks 20000] [--rounds 3]
 
 On a free-threaded interpreter a ratio near T means the loops scale; near 1, they serialise
 (shared state in asyncio or the interpreter). On a GIL build it is at most 1.
