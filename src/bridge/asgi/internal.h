@@ -1,7 +1,7 @@
 /* Private contract between the ASGI bridge's parts: asgi.c (module state,
  * handler, tasks), scope.c (the scope dict), await.c (the C awaitable),
  * http.c and http_ext.c (HTTP request/response and its extensions;
- * http_internal.h is their own contract), ws_handshake.c and ws_session.c
+ * http_internal.h is their own contract), ws.c, ws_handshake.c and ws_session.c
  * (WebSocket, built on these pieces; ws.h is their own contract).
  *
  * Threading: everything here runs on the asyncio loop's thread with the GIL
@@ -110,7 +110,7 @@ struct m0_asgi_state {
     unsigned char names_by_len[M0_ASGI_COMMON_HEADERS];
     unsigned char names_len_start[M0_ASGI_COMMON_NAME_MAX + 2];
     PyObject *methods[M0_ASGI_COMMON_METHODS]; /* interned method names */
-    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws_session.c) */
+    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws.c) */
     struct m0_asgi_ws_state *ws;               /* ws.h: the WebSocket bridge's strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
@@ -220,7 +220,7 @@ void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc);
 /* A new ClientDisconnected instance (new reference). */
 PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
 
-/* --- ws_handshake.c, ws_session.c --- */
+/* --- ws.c --- */
 
 /* 1 when the request was taken asynchronously, 0 when it should be served as
  * HTTP (WebSocket disabled, or not an upgrade), -1 with an exception set to
