@@ -186,8 +186,8 @@ FUZZ_APPS_SECONDS ?= 60
 fuzz-apps: build
 	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider test_fuzz_apps.py
 
-# The Autobahn|Testsuite fuzzing client against the WebSocket echo, deflate on (all 517 cases:
-# about 40 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
+# The Autobahn|Testsuite fuzzing client against a WebSocket echo, deflate on (all 517 cases:
+# about 45 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
 # 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/test_ws_deflate_cases.py runs
 # the cases of sections 12-13 with a Python 3 client on every test run.
 autobahn: build

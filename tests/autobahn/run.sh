@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Autobahn|Testsuite's fuzzing client (wstest -m fuzzingclient) against m0serve's WebSocket
-# echo (tests/apps/ws_app.py, /echo), then tests/autobahn/check.py on its report: exit 0 only
+# The Autobahn|Testsuite's fuzzing client (wstest -m fuzzingclient) against m0serve serving a bare
+# WebSocket echo (tests/autobahn/echo.py), then tests/autobahn/check.py on its report: exit 0 only
 # when no case is FAILED or UNIMPLEMENTED and every closing behaviour is OK or INFORMATIONAL.
 #
 #   tests/autobahn/run.sh [m0serve flags...]       e.g. --ws-per-message-deflate on
@@ -47,7 +47,7 @@ port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
 rm -rf "$OUT"
 mkdir -p "$OUT"
 log=$OUT/server.log
-(cd "$ROOT/tests/apps" && exec "$PY" -m m0serve ws_app:app --host 127.0.0.1 --port "$port" "$@") >"$log" 2>&1 &
+(cd "$ROOT/tests/autobahn" && exec "$PY" -m m0serve echo:app --host 127.0.0.1 --port "$port" "$@") >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
@@ -66,5 +66,27 @@ cat >"$OUT/fuzzingclient.json" <<EOF
 }
 EOF
 echo "m0serve $* on port $port; wstest cases $CASES; report in $OUT"
-(cd "$OUT" && "$AUTOBAHN_VENV/bin/wstest" -m fuzzingclient -s fuzzingclient.json >wstest.log 2>&1)
-"$PY" "$ROOT/tests/autobahn/check.py" "$OUT/index.json"
+status=0
+(cd "$OUT" && exec "$AUTOBAHN_VENV/bin/wstest" -m fuzzingclient -s fuzzingclient.json >wstest.log 2>&1) &
+client=$!
+# wstest does not notice a server that died (it waits on): watch both
+while kill -0 "$client" 2>/dev/null; do
+    if ! kill -0 "$server" 2>/dev/null; then
+        kill "$client" 2>/dev/null || true
+        break
+    fi
+    sleep 1
+done
+wait "$client" || status=$?
+if ! kill -0 "$server" 2>/dev/null; then
+    wait "$server" || echo "run.sh: the server exited ($?) during the run; its log: $log" >&2
+    status=1
+fi
+[ "$status" -eq 0 ] || echo "run.sh: wstest exited $status or the server died: see $OUT/wstest.log" >&2
+if [ -f "$OUT/index.json" ]; then
+    "$PY" "$ROOT/tests/autobahn/check.py" "$OUT/index.json" || status=1
+else
+    echo "run.sh: no report ($OUT/index.json)" >&2
+    status=1
+fi
+exit "$status"
