@@ -51,7 +51,7 @@ log=$OUT/server.log
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
-    grep -q "Listening on" "$log" && break
+    grep -qs "Listening on" "$log" && break
     kill -0 "$server" 2>/dev/null || { cat "$log" >&2; exit 1; }
     sleep 0.1
 done
