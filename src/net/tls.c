@@ -2,7 +2,8 @@
  * non-blocking session of one connection.
  *
  * The context: TLS 1.2 and newer by default (1.3 with min_version 13), no
- * renegotiation, no compression, the server's cipher order, ALPN offering
+ * renegotiation, no compression, forward-secret AEAD suites for TLS 1.2
+ * unless told otherwise, the server's cipher order, ALPN offering
  * http/1.1. Sessions release their buffers when idle
  * (SSL_MODE_RELEASE_BUFFERS: an idle keep-alive connection keeps no 2x16 KiB
  * of record buffers), accept partial writes and a moved write buffer (the
@@ -42,6 +43,14 @@ struct m0_tls_conn {
 #define M0_TLS_COALESCE 16384
 
 static const unsigned char alpn_http11[] = "\x08http/1.1";
+
+/* The TLS 1.2 suites offered unless --ssl-ciphers says otherwise: Mozilla's
+ * "intermediate" list without DHE (no DH parameters are configured), i.e.
+ * forward secrecy and AEAD only. OpenSSL's own default also accepts CBC
+ * suites (SHA-1 and SHA-2 MACs), which scanners report as weak. */
+static const char default_ciphers[] = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                                      "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                                      "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
                        unsigned int inlen, void *arg)
@@ -125,9 +134,14 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx,
                      SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (s->ciphers != NULL && s->ciphers[0] != '\0' && !SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
-        snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
-        ERR_clear_error();
+    if (s->ciphers != NULL && s->ciphers[0] != '\0') {
+        if (!SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
+            snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
+            ERR_clear_error();
+            goto error;
+        }
+    } else if (!SSL_CTX_set_cipher_list(ctx, default_ciphers)) {
+        tls_fail(err, errcap, "cannot set the default cipher list", NULL);
         goto error;
     }
     SSL_CTX_set_default_passwd_cb(ctx, password_cb);

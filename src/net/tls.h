@@ -28,7 +28,7 @@ typedef struct {
     const char *keyfile;  /* PEM private key; NULL: in certfile */
     const char *password; /* of an encrypted key, or NULL */
     const char *ca_certs; /* PEM: the CAs client certificates are checked against, or NULL */
-    const char *ciphers;  /* OpenSSL cipher list for TLS 1.2, or NULL: OpenSSL's default */
+    const char *ciphers;  /* OpenSSL cipher list for TLS 1.2, or NULL: ECDHE with AES-GCM or ChaCha20-Poly1305 */
     int cert_reqs;        /* M0_TLS_CERT_* */
     int min_version;      /* 12 or 13 */
     /* Session-ticket keys (M0_TLS_TICKET_KEYS bytes: name, HMAC and AES
