@@ -327,6 +327,54 @@ def test_a_session_resumes_on_another_worker(serve, pki, version):
     assert all(r for _, r in reused), reused
 
 
+def _from_a_new_worker(s, ctx, old_pids, session=None):
+    """(pid, session reused, session) of a connection that a worker not in old_pids accepted (after a
+    HUP, the rolling restart's old workers serve until their replacements are ready)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid, reused, got = _pid_and_reuse(s, ctx, session)
+        if pid not in old_pids:
+            return pid, reused, got
+        time.sleep(0.2)
+    raise AssertionError(f"no worker but {old_pids} after the HUP:\n{s.log}")
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
+    """HUP makes new ticket keys and keeps the ones they replace for opening tickets: a session issued
+    before a HUP resumes on a worker started after it (without the previous keys: a full handshake);
+    after a second HUP it does not, while one issued between the two still does."""
+    s = serve("tls_app:app", *tls_args(pki), "--workers", "2")
+
+    def workers_so_far():
+        s.wait_log(r"worker \d+ ready.*\n(.|\n)*worker \d+ ready")
+        return {int(p) for p in re.findall(r"worker (\d+) started", s.log)}
+
+    ctx = client_ctx(pki, maximum_version=version)
+    old = workers_so_far()
+    _, reused, first = _pid_and_reuse(s, ctx)
+    assert not reused
+    assert _pid_and_reuse(s, ctx, first)[1]  # resumes on the workers that share the keys
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_log(r"SIGHUP: rolling restart")
+    pid, reused, _ = _from_a_new_worker(s, ctx, old, first)
+    assert reused, "a ticket issued before the HUP did not resume after it"
+    _, reused, between = _from_a_new_worker(s, ctx, old)
+    assert not reused
+    old |= {pid}
+    deadline = time.monotonic() + 60
+    while len(old) < 4 and time.monotonic() < deadline:  # both replacements started
+        old |= {int(p) for p in re.findall(r"worker (\d+) started", s.log)}
+        time.sleep(0.1)
+    assert len(old) == 4, s.log
+    s.proc.send_signal(signal.SIGHUP)
+    _, reused, _ = _from_a_new_worker(s, ctx, old, between)
+    assert reused, "a ticket issued between the two HUPs did not resume after the second"
+    _, reused, _ = _from_a_new_worker(s, ctx, old, first)
+    assert not reused, "a ticket issued before two HUPs still resumed"
+    assert "ERROR" not in s.log
+
+
 def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     pki.server.cert_chain_pems[0].write_to_path(cert)
