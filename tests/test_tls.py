@@ -222,6 +222,28 @@ def test_mutual_tls_optional(serve, pki):
         _mtls_get(s, client_ctx(pki, pki.stranger))  # sent, and wrong: refused
 
 
+def _curl(s, pki, *args, path="/"):
+    import subprocess
+
+    return subprocess.run(["curl", "-sS", "--max-time", "20", "--cacert", pki.ca_file, *args,
+                           f"https://127.0.0.1:{s.port}{path}"], capture_output=True, timeout=30)
+
+
+def test_curl_server_only_and_mutual_tls(serve, pki):
+    """curl (its own TLS stack's settings) against server-only TLS and required client certificates."""
+    s = serve("tls_app:app", *tls_args(pki))
+    r = _curl(s, pki, "--http1.1", "-w", " %{http_code} %{scheme}")
+    assert r.stdout == b"ok 200 HTTPS", r
+    s2 = serve("tls_app:app", *tls_args(pki, "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "required"))
+    cert, key = pki.dir / "client-cert.pem", pki.dir / "client-key.pem"
+    pki.client.cert_chain_pems[0].write_to_path(cert)
+    pki.client.private_key_pem.write_to_path(key)
+    r = _curl(s2, pki, "--cert", str(cert), "--key", str(key), "-w", " %{http_code}")
+    assert r.stdout == b"ok 200", r
+    r = _curl(s2, pki)  # no certificate: the handshake fails (TLS 1.3: at the first read)
+    assert r.returncode != 0 and b"ok" not in r.stdout, r
+
+
 def test_min_version_1_3_refuses_a_1_2_client(serve, pki):
     s = serve("tls_app:app", *tls_args(pki, "--ssl-min-version", "1.3"))
     with pytest.raises(ssl.SSLError):
