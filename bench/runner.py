@@ -279,7 +279,7 @@ class RowRunner:
             "server_processes": len(after),
             "wrk_output": raw,
         }
-        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s"):
+        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s", "open_when_read"):
             if key in result:
                 rec[key] = result[key]
         if load["attack"]:
@@ -331,20 +331,32 @@ class RowRunner:
         held = int(line.split()[1]) if line.startswith("ready") else 0
         time.sleep(1.0)  # the last requests' buffers are released
         during = procs.rss_bytes(pid)
+        still = None
+        if held:
+            try:  # the RSS counts only if every connection was still open when it was read
+                p.stdin.write("count\n")
+                p.stdin.flush()
+                answer = p.stdout.readline()
+                still = int(answer.split()[1]) if answer.startswith("open") else None
+            except (OSError, ValueError, IndexError):
+                still = None
         try:
             out, err = p.communicate(input="", timeout=60)  # its standard input closes: it lets them go
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-        raw = line + out + (("\n" + err) if err.strip() else "")
+        raw = line + (f"open {still}\n" if still is not None else "") + out + (("\n" + err) if err.strip() else "")
         try:
             r = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             r = {"failure": f"client did not report (exit {p.returncode})", "errors": {}}
         failure = r.get("failure") or (None if held == n else f"{held} of {n} connections held")
+        if failure is None and still != held:
+            failure = (f"only {still} of the {held} connections were still open when the RSS was read (the server "
+                       f"closed idle ones)")
         return {"requests": held, "duration_s": r.get("open_s") or 0.0, "rps": None, "latency_s": {},
                 "errors": r.get("errors") or {}, "non_2xx": 0, "failed": failure is not None, "failure": failure,
-                "rss_before_conns": before, "rss_with_conns": during,
+                "rss_before_conns": before, "rss_with_conns": during, "open_when_read": still,
                 "rss_per_conn": (during - before) / held if held else None, "open_s": r.get("open_s")}, raw
 
     def _run_until(self, port, target, est_rps):

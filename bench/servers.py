@@ -110,21 +110,28 @@ def uvicorn(loop="uvloop"):
 TLS_M0SERVE = ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"]
 
 
-def m0serve_tls(interface="wsgi"):
-    arm = m0serve(interface, extra=TLS_M0SERVE, name="m0serve-tls", label=f"m0serve ({interface}, TLS)")
+# Idle keep-alive connections held for the whole of a measurement (the tls suite's idle rows): each
+# server's own bound on an idle keep-alive connection raised (Granian's is its header-read timeout, at
+# most 60 s; the others' default is 5 s).
+HOLD_IDLE = {"m0serve": ["--keep-alive-timeout", "600"], "granian": ["--http1-header-read-timeout", "60000"],
+             "uvicorn": ["--timeout-keep-alive", "600"]}
+
+
+def m0serve_tls(interface="wsgi", extra=()):
+    arm = m0serve(interface, extra=TLS_M0SERVE + list(extra), name="m0serve-tls", label=f"m0serve ({interface}, TLS)")
     return replace(arm, scheme="https")
 
 
-def granian_tls(interface="wsgi"):
+def granian_tls(interface="wsgi", extra=()):
     arm = granian(interface)
-    argv = arm.argv[:-1] + ["--ssl-certificate", "{certfile}", "--ssl-keyfile", "{keyfile}", arm.argv[-1]]
+    argv = arm.argv[:-1] + ["--ssl-certificate", "{certfile}", "--ssl-keyfile", "{keyfile}", *extra, arm.argv[-1]]
     return replace(arm, name="granian-tls", label=arm.label[:-1] + ", TLS)", argv=argv, scheme="https")
 
 
-def uvicorn_tls(loop="uvloop"):
+def uvicorn_tls(loop="uvloop", extra=()):
     arm = uvicorn(loop)
     return replace(arm, name=f"uvicorn-{loop}-tls", label=arm.label[:-1] + ", TLS)", scheme="https",
-                   argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"])
+                   argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}", *extra])
 
 
 def wsgi_peers(expect=None):
@@ -153,11 +160,16 @@ def off_defaults(command):
                        f"backpressure: 512 threads with the default backlog)")
         if value("--runtime-threads") not in (None, "1"):
             out.append(f"--runtime-threads {value('--runtime-threads')} (default 1)")
+        if value("--http1-header-read-timeout") is not None:
+            out.append(f"--http1-header-read-timeout {value('--http1-header-read-timeout')} (default 30000 ms, "
+                       f"which also closes an idle keep-alive connection)")
     elif "uvicorn" in names:
         if "--no-access-log" in argv:
             out.append("--no-access-log (uvicorn logs every request by default)")
         if value("--loop") == "asyncio":
             out.append("--loop asyncio (the default, auto, picks uvloop when it is installed)")
+        if value("--timeout-keep-alive") is not None:
+            out.append(f"--timeout-keep-alive {value('--timeout-keep-alive')} (default 5 s)")
         if value("--http") == "h11":
             out.append("--http h11 (the default, auto, picks httptools when it is installed)")
     elif "gunicorn" in names:

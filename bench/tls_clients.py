@@ -9,7 +9,8 @@
 
     python -m bench.tls_clients idle --port P [--tls] --conns N
         Opens N keep-alive connections, each with a completed handshake and one request answered, prints
-        "ready N" and holds them, idle, until its standard input closes; then prints
+        "ready N" and holds them, idle, until its standard input closes (a line "count" on it: it prints
+        "open N", those the server has not closed); then prints
         one JSON line. The runner reads the server's RSS while they are held.
 
 The response is checked (status 200, the body of the row's app) so that a refused handshake or an
@@ -136,7 +137,7 @@ async def _open_idle(args, ctx, req, conns, errors):
                 await asyncio.wait_for(reader.readexactly(int(m.group(1)) if m else 0), 30)
                 if not head.startswith(b"HTTP/1.1 200"):
                     raise ValueError(head[:40])
-                conns.append(writer)
+                conns.append((reader, writer))
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as e:
                 key = type(e).__name__
                 errors[key] = errors.get(key, 0) + 1
@@ -153,9 +154,13 @@ def idle(args):
     loop.run_until_complete(_open_idle(args, ctx, _request(), conns, errors))
     opened_s = time.monotonic() - t0
     print(f"ready {len(conns)}", flush=True)
-    while sys.stdin.readline():  # held until the runner closes our standard input
-        pass
-    for w in conns:
+    # Held until the runner closes our standard input. "count": how many are still open (a server may
+    # close idle connections: the loop runs a moment to take in their ends).
+    for line in sys.stdin:
+        if line.strip() == "count":
+            loop.run_until_complete(asyncio.sleep(0.5))
+            print(f"open {sum(1 for r, w in conns if not r.at_eof() and not w.is_closing())}", flush=True)
+    for _, w in conns:
         w.transport.abort()
     loop.close()
     failure = None
