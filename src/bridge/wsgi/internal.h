@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 #include "../../http/response.h"
+#include "../head.h"
 #include "../pyerr.h"
 #include "../state.h"
 #include "wsgi.h"
@@ -123,9 +124,9 @@ struct m0_wsgi {
     m0_wsgi_input *input;
     m0_wsgi_sr *active; /* borrowed, NULL between requests */
 
-    /* Response head, reused across requests. */
-    char *head;
-    size_t head_cap;
+    /* Response head (head.h, no inline storage): its buffer is kept across
+     * requests. */
+    m0_head head;
 
     /* Value caches: the str built for the previous request, reused when the
      * bytes are the same (strong or NULL). */

@@ -337,7 +337,7 @@ void m0_wsgi_free(m0_wsgi *w)
     Py_CLEAR(w->errors);
     Py_CLEAR(w->module);
     PyMem_Free(w->root);
-    PyMem_Free(w->head);
+    m0_head_reset(&w->head);
     PyMem_Free(w);
 }
 
