@@ -49,10 +49,10 @@ PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
 # --threads / --blocking-threads test.
-FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
-	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
-	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
-	test_readiness.py::test_shutdown_delay_with_threads
+FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py \
+	wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py asgi/test_asgi_http.py wsgi/test_wsgi_pool.py \
+	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
+	ops/test_readiness.py::test_shutdown_delay_with_threads
 
 .PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
@@ -122,9 +122,9 @@ test-c: deps
 
 # The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
 # both backends) and these suites once more on it.
-POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
-	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py ../bench/tests/test_bench_attack.py \
-	test_supervisor.py test_asgi_supervisor.py
+POLL_TESTS := engine/test_io_backend.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_pool.py \
+	asgi/test_asgi_http.py engine/test_protocol_corpus.py engine/test_head_trickle.py engine/test_net_limits.py ../bench/tests/test_bench_attack.py \
+	ops/test_supervisor.py ops/test_asgi_supervisor.py
 test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
@@ -133,7 +133,7 @@ test-poll-py: build
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
 PORTABLE_DIR := build-portable
-PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+PORTABLE_TESTS := engine/test_io_backend.py wsgi/test_wsgi_pool.py asgi/test_asgi_http.py engine/test_protocol_corpus.py ops/test_supervisor.py
 test-portable: venv
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
@@ -163,7 +163,7 @@ test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
 # prints its executions), then the stateful fuzzer of misbehaving apps runs
-# FUZZ_APPS_SECONDS against real servers (tests/test_fuzz_apps.py prints its
+# FUZZ_APPS_SECONDS against real servers (tests/engine/test_fuzz_apps.py prints its
 # programs); each runs even when another fails.
 fuzz: deps
 	mkdir -p fuzz/build
@@ -184,7 +184,7 @@ fuzz: deps
 # processes); the test suite runs it too, for its default 20 s.
 FUZZ_APPS_SECONDS ?= 60
 fuzz-apps: build
-	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider test_fuzz_apps.py
+	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider engine/test_fuzz_apps.py
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).

@@ -1,4 +1,4 @@
-"""Apps that misbehave at the bridges' edges (tests/test_bridge_edges.py).
+"""Apps that misbehave at the bridges' edges (tests/engine/test_bridge_edges.py).
 
 WSGI `app`:
   /status?s=200        start_response(s) with a 2-byte body ("200": no reason phrase)

@@ -1,4 +1,4 @@
-"""Misbehaving WSGI and ASGI apps for the stateful fuzzer (tests/test_fuzz_apps.py).
+"""Misbehaving WSGI and ASGI apps for the stateful fuzzer (tests/engine/test_fuzz_apps.py).
 
 Each request carries its program in the X-Prog header (base64 of JSON); the
 app interprets it, so one server process runs every generated program. The

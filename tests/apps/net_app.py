@@ -1,5 +1,5 @@
 """WSGI (`app`) and ASGI (`asgi_app`) apps for the connection-lifetime tests
-(tests/test_net_lifetime.py). Routes:
+(tests/engine/test_net_lifetime.py). Routes:
   /big?size=N         a body of N bytes (b"x" repeated), with Content-Length,
                       in one piece, or in 64 KiB pieces with &pieces=1
   /sleep-echo?s=S     sleeps S seconds, then reads the whole request body and

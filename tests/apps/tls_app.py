@@ -1,4 +1,4 @@
-"""WSGI (`app`) and ASGI (`asgi_app`) apps for the TLS tests (tests/test_tls.py). Routes:
+"""WSGI (`app`) and ASGI (`asgi_app`) apps for the TLS tests (tests/engine/test_tls.py). Routes:
   /scope            JSON: the scheme the app sees (WSGI: wsgi.url_scheme and HTTPS; ASGI: scope's
                     scheme and its `tls` extension, if any)
   /big?size=N       a body of N bytes, in 64 KiB pieces

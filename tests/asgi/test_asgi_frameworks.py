@@ -25,7 +25,7 @@ def test_starlette(serve):
         assert r.text == "".join(f"line {i}\n" for i in range(5))
         assert r.headers.get("transfer-encoding") == "chunked"
         r = c.get("/file")
-        with open(os.path.join(os.path.dirname(__file__), "apps", "starlette_app.py"), "rb") as f:
+        with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "apps", "starlette_app.py"), "rb") as f:
             assert r.content == f.read()
 
 
