@@ -316,7 +316,8 @@ class RowRunner:
         argv = arm.command(self.row.app, port)
         log_path = self.workdir / f"{self.suite}-{self.row.id}-{arm.name}.log"
         run_env = dict(__import__("os").environ)
-        run_env["PYTHONPATH"] = str(env.APPS_DIR)
+        # tests/apps: the lifespan helper the ASGI apps share with the tests' apps
+        run_env["PYTHONPATH"] = str(env.APPS_DIR) + __import__("os").pathsep + str(env.ROOT / "tests" / "apps")
         run_env["PYTHONUNBUFFERED"] = "1"
         run_env.update(arm.env)
         if self.s.nice:

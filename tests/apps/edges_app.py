@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from lifespan_helper import serve_lifespan
 
 
 def _query(qs):
@@ -199,13 +200,7 @@ async def asgi_app(scope, receive, send):
         return await _ws(scope, receive, send)
     if scope["type"] != "http":
         if scope["type"] == "lifespan":
-            while True:
-                m = await receive()
-                if m["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif m["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            return await serve_lifespan(scope, receive, send)
         return
     path = scope["path"]
     q = _query(scope["query_string"].decode())

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from lifespan_helper import serve_lifespan
 
 
 def _prog(value):
@@ -392,13 +393,7 @@ async def _asgi_op(op, receive, send):
 
 async def asgi(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] != "http":
         return
     if scope["path"] == "/ping":

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+from lifespan_helper import serve_lifespan
 
 
 def _q(qs):
@@ -69,13 +70,7 @@ async def _body(receive):
 
 async def asgi_app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] == "websocket":
         msg = await receive()
         assert msg["type"] == "websocket.connect"
