@@ -192,7 +192,11 @@ wheel-check: SYSTEM_PACKAGES += musl-tools
 wheel-check: deps
 	PYTHON=$(PYTHON) tools/wheel_check.sh
 
+# The threads suite (run by default, when SUITES is empty) runs m0serve on 3.13t, 3.13 and 3.11: their
+# venvs are built first (3.13t's interpreter too, once: python-ft), each with m0serve installed.
+BENCH_PYS := $(if $(or $(filter threads,$(SUITES)),$(if $(strip $(SUITES)),,all)),$(filter-out $(PY),3.13t 3.13 3.11))
 bench: deps build
+	@for p in $(BENCH_PYS); do $(MAKE) --no-print-directory build PY=$$p || exit 1; done
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 
