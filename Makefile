@@ -48,9 +48,11 @@ NET_LIBS := -lssl -lcrypto
 PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
-# --threads / --blocking-threads test.
+# --threads / --blocking-threads test, and the request's callables used from another thread.
 FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
 	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
+	test_bridge_edges.py::test_wsgi_callables_from_another_thread_are_refused \
+	test_bridge_edges.py::test_wsgi_write_from_a_resumed_response \
 	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	test_readiness.py::test_shutdown_delay_with_threads
 
