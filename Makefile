@@ -33,7 +33,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format pkg-config libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
+SYSTEM_PACKAGES := wrk clang clang-format pkg-config openssl libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
@@ -48,9 +48,11 @@ NET_LIBS := -lssl -lcrypto
 PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
-# --threads / --blocking-threads test.
+# --threads / --blocking-threads test, and the request's callables used from another thread.
 FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py \
 	wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py asgi/test_asgi_http.py wsgi/test_wsgi_pool.py \
+	engine/test_bridge_edges.py::test_wsgi_callables_from_another_thread_are_refused \
+	engine/test_bridge_edges.py::test_wsgi_write_from_a_resumed_response \
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
@@ -192,7 +194,11 @@ wheel-check: SYSTEM_PACKAGES += musl-tools
 wheel-check: deps
 	PYTHON=$(PYTHON) tools/wheel_check.sh
 
+# The threads suite (run by default, when SUITES is empty) runs m0serve on 3.13t, 3.13 and 3.11: their
+# venvs are built first (3.13t's interpreter too, once: python-ft), each with m0serve installed.
+BENCH_PYS := $(if $(or $(filter threads,$(SUITES)),$(if $(strip $(SUITES)),,all)),$(filter-out $(PY),3.13t 3.13 3.11))
 bench: deps build
+	@for p in $(BENCH_PYS); do $(MAKE) --no-print-directory build PY=$$p || exit 1; done
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 

@@ -35,6 +35,8 @@ def main(argv=None):
     if not args.no_install:
         env.ensure_system_packages()
         env.ensure_bench_venv()
+        if "threads" in names:
+            env.ensure_ft_granian()
     env.build_floor()
     settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
                                cooldown_s=args.cooldown, nice=args.nice,

@@ -164,7 +164,8 @@ def _arm(row, name):
 
 
 def _label(arm, versions):
-    v = versions.get(arm.get("version_key") or "", None)
+    # An arm on an interpreter of its own recorded the versions installed there (the threads suite).
+    v = (arm.get("versions") or versions).get(arm.get("version_key") or "", None)
     return (f"{arm['label']}" + (f" {v}" if v and arm.get("version_key") not in ("cc",) else "")
             + (f" {OFF}" if servers.off_defaults(arm.get("command")) else ""))
 
@@ -317,6 +318,64 @@ def mixed_table(art, versions):
     gate = mixed_gate(art)
     if gate:
         lines += ["", gate]
+    return "\n".join(lines)
+
+
+# The goal for --threads on a free-threaded build (issue 25, from the seeds): at least this share of
+# --workers' throughput, in at most this share of its memory.
+THREADS_GOAL_RPS, THREADS_GOAL_RSS = 0.95, 0.60
+
+
+def _interpreter(arm, art):
+    """'3.13.5 (free-threaded)': the arm's own interpreter, else the run's m0serve one."""
+    info = arm.get("python") or ((art["provenance"].get("python") or {}).get("m0serve") or {})
+    return f"{info.get('version', '?')} ({info.get('build', '?')})" if info else "?"
+
+
+def _threads_partner(row, arm):
+    """The --workers 2 arm an arm of --threads 2 is compared with (same interpreter, same options)."""
+    return _arm(row, arm["name"].replace("-t2", "-w2", 1)) if "-t2" in arm["name"] else None
+
+
+def threads_table(row, art, versions):
+    """Each arm with its interpreter, rate, CPU and memory; each --threads 2 arm against the --workers 2
+    arm of its interpreter, same-round ratios (rps, per core, RSS, PSS); then the goal on the
+    free-threaded build."""
+    head = ["interpreter", "server", "rps", "server cores", "CPU µs/req", "req per core-s", "RSS MB", "PSS MB",
+            "÷ --workers 2: rps", "per core", "RSS", "PSS"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|"]
+    goals = []
+    for arm in row["arms"]:
+        label, interp = _label(arm, versions), _interpreter(arm, art)
+        if arm["status"] != "ok":
+            why = _skip_text(arm) if arm["status"] == "skipped" else \
+                f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
+            lines.append(f"| {interp} | {label} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+            continue
+        partner = _threads_partner(row, arm)
+        ratios = ["–"] * 4
+        if partner is not None and partner["status"] == "ok":
+            r = {m: same_round_ratio(arm, partner, m) for m in ("rps", "rps_per_core", "rss_after", "pss_after")}
+            ratios = [_fmt_ratio(r[m]) for m in ("rps", "rps_per_core", "rss_after", "pss_after")]
+            if (arm.get("python") or {}).get("build") == "free-threaded" and r["rps"] and r["rss_after"]:
+                met = r["rps"][0] >= THREADS_GOAL_RPS and r["rss_after"][0] <= THREADS_GOAL_RSS
+                goals.append(f"Goal on the free-threaded build (Python {interp}): `--threads 2` at ≥ "
+                             f"{THREADS_GOAL_RPS:.2f}× the rps of `--workers 2` in ≤ {THREADS_GOAL_RSS:.0%} of its "
+                             f"RSS: {_fmt_ratio(r['rps'])} rps, {_fmt_ratio(r['rss_after'])} RSS (medians of "
+                             f"same-round ratios): **{'met' if met else 'not met'}**.")
+        cells = [interp, label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"),
+                 fmt_med(arm, "rss_after", "mb"), fmt_med(arm, "pss_after", "mb")] + ratios
+        lines.append("| " + " | ".join(cells) + " |")
+    cpus = row.get("server_cpus")
+    if cpus is not None and "," not in str(cpus):
+        goals = [g + " On one core: not the parallel case the goal is about." for g in goals]
+        lines += ["", f"Every server here ran on CPU {cpus} alone (the host has no second CPU beside wrk's): "
+                      "the rps ratios say what one core gives each mode, not whether two loops run in parallel."]
+    elif cpus:
+        lines += ["", f"Servers pinned to CPUs {cpus} (wrk to CPU {art['settings']['wrk_cpu']})."]
+    if goals:
+        lines += [""] + goals
     return "\n".join(lines)
 
 
@@ -543,6 +602,10 @@ def _suite_body(suite, art):
             parts.append("")
             if suite == "memory":
                 parts.append(_with_notes(memory_table(row, versions), row["arms"], versions))
+            elif suite == "threads":
+                parts.append(_with_notes(threads_table(row, art, versions), row["arms"], versions))
+                parts.append("")
+                parts.append(standings(row, versions))
             else:
                 parts.append(_with_notes(throughput_table(row, versions), row["arms"], versions))
                 parts.append("")

@@ -8,6 +8,7 @@ wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before a
 import hashlib
 import http.client
 import json
+import os
 import signal
 import socket
 import statistics
@@ -46,6 +47,8 @@ class Row:
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)
     attack_target: str = ""
+    # The CPUs the servers of this row are pinned to ("0,2"); empty: SERVER_CPU, as in every other row.
+    server_cpus: str = ""
     extra: dict = field(default_factory=dict)
 
 
@@ -64,6 +67,13 @@ class Settings:
     quiet_timeout_s: float = 3.0
     start_timeout_s: float = 30.0
     wrk_threads: int = 1
+
+
+def spare_cpus(n):
+    """Up to n CPUs this process may use, other than wrk's, as a taskset list ("0,2"); SERVER_CPU alone
+    when the host has no second one (then arms of several loops or processes share one core)."""
+    cpus = [c for c in sorted(os.sched_getaffinity(0)) if c != WRK_CPU][:n]
+    return ",".join(map(str, cpus)) if len(cpus) > 1 else str(SERVER_CPU)
 
 
 def median_spread(values):
@@ -322,9 +332,16 @@ class RowRunner:
         run_env.update(arm.env)
         if self.s.nice:
             argv = ["nice", "-n", str(self.s.nice)] + argv
-        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
+        cpus = self.row.server_cpus or str(SERVER_CPU)
+        exe = Path(arm.argv[0])
+        if exe.is_absolute() and not exe.exists():
+            # An interpreter's venv that was not built (the threads suite: make bench builds them).
+            return {"arm": arm, "port": port, "command": ["taskset", "-c", cpus] + argv, "log": log_path,
+                    "skipped": f"{exe} does not exist" + (f" (make build PY={arm.python_key})" if getattr(arm, "python_key", "")
+                                                          else "")}
+        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=cpus)
         err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s)
-        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
+        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", cpus] + argv,
                  "log": log_path}
         if err:
             procs.stop(proc)
@@ -338,7 +355,7 @@ class RowRunner:
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
                "slow_ms": row.slow_ms if row.slow_inflight or any(a.load.get("slow_inflight") for a in row.arms) else None, "target_requests": row.target_requests,
                "attack": row.attack or None, "attackers": row.attackers,
-               "attack_target": row.attack_target or None, **row.extra,
+               "attack_target": row.attack_target or None, "server_cpus": row.server_cpus or None, **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
@@ -373,6 +390,7 @@ class RowRunner:
                                           timeout_s=s.warmup_s + 60)
                         st["warm_rps"] = warm.get("rps")
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
+                    st["pss_after_warmup"] = procs.pss_bytes(st["proc"].pid)
                     st["rounds"] = []
                 rounds = 1 if row.target_requests else s.rounds
                 for r in range(rounds):
@@ -382,6 +400,7 @@ class RowRunner:
                         rec = self.measure(st, s.duration_s)
                         rec["round"] = r + 1
                         rec["rss_after"] = procs.rss_bytes(st["proc"].pid)
+                        rec["pss_after"] = procs.pss_bytes(st["proc"].pid)
                         st["rounds"].append(rec)
                         env.log(f"{self.suite}/{row.id} r{r + 1} {st['arm'].name}: {_brief(rec)}")
         finally:
@@ -402,6 +421,10 @@ class RowRunner:
         rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
                "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
                "wrk_command": self.wrk_argv(st["port"], self.s.duration_s), "status": "ok"}
+        if getattr(arm, "python", ""):
+            # An arm on an interpreter of its own (the threads suite): which, and the versions there.
+            rec["python"] = env.python_info_cached(arm.python)
+            rec["versions"] = env.pip_versions_cached(arm.python)
         if any(a.load for a in self.row.arms):
             rec["load"] = self.load(arm)
         if "skipped" in st:
@@ -410,6 +433,7 @@ class RowRunner:
             return rec
         rec["parity"] = st.get("parity")
         rec["rss_after_warmup"] = st.get("rss_after_warmup")
+        rec["pss_after_warmup"] = st.get("pss_after_warmup")
         rounds = st.get("rounds", [])
         rec["rounds"] = rounds
         if not rounds:
@@ -420,7 +444,7 @@ class RowRunner:
             rec["status"] = FAILED
             rec["failure"] = "; ".join(f"round {r['round']}: {r['failure']}" for r in failed)
         rec["median"], rec["spread"] = {}, {}
-        for m in METRICS + ("rss_after",):
+        for m in METRICS + ("rss_after", "pss_after"):
             med, spread = median_spread([r.get(m) for r in rounds if not r["failed"]])
             rec["median"][m] = med
             rec["spread"][m] = spread

@@ -1,6 +1,7 @@
 """The suites: which rows, which arms. Every row has one worker per server unless it says otherwise."""
+from . import env
 from . import servers as S
-from .runner import FAILED, Row
+from .runner import FAILED, Row, spare_cpus
 
 WSGI_HELLO = "hello_wsgi:app"
 ASGI_HELLO = "hello_asgi:app"
@@ -98,23 +99,44 @@ def mixed():
                      gate("gate-django", "slow_django:application", "Django hello")]
 
 
+CPU_VIEW = "cpu_wsgi:app"
+
+
 def threads():
-    # One process with T loops against T processes: throughput per core and the RSS of
-    # the whole process tree (every arm pinned to the same core, as in every suite).
+    # One process with two loops (--threads 2, one interpreter) against two processes (--workers 2),
+    # on the free-threaded 3.13t, on 3.13 and on 3.11, all in one row so that every ratio is of the same
+    # rounds; Granian's free-threaded mode (its workers are threads on 3.13t) beside them. The servers
+    # get two CPUs other than wrk's when the host has them (runner.spare_cpus): otherwise the arms share
+    # one core and only the per-core figures compare. RSS and PSS of the whole process tree per round.
+    cpus = spare_cpus(2)
+    rows = []
+    # Row "inline-c16" and the default interpreter's arms "m0serve-t2" and "m0serve-w2" keep the names
+    # of the suite's first artifact (README.md quotes them), the other interpreters' arms are "...@KEY";
+    # the reference of the generic ratios is the first arm, --threads 2 on the default interpreter.
+    for row_id, app, what in (("inline-c16", WSGI_HELLO, "Bare WSGI hello"),
+                              ("cpu-c16", CPU_VIEW, "CPU-bound WSGI view (pure-Python arithmetic, about 1 ms)")):
+        arms = []
+        for key, python in env.THREADS_PYTHONS:
+            for flag in ("--threads", "--workers"):
+                suffix = "" if python == env.m0serve_python() else f"@{key}"
+                arms.append(S.m0serve("wsgi", extra=[flag, "2"], name=f"m0serve-{flag[2]}2{suffix}",
+                                      label=f"m0serve {flag} 2, Python {key}", python=python, python_key=key))
+            if key.endswith("t"):
+                arms.append(S.granian("wsgi", workers=2, python=python, python_key=key, name=f"granian-w2@{key}",
+                                      label=f"Granian --workers 2 (threads), Python {key}"))
+        rows.append(Row(row_id, f"{what}, 16 connections: --threads 2 vs --workers 2 on each interpreter", app,
+                        arms, server_cpus=cpus))
+
     def arm(extra, name, label):
         return S.m0serve("wsgi", extra=extra, name=name, label=label)
 
-    return [
-        Row("inline-c16", "Bare WSGI hello, 16 connections: --threads 2 vs --workers 2", WSGI_HELLO,
-            [arm(["--threads", "2"], "m0serve-t2", "m0serve (--threads 2)"),
-             arm(["--workers", "2"], "m0serve-w2", "m0serve (--workers 2)")]),
-        Row("pool-c16", "Bare WSGI hello, 16 connections, --blocking-threads 4: --threads 2 vs --workers 2",
-            WSGI_HELLO,
-            [arm(["--threads", "2", "--blocking-threads", "4"], "m0serve-t2-bt4", "m0serve (--threads 2 -b 4)"),
-             arm(["--workers", "2", "--blocking-threads", "4"], "m0serve-w2-bt4", "m0serve (--workers 2 -b 4)"),
-             arm(["--blocking-threads", "4"], "m0serve-bt4", "m0serve (1 worker -b 4)"),
-             arm([], "m0serve", "m0serve (1 worker, inline)")]),
-    ]
+    rows.append(Row("pool-c16", "Bare WSGI hello, 16 connections, --blocking-threads 4: --threads 2 vs --workers 2",
+                    WSGI_HELLO,
+                    [arm(["--threads", "2", "--blocking-threads", "4"], "m0serve-t2-bt4", "m0serve (--threads 2 -b 4)"),
+                     arm(["--workers", "2", "--blocking-threads", "4"], "m0serve-w2-bt4", "m0serve (--workers 2 -b 4)"),
+                     arm(["--blocking-threads", "4"], "m0serve-bt4", "m0serve (1 worker -b 4)"),
+                     arm([], "m0serve", "m0serve (1 worker, inline)")]))
+    return rows
 
 
 SLOW_READERS = 6

@@ -310,3 +310,40 @@ def test_arms_of_one_server_under_different_loads_share_one_off_defaults_note():
     notes = render.off_default_notes(arms, {"granian": "2.8.9"})
     assert notes.count("--blocking-threads 4") == 1
     assert notes.startswith("† Off its defaults (bench/README.md says why): Granian (4 blocking threads) 2.8.9: ")
+
+
+def _threads_row(t2_rps, t2_rss, w2_rss=50_000_000):
+    def rounds(rps, rss):
+        return [dict(_round(i, rps + i, 0.9), rss_after=rss, pss_after=rss // 2) for i in range(1, 4)]
+
+    arms = []
+    for key, build in (("3.13t", "free-threaded"), ("3.11", "GIL")):
+        for name, rps, rss in ((f"m0serve-t2@{key}", t2_rps, t2_rss), (f"m0serve-w2@{key}", 1000, w2_rss)):
+            a = _arm_record(name, rounds(rps, rss), is_m0=True)
+            a["python"] = {"version": "3.13.5" if key == "3.13t" else "3.11.7", "build": build}
+            arms.append(a)
+    row = {"id": "cpu-c16", "title": "CPU", "app": "cpu_wsgi:app", "path": "/", "method": "GET", "arms": arms,
+           "status": "ok", "failures": [], "server_cpus": "0", "connections": 16, "body_size": 0}
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return row
+
+
+def test_threads_table_pairs_each_interpreters_arms_and_states_the_goal():
+    """Each --threads 2 arm is put against the --workers 2 arm of its own interpreter (same-round ratios of
+    rps and RSS), and the goal line (>= 0.95x the rps in <= 60% of the RSS) is claimed for the free-threaded
+    build only when both medians hold."""
+    art = make_artifact()
+    met = render.threads_table(_threads_row(1000, 20_000_000), art, {})
+    lines = {ln.split(" | ")[1]: ln for ln in met.splitlines() if ln.startswith("| 3.")}
+    assert "| 3.13.5 (free-threaded) | m0serve-t2@3.13t |" in met
+    assert "1.00× (1.00–1.00) | 1.00× (1.00–1.00) | 0.40× (0.40–0.40) | 0.40× (0.40–0.40) |" in lines["m0serve-t2@3.13t"]
+    assert "0.40× (0.40–0.40)" in lines["m0serve-t2@3.11"]  # against 3.11's --workers 2, not 3.13t's
+    assert "(Python 3.13.5 (free-threaded))" in met and "**met**" in met
+    assert "3.11.7" not in met.split("Goal")[1]  # the goal is the free-threaded build's only
+    assert "CPU 0 alone" in met and "On one core: not the parallel case" in met
+    row = _threads_row(1000, 20_000_000)
+    row["server_cpus"] = "0,2"
+    assert "On one core" not in render.threads_table(row, art, {})
+    assert "**not met**" in render.threads_table(_threads_row(900, 20_000_000), art, {})  # 0.90x the rps
+    assert "**not met**" in render.threads_table(_threads_row(1000, 35_000_000), art, {})  # 70% of the RSS

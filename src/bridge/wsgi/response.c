@@ -178,10 +178,8 @@ static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         PyErr_SetString(PyExc_TypeError, "start_response() missing required arguments status and response_headers");
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "start_response() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "start_response()") < 0)
         return NULL;
-    }
     if (exc_info != Py_None) {
         if (sr->head_sent) {
             /* PEP 3333: too late to change the response, re-raise. */
@@ -254,10 +252,8 @@ static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t 
         PyErr_Format(PyExc_TypeError, "write() argument must be bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "write() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "write()") < 0)
         return NULL;
-    }
     if (!sr->status) {
         PyErr_SetString(PyExc_RuntimeError, "write() called before start_response()");
         return NULL;
