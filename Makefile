@@ -133,11 +133,14 @@ test-poll-py: build
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
 PORTABLE_DIR := build-portable
-PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+PORTABLE_TESTS := test_portable.py test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py \
+	test_supervisor.py
 test-portable: venv
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
 	./tests/c/build/test_loop_portable
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_conn_portable tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	./tests/c/build/test_conn_portable
 	rm -rf $(PORTABLE_DIR)
 	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
 	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x -p no:cacheprovider $(PORTABLE_TESTS)

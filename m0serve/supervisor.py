@@ -62,16 +62,13 @@ class Stopping(enum.Enum):
 
 
 MIB = 1024 * 1024
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def worker_rss(pid):
-    """Resident bytes of process `pid` (/proc/PID/statm), or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, IndexError, ValueError):
-        return None
+    """Resident bytes of process `pid` (/proc/PID/statm, else ps), or None once it is gone."""
+    from . import portable
+
+    return portable.process_rss(pid)
 
 
 def _now():

@@ -410,15 +410,11 @@ def _start_loop_beat(buf, index, interval):
 
 
 def set_parent_death_signal(sig=signal.SIGTERM):
-    """Linux: the worker gets `sig` when its supervisor dies, so no orphan keeps serving."""
-    try:
-        import ctypes
+    """The worker gets `sig` when its supervisor dies, so no orphan keeps serving (prctl on
+    Linux, else a thread watching the parent: m0serve/portable.py)."""
+    from . import portable
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except Exception:  # not fatal: only a safety net
-        pass
+    return portable.set_parent_death_signal(sig)
 
 
 def reset_signals():

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "portable.h"
+
 #ifdef M0_WORKQ_DEBUG
 #include <stdio.h>
 #endif
@@ -184,7 +186,11 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
         struct workq_slot *ws = &q->slot[role->slot];
         ws->state = M0_WORKQ_FOLLOWER;
         ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
+#if M0_HAVE_SCHEDSTAT
         ws->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+#else
+        ws->schedstat_fd = -1; /* the thread's CPU clock (has_clock) instead */
+#endif
         r = 0;
     }
     pthread_mutex_unlock(&q->lock);
