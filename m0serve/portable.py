@@ -5,7 +5,9 @@ every portable fallback (meson -Dportable=true: `_core.portable`), so that CI ru
 
 - a worker's RSS (--workers-max-rss): /proc/PID/statm, else `ps -o rss= -p PID`;
 - the worker's end when its supervisor dies: prctl(PR_SET_PDEATHSIG), else a thread that
-  looks at the worker's parent once a second and sends the signal when it changed.
+  looks at the worker's parent once a second and sends the signal when it changed;
+- a pipe with O_NONBLOCK and O_CLOEXEC: os.pipe2, else os.pipe (close-on-exec already, PEP 446)
+  and os.set_blocking (macOS has no pipe2).
 """
 from __future__ import annotations
 
@@ -23,6 +25,17 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 # How often the fallback looks at the worker's parent (seconds).
 ORPHAN_CHECK_INTERVAL = 1.0
+
+
+def pipe(flags=0):
+    """os.pipe2(flags) for O_NONBLOCK and O_CLOEXEC, on every system."""
+    if LINUX and hasattr(os, "pipe2"):
+        return os.pipe2(flags)
+    r, w = os.pipe()  # not inheritable (close-on-exec) since Python 3.4
+    if flags & os.O_NONBLOCK:
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+    return r, w
 
 
 def process_rss(pid):

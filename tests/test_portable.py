@@ -180,3 +180,18 @@ def test_a_worker_ends_when_its_supervisor_is_killed(serve):
     for w in alive:
         os.kill(w, signal.SIGKILL)
     assert not alive, "workers outlived their supervisor by 10 s"
+
+
+def test_pipe_is_non_blocking_and_close_on_exec():
+    """The supervisor's pipes: os.pipe2 on Linux, os.pipe + set_blocking where there is none."""
+    for flags, blocking in [(os.O_NONBLOCK | os.O_CLOEXEC, False), (os.O_CLOEXEC, True)]:
+        r, w = portable.pipe(flags)
+        try:
+            assert not os.get_inheritable(r) and not os.get_inheritable(w)
+            assert os.get_blocking(r) is blocking and os.get_blocking(w) is blocking
+            if not blocking:
+                with pytest.raises(BlockingIOError):
+                    os.read(r, 1)
+        finally:
+            os.close(r)
+            os.close(w)

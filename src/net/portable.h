@@ -17,6 +17,10 @@
  *                                   (m0_file_punch returns -ENOTSUP)
  *   /proc/thread-self/schedstat  -> not opened (workq.c then uses the
  *                                   thread's CPU clock)
+ *   pthread_getcpuclockid        -> none on macOS (m0_thread_cpu_clock
+ *                                   fails: the pool's standby then knows no
+ *                                   thread's CPU time)
+ *   sigtimedwait                 -> sigpending + sigwait (m0_sigpipe_take)
  * The epoll backend itself is left out with M0_NO_EPOLL (loop_int.h).
  */
 #ifndef M0_NET_PORTABLE_H
@@ -24,6 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +36,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__linux__) && !defined(M0_PORTABLE)
@@ -42,6 +48,7 @@
 #define M0_HAVE_MEMFD 1
 #define M0_HAVE_PUNCH_HOLE 1
 #define M0_HAVE_SCHEDSTAT 1
+#define M0_HAVE_SIGTIMEDWAIT 1
 #else
 #define M0_HAVE_EVENTFD 0
 #define M0_HAVE_ACCEPT4 0
@@ -51,6 +58,7 @@
 #define M0_HAVE_MEMFD 0
 #define M0_HAVE_PUNCH_HOLE 0
 #define M0_HAVE_SCHEDSTAT 0
+#define M0_HAVE_SIGTIMEDWAIT 0
 #endif
 
 #if M0_HAVE_SIOCOUTQ
@@ -157,6 +165,38 @@ static inline void m0_sigpipe_ignore(void)
         sa.sa_handler = SIG_IGN;
         sigaction(SIGPIPE, &sa, NULL);
     }
+#endif
+}
+
+/* Take a SIGPIPE pending for this thread, which has it blocked (a send
+ * without MSG_NOSIGNAL raised it), so that it is not delivered once
+ * unblocked. */
+static inline void m0_sigpipe_take(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+#if M0_HAVE_SIGTIMEDWAIT
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+#else
+    sigset_t pending;
+    int sig;
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+        sigwait(&set, &sig); /* pending: returns at once */
+#endif
+}
+
+/* The calling thread's CPU-time clock; 0 or -errno (-ENOTSUP on macOS,
+ * which has no pthread_getcpuclockid). */
+static inline int m0_thread_cpu_clock(clockid_t *clock)
+{
+#if defined(__APPLE__)
+    (void)clock;
+    return -ENOTSUP;
+#else
+    return -pthread_getcpuclockid(pthread_self(), clock);
 #endif
 }
 

@@ -185,7 +185,7 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
         role->watch_slot = -1;
         struct workq_slot *ws = &q->slot[role->slot];
         ws->state = M0_WORKQ_FOLLOWER;
-        ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
+        ws->has_clock = m0_thread_cpu_clock(&ws->cpu_clock) == 0;
 #if M0_HAVE_SCHEDSTAT
         ws->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 #else
