@@ -49,9 +49,11 @@ class UnsupportedInterface(Exception):
 # (XCPU, XFSZ), TSTP (Ctrl-Z in a terminal suspends the server, as asked), KILL and STOP; PIPE
 # is ignored by Python. The supervisor handles TTIN and TTOU (a worker more or less) and the
 # worker ALRM and USR2 (m0serve.supervisor, SignalPolicy and register_stack_dump).
+# The real-time signals are Linux's (macOS has none).
+_RT_SIGNALS = range(signal.SIGRTMIN, signal.SIGRTMAX + 1) if hasattr(signal, "SIGRTMIN") else range(0)
 STRAY_SIGNALS = tuple(getattr(signal, name) for name in (
     "SIGUSR2", "SIGTTIN", "SIGTTOU", "SIGWINCH", "SIGALRM", "SIGPROF", "SIGVTALRM", "SIGIO", "SIGPWR", "SIGSTKFLT")
-    if hasattr(signal, name)) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+    if hasattr(signal, name)) + tuple(_RT_SIGNALS)
 
 _STRAY_HINTS = {
     "SIGUSR2": "m0serve has no binary upgrade; SIGHUP restarts the workers on the new code one at a time",
@@ -65,7 +67,7 @@ def signal_name(signum):
     try:
         return signal.Signals(signum).name
     except ValueError:
-        return f"SIGRTMIN+{signum - signal.SIGRTMIN}" if signal.SIGRTMIN <= signum <= signal.SIGRTMAX else str(signum)
+        return f"SIGRTMIN+{signum - _RT_SIGNALS.start}" if signum in _RT_SIGNALS else str(signum)
 
 
 def log_stray_signal(signum, role):

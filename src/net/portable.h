@@ -21,6 +21,9 @@
  *                                   fails: the pool's standby then knows no
  *                                   thread's CPU time)
  *   sigtimedwait                 -> sigpending + sigwait (m0_sigpipe_take)
+ *   pthread_condattr_setclock    -> none on macOS: timed condition waits
+ *                                   count on CLOCK_REALTIME there
+ *                                   (M0_COND_CLOCK, m0_cond_clock_set)
  * The epoll backend itself is left out with M0_NO_EPOLL (loop_int.h).
  */
 #ifndef M0_NET_PORTABLE_H
@@ -185,6 +188,24 @@ static inline void m0_sigpipe_take(void)
     int sig;
     if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
         sigwait(&set, &sig); /* pending: returns at once */
+#endif
+}
+
+/* The clock a condition variable's timed waits count on: CLOCK_MONOTONIC,
+ * set with m0_cond_clock_set, where pthread_condattr_setclock exists;
+ * CLOCK_REALTIME (the default, moved by clock changes) on macOS. */
+#if defined(__APPLE__)
+#define M0_COND_CLOCK CLOCK_REALTIME
+#else
+#define M0_COND_CLOCK CLOCK_MONOTONIC
+#endif
+
+static inline void m0_cond_clock_set(pthread_condattr_t *attr)
+{
+#if defined(__APPLE__)
+    (void)attr;
+#else
+    pthread_condattr_setclock(attr, M0_COND_CLOCK);
 #endif
 }
 

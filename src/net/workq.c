@@ -113,7 +113,7 @@ int m0_workq_new(m0_workq **out, size_t threads)
     }
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    m0_cond_clock_set(&attr);
     pthread_mutex_init(&q->lock, NULL);
     for (size_t i = 0; i < q->slots; i++) {
         pthread_cond_init(&q->slot[i].wake, &attr);
@@ -344,7 +344,7 @@ static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
 {
     struct timespec until;
     if (idle_ms > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &until);
+        clock_gettime(M0_COND_CLOCK, &until);
         until.tv_sec += idle_ms / 1000;
         until.tv_nsec += (long)(idle_ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) {
