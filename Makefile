@@ -5,6 +5,8 @@
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
+#   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
+#                         (built outside the repository; not in CI): the C tests and the test-poll suites
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
 #   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
@@ -44,6 +46,8 @@ FUZZ_SECONDS ?= 60
 # with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 NET_LIBS := -lssl -lcrypto
+# The loop and its backends (each file builds to nothing where its system call is missing).
+LOOP_SRCS := src/net/loop.c src/net/loop_epoll.c src/net/loop_kqueue.c src/net/loop_poll.c
 
 PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5
@@ -56,7 +60,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
 
 all: build
 
@@ -95,7 +99,7 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./tests/c/build/test_loop
 	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
@@ -113,7 +117,7 @@ test-c: deps
 	M0_IO_BACKEND=poll ./tests/c/build/test_conn
 	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_tls
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c
 	./tests/c/build/test_workq
 	M0_IO_BACKEND=poll ./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
@@ -135,14 +139,45 @@ test-poll-py: build
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
 PORTABLE_DIR := build-portable
-PORTABLE_TESTS := engine/test_io_backend.py wsgi/test_wsgi_pool.py asgi/test_asgi_http.py engine/test_protocol_corpus.py ops/test_supervisor.py
+PORTABLE_TESTS := engine/test_portable.py engine/test_io_backend.py wsgi/test_wsgi_pool.py asgi/test_asgi_http.py \
+	engine/test_protocol_corpus.py ops/test_supervisor.py
 test-portable: venv
 	mkdir -p tests/c/build
-	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./tests/c/build/test_loop_portable
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_conn_portable tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	./tests/c/build/test_conn_portable
 	rm -rf $(PORTABLE_DIR)
 	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
 	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x -p no:cacheprovider $(PORTABLE_TESTS)
+
+# The kqueue backend (src/net/loop_kqueue.c) tested on Linux against libkqueue
+# (github.com/mheily/libkqueue), which emulates kqueue over epoll: built and installed
+# outside the repository (cmake -DCMAKE_INSTALL_PREFIX=DIR; docs/ARCHITECTURE.md), never
+# vendored, not in CI. The C tests of the loop, the connection, TLS and the pool, then the
+# test-poll suites on an extension built against it without epoll (installed apart, first on
+# PYTHONPATH), on M0_IO_BACKEND=kqueue.
+LIBKQUEUE_PREFIX ?=
+KQUEUE_DIR := build-kqueue
+KQUEUE_CFLAGS = -DM0_KQUEUE -DM0_NO_EPOLL -I$(LIBKQUEUE_PREFIX)/include/kqueue
+KQUEUE_LIBS = -L$(LIBKQUEUE_PREFIX)/lib -Wl,-rpath,$(LIBKQUEUE_PREFIX)/lib -lkqueue
+test-kqueue: venv
+	@test -n "$(LIBKQUEUE_PREFIX)" -a -f "$(LIBKQUEUE_PREFIX)/include/kqueue/sys/event.h" || \
+	  { echo "test-kqueue: set LIBKQUEUE_PREFIX to where libkqueue is installed (docs/ARCHITECTURE.md)"; exit 2; }
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_loop_kqueue tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_loop_kqueue
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_conn_kqueue tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_conn_kqueue
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_tls_kqueue tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_tls_kqueue
+	clang $(CFLAGS_TSAN) $(KQUEUE_CFLAGS) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq_kqueue tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_workq_kqueue
+	clang $(CFLAGS_TSAN) $(KQUEUE_CFLAGS) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff_kqueue tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_handoff_kqueue
+	rm -rf $(KQUEUE_DIR)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(KQUEUE_DIR) -Csetup-args=-Dlibkqueue=$(LIBKQUEUE_PREFIX) .
+	cd tests && PYTHONPATH=$(CURDIR)/$(KQUEUE_DIR) M0_IO_BACKEND=kqueue ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
 
 # The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
 # tests skip on a GIL build).

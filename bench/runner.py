@@ -42,7 +42,7 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
-    attack: str = ""  # attack suite: "slowloris" or "slowbody" clients (bench/attack.py) run during each measurement
+    attack: str = ""  # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py) run during each measurement
     attackers: int = 0
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)

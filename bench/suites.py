@@ -20,14 +20,39 @@ def floor():
                 [S.m0serve_native(), S.floor()])]
 
 
+IDLE_CONNS = 1000
+# Longer than any measurement, so that the idle clients stay open through it.
+IDLE_KEEP_ALIVE = ["--keep-alive-timeout", "3600"]
+
+
+def m0serve_backend(backend, extra=()):
+    """m0serve on the epoll or the poll(2) I/O backend (--io-backend)."""
+    name = "m0serve" if backend == "epoll" else f"m0serve-{backend}"
+    return S.m0serve("wsgi", extra=["--io-backend", backend, *extra], name=name,
+                     label=f"m0serve (wsgi, 1 worker, {backend})")
+
+
 def wsgi():
     # The floor and --native hello ride in the same run so that the WSGI
-    # bridge's cost is read as a same-run multiple of the HTTP layer alone.
+    # bridge's cost is read as a same-run multiple of the HTTP layer alone;
+    # m0serve on the poll(2) backend beside it (its per-core cost against epoll's).
     arms = wsgi_arms()
-    return [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO,
-                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:]),
+    rows = [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO,
+                arms[:1] + [m0serve_backend("poll"), S.m0serve_native(), S.floor()] + arms[1:]),
             Row("percall-c16", "WSGI hello with its header list built per call and no Content-Length, 16 connections",
                 "percall_wsgi:app", arms[:1] + [S.floor()] + arms[1:])]
+    # 16 active connections beside IDLE_CONNS idle keep-alive ones (bench/attack.py's idle clients, one
+    # request each, then nothing), on epoll and on poll, each also quiet: poll scans every fd at every
+    # wake-up, epoll only the ready ones. Arms alternate round by round, so each "idle / quiet" ratio is
+    # one of the same machine state.
+    idle = {"attack": "idle", "attackers": IDLE_CONNS}
+    rows.append(Row(f"idle{IDLE_CONNS}-c16", f"Bare WSGI hello, 16 active connections beside {IDLE_CONNS:,} idle "
+                    "keep-alive ones: epoll and poll", WSGI_HELLO,
+                    [S.under_load(m0serve_backend(b, IDLE_KEEP_ALIVE), f"{name}@{key}",
+                                  f"m0serve (wsgi, 1 worker, {b}{label})", **load)
+                     for b, name in (("epoll", "m0serve"), ("poll", "m0serve-poll"))
+                     for key, label, load in (("quiet", "", {}), (f"idle{IDLE_CONNS}", f", {IDLE_CONNS:,} idle", idle))]))
+    return rows
 
 
 def asgi():
