@@ -98,6 +98,22 @@ def build_floor():
     return FLOOR_BIN
 
 
+def tls_files():
+    """(certfile, keyfile): one self-signed ECDSA P-256 certificate for localhost/127.0.0.1 that every TLS
+    arm serves, made with the openssl CLI on first use (in the system's temporary directory)."""
+    import tempfile
+
+    d = Path(tempfile.gettempdir()) / f"m0serve-bench-tls-{os.getuid()}"
+    cert, key = d / "cert.pem", d / "key.pem"
+    if not (cert.exists() and key.exists()):
+        d.mkdir(mode=0o700, exist_ok=True)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                       check=True, capture_output=True)
+    return str(cert), str(key)
+
+
 def m0serve_python():
     """The interpreter that has m0serve installed: $M0SERVE_PYTHON, else the project's .venv-3.11."""
     exe = os.environ.get("M0SERVE_PYTHON")

@@ -48,7 +48,8 @@ CHART_DIR = ROOT / "docs" / "bench"
 PER_PYTHON_SUITES = ("wsgi", "asgi", "frameworks")
 PYTHON_DIR_RE = re.compile(r"^python(\d+)\.(\d+)$")
 OFF = "†"
-SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops"]
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops",
+               "tls"]
 FAILED = "MEASUREMENT FAILED"
 
 PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
@@ -283,6 +284,62 @@ def memory_table(row, versions):
         lines.append(f"| {label} | {fmt_num(warm, 'mb')} | {fmt_num(after, 'mb')} | "
                      f"{'–' if growth is None else f'{growth / 1e6:+.1f}'} | {fmt_num(r['requests'], 'int')} | "
                      f"{fmt_num(r['rps'], 'int')} |")
+    return "\n".join(lines)
+
+
+def _failed_cells(arm, label, n):
+    if arm["status"] == "skipped":
+        return f"| {label} | {_skip_text(arm)} | " + " | ".join(["–"] * (n - 2)) + " |"
+    return (f"| {label} | **{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]} | "
+            + " | ".join(["–"] * (n - 2)) + " |")
+
+
+def connect_table(row, versions):
+    """The tls suite's new-connection rows (bench/tls_clients.py connect): one request per connection, so
+    the rates are connections, and per core-second of server CPU."""
+    ref = row.get("reference")
+    head = ["server", "connections/s", "server cores", "CPU µs/connection", "connections per core-s",
+            "resumed", "p50 ms", "p99 ms", f"{_short(ref)} ÷ this, per core" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_failed_cells(arm, label, len(head)))
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
+        conns = sum(r.get("requests") or 0 for r in arm["rounds"])
+        resumed = sum(r.get("resumed") or 0 for r in arm["rounds"])
+        shown = "–" if arm.get("scheme") != "https" else f"{resumed:,} of {conns:,}"
+        cells = [label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"), shown,
+                 fmt_med(arm, "p50_ms", "ms"), fmt_med(arm, "p99_ms", "ms"), ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def idle_table(row, versions):
+    """The tls suite's idle rows (bench/tls_clients.py idle): what each held keep-alive connection adds to
+    the server's RSS (every process of its tree)."""
+    ref = row.get("reference")
+    head = ["server", "connections held", "RSS before MB", "RSS with them MB", "KiB per connection",
+            f"{_short(ref)} ÷ this" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_failed_cells(arm, label, len(head)))
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rss_per_conn"))
+        rounds = arm["rounds"]
+        before = statistics.median(r["rss_before_conns"] for r in rounds)
+        during = statistics.median(r["rss_with_conns"] for r in rounds)
+        per = arm["median"].get("rss_per_conn")
+        spread = (arm.get("spread") or {}).get("rss_per_conn") or {}
+        per_s = "–" if per is None else f"{per / 1024:.1f}" + (
+            f" ±{spread['spread_pct'] / 2:.1f}%" if spread.get("n", 0) > 1 and spread.get("spread_pct") else "")
+        cells = [label, fmt_num(statistics.median(r["requests"] for r in rounds), "int"), fmt_num(before, "mb"),
+                 fmt_num(during, "mb"), per_s, ratio]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -595,12 +652,21 @@ def _suite_body(suite, art):
         parts += [_with_notes(attack_table(art, versions), arms, versions), ""]
     else:
         for row in art["rows"]:
+            client = row.get("client")
+            conns = {"connect": ", one connection at a time, one request on each"
+                                + (" (offering the previous connection's session)" if row.get("resume") else ""),
+                     "idle": f", {row.get('conns') or 0:,} keep-alive connections held idle after one request each"
+                     }.get(client, f", {row['connections']} connections")
             parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
                          + (f" with a {row['body_size']}-byte body" if row.get("body_size") else "")
-                         + f", {row['connections']} connections"
+                         + conns
                          + ("" if row["status"] == "ok" else f" — **{FAILED}**"))
             parts.append("")
-            if suite == "memory":
+            if client == "connect":
+                parts.append(_with_notes(connect_table(row, versions), row["arms"], versions))
+            elif client == "idle":
+                parts.append(_with_notes(idle_table(row, versions), row["arms"], versions))
+            elif suite == "memory":
                 parts.append(_with_notes(memory_table(row, versions), row["arms"], versions))
             elif suite == "threads":
                 parts.append(_with_notes(threads_table(row, art, versions), row["arms"], versions))
@@ -692,6 +758,8 @@ def chart_svg(suite, art):
     """Horizontal bars: median requests per core-second of each arm, grouped by row, with min–max whiskers."""
     groups = []
     for row in art["rows"]:
+        if row.get("client") == "idle":  # a memory row: no rate to chart
+            continue
         bars = [(a["label"] + _off_mark(a), a["median"]["rps_per_core"], a["spread"]["rps_per_core"],
                  a.get("is_m0serve"))
                 for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
@@ -851,6 +919,8 @@ def readme_summary(arts, py_arts=None):
         if suite in PER_PYTHON_SUITES and py_arts:
             sets += [py_arts[d][suite] for d in sorted(py_arts, key=_version_key) if py_arts[d].get(suite)]
         for i, row in enumerate(art["rows"]):
+            if row.get("client") == "idle":  # memory, not a rate: in docs/BENCHMARKS.md only
+                continue
             for one in sets:
                 row = next((r for r in one["rows"] if r["id"] == art["rows"][i]["id"]), None)
                 ref = row.get("reference") if row else None

@@ -25,7 +25,8 @@ from . import servers as S
 
 SERVER_CPU = 0
 WRK_CPU = 1
-METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores")
+METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores",
+           "rss_per_conn")
 FAILED = "MEASUREMENT FAILED"
 
 
@@ -86,9 +87,16 @@ def median_spread(values):
     return med, {"min": lo, "max": hi, "spread_pct": (hi - lo) / med * 100 if med else None, "n": len(values)}
 
 
-def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS):
-    """One request (browser headers by default); returns (status, body bytes)."""
-    conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
+def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS, scheme="http"):
+    """One request (browser headers by default); returns (status, body bytes). https: the certificate is
+    not verified (every TLS arm serves the harness's own self-signed one)."""
+    if scheme == "https":
+        import ssl
+
+        conn = http.client.HTTPSConnection(procs_host(), port, timeout=timeout,
+                                           context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
     try:
         headers = dict(headers)
         if body:
@@ -104,14 +112,14 @@ def procs_host():
     return "127.0.0.1"
 
 
-def wait_ready(proc, port, path, timeout_s):
+def wait_ready(proc, port, path, timeout_s, scheme="http"):
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return f"exited with status {proc.returncode}"
         try:
-            status, _ = fetch(port, path, timeout=2.0)
+            status, _ = fetch(port, path, timeout=2.0, scheme=scheme)
             return None if status else "no status"
         except (OSError, http.client.HTTPException) as e:
             last = e
@@ -218,8 +226,8 @@ class RowRunner:
         if script:
             self.script = wrk.write_script(self.workdir, f"{suite}-{row.id}.lua", script)
 
-    def wrk_argv(self, port, duration_s):
-        url = f"http://127.0.0.1:{port}{self.row.path}"
+    def wrk_argv(self, port, duration_s, scheme="http"):
+        url = f"{scheme}://127.0.0.1:{port}{self.row.path}"
         argv = wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
                            script_path=self.script, cpu=WRK_CPU, headers=self.headers())
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
@@ -243,10 +251,16 @@ class RowRunner:
                            target=load["attack_target"]) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
-            if self.row.target_requests:
+            client = self.row.extra.get("client")
+            if client == "connect":
+                result, raw = self._run_connect(arm_state, duration_s)
+            elif client == "idle":
+                result, raw = self._run_idle(arm_state)
+            elif self.row.target_requests:
                 result, raw = self._run_until(port, self.row.target_requests, arm_state.get("warm_rps") or 5000)
             else:
-                result, raw = wrk.run(self.wrk_argv(port, duration_s), timeout_s=duration_s + 60)
+                result, raw = wrk.run(self.wrk_argv(port, duration_s, arm_state["arm"].scheme),
+                                      timeout_s=duration_s + 60)
             wall = time.monotonic() - t0
             after = procs.tree(proc.pid)
         cpu_s = procs.cpu_seconds_between(before, after)
@@ -275,6 +289,9 @@ class RowRunner:
             "server_processes": len(after),
             "wrk_output": raw,
         }
+        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s"):
+            if key in result:
+                rec[key] = result[key]
         if load["attack"]:
             rec["attack_idle_cores"] = attack.idle_cores
             rec["attack_counters"] = attack.counters
@@ -288,6 +305,57 @@ class RowRunner:
             rec["failed"] = True
             rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + f"server exited ({proc.returncode})"
         return rec
+
+    def _tls_client(self, arm_state, *args):
+        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.tls_clients", args[0], "--port",
+                str(arm_state["port"])] + (["--tls"] if arm_state["arm"].scheme == "https" else []) + list(args[1:])
+        return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+
+    def _run_connect(self, arm_state, duration_s):
+        """New connections, one request each (bench/tls_clients.py connect): "requests" are connections,
+        so the per-core figures are connections per core-second of server CPU."""
+        argv = self._tls_client(arm_state, "connect", "--duration", str(duration_s),
+                                *(["--resume"] if self.row.extra.get("resume") else []))
+        p = subprocess.run(argv, cwd=str(env.ROOT), capture_output=True, text=True, timeout=duration_s + 60)
+        raw = p.stdout + (("\n" + p.stderr) if p.stderr.strip() else "")
+        try:
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"failed": True, "failure": f"client output unparsable; exit {p.returncode}", "requests": 0,
+                    "rps": 0.0, "latency_s": {}, "errors": {}, "non_2xx": 0, "duration_s": 0.0}, raw
+        return {"requests": r["connections"], "duration_s": r["duration_s"], "rps": r["rps"],
+                "latency_s": {k: v for k, v in r["latency_s"].items() if v is not None}, "errors": r["errors"],
+                "non_2xx": 0, "failed": r["failure"] is not None, "failure": r["failure"],
+                "resumed": r["resumed"]}, raw
+
+    def _run_idle(self, arm_state):
+        """Idle keep-alive connections (bench/tls_clients.py idle, row.extra["conns"] of them, each with one
+        request answered): the server tree's RSS before they open and while they are held, and the growth
+        per connection."""
+        n = self.row.extra.get("conns", 5000)
+        pid = arm_state["proc"].pid
+        before = procs.rss_bytes(pid)
+        p = subprocess.Popen(self._tls_client(arm_state, "idle", "--conns", str(n)), cwd=str(env.ROOT),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        held = int(line.split()[1]) if line.startswith("ready") else 0
+        time.sleep(1.0)  # the last requests' buffers are released
+        during = procs.rss_bytes(pid)
+        try:
+            out, err = p.communicate(input="", timeout=60)  # its standard input closes: it lets them go
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        raw = line + out + (("\n" + err) if err.strip() else "")
+        try:
+            r = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            r = {"failure": f"client did not report (exit {p.returncode})", "errors": {}}
+        failure = r.get("failure") or (None if held == n else f"{held} of {n} connections held")
+        return {"requests": held, "duration_s": r.get("open_s") or 0.0, "rps": None, "latency_s": {},
+                "errors": r.get("errors") or {}, "non_2xx": 0, "failed": failure is not None, "failure": failure,
+                "rss_before_conns": before, "rss_with_conns": during,
+                "rss_per_conn": (during - before) / held if held else None, "open_s": r.get("open_s")}, raw
 
     def _run_until(self, port, target, est_rps):
         """wrk in consecutive runs sized from the observed rate until `target` requests completed
@@ -340,7 +408,8 @@ class RowRunner:
                     "skipped": f"{exe} does not exist" + (f" (make build PY={arm.python_key})" if getattr(arm, "python_key", "")
                                                           else "")}
         proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=cpus)
-        err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s)
+        err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s,
+                         arm.scheme)
         state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", cpus] + argv,
                  "log": log_path}
         if err:
@@ -373,7 +442,8 @@ class RowRunner:
             bodies = {}
             for st in live:
                 try:
-                    status, got = fetch(st["port"], row.path, row.method, body, headers=self.headers())
+                    status, got = fetch(st["port"], row.path, row.method, body, headers=self.headers(),
+                                        scheme=st["arm"].scheme)
                 except (OSError, http.client.HTTPException) as e:
                     status, got = None, repr(e).encode()
                 st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
@@ -386,7 +456,7 @@ class RowRunner:
             if out["status"] == "ok" and live:
                 for st in live:  # warm-up
                     if s.warmup_s > 0:
-                        warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s))),
+                        warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s)), st["arm"].scheme),
                                           timeout_s=s.warmup_s + 60)
                         st["warm_rps"] = warm.get("rps")
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
@@ -420,7 +490,8 @@ class RowRunner:
         arm = st["arm"]
         rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
                "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
-               "wrk_command": self.wrk_argv(st["port"], self.s.duration_s), "status": "ok"}
+               "wrk_command": self.wrk_argv(st["port"], self.s.duration_s, arm.scheme), "status": "ok",
+               "scheme": arm.scheme}
         if getattr(arm, "python", ""):
             # An arm on an interpreter of its own (the threads suite): which, and the versions there.
             rec["python"] = env.python_info_cached(arm.python)
@@ -464,6 +535,8 @@ def _brief(rec):
     f = f" {FAILED}: {rec['failure']}" if rec["failed"] else ""
     cores = rec["cores"] or 0
     p99 = rec["p99_ms"] if rec["p99_ms"] is not None else float("nan")
+    if rec.get("rss_per_conn") is not None:
+        return f"{rec['requests']:,} connections held, {rec['rss_per_conn'] / 1024:.1f} KiB RSS each{f}"
     return f"{rec['rps'] or 0:,.0f} rps, {cores:.2f} cores, p99 {p99:.2f} ms{f}"
 
 
@@ -486,7 +559,7 @@ def _ratios(arms, ref_name):
         if a["name"] == ref_name or a["status"] != "ok":
             continue
         entry = {}
-        for m in ("rps", "rps_per_core", "cpu_us_per_req", "p99_ms"):
+        for m in ("rps", "rps_per_core", "cpu_us_per_req", "p99_ms", "rss_per_conn"):
             per_round = []
             for rr, ro in zip(ref["rounds"], a["rounds"]):
                 if rr.get(m) and ro.get(m):

@@ -31,9 +31,11 @@ class Arm:
     # runs m0serve and Granian on several), and its key: "3.13t" (`make build PY=3.13t` makes it).
     python: str = ""
     python_key: str = ""
+    scheme: str = "http"  # https: the arm serves TLS (the same certificate for every arm: env.tls_files)
 
     def command(self, app, port):
-        return [a.format(app=app, port=port, host=HOST) for a in self.argv]
+        certfile, keyfile = env.tls_files() if self.scheme == "https" else ("", "")
+        return [a.format(app=app, port=port, host=HOST, certfile=certfile, keyfile=keyfile) for a in self.argv]
 
 
 LOAD_KEYS = ("slow_inflight", "attack", "attackers", "attack_target")
@@ -115,6 +117,26 @@ def uvicorn(loop="uvloop"):
     return Arm(f"uvicorn-{loop}", f"uvicorn ({loop}, httptools)",
                [_bin("uvicorn"), "{app}", "--host", "{host}", "--port", "{port}", "--loop", loop, "--http",
                 "httptools", "--no-access-log", "--log-level", "warning"], version_key="uvicorn", interface="asgi")
+
+
+TLS_M0SERVE = ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"]
+
+
+def m0serve_tls(interface="wsgi"):
+    arm = m0serve(interface, extra=TLS_M0SERVE, name="m0serve-tls", label=f"m0serve ({interface}, TLS)")
+    return replace(arm, scheme="https")
+
+
+def granian_tls(interface="wsgi"):
+    arm = granian(interface)
+    argv = arm.argv[:-1] + ["--ssl-certificate", "{certfile}", "--ssl-keyfile", "{keyfile}", arm.argv[-1]]
+    return replace(arm, name="granian-tls", label=arm.label[:-1] + ", TLS)", argv=argv, scheme="https")
+
+
+def uvicorn_tls(loop="uvloop"):
+    arm = uvicorn(loop)
+    return replace(arm, name=f"uvicorn-{loop}-tls", label=arm.label[:-1] + ", TLS)", scheme="https",
+                   argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"])
 
 
 def wsgi_peers(expect=None):

@@ -243,6 +243,42 @@ def proxy():
     ]
 
 
+IDLE_TLS_CONNS = 5000
+
+
+def tls():
+    # TLS served by each server itself (the same self-signed ECDSA P-256 certificate, bench/env.py:
+    # tls_files), beside m0serve's own plaintext on the same app: keep-alive requests (wrk over https),
+    # new connections with a full and with a resumed handshake (bench/tls_clients.py connect: one request
+    # per connection, "req per core-s" is connections per core-second of server CPU), and the RSS each
+    # idle keep-alive connection adds (bench/tls_clients.py idle).
+    def wsgi_tls():
+        return [S.m0serve_tls("wsgi"), S.granian_tls("wsgi")]
+
+    def asgi_tls():
+        return [S.m0serve_tls("asgi"), S.granian_tls("asgi"), S.uvicorn_tls("uvloop")]
+
+    plain = {"wsgi": S.m0serve("wsgi", label="m0serve (wsgi, plaintext)"),
+             "asgi": S.m0serve("asgi", label="m0serve (asgi, plaintext)")}
+    rows = []
+    for interface, app, arms in (("wsgi", WSGI_HELLO, wsgi_tls), ("asgi", ASGI_HELLO, asgi_tls)):
+        up = interface.upper()
+        rows += [
+            Row(f"{interface}-keepalive", f"{up} hello over TLS, keep-alive, 16 connections", app,
+                arms() + [plain[interface]]),
+            Row(f"{interface}-connect-full", f"{up} hello, a new TLS connection per request, full handshake", app,
+                arms() + [plain[interface]], connections=1, extra={"client": "connect"}),
+            Row(f"{interface}-connect-resumed", f"{up} hello, a new TLS connection per request, resumed session",
+                app, arms(), connections=1, extra={"client": "connect", "resume": True}),
+            Row(f"{interface}-idle{IDLE_TLS_CONNS}", f"{up}: RSS per idle TLS keep-alive connection, "
+                f"{IDLE_TLS_CONNS:,} connections", app, arms() + [plain[interface]],
+                # connections: the warm-up's (wrk); at 5,000 it would leave the memory of 5,000 connections
+                # allocated in the server before the RSS is read without them.
+                extra={"client": "idle", "conns": IDLE_TLS_CONNS}),
+        ]
+    return rows
+
+
 SUITES = {
     "floor": floor,
     "wsgi": wsgi,
@@ -256,6 +292,7 @@ SUITES = {
     "proxy": proxy,
     "attack": attack,
     "ops": ops,
+    "tls": tls,
 }
 
 

@@ -243,8 +243,8 @@ OPTIONS = [
            "client certificates: none (not asked for), optional (checked when sent) or required (mutual TLS)",
            "tls", "none|optional|required"),
     Option("--ssl-ciphers", "value", str, None,
-           "the OpenSSL cipher list for TLS 1.2, e.g. 'ECDHE+AESGCM' (default: OpenSSL's; TLS 1.3 suites are "
-           "OpenSSL's)", "tls", "CIPHERS"),
+           "the OpenSSL cipher list for TLS 1.2, e.g. 'ECDHE+AESGCM' (default: ECDHE with AES-GCM or "
+           "ChaCha20-Poly1305; TLS 1.3 suites are OpenSSL's)", "tls", "CIPHERS"),
     Option("--ssl-min-version", "value", _choice("1.2", "1.3"), "1.2", "the oldest TLS version accepted", "tls",
            "1.2|1.3"),
     # Behind a proxy or a load balancer

@@ -114,7 +114,7 @@ class Worker(hooks.WorkerInfo):
 class Supervisor:
     def __init__(self, cfg):
         self.cfg = cfg
-        self._new_ticket_keys()
+        self._new_ticket_keys(keep_previous=False)
         self.log = log
         self.hooks = hooks.of(cfg)
         self.spawned = 0  # workers started so far (a worker's age)
@@ -344,16 +344,20 @@ class Supervisor:
         log.info("SIGQUIT: stopping now")
         self._stop(fast=True)
 
-    def _new_ticket_keys(self):
+    def _new_ticket_keys(self, keep_previous):
         """TLS session-ticket keys for the workers forked from now on: every worker shares them, so a
         session one issued resumes on any other. New at each HUP (with the certificate files, which each
-        new worker loads again)."""
+        new worker loads again); the keys they replace are kept after them (80 bytes each, current first),
+        so a ticket issued before one HUP still resumes after it (and is replaced by one under the new
+        keys), and one issued before two does not."""
         if self.cfg.ssl_certfile is not None:
-            self.cfg.tls_ticket_keys = os.urandom(80)
+            previous = getattr(self.cfg, "tls_ticket_keys", None)
+            fresh = os.urandom(80)
+            self.cfg.tls_ticket_keys = fresh + previous[:80] if keep_previous and previous else fresh
 
     def handle_hup(self):
         log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
-        self._new_ticket_keys()
+        self._new_ticket_keys(keep_previous=True)
         self._start_rollout()
 
     def handle_ttin(self):

@@ -26,6 +26,7 @@ class FakeArm:
     def __init__(self, name, is_m0=False, expect=None):
         self.name, self.label, self.is_m0serve, self.interface = name, name, is_m0, "wsgi"
         self.version_key, self.expect, self.note = name, expect, ""
+        self.scheme = "http"
 
 
 def _arm_record(name, rounds, is_m0=False, expect=None):
@@ -329,6 +330,15 @@ def _threads_row(t2_rps, t2_rss, w2_rss=50_000_000):
     return row
 
 
+def _tls_row(row_id, client, arms, **extra):
+    row = {"id": row_id, "title": row_id, "app": "hello_wsgi:app", "path": "/", "method": "GET", "body_size": 0,
+           "connections": 16 if client == "idle" else 1, "slow_inflight": 0, "slow_ms": None,
+           "target_requests": 0, "client": client, **extra, "arms": arms, "status": "ok", "failures": []}
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return row
+
+
 def test_threads_table_pairs_each_interpreters_arms_and_states_the_goal():
     """Each --threads 2 arm is put against the --workers 2 arm of its own interpreter (same-round ratios of
     rps and RSS), and the goal line (>= 0.95x the rps in <= 60% of the RSS) is claimed for the free-threaded
@@ -347,3 +357,39 @@ def test_threads_table_pairs_each_interpreters_arms_and_states_the_goal():
     assert "On one core" not in render.threads_table(row, art, {})
     assert "**not met**" in render.threads_table(_threads_row(900, 20_000_000), art, {})  # 0.90x the rps
     assert "**not met**" in render.threads_table(_threads_row(1000, 35_000_000), art, {})  # 70% of the RSS
+
+
+def test_tls_connection_and_idle_rows_render_their_own_tables(tree):
+    def connect_rounds(rate, cores):
+        return [dict(_round(i, rate, cores), resumed=int(rate * 5) - 1) for i in range(1, 4)]
+
+    def idle_rounds(per_conn):
+        return [dict(_round(i, 1000, 0.5), requests=5000, rps=None, rss_before_conns=30_000_000,
+                     rss_with_conns=30_000_000 + 5000 * per_conn, rss_per_conn=per_conn) for i in range(1, 4)]
+
+    m0, gr = _arm_record("m0serve-tls", connect_rounds(900, 0.9), is_m0=True), _arm_record("granian-tls",
+                                                                                           connect_rounds(600, 0.9))
+    for a in (m0, gr):
+        a["scheme"] = "https"
+    idle_arms = [_arm_record("m0serve-tls", idle_rounds(6 * 1024), is_m0=True),
+                 _arm_record("granian-tls", idle_rounds(12 * 1024))]
+    art = make_artifact()
+    art["suite"] = "tls"
+    art["rows"] = [_tls_row("wsgi-connect-resumed", "connect", [m0, gr], resume=True),
+                   _tls_row("wsgi-idle5000", "idle", idle_arms, conns=5000)]
+    assert art["rows"][1]["ratios"]["granian-tls"]["rss_per_conn"]["median"] == pytest.approx(0.5)
+    tree["write"]("tls-1.json", art)
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0 and tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    block = doc[doc.index("<!-- bench:table:tls -->"):doc.index("<!-- /bench:table:tls -->")]
+    assert "| server | connections/s |" in block and "| 13,497 of 13,500 |" in block
+    assert "offering the previous connection's session" in block
+    assert "| granian-tls | 600 ±0.0% | 0.90 ±0.0% | 1500.0 ±0.0% | 667 ±0.0% |" in block
+    assert "| server | connections held | RSS before MB | RSS with them MB | KiB per connection |" in block
+    assert "| m0serve-tls | 5,000 | 30.0 | 60.7 | 6.0 | reference |" in block
+    assert "| granian-tls | 5,000 | 30.0 | 91.4 | 12.0 | 0.50× (0.50–0.50) |" in block
+    chart = (tree["charts"] / "tls.svg").read_text()
+    assert "wsgi-connect-resumed" in chart and "wsgi-idle5000" not in chart
+    readme = tree["readme"].read_text()
+    assert "wsgi-connect-resumed" in readme and "wsgi-idle5000" not in readme
