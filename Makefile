@@ -60,7 +60,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -222,6 +222,13 @@ fuzz: deps
 FUZZ_APPS_SECONDS ?= 60
 fuzz-apps: build
 	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider engine/test_fuzz_apps.py
+
+# The Autobahn|Testsuite fuzzing client against the WebSocket echo, deflate on (all 517 cases:
+# about 40 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
+# 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/test_ws_deflate_cases.py runs
+# the cases of sections 12-13 with a Python 3 client on every test run.
+autobahn: build
+	PY=$(VPY) tests/autobahn/run.sh --ws-per-message-deflate on
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).

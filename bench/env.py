@@ -255,8 +255,8 @@ def server_versions():
     """Versions of every server and framework the harness runs, and wrk's."""
     comp = _pip_versions(bench_python()) if bench_python().exists() else {}
     m0 = _pip_versions(m0serve_python()) if m0serve_python().exists() else {}
-    names = ["granian", "uvicorn", "uvloop", "httptools", "gunicorn", "bjoern", "django", "flask", "starlette",
-             "fastapi"]
+    names = ["granian", "uvicorn", "uvloop", "httptools", "websockets", "gunicorn", "bjoern", "django", "flask",
+             "starlette", "fastapi"]
     versions = {n: comp.get(n) for n in names}
     versions["m0serve"] = m0.get("m0serve")
     for n in ("django", "flask", "starlette", "fastapi", "uvloop"):

@@ -139,6 +139,14 @@ def uvicorn_tls(loop="uvloop"):
                    argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"])
 
 
+def uvicorn_ws(loop="uvloop"):
+    """uvicorn with its websockets implementation (what `--ws auto` picks when websockets is installed,
+    spelt out so that a missing package fails the start): the websocket suite's comparator."""
+    arm = uvicorn(loop)
+    return replace(arm, name=f"uvicorn-{loop}-websockets", label=f"uvicorn ({loop}, websockets)",
+                   argv=arm.argv + ["--ws", "websockets"])
+
+
 def wsgi_peers(expect=None):
     return [granian("wsgi", expect=expect), bjoern(expect=expect), gunicorn(expect=expect)]
 

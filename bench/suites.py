@@ -279,6 +279,32 @@ def tls():
     return rows
 
 
+def websocket():
+    # Echo of a 1 KB JSON-like text message (bench/wsload.py, bench/ws/ws_load.c), the client offering
+    # permessage-deflate or not (both servers at their defaults, which accept it); then the RSS per
+    # open WebSocket with 1,000 idle connections and with 100 echoing, deflate off and on, each round
+    # on a freshly started server. Both servers run the same app (bench/apps/ws_echo.py).
+    def arms():
+        return [S.m0serve("asgi"), S.uvicorn_ws("uvloop")]
+
+    rows = []
+    for deflate in (False, True):
+        tag = "deflate" if deflate else "plain"
+        what = "permessage-deflate offered and accepted" if deflate else "no compression offered"
+        rows.append(Row(f"echo-1k-{tag}", f"WebSocket echo of a 1 KB text message, {what}", "ws_echo:app", arms(),
+                        ws={"size": 1024, "text": True, "deflate": deflate}))
+    for deflate in (False, True):
+        tag = "deflate" if deflate else "plain"
+        what = "permessage-deflate" if deflate else "no compression"
+        rows.append(Row(f"rss-idle1000-{tag}", f"RSS per open WebSocket, 1,000 idle connections, {what}",
+                        "ws_echo:app", arms(), ws={"size": 1024, "text": True, "deflate": deflate, "open": 1000,
+                                                   "active": 0}))
+        rows.append(Row(f"rss-active100-{tag}", f"RSS per open WebSocket, 100 connections echoing, {what}",
+                        "ws_echo:app", arms(), ws={"size": 1024, "text": True, "deflate": deflate, "open": 100,
+                                                   "active": 100}))
+    return rows
+
+
 SUITES = {
     "floor": floor,
     "wsgi": wsgi,
@@ -293,6 +319,7 @@ SUITES = {
     "attack": attack,
     "ops": ops,
     "tls": tls,
+    "websocket": websocket,
 }
 
 
