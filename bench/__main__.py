@@ -5,7 +5,7 @@ Then `python -m bench.render` renders docs/BENCHMARKS.md and the README summary 
 import argparse
 import sys
 
-from . import env, procs, runner, suites
+from . import env, procs, runner, suites, wsload
 
 
 def main(argv=None):
@@ -42,7 +42,11 @@ def main(argv=None):
     if not args.no_install:
         env.ensure_system_packages()
         env.ensure_bench_venv()
+        if "threads" in names:
+            env.ensure_ft_granian()
     env.build_floor()
+    if "websocket" in names:
+        wsload.build()
     settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
                                cooldown_s=args.cooldown, nice=args.nice,
                                bare_request=args.bare_request)

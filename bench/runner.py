@@ -8,6 +8,7 @@ wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before a
 import hashlib
 import http.client
 import json
+import os
 import signal
 import socket
 import statistics
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import env, procs, wrk
+from . import env, procs, wrk, wsload
 from . import servers as S
 
 SERVER_CPU = 0
@@ -42,11 +43,18 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
-    attack: str = ""  # attack suite: "slowloris" or "slowbody" clients (bench/attack.py) run during each measurement
+    attack: str = ""  # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py) run during each measurement
     attackers: int = 0
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)
     attack_target: str = ""
+    # The CPUs the servers of this row are pinned to ("0,2"); empty: SERVER_CPU, as in every other row.
+    server_cpus: str = ""
+    # websocket suite: the load is bench/ws/ws_load.c (bench/wsload.py), not wrk, and messages stand
+    # where requests stand. Keys: size (bytes), text (bool), deflate (the client offers
+    # permessage-deflate); for the memory rows open (connections held open) and active (how many of
+    # them go on echoing): each round then runs on a freshly started server.
+    ws: dict = None
     extra: dict = field(default_factory=dict)
 
 
@@ -65,6 +73,13 @@ class Settings:
     quiet_timeout_s: float = 3.0
     start_timeout_s: float = 30.0
     wrk_threads: int = 1
+
+
+def spare_cpus(n):
+    """Up to n CPUs this process may use, other than wrk's, as a taskset list ("0,2"); SERVER_CPU alone
+    when the host has no second one (then arms of several loops or processes share one core)."""
+    cpus = [c for c in sorted(os.sched_getaffinity(0)) if c != WRK_CPU][:n]
+    return ",".join(map(str, cpus)) if len(cpus) > 1 else str(SERVER_CPU)
 
 
 def median_spread(values):
@@ -222,6 +237,39 @@ class RowRunner:
                            script_path=self.script, cpu=WRK_CPU, headers=self.headers())
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
 
+    def load_argv(self, port, duration_s, open_=None, scheme="http"):
+        """The load generator's argv: ws_load for websocket rows, wrk for the others."""
+        if self.row.ws:
+            conns = self.row.ws["active"] if open_ is not None else self.row.connections
+            return wsload.command(port, self.row.ws, conns, duration_s, WRK_CPU, path=self.row.path, open_=open_)
+        return self.wrk_argv(port, duration_s, scheme)
+
+    def warm_up(self, st, seconds):
+        if self.row.ws:
+            warm, _ = wsload.run(self.load_argv(st["port"], seconds), self.row.ws, timeout_s=seconds + 60)
+        else:
+            warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(seconds)), st["arm"].scheme),
+                              timeout_s=seconds + 60)
+        st["warm_rps"] = warm.get("rps")
+
+    def _hold(self, port, pid, duration_s):
+        """websocket memory rows: the server's RSS before `open` connections open and while they are
+        open (the `active` ones echoing); (result, raw, rss fields)."""
+        n = self.row.ws["open"]
+        rss = {"rss_before_open": procs.rss_bytes(pid)}
+
+        def sample():
+            rss["rss_open"] = procs.rss_bytes(pid)
+
+        seconds = max(duration_s, 3.0)  # the sample is taken a second after they are all open
+        result, raw = wsload.hold(self.load_argv(port, seconds, open_=n), self.row.ws, sample,
+                                  timeout_s=seconds + 120)
+        if "rss_open" in rss:
+            rss["rss_per_conn"] = (rss["rss_open"] - rss["rss_before_open"]) / n
+        elif not result.get("failed"):
+            result["failed"], result["failure"] = True, "no RSS sample while the connections were open"
+        return result, raw, rss
+
     def headers(self):
         # A row's own headers (row.extra["headers"]) go to every arm, after the browser's.
         return ([] if self.s.bare_request else wrk.BROWSER_HEADERS) + list(self.row.extra.get("headers", ()))
@@ -242,10 +290,15 @@ class RowRunner:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             client = self.row.extra.get("client")
+            rss = {}
             if client == "connect":
                 result, raw = self._run_connect(arm_state, duration_s)
             elif client == "idle":
                 result, raw = self._run_idle(arm_state)
+            elif self.row.ws and self.row.ws.get("open"):
+                result, raw, rss = self._hold(port, proc.pid, duration_s)
+            elif self.row.ws:
+                result, raw = wsload.run(self.load_argv(port, duration_s), self.row.ws, timeout_s=duration_s + 60)
             elif self.row.target_requests:
                 result, raw = self._run_until(port, self.row.target_requests, arm_state.get("warm_rps") or 5000)
             else:
@@ -278,6 +331,7 @@ class RowRunner:
             "quiet_wait_s": round(waited, 1),
             "server_processes": len(after),
             "wrk_output": raw,
+            **rss,
         }
         for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s", "open_when_read"):
             if key in result:
@@ -396,15 +450,23 @@ class RowRunner:
         argv = arm.command(self.row.app, port)
         log_path = self.workdir / f"{self.suite}-{self.row.id}-{arm.name}.log"
         run_env = dict(__import__("os").environ)
-        run_env["PYTHONPATH"] = str(env.APPS_DIR)
+        # tests/apps: the lifespan helper the ASGI apps share with the tests' apps
+        run_env["PYTHONPATH"] = str(env.APPS_DIR) + __import__("os").pathsep + str(env.ROOT / "tests" / "apps")
         run_env["PYTHONUNBUFFERED"] = "1"
         run_env.update(arm.env)
         if self.s.nice:
             argv = ["nice", "-n", str(self.s.nice)] + argv
-        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
+        cpus = self.row.server_cpus or str(SERVER_CPU)
+        exe = Path(arm.argv[0])
+        if exe.is_absolute() and not exe.exists():
+            # An interpreter's venv that was not built (the threads suite: make bench builds them).
+            return {"arm": arm, "port": port, "command": ["taskset", "-c", cpus] + argv, "log": log_path,
+                    "skipped": f"{exe} does not exist" + (f" (make build PY={arm.python_key})" if getattr(arm, "python_key", "")
+                                                          else "")}
+        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=cpus)
         err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s,
                          arm.scheme)
-        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
+        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", cpus] + argv,
                  "log": log_path}
         if err:
             procs.stop(proc)
@@ -412,13 +474,24 @@ class RowRunner:
             state["skipped"] = f"{err}: {tail.strip()}"
         return state
 
+    def restart(self, st):
+        """Stop an arm's server and start it again (same arm, new port), warmed up as at the start."""
+        procs.stop(st["proc"])
+        fresh = self.start_arm(st["arm"])
+        if "skipped" in fresh:
+            raise RuntimeError(f"{st['arm'].name} did not start again: {fresh['skipped'][:300]}")
+        st.update(port=fresh["port"], proc=fresh["proc"], command=fresh["command"], log=fresh["log"])
+        if self.s.warmup_s > 0:
+            self.warm_up(st, self.s.warmup_s)
+
     def run(self):
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
                "slow_ms": row.slow_ms if row.slow_inflight or any(a.load.get("slow_inflight") for a in row.arms) else None, "target_requests": row.target_requests,
                "attack": row.attack or None, "attackers": row.attackers,
-               "attack_target": row.attack_target or None, **row.extra,
+               "attack_target": row.attack_target or None, "server_cpus": row.server_cpus or None, "ws": row.ws,
+               **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
@@ -450,19 +523,24 @@ class RowRunner:
             if out["status"] == "ok" and live:
                 for st in live:  # warm-up
                     if s.warmup_s > 0:
-                        warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s)), st["arm"].scheme),
-                                          timeout_s=s.warmup_s + 60)
-                        st["warm_rps"] = warm.get("rps")
+                        self.warm_up(st, s.warmup_s)
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
+                    st["pss_after_warmup"] = procs.pss_bytes(st["proc"].pid)
                     st["rounds"] = []
                 rounds = 1 if row.target_requests else s.rounds
                 for r in range(rounds):
                     order = live[r % len(live):] + live[: r % len(live)]
                     for st in order:
                         time.sleep(s.pause_s)
-                        rec = self.measure(st, s.duration_s)
+                        try:
+                            if row.ws and row.ws.get("open") and r > 0:
+                                self.restart(st)  # a fresh process: memory the last round freed is not reused
+                            rec = self.measure(st, s.duration_s)
+                        except RuntimeError as e:
+                            rec = {"failed": True, "failure": str(e)}
                         rec["round"] = r + 1
                         rec["rss_after"] = procs.rss_bytes(st["proc"].pid)
+                        rec["pss_after"] = procs.pss_bytes(st["proc"].pid)
                         st["rounds"].append(rec)
                         env.log(f"{self.suite}/{row.id} r{r + 1} {st['arm'].name}: {_brief(rec)}")
         finally:
@@ -482,8 +560,13 @@ class RowRunner:
         arm = st["arm"]
         rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
                "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
-               "wrk_command": self.wrk_argv(st["port"], self.s.duration_s, arm.scheme), "status": "ok",
-               "scheme": arm.scheme}
+               "wrk_command": self.load_argv(st["port"], self.s.duration_s,
+                                             open_=(self.row.ws or {}).get("open"), scheme=arm.scheme),
+               "status": "ok", "scheme": arm.scheme}
+        if getattr(arm, "python", ""):
+            # An arm on an interpreter of its own (the threads suite): which, and the versions there.
+            rec["python"] = env.python_info_cached(arm.python)
+            rec["versions"] = env.pip_versions_cached(arm.python)
         if any(a.load for a in self.row.arms):
             rec["load"] = self.load(arm)
         if "skipped" in st:
@@ -492,6 +575,7 @@ class RowRunner:
             return rec
         rec["parity"] = st.get("parity")
         rec["rss_after_warmup"] = st.get("rss_after_warmup")
+        rec["pss_after_warmup"] = st.get("pss_after_warmup")
         rounds = st.get("rounds", [])
         rec["rounds"] = rounds
         if not rounds:
@@ -502,7 +586,7 @@ class RowRunner:
             rec["status"] = FAILED
             rec["failure"] = "; ".join(f"round {r['round']}: {r['failure']}" for r in failed)
         rec["median"], rec["spread"] = {}, {}
-        for m in METRICS + ("rss_after",):
+        for m in METRICS + ("rss_after", "pss_after"):
             med, spread = median_spread([r.get(m) for r in rounds if not r["failed"]])
             rec["median"][m] = med
             rec["spread"][m] = spread

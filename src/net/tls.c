@@ -24,6 +24,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "portable.h"
 #include "tls.h"
 
 /* One set of session-ticket keys, laid out as SSL_CTX_set_tlsext_ticket_keys
@@ -303,7 +304,7 @@ static int conn_bio_write(BIO *b, const char *in, int inl)
     BIO_clear_retry_flags(b);
     ssize_t n;
     do {
-        n = send(tc->fd, in, (size_t)inl, MSG_NOSIGNAL);
+        n = send(tc->fd, in, (size_t)inl, M0_MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         BIO_set_retry_write(b);
@@ -409,7 +410,7 @@ static void tls_answer_plain_http(m0_tls_conn *tc)
                                "Connection: close\r\n"
                                "\r\n"
                                "This port speaks HTTPS: use https:// to reach it.\n";
-    (void)!send(tc->fd, resp, sizeof(resp) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)!send(tc->fd, resp, sizeof(resp) - 1, M0_MSG_NOSIGNAL | MSG_DONTWAIT);
     char scratch[4096];
     for (int i = 0; i < 16 && recv(tc->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++) {
     }

@@ -10,8 +10,15 @@ import time
 
 import httpx
 import pytest
-import trustme
 from websockets.sync.client import connect as ws_connect
+
+try:
+    import trustme
+except ImportError:
+    # trustme needs cryptography, which publishes no wheel a free-threaded interpreter can load (its
+    # abi3 wheels do not load there, its source build fetches Rust crates): on 3.13t the same
+    # certificates are made with the openssl command line.
+    import openssl_pki as trustme
 
 from test_cli import run_cli
 from test_operator_errors import one_line
@@ -267,10 +274,13 @@ def test_websocket_over_tls(serve, pki):
 
 
 def _encrypted_key(pki, password):
+    path = pki.dir / "enc-key.pem"
+    if trustme.__name__ == "openssl_pki":
+        trustme.encrypt_key(pki.server.private_key_pem.bytes(), password, path)
+        return str(path)
     from cryptography.hazmat.primitives import serialization
 
     key = serialization.load_pem_private_key(pki.server.private_key_pem.bytes(), None)
-    path = pki.dir / "enc-key.pem"
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.BestAvailableEncryption(password.encode())))
     return str(path)
