@@ -11,6 +11,16 @@ import re
 from pathlib import Path
 
 import pytest
+
+try:
+    import sslyze  # noqa: F401
+except ImportError:
+    import sysconfig
+
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        raise  # in requirements-test.txt: installed on every interpreter with a GIL (3.11, 3.13)
+    pytest.skip("sslyze needs nassl and cryptography builds that a free-threaded interpreter cannot load "
+                "(requirements-test-ft.txt leaves it out)", allow_module_level=True)
 from sslyze import (
     CertificateInfoExtraArgument,
     ScanCommand,
