@@ -313,7 +313,7 @@ void m0_conn_close_after(m0_conn *c, int linger)
     m0_conn_end_tls(c, 1);
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
-    c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED);
+    c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
     c->rlen = c->rpos = 0;
     m0_conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
     m0_conn_interest(c);
@@ -1007,7 +1007,7 @@ void m0_conn_park(m0_conn *c)
         return;
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
-    c->flags |= M0_CF_WRITABLE_WANTED;
+    c->flags |= M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED;
     m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
     m0_conn_interest(c);
 }

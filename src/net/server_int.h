@@ -86,6 +86,8 @@ enum {
     M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0_pace_note,
                                       * cleared by the timer, dispatch and close) */
     M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
+    M0_CF_DRAIN_WANTED = 1u << 11,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
+                                      * m0_conn_park, cleared with WRITABLE_WANTED) */
 };
 
 typedef struct m0_listener {
@@ -173,15 +175,22 @@ struct m0_conn {
      *    (m0_conn_wait sends while it waits) and its final bytes left for
      *    the loop (pool_held), which the loop sends once it has it back.
      * So the loop never reads these fields of a detached connection
-     * (m0_conn_interest and conn_io_cb return first). */
+     * (m0_conn_interest and conn_io_cb return first).
+     * Hence the rule of the writers (M0_WRITE_*, server.h): only the owner
+     * sends this queue, so bytes stay queued when a write returns only if
+     * the app does not run before they are sent: a view's write() returns
+     * once they are in the kernel; an iterator's item or a file that the
+     * socket did not take sets the response aside (the loop owns the queue
+     * again, sends it and resumes the app once it is empty); what ends a
+     * response is the loop's to send. */
     char *wbuf;
     size_t wcap;
     size_t wlen;
     size_t wpos;
-    int out_stalled; /* a blocking writer stopped waiting for this peer until it drains the queue
-                      * (conn_write.c); the output's owner's */
-    int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
-               * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
+    int out_stalled; /* an M0_WRITE_PARK writer stopped waiting for this peer until it drains the
+                      * queue (conn_write.c); the output's owner's */
+    int held;        /* in the server's held list: output waits for the pass's end. Set and cleared by the
+                      * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
     m0_conn *held_prev;
     m0_conn *held_next;
 
@@ -199,9 +208,9 @@ struct m0_conn {
     /* m0_conn_complete's arguments, carried to the loop thread (under the
      * server's done_lock) */
     m0_conn *done_next;
-    int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
-                    * back. Set by the loop, cleared when it takes it back; read by the owner (all
-                    * under done_lock) */
+    int muted;       /* the loop stopped watching it while it was away: wake the loop when it comes
+                      * back. Set by the loop, cleared when it takes it back; read by the owner (all
+                      * under done_lock) */
     int done_keep;   /* done_*: written by the owner before done_lock, read by the loop after it */
     int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
     int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
