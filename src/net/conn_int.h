@@ -1,5 +1,8 @@
-/* Private to src/net: functions shared by conn.c (state machine),
- * conn_body.c (request bodies) and conn_write.c (output). */
+/* Private to src/net: functions shared by the connection's files: conn.c
+ * (setup, buffers, closing, timer, interest, errors), conn_read.c (reading
+ * the socket), conn_process.c (parse, dispatch, finish), conn_body.c (request
+ * bodies), conn_write.c (output), conn_handoff.c (parked responses, requests
+ * handed to another thread), conn_io.c (the byte transport), conn_log.c. */
 #ifndef M0_NET_CONN_INT_H
 #define M0_NET_CONN_INT_H
 
@@ -20,8 +23,20 @@ void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
 void m0_conn_error_of(m0_conn *c, int status, const m0_request *req);
+/* conn.c: give the read buffer and the header array back (nothing is
+ * buffered, no request pending); m0_conn_buffers_release: and the write
+ * buffer (nothing queued). */
+void m0_conn_input_release(m0_conn *c);
+void m0_conn_buffers_release(m0_conn *c);
+/* conn_read.c: one read into the read buffer (see there), and the
+ * connection's epoll callback. */
 ssize_t m0_conn_fill(m0_conn *c);
+void m0_conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events);
+/* conn_process.c: parse and dispatch the buffered requests in order;
+ * m0_conn_dispatch: hand the parsed request (its body buffered, or to be
+ * streamed) to the handler. */
 void m0_conn_process(m0_conn *c);
+void m0_conn_dispatch(m0_conn *c);
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
  * the call: c may be closed when this returns, and is freed then unless
  * another frame still holds it. */
@@ -102,5 +117,10 @@ void m0_conn_read_now(m0_conn *c);
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is
  * needed, negative when the connection must close. */
 int m0_conn_discard(m0_conn *c);
+/* conn_body.c: the loop's read-ahead of a body it buffers before the
+ * dispatch (state BODY). 1 when the body is complete, or outgrew
+ * body_buffer_size (the rest streams), 0 when more input is needed, or minus
+ * the HTTP status of a framing error. */
+int m0_conn_body_buffer(m0_conn *c);
 
 #endif
