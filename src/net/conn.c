@@ -244,7 +244,7 @@ void m0_conn_interest(m0_conn *c)
 {
     if (c->state == M0_CS_CLOSED)
         return;
-    /* Another thread owns it: the registration stays as it was (m0_conn_io_cb),
+    /* Another thread owns it: the registration stays as it was (conn_io_cb),
      * and its write buffer, which the owner writes, is not read here. */
     if (c->detached)
         return;

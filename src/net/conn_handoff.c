@@ -25,7 +25,7 @@ static void conn_hand_back(m0_conn *c, int urgent);
 void m0_conn_detach(m0_conn *c)
 {
     /* The epoll interest is left as it is (no syscall per request): an event
-     * while it is away is handled in m0_conn_io_cb. Output held for the pass's
+     * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
      * end goes now: the loop must not touch the buffer the owner appends to. */
     if (c->held)
         (void)m0_conn_release_held(c); /* a gone peer fails the owner's first write */
@@ -45,7 +45,7 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished
      * keep-alive exchange waits for the client's next request, whose arrival
-     * wakes the loop anyway (m0_conn_io_cb), or for the loop's next pass. */
+     * wakes the loop anyway (conn_io_cb), or for the loop's next pass. */
     size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
     int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
                  __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||

@@ -31,7 +31,7 @@ void m0_conn_buffers_release(m0_conn *c);
 /* conn_read.c: one read into the read buffer (see there), and the
  * connection's epoll callback. */
 ssize_t m0_conn_fill(m0_conn *c);
-void m0_conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events);
+extern void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
 /* conn_process.c: parse and dispatch the buffered requests in order;
  * m0_conn_dispatch: hand the parsed request (its body buffered, or to be
  * streamed) to the handler. */

@@ -190,7 +190,7 @@ void m0_conn_read_now(m0_conn *c)
     m0_conn_release(c);
 }
 
-void m0_conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
+static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
     m0_conn *c = (m0_conn *)io;
     c->refs++;
@@ -228,3 +228,6 @@ void m0_conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     }
     m0_conn_release(c);
 }
+
+/* Named conn_io_cb in the binary: bench/callgrind counts inside it. */
+void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events) = conn_io_cb;
