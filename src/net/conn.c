@@ -83,25 +83,6 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     return c;
 }
 
-/* Give the read buffer and the header array back (the recycle allocators
- * keep the common sizes): nothing is buffered and no request is pending. */
-void m0_conn_input_release(m0_conn *c)
-{
-    m0_server *srv = c->srv;
-    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
-        m0_recycle_put(&srv->rbufs, c->rbuf);
-    else
-        free(c->rbuf);
-    if (srv != NULL)
-        m0_recycle_put(&srv->hdrs, c->headers);
-    else
-        free(c->headers);
-    c->rbuf = NULL;
-    c->headers = c->req.headers = NULL;
-    c->head_base = NULL;
-    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
-}
-
 void m0_conn_wbuf_release(m0_conn *c)
 {
     if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
@@ -110,13 +91,6 @@ void m0_conn_wbuf_release(m0_conn *c)
         free(c->wbuf);
     c->wbuf = NULL;
     c->wcap = c->wlen = c->wpos = 0;
-}
-
-/* The same, and the write buffer (nothing is queued). */
-void m0_conn_buffers_release(m0_conn *c)
-{
-    m0_conn_input_release(c);
-    m0_conn_wbuf_release(c);
 }
 
 /* Not inlined: callers hold references the compiler cannot count, and a
@@ -132,12 +106,6 @@ __attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
         return;
     }
     free(c);
-}
-
-void m0_conn_release(m0_conn *c)
-{
-    if (--c->refs == 0 && c->state == M0_CS_CLOSED)
-        m0_conn_destroy(c);
 }
 
 void m0_conn_close(m0_conn *c, int notify)
@@ -189,17 +157,6 @@ int m0_conn_peer_progressed(const m0_conn *c)
 {
     int q = m0_conn_outq(c);
     return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
-}
-
-void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
-{
-    m0_loop *loop = c->srv->loop;
-    if (kind == M0_TIMER_SEND)
-        c->send_outq = m0_conn_outq(c);
-    c->timer_kind = kind;
-    c->deadline_ms = m0_loop_now(loop) + timeout_ms;
-    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
-        m0_timer_start(loop, &c->timer, timeout_ms);
 }
 
 static void conn_timer_cb(m0_loop *loop, m0_timer *t)

@@ -6,10 +6,11 @@
 #ifndef M0_NET_CONN_INT_H
 #define M0_NET_CONN_INT_H
 
+#include <stdlib.h>
+
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
-void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms);
 uint32_t m0_conn_send_timeout(const m0_conn *c);
 /* Bytes the kernel holds in c's send queue, not yet acknowledged by the
  * peer (SIOCOUTQ), or -1. */
@@ -23,11 +24,49 @@ void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
 void m0_conn_error_of(m0_conn *c, int status, const m0_request *req);
-/* conn.c: give the read buffer and the header array back (nothing is
- * buffered, no request pending); m0_conn_buffers_release: and the write
- * buffer (nothing queued). */
-void m0_conn_input_release(m0_conn *c);
-void m0_conn_buffers_release(m0_conn *c);
+/* Give the (empty) write buffer back; loop thread only (conn.c). */
+void m0_conn_wbuf_release(m0_conn *c);
+
+/* Inline, with m0_conn_release (server_int.h): each runs on every
+ * keep-alive request, from conn_process.c and conn_read.c. */
+/* Arm the connection's timer for `kind` (lazy: re-arming later than the
+ * armed deadline costs nothing). */
+static inline void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
+{
+    m0_loop *loop = c->srv->loop;
+    if (kind == M0_TIMER_SEND)
+        c->send_outq = m0_conn_outq(c);
+    c->timer_kind = kind;
+    c->deadline_ms = m0_loop_now(loop) + timeout_ms;
+    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
+        m0_timer_start(loop, &c->timer, timeout_ms);
+}
+
+/* Give the read buffer and the header array back (the recycle allocators
+ * keep the common sizes): nothing is buffered and no request is pending. */
+static inline void m0_conn_input_release(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->rbuf);
+    else
+        free(c->rbuf);
+    if (srv != NULL)
+        m0_recycle_put(&srv->hdrs, c->headers);
+    else
+        free(c->headers);
+    c->rbuf = NULL;
+    c->headers = c->req.headers = NULL;
+    c->head_base = NULL;
+    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+}
+
+/* The same, and the write buffer (nothing is queued). */
+static inline void m0_conn_buffers_release(m0_conn *c)
+{
+    m0_conn_input_release(c);
+    m0_conn_wbuf_release(c);
+}
 /* conn_read.c: one read into the read buffer (see there), and the
  * connection's epoll callback. */
 ssize_t m0_conn_fill(m0_conn *c);
@@ -68,8 +107,6 @@ void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
 void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0_conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
-/* Give the (empty) write buffer back; loop thread only (conn.c). */
-void m0_conn_wbuf_release(m0_conn *c);
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
  * server's block hooks around the wait: 0, -ETIMEDOUT, -EINTR (a signal
  * handler raised) or -errno. */

@@ -325,8 +325,13 @@ void m0_listeners_update(m0_server *srv);
 /* conn.c */
 m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
 void m0_conn_close(m0_conn *c, int notify);
-void m0_conn_release(m0_conn *c);
 void m0_conn_destroy(m0_conn *c);
+/* Drop a frame's reference: the last one frees a closed connection. */
+static inline void m0_conn_release(m0_conn *c)
+{
+    if (--c->refs == 0 && c->state == M0_CS_CLOSED)
+        m0_conn_destroy(c);
+}
 /* conn_handoff.c */
 void m0_conn_take_completed(m0_server *srv);
 int m0_conn_take_completed_or_mute(m0_conn *c);
