@@ -12,14 +12,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/sockios.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../http/response.h"
 #include "conn_int.h"
+#include "portable.h"
 
 static void conn_timer_cb(m0_loop *loop, m0_timer *t);
 
@@ -149,8 +148,7 @@ uint32_t m0_conn_send_timeout(const m0_conn *c)
 
 int m0_conn_outq(const m0_conn *c)
 {
-    int q = 0;
-    return ioctl(c->io.fd, SIOCOUTQ, &q) == 0 ? q : -1;
+    return m0_sock_outq(c->io.fd);
 }
 
 int m0_conn_peer_progressed(const m0_conn *c)

@@ -4,9 +4,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 
 #include "conn_int.h"
+#include "portable.h"
 
 /* One read into the free end of the read buffer, growing it (up to the head
  * limit) only while waiting for a head. Returns bytes read, 0 at EOF (sets
