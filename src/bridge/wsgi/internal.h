@@ -216,11 +216,14 @@ extern PyType_Spec m0_wsgi_sr_spec;
 extern PyType_Spec m0_wsgi_write_spec;
 /* Send body pieces (after the head when it is not sent yet). final: these are
  * the last bytes of the response (the head may then carry their total as
- * Content-Length, and the last chunk is appended). Returns 0, or -1 WITHOUT
- * an exception when the peer is gone (sr->write_error says why) or no memory
- * was available for the head. */
+ * Content-Length, and the last chunk is appended). wait: how the write waits
+ * for the peer (net/server.h): M0_WRITE_SENT for write(), after which the app
+ * runs on; M0_WRITE_PARK for the bytes of a result, whose caller sets the
+ * response aside while bytes stay queued (can_park, wsgi.c) or ends it.
+ * Returns 0, or -1 WITHOUT an exception when the peer is gone
+ * (sr->write_error says why) or no memory was available for the head. */
 #define M0_WSGI_SEND_PIECES_MAX 64 /* n <= this */
-int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final);
+int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final, int wait);
 /* Put "Content-Length: len" in the head (before it is sent), for a body whose
  * length is known before its bytes (sendfile). */
 void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len);

@@ -449,13 +449,16 @@ static int result_close(m0_wsgi *w, PyObject *result)
     return 0;
 }
 
-/* Whether this request's sending may stop and resume when the peer reads:
- * neither the loop thread (inline) nor a pool thread waits on one client.
- * An iterator's response is set aside with more than M0_WRITE_HIGH_WATER
- * queued, so it queues at most that plus one item. */
+/* Whether the iterator's response must wait for its peer before the app
+ * runs again (its next item): neither the loop thread (inline) nor a pool
+ * thread waits on one client, and no byte the app produced stays queued
+ * while it runs (nothing would send it). An item's write waits while the
+ * peer keeps up (M0_WRITE_PARK); whatever it left queued sets the response
+ * aside, and the app is called again once the queue is empty
+ * (M0_CONN_WRITABLE after m0_conn_park). */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+    return sr->c != NULL && m0_conn_write_pending(sr->c) > 0;
 }
 
 /* Set the connection aside until its peer reads: parked by the loop thread
@@ -496,7 +499,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
             }
             struct iovec iov = {PyBytes_AS_STRING(item), len};
             ended = sized && PyObject_LengthHint(it, 1) == 0;
-            int rc = m0_wsgi_send(sr, &iov, 1, len, ended);
+            int rc = m0_wsgi_send(sr, &iov, 1, len, ended, M0_WRITE_PARK);
             if (rc < 0 || sr->overflow || ended)
                 break; /* peer gone, past the Content-Length, or sent whole */
         }
@@ -514,7 +517,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
         return -1;
     }
     if (!ended && !sr->write_error && !sr->overflow && sr->c != NULL)
-        m0_wsgi_send(sr, NULL, 0, 0, 1);
+        m0_wsgi_send(sr, NULL, 0, 0, 1, M0_WRITE_PARK);
     return 0;
 error:
     Py_XDECREF(item);
@@ -566,7 +569,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
-                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow) {
+                    if (m0_wsgi_send(sr, iov, k, len, 0, M0_WRITE_PARK) < 0 || sr->overflow) {
                         Py_DECREF(snap);
                         return 0;
                     }
@@ -574,7 +577,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len = 0;
                 }
             }
-            m0_wsgi_send(sr, iov, k, len, 1);
+            m0_wsgi_send(sr, iov, k, len, 1, M0_WRITE_PARK);
             Py_DECREF(snap);
             return 0;
         }
@@ -675,7 +678,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev_final(sr->c, &iov, 1, 1) < 0) /* the whole response */
+                if (m0_conn_writev_final(sr->c, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
