@@ -133,7 +133,7 @@ def measure(python, app, request, n, workdir):
     out = os.path.join(workdir, f"cg.{label}")
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "m0serve", app,
             "--interface", "asgi", "--host", "127.0.0.1", "--port", "0"]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps") + os.pathsep + os.path.join(ROOT, "tests", "apps"))
     proc, port = start_server(argv, env, workdir, label)
     try:
         sock = socket.create_connection(("127.0.0.1", port))

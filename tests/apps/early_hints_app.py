@@ -1,4 +1,4 @@
-"""Apps for tests/test_early_hints.py: 103 Early Hints from WSGI and ASGI."""
+"""Apps for tests/engine/test_early_hints.py: 103 Early Hints from WSGI and ASGI."""
 import time
 
 HINTS = [("Link", "</a.css>; rel=preload; as=style"), ("Link", "</b.js>; rel=preload; as=script")]

@@ -1,4 +1,4 @@
-"""ASGI app for tests/test_trailers.py: the http.response.trailers extension."""
+"""ASGI app for tests/engine/test_trailers.py: the http.response.trailers extension."""
 
 
 async def app(scope, receive, send):

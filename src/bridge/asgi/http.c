@@ -271,15 +271,14 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
  * the body is complete. */
 int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
 {
-    char line[64];
+    m0_head *head = &h->head;
     /* Trailers need the chunked coding: a client that accepts them gets it
      * even for a body known whole. */
     if (h->trailers && h->te_trailers && !h->no_body && h->minor_version >= 1)
         more = 1;
-    if (!h->has_date && m0_head_add(&h->head, m0_date_line(), M0_DATE_LINE_LEN) < 0)
+    if (m0_head_reserve(head, M0_HEAD_SUFFIX_MAX) < 0)
         return -1;
-    if (h->base.asgi->server_header && !h->has_server && m0_head_add(&h->head, "Server: m0serve\r\n", 17) < 0)
-        return -1;
+    m0_head_put_date_server(head, h->has_date, h->has_server, h->base.asgi->server_header);
     if (h->resp_length < 0 && h->status >= 200 && h->status != 204 && h->status != 304) {
         if (!more && (h->req_flags & M0_REQ_HEAD) && first_len == 0) {
             /* HEAD answered without body bytes (frameworks do so for a view
@@ -288,23 +287,10 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
              * Transfer-Encoding. */
         } else if (!more) {
             h->resp_length = (int64_t)first_len;
-            char digits[24];
-            size_t nd = 0, v = first_len;
-            do {
-                digits[nd++] = (char)('0' + v % 10);
-                v /= 10;
-            } while (v != 0);
-            memcpy(line, "Content-Length: ", 16);
-            for (size_t i = 0; i < nd; i++)
-                line[16 + i] = digits[nd - 1 - i];
-            line[16 + nd] = '\r';
-            line[17 + nd] = '\n';
-            if (m0_head_add(&h->head, line, 18 + nd) < 0)
-                return -1;
+            m0_head_put_content_length(head, first_len);
         } else if (h->minor_version >= 1) {
             h->chunked = 1;
-            if (m0_head_add(&h->head, "Transfer-Encoding: chunked\r\n", 28) < 0)
-                return -1;
+            m0_head_put(head, "Transfer-Encoding: chunked\r\n", 28);
         } else {
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
@@ -312,17 +298,9 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     /* RFC 9110 6.5: trailers the client did not ask for (no "TE: trailers"),
      * or that no chunked body can carry, are dropped. */
     h->trailers_send = h->trailers && h->te_trailers && h->chunked && !h->no_body;
-    if (h->status == 101) {
-        if (m0_head_add(&h->head, "Connection: upgrade\r\n", 21) < 0)
-            return -1;
-    } else if (!h->keep_alive) {
-        if (m0_head_add(&h->head, "Connection: close\r\n", 19) < 0)
-            return -1;
-    } else if (h->minor_version == 0) {
-        if (m0_head_add(&h->head, "Connection: keep-alive\r\n", 24) < 0)
-            return -1;
-    }
-    return m0_head_add(&h->head, "\r\n", 2);
+    m0_head_put_connection(head, h->status == 101, h->keep_alive, h->minor_version);
+    m0_head_put(head, "\r\n", 2);
+    return 0;
 }
 
 /* The response is complete: detach, finish the connection (which may start

@@ -44,11 +44,7 @@ static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date,
 
 static int head_add_common(m0_asgi_ws *w, int has_date, int has_server)
 {
-    if (!has_date && head_add(w, m0_date_line(), M0_DATE_LINE_LEN) < 0)
-        return -1;
-    if (w->base.asgi->server_header && !has_server && head_add(w, "Server: m0serve\r\n", 17) < 0)
-        return -1;
-    return 0;
+    return m0_head_add_date_server(&w->head, has_date, has_server, w->base.asgi->server_header);
 }
 
 /* --- send: the handshake answers --- */
