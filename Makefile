@@ -225,7 +225,7 @@ fuzz-apps: build
 
 # The Autobahn|Testsuite fuzzing client against a WebSocket echo, deflate on (all 517 cases:
 # about 45 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
-# 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/test_ws_deflate_cases.py runs
+# 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/asgi/test_ws_deflate_cases.py runs
 # the cases of sections 12-13 with a Python 3 client on every test run.
 autobahn: build
 	PY=$(VPY) tests/autobahn/run.sh --ws-per-message-deflate on
