@@ -143,7 +143,7 @@ def main():
     args = ap.parse_args()
     if not os.path.exists(args.load):
         os.makedirs(os.path.dirname(args.load), exist_ok=True)
-        subprocess.run(["cc", "-O2", "-o", args.load, os.path.join(HERE, "ws_load.c")], check=True)
+        subprocess.run(["cc", "-O2", "-o", args.load, os.path.join(HERE, "ws_load.c"), "-lz"], check=True)
     arms = args.arms.split(",")
     rows = {arm: [] for arm in arms}
     for r in range(args.rounds):

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../net/portable.h"
+
 int m0_serve_access_log_init(ServerObject *self, PyObject *access_log, int *fd)
 {
     if (!PyCallable_Check(access_log)) {
@@ -20,7 +22,7 @@ int m0_serve_access_log_init(ServerObject *self, PyObject *access_log, int *fd)
         *fd = on ? 2 : -1;
         return 0;
     }
-    int mfd = memfd_create("m0serve-access-log", MFD_CLOEXEC);
+    int mfd = m0_memfd_open("m0serve-access-log");
     if (mfd < 0 || fcntl(mfd, F_SETFL, O_APPEND) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         if (mfd >= 0)
@@ -77,8 +79,7 @@ static void flush_held(ServerObject *self)
     self->access_log_read += got;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t done = self->access_log_read / page * page;
-    if (done > self->access_log_freed &&
-        fallocate(self->access_log_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)done) == 0)
+    if (done > self->access_log_freed && m0_file_punch(self->access_log_fd, (off_t)done) == 0)
         self->access_log_freed = done;
     PyObject *callable = Py_NewRef(self->access_log);
     PyObject *text = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)got, "backslashreplace");

@@ -1,9 +1,11 @@
 /* Request bodies: Content-Length and chunked framing over the connection's
  * read buffer (chunked is decoded in place), 100-continue on the first read,
  * blocking reads bounded by body_timeout_ms, discarding an unread body after
- * the response, and the raw stream after an upgrade. */
+ * the response, the raw stream after an upgrade, and the loop's read-ahead
+ * of a body it buffers before the dispatch. */
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -208,4 +210,77 @@ int m0_conn_discard(m0_conn *c)
             return -1;
         return 0;
     }
+}
+
+/* --- the loop's read-ahead of a body it buffers before the dispatch --- */
+
+static int conn_rbuf_reserve(m0_conn *c, size_t cap)
+{
+    if (c->rcap >= cap)
+        return 0;
+    char *nb = realloc(c->rbuf, cap);
+    if (nb == NULL)
+        return -ENOMEM;
+    c->rbuf = nb;
+    c->rcap = cap;
+    return 0;
+}
+
+/* Read-ahead of a body being buffered: decode what arrived (chunked, in
+ * place, decoded bytes kept contiguous after the head) and make room for the
+ * rest. 1 when the body is complete, or when it outgrew body_buffer_size
+ * (the rest is streamed), 0 when more input is needed, or minus the HTTP
+ * status of a framing error. */
+int m0_conn_body_buffer(m0_conn *c)
+{
+    const m0_server_config *cfg = &c->srv->cfg;
+    size_t head_end = c->rpos + c->head_len;
+    if (c->body_mode == M0_BODY_LENGTH) {
+        size_t have = c->rlen - head_end;
+        if (have >= c->body_left)
+            return 1;
+        /* Room for the rest, grown as bytes arrive (doubling, up to the whole
+         * body, which is within body_buffer_size): a client that declares a
+         * large body and sends a few bytes holds a buffer of about what it
+         * sent, not of what it declared. */
+        size_t whole = head_end + (size_t)c->body_left;
+        if (c->rcap < whole && c->rcap - c->rlen < M0_BODY_ROOM) {
+            size_t cap = c->rcap * 2 < whole ? c->rcap * 2 : whole;
+            if (conn_rbuf_reserve(c, cap) < 0)
+                return -500;
+        }
+        return 0;
+    }
+    while (c->body_raw < c->rlen) {
+        size_t len = c->rlen - c->body_raw, consumed = 0;
+        int r = m0_chunked_decode(&c->dec, c->rbuf + c->body_raw, &len, &consumed);
+        if (r < 0)
+            return r == M0_PARSE_BODY_TOO_LARGE ? -413 : -400;
+        if (len > 0 && c->body_end != c->body_raw)
+            memmove(c->rbuf + c->body_end, c->rbuf + c->body_raw, len);
+        c->body_end += len;
+        c->body_raw += consumed;
+        if (r == 1) {
+            c->body_done = 1;
+            return 1;
+        }
+        if (consumed == 0)
+            break;
+    }
+    if (c->body_raw > c->body_end) {
+        /* The undecoded rest follows the decoded bytes. */
+        size_t rest = c->rlen - c->body_raw;
+        memmove(c->rbuf + c->body_end, c->rbuf + c->body_raw, rest);
+        c->rlen = c->body_end + rest;
+        c->body_raw = c->body_end;
+    }
+    size_t limit = c->head_len + (size_t)cfg->body_buffer_size + M0_BODY_ROOM;
+    if (c->body_end - head_end >= cfg->body_buffer_size)
+        return 1;
+    if (c->rcap - c->rlen < M0_BODY_ROOM) {
+        size_t cap = c->rcap * 2 < limit ? c->rcap * 2 : limit;
+        if (cap <= c->rlen || conn_rbuf_reserve(c, cap) < 0)
+            return 1; /* no more room: stream the rest */
+    }
+    return 0;
 }

@@ -1,12 +1,16 @@
-/* Private to src/net: functions shared by conn.c (state machine),
- * conn_body.c (request bodies) and conn_write.c (output). */
+/* Private to src/net: functions shared by the connection's files: conn.c
+ * (setup, buffers, closing, timer, interest, errors), conn_read.c (reading
+ * the socket), conn_process.c (parse, dispatch, finish), conn_body.c (request
+ * bodies), conn_write.c (output), conn_handoff.c (parked responses, requests
+ * handed to another thread), conn_io.c (the byte transport), conn_log.c. */
 #ifndef M0_NET_CONN_INT_H
 #define M0_NET_CONN_INT_H
+
+#include <stdlib.h>
 
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
-void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms);
 uint32_t m0_conn_send_timeout(const m0_conn *c);
 /* Bytes the kernel holds in c's send queue, not yet acknowledged by the
  * peer (SIOCOUTQ), or -1. */
@@ -20,8 +24,58 @@ void m0_conn_interest(m0_conn *c);
 void m0_conn_close_after(m0_conn *c, int linger);
 void m0_conn_error(m0_conn *c, int status);
 void m0_conn_error_of(m0_conn *c, int status, const m0_request *req);
+/* Give the (empty) write buffer back; loop thread only (conn.c). */
+void m0_conn_wbuf_release(m0_conn *c);
+
+/* Inline, with m0_conn_release (server_int.h): each runs on every
+ * keep-alive request, from conn_process.c and conn_read.c. */
+/* Arm the connection's timer for `kind` (lazy: re-arming later than the
+ * armed deadline costs nothing). */
+static inline void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
+{
+    m0_loop *loop = c->srv->loop;
+    if (kind == M0_TIMER_SEND)
+        c->send_outq = m0_conn_outq(c);
+    c->timer_kind = kind;
+    c->deadline_ms = m0_loop_now(loop) + timeout_ms;
+    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
+        m0_timer_start(loop, &c->timer, timeout_ms);
+}
+
+/* Give the read buffer and the header array back (the recycle allocators
+ * keep the common sizes): nothing is buffered and no request is pending. */
+static inline void m0_conn_input_release(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->rbuf);
+    else
+        free(c->rbuf);
+    if (srv != NULL)
+        m0_recycle_put(&srv->hdrs, c->headers);
+    else
+        free(c->headers);
+    c->rbuf = NULL;
+    c->headers = c->req.headers = NULL;
+    c->head_base = NULL;
+    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+}
+
+/* The same, and the write buffer (nothing is queued). */
+static inline void m0_conn_buffers_release(m0_conn *c)
+{
+    m0_conn_input_release(c);
+    m0_conn_wbuf_release(c);
+}
+/* conn_read.c: one read into the read buffer (see there), and the
+ * connection's epoll callback. */
 ssize_t m0_conn_fill(m0_conn *c);
+extern void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
+/* conn_process.c: parse and dispatch the buffered requests in order;
+ * m0_conn_dispatch: hand the parsed request (its body buffered, or to be
+ * streamed) to the handler. */
 void m0_conn_process(m0_conn *c);
+void m0_conn_dispatch(m0_conn *c);
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
  * the call: c may be closed when this returns, and is freed then unless
  * another frame still holds it. */
@@ -53,8 +107,6 @@ void m0_conn_flush(m0_conn *c);
 void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
 void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0_conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
-/* Give the (empty) write buffer back; loop thread only (conn.c). */
-void m0_conn_wbuf_release(m0_conn *c);
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
  * server's block hooks around the wait: 0, -ETIMEDOUT, -EINTR (a signal
  * handler raised) or -errno. */
@@ -102,5 +154,10 @@ void m0_conn_read_now(m0_conn *c);
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is
  * needed, negative when the connection must close. */
 int m0_conn_discard(m0_conn *c);
+/* conn_body.c: the loop's read-ahead of a body it buffers before the
+ * dispatch (state BODY). 1 when the body is complete, or outgrew
+ * body_buffer_size (the rest streams), 0 when more input is needed, or minus
+ * the HTTP status of a framing error. */
+int m0_conn_body_buffer(m0_conn *c);
 
 #endif

@@ -7,19 +7,17 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "conn_int.h"
+#include "portable.h"
 
 #define M0_SEND_WINDOW 64
-/* A blocking writer (a view) queues up to this much before it waits for its
- * peer: on the loop thread (inline) it must not wait for one slow reader, and
- * on a pool thread it must not be held by one (an iterator's response is set
- * aside instead once more than M0_WRITE_HIGH_WATER is queued, bridge/wsgi).
- * So a connection queues at most this plus one write; only write() past it,
- * which cannot be set aside, waits for the peer. */
+/* A writer that may leave bytes queued (M0_WRITE_PARK, an iterator's item)
+ * waits for its peer once more than this is queued, so a connection queues
+ * at most this plus one write (an item larger than it waits down to it). A
+ * write() (M0_WRITE_SENT) queues nothing when it returns. */
 #define M0_QUEUE_MAX (16 * 1024 * 1024)
 
 /* Output written by the loop's own thread during a pass (WSGI inline, the
@@ -66,13 +64,6 @@ void m0_conn_unhold(m0_conn *c)
         c->held_next->held_prev = c->held_prev;
     c->held = 0;
     c->held_prev = c->held_next = NULL;
-}
-
-/* How much queued output a blocking writer leaves before it waits. */
-static size_t conn_queue_limit(const m0_conn *c)
-{
-    (void)c;
-    return M0_QUEUE_MAX;
 }
 
 uint64_t m0_conn_now_ms(void)
@@ -273,20 +264,34 @@ static int conn_flush_until(m0_conn *c, size_t keep)
     return 0;
 }
 
-/* A blocking writer returns once its bytes are in the kernel while the peer
- * keeps taking them: nothing it produced should wait for its next call
- * (DESIGN.md section 2), and when it returns it may block on anything else.
- * It waits for the socket at most a stall at a time (M0_WRITE_STALL_MS on a
- * pool thread, M0_WRITE_STALL_LOOP_MS on the loop's, where every connection
- * waits with it) and M0_WRITE_FLUSH_MS per write. A peer that takes nothing
- * for a stall has a socket-full of bytes to read; a slow one must not hold
- * the thread. Either way the writer stops waiting (c->out_stalled) until the
- * peer catches up with the whole queue, and the rest stays queued (up to the
- * queue limit) for its next write, its next wait for input (m0_conn_wait)
- * or the loop once the response ends. 0 or -errno. */
+/* An M0_WRITE_PARK writer (or sendfile) goes on while the peer keeps taking
+ * bytes: it waits for the socket at most a stall at a time
+ * (M0_WRITE_STALL_MS on a pool thread, M0_WRITE_STALL_LOOP_MS on the loop's,
+ * where every connection waits with it) and M0_WRITE_FLUSH_MS per write; a
+ * fast reader then costs no set-aside (a hand-off to the loop and back to a
+ * thread). A peer that takes nothing for a stall, or a write that has waited
+ * its share, stops the waiting: the caller sets the response aside with the
+ * rest queued, and the loop sends it. */
 #define M0_WRITE_STALL_MS 200
 #define M0_WRITE_STALL_LOOP_MS 50
 #define M0_WRITE_FLUSH_MS 1000
+
+/* Wait for the socket to take more, keeping up with the peer (above);
+ * *until is 0 at the first call of a write. 0 (writable), -ETIMEDOUT (stop
+ * waiting: c->out_stalled is set), -EINTR, -errno. */
+static int conn_wait_keeping_up(m0_conn *c, uint64_t *until)
+{
+    uint64_t now = m0_conn_now_ms();
+    if (*until == 0)
+        *until = now + M0_WRITE_FLUSH_MS;
+    uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
+    int w = now < *until ? m0_conn_wait(c, POLLOUT, stall < *until ? stall : *until) : -ETIMEDOUT;
+    if (w == -ETIMEDOUT)
+        c->out_stalled = 1; /* until the peer catches up with the whole queue (conn_send) */
+    return w;
+}
+
+/* Send the queue while the peer keeps up (M0_WRITE_PARK). 0 or -errno. */
 static int conn_flush_keeping_up(m0_conn *c)
 {
     uint64_t until = 0;
@@ -294,14 +299,8 @@ static int conn_flush_keeping_up(m0_conn *c)
         int r = conn_send(c, NULL, 0, NULL);
         if (r != -EAGAIN)
             return r;
-        uint64_t now = m0_conn_now_ms();
-        if (until == 0)
-            until = now + M0_WRITE_FLUSH_MS;
-        uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
-        int w = now < until ? m0_conn_wait(c, POLLOUT, stall < until ? stall : until) : -ETIMEDOUT;
-        if (w == -ETIMEDOUT)
-            c->out_stalled = 1;
-        else if (w < 0)
+        int w = conn_wait_keeping_up(c, &until);
+        if (w < 0 && w != -ETIMEDOUT)
             return w;
     }
     return 0;
@@ -332,7 +331,7 @@ int m0_conn_send_continue(m0_conn *c, int blocking)
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
-    /* A blocking write is a view's (WSGI), which runs on after it returns:
+    /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
      * after the pass: held for the pass's end. */
@@ -393,8 +392,10 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         return r;
     if (wbuf_append(c, iov, iovcnt, done) < 0)
         return -ENOMEM;
-    if (blocking) {
-        r = conn_flush_until(c, conn_queue_limit(c));
+    if (blocking == M0_WRITE_SENT)
+        return conn_flush_until(c, 0);
+    if (blocking == M0_WRITE_PARK) {
+        r = conn_flush_until(c, M0_QUEUE_MAX);
         return r < 0 ? r : conn_flush_keeping_up(c);
     }
     c->flags |= M0_CF_WRITABLE_WANTED;
@@ -407,17 +408,31 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     return 0;
 }
 
+/* The socket is full for a sendfile that may not wait (M0_WRITE_NOWAIT, or
+ * an M0_WRITE_PARK one whose peer stopped keeping up): on the loop's thread
+ * M0_CONN_WRITABLE follows; a thread that owns a detached connection sets
+ * the response aside instead (c->flags are the loop's). */
+static void conn_sendfile_blocked(m0_conn *c)
+{
+    if (c->detached)
+        return;
+    c->flags |= M0_CF_WRITABLE_WANTED;
+    m0_conn_interest(c);
+}
+
 static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
+    uint64_t until = 0;
     if (c->wlen > c->wpos) {
-        if (!blocking) {
-            c->flags |= M0_CF_WRITABLE_WANTED;
-            m0_conn_interest(c);
+        int r = blocking == M0_WRITE_SENT   ? conn_flush_until(c, 0)
+                : blocking == M0_WRITE_PARK ? conn_flush_keeping_up(c)
+                                            : conn_send(c, NULL, 0, NULL);
+        if (r < 0 && r != -EAGAIN)
+            return r;
+        if (c->wlen > c->wpos) {
+            conn_sendfile_blocked(c);
             return -EAGAIN;
         }
-        int r = conn_flush_until(c, 0);
-        if (r < 0)
-            return r;
     }
     c->resp_started = 1;
     size_t sent = 0;
@@ -436,14 +451,16 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
         if (err == EINTR)
             continue;
         if (err == EAGAIN || err == EWOULDBLOCK) {
-            if (blocking) {
-                int w = conn_wait_writable(c);
-                if (w < 0)
-                    return w;
+            int w = blocking == M0_WRITE_SENT   ? conn_wait_writable(c)
+                    : blocking == M0_WRITE_PARK ? conn_wait_keeping_up(c, &until)
+                                                : -EAGAIN;
+            if (w == 0)
                 continue;
-            }
-            c->flags |= M0_CF_WRITABLE_WANTED;
-            m0_conn_interest(c);
+            if (w != -EAGAIN && w != -ETIMEDOUT)
+                return w;
+            if (blocking == M0_WRITE_SENT)
+                return w; /* the send timeout */
+            conn_sendfile_blocked(c);
             if (sent == 0)
                 return -EAGAIN; /* 0 means end of file */
             break;
@@ -473,11 +490,8 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     sigset_t pending;
     int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     ssize_t r = conn_sendfile(c, fd, offset, count, blocking);
-    if (r == -EPIPE && !was_pending) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
-        }
-    }
+    if (r == -EPIPE && !was_pending)
+        m0_sigpipe_take();
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
 }
@@ -542,8 +556,11 @@ void m0_conn_flush(m0_conn *c)
         if (c->state == M0_CS_CLOSED)
             return;
     }
-    if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
-        c->flags &= ~M0_CF_WRITABLE_WANTED;
+    /* A parked response's app runs when it is notified: only once nothing is
+     * queued (m0_conn_park); an async handler's waits below the low-water mark. */
+    size_t below = (c->flags & M0_CF_DRAIN_WANTED) ? 1 : M0_WRITE_LOW_WATER;
+    if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < below) {
+        c->flags &= ~(M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
         if (c->pending || c->state == M0_CS_RAW) {
             m0_conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)

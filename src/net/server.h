@@ -48,7 +48,7 @@ typedef struct m0_conn m0_conn;
 enum {
     M0_CONN_BODY = 1,     /* body bytes (or the end of the body) became readable, or the peer
                            * finished sending (half-close or gone) while a request is pending */
-    M0_CONN_WRITABLE = 2, /* the write buffer drained below the low-water mark */
+    M0_CONN_WRITABLE = 2, /* the write buffer drained below the low-water mark (a parked response: empty) */
     M0_CONN_CLOSED = 3,   /* the peer went away or the connection was aborted */
 };
 
@@ -201,13 +201,36 @@ int m0_conn_keep_alive(const m0_conn *c);
  * beyond one read buffer: that is the read backpressure. */
 ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 
-/* Write raw response bytes (the handler frames them with http/response.h).
- * Both modes write what the socket takes and copy the rest into the
- * connection's write buffer, which the loop flushes. blocking: then waits,
- * while more than M0_WRITE_HIGH_WATER is queued, for the peer to read (with
- * the block hooks around the wait); fails with -ETIMEDOUT once the peer
- * made no progress for send_timeout_ms, or
- * -EPIPE/-ECONNRESET. Non-blocking (loop thread only): returns 0 at once;
+/* How a write or a sendfile may wait for the peer (their `blocking`
+ * argument). A thread that returns from a write with bytes still queued is
+ * the only one that can send them (the rule beside the write buffer's
+ * fields, server_int.h): so a write returns with bytes queued only when its
+ * caller does not run the app next (the response ends, or is set aside until
+ * the queue drained). */
+enum {
+    /* The loop's thread: what the socket does not take is queued and the
+     * loop sends it (EPOLLOUT); M0_CONN_WRITABLE follows. */
+    M0_WRITE_NOWAIT = 0,
+    /* Return once every byte is in the kernel (the queue is empty), waiting
+     * for the peer with the block hooks around the wait: WSGI's write()
+     * callable, after which the app runs on (PEP 3333: "transmitted or
+     * buffered for transmission"; nothing would transmit a queue while the
+     * app sleeps). Fails with -ETIMEDOUT once the peer made no progress for
+     * send_timeout_ms. */
+    M0_WRITE_SENT = 1,
+    /* Wait while the peer keeps taking bytes (at most a stall of
+     * M0_WRITE_STALL_MS, conn_write.c), and while more than 16 MiB is
+     * queued; then return with the rest queued. The caller must not run the
+     * app before the queue drained: it ends the response (the loop sends the
+     * rest), or sets it aside when m0_conn_write_pending() is not 0
+     * (m0_conn_park, m0_conn_set_aside), to be resumed at M0_CONN_WRITABLE. */
+    M0_WRITE_PARK = 2,
+};
+
+/* Write raw response bytes (the handler frames them with http/response.h):
+ * what the socket takes at once, the rest copied into the connection's write
+ * buffer, then waiting as `blocking` (M0_WRITE_*) says. 0, or -EPIPE,
+ * -ECONNRESET, -ETIMEDOUT, -ENOMEM. Non-blocking (loop thread only):
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
@@ -217,11 +240,14 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
  * the caller must complete the connection (m0_conn_complete) without waiting
  * on anything else. Otherwise as m0_conn_writev. */
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
-/* sendfile(2) count bytes of fd from offset. Blocking: returns once count
- * bytes are sent or at end of file (fewer), or -errno (the same deadline as
- * writev). Non-blocking: returns
- * the bytes the socket took (> 0), 0 at end of file, or -EAGAIN when it took
- * none (queued output first, or a full socket): M0_CONN_WRITABLE follows. */
+/* sendfile(2) count bytes of fd from offset, after the queued output.
+ * M0_WRITE_SENT: returns once count bytes are sent or at end of file
+ * (fewer), or -errno (the same deadline as writev). M0_WRITE_NOWAIT and
+ * M0_WRITE_PARK (which first waits while the peer keeps up, as a write):
+ * returns the bytes the socket took (> 0), 0 at end of file, or -EAGAIN when
+ * it took none (queued output first, or a full socket); the caller then
+ * parks or sets aside the response, or (the loop's thread) waits for
+ * M0_CONN_WRITABLE. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 size_t m0_conn_write_pending(const m0_conn *c);
 /* The write buffer mark above which an async handler should wait. */
@@ -233,11 +259,13 @@ size_t m0_conn_write_pending(const m0_conn *c);
  * request is dispatched. */
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 
-/* The handler's response waits for the peer to read (its queued output is
- * above the high-water mark): the request stays pending, the heartbeat no
- * longer counts it as running, M0_CONN_WRITABLE follows once the queue
- * drains below the low-water mark, and a peer that reads nothing for the
- * send timeout has its connection closed (M0_CONN_CLOSED). */
+/* The handler's response waits for the peer to read (a write left bytes
+ * queued, or a sendfile found the socket full): the request stays pending,
+ * the heartbeat no longer counts it as running, M0_CONN_WRITABLE follows once
+ * the queue is empty and the socket takes more (not at the low-water mark:
+ * the handler then runs the app, and nothing may stay queued meanwhile), and
+ * a peer that reads nothing for the send timeout has its connection closed
+ * (M0_CONN_CLOSED). */
 void m0_conn_park(m0_conn *c);
 
 /* Hand the pending request to another thread (see the top of this file).
@@ -247,8 +275,8 @@ void m0_conn_detach(m0_conn *c);
  * finishes the response (flushes what is queued, keep-alive, the next
  * pipelined request) at its next pass. The caller must not touch c after. */
 void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
-/* The owning thread's m0_conn_park: its response waits for the peer (more
- * than M0_WRITE_HIGH_WATER queued), so the thread goes back to work. The
+/* The owning thread's m0_conn_park: its response waits for the peer (bytes
+ * queued, or a full socket), so the thread goes back to work. The
  * loop takes the connection back unfinished and parks it; once the peer
  * drained the queue the handler gets M0_CONN_WRITABLE on the loop's thread,
  * and may hand the connection to a thread again (m0_conn_detach); a close

@@ -86,6 +86,8 @@ enum {
     M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0_pace_note,
                                       * cleared by the timer, dispatch and close) */
     M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
+    M0_CF_DRAIN_WANTED = 1u << 11,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
+                                      * m0_conn_park, cleared with WRITABLE_WANTED) */
 };
 
 typedef struct m0_listener {
@@ -94,47 +96,65 @@ typedef struct m0_listener {
     struct m0_listener *next;
 } m0_listener;
 
+/* A connection. Its fields are grouped by owner.
+ *
+ * The thread rule, once for every group: "the owner" of a connection is the
+ * loop thread, or, from m0_conn_detach until the loop takes the connection
+ * back (m0_conn_complete, m0_conn_set_aside, m0_conn_hand_closed), the thread
+ * running its request (a pool thread). The owner alone reads and writes the
+ * input, body and output groups and the handler's data; meanwhile the loop
+ * thread reads none of them (conn_io_cb, m0_conn_interest and the timer
+ * return first for a detached connection) and touches only the lifetime
+ * fields marked "loop" and the hand-off group, each with the rule beside
+ * it. A field the loop sets for each request (at dispatch, before the
+ * hand-off) is then the owner's to read. The hand-off itself orders these
+ * accesses: the work queue's mutex (workq.c) going out, the server's
+ * done_lock coming back (conn_handoff.c). */
 struct m0_conn {
-    m0_io io;
-    m0_timer timer;
-    m0_server *srv;
-    m0_conn *prev;
+    /* --- lifetime and state: the loop thread's --- */
+    m0_io io;       /* loop (the registration stays as it was while detached) */
+    m0_timer timer; /* loop: stopped by m0_conn_detach */
+    m0_server *srv; /* set at accept; read by every thread */
+    m0_conn *prev;  /* loop: the server's list of connections */
     m0_conn *next;
-    void *data;
-    int refs;            /* net-layer frames on the stack for this connection (loop thread) */
-    m0_conn_state state; /* written by the loop thread; a pool thread that owns it reads it */
-    unsigned flags;      /* M0_CF_*: the loop thread's alone */
-    /* Flags that a pool thread reads or writes while the connection is
-     * detached, each a field of its own (not a bit of `flags`, see M0_CF_*).
-     * "The owner" is the loop thread, or the pool thread from m0_conn_detach
-     * until the loop takes the connection back from m0_conn_complete. */
-    int pending;               /* a request is dispatched and not finished: set at dispatch, cleared by
-                                * finish, close and the hand-back of an aborted one (loop); read by the
-                                * loop after the hand-off and by the owner (m0_conn_log_head) */
-    int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
-    int peer_eof;              /* read() returned 0: set by the owner */
-    int continue_sent;         /* the 100 went out, or was not needed: cleared for each new request
-                                * (loop), set by the owner's first body read */
-    int expect_continue;       /* the request asked for 100-continue: set for each new request, cleared
-                                * by an upgrade (loop); read by the owner */
-    int detached;              /* owned by another thread until m0_conn_complete: set by m0_conn_detach,
-                                * cleared when the loop takes it back; read by both threads meanwhile */
-    int abort_after;           /* the server aborted while detached: close once it comes back. Set by
-                                * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
-    int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
-                                * (loop), set by the owner's writes */
-    int pool_held;             /* the owner left the response's last bytes queued for the loop to send
-                                * (m0_conn_writev_final): set by the owner, cleared by the loop when it
-                                * takes the connection back */
-    uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
-    uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
-    int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
-                                * (re)started, -1 unknown: less at its expiry means the peer reads */
-    const char *head_base;     /* where the head was parsed: its spans point there */
-    m0_timer_kind timer_kind;
-    uint64_t deadline_ms; /* lazy: the timer may fire earlier and re-arm */
+    void *data;               /* the handler's: the owner's */
+    int refs;                 /* loop: net-layer frames on the stack for this connection */
+    m0_conn_state state;      /* written by the loop thread; the owner reads it */
+    unsigned flags;           /* M0_CF_*: the loop thread's alone, even while detached (see M0_CF_*) */
+    m0_timer_kind timer_kind; /* loop */
+    uint64_t deadline_ms;     /* loop; lazy: the timer may fire earlier and re-arm */
+    uint32_t nreq;            /* requests dispatched: loop, at dispatch; the owner reads it */
+    uint64_t start_ns;        /* monotonic ns when the pending request was dispatched (loop) */
 
-    /* read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
+    /* --- hand-off: the fields both threads touch while a thread owns the
+     * connection (conn_handoff.c), each a field of its own, not a bit of
+     * `flags` (two threads writing bits of one word race) --- */
+    int detached;    /* owned by another thread: set by m0_conn_detach, cleared when the loop takes it back;
+                      * read by both threads meanwhile */
+    int abort_after; /* the server aborted while detached: close once it comes back. Set by
+                      * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
+    int pending;     /* a request is dispatched and not finished: set at dispatch, cleared by finish,
+                      * close and the hand-back of an aborted one (loop); read by the loop after the
+                      * hand-off and by the owner (m0_conn_log_head) */
+    int pool_held;   /* the owner left the response's last bytes queued for the loop to send
+                      * (m0_conn_writev_final): set by the owner, cleared by the loop when it takes the
+                      * connection back */
+    /* m0_conn_complete's arguments, carried to the loop thread: done_* are
+     * written by the owner before it takes done_lock, read by the loop after */
+    m0_conn *done_next; /* the server's done list (under done_lock) */
+    int muted;          /* the loop stopped watching it while it was away: wake the loop when it comes
+                         * back. Set by the loop, cleared when it takes it back; read by the owner (all
+                         * under done_lock) */
+    int done_keep;
+    int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
+    int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
+    int done_status;
+    uint64_t done_bytes;
+    uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
+
+    /* --- input: the owner's (m0_conn_fill, conn_read.c; a blocking body
+     * read on the owning thread reads the socket too) ---
+     * read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
      * request is pending, [rpos, rpos + head_len) is its head. NULL (and
      * headers NULL) while the connection is idle: taken from the server's
      * recycle allocators when input arrives, given back when none is left. */
@@ -148,22 +168,31 @@ struct m0_conn {
      * whenever rpos moves to other bytes), and where its last line starts. */
     size_t head_seen;
     size_t head_line;
+    const char *head_base; /* where the head was parsed: its spans point there */
     m0_request req;
     m0_header *headers;
+    int peer_eof; /* read() returned 0: set by the owner */
 
-    /* body framing of the pending (or discarded) request */
+    /* --- body: framing of the pending (or discarded) request (conn_body.c);
+     * set for each request by the loop, then the owner's as it reads --- */
     m0_body_mode body_mode;
     int body_done;      /* set or cleared for each new request (loop), set by the owner as it reads */
     uint64_t body_left; /* LENGTH: bytes not yet consumed */
     size_t body_rd;     /* next unread decoded byte in rbuf */
     size_t body_end;    /* CHUNKED: end of decoded bytes; raw input follows at body_raw */
     size_t body_raw;
-    uint64_t discard_budget;
+    uint64_t discard_budget; /* loop: after the response */
     m0_chunked_decoder dec;
+    uint64_t body_deadline_ms; /* monotonic ms by which a blocking body read must end */
+    int continue_sent;         /* the 100 went out, or was not needed: cleared for each new request
+                                * (loop), set by the owner's first body read */
+    int expect_continue;       /* the request asked for 100-continue: set for each new request, cleared
+                                * by an upgrade (loop); read by the owner */
 
-    /* Output. write buffer: [wpos, wlen) queued, not yet sent. It has one
-     * owner at a time, the only thread that appends to it or sends from it
-     * (through conn_send, conn_write.c, the one routine that sends):
+    /* --- output: the owner's (conn_write.c) ---
+     * write buffer: [wpos, wlen) queued, not yet sent. It has one owner at a
+     * time, the only thread that appends to it or sends from it (through
+     * conn_send, the one routine that sends):
      *  - the loop thread while the connection is attached: the loop's own
      *    writes and those of a view it runs (inline), the EPOLLOUT flush
      *    (m0_conn_flush) and the pass-end flush of held output;
@@ -172,44 +201,42 @@ struct m0_conn {
      *    the thread that owns the request: its writes, its waits for input
      *    (m0_conn_wait sends while it waits) and its final bytes left for
      *    the loop (pool_held), which the loop sends once it has it back.
-     * So the loop never reads these fields of a detached connection
-     * (m0_conn_interest and conn_io_cb return first). */
+     * Hence the rule of the writers (M0_WRITE_*, server.h): only the owner
+     * sends this queue, so bytes stay queued when a write returns only if
+     * the app does not run before they are sent: a view's write() returns
+     * once they are in the kernel; an iterator's item or a file that the
+     * socket did not take sets the response aside (the loop owns the queue
+     * again, sends it and resumes the app once it is empty); what ends a
+     * response is the loop's to send. */
     char *wbuf;
     size_t wcap;
     size_t wlen;
     size_t wpos;
-    int out_stalled; /* a blocking writer stopped waiting for this peer until it drains the queue
-                      * (conn_write.c); the output's owner's */
-    int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
-               * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
-    m0_conn *held_prev;
+    int out_stalled;           /* an M0_WRITE_PARK writer stopped waiting for this peer until it drains the
+                                * queue */
+    int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
+                                * (loop), set by the owner's writes */
+    int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
+    uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
+    int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
+                                * (re)started, -1 unknown: less at its expiry means the peer reads */
+    int held;                  /* in the server's held list: output waits for the pass's end. Set and
+                                * cleared by the loop thread (0 from m0_conn_detach until the connection
+                                * is back); the owner reads it */
+    m0_conn *held_prev;        /* loop */
     m0_conn *held_next;
 
-    /* pace.c: the current pacing window (loop thread only). It starts at the
-     * first read that leaves the head or the buffered body incomplete
-     * (pace_mark_ms 0: none started) and restarts at each dispatch. */
+    /* --- pacing (pace.c): the loop thread's alone ---
+     * The current pacing window. It starts at the first read that leaves
+     * the head or the buffered body incomplete (pace_mark_ms 0: none
+     * started) and restarts at each dispatch. */
     uint64_t pace_mark_ms;
     uint64_t pace_bytes; /* read in the window */
     m0_conn *pace_prev;  /* the server's paced list, while M0_CF_PACE_LINKED */
     m0_conn *pace_next;
 
-    uint32_t nreq;
-    uint64_t start_ns; /* monotonic ns when the pending request was dispatched */
-
-    /* m0_conn_complete's arguments, carried to the loop thread (under the
-     * server's done_lock) */
-    m0_conn *done_next;
-    int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
-                    * back. Set by the loop, cleared when it takes it back; read by the owner (all
-                    * under done_lock) */
-    int done_keep;   /* done_*: written by the owner before done_lock, read by the loop after it */
-    int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
-    int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
-    int done_status;
-    uint64_t done_bytes;
-    uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
-
-    /* proxy.c: the client as a trusted proxy describes it, per request */
+    /* --- proxy (proxy.c): the client as a trusted proxy describes it, per
+     * request; written by the loop at dispatch, read by the owner --- */
     int peer_trust; /* the peer is in the trusted table: 0 not yet known, 1 yes, 2 no */
     int fwd_client; /* fwd_client_host/port are set for the pending request */
     int fwd_client_port;
@@ -220,14 +247,18 @@ struct m0_conn {
     char fwd_client_host[64];
     char fwd_authority[264];
 
+    /* --- addresses: set at accept (a PROXY header replaces the peer's, on
+     * the loop before the first request); local_* a cache the owner fills
+     * on first use --- */
     int family;
     int peer_port;
     int local_port; /* -1 until asked */
     char peer_host[46];
     char local_host[46];
 
-    /* conn_io.c: the TLS session (NULL: plaintext), and the ring of
-     * sessions holding input (loop thread only) */
+    /* --- transport (conn_io.c): the TLS session (NULL: plaintext), the
+     * owner's like the output; the ring of sessions holding input, the loop
+     * thread's alone --- */
     struct m0_tls_conn *tls;
     m0_conn *tls_ring_next;
     int tls_ringing;
@@ -294,8 +325,14 @@ void m0_listeners_update(m0_server *srv);
 /* conn.c */
 m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
 void m0_conn_close(m0_conn *c, int notify);
-void m0_conn_release(m0_conn *c);
 void m0_conn_destroy(m0_conn *c);
+/* Drop a frame's reference: the last one frees a closed connection. */
+static inline void m0_conn_release(m0_conn *c)
+{
+    if (--c->refs == 0 && c->state == M0_CS_CLOSED)
+        m0_conn_destroy(c);
+}
+/* conn_handoff.c */
 void m0_conn_take_completed(m0_server *srv);
 int m0_conn_take_completed_or_mute(m0_conn *c);
 

@@ -6,11 +6,14 @@
 /sleep?ms=M    sleeps M ms, then answers b"slept"
 /cl-sleep      Content-Length: 5, yields b"hello", then sleeps 2 s in the generator
 /write-sleep?n=N&ms=M   write(N bytes), then sleeps M ms, returns []
+/yield-sleep?n=N&ms=M   a generator: yields N bytes, then sleeps M ms
 /duplex        echoes the body through write() as it reads it (64 KiB reads)
+/duplex-yield  echoes the body from a generator, one item per 64 KiB read
 /echo          the body back (read()), with a Content-Length
 /cached        a module-level list of 200 x 128 KiB pieces; 0.5 s after the first call a
                thread clears it (a cache refresh) while the response may still be sending
 """
+import tempfile
 import threading
 import time
 from urllib.parse import parse_qs
@@ -37,6 +40,19 @@ def _cl_sleep():
     time.sleep(2)
 
 
+def _yield_sleep(n, ms):
+    yield b"w" * n
+    time.sleep(ms / 1000)
+
+
+def _echo(inp):
+    while True:
+        b = inp.read(65536)
+        if not b:
+            break
+        yield b
+
+
 def _clear_later():
     time.sleep(0.5)
     CACHED.clear()  # frees the pieces unless the server holds its own references
@@ -61,6 +77,12 @@ def app(environ, start_response):
         write(b"w" * int(q.get("n", str(8 << 20))))
         time.sleep(int(q.get("ms", "3000")) / 1000)
         return []
+    if path == "/yield-sleep":
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return _yield_sleep(int(q.get("n", str(8 << 20))), int(q.get("ms", "3000")))
+    if path == "/duplex-yield":
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return _echo(environ["wsgi.input"])
     if path == "/duplex":
         inp = environ["wsgi.input"]
         write = start_response("200 OK", [("Content-Type", "application/octet-stream")])
@@ -91,7 +113,8 @@ def _pieces(n, size):
 
 
 def big_app(environ, start_response):
-    """/gen?n=N: N bytes from a generator of 64 KiB pieces; /list?n=N: a list of them; else hello."""
+    """/gen?n=N: N bytes from a generator of 64 KiB pieces; /list?n=N: a list of them;
+    /file?n=N: N bytes of a file through wsgi.file_wrapper (sendfile); else hello."""
     path = environ.get("PATH_INFO", "")
     q = _q(environ)
     n = int(q.get("n", str(8 << 20)))
@@ -101,4 +124,11 @@ def big_app(environ, start_response):
     if path == "/list":
         start_response("200 OK", [("Content-Type", "application/octet-stream")])
         return list(_pieces(n, 65536))
+    if path == "/file":
+        f = tempfile.TemporaryFile()
+        for piece in _pieces(n, 65536):
+            f.write(piece)
+        f.seek(0)
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return environ["wsgi.file_wrapper"](f, 65536)
     return app(environ, start_response)

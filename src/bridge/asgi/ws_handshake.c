@@ -83,7 +83,7 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
             goto error;
     }
     if (w->deflate_on) {
-        char ext[128];
+        char ext[M0_WS_DEFLATE_RESPONSE_SIZE];
         if ((w->deflate = m0_ws_deflate_new(&w->deflate_params)) == NULL) {
             PyErr_NoMemory();
             goto error;

@@ -155,15 +155,17 @@ void m0_wsgi_resume_release(m0_wsgi_resume *park)
     park->fd = -1;
 }
 
-/* sendfile park->left bytes from park->off. On a pool thread it waits for
- * the peer (blocking); on the loop thread it stops when the socket is full
- * and returns 2 (the loop resumes it when the peer has read). park->fd is
- * ours (a duplicate): it is closed when this returns 0. */
+/* sendfile park->left bytes from park->off. It stops when the socket is
+ * full and returns 2: the response is set aside and resumed when the peer
+ * has read (as an iterator's), so no client holds the loop's thread or a
+ * pool thread. A pool thread first waits while the peer keeps up
+ * (M0_WRITE_PARK: a fast reader costs no hand-off); the loop's thread does
+ * not wait. park->fd is ours (a duplicate): it is closed when this returns 0. */
 static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking);
 
 static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
-    int blocking = sr->w->pooled;
+    int blocking = sr->w->pooled ? M0_WRITE_PARK : M0_WRITE_NOWAIT;
     int rc = file_send_some(sr, park, blocking);
     if (rc != 2)
         m0_wsgi_resume_release(park);
@@ -221,7 +223,7 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
         m0_wsgi_declare_length(sr, count);
     }
     if (sr->no_body) {
-        m0_wsgi_send(sr, NULL, 0, 0, 1);
+        m0_wsgi_send(sr, NULL, 0, 0, 1, M0_WRITE_PARK);
         return 1;
     }
     /* A duplicate of the descriptor, taken while the GIL is held: the
@@ -233,7 +235,7 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    if (m0_wsgi_send(sr, NULL, 0, 0, 0) < 0) {
+    if (m0_wsgi_send(sr, NULL, 0, 0, 0, M0_WRITE_PARK) < 0) {
         close(own);
         return 1;
     }

@@ -8,7 +8,9 @@
  * wsgi.c); otherwise, and always on a free-threaded build, a fresh trio is
  * made, so an app that keeps them never sees a later request. When a request
  * ends the bridge marks its objects inactive: a stale start_response or
- * write() raises, a stale wsgi.input reads b"".
+ * write() raises, a stale wsgi.input reads b"". start_response, write() and
+ * wsgi.early_hints also raise when called from another thread than the one
+ * running the request (m0_wsgi_sr_owned).
  *
  * Error convention: NULL or -1 with a Python exception set, unless a comment
  * says otherwise.
@@ -149,7 +151,9 @@ struct m0_wsgi_sr {
     m0_conn *c;             /* NULL once the peer is gone */
     m0_wsgi_input *input;   /* borrowed, valid while active */
     PyObject *write;        /* borrowed, valid while active */
-    int active;             /* the request is being served */
+    int active;             /* the request is being served (atomic: read by any thread) */
+    unsigned long owner;    /* PyThread_get_thread_ident() of the thread running the request, 0 while
+                               its response waits set aside (atomic: read by any thread) */
     int minor_version;      /* of the request */
     int is_head;            /* HEAD request */
     int status;             /* 0 until start_response succeeded */
@@ -212,11 +216,14 @@ extern PyType_Spec m0_wsgi_sr_spec;
 extern PyType_Spec m0_wsgi_write_spec;
 /* Send body pieces (after the head when it is not sent yet). final: these are
  * the last bytes of the response (the head may then carry their total as
- * Content-Length, and the last chunk is appended). Returns 0, or -1 WITHOUT
- * an exception when the peer is gone (sr->write_error says why) or no memory
- * was available for the head. */
+ * Content-Length, and the last chunk is appended). wait: how the write waits
+ * for the peer (net/server.h): M0_WRITE_SENT for write(), after which the app
+ * runs on; M0_WRITE_PARK for the bytes of a result, whose caller sets the
+ * response aside while bytes stay queued (can_park, wsgi.c) or ends it.
+ * Returns 0, or -1 WITHOUT an exception when the peer is gone
+ * (sr->write_error says why) or no memory was available for the head. */
 #define M0_WSGI_SEND_PIECES_MAX 64 /* n <= this */
-int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final);
+int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final, int wait);
 /* Put "Content-Length: len" in the head (before it is sent), for a body whose
  * length is known before its bytes (sendfile). */
 void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len);
@@ -253,5 +260,13 @@ int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park);
 void m0_wsgi_resume_release(m0_wsgi_resume *park);
 
 /* wsgi.c */
+/* Whether the calling thread is the one running sr's request: 0, or -1 with a
+ * RuntimeError naming what (write(), start_response(), wsgi.early_hints()) when
+ * the request is over or another thread runs it. start_response, write() and
+ * wsgi.early_hints act on the connection's buffers with no lock (PEP 3333
+ * gives them to the request's thread): on a free-threaded build a second
+ * thread would run them at the same instant as the request's own, so every
+ * build refuses them from any other thread, even one the view joins. */
+int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what);
 
 #endif

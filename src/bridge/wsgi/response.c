@@ -178,10 +178,8 @@ static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         PyErr_SetString(PyExc_TypeError, "start_response() missing required arguments status and response_headers");
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "start_response() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "start_response()") < 0)
         return NULL;
-    }
     if (exc_info != Py_None) {
         if (sr->head_sent) {
             /* PEP 3333: too late to change the response, re-raise. */
@@ -254,10 +252,8 @@ static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t 
         PyErr_Format(PyExc_TypeError, "write() argument must be bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "write() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "write()") < 0)
         return NULL;
-    }
     if (!sr->status) {
         PyErr_SetString(PyExc_RuntimeError, "write() called before start_response()");
         return NULL;
@@ -266,7 +262,11 @@ static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t 
     if (len == 0)
         Py_RETURN_NONE;
     struct iovec iov = {PyBytes_AS_STRING(data), len};
-    if (m0_wsgi_send(sr, &iov, 1, len, 0) < 0) {
+    /* PEP 3333: write() returns once its bytes are "transmitted or buffered
+     * for transmission": nothing would transmit them while the app runs on
+     * (the loop does not send a detached connection's queue; inline the loop
+     * is this thread), so it returns once they are in the kernel. */
+    if (m0_wsgi_send(sr, &iov, 1, len, 0, M0_WRITE_SENT) < 0) {
         PyObject *a = Py_BuildValue("(is)", sr->write_error ? -sr->write_error : ECONNRESET, "client disconnected");
         if (a != NULL) {
             PyErr_SetObject(PyExc_OSError, a);
@@ -382,7 +382,7 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
     return h->len;
 }
 
-int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final)
+int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final, int wait)
 {
     struct iovec iov[SEND_IOV_MAX];
     char chunk_head[24];
@@ -449,7 +449,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
      * the iterable ended. Bytes that reach the Content-Length are complete
      * too, but the app runs on (the iterator's next item, its close) and
      * may block: they leave now. */
-    int rc = final ? m0_conn_writev_final(sr->c, iov, k, 1) : m0_conn_writev(sr->c, iov, k, 1);
+    int rc = final ? m0_conn_writev_final(sr->c, iov, k, M0_WRITE_PARK) : m0_conn_writev(sr->c, iov, k, wait);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;

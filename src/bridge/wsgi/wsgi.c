@@ -181,7 +181,8 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     sr->c = c;
     sr->input = in;
     sr->write = wr;
-    sr->active = 1;
+    __atomic_store_n(&sr->owner, PyThread_get_thread_ident(), __ATOMIC_RELAXED);
+    __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
     sr->status = 0;
@@ -200,13 +201,40 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
 
 static void sr_end(m0_wsgi_sr *sr)
 {
-    sr->active = 0;
+    __atomic_store_n(&sr->active, 0, __ATOMIC_RELAXED);
     sr->c = NULL;
     if (sr->input != NULL)
         sr->input->c = NULL;
     sr->input = NULL;
     sr->write = NULL;
     sr->w = NULL;
+}
+
+/* Set aside (owner 0: no thread runs it until a resume takes it), or taken
+ * by the thread resuming it, which may be another pool thread. Cleared before
+ * the connection is set aside: the thread that resumes it may start at once. */
+static void sr_own(m0_wsgi_sr *sr, unsigned long owner)
+{
+    __atomic_store_n(&sr->owner, owner, __ATOMIC_RELAXED);
+}
+
+int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what)
+{
+    /* Relaxed loads: the owner field only ever equals this thread's ident
+     * when this thread stored it (sr_begin, a resume); a stale value read
+     * from another thread is another thread's or 0, refused either way. */
+    if (__atomic_load_n(&sr->owner, __ATOMIC_RELAXED) == PyThread_get_thread_ident() &&
+        __atomic_load_n(&sr->active, __ATOMIC_RELAXED))
+        return 0;
+    if (!__atomic_load_n(&sr->active, __ATOMIC_RELAXED))
+        PyErr_Format(PyExc_RuntimeError, "%s called after its request finished", what);
+    else
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s called from a thread that is not running its request: WSGI's start_response, "
+                     "write() and wsgi.early_hints may be called only from the thread that called the "
+                     "application (or iterates its response)",
+                     what);
+    return -1;
 }
 
 /* --- the bridge --- */
@@ -421,13 +449,16 @@ static int result_close(m0_wsgi *w, PyObject *result)
     return 0;
 }
 
-/* Whether this request's sending may stop and resume when the peer reads:
- * neither the loop thread (inline) nor a pool thread waits on one client.
- * An iterator's response is set aside with more than M0_WRITE_HIGH_WATER
- * queued, so it queues at most that plus one item. */
+/* Whether the iterator's response must wait for its peer before the app
+ * runs again (its next item): neither the loop thread (inline) nor a pool
+ * thread waits on one client, and no byte the app produced stays queued
+ * while it runs (nothing would send it). An item's write waits while the
+ * peer keeps up (M0_WRITE_PARK); whatever it left queued sets the response
+ * aside, and the app is called again once the queue is empty
+ * (M0_CONN_WRITABLE after m0_conn_park). */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return sr->c != NULL && m0_conn_write_pending(sr->c) > M0_WRITE_HIGH_WATER;
+    return sr->c != NULL && m0_conn_write_pending(sr->c) > 0;
 }
 
 /* Set the connection aside until its peer reads: parked by the loop thread
@@ -468,7 +499,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
             }
             struct iovec iov = {PyBytes_AS_STRING(item), len};
             ended = sized && PyObject_LengthHint(it, 1) == 0;
-            int rc = m0_wsgi_send(sr, &iov, 1, len, ended);
+            int rc = m0_wsgi_send(sr, &iov, 1, len, ended, M0_WRITE_PARK);
             if (rc < 0 || sr->overflow || ended)
                 break; /* peer gone, past the Content-Length, or sent whole */
         }
@@ -486,7 +517,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
         return -1;
     }
     if (!ended && !sr->write_error && !sr->overflow && sr->c != NULL)
-        m0_wsgi_send(sr, NULL, 0, 0, 1);
+        m0_wsgi_send(sr, NULL, 0, 0, 1, M0_WRITE_PARK);
     return 0;
 error:
     Py_XDECREF(item);
@@ -538,7 +569,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
-                    if (m0_wsgi_send(sr, iov, k, len, 0) < 0 || sr->overflow) {
+                    if (m0_wsgi_send(sr, iov, k, len, 0, M0_WRITE_PARK) < 0 || sr->overflow) {
                         Py_DECREF(snap);
                         return 0;
                     }
@@ -546,7 +577,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len = 0;
                 }
             }
-            m0_wsgi_send(sr, iov, k, len, 1);
+            m0_wsgi_send(sr, iov, k, len, 1, M0_WRITE_PARK);
             Py_DECREF(snap);
             return 0;
         }
@@ -647,7 +678,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev_final(sr->c, &iov, 1, 1) < 0) /* the whole response */
+                if (m0_conn_writev_final(sr->c, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
@@ -729,6 +760,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
                 p->result = result;
                 p->resume = resume;
                 w->active = outer;
+                sr_own(sr, 0);
                 m0_conn_set_data(c, p);
                 conn_set_aside(w, c);
                 return 1;
@@ -752,6 +784,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
     w->active = sr;
+    sr_own(sr, PyThread_get_thread_ident());
     p->running = 1;
     int rc = p->resume.it != NULL ? iter_send(sr, p->resume.it) : m0_wsgi_file_send_more(sr, &p->resume);
     p->running = 0;
@@ -759,6 +792,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
         rc = 1;
     if (rc == 1 && sr->c != NULL) {
         w->active = outer;
+        sr_own(sr, 0);
         conn_set_aside(w, c);
         return;
     }

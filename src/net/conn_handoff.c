@@ -1,0 +1,155 @@
+/* Responses away from the dispatch: parked until the peer reads (the loop
+ * thread's own), and requests handed to another thread (m0_conn_detach) and
+ * back (m0_conn_complete, m0_conn_set_aside, m0_conn_hand_closed), through
+ * the server's done list, which the loop takes on its wake-up. The thread
+ * rule of each field involved is beside it (struct m0_conn, server_int.h). */
+#include <pthread.h>
+
+#include "conn_int.h"
+
+void m0_conn_park(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    if (c->state == M0_CS_CLOSED)
+        return;
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    c->flags |= M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED;
+    m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+    m0_conn_interest(c);
+}
+
+static void conn_finish_completed(m0_conn *c);
+static void conn_hand_back(m0_conn *c, int urgent);
+
+void m0_conn_detach(m0_conn *c)
+{
+    /* The epoll interest is left as it is (no syscall per request): an event
+     * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
+     * end goes now: the loop must not touch the buffer the owner appends to. */
+    if (c->held)
+        (void)m0_conn_release_held(c); /* a gone peer fails the owner's first write */
+    c->detached = 1;
+    c->timer_kind = M0_TIMER_NONE;
+    m0_timer_stop(c->srv->loop, &c->timer);
+}
+
+void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+{
+    m0_server *srv = c->srv;
+    c->done_keep = keep_alive;
+    c->done_status = status;
+    c->done_bytes = body_bytes;
+    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0_conn_clock_ns() : 0;
+    c->done_next = NULL;
+    /* The loop is woken only when it has something to do for this response
+     * now: output to flush, a close, input already buffered. A finished
+     * keep-alive exchange waits for the client's next request, whose arrival
+     * wakes the loop anyway (conn_io_cb), or for the loop's next pass. */
+    size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+    int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
+                 __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
+                 __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+    conn_hand_back(c, urgent);
+}
+
+void m0_conn_set_aside(m0_conn *c)
+{
+    c->done_parked = 1;
+    c->done_next = NULL;
+    conn_hand_back(c, 1); /* its queued output waits for the loop */
+}
+
+void m0_conn_hand_closed(m0_conn *c)
+{
+    c->refs++; /* dropped when it comes back (conn_finish_completed) */
+    c->done_closed = 1;
+    c->detached = 1;
+}
+
+int m0_conn_closed(const m0_conn *c)
+{
+    return c->state == M0_CS_CLOSED;
+}
+
+/* The owner gives c back to the loop (the done list), waking it when urgent. */
+static void conn_hand_back(m0_conn *c, int urgent)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->done_lock);
+    if (srv->done_tail != NULL)
+        srv->done_tail->done_next = c;
+    else
+        srv->done_head = c;
+    srv->done_tail = c;
+    urgent |= c->muted; /* its next request may already be waiting unwatched */
+    pthread_mutex_unlock(&srv->done_lock);
+    if (urgent)
+        m0_async_send(&srv->wake);
+    else
+        m0_async_post(&srv->wake);
+}
+
+/* Loop thread: finish the responses other threads completed. */
+void m0_conn_take_completed(m0_server *srv)
+{
+    pthread_mutex_lock(&srv->done_lock);
+    m0_conn *c = srv->done_head;
+    srv->done_head = srv->done_tail = NULL;
+    pthread_mutex_unlock(&srv->done_lock);
+    conn_finish_completed(c);
+}
+
+/* Loop thread, for a detached c that had an event: take the completed
+ * responses; when c is not among them, mark it muted (under the same lock
+ * its owner completes it with, so that the owner then wakes the loop).
+ * Returns 1 when c is still away. */
+int m0_conn_take_completed_or_mute(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->done_lock);
+    m0_conn *list = srv->done_head;
+    srv->done_head = srv->done_tail = NULL;
+    int found = 0;
+    for (m0_conn *d = list; d != NULL; d = d->done_next)
+        found |= d == c;
+    if (!found)
+        c->muted = 1;
+    pthread_mutex_unlock(&srv->done_lock);
+    conn_finish_completed(list);
+    return !found;
+}
+
+static void conn_finish_completed(m0_conn *c)
+{
+    while (c != NULL) {
+        m0_conn *next = c->done_next;
+        c->done_next = NULL;
+        c->detached = 0;
+        c->muted = 0;
+        if (c->done_closed) {
+            /* Closed while a thread released its handler state: free now. */
+            c->done_closed = c->done_parked = 0;
+            m0_conn_release(c);
+        } else if (c->done_parked && !c->abort_after) {
+            /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
+            c->done_parked = 0;
+            c->pool_held = 0;
+            m0_conn_park(c);
+        } else if (c->abort_after) {
+            /* Its request ends as any other (in-flight gauge, duration,
+             * access-log line), then the connection closes (m0_conn_finish). */
+            c->done_parked = 0;
+            c->pool_held = 0;
+            m0_conn_finish(c, 0, c->done_status, c->done_bytes);
+        } else {
+            if (c->pool_held && c->wlen > c->wpos)
+                m0_conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
+            else if (c->wlen > c->wpos)
+                m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            c->pool_held = 0;
+            m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
+        }
+        c = next;
+    }
+}

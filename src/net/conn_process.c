@@ -1,0 +1,364 @@
+/* The parse and dispatch loop: a parsed head's body framing, the dispatch
+ * to the handler (pipelining: requests are answered in order), keep-alive,
+ * finishing a response and the upgrade to a raw stream. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn_int.h"
+
+static int conn_prepare_body(m0_conn *c)
+{
+    const m0_request *req = &c->req;
+    size_t head_end = c->rpos + c->head_len;
+    c->body_rd = c->body_end = c->body_raw = head_end;
+    c->body_done = 0;
+    c->continue_sent = 0;
+    c->flags &= ~M0_CF_WANT_BODY;
+    if (req->flags & M0_REQ_CHUNKED) {
+        c->body_mode = M0_BODY_CHUNKED;
+        m0_chunked_init(&c->dec, c->srv->cfg.limits.max_body);
+        if (c->rcap - head_end < M0_BODY_ROOM) {
+            /* In-place decoding needs room past the head: move the head to
+             * the front (growing if needed); it is parsed again there before
+             * the dispatch. */
+            size_t len = c->rlen - c->rpos;
+            memmove(c->rbuf, c->rbuf + c->rpos, len);
+            c->rpos = 0;
+            c->rlen = len;
+            if (c->rcap - c->head_len < M0_BODY_ROOM) {
+                size_t cap = c->head_len + M0_BODY_ROOM;
+                char *nb = realloc(c->rbuf, cap);
+                if (nb == NULL)
+                    return -ENOMEM;
+                c->rbuf = nb;
+                c->rcap = cap;
+            }
+            c->body_rd = c->body_end = c->body_raw = c->head_len;
+        }
+    } else if (req->content_length > 0) {
+        c->body_mode = M0_BODY_LENGTH;
+        c->body_left = (uint64_t)req->content_length;
+    } else {
+        c->body_mode = M0_BODY_NONE;
+        c->body_done = 1;
+    }
+    c->expect_continue = (req->flags & M0_REQ_EXPECT_CONTINUE) && req->minor_version >= 1 && !c->body_done;
+    return 0;
+}
+
+/* Grow the read buffer to cap bytes (never shrinks). */
+void m0_conn_dispatch(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    c->timer_kind = M0_TIMER_NONE;
+    if (c->rbuf + c->rpos != c->head_base) {
+        /* The buffer moved or grew since the parse: the spans follow. */
+        int r = m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &srv->cfg.limits);
+        if (r != (int)c->head_len) {
+            m0_conn_error(c, 500);
+            return;
+        }
+        c->head_base = c->rbuf + c->rpos;
+    }
+    m0_pace_stop(c);
+    c->state = M0_CS_REQUEST;
+    c->pending = 1;
+    c->resp_started = 0;
+    c->send_deadline_ms = 0;
+    c->nreq++;
+    __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
+    m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
+    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
+        c->start_ns = m0_conn_clock_ns();
+        if (srv->heartbeat != NULL)
+            *srv->heartbeat = (int64_t)c->start_ns;
+    }
+    if (srv->cfg.proxy.headers)
+        m0_proxy_headers_resolve(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+    if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
+        m0_server_max_requests(srv); /* after the gate: the health path does not count */
+    int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    if (c->state == M0_CS_CLOSED)
+        return;
+    if (r < 0 || (r == 0 && c->pending)) {
+        /* -1, or a synchronous handler that did not finish: no response. */
+        if (c->detached)
+            return; /* a handler bug: the owner still holds it */
+        m0_conn_close(c, 0);
+        return;
+    }
+    if (c->pending)
+        m0_conn_interest(c);
+}
+
+/* A head was parsed: prepare its body framing, then either read a body that
+ * fits body_buffer_size first (state BODY) or dispatch now. */
+static void conn_begin(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    const m0_server_config *cfg = &srv->cfg;
+    c->timer_kind = M0_TIMER_NONE;
+    if (conn_prepare_body(c) < 0) {
+        m0_conn_error(c, 500);
+        return;
+    }
+    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+    int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
+                 (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+    if (!buffer) {
+        /* A larger body streams to the app. With Expect: 100-continue the
+         * choice is then the app's: it may answer without the body, and the
+         * 100 goes out only when it starts reading (conn_body.c). */
+        m0_conn_dispatch(c);
+        return;
+    }
+    if (c->expect_continue) {
+        /* A body the loop buffers: the loop answers the 100 itself (unless
+         * the client sent body bytes without waiting for it), so that the
+         * app never waits for the client. */
+        c->continue_sent = 1;
+        if (c->rlen <= c->rpos + c->head_len && m0_conn_send_continue(c, 0) < 0) {
+            m0_conn_close(c, 1);
+            return;
+        }
+    }
+    c->state = M0_CS_BODY;
+    int r = m0_conn_body_buffer(c);
+    if (r < 0) {
+        m0_conn_error(c, -r);
+        return;
+    }
+    if (r == 1) {
+        m0_conn_dispatch(c);
+        return;
+    }
+    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+}
+
+/* Whether a parse of the buffered head can give anything but
+ * M0_PARSE_INCOMPLETE after an earlier parse did. A head completes only at a
+ * LF, and the parser decides errors by position (parser.c), so a new parse is
+ * due only when the bytes read since then hold a LF or push the last line
+ * past every line limit. A head trickled in a few bytes per read then costs
+ * one parse per line, not one per read (picohttpparser's last_len). An error
+ * inside a line is found at its LF, at EOF or by the head_cap check. */
+static int conn_head_changed(m0_conn *c)
+{
+    const m0_limits *lim = &c->srv->cfg.limits;
+    const char *head = c->rbuf + c->rpos, *lf;
+    size_t len = c->rlen - c->rpos, seen = c->head_seen <= len ? c->head_seen : 0;
+    size_t max_line = lim->max_request_line > lim->max_header_size ? lim->max_request_line : lim->max_header_size;
+
+    lf = memrchr(head + seen, '\n', len - seen);
+    if (lf != NULL)
+        c->head_line = (size_t)(lf + 1 - head);
+    else if (seen == 0)
+        c->head_line = 0;
+    return seen == 0 || lf != NULL || len - c->head_line > max_line || c->peer_eof;
+}
+
+/* Parse and dispatch buffered requests in order until one stays pending,
+ * the buffer holds no complete head, or the connection closes. A loop, not
+ * recursion: m0_conn_finish() inside on_request only updates the state and
+ * the loop here picks up the next request. */
+void m0_conn_process(m0_conn *c)
+{
+    if (c->flags & M0_CF_PROCESSING)
+        return;
+    m0_server *srv = c->srv;
+    c->flags |= M0_CF_PROCESSING;
+    c->refs++;
+    if ((c->flags & M0_CF_PP_WAIT) && m0_proxy_protocol_read(c) <= 0) {
+        c->flags &= ~M0_CF_PROCESSING;
+        m0_conn_interest(c);
+        m0_conn_release(c);
+        return;
+    }
+    while (c->state != M0_CS_CLOSED && !(c->flags & M0_CF_CLOSE_AFTER)) {
+        if (c->state == M0_CS_DISCARD) {
+            int r = m0_conn_discard(c);
+            if (r < 0) {
+                m0_conn_close_after(c, 1);
+                break;
+            }
+            if (r == 0) {
+                if (c->peer_eof)
+                    m0_conn_close_after(c, 0); /* the body never ends: flush, then close */
+                else
+                    m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+                break;
+            }
+            continue; /* state is HEAD again */
+        }
+        if (c->state != M0_CS_HEAD)
+            break;
+        if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
+            /* A peer that pipelines without reading: parse on once the
+             * responses drain (m0_conn_flush resumes), or give up. */
+            c->flags |= M0_CF_OUT_BLOCKED;
+            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            break;
+        }
+        if (c->rpos == c->rlen) {
+            /* Idle (or between pipelined requests): the buffers are only
+             * needed mid-request, and an idle connection holds none. */
+            if (c->wlen == c->wpos)
+                m0_conn_buffers_release(c);
+            else
+                m0_conn_input_release(c);
+            if (c->peer_eof || (srv->draining && c->nreq > 0)) {
+                m0_conn_close_after(c, 0); /* the responses queued so far go out first */
+            } else if (c->timer_kind != M0_TIMER_IDLE) {
+                uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
+                m0_conn_arm(c, M0_TIMER_IDLE, idle);
+            }
+            break;
+        }
+        int r = M0_PARSE_INCOMPLETE;
+        if (c->headers == NULL) {
+            c->headers = m0_recycle_get(&srv->hdrs);
+            if (c->headers == NULL) {
+                m0_conn_close(c, 1);
+                break;
+            }
+            c->req.headers = c->headers;
+        }
+        if (conn_head_changed(c))
+            r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
+        c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
+        if (r == M0_PARSE_INCOMPLETE) {
+            if (c->peer_eof) {
+                m0_conn_close_after(c, 0);
+                break;
+            }
+            if (c->rlen - c->rpos >= srv->head_cap) {
+                m0_conn_error(c, 431);
+                break;
+            }
+            if (c->timer_kind != M0_TIMER_HEADER)
+                m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+            break;
+        }
+        if (r < 0) {
+            /* A declared body over the limit: the head was parsed, its request line is logged. */
+            m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
+            break;
+        }
+        c->head_len = (size_t)r;
+        c->head_base = c->rbuf + c->rpos;
+        conn_begin(c);
+    }
+    c->flags &= ~M0_CF_PROCESSING;
+    m0_conn_interest(c);
+    m0_conn_release(c);
+}
+
+/* --- finishing a response --- */
+
+int m0_conn_keep_alive(const m0_conn *c)
+{
+    const m0_server *srv = c->srv;
+    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
+        return 0;
+    if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
+        return 0;
+    if (srv->cfg.max_keepalive_requests != 0 && c->nreq >= srv->cfg.max_keepalive_requests)
+        return 0;
+    if (c->peer_eof) {
+        /* The peer finished sending: only the requests already buffered
+         * follow this one; the last response says the connection closes. */
+        uint64_t next;
+        if (c->body_done)
+            next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        else if (c->body_mode == M0_BODY_LENGTH)
+            next = c->body_rd + c->body_left;
+        else
+            return 0;
+        if (c->rlen <= next)
+            return 0;
+    }
+    if (!c->body_done) {
+        if (c->expect_continue && !c->continue_sent)
+            return 0; /* the client waits for a 100 that never comes: close instead of reading */
+        if (c->body_mode == M0_BODY_LENGTH) {
+            uint64_t buffered = c->rlen - c->body_rd;
+            if (c->body_left > buffered && c->body_left - buffered > M0_DISCARD_MAX)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+{
+    if (!c->pending)
+        return;
+    m0_server *srv = c->srv;
+    c->pending = 0;
+    c->send_deadline_ms = 0;
+    m0_gate_done(c);
+    /* A pool thread's response ended when it completed, not when the loop took it. */
+    uint64_t end_ns = c->done_ns;
+    c->done_ns = 0;
+    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
+        end_ns = m0_conn_clock_ns();
+    if (srv->cfg.metrics != NULL) {
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
+    }
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    if (srv->cfg.access_log_fd >= 0)
+        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+    if (c->abort_after) { /* the server aborted while a pool thread had it */
+        m0_conn_close(c, 1);
+        return;
+    }
+    c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
+    c->refs++;
+    int keep = keep_alive && m0_conn_keep_alive(c);
+    c->flags &= ~M0_CF_WANT_BODY;
+    if (c->state == M0_CS_RAW) {
+        /* Half-close and read the peer's last bytes away (a WebSocket close
+         * frame answering ours) so that the close is a FIN, not a reset that
+         * could destroy our last frame unread (RFC 6455 section 7.1.1). */
+        m0_conn_close_after(c, 1);
+    } else if (!keep) {
+        /* Unread input (a body, pipelined requests) makes the close linger. */
+        size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        int unread = !c->body_done || c->rlen > next;
+        c->state = M0_CS_HEAD;
+        m0_conn_close_after(c, unread);
+    } else {
+        if (!c->body_done) {
+            c->state = M0_CS_DISCARD;
+            /* What is already buffered costs nothing more to skip. */
+            c->discard_budget = M0_DISCARD_MAX + (c->rlen - c->body_rd);
+        } else {
+            c->state = M0_CS_HEAD;
+            c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+        }
+        if (!(c->flags & M0_CF_PROCESSING))
+            m0_conn_process(c);
+        else
+            m0_conn_interest(c);
+    }
+    m0_conn_release(c);
+}
+
+void m0_conn_upgrade(m0_conn *c)
+{
+    if (c->state != M0_CS_REQUEST)
+        return;
+    c->state = M0_CS_RAW;
+    if (c->body_mode == M0_BODY_CHUNKED)
+        c->body_rd = c->body_end; /* a body on an upgrade request is not part of the stream */
+    c->body_mode = M0_BODY_LENGTH;
+    c->body_left = UINT64_MAX;
+    c->body_done = 0;
+    c->expect_continue = 0;
+    c->timer_kind = M0_TIMER_NONE;
+}
