@@ -50,6 +50,9 @@ NET_LIBS := -lssl -lcrypto
 LOOP_SRCS := src/net/loop.c src/net/loop_epoll.c src/net/loop_kqueue.c src/net/loop_poll.c
 
 PYTEST_ARGS ?=
+# The suite runs its files on this many processes (pytest-xdist; a file stays on one, so that
+# its module-scoped servers are started once); PYTEST_JOBS=0 runs it in this process alone.
+PYTEST_JOBS ?= 2
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
 # --threads / --blocking-threads test, and the request's callables used from another thread.
@@ -190,7 +193,7 @@ tsan-threads: deps build
 	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
 
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider $(or $(PYTEST_ARGS),. ../bench/tests)
+	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(or $(PYTEST_ARGS),. ../bench/tests)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:

@@ -139,6 +139,27 @@ def serve_module():
     for s in started:
         s.stop()
 
+@pytest.fixture(scope="module")
+def serve_shared():
+    """Like `serve`, but one server per command line for the whole test module, started when a test
+    first asks for it: for tests that only exchange requests on connections of their own (no log,
+    signal or process check), so that each does not pay a server's start and stop. A server that
+    exited is started again."""
+    servers = {}
+
+    def start(app, *args):
+        s = servers.get((app, *args))
+        if s is None or s.proc.poll() is not None:
+            argv = [sys.executable, "-m", "m0serve", app, "--host", "127.0.0.1", "--port", "0", *args]
+            s = Server(argv, server_env(), str(APPS_DIR)).wait_ready()
+            servers[(app, *args)] = s
+        return s
+
+    yield start
+    for s in servers.values():
+        s.stop()
+
+
 @pytest.fixture
 def engine():
     """Start the C engine alone (tests/apps/engine_server.py, no bridge): engine(**config)."""

@@ -1,4 +1,4 @@
-"""The part of trustme's API tests/test_tls.py uses, made with the openssl command line: for the
+"""The part of trustme's API tests/engine/test_tls.py uses, made with the openssl command line: for the
 interpreters trustme cannot be installed on (a free-threaded build: its cryptography publishes no
 wheel that loads there). CA() and CA.issue_cert() make EC P-256 certificates; the blobs have
 trustme's write_to_path() and bytes()."""

@@ -1,4 +1,4 @@
-"""A WSGI app for tests/test_portable.py. At import it restores SIGPIPE's default action
+"""A WSGI app for tests/engine/test_portable.py. At import it restores SIGPIPE's default action
 (terminate), as some applications do: a send that can raise SIGPIPE must then not kill the
 worker. Routes:
   /big?size=N    N bytes (a repeating pattern) in one piece, with Content-Length

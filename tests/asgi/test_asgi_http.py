@@ -65,8 +65,8 @@ def test_scope_types_and_http10(srv):
     assert s["http_version"] == "1.0"
 
 
-def test_root_path(serve):
-    srv = serve(APP, "--interface", "asgi", "--root-path", "/api")
+def test_root_path(serve_shared):
+    srv = serve_shared(APP, "--interface", "asgi", "--root-path", "/api")
     r = httpx.get(srv.url + "/scope", timeout=5)
     s = r.json()
     assert s["root_path"] == "/api"
@@ -114,9 +114,9 @@ def test_a_client_that_stops_reading_is_cut_at_the_send_timeout(serve):
     assert httpx.get(srv.url + "/scope", timeout=5).status_code == 200
 
 
-def test_blocking_threads_size_the_default_executor(serve):
+def test_blocking_threads_size_the_default_executor(serve_shared):
     """--blocking-threads with ASGI: run_in_executor(None, ...) runs on that many m0serve threads."""
-    srv = serve(APP, "--interface", "asgi", "--blocking-threads", "3")
+    srv = serve_shared(APP, "--interface", "asgi", "--blocking-threads", "3")
     t0 = time.monotonic()
     r = httpx.get(srv.url + "/executor?n=6", timeout=10)
     took = time.monotonic() - t0

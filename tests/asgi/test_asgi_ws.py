@@ -623,8 +623,8 @@ def test_handshake_with_a_body_is_refused(srv, framing):
     assert b"smuggled" not in data and b"HTTP/1.1 101" not in data
 
 
-def test_ws_off_serves_upgrades_as_plain_http(serve):
-    s = serve(APP, "--interface", "asgi", "--ws", "off")
+def test_ws_off_serves_upgrades_as_plain_http(serve_shared):
+    s = serve_shared(APP, "--interface", "asgi", "--ws", "off")
     ws = RawWS(s, "/echo")
     try:
         assert ws.status == 200

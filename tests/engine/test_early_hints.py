@@ -44,10 +44,10 @@ def test_103_arrives_before_the_app_finishes(serve, app):
 
 
 @pytest.mark.parametrize("args", [("--blocking-threads", "2"), ("--threads", "2")])
-def test_wsgi_103_from_pool_and_loop_threads(serve, args):
+def test_wsgi_103_from_pool_and_loop_threads(serve_shared, args):
     # the app runs on a pool thread (blocking) or on one of several loops: the
     # 103 is written from there, at once, as write() is
-    srv = serve(WSGI, *args)
+    srv = serve_shared(WSGI, *args)
     with srv.connect(timeout=10) as s:
         _request(s, "/hints")
         status, headers, _, head = read_response(s, timeout=10)
@@ -59,15 +59,15 @@ def test_wsgi_103_from_pool_and_loop_threads(serve, args):
 
 
 @both
-def test_httpx_client_skips_103_and_gets_final(serve, app):
-    srv = serve(app)
+def test_httpx_client_skips_103_and_gets_final(serve_shared, app):
+    srv = serve_shared(app)
     r = httpx.get(srv.url + "/hints", timeout=10)
     assert r.status_code == 200 and r.text == "final"
 
 
 @both
-def test_http10_client_gets_no_103(serve, app):
-    srv = serve(app)
+def test_http10_client_gets_no_103(serve_shared, app):
+    srv = serve_shared(app)
     with srv.connect(timeout=10) as s:
         _request(s, "/hints", version="1.0")
         status, headers, body, head = read_response(s, timeout=10)
@@ -93,8 +93,8 @@ def test_opt_out_sends_none(serve, app):
         (ASGI, b"http.response.early_hint sent after the response head was sent"),
     ],
 )
-def test_hints_after_the_head_raise(serve, app, message):
-    srv = serve(app)
+def test_hints_after_the_head_raise(serve_shared, app, message):
+    srv = serve_shared(app)
     with srv.connect() as s:
         _request(s, "/late")
         status, headers, body, head = read_response(s)
@@ -109,8 +109,8 @@ def test_hints_after_the_head_raise(serve, app, message):
         (ASGI, b"ValueError,TypeError,TypeError"),
     ],
 )
-def test_framing_and_invalid_fields_refused(serve, app, errors):
-    srv = serve(app)
+def test_framing_and_invalid_fields_refused(serve_shared, app, errors):
+    srv = serve_shared(app)
     with srv.connect() as s:
         _request(s, "/bad")
         status, headers, body, head = read_response(s)

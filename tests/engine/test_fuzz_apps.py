@@ -15,7 +15,7 @@ a fresh connection). The inputs are structured (programs of calls with
 hostile objects, client behaviours), which Hypothesis generates and shrinks
 to a minimal program directly, where coverage-guided byte mutation would spend
 its time decoding bytes into programs. The same test runs under the ASan build
-(tools/asan_pytest.sh tests/test_fuzz_apps.py), where an ASan report aborts
+(tools/asan_pytest.sh tests/engine/test_fuzz_apps.py), where an ASan report aborts
 the worker and so fails the liveness invariant.
 
 Each step sends one generated program (tests/apps/fuzz_app.py interprets it)

@@ -1,7 +1,7 @@
 """--limit-connections (issue 9): past N open connections an event loop takes
 its listeners out of the epoll set (the kernel's accept queue holds the rest)
 and puts them back when a connection closes; out of fds, accepting pauses
-(tests/test_engine.py::test_out_of_fds_pauses_accepting_and_recovers)."""
+(tests/engine/test_engine.py::test_out_of_fds_pauses_accepting_and_recovers)."""
 import json
 import os
 import resource

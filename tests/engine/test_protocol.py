@@ -129,8 +129,8 @@ def test_keep_alive_several_requests(serve, backend):
         assert server.proc.poll() is None
 
 
-def test_keep_alive_mixed_bodies(serve, bridge):
-    server = start(serve, bridge)
+def test_keep_alive_mixed_bodies(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(post("/one", b"first body"))
         assert echo(read_response(s)[2])["body"] == "first body"
@@ -146,8 +146,8 @@ def test_keep_alive_mixed_bodies(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/last"
 
 
-def test_pipelining_in_order_with_bodies(serve, bridge):
-    server = start(serve, bridge)
+def test_pipelining_in_order_with_bodies(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     batch = (
         get("/p1") + post("/p2", b"content-length body") + post_chunked("/p3", b"chunked body here", size=3)
         + get("/stream?n=4&size=3") + post("/ignore-body", b"ignored body") + get("/p6")
@@ -164,8 +164,8 @@ def test_pipelining_in_order_with_bodies(serve, bridge):
     assert echo(r[5][2])["path"] == "/p6"
 
 
-def test_pipelining_many(serve, backend):
-    server = start(serve, backend)
+def test_pipelining_many(serve_shared, backend):
+    server = start(serve_shared, backend)
     n = 50
     with connect(server) as s:
         s.sendall(b"".join(get(f"/many/{i}") for i in range(n)))
@@ -174,10 +174,10 @@ def test_pipelining_many(serve, backend):
             check_ok(status, body, backend, f"/many/{i}")
 
 
-def test_pipelining_split_at_every_offset(serve, backend):
+def test_pipelining_split_at_every_offset(serve_shared, backend):
     """Three pipelined requests (one with a body) split into two sends at
     every byte offset: framing never depends on how bytes arrive."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     batch = get("/s1") + post("/s2", b"0123456789") + get("/s3")
     with connect(server) as s:
         for cut in range(1, len(batch), 7):
@@ -194,8 +194,8 @@ def test_pipelining_split_at_every_offset(serve, backend):
 # --- Connection: close and HTTP/1.0 ------------------------------------------------
 
 
-def test_connection_close(serve, backend):
-    server = start(serve, backend)
+def test_connection_close(serve_shared, backend):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/bye", b"Connection: close\r\n"))
         status, headers, body, head = read_response(s)
@@ -205,9 +205,9 @@ def test_connection_close(serve, backend):
 
 
 @pytest.mark.parametrize("value", [b"CLOSE", b"Close ", b"upgrade, close", b"x-foo,close"])
-def test_connection_close_token_forms(serve, backend, value):
+def test_connection_close_token_forms(serve_shared, backend, value):
     """The close option is a case-insensitive token anywhere in the list."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/bye", b"Connection: " + value + b"\r\n") + get("/never"))
         status, headers, body, head = read_response(s)
@@ -217,8 +217,8 @@ def test_connection_close_token_forms(serve, backend, value):
 
 
 @pytest.mark.parametrize("value", [b"Keep-Alive", b"KEEP-ALIVE", b"foo, keep-alive"])
-def test_http10_keep_alive_token_forms(serve, backend, value):
-    server = start(serve, backend)
+def test_http10_keep_alive_token_forms(serve_shared, backend, value):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/k1", b"Connection: " + value + b"\r\n", version=b"HTTP/1.0") + get("/k2"))
         for path in ("/k1", "/k2"):
@@ -226,9 +226,9 @@ def test_http10_keep_alive_token_forms(serve, backend, value):
             check_ok(status, body, backend, path)
 
 
-def test_connection_close_ends_pipeline(serve, backend):
+def test_connection_close_ends_pipeline(serve_shared, backend):
     """Requests pipelined after a Connection: close request are not answered."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/first", b"Connection: close\r\n") + get("/second"))
         status, headers, body, head = read_response(s)
@@ -237,8 +237,8 @@ def test_connection_close_ends_pipeline(serve, backend):
         assert_clean_eof(s, what="after Connection: close with a pipelined request behind it")
 
 
-def test_http10_closes_by_default(serve, backend):
-    server = start(serve, backend)
+def test_http10_closes_by_default(serve_shared, backend):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/ten", version=b"HTTP/1.0"))
         status, headers, body, head = read_response(s)
@@ -248,8 +248,8 @@ def test_http10_closes_by_default(serve, backend):
         assert_clean_eof(s, what="HTTP/1.0 without keep-alive")
 
 
-def test_http10_keep_alive_when_asked(serve, backend):
-    server = start(serve, backend)
+def test_http10_keep_alive_when_asked(serve_shared, backend):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         for i in range(3):
             s.sendall(get(f"/ten/{i}", b"Connection: keep-alive\r\n", version=b"HTTP/1.0"))
@@ -264,8 +264,8 @@ def test_http10_keep_alive_when_asked(serve, backend):
         assert_clean_eof(s, what="HTTP/1.0 request without keep-alive after keep-alive ones")
 
 
-def test_http10_post_keep_alive(serve, bridge):
-    server = start(serve, bridge)
+def test_http10_post_keep_alive(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(b"POST /tp HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello" + get("/after"))
         assert echo(read_response(s)[2])["body"] == "hello"
@@ -280,8 +280,8 @@ def _without_date(headers):
 
 
 @pytest.mark.parametrize("path", ["/fixed", "/stream?n=3&size=5"])
-def test_head_same_headers_no_body(serve, bridge, path):
-    server = start(serve, bridge)
+def test_head_same_headers_no_body(serve_shared, bridge, path):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(get(path))
         g_status, g_headers, g_body, _ = read_response(s)
@@ -328,8 +328,8 @@ def _read_interim(s, timeout=5):
     return status, head
 
 
-def test_expect_continue_when_app_reads(serve, bridge):
-    server = start(serve, bridge)
+def test_expect_continue_when_app_reads(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 11\r\n\r\n")
         status, head = _read_interim(s)
@@ -342,8 +342,8 @@ def test_expect_continue_when_app_reads(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_expect_continue_chunked(serve, bridge):
-    server = start(serve, bridge)
+def test_expect_continue_chunked(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n")
         status, head = _read_interim(s)
@@ -383,9 +383,9 @@ def test_expect_continue_app_ignores_body(serve, bridge):
         assert body == b"ignored"
 
 
-def test_expect_continue_ignored_for_http10(serve, bridge):
+def test_expect_continue_ignored_for_http10(serve_shared, bridge):
     """RFC 9110 10.1.1: a server MUST ignore 100-continue in an HTTP/1.0 request."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\nabcd")
         status, headers, body, head = read_response(s)
@@ -407,8 +407,8 @@ def test_expect_continue_body_over_limit(serve, backend):
 # --- chunked request bodies -----------------------------------------------------------------
 
 
-def test_chunked_extensions_and_trailers(serve, bridge):
-    server = start(serve, bridge)
+def test_chunked_extensions_and_trailers(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     body = b"The quick brown fox jumps over the lazy dog"
     with connect(server) as s:
         s.sendall(post_chunked("/c", body, size=6, ext=b';ext=1;q="a b"', trailers=b"X-Sum: 42\r\nX-More: y\r\n"))
@@ -419,8 +419,8 @@ def test_chunked_extensions_and_trailers(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_chunked_byte_by_byte(serve, backend):
-    server = start(serve, backend)
+def test_chunked_byte_by_byte(serve_shared, backend):
+    server = start(serve_shared, backend)
     raw = post_chunked("/bytes", b"sent one byte at a time", size=5, ext=b";x=y", trailers=b"T: v\r\n") + get("/next")
     with connect(server) as s:
         for i in range(len(raw)):
@@ -434,8 +434,8 @@ def test_chunked_byte_by_byte(serve, backend):
         check_ok(status, body, backend, "/next")
 
 
-def test_chunked_large_body(serve, bridge):
-    server = start(serve, bridge)
+def test_chunked_large_body(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     body = bytes(range(256)) * 2000  # 512000 bytes
     sizes = [1, 7, 4096, 65536, 100000, 3]
     raw, i, k = b"", 0, 0
@@ -466,8 +466,8 @@ def _raw_until(s, marker, timeout=5):
     return buf
 
 
-def test_streamed_response_chunked_on_http11(serve, bridge):
-    server = start(serve, bridge)
+def test_streamed_response_chunked_on_http11(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=4&size=3"))
         raw = _raw_until(s, b"\r\n0\r\n\r\n")
@@ -484,8 +484,8 @@ def test_streamed_response_chunked_on_http11(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_streamed_empty_response(serve, bridge):
-    server = start(serve, bridge)
+def test_streamed_empty_response(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=0"))
         status, headers, body, head = read_response(s)
@@ -495,10 +495,10 @@ def test_streamed_empty_response(serve, bridge):
 
 
 @pytest.mark.parametrize("keep_alive", [False, True])
-def test_streamed_response_close_delimited_on_http10(serve, bridge, keep_alive):
+def test_streamed_response_close_delimited_on_http10(serve_shared, bridge, keep_alive):
     """HTTP/1.0 has no chunked coding: the body ends with the connection, even
     when the client asked for keep-alive."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     extra = b"Connection: keep-alive\r\n" if keep_alive else b""
     with connect(server) as s:
         s.sendall(get("/stream?n=5&size=1000", extra, version=b"HTTP/1.0"))
@@ -514,8 +514,8 @@ def test_streamed_response_close_delimited_on_http10(serve, bridge, keep_alive):
     assert body == b"".join(b"%d" % i * 1000 for i in range(5))
 
 
-def test_large_streamed_response(serve, bridge):
-    server = start(serve, bridge)
+def test_large_streamed_response(serve_shared, bridge):
+    server = start(serve_shared, bridge)
     with connect(server, timeout=30) as s:
         s.sendall(get("/stream?n=200&size=10000") + get("/after"))
         status, headers, body, head = read_response(s, timeout=30)
@@ -726,8 +726,8 @@ def _check_date(headers):
     assert abs(when - time.time()) < 5, dates[0]
 
 
-def test_date_header(serve, backend):
-    server = start(serve, backend)
+def test_date_header(serve_shared, backend):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/date"))
         _check_date(read_response(s)[1])
@@ -745,11 +745,11 @@ def test_date_header(serve, backend):
 
 
 @pytest.mark.parametrize("size", [10, 300_000])
-def test_unread_body_then_next_request(serve, backend, size):
+def test_unread_body_then_next_request(serve_shared, backend, size):
     """The app never reads the body: the server skips it and answers the
     pipelined request behind it, or says Connection: close and closes
     cleanly; it never parses body bytes as a request."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     body = (b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n" * (size // 36 + 1))[:size]
     with connect(server, timeout=15) as s:
         s.sendall(post("/ignore-body", body) + get("/after"))
@@ -764,10 +764,10 @@ def test_unread_body_then_next_request(serve, backend, size):
             check_ok(status, rbody, backend, "/after")
 
 
-def test_unread_body_connection_close_is_clean(serve, backend):
+def test_unread_body_connection_close_is_clean(serve_shared, backend):
     """Connection: close with a large body the app ignores: the response
     arrives whole and the close is a FIN, not a reset (RFC 9112 9.6)."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server, timeout=15) as s:
         s.sendall(post("/ignore-body", b"b" * 300_000, b"Connection: close\r\n"))
         status, headers, rbody, head = read_response(s, timeout=15)
@@ -776,10 +776,10 @@ def test_unread_body_connection_close_is_clean(serve, backend):
         assert_clean_eof(s, timeout=15, what="Connection: close with an unread body")
 
 
-def test_bad_request_behind_good_ones(serve, backend):
+def test_bad_request_behind_good_ones(serve_shared, backend):
     """Pipelined: two good requests, then a malformed one. The good ones are
     answered in order, then the 400, then a clean close."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/g1") + post("/g2", b"abc") + b"GET / HTTP/1.1\r\n" + HOST + b"Bad Header\r\n\r\n" + get("/never"))
         for path in ("/g1", "/g2"):
@@ -834,9 +834,9 @@ def test_header_timeout_on_a_later_request(serve, backend):
         assert_clean_eof(s, what="408 on a later request")
 
 
-def test_streamed_response_with_empty_yields(serve, bridge):
+def test_streamed_response_with_empty_yields(serve_shared, bridge):
     """b"" from the app iterable writes nothing: it must not end the chunked body."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(get("/stream?n=3&size=4&empty=1") + get("/after"))
         status, headers, body, head = read_response(s)
@@ -844,11 +844,11 @@ def test_streamed_response_with_empty_yields(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_transfer_encoding_in_http10_is_faulty_framing(serve, backend):
+def test_transfer_encoding_in_http10_is_faulty_framing(serve_shared, backend):
     """RFC 9112 6.1: TE in an HTTP/1.0 request means faulty framing: the
     server may answer it (400, or process it) but then closes; the bytes
     behind it are never answered as a request."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(b"POST /te10 HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get("/smuggled"))
         status, headers, body, head = read_response(s)
@@ -856,10 +856,10 @@ def test_transfer_encoding_in_http10_is_faulty_framing(serve, backend):
         assert_clean_eof(s, what="TE in HTTP/1.0")
 
 
-def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
+def test_many_pipelined_posts_across_buffer_boundaries(serve_shared, backend):
     """300 pipelined POSTs with 1000-byte bodies in one send (300 KB): every
     body is framed exactly, across however many reads the server needs."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     n = 300
     bodies = [bytes([65 + i % 26]) * 1000 for i in range(n)]
     with connect(server, timeout=30) as s:
@@ -873,11 +873,11 @@ def test_many_pipelined_posts_across_buffer_boundaries(serve, backend):
         sender.join()
 
 
-def test_half_close_after_pipelined_requests(serve, backend):
+def test_half_close_after_pipelined_requests(serve_shared, backend):
     """A client may send its requests and then shut down its sending side:
     every complete request it sent is still answered, in order, then the
     server closes."""
-    server = start(serve, backend)
+    server = start(serve_shared, backend)
     with connect(server) as s:
         s.sendall(get("/hc/0") + post("/hc/1", b"body") + get("/hc/2"))
         s.shutdown(socket.SHUT_WR)
@@ -924,12 +924,12 @@ def test_content_length_list_of_equal_values(serve):
 # --- HEAD framing, OPTIONS *, absolute-form targets, headers the server owns ---
 
 
-def test_head_frames_like_get_or_not_at_all(serve, bridge):
+def test_head_frames_like_get_or_not_at_all(serve_shared, bridge):
     """RFC 9110 9.3.2 and 8.6: a HEAD response carries the framing the GET
     would carry, or none when the server cannot know it. An app that answers
     HEAD without a body (Flask does so for a view it streams on GET) gets
     neither "Content-Length: 0" nor chunked, and the connection stays usable."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         for path in ["/fixed", "/once", "/stream?n=3&size=4"]:
             s.sendall(get(path))
@@ -1020,13 +1020,13 @@ def test_absolute_form_authority_replaces_host(shared_server, bridge, target, ho
         assert seen["env"]["SERVER_NAME"] == "127.0.0.1" and seen["env"]["SERVER_PORT"] == str(server.port)
 
 
-def test_absolute_form_authority_without_host_or_invalid(serve, bridge):
+def test_absolute_form_authority_without_host_or_invalid(serve_shared, bridge):
     """An HTTP/1.0 absolute-form request without Host gets the authority as
     its host. An authority that is not a valid host[:port] (userinfo, RFC 9110
     4.2.4; a port past 65535; an empty host, 4.2.1; a broken IP literal) is
     refused with 400 by the parser: the server would have to use it instead of
     Host, so it is never ignored in favour of Host or given to the app."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(b"GET http://other.example/ten HTTP/1.0\r\n\r\n")
         status, headers, body, head = read_response(s)
@@ -1082,10 +1082,10 @@ def test_hop_by_hop_headers_from_the_app_are_dropped_with_one_warning(serve, bri
     assert {name: len(hop_warnings(server, name)) for name, _ in HOP_BY_HOP} == {name: 1 for name, _ in HOP_BY_HOP}
 
 
-def test_app_connection_close_is_honoured(serve, bridge):
+def test_app_connection_close_is_honoured(serve_shared, bridge):
     """The app's Connection field is dropped, but its close option closes the
     connection after the response, which then says so once."""
-    server = start(serve, bridge)
+    server = start(serve_shared, bridge)
     with connect(server) as s:
         s.sendall(get(hop([("Connection", "x-private, Close")])))
         status, headers, body, head = read_response(s)

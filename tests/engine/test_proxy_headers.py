@@ -36,9 +36,9 @@ def iface(request):
     return request.param
 
 
-def test_x_forwarded_for_and_proto_from_trusted_peer(serve, iface):
+def test_x_forwarded_for_and_proto_from_trusted_peer(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers")
     r = report(srv, [("X-Forwarded-For", "198.51.100.1, 203.0.113.7, 127.0.0.1"), ("X-Forwarded-Proto", "https")])
     assert r["client"] == "203.0.113.7"
     assert r["port"] == 0
@@ -49,19 +49,19 @@ def test_x_forwarded_for_and_proto_from_trusted_peer(serve, iface):
     assert r["client"] == "127.0.0.1" and r["scheme"] == "http"
 
 
-def test_ipv6_and_ports(serve, iface):
+def test_ipv6_and_ports(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers")
     r = report(srv, [("X-Forwarded-For", "[2001:db8::7]:5555")])
     assert (r["client"], r["port"]) == ("2001:db8::7", 5555)
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-style", "forwarded")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers", "--forwarded-style", "forwarded")
     r = report(srv, [("Forwarded", 'for="[2001:db8:cafe::17]:4711";proto=https')])
     assert (r["client"], r["port"], r["scheme"]) == ("2001:db8:cafe::17", 4711, "https")
 
 
-def test_rfc7239_forwarded(serve, iface):
+def test_rfc7239_forwarded(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-host", "--forwarded-style", "forwarded")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers", "--forwarded-host", "--forwarded-style", "forwarded")
     r = report(srv, [("Forwarded", "for=192.0.2.43;proto=https;host=shop.example, for=127.0.0.1;proto=http")])
     assert (r["client"], r["scheme"], r["host"]) == ("192.0.2.43", "https", "shop.example")
     assert (r["server_name"], r["server_port"]) == ("shop.example", "443")
@@ -74,11 +74,11 @@ def test_rfc7239_forwarded(serve, iface):
     assert (r["client"], r["scheme"], r["host"]) == ("127.0.0.1", "http", "app.example")
 
 
-def test_default_style_reads_only_x_forwarded(serve, iface):
+def test_default_style_reads_only_x_forwarded(serve_shared, iface):
     """Issue 23 item 1: behind a proxy that sets X-Forwarded-* and passes the client's own
     Forwarded through, the client chose its address and scheme (Forwarded won)."""
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-host")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers", "--forwarded-host")
     r = report(srv, [("Forwarded", "for=198.51.100.66;proto=https;host=evil.example")])
     assert (r["client"], r["scheme"], r["host"]) == ("127.0.0.1", "http", "app.example")
     r = report(srv, [("Forwarded", "for=198.51.100.66;proto=https"), ("X-Forwarded-For", "203.0.113.7"),
@@ -86,9 +86,9 @@ def test_default_style_reads_only_x_forwarded(serve, iface):
     assert (r["client"], r["scheme"]) == ("203.0.113.7", "http")
 
 
-def test_forwarded_host_and_port(serve, iface):
+def test_forwarded_host_and_port(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-host")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers", "--forwarded-host")
     r = report(srv, [("X-Forwarded-Host", "shop.example"), ("X-Forwarded-Port", "8443"), ("X-Forwarded-Proto", "https")])
     assert (r["host"], r["server_name"], r["server_port"], r["scheme"]) == ("shop.example:8443", "shop.example", "8443", "https")
     r = report(srv, [("X-Forwarded-Host", "[2001:db8::1]:8080")])
@@ -207,24 +207,24 @@ def test_proxy_header_without_a_client_drops_the_peers_trust(serve_module, iface
         s.close()
 
 
-def test_untrusted_peer_changes_nothing(serve, iface):
+def test_untrusted_peer_changes_nothing(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers", "--forwarded-host", "--forwarded-allow-ips", "10.0.0.0/8,::1")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers", "--forwarded-host", "--forwarded-allow-ips", "10.0.0.0/8,::1")
     r = report(srv, [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https"),
                      ("X-Forwarded-Host", "evil.example"), ("Forwarded", "for=192.0.2.1;proto=https")])
     assert (r["client"], r["scheme"], r["host"]) == ("127.0.0.1", "http", "app.example")
 
 
-def test_disabled_by_default(serve, iface):
+def test_disabled_by_default(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind)
+    srv = serve_shared(app, "--interface", kind)
     r = report(srv, [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https")])
     assert (r["client"], r["scheme"]) == ("127.0.0.1", "http")
 
 
-def test_keep_alive_requests_resolve_each_time(serve, iface):
+def test_keep_alive_requests_resolve_each_time(serve_shared, iface):
     app, kind = iface
-    srv = serve(app, "--interface", kind, "--proxy-headers")
+    srv = serve_shared(app, "--interface", kind, "--proxy-headers")
     s = srv.connect()
     try:
         s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: https\r\n\r\n")
@@ -295,8 +295,8 @@ def ws_text_frame(s):
     return data[off:off + n]
 
 
-def test_websocket_scheme_and_client(serve):
-    srv = serve("proxy_app:asgi_app", "--interface", "asgi", "--proxy-headers")
+def test_websocket_scheme_and_client(serve_shared):
+    srv = serve_shared("proxy_app:asgi_app", "--interface", "asgi", "--proxy-headers")
     s = srv.connect()
     key = base64.b64encode(os.urandom(16)).decode()
     s.sendall((f"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

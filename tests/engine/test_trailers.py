@@ -16,31 +16,31 @@ def raw(srv, target, te=True, version="1.1"):
         return recv_until_eof(s)
 
 
-def test_extension_advertised(serve):
-    srv = serve(APP)
+def test_extension_advertised(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         s.sendall(b"GET /extensions HTTP/1.1\r\nHost: h\r\n\r\n")
         status, _, body, _ = read_response(s)
         assert status == 200 and b"'http.response.trailers'" in body
 
 
-def test_trailers_after_last_chunk_when_te_trailers(serve):
-    srv = serve(APP)
+def test_trailers_after_last_chunk_when_te_trailers(serve_shared):
+    srv = serve_shared(APP)
     data = raw(srv, "/stream")
     head, _, body = data.partition(b"\r\n\r\n")
     assert b"Transfer-Encoding: chunked" in head, head
     assert body == b"5\r\npart1\r\n5\r\npart2\r\n0\r\nx-checksum: abc\r\nserver-timing: db;dur=53\r\n\r\n"
 
 
-def test_single_body_is_chunked_to_carry_trailers(serve):
-    srv = serve(APP)
+def test_single_body_is_chunked_to_carry_trailers(serve_shared):
+    srv = serve_shared(APP)
     head, _, body = raw(srv, "/single").partition(b"\r\n\r\n")
     assert b"Transfer-Encoding: chunked" in head and b"Content-Length" not in head, head
     assert body == b"5\r\nwhole\r\n0\r\nx-checksum: def\r\n\r\n"
 
 
-def test_trailers_dropped_without_te(serve):
-    srv = serve(APP)
+def test_trailers_dropped_without_te(serve_shared):
+    srv = serve_shared(APP)
     head, _, body = raw(srv, "/stream", te=False).partition(b"\r\n\r\n")
     assert body == b"5\r\npart1\r\n5\r\npart2\r\n0\r\n\r\n"
     head, _, body = raw(srv, "/single", te=False).partition(b"\r\n\r\n")
@@ -50,8 +50,8 @@ def test_trailers_dropped_without_te(serve):
     assert b"chunked" not in head and body == b"whole"
 
 
-def test_keep_alive_after_trailers(serve):
-    srv = serve(APP)
+def test_keep_alive_after_trailers(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         for _ in range(2):
             s.sendall(b"GET /stream HTTP/1.1\r\nHost: h\r\nTE: trailers\r\n\r\n")
@@ -62,21 +62,21 @@ def test_keep_alive_after_trailers(serve):
         assert (status, body, header(headers, "content-length")) == (200, b"whole", "5")
 
 
-def test_httpx_reads_a_response_with_trailers(serve):
-    srv = serve(APP)
+def test_httpx_reads_a_response_with_trailers(serve_shared):
+    srv = serve_shared(APP)
     r = httpx.get(srv.url + "/stream", headers={"TE": "trailers"}, timeout=10)
     assert r.status_code == 200 and r.content == b"part1part2"
 
 
-def test_forbidden_trailer_fields_refused(serve):
-    srv = serve(APP)
+def test_forbidden_trailer_fields_refused(serve_shared):
+    srv = serve_shared(APP)
     _, _, body = raw(srv, "/forbidden").partition(b"\r\n\r\n")
     assert body == (b"4\r\nbody\r\n0\r\n"
                     b"x-refused: ValueError,ValueError,ValueError,ValueError,ValueError,TypeError\r\n\r\n")
 
 
-def test_promised_trailers_never_sent_leave_the_body_unterminated(serve):
-    srv = serve(APP)
+def test_promised_trailers_never_sent_leave_the_body_unterminated(serve_shared):
+    srv = serve_shared(APP)
     _, _, body = raw(srv, "/unfinished").partition(b"\r\n\r\n")
     # no last chunk: the client can tell the response is incomplete
     assert body == b"4\r\nbody\r\n"

@@ -23,8 +23,8 @@ def environ_of(srv, target="/env", headers=(), method="GET", body=b"", version="
     return json.loads(resp), local
 
 
-def test_required_keys_and_types(serve):
-    srv = serve(RAW_APP)
+def test_required_keys_and_types(serve_shared):
+    srv = serve_shared(RAW_APP)
     env, (client_host, client_port) = environ_of(srv, "/env/a?x=1&y=2")
     assert env["REQUEST_METHOD"] == "GET"
     assert env["SCRIPT_NAME"] == ""
@@ -57,8 +57,8 @@ def test_validator_accepts_environ(serve):
     assert "AssertionError" not in srv.log
 
 
-def test_headers_repeated_joined_cookie_underscore_dropped(serve):
-    srv = serve(APP)
+def test_headers_repeated_joined_cookie_underscore_dropped(serve_shared):
+    srv = serve_shared(APP)
     env, _ = environ_of(
         srv,
         headers=[
@@ -85,8 +85,8 @@ def test_headers_repeated_joined_cookie_underscore_dropped(serve):
     assert env["HTTP_ACCEPT_LANGUAGE"] == "en;q=0.9"
 
 
-def test_header_values_are_latin1(serve):
-    srv = serve(APP)
+def test_header_values_are_latin1(serve_shared):
+    srv = serve_shared(APP)
     raw = b"GET /env HTTP/1.1\r\nHost: h\r\nX-Latin: caf\xe9\r\nUser-Agent: \xfc\r\n\r\n"
     status, _, body, _ = request(srv, raw)
     env = json.loads(body)
@@ -94,10 +94,10 @@ def test_header_values_are_latin1(serve):
     assert env["HTTP_USER_AGENT"] == "\xfc"
 
 
-def test_cached_values_follow_each_request(serve):
+def test_cached_values_follow_each_request(serve_shared):
     """Common headers reuse the previous request's str when the bytes match:
     a changed value on the same connection must never be served stale."""
-    srv = serve(APP)
+    srv = serve_shared(APP)
     with srv.connect() as s:
         for ua, path in [("a", "/env/1"), ("a", "/env/1"), ("bb", "/env/2"), ("a", "/env/%41")]:
             s.sendall(f"GET {path} HTTP/1.1\r\nHost: h\r\nUser-Agent: {ua}\r\n\r\n".encode())
@@ -108,8 +108,8 @@ def test_cached_values_follow_each_request(serve):
             assert env["RAW_URI"] == path
 
 
-def test_path_percent_decoded_latin1_tunnel(serve):
-    srv = serve(APP)
+def test_path_percent_decoded_latin1_tunnel(serve_shared):
+    srv = serve_shared(APP)
     env, _ = environ_of(srv, "/x/caf%C3%A9/a%20b/%2F/%zz%4?q=%C3%A9")
     # PEP 3333: the decoded bytes, each byte one code point (latin-1)
     assert env["PATH_INFO"] == "/x/caf\xc3\xa9/a b///%zz%4"
@@ -118,8 +118,8 @@ def test_path_percent_decoded_latin1_tunnel(serve):
     assert env["RAW_URI"] == "/x/caf%C3%A9/a%20b/%2F/%zz%4?q=%C3%A9"
 
 
-def test_root_path(serve):
-    srv = serve(APP, "--root-path", "/api")
+def test_root_path(serve_shared):
+    srv = serve_shared(APP, "--root-path", "/api")
     env, _ = environ_of(srv, "/api/x/y?z=1")
     assert (env["SCRIPT_NAME"], env["PATH_INFO"], env["QUERY_STRING"]) == ("/api", "/x/y", "z=1")
     env, _ = environ_of(srv, "/api")
@@ -134,15 +134,15 @@ def test_root_path(serve):
     assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/api", "/xq")
 
 
-def test_root_path_trailing_slash_and_non_ascii(serve):
-    srv = serve(APP, "--root-path", "/caf\xe9/")
+def test_root_path_trailing_slash_and_non_ascii(serve_shared):
+    srv = serve_shared(APP, "--root-path", "/caf\xe9/")
     env, _ = environ_of(srv, "/caf%C3%A9/x")
     assert env["SCRIPT_NAME"] == "/caf\xc3\xa9"
     assert env["PATH_INFO"] == "/x"
 
 
-def test_content_type_and_length(serve):
-    srv = serve(APP)
+def test_content_type_and_length(serve_shared):
+    srv = serve_shared(APP)
     env, _ = environ_of(
         srv,
         "/env",
@@ -156,8 +156,8 @@ def test_content_type_and_length(serve):
     assert env["REQUEST_METHOD"] == "POST"
 
 
-def test_methods_and_http10(serve):
-    srv = serve(APP)
+def test_methods_and_http10(serve_shared):
+    srv = serve_shared(APP)
     for m in ["PUT", "DELETE", "PATCH", "OPTIONS", "PROPFIND"]:
         env, _ = environ_of(srv, "/env", method=m, headers=[("Content-Length", "0")])
         assert env["REQUEST_METHOD"] == m
@@ -165,16 +165,16 @@ def test_methods_and_http10(serve):
     assert env["SERVER_PROTOCOL"] == "HTTP/1.0"
 
 
-def test_absolute_form_target(serve):
-    srv = serve(APP)
+def test_absolute_form_target(serve_shared):
+    srv = serve_shared(APP)
     env, _ = environ_of(srv, "http://example.test/env/abs?q=1")
     assert env["PATH_INFO"] == "/env/abs"
     assert env["QUERY_STRING"] == "q=1"
 
 
-def test_environ_is_fresh_per_request(serve):
+def test_environ_is_fresh_per_request(serve_shared):
     """Mutating one request's environ never leaks into the next one."""
-    srv = serve(RAW_APP)
+    srv = serve_shared(RAW_APP)
     with srv.connect() as s:
         for i in range(3):
             s.sendall(b"GET /env HTTP/1.1\r\nHost: h\r\n\r\n" if i != 1 else b"GET /env?i=1 HTTP/1.1\r\nHost: h\r\nX-Once: 1\r\n\r\n")
@@ -185,9 +185,9 @@ def test_environ_is_fresh_per_request(serve):
             assert header(headers, "content-type") == "application/json"
 
 
-def test_many_headers(serve):
+def test_many_headers(serve_shared):
     """More headers than the environ template has room for, common and not."""
-    srv = serve(APP)
+    srv = serve_shared(APP)
     hs = [(f"X-Extra-{i}", f"v{i}") for i in range(60)] + [("Accept", "x"), ("Referer", "r"), ("X-Extra-7", "again")]
     env, _ = environ_of(srv, "/env", headers=hs)
     for i in range(60):

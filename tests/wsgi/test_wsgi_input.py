@@ -64,8 +64,8 @@ def test_10mb_upload_read_n_streams(serve):
     assert grown < 4 * 1024, f"peak RSS grew by {grown} kB while streaming 10 MB"
 
 
-def test_10mb_upload_readline(serve):
-    srv = serve(APP)
+def test_10mb_upload_readline(serve_shared):
+    srv = serve_shared(APP)
     line = b"0123456789" * 9 + b"abcdefgh\n"  # 99 bytes
     body = line * (10 * MB // len(line)) + b"no newline at the end"
     report = upload(srv, "mode=readline", body)
@@ -88,16 +88,16 @@ def test_readline_limit_iter_readlines(serve):
     assert report["pieces"] == 3001
 
 
-def test_long_line_crosses_readahead(serve):
-    srv = serve(APP)
+def test_long_line_crosses_readahead(serve_shared):
+    srv = serve_shared(APP)
     body = b"a" * 200_000 + b"\n" + b"b" * 70_000 + b"\n"
     report = upload(srv, "mode=readline", body)
     expect(report, body)
     assert report["pieces"] == 2 and report["biggest"] == 200_001
 
 
-def test_read_all_and_none(serve):
-    srv = serve(APP)
+def test_read_all_and_none(serve_shared):
+    srv = serve_shared(APP)
     body = os.urandom(300_000)
     expect(upload(srv, "mode=readall", body), body)
     expect(upload(srv, "mode=readnone", body), body)
@@ -106,8 +106,8 @@ def test_read_all_and_none(serve):
     assert report["pieces"] == 1
 
 
-def test_chunked_request_body(serve):
-    srv = serve(APP)
+def test_chunked_request_body(serve_shared):
+    srv = serve_shared(APP)
     body = os.urandom(3 * MB + 17)
     report = upload(srv, "mode=read&n=10000", body, chunked=True, piece=100_003)
     expect(report, body)
@@ -117,8 +117,8 @@ def test_chunked_request_body(serve):
     expect(upload(srv, "mode=readall", line_body, chunked=True, piece=65536), line_body)
 
 
-def test_empty_body_reads_empty(serve):
-    srv = serve(APP)
+def test_empty_body_reads_empty(serve_shared):
+    srv = serve_shared(APP)
     report = upload(srv, "mode=read&n=10", b"")
     assert report["total"] == 0 and report["after_end"] == ""
     report = upload(srv, "mode=readline", b"", chunked=True)
@@ -145,10 +145,10 @@ def test_expect_100_continue_sent_when_app_reads(serve):
         assert json.loads(body)["len"] == 5
 
 
-def test_input_and_start_response_stale_after_request(serve):
+def test_input_and_start_response_stale_after_request(serve_shared):
     """An app that keeps wsgi.input / start_response past its request gets
     b"" and an error, and never touches the next request."""
-    srv = serve(RAW_APP)
+    srv = serve_shared(RAW_APP)
     with srv.connect() as s:
         s.sendall(b"POST /stash HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\nsecret")
         status, _, body, _ = read_response(s)
@@ -161,9 +161,9 @@ def test_input_and_start_response_stale_after_request(serve):
     assert report["body"] == "fresh"
 
 
-def test_unread_body_then_keep_alive(serve):
+def test_unread_body_then_keep_alive(serve_shared):
     """A body the app does not read is skipped; the next request parses."""
-    srv = serve(APP)
+    srv = serve_shared(APP)
     with srv.connect() as s:
         s.sendall(b"POST /hello HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123456789")
         status, _, body, _ = read_response(s)
@@ -186,11 +186,11 @@ def test_body_over_limit_chunked_gives_413(serve):
         assert read_response(s)[0] == 200
 
 
-def test_expect_continue_unread_body_closes_without_100(serve):
+def test_expect_continue_unread_body_closes_without_100(serve_shared):
     """The app answers without reading: no 100 is ever sent, and since the
     client still holds the body, the response says Connection: close. (A body larger than
     --body-buffer-size: a smaller one gets its 100 from the loop.)"""
-    srv = serve(APP, "--body-buffer-size", "2")
+    srv = serve_shared(APP, "--body-buffer-size", "2")
     with srv.connect() as s:
         s.sendall(b"POST /hello HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
         status, headers, body, _ = read_response(s)

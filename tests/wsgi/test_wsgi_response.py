@@ -28,8 +28,8 @@ def closed_tags(srv):
         return json.loads(body)
 
 
-def test_single_body_gets_content_length(serve):
-    srv = serve(RAW_APP)
+def test_single_body_gets_content_length(serve_shared):
+    srv = serve_shared(RAW_APP)
     with srv.connect() as s:
         status, headers, body, head = get(s, "/app-close")
         assert status == 200 and body == b"bye"
@@ -45,8 +45,8 @@ def test_single_body_gets_content_length(serve):
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-def test_iterator_is_chunked_on_http11(serve):
-    srv = serve(APP)
+def test_iterator_is_chunked_on_http11(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/gen?n=4&size=3&id=gen11")
         assert (status, body) == (200, b"aaabbbcccddd")
@@ -58,15 +58,15 @@ def test_iterator_is_chunked_on_http11(serve):
     assert {"gen11", "h2"} <= set(closed_tags(srv))
 
 
-def test_start_response_inside_iterable(serve):
-    srv = serve(APP)
+def test_start_response_inside_iterable(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/late-start")
         assert (status, body) == (200, b"late")
 
 
-def test_http10_close_delimited_and_keep_alive(serve):
-    srv = serve(APP)
+def test_http10_close_delimited_and_keep_alive(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         s.sendall(b"GET /gen?n=2&size=4 HTTP/1.0\r\nHost: h\r\n\r\n")
         data = recv_until_eof(s)
@@ -74,7 +74,7 @@ def test_http10_close_delimited_and_keep_alive(serve):
         assert b"transfer-encoding" not in head.lower()
         assert b"\r\nConnection: close\r\n" in head + b"\r\n"
         assert body == b"aaaabbbb"
-    srv2 = serve(RAW_APP)
+    srv2 = serve_shared(RAW_APP)
     with srv2.connect() as s:
         status, headers, body, _ = get(s, "/list", version="1.0", extra="Connection: keep-alive\r\n")
         assert (status, body) == (200, b"abcdef")
@@ -84,8 +84,8 @@ def test_http10_close_delimited_and_keep_alive(serve):
         assert recv_all(s, timeout=3) == b""
 
 
-def test_write_callable(serve):
-    srv = serve(APP)
+def test_write_callable(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/write?id=w1")
         assert (status, body) == (200, b"abcdefghi")
@@ -95,8 +95,8 @@ def test_write_callable(serve):
     assert "w1" in closed_tags(srv)
 
 
-def test_head_same_headers_no_body(serve):
-    srv = serve(APP)
+def test_head_same_headers_no_body(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         g_status, g_headers, g_body, _ = get(s, "/hello")
         h_status, h_headers, h_body, h_raw = get(s, "/hello?id=head1", method="HEAD")
@@ -114,7 +114,7 @@ def test_head_same_headers_no_body(serve):
         status, _, body, _ = get(s, "/hello")
         assert body == b"Hello, world!"
     assert {"head1", "head2"} <= set(closed_tags(srv))
-    raw = serve(RAW_APP)
+    raw = serve_shared(RAW_APP)
     with raw.connect() as s:
         g_status, g_headers, g_body, _ = get(s, "/list")
         h_status, h_headers, h_body, _ = get(s, "/list", method="HEAD")
@@ -135,8 +135,8 @@ def test_informational_final_status_is_a_500(serve):
         assert get(s, "/hello")[0] == 200
 
 
-def test_bodyless_statuses(serve):
-    srv = serve(APP)
+def test_bodyless_statuses(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         for code in ["204 No Content", "304 Not Modified"]:
             status, headers, body, head = get(s, f"/status?code={code.replace(' ', '%20')}&id=s{code[:3]}")
@@ -151,8 +151,8 @@ def test_bodyless_statuses(serve):
     assert {"s204", "s304"} <= set(closed_tags(srv))
 
 
-def test_pipelined_requests_in_order(serve):
-    srv = serve(APP)
+def test_pipelined_requests_in_order(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         s.sendall(
             b"GET /gen?n=2&size=2 HTTP/1.1\r\nHost: h\r\n\r\n"
@@ -164,8 +164,8 @@ def test_pipelined_requests_in_order(serve):
         assert read_response(s)[2] == b"Hello, world!"
 
 
-def test_app_connection_close_and_hop_by_hop(serve):
-    srv = serve(RAW_APP)
+def test_app_connection_close_and_hop_by_hop(serve_shared):
+    srv = serve_shared(RAW_APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/app-close")
         assert (status, body) == (200, b"bye")
@@ -231,9 +231,9 @@ def get_large(s, target):
     return head, bytes(body)
 
 
-def test_file_wrapper_sendfile_large_byte_exact(serve, big_file):
+def test_file_wrapper_sendfile_large_byte_exact(serve_shared, big_file):
     path, data = big_file
-    srv = serve(RAW_APP)
+    srv = serve_shared(RAW_APP)
     with srv.connect(timeout=30) as s:
         head, body = get_large(s, f"/file?path={path}")
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
@@ -264,8 +264,8 @@ def test_file_wrapper_uses_sendfile_not_read(serve, tmp_path):
     assert "read() called" not in srv.log
 
 
-def test_file_wrapper_without_fileno_is_iterated(serve):
-    srv = serve(APP)
+def test_file_wrapper_without_fileno_is_iterated(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/file-bytesio?n=50")
     assert status == 200
@@ -282,8 +282,8 @@ def test_file_wrapper_app_length_longer_than_file_closes(serve, tmp_path):
     assert data.endswith(b"\r\n\r\n0123456789")
 
 
-def test_exc_info_before_head_replaces_response(serve):
-    srv = serve(APP)
+def test_exc_info_before_head_replaces_response(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/exc-info?id=exc1")
         assert (status, body) == (503, b"replaced")
@@ -302,8 +302,8 @@ def test_exc_info_after_head_reraises_and_closes(serve):
     srv.wait_log(r"ValueError: too late")
 
 
-def test_list_of_many_pieces(serve):
-    srv = serve(RAW_APP)
+def test_list_of_many_pieces(serve_shared):
+    srv = serve_shared(RAW_APP)
     expected = b"".join(b"%d," % i for i in range(200))
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/many?n=200")
@@ -318,8 +318,8 @@ def test_list_of_many_pieces(serve):
         assert body == b"".join(b"%d," % i for i in range(64))
 
 
-def test_app_date_and_server_replace_ours(serve):
-    srv = serve(APP)
+def test_app_date_and_server_replace_ours(serve_shared):
+    srv = serve_shared(APP)
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/own-headers")
     assert (status, body) == (200, b"own")
@@ -328,8 +328,8 @@ def test_app_date_and_server_replace_ours(serve):
     assert header(headers, "server") == "app/1"
 
 
-def test_no_server_header_option(serve):
-    srv = serve(APP, "--no-server-header")
+def test_no_server_header_option(serve_shared):
+    srv = serve_shared(APP, "--no-server-header")
     with srv.connect() as s:
         status, headers, body, _ = get(s, "/hello")
         assert status == 200 and header(headers, "server") is None
