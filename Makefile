@@ -33,7 +33,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format pkg-config libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
+SYSTEM_PACKAGES := wrk clang clang-format pkg-config libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev libnghttp2-dev nghttp2-client curl
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
@@ -43,7 +43,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer, and
 # with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
-NET_LIBS := -lssl -lcrypto
+NET_LIBS := -lssl -lcrypto -lnghttp2
 
 PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5

@@ -148,6 +148,8 @@ void m0_conn_close(m0_conn *c, int notify)
         return;
     m0_server *srv = c->srv;
     c->state = M0_CS_CLOSED;
+    if (c->h2 != NULL)
+        m0_h2_close(c); /* its streams get M0_CONN_CLOSED */
     m0_pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
     m0_conn_end_tls(c, 0);
@@ -170,6 +172,10 @@ void m0_conn_close(m0_conn *c, int notify)
 
 void m0_conn_abort(m0_conn *c)
 {
+    if (c->is_h2s) {
+        m0_h2s_abort(c);
+        return;
+    }
     m0_conn_close(c, 0);
 }
 
@@ -233,6 +239,8 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0_conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !(c->flags & M0_CF_CLOSE_AFTER))
         m0_conn_error(c, 408);
+    else if (kind == M0_TIMER_IDLE && c->state == M0_CS_H2)
+        m0_h2_idle(c); /* GOAWAY, then close */
     else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || (c->flags & M0_CF_CLOSE_AFTER))
         m0_conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
@@ -523,6 +531,9 @@ static void conn_readable(m0_conn *c, uint32_t events)
         m0_conn_interest(c);
         return;
     }
+    case M0_CS_H2:
+        m0_h2_readable(c, events);
+        return;
     case M0_CS_LINGER:
         for (;;) {
             c->rlen = c->rpos = 0;
@@ -892,6 +903,11 @@ void m0_conn_process(m0_conn *c)
                 m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
             break;
         }
+        if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
+            m0_h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
+            m0_h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
+            break;
+        }
         if (r < 0) {
             /* A declared body over the limit: the head was parsed, its request line is logged. */
             m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
@@ -899,6 +915,10 @@ void m0_conn_process(m0_conn *c)
         }
         c->head_len = (size_t)r;
         c->head_base = c->rbuf + c->rpos;
+        if (srv->cfg.http2 == 2) {
+            m0_conn_error(c, 505); /* --http 2: HTTP/1.x is not served */
+            break;
+        }
         conn_begin(c);
     }
     c->flags &= ~M0_CF_PROCESSING;
@@ -911,6 +931,8 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
+    if (c->is_h2s)
+        return m0_h2s_keep_alive(c);
     if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
         __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
         return 0;
@@ -947,6 +969,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     if (!c->pending)
         return;
+    if (c->is_h2s) {
+        m0_h2s_finish(c, keep_alive, status, body_bytes);
+        return;
+    }
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;
@@ -1003,6 +1029,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 void m0_conn_park(m0_conn *c)
 {
     m0_server *srv = c->srv;
+    if (c->is_h2s) {
+        m0_h2s_park(c);
+        return;
+    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (srv->heartbeat != NULL)

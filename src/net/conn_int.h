@@ -3,6 +3,7 @@
 #ifndef M0_NET_CONN_INT_H
 #define M0_NET_CONN_INT_H
 
+#include "h2.h"
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
@@ -28,6 +29,11 @@ void m0_conn_process(m0_conn *c);
 static inline void m0_conn_notify(m0_conn *c, int what)
 {
     m0_server *srv = c->srv;
+    if (c->h2 != NULL) {
+        if (what == M0_CONN_WRITABLE)
+            m0_h2_writable(c); /* the session's output, not a request's */
+        return;
+    }
     c->refs++;
     if (srv->handler.on_event != NULL)
         srv->handler.on_event(srv->handler_ctx, c, what);

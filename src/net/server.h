@@ -107,6 +107,12 @@ typedef struct {
     /* NULL: plaintext; else every accepted connection speaks TLS through
      * this context (net/tls.h), owned by the caller and outliving the server */
     struct m0_tls *tls;
+    /* HTTP/2 (net/h2.h): 0 off, 1 beside HTTP/1.1 (a connection whose first
+     * bytes are the client preface), 2 only (HTTP/1.1 requests get 505). */
+    int http2;
+    int http2_concurrent;                  /* the handler runs a connection's streams at once (ASGI) */
+    uint32_t http2_max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
+    uint32_t http2_max_resets;             /* RST_STREAM frames a second before GOAWAY ENHANCE_YOUR_CALM, 0: no limit */
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */

@@ -33,6 +33,7 @@ typedef enum m0_conn_state {
     M0_CS_RAW = 4,     /* upgraded: raw byte stream */
     M0_CS_CLOSED = 5,
     M0_CS_BODY = 6, /* head parsed; the loop reads the body before dispatching */
+    M0_CS_H2 = 7,   /* HTTP/2: the session of c->h2 reads and writes (net/h2.h) */
 } m0_conn_state;
 
 /* How the body of the pending (or discarded) request is framed (c->body_mode). */
@@ -180,8 +181,8 @@ struct m0_conn {
     size_t wpos;
     int out_stalled; /* a blocking writer stopped waiting for this peer until it drains the queue
                       * (conn_write.c); the output's owner's */
-    int held; /* in the server's held list: output waits for the pass's end. Set and cleared by the
-               * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
+    int held;        /* in the server's held list: output waits for the pass's end. Set and cleared by the
+                      * loop thread (0 from m0_conn_detach until the connection is back); the owner reads it */
     m0_conn *held_prev;
     m0_conn *held_next;
 
@@ -199,9 +200,9 @@ struct m0_conn {
     /* m0_conn_complete's arguments, carried to the loop thread (under the
      * server's done_lock) */
     m0_conn *done_next;
-    int muted;     /* the loop stopped watching it while it was away: wake the loop when it comes
-                    * back. Set by the loop, cleared when it takes it back; read by the owner (all
-                    * under done_lock) */
+    int muted;       /* the loop stopped watching it while it was away: wake the loop when it comes
+                      * back. Set by the loop, cleared when it takes it back; read by the owner (all
+                      * under done_lock) */
     int done_keep;   /* done_*: written by the owner before done_lock, read by the loop after it */
     int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
     int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
@@ -231,6 +232,12 @@ struct m0_conn {
     struct m0_tls_conn *tls;
     m0_conn *tls_ring_next;
     int tls_ringing;
+
+    /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2, or, on a
+     * stream connection (is_h2s, no socket), its stream (NULL once it ended) */
+    struct m0_h2 *h2;
+    struct m0_h2_stream *h2s;
+    int is_h2s;
 };
 
 struct m0_server {

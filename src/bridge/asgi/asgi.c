@@ -115,6 +115,7 @@ int m0_asgi_module_init(PyObject *module)
     M0_ASGI_STRINGS(M0_ASGI_STR_INIT)
 #undef M0_ASGI_STR_INIT
     if ((st->http_10 = PyUnicode_InternFromString("1.0")) == NULL ||
+        (st->http_2 = PyUnicode_InternFromString("2")) == NULL ||
         (st->http_11 = PyUnicode_InternFromString("1.1")) == NULL ||
         (st->msg_request_type = PyUnicode_InternFromString("http.request")) == NULL ||
         (st->msg_disconnect_type = PyUnicode_InternFromString("http.disconnect")) == NULL ||
@@ -170,6 +171,7 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->disconnected);
     Py_CLEAR(st->asgi_version);
     Py_CLEAR(st->http_10);
+    Py_CLEAR(st->http_2);
     Py_CLEAR(st->http_11);
     Py_CLEAR(st->msg_request_type);
     Py_CLEAR(st->msg_disconnect_type);
@@ -874,8 +876,10 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     int fill = websocket;
     if ((fill && PyDict_SetItem(scope, st->s_type, st->s_websocket) < 0) ||
         (fill && PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0) ||
-        ((fill || req->minor_version == 0) &&
-         PyDict_SetItem(scope, st->s_http_version, req->minor_version == 0 ? st->http_10 : st->http_11) < 0) ||
+        ((fill || req->minor_version == 0) && PyDict_SetItem(scope, st->s_http_version,
+                                                             (req->flags & M0_REQ_HTTP2) ? st->http_2
+                                                             : req->minor_version == 0   ? st->http_10
+                                                                                         : st->http_11) < 0) ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
         scope_put_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
         scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||
