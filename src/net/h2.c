@@ -197,14 +197,20 @@ static void stream_end(m0_h2_stream *s)
 
 /* --- the request --- */
 
+/* The header array: the limit's count, and one more for the Host that
+ * :authority becomes. */
+static int fields_alloc(m0_h2_stream *s)
+{
+    if (s->hdr == NULL)
+        s->hdr = malloc((s->h2->c->srv->cfg.limits.max_header_count + 1) * sizeof(m0_header));
+    return s->hdr == NULL ? -ENOMEM : 0;
+}
+
 static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
 {
     const m0_limits *lim = &s->h2->c->srv->cfg.limits;
-    if (s->hdr == NULL) {
-        s->hdr = malloc((lim->max_header_count + 1) * sizeof(m0_header));
-        if (s->hdr == NULL)
-            return -ENOMEM;
-    }
+    if (fields_alloc(s) < 0)
+        return -ENOMEM;
     /* RFC 9113 8.2.3: cookie crumbs are joined with "; " for HTTP/1.1. */
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && s->cookie_at != 0) {
         m0_header *h = &s->hdr[s->cookie_at - 1];
@@ -600,7 +606,9 @@ out:
 }
 
 /* After input or output: dispatch what is ready, send, end closed streams,
- * and close the connection when the session is over. */
+ * and close the connection when the session is over: a lingering close, so
+ * that frames the client is still sending (WINDOW_UPDATE, SETTINGS ACK) do
+ * not turn into a reset that destroys the last responses on its side. */
 static void h2_after(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
@@ -612,10 +620,10 @@ static void h2_after(m0_h2 *h2)
         h2_send(h2);
     if (c->state == M0_CS_H2) {
         if (!nghttp2_session_want_read(h2->ses) && !nghttp2_session_want_write(h2->ses)) {
-            m0_conn_close_after(c, 0);
+            m0_conn_close_after(c, 1);
         } else if (h2->streams == NULL && h2->open == 0) {
             if (h2->goaway) {
-                m0_conn_close_after(c, 0);
+                m0_conn_close_after(c, 1);
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 m0_conn_arm(c, M0_TIMER_IDLE, c->srv->cfg.keep_alive_timeout_ms);
             }
@@ -684,7 +692,7 @@ static void h2_send(m0_h2 *h2)
             }
         }
         if (fail) {
-            m0_conn_close_after(c, 0);
+            m0_conn_close_after(c, 1);
             return;
         }
         if (got < H2_SEND_CHUNK)
@@ -722,7 +730,7 @@ static void h2_dispatch(m0_h2 *h2)
             h2->ready_tail = NULL;
         if (s->ng_closed)
             continue; /* reset before its turn: ended by h2_send */
-        if (!s->has_method || !s->has_path) {
+        if (!s->has_method || !s->has_path || fields_alloc(s) < 0) {
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
             continue;
         }
@@ -826,7 +834,7 @@ void m0_h2_idle(m0_conn *c)
     nghttp2_session_terminate_session(h2->ses, NGHTTP2_NO_ERROR);
     h2_after(h2);
     if (c->state == M0_CS_H2)
-        m0_conn_close_after(c, 0);
+        m0_conn_close_after(c, 1);
 }
 
 /* --- the stream connection --- */
