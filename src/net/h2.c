@@ -32,7 +32,9 @@ typedef struct m0_h2 {
     int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
     uint32_t open;   /* streams dispatched and not finished */
     uint64_t reset_window_ms;
-    uint32_t resets; /* RST_STREAM frames received in the current window */
+    uint32_t resets;     /* RST_STREAM frames received in the current window */
+    uint64_t data_sent;  /* response body bytes handed to nghttp2 so far */
+    uint64_t stall_mark; /* data_sent when the stall's send timeout was armed */
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
 
@@ -476,6 +478,7 @@ static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
         memcpy(buf, s->out + s->out_pos, n);
         s->out_pos += n;
         s->sent += n;
+        s->h2->data_sent += n;
         if (s->out_pos == s->out_len)
             s->out_pos = s->out_len = 0;
     }
@@ -605,6 +608,36 @@ out:
     m0_conn_release(c);
 }
 
+/* Whether a response waits on flow control: body bytes queued for a stream
+ * whose window, or the connection's, the client keeps closed. */
+static int h2_stalled(m0_h2 *h2)
+{
+    int conn_closed = nghttp2_session_get_remote_window_size(h2->ses) <= 0;
+    for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
+        if (!s->submitted || s->ng_closed || s->no_body || s->out_len == s->out_pos)
+            continue;
+        if (conn_closed || nghttp2_session_get_stream_remote_window_size(h2->ses, s->id) <= 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A zero-window stall is bounded like a peer that does not read: the send
+ * timeout runs while no body byte moves (the timer closes the connection,
+ * conn.c), and restarts whenever one does. */
+static void h2_stall_check(m0_h2 *h2)
+{
+    m0_conn *c = h2->c;
+    if (h2_stalled(h2)) {
+        if (c->timer_kind != M0_TIMER_SEND || h2->data_sent != h2->stall_mark) {
+            h2->stall_mark = h2->data_sent;
+            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+        }
+    } else if (c->timer_kind == M0_TIMER_SEND && c->wlen == c->wpos) {
+        c->timer_kind = M0_TIMER_NONE;
+    }
+}
+
 /* After input or output: dispatch what is ready, send, end closed streams,
  * and close the connection when the session is over: a lingering close, so
  * that frames the client is still sending (WINDOW_UPDATE, SETTINGS ACK) do
@@ -629,6 +662,8 @@ static void h2_after(m0_h2 *h2)
             }
         }
     }
+    if (c->state == M0_CS_H2)
+        h2_stall_check(h2);
     if (c->state == M0_CS_H2)
         m0_conn_interest(c);
     m0_conn_release(c);
