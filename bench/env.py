@@ -22,8 +22,10 @@ RESULTS_DIR = BENCH_DIR / "results"
 BENCH_VENV = ROOT / ".bench-venv"
 BENCH_PY_VERSION = "3.11"
 COMPARATOR_PACKAGES = ["granian", "uvicorn[standard]", "gunicorn", "bjoern", "django", "flask", "starlette",
-                       "fastapi"]
-SYSTEM_PACKAGES = {"wrk": "wrk", "libev-dev": "libev-dev"}
+                       "fastapi", "hypercorn"]
+SYSTEM_PACKAGES = {"wrk": "wrk", "libev-dev": "libev-dev", "h2load": "nghttp2-client", "curl": "curl"}
+# The http2 suite's TLS rows: a self-signed certificate made once (openssl), outside the tree.
+TLS_DIR = ROOT / ".bench-tls"
 FLOOR_SRC = BENCH_DIR / "floor" / "responder.c"
 FLOOR_BIN = BENCH_DIR / "floor" / "build" / "responder"
 
@@ -198,12 +200,15 @@ def server_versions():
     comp = _pip_versions(bench_python()) if bench_python().exists() else {}
     m0 = _pip_versions(m0serve_python()) if m0serve_python().exists() else {}
     names = ["granian", "uvicorn", "uvloop", "httptools", "gunicorn", "bjoern", "django", "flask", "starlette",
-             "fastapi"]
+             "fastapi", "hypercorn", "h2"]
     versions = {n: comp.get(n) for n in names}
     versions["m0serve"] = m0.get("m0serve")
     for n in ("django", "flask", "starlette", "fastapi", "uvloop"):
         versions[f"{n} (m0serve venv)"] = m0.get(n)
     versions["wrk"] = wrk.version()
+    from . import h2load
+
+    versions["h2load"] = h2load.version()
     try:
         cc = subprocess.run(["cc", "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
         versions["cc"] = cc[0] if cc else None
@@ -251,3 +256,14 @@ def provenance():
 
 def slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def bench_cert():
+    """(certfile, keyfile) of a self-signed certificate for 127.0.0.1, made once with openssl."""
+    cert, key = TLS_DIR / "cert.pem", TLS_DIR / "key.pem"
+    if not (cert.exists() and key.exists()):
+        TLS_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj",
+                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
+                        str(cert)], check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)

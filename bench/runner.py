@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import env, procs, wrk
+from . import env, h2load, procs, wrk
 from . import servers as S
 
 SERVER_CPU = 0
@@ -46,6 +46,11 @@ class Row:
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)
     attack_target: str = ""
+    # http2 suite: "h2load" measures with h2load (`streams` concurrent streams per connection) and
+    # checks readiness and parity over HTTP/2 (curl); tls: every arm serves HTTPS (ALPN h2)
+    client: str = "wrk"
+    streams: int = 1
+    tls: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -94,16 +99,16 @@ def procs_host():
     return "127.0.0.1"
 
 
-def wait_ready(proc, port, path, timeout_s):
+def wait_ready(proc, port, path, timeout_s, fetcher=None):
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return f"exited with status {proc.returncode}"
         try:
-            status, _ = fetch(port, path, timeout=2.0)
+            status, _ = (fetcher or fetch)(port, path, timeout=2.0)
             return None if status else "no status"
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
             last = e
             time.sleep(0.1)
     return f"did not answer within {timeout_s:.0f} s ({last})"
@@ -208,6 +213,25 @@ class RowRunner:
         if script:
             self.script = wrk.write_script(self.workdir, f"{suite}-{row.id}.lua", script)
 
+    def url(self, port):
+        return f"{'https' if self.row.tls else 'http'}://127.0.0.1:{port}{self.row.path}"
+
+    def fetch(self, port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS):
+        """One request as the row's client speaks (HTTP/2 through curl for h2load rows)."""
+        if self.row.client == "h2load":
+            return h2load.fetch(f"{'https' if self.row.tls else 'http'}://127.0.0.1:{port}{path}", method, body,
+                                timeout, headers)
+        return fetch(port, path, method, body, timeout, headers)
+
+    def load_run(self, port, duration_s):
+        """One load run of the row's client: (parsed, raw)."""
+        if self.row.client == "h2load":
+            argv = h2load.command(self.url(port), self.row.connections, self.row.streams, duration_s,
+                                  headers=self.headers(), cpu=WRK_CPU)
+            argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+            return h2load.run(argv, timeout_s=duration_s + 60)
+        return wrk.run(self.wrk_argv(port, duration_s), timeout_s=duration_s + 60)
+
     def wrk_argv(self, port, duration_s):
         url = f"http://127.0.0.1:{port}{self.row.path}"
         argv = wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
@@ -236,7 +260,7 @@ class RowRunner:
             if self.row.target_requests:
                 result, raw = self._run_until(port, self.row.target_requests, arm_state.get("warm_rps") or 5000)
             else:
-                result, raw = wrk.run(self.wrk_argv(port, duration_s), timeout_s=duration_s + 60)
+                result, raw = self.load_run(port, duration_s)
             wall = time.monotonic() - t0
             after = procs.tree(proc.pid)
         cpu_s = procs.cpu_seconds_between(before, after)
@@ -322,7 +346,8 @@ class RowRunner:
         if self.s.nice:
             argv = ["nice", "-n", str(self.s.nice)] + argv
         proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
-        err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s)
+        err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s,
+                         fetcher=self.fetch)
         state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
                  "log": log_path}
         if err:
@@ -335,6 +360,7 @@ class RowRunner:
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
+               **({"client": row.client, "streams": row.streams, "tls": row.tls} if row.client != "wrk" else {}),
                "slow_ms": row.slow_ms if row.slow_inflight or any(a.load.get("slow_inflight") for a in row.arms) else None, "target_requests": row.target_requests,
                "attack": row.attack or None, "attackers": row.attackers,
                "attack_target": row.attack_target or None, **row.extra,
@@ -355,8 +381,8 @@ class RowRunner:
             bodies = {}
             for st in live:
                 try:
-                    status, got = fetch(st["port"], row.path, row.method, body, headers=self.headers())
-                except (OSError, http.client.HTTPException) as e:
+                    status, got = self.fetch(st["port"], row.path, row.method, body, headers=self.headers())
+                except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
                     status, got = None, repr(e).encode()
                 st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
                 bodies[st["arm"].name] = (status, got)
@@ -368,8 +394,7 @@ class RowRunner:
             if out["status"] == "ok" and live:
                 for st in live:  # warm-up
                     if s.warmup_s > 0:
-                        warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(s.warmup_s))),
-                                          timeout_s=s.warmup_s + 60)
+                        warm, _ = self.load_run(st["port"], max(1, round(s.warmup_s)))
                         st["warm_rps"] = warm.get("rps")
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
                     st["rounds"] = []

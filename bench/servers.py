@@ -105,6 +105,31 @@ def uvicorn(loop="uvloop"):
                 "httptools", "--no-access-log", "--log-level", "warning"], version_key="uvicorn", interface="asgi")
 
 
+def m0serve_h2(interface, tls=None):
+    """m0serve with --http 2 (HTTP/2 only, as the comparators are run), over TLS when tls=(cert, key)."""
+    extra = ["--http", "2"] + (["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
+    return m0serve(interface, extra=extra, label=f"m0serve ({interface}, 1 worker, HTTP/2{' over TLS' if tls else ''})")
+
+
+def granian_h2(interface, tls=None):
+    """Granian --http 2 (h2c with prior knowledge, or ALPN h2 over TLS)."""
+    arm = granian(interface)
+    argv = arm.argv[:-1] + ["--http", "2"]
+    if tls:
+        argv += ["--ssl-certificate", tls[0], "--ssl-keyfile", tls[1]]
+    return replace(arm, argv=argv + ["{app}"], label=arm.label[:-1] + f", --http 2{' over TLS' if tls else ''})")
+
+
+def hypercorn(interface, tls=None):
+    """Hypercorn (asyncio worker): HTTP/2 by h2c prior knowledge, or ALPN h2 over TLS."""
+    argv = [_bin("hypercorn"), "--bind", "{host}:{port}", "--workers", "1", "--log-level", "warning"]
+    if tls:
+        argv += ["--certfile", tls[0], "--keyfile", tls[1]]
+    argv.append(f"{interface}:{{app}}")
+    return Arm("hypercorn", f"Hypercorn ({interface}, 1 worker{', TLS' if tls else ''})", argv,
+               version_key="hypercorn", interface=interface)
+
+
 def wsgi_peers(expect=None):
     return [granian("wsgi", expect=expect), bjoern(expect=expect), gunicorn(expect=expect)]
 

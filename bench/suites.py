@@ -196,6 +196,24 @@ def proxy():
     ]
 
 
+def http2():
+    # h2load against HTTP/2 only arms: 16 connections x 10 streams, and 1 connection x 100 streams,
+    # h2c (prior knowledge) and h2 over TLS (ALPN), WSGI and ASGI hello.
+    from . import env
+
+    rows = []
+    for tls in (False, True):
+        cert = env.bench_cert() if tls else None
+        for interface, app in (("wsgi", WSGI_HELLO), ("asgi", ASGI_HELLO)):
+            arms = [S.m0serve_h2(interface, cert), S.granian_h2(interface, cert), S.hypercorn(interface, cert)]
+            for conns, streams in ((16, 10), (1, 100)):
+                rows.append(Row(f"{interface}-{'h2' if tls else 'h2c'}-c{conns}m{streams}",
+                                f"{interface.upper()} hello over {'h2 (TLS, ALPN)' if tls else 'h2c (prior knowledge)'}, "
+                                f"h2load {conns} connection{'s' if conns > 1 else ''} x {streams} streams",
+                                app, arms, connections=conns, client="h2load", streams=streams, tls=tls))
+    return rows
+
+
 SUITES = {
     "floor": floor,
     "wsgi": wsgi,
@@ -209,6 +227,7 @@ SUITES = {
     "proxy": proxy,
     "attack": attack,
     "ops": ops,
+    "http2": http2,
 }
 
 
