@@ -315,3 +315,26 @@ def test_settings_announce_the_limits(serve):
     echo(c.get("/"))
     assert c.remote_settings[0x3] == 7  # SETTINGS_MAX_CONCURRENT_STREAMS
     assert c.remote_settings[0x6] >= 20 * 1000  # SETTINGS_MAX_HEADER_LIST_SIZE
+
+
+def test_request_body_flow_control_follows_the_app_reads(serve):
+    """RFC 9113 5.2 and 6.9: the server opens a stream's window as the ASGI app reads the body, so
+    a client cannot send far ahead of an app that does not read (here, for one second)."""
+    s = serve("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    sid = c.request("/slowread", method="POST", end=False)
+    body = memoryview(b"y" * 1_000_000)
+    sent = 0
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size, len(body) - sent)
+        if room > 0:
+            c.conn.send_data(sid, bytes(body[sent : sent + room]))
+            sent += room
+            c.flush()
+        else:
+            c.pump(0.05)
+    assert sent < 200_000, sent  # about a window (65535) ahead of what the app took
+    c.send_body(sid, bytes(body[sent:]))
+    r = c.wait(sid)
+    assert r.status == 200 and r.body == b"1000000"

@@ -60,8 +60,11 @@ struct m0_h2_stream {
     /* The request body, whole before the dispatch. */
     char *in;
     size_t in_len, in_pos, in_cap;
-    int in_done;
-    int body_too_large;
+    int in_done;        /* END_STREAM received */
+    int body_too_large; /* past limits.max_body: 413, or -EFBIG to a reading app */
+    uint64_t in_got;    /* body bytes received */
+    int want_body;      /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
+    int body_event;     /* ... which is due (told outside nghttp2 calls, by h2_send) */
     /* The response: its head as the bridge framed it, then the body bytes. */
     char *head;
     size_t head_len, head_cap;
@@ -78,6 +81,7 @@ struct m0_h2_stream {
 };
 
 static void h2_send(m0_h2 *h2);
+static void h2_write(m0_h2 *h2);
 static void h2_dispatch(m0_h2 *h2);
 static void h2_after(m0_h2 *h2);
 
@@ -296,8 +300,10 @@ static void request_build(m0_h2_stream *s, m0_request *req)
         h->value = SPAN_AT(s, s->authority);
         req->host = h->value;
     }
-    if (req->content_length < 0 && s->in_len > 0)
-        req->content_length = (int64_t)s->in_len; /* the whole body is here: its length is known */
+    if (req->content_length < 0 && s->in_done && s->in_got > 0)
+        req->content_length = (int64_t)s->in_got; /* the whole body is here: its length is known */
+    else if (req->content_length < 0 && !s->in_done)
+        req->flags |= M0_REQ_CHUNKED; /* a body of unknown length follows: read it to its end */
 }
 
 /* A response the stream answers itself (431, 413): status only. */
@@ -378,12 +384,14 @@ static int on_header(nghttp2_session *ses, const nghttp2_frame *frame, const uin
     return r < 0 ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE : 0;
 }
 
+/* Queue s for the handler: at END_STREAM with its whole body for a serial
+ * handler (WSGI reads its body without waiting), at the end of its head for
+ * a concurrent one (ASGI awaits each chunk, as flow control lets it come). */
 static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
 {
     if (s->queued)
         return;
     s->queued = 1;
-    s->in_done = 1;
     if (s->too_large) {
         stream_answer(h2, s, 431);
         return;
@@ -427,10 +435,16 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
     m0_h2_stream *s = nghttp2_session_get_stream_user_data(ses, frame->hd.stream_id);
     if (s == NULL)
         return 0;
-    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_HEADERS))
+    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_HEADERS) && !s->headers_done) {
         s->headers_done = 1;
-    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->headers_done)
+        if (h2->c->srv->cfg.http2_concurrent && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            stream_ready(h2, s);
+    }
+    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->headers_done) {
+        s->in_done = 1;
+        s->body_event = s->want_body;
         stream_ready(h2, s);
+    }
     return 0;
 }
 
@@ -440,18 +454,36 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
     (void)flags;
     m0_h2 *h2 = user;
     m0_h2_stream *s = nghttp2_session_get_stream_user_data(ses, stream_id);
-    if (s == NULL || s->body_too_large || s->queued)
-        return 0;
+    /* Flow control (automatic window updates are off): the connection's
+     * window is given back at once, so that one stream whose app does not
+     * read holds no other; a stream's own window when its app reads it
+     * (m0_h2s_body_read), so a client sends at most a window ahead of a
+     * concurrent handler. A serial handler's body is whole before it runs:
+     * its window is given back as it arrives, up to the body limit. */
+    nghttp2_session_consume_connection(ses, len);
+    int stream_now = s == NULL || !h2->c->srv->cfg.http2_concurrent || s->body_too_large ||
+                     (s->sc != NULL && !s->sc->pending) || s->ng_closed;
+    if (stream_now)
+        nghttp2_session_consume_stream(ses, stream_id, len);
+    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending))
+        return 0; /* the app is done with it: dropped */
     uint64_t max = h2->c->srv->cfg.limits.max_body;
-    if (max != 0 && s->in_len + len > max) {
+    if (max != 0 && s->in_got + len > max) {
         s->body_too_large = 1;
-        free(s->in);
-        s->in = NULL;
-        s->in_len = s->in_cap = 0;
+        s->body_event = s->want_body;
+        if (!h2->c->srv->cfg.http2_concurrent) {
+            free(s->in);
+            s->in = NULL;
+            s->in_len = s->in_pos = s->in_cap = 0;
+        }
         return 0;
     }
+    if (s->in_pos == s->in_len)
+        s->in_pos = s->in_len = 0;
     if (buf_add(&s->in, &s->in_len, &s->in_cap, data, len) < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    s->in_got += len;
+    s->body_event = s->want_body;
     return 0;
 }
 
@@ -519,6 +551,7 @@ static int h2_session_new(m0_h2 *h2)
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* on_data_chunk_recv, m0_h2s_body_read */
     int r = nghttp2_session_server_new2(&h2->ses, cb, h2, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
@@ -670,8 +703,9 @@ static void h2_after(m0_h2 *h2)
 }
 
 /* Send what the session has, through the connection's write queue (which
- * holds it for the pass's end), up to the high-water mark. */
-static void h2_send(m0_h2 *h2)
+ * holds it for the pass's end), up to the high-water mark. Calls into no
+ * handler: safe from inside one (a body read giving a window back). */
+static void h2_write(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
     if (h2->in_ng || c->state != M0_CS_H2)
@@ -735,12 +769,28 @@ static void h2_send(m0_h2 *h2)
     }
     if (c->wlen > c->wpos)
         c->flags |= M0_CF_WRITABLE_WANTED; /* h2_after again once it drains (idle timer, more output) */
+}
+
+/* h2_write, then what the streams are due: ended ones end (a handler that
+ * still has one gets M0_CONN_CLOSED), and handlers get M0_CONN_BODY and
+ * M0_CONN_WRITABLE. */
+static void h2_send(m0_h2 *h2)
+{
+    m0_conn *c = h2->c;
+    if (h2->in_ng || c->state != M0_CS_H2)
+        return;
+    h2_write(h2);
+    if (c->state != M0_CS_H2)
+        return;
     /* Streams nghttp2 closed as it sent, and handlers waiting for room. */
     m0_h2_stream *s = h2->streams;
     while (s != NULL && c->state == M0_CS_H2) {
         m0_h2_stream *next = s->next;
         if (s->ng_closed) {
             stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
+        } else if (s->body_event && s->sc != NULL && s->sc->pending) {
+            s->body_event = s->want_body = 0;
+            m0_conn_notify(s->sc, M0_CONN_BODY);
         } else if (s->want_writable && s->sc != NULL && s->out_len - s->out_pos < M0_WRITE_LOW_WATER) {
             s->want_writable = 0;
             m0_conn_notify(s->sc, M0_CONN_WRITABLE);
@@ -996,13 +1046,28 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     (void)blocking;
     m0_h2_stream *s = c->h2s;
-    if (s == NULL)
+    if (s == NULL || s->ng_closed)
         return -ECONNRESET;
     size_t avail = s->in_len - s->in_pos;
     size_t n = avail < cap ? avail : cap;
-    memcpy(dst, s->in + s->in_pos, n);
-    s->in_pos += n;
-    return (ssize_t)n;
+    if (n > 0) {
+        memcpy(dst, s->in + s->in_pos, n);
+        s->in_pos += n;
+        m0_h2 *h2 = s->h2;
+        if (c->srv->cfg.http2_concurrent) {
+            /* The app took it: the client may send as much again. */
+            nghttp2_session_consume_stream(h2->ses, s->id, n);
+            if (!h2->in_ng)
+                h2_write(h2);
+        }
+        return (ssize_t)n;
+    }
+    if (s->body_too_large)
+        return -EFBIG;
+    if (s->in_done || cap == 0)
+        return 0;
+    s->want_body = 1;
+    return -EAGAIN;
 }
 
 size_t m0_h2s_write_pending(const m0_conn *c)

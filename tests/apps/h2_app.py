@@ -3,8 +3,10 @@
   /scope     the scope's http_version, scheme, path and headers, as JSON
   /trailers  a body, then the trailers x-checksum: abc (http.response.trailers)
   /big?n=N   N bytes in 64 KiB chunks
+  /slowread  reads one body message, sleeps 1 s, reads the rest; answers the body's length
   anything   "ok"
 """
+import asyncio
 import json
 
 
@@ -12,6 +14,18 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     path = scope["path"]
+    if path == "/slowread":
+        m = await receive()
+        n = len(m.get("body", b""))
+        more = m.get("more_body")
+        await asyncio.sleep(1)
+        while more:
+            m = await receive()
+            n += len(m.get("body", b""))
+            more = m.get("more_body")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % n})
+        return
     body = b""
     while True:
         m = await receive()
