@@ -5,6 +5,8 @@
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
+#   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
+#                         (built outside the repository; not in CI): the C tests and the test-poll suites
 #   make test PY=3.13     the same on another interpreter (any `pyenv versions` entry or a path)
 #   make test PY=3.13t    the same on the free-threaded interpreter, built once into FT_PREFIX
 #   make python-ft        build that interpreter (Debian 13's python3.13 source, --disable-gil)
@@ -33,7 +35,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format pkg-config libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev libnghttp2-dev nghttp2-client curl
+SYSTEM_PACKAGES := wrk clang clang-format pkg-config openssl curl libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev libnghttp2-dev nghttp2-client
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
@@ -44,17 +46,21 @@ FUZZ_SECONDS ?= 60
 # with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
 NET_LIBS := -lssl -lcrypto -lnghttp2
+# The loop and its backends (each file builds to nothing where its system call is missing).
+LOOP_SRCS := src/net/loop.c src/net/loop_epoll.c src/net/loop_kqueue.c src/net/loop_poll.c
 
 PYTEST_ARGS ?=
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
-# --threads / --blocking-threads test.
-FT_TESTS := test_free_threaded.py test_engine.py test_wsgi_environ.py test_wsgi_response.py \
-	test_wsgi_input.py test_wsgi_errors.py test_asgi_http.py test_wsgi_pool.py \
-	test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
-	test_readiness.py::test_shutdown_delay_with_threads
+# --threads / --blocking-threads test, and the request's callables used from another thread.
+FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py \
+	wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py asgi/test_asgi_http.py wsgi/test_wsgi_pool.py \
+	engine/test_bridge_edges.py::test_wsgi_callables_from_another_thread_are_refused \
+	engine/test_bridge_edges.py::test_wsgi_write_from_a_resumed_response \
+	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
+	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-py test-docs wheel-check fuzz fuzz-apps bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -93,7 +99,7 @@ test-c: deps
 	./tests/c/build/test_http
 	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
 	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./tests/c/build/test_loop
 	M0_IO_BACKEND=poll ./tests/c/build/test_loop
 	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
@@ -111,7 +117,7 @@ test-c: deps
 	M0_IO_BACKEND=poll ./tests/c/build/test_conn
 	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_tls
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c
 	./tests/c/build/test_workq
 	M0_IO_BACKEND=poll ./tests/c/build/test_workq
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
@@ -122,9 +128,9 @@ test-c: deps
 
 # The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
 # both backends) and these suites once more on it.
-POLL_TESTS := test_io_backend.py test_wsgi_environ.py test_wsgi_response.py test_wsgi_input.py test_wsgi_pool.py \
-	test_asgi_http.py test_protocol_corpus.py test_head_trickle.py test_net_limits.py ../bench/tests/test_bench_attack.py \
-	test_supervisor.py test_asgi_supervisor.py
+POLL_TESTS := engine/test_io_backend.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_pool.py \
+	asgi/test_asgi_http.py engine/test_protocol_corpus.py engine/test_head_trickle.py engine/test_net_limits.py ../bench/tests/test_bench_attack.py \
+	ops/test_supervisor.py ops/test_asgi_supervisor.py
 test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
@@ -133,14 +139,45 @@ test-poll-py: build
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
 PORTABLE_DIR := build-portable
-PORTABLE_TESTS := test_io_backend.py test_wsgi_pool.py test_asgi_http.py test_protocol_corpus.py test_supervisor.py
+PORTABLE_TESTS := engine/test_portable.py engine/test_io_backend.py wsgi/test_wsgi_pool.py asgi/test_asgi_http.py \
+	engine/test_protocol_corpus.py ops/test_supervisor.py
 test-portable: venv
 	mkdir -p tests/c/build
-	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c src/net/loop.c src/net/loop_epoll.c src/net/loop_poll.c src/http/response.c -lpthread
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./tests/c/build/test_loop_portable
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_conn_portable tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	./tests/c/build/test_conn_portable
 	rm -rf $(PORTABLE_DIR)
 	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(PORTABLE_DIR) -Csetup-args=-Dportable=true .
 	cd tests && PYTHONPATH=$(CURDIR)/$(PORTABLE_DIR) ../$(VPY) -m pytest -q -x -p no:cacheprovider $(PORTABLE_TESTS)
+
+# The kqueue backend (src/net/loop_kqueue.c) tested on Linux against libkqueue
+# (github.com/mheily/libkqueue), which emulates kqueue over epoll: built and installed
+# outside the repository (cmake -DCMAKE_INSTALL_PREFIX=DIR; docs/ARCHITECTURE.md), never
+# vendored, not in CI. The C tests of the loop, the connection, TLS and the pool, then the
+# test-poll suites on an extension built against it without epoll (installed apart, first on
+# PYTHONPATH), on M0_IO_BACKEND=kqueue.
+LIBKQUEUE_PREFIX ?=
+KQUEUE_DIR := build-kqueue
+KQUEUE_CFLAGS = -DM0_KQUEUE -DM0_NO_EPOLL -I$(LIBKQUEUE_PREFIX)/include/kqueue
+KQUEUE_LIBS = -L$(LIBKQUEUE_PREFIX)/lib -Wl,-rpath,$(LIBKQUEUE_PREFIX)/lib -lkqueue
+test-kqueue: venv
+	@test -n "$(LIBKQUEUE_PREFIX)" -a -f "$(LIBKQUEUE_PREFIX)/include/kqueue/sys/event.h" || \
+	  { echo "test-kqueue: set LIBKQUEUE_PREFIX to where libkqueue is installed (docs/ARCHITECTURE.md)"; exit 2; }
+	mkdir -p tests/c/build
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_loop_kqueue tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_loop_kqueue
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_conn_kqueue tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_conn_kqueue
+	clang $(CFLAGS_TEST) $(KQUEUE_CFLAGS) -o tests/c/build/test_tls_kqueue tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_tls_kqueue
+	clang $(CFLAGS_TSAN) $(KQUEUE_CFLAGS) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq_kqueue tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_workq_kqueue
+	clang $(CFLAGS_TSAN) $(KQUEUE_CFLAGS) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff_kqueue tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS) $(KQUEUE_LIBS)
+	M0_IO_BACKEND=kqueue ./tests/c/build/test_handoff_kqueue
+	rm -rf $(KQUEUE_DIR)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --target $(KQUEUE_DIR) -Csetup-args=-Dlibkqueue=$(LIBKQUEUE_PREFIX) .
+	cd tests && PYTHONPATH=$(CURDIR)/$(KQUEUE_DIR) M0_IO_BACKEND=kqueue ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
 
 # The free-threaded subset CI runs (PY=3.13t; any interpreter works, the free-threading
 # tests skip on a GIL build).
@@ -163,7 +200,7 @@ test: deps test-c test-py test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
 # prints its executions), then the stateful fuzzer of misbehaving apps runs
-# FUZZ_APPS_SECONDS against real servers (tests/test_fuzz_apps.py prints its
+# FUZZ_APPS_SECONDS against real servers (tests/engine/test_fuzz_apps.py prints its
 # programs); each runs even when another fails.
 fuzz: deps
 	mkdir -p fuzz/build
@@ -184,7 +221,14 @@ fuzz: deps
 # processes); the test suite runs it too, for its default 20 s.
 FUZZ_APPS_SECONDS ?= 60
 fuzz-apps: build
-	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider test_fuzz_apps.py
+	cd tests && FUZZ_APPS_SECONDS=$(FUZZ_APPS_SECONDS) ../$(VPY) -m pytest -q -p no:cacheprovider engine/test_fuzz_apps.py
+
+# The Autobahn|Testsuite fuzzing client against the WebSocket echo, deflate on (all 517 cases:
+# about 40 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
+# 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/test_ws_deflate_cases.py runs
+# the cases of sections 12-13 with a Python 3 client on every test run.
+autobahn: build
+	PY=$(VPY) tests/autobahn/run.sh --ws-per-message-deflate on
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).
@@ -192,7 +236,11 @@ wheel-check: SYSTEM_PACKAGES += musl-tools
 wheel-check: deps
 	PYTHON=$(PYTHON) tools/wheel_check.sh
 
+# The threads suite (run by default, when SUITES is empty) runs m0serve on 3.13t, 3.13 and 3.11: their
+# venvs are built first (3.13t's interpreter too, once: python-ft), each with m0serve installed.
+BENCH_PYS := $(if $(or $(filter threads,$(SUITES)),$(if $(strip $(SUITES)),,all)),$(filter-out $(PY),3.13t 3.13 3.11))
 bench: deps build
+	@for p in $(BENCH_PYS); do $(MAKE) --no-print-directory build PY=$$p || exit 1; done
 	$(VPY) -m bench $(SUITES) $(BENCH_ARGS)
 	$(VPY) -m bench.render
 

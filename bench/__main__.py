@@ -5,7 +5,7 @@ Then `python -m bench.render` renders docs/BENCHMARKS.md and the README summary 
 import argparse
 import sys
 
-from . import env, procs, runner, suites
+from . import env, procs, runner, suites, wsload
 
 
 def main(argv=None):
@@ -32,10 +32,21 @@ def main(argv=None):
         env.log(f"--rounds {args.rounds} < 3: the artifact will be marked as not publishable")
 
     procs.install_signal_handlers()
+    # The tls suite holds thousands of connections: the servers (started from here) and the clients need
+    # the file limit raised to its hard limit.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if not args.no_install:
         env.ensure_system_packages()
         env.ensure_bench_venv()
+        if "threads" in names:
+            env.ensure_ft_granian()
     env.build_floor()
+    if "websocket" in names:
+        wsload.build()
     settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
                                cooldown_s=args.cooldown, nice=args.nice,
                                bare_request=args.bare_request)

@@ -11,6 +11,10 @@ Modes (each keeps CONNS connections open and re-opens any the server closes):
              socket with a small receive buffer (RCVBUF), then nothing is ever read: the response
              fills both ends' socket buffers and the server holds the rest. A connection the server
              closes (its send timeout) is seen in its TCP state, checked one connection per INTERVAL.
+  idle       not hostile: one keep-alive `GET PATH` per connection, its response read, then nothing
+             (an idle keep-alive client; the server needs a --keep-alive-timeout longer than the
+             measurement). What they cost is the server's: an I/O backend that scans every fd
+             (poll) pays for each of them at every wake-up.
 
 Prints one line `ready <n>` once every connection is open and its first bytes are sent, then, on
 SIGTERM or after --seconds, one JSON line of counters: connects, reconnects (connections the server
@@ -49,6 +53,10 @@ def slowread_head(path):
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 
 
+def idle_head(path):
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # linux/tcp_states.h; tcp_info's first byte is the state
 
 
@@ -67,6 +75,8 @@ class Attack:
             self.head = slowloris_head(head_bytes)
         elif mode == "slowbody":
             self.head = slowbody_head(body_bytes)
+        elif mode == "idle":
+            self.head = idle_head(path)
         else:
             self.head = slowread_head(path)
         self.sel = selectors.DefaultSelector()
@@ -131,6 +141,8 @@ class Attack:
                     self.socks[i % len(self.socks)] = self.replace(s)
                 i += 1
                 nxt += step
+            elif self.mode == "idle":
+                nxt = time.monotonic() + 1.0  # nothing to send: only the server's closes to see
             elif time.monotonic() >= nxt:
                 s = self.socks[i % len(self.socks)]
                 try:
@@ -151,19 +163,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=("slowloris", "slowbody", "slowread"), required=True)
+    ap.add_argument("--mode", choices=("slowloris", "slowbody", "slowread", "idle"), required=True)
     ap.add_argument("--conns", type=int, default=200)
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two bytes on one connection")
     ap.add_argument("--head-bytes", type=int, default=70_000, help="slowloris: bytes of head sent at once")
     ap.add_argument("--body-bytes", type=int, default=1_000_000, help="slowbody: the declared Content-Length")
-    ap.add_argument("--path", default="/big", help="slowread: the path of the large response")
+    ap.add_argument("--path", default=None, help="slowread: the path of the large response (/big); idle: the "
+                    "path of the one request (/)")
     ap.add_argument("--rcvbuf", type=int, default=4096, help="slowread: SO_RCVBUF of each connection")
     ap.add_argument("--seconds", type=float, default=600.0)
     args = ap.parse_args(argv)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    path = args.path or ("/" if args.mode == "idle" else "/big")
     attack = Attack(args.port, args.mode, args.conns, args.interval, args.head_bytes, args.body_bytes,
-                    args.path, args.rcvbuf)
+                    path, args.rcvbuf)
     counters = attack.run(args.seconds, lambda: bool(stopping))
     print(json.dumps(counters), flush=True)
     return 0

@@ -24,8 +24,6 @@ BENCH_PY_VERSION = "3.11"
 COMPARATOR_PACKAGES = ["granian", "uvicorn[standard]", "gunicorn", "bjoern", "django", "flask", "starlette",
                        "fastapi", "hypercorn"]
 SYSTEM_PACKAGES = {"wrk": "wrk", "libev-dev": "libev-dev", "h2load": "nghttp2-client", "curl": "curl"}
-# The http2 suite's TLS rows: a self-signed certificate made once (openssl), outside the tree.
-TLS_DIR = ROOT / ".bench-tls"
 FLOOR_SRC = BENCH_DIR / "floor" / "responder.c"
 FLOOR_BIN = BENCH_DIR / "floor" / "build" / "responder"
 
@@ -100,12 +98,70 @@ def build_floor():
     return FLOOR_BIN
 
 
+def tls_files():
+    """(certfile, keyfile): one self-signed ECDSA P-256 certificate for localhost/127.0.0.1 that every TLS
+    arm serves, made with the openssl CLI on first use (in the system's temporary directory)."""
+    import tempfile
+
+    d = Path(tempfile.gettempdir()) / f"m0serve-bench-tls-{os.getuid()}"
+    cert, key = d / "cert.pem", d / "key.pem"
+    if not (cert.exists() and key.exists()):
+        d.mkdir(mode=0o700, exist_ok=True)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                       check=True, capture_output=True)
+    return str(cert), str(key)
+
+
 def m0serve_python():
     """The interpreter that has m0serve installed: $M0SERVE_PYTHON, else the project's .venv-3.11."""
     exe = os.environ.get("M0SERVE_PYTHON")
     if exe:
         return Path(exe)
     return ROOT / ".venv-3.11" / "bin" / "python"
+
+
+# The interpreters of the threads suite, each a venv with m0serve built in it (`make bench` makes the
+# ones it needs: `make build PY=KEY`). 3.13t is the free-threaded build (`make python-ft`).
+# The default one (.venv-3.11) comes first, its arms without a suffix.
+THREADS_PYTHONS = [(key, ROOT / f".venv-{key}" / "bin" / "python") for key in ("3.11", "3.13", "3.13t")]
+
+
+def ensure_ft_granian():
+    """Granian in the free-threaded venv, its comparator there: a wheel only (a source build needs Rust
+    and crates from the network), so pip takes the newest release with a cp313t wheel. Returns None
+    when installed, else what pip said (the arm is then recorded as not started)."""
+    py = dict(THREADS_PYTHONS)["3.13t"]
+    if not py.exists() or (py.parent / "granian").exists():
+        return None
+    log(f"pip install --only-binary granian granian into {py.parent.parent}")
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--only-binary", "granian", "granian"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip() and "is ignored" not in ln][-3:]
+        log("granian did not install there: " + " / ".join(tail))
+        return "\n".join(tail)
+    return None
+
+
+_CACHE = {}
+
+
+def python_info_cached(python):
+    key = ("info", str(python))
+    if key not in _CACHE:
+        _CACHE[key] = python_info(python)
+    return _CACHE[key]
+
+
+def pip_versions_cached(python):
+    """{name: version} of the servers in that interpreter's environment (m0serve, granian)."""
+    key = ("versions", str(python))
+    if key not in _CACHE:
+        got = _pip_versions(python)
+        _CACHE[key] = {n: got.get(n) for n in ("m0serve", "granian") if got.get(n)}
+    return _CACHE[key]
 
 
 def _pip_versions(python):
@@ -199,8 +255,8 @@ def server_versions():
     """Versions of every server and framework the harness runs, and wrk's."""
     comp = _pip_versions(bench_python()) if bench_python().exists() else {}
     m0 = _pip_versions(m0serve_python()) if m0serve_python().exists() else {}
-    names = ["granian", "uvicorn", "uvloop", "httptools", "gunicorn", "bjoern", "django", "flask", "starlette",
-             "fastapi", "hypercorn", "h2"]
+    names = ["granian", "uvicorn", "uvloop", "httptools", "websockets", "gunicorn", "bjoern", "django", "flask",
+             "starlette", "fastapi", "hypercorn"]
     versions = {n: comp.get(n) for n in names}
     versions["m0serve"] = m0.get("m0serve")
     for n in ("django", "flask", "starlette", "fastapi", "uvloop"):
@@ -256,14 +312,3 @@ def provenance():
 
 def slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def bench_cert():
-    """(certfile, keyfile) of a self-signed certificate for 127.0.0.1, made once with openssl."""
-    cert, key = TLS_DIR / "cert.pem", TLS_DIR / "key.pem"
-    if not (cert.exists() and key.exists()):
-        TLS_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj",
-                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
-                        str(cert)], check=True, capture_output=True, timeout=60)
-    return str(cert), str(key)

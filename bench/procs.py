@@ -76,6 +76,25 @@ def rss_bytes(root):
     return total
 
 
+def pss_bytes(root):
+    """Sum of the proportional set size of every process of the tree (/proc/PID/smaps_rollup: each shared
+    page divided among the processes sharing it, so the pages forked workers share are counted once in
+    all); None when the kernel does not give it."""
+    total = 0
+    for pid, _ in tree(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except FileNotFoundError:
+            continue  # the process is gone
+        except OSError:
+            return None
+    return total
+
+
 def time_wait_count(paths=("/proc/net/tcp", "/proc/net/tcp6")):
     """TCP sockets in TIME_WAIT (state 06) on this host, IPv4 and IPv6."""
     n = 0

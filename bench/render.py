@@ -48,7 +48,10 @@ CHART_DIR = ROOT / "docs" / "bench"
 PER_PYTHON_SUITES = ("wsgi", "asgi", "frameworks")
 PYTHON_DIR_RE = re.compile(r"^python(\d+)\.(\d+)$")
 OFF = "†"
-SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops"]
+SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops",
+               "tls", "websocket"]
+# Suites with tables of their own and no requests-per-core chart or README summary row.
+NO_CHART = ("memory", "mixed", "attack", "websocket")
 FAILED = "MEASUREMENT FAILED"
 
 PLATFORM_RE = re.compile(r"<!-- bench:platform = (.*?) -->")
@@ -164,7 +167,8 @@ def _arm(row, name):
 
 
 def _label(arm, versions):
-    v = versions.get(arm.get("version_key") or "", None)
+    # An arm on an interpreter of its own recorded the versions installed there (the threads suite).
+    v = (arm.get("versions") or versions).get(arm.get("version_key") or "", None)
     return (f"{arm['label']}" + (f" {v}" if v and arm.get("version_key") not in ("cc",) else "")
             + (f" {OFF}" if servers.off_defaults(arm.get("command")) else ""))
 
@@ -197,16 +201,21 @@ def provenance_line(art):
     py = (p.get("python") or {}).get("comparators") or {}
     m0py = (p.get("python") or {}).get("m0serve") or {}
     v = p.get("versions", {})
-    comps = ", ".join(f"{k} {v[k]}" for k in ("granian", "uvicorn", "uvloop", "httptools", "gunicorn", "bjoern", "wrk")
-                      if v.get(k))
+    ws = art.get("suite") == "websocket"
+    keys = ("uvicorn", "uvloop", "websockets") if ws else ("granian", "uvicorn", "uvloop", "httptools", "gunicorn",
+                                                            "bjoern", "wrk")
+    comps = ", ".join(f"{k} {v[k]}" for k in keys if v.get(k))
     s = art["settings"]
+    load = (f"the load generator (bench/ws/ws_load.c) pinned to CPU {s['wrk_cpu']}" if ws else
+            f"wrk -t{s['wrk_threads']} pinned to CPU {s['wrk_cpu']}")
+    request = "" if ws else f"; {_request(s)}"
     return (f"Recorded {p['timestamp']} from commit `{(g.get('commit') or 'unknown')[:10]}` ({dirty}); "
             f"{p['platform']}, kernel {p.get('kernel')}; comparators on Python {py.get('version', '?')} "
             f"({py.get('build', '?')}), m0serve {v.get('m0serve') or 'not installed'} on Python "
             f"{m0py.get('version', '?')} ({m0py.get('build', '?')}); {comps}. "
-            f"wrk -t{s['wrk_threads']} pinned to CPU {s['wrk_cpu']}, every server pinned to CPU {s['server_cpu']}; "
-            f"{s['rounds']} alternating rounds of {s['duration_s']:g} s after {s['warmup_s']:g} s of warm-up; "
-            f"{_request(s)}{_nice(s)}. {_host_load(art)}"
+            f"{load}, every server pinned to CPU {s['server_cpu']}; "
+            f"{s['rounds']} alternating rounds of {s['duration_s']:g} s after {s['warmup_s']:g} s of warm-up"
+            f"{request}{_nice(s)}. {_host_load(art)}"
             f"Artifact: `{_rel(art['_path'])}`.")
 
 
@@ -285,6 +294,112 @@ def memory_table(row, versions):
     return "\n".join(lines)
 
 
+def _ws_failed_line(arm, label, cells):
+    why = _skip_text(arm) if arm["status"] == "skipped" else \
+        f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
+    return f"| {label} | {why} | " + " | ".join(["–"] * (cells - 2)) + " |"
+
+
+def ws_echo_table(row, versions):
+    """The websocket suite's echo rows: messages where the throughput table has requests."""
+    ref = row.get("reference")
+    head = ["server", "messages/s", "server cores", "CPU µs/message", "messages per core-s",
+            f"{_short(ref)} ÷ this, per core" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_ws_failed_line(arm, label, len(head)))
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
+        lines.append("| " + " | ".join([label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                                        fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"),
+                                        ratio]) + " |")
+    return "\n".join(lines)
+
+
+def ws_memory_table(row, versions):
+    """The websocket suite's memory rows: the server's RSS growth per open connection (each round on a
+    freshly started server), its median and spread, and the same-round ratio reference ÷ this."""
+    ref = row.get("reference")
+    head = ["server", "RSS before MB", "RSS with them open MB", "RSS per connection KiB", "messages/s",
+            f"{_short(ref)} ÷ this, RSS per connection" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_ws_failed_line(arm, label, len(head)))
+            continue
+        rounds = [r for r in arm["rounds"] if not r.get("failed")]
+        before = statistics.median(r["rss_before_open"] for r in rounds) if rounds else None
+        opened = statistics.median(r["rss_open"] for r in rounds) if rounds else None
+        per = arm["median"].get("rss_per_conn")
+        spread = (arm.get("spread") or {}).get("rss_per_conn") or {}
+        per_s = "–" if per is None else f"{per / 1024:.1f}" + (
+            f" ±{spread['spread_pct'] / 2:.1f}%" if spread.get("n", 0) > 1 and spread.get("spread_pct") is not None
+            else "")
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rss_per_conn"))
+        lines.append("| " + " | ".join([label, fmt_num(before, "mb"), fmt_num(opened, "mb"), per_s,
+                                        fmt_med(arm, "rps", "int"), ratio]) + " |")
+    return "\n".join(lines)
+
+
+def _failed_cells(arm, label, n):
+    if arm["status"] == "skipped":
+        return f"| {label} | {_skip_text(arm)} | " + " | ".join(["–"] * (n - 2)) + " |"
+    return (f"| {label} | **{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]} | "
+            + " | ".join(["–"] * (n - 2)) + " |")
+
+
+def connect_table(row, versions):
+    """The tls suite's new-connection rows (bench/tls_clients.py connect): one request per connection, so
+    the rates are connections, and per core-second of server CPU."""
+    ref = row.get("reference")
+    head = ["server", "connections/s", "server cores", "CPU µs/connection", "connections per core-s",
+            "resumed", "p50 ms", "p99 ms", f"{_short(ref)} ÷ this, per core" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_failed_cells(arm, label, len(head)))
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
+        conns = sum(r.get("requests") or 0 for r in arm["rounds"])
+        resumed = sum(r.get("resumed") or 0 for r in arm["rounds"])
+        shown = "–" if arm.get("scheme") != "https" else f"{resumed:,} of {conns:,}"
+        cells = [label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"), shown,
+                 fmt_med(arm, "p50_ms", "ms"), fmt_med(arm, "p99_ms", "ms"), ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def idle_table(row, versions):
+    """The tls suite's idle rows (bench/tls_clients.py idle): what each held keep-alive connection adds to
+    the server's RSS (every process of its tree)."""
+    ref = row.get("reference")
+    head = ["server", "connections held", "RSS before MB", "RSS with them MB", "KiB per connection",
+            f"{_short(ref)} ÷ this" if ref else "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for arm in row["arms"]:
+        label = _label(arm, versions)
+        if arm["status"] != "ok":
+            lines.append(_failed_cells(arm, label, len(head)))
+            continue
+        ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rss_per_conn"))
+        rounds = arm["rounds"]
+        before = statistics.median(r["rss_before_conns"] for r in rounds)
+        during = statistics.median(r["rss_with_conns"] for r in rounds)
+        per = arm["median"].get("rss_per_conn")
+        spread = (arm.get("spread") or {}).get("rss_per_conn") or {}
+        per_s = "–" if per is None else f"{per / 1024:.1f}" + (
+            f" ±{spread['spread_pct'] / 2:.1f}%" if spread.get("n", 0) > 1 and spread.get("spread_pct") else "")
+        cells = [label, fmt_num(statistics.median(r["requests"] for r in rounds), "int"), fmt_num(before, "mb"),
+                 fmt_num(during, "mb"), per_s, ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def mixed_table(art, versions):
     head = ["server", "slow requests in flight", "fast-route p50 ms", "p90 ms", "p99 ms", "rps", "rps per core",
             "control"]
@@ -317,6 +432,64 @@ def mixed_table(art, versions):
     gate = mixed_gate(art)
     if gate:
         lines += ["", gate]
+    return "\n".join(lines)
+
+
+# The goal for --threads on a free-threaded build (issue 25, from the seeds): at least this share of
+# --workers' throughput, in at most this share of its memory.
+THREADS_GOAL_RPS, THREADS_GOAL_RSS = 0.95, 0.60
+
+
+def _interpreter(arm, art):
+    """'3.13.5 (free-threaded)': the arm's own interpreter, else the run's m0serve one."""
+    info = arm.get("python") or ((art["provenance"].get("python") or {}).get("m0serve") or {})
+    return f"{info.get('version', '?')} ({info.get('build', '?')})" if info else "?"
+
+
+def _threads_partner(row, arm):
+    """The --workers 2 arm an arm of --threads 2 is compared with (same interpreter, same options)."""
+    return _arm(row, arm["name"].replace("-t2", "-w2", 1)) if "-t2" in arm["name"] else None
+
+
+def threads_table(row, art, versions):
+    """Each arm with its interpreter, rate, CPU and memory; each --threads 2 arm against the --workers 2
+    arm of its interpreter, same-round ratios (rps, per core, RSS, PSS); then the goal on the
+    free-threaded build."""
+    head = ["interpreter", "server", "rps", "server cores", "CPU µs/req", "req per core-s", "RSS MB", "PSS MB",
+            "÷ --workers 2: rps", "per core", "RSS", "PSS"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|"]
+    goals = []
+    for arm in row["arms"]:
+        label, interp = _label(arm, versions), _interpreter(arm, art)
+        if arm["status"] != "ok":
+            why = _skip_text(arm) if arm["status"] == "skipped" else \
+                f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
+            lines.append(f"| {interp} | {label} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+            continue
+        partner = _threads_partner(row, arm)
+        ratios = ["–"] * 4
+        if partner is not None and partner["status"] == "ok":
+            r = {m: same_round_ratio(arm, partner, m) for m in ("rps", "rps_per_core", "rss_after", "pss_after")}
+            ratios = [_fmt_ratio(r[m]) for m in ("rps", "rps_per_core", "rss_after", "pss_after")]
+            if (arm.get("python") or {}).get("build") == "free-threaded" and r["rps"] and r["rss_after"]:
+                met = r["rps"][0] >= THREADS_GOAL_RPS and r["rss_after"][0] <= THREADS_GOAL_RSS
+                goals.append(f"Goal on the free-threaded build (Python {interp}): `--threads 2` at ≥ "
+                             f"{THREADS_GOAL_RPS:.2f}× the rps of `--workers 2` in ≤ {THREADS_GOAL_RSS:.0%} of its "
+                             f"RSS: {_fmt_ratio(r['rps'])} rps, {_fmt_ratio(r['rss_after'])} RSS (medians of "
+                             f"same-round ratios): **{'met' if met else 'not met'}**.")
+        cells = [interp, label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us"), fmt_med(arm, "rps_per_core", "int"),
+                 fmt_med(arm, "rss_after", "mb"), fmt_med(arm, "pss_after", "mb")] + ratios
+        lines.append("| " + " | ".join(cells) + " |")
+    cpus = row.get("server_cpus")
+    if cpus is not None and "," not in str(cpus):
+        goals = [g + " On one core: not the parallel case the goal is about." for g in goals]
+        lines += ["", f"Every server here ran on CPU {cpus} alone (the host has no second CPU beside wrk's): "
+                      "the rps ratios say what one core gives each mode, not whether two loops run in parallel."]
+    elif cpus:
+        lines += ["", f"Servers pinned to CPUs {cpus} (wrk to CPU {art['settings']['wrk_cpu']})."]
+    if goals:
+        lines += [""] + goals
     return "\n".join(lines)
 
 
@@ -509,7 +682,7 @@ def suite_block(suite, art, others=()):
         parts += [f"_No `{suite}` artifact has been recorded yet: run `python -m bench {suite}`._", ""]
     else:
         parts += _suite_body(suite, art)
-        if suite not in ("memory", "mixed", "attack"):
+        if suite not in NO_CHART:
             parts.append(f"![{suite}: requests per core-second by server](bench/{suite}.svg)")
             parts.append("")
     for dirname, other in others:
@@ -534,15 +707,42 @@ def _suite_body(suite, art):
     elif suite == "attack":
         arms = [a for row in art["rows"] for a in row["arms"]]
         parts += [_with_notes(attack_table(art, versions), arms, versions), ""]
-    else:
+    elif suite == "websocket":
         for row in art["rows"]:
-            parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
-                         + (f" with a {row['body_size']}-byte body" if row.get("body_size") else "")
-                         + f", {row['connections']} connections"
+            ws = row.get("ws") or {}
+            load = (f"{ws.get('open', 0):,} connections open, {ws.get('active', 0)} of them echoing"
+                    if ws.get("open") else f"{row['connections']} connections echoing")
+            parts.append(f"**{row['title']}** — `{row['app']}`, {ws.get('size')}-byte "
+                         f"{'text' if ws.get('text') else 'binary'} messages, {load}"
                          + ("" if row["status"] == "ok" else f" — **{FAILED}**"))
             parts.append("")
-            if suite == "memory":
+            table = ws_memory_table(row, versions) if ws.get("open") else ws_echo_table(row, versions)
+            parts.append(_with_notes(table, row["arms"], versions))
+            for f in row.get("failures", []):
+                parts += ["", f"**{FAILED}**: {_esc(f)[:300]}"]
+            parts.append("")
+    else:
+        for row in art["rows"]:
+            client = row.get("client")
+            conns = {"connect": ", one connection at a time, one request on each"
+                                + (" (offering the previous connection's session)" if row.get("resume") else ""),
+                     "idle": f", {row.get('conns') or 0:,} keep-alive connections held idle after one request each"
+                     }.get(client, f", {row['connections']} connections")
+            parts.append(f"**{row['title']}** — `{row['app']}`, {row['method']} {row['path']}"
+                         + (f" with a {row['body_size']}-byte body" if row.get("body_size") else "")
+                         + conns
+                         + ("" if row["status"] == "ok" else f" — **{FAILED}**"))
+            parts.append("")
+            if client == "connect":
+                parts.append(_with_notes(connect_table(row, versions), row["arms"], versions))
+            elif client == "idle":
+                parts.append(_with_notes(idle_table(row, versions), row["arms"], versions))
+            elif suite == "memory":
                 parts.append(_with_notes(memory_table(row, versions), row["arms"], versions))
+            elif suite == "threads":
+                parts.append(_with_notes(threads_table(row, art, versions), row["arms"], versions))
+                parts.append("")
+                parts.append(standings(row, versions))
             else:
                 parts.append(_with_notes(throughput_table(row, versions), row["arms"], versions))
                 parts.append("")
@@ -629,6 +829,8 @@ def chart_svg(suite, art):
     """Horizontal bars: median requests per core-second of each arm, grouped by row, with min–max whiskers."""
     groups = []
     for row in art["rows"]:
+        if row.get("client") == "idle":  # a memory row: no rate to chart
+            continue
         bars = [(a["label"] + _off_mark(a), a["median"]["rps_per_core"], a["spread"]["rps_per_core"],
                  a.get("is_m0serve"))
                 for a in row["arms"] if a["status"] == "ok" and a.get("median", {}).get("rps_per_core")]
@@ -781,13 +983,15 @@ def readme_summary(arts, py_arts=None):
     rows = []
     for suite in SUITE_ORDER:
         art = arts.get(suite)
-        if art is None or suite in ("memory", "mixed", "attack"):
+        if art is None or suite in NO_CHART:
             continue
         # The suites recorded on several interpreters say which one, each followed by the others' rows.
         sets = [art]
         if suite in PER_PYTHON_SUITES and py_arts:
             sets += [py_arts[d][suite] for d in sorted(py_arts, key=_version_key) if py_arts[d].get(suite)]
         for i, row in enumerate(art["rows"]):
+            if row.get("client") == "idle":  # memory, not a rate: in docs/BENCHMARKS.md only
+                continue
             for one in sets:
                 row = next((r for r in one["rows"] if r["id"] == art["rows"][i]["id"]), None)
                 ref = row.get("reference") if row else None
@@ -880,7 +1084,7 @@ def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=
     if readme_path.exists():
         out[readme_path] = render_readme(readme_path.read_text(), arts, py_arts)
     for suite, art in arts.items():
-        if suite not in ("memory", "mixed", "attack"):
+        if suite not in NO_CHART:
             out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)
     return out
 

@@ -8,6 +8,7 @@ wrk run pinned to CPU 1 with the server tree's CPU time read from /proc before a
 import hashlib
 import http.client
 import json
+import os
 import signal
 import socket
 import statistics
@@ -19,12 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import env, h2load, procs, wrk
+from . import env, h2load, procs, wrk, wsload
 from . import servers as S
 
 SERVER_CPU = 0
 WRK_CPU = 1
-METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores")
+METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores",
+           "rss_per_conn")
 FAILED = "MEASUREMENT FAILED"
 
 
@@ -41,16 +43,18 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
-    attack: str = ""  # attack suite: "slowloris" or "slowbody" clients (bench/attack.py) run during each measurement
+    attack: str = ""  # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py) run during each measurement
     attackers: int = 0
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)
     attack_target: str = ""
-    # http2 suite: "h2load" measures with h2load (`streams` concurrent streams per connection) and
-    # checks readiness and parity over HTTP/2 (curl); tls: every arm serves HTTPS (ALPN h2)
-    client: str = "wrk"
-    streams: int = 1
-    tls: bool = False
+    # The CPUs the servers of this row are pinned to ("0,2"); empty: SERVER_CPU, as in every other row.
+    server_cpus: str = ""
+    # websocket suite: the load is bench/ws/ws_load.c (bench/wsload.py), not wrk, and messages stand
+    # where requests stand. Keys: size (bytes), text (bool), deflate (the client offers
+    # permessage-deflate); for the memory rows open (connections held open) and active (how many of
+    # them go on echoing): each round then runs on a freshly started server.
+    ws: dict = None
     extra: dict = field(default_factory=dict)
 
 
@@ -71,6 +75,13 @@ class Settings:
     wrk_threads: int = 1
 
 
+def spare_cpus(n):
+    """Up to n CPUs this process may use, other than wrk's, as a taskset list ("0,2"); SERVER_CPU alone
+    when the host has no second one (then arms of several loops or processes share one core)."""
+    cpus = [c for c in sorted(os.sched_getaffinity(0)) if c != WRK_CPU][:n]
+    return ",".join(map(str, cpus)) if len(cpus) > 1 else str(SERVER_CPU)
+
+
 def median_spread(values):
     """(median, {min, max, spread_pct}) where spread_pct = (max - min) / median * 100."""
     values = [v for v in values if v is not None]
@@ -81,9 +92,16 @@ def median_spread(values):
     return med, {"min": lo, "max": hi, "spread_pct": (hi - lo) / med * 100 if med else None, "n": len(values)}
 
 
-def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS):
-    """One request (browser headers by default); returns (status, body bytes)."""
-    conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
+def fetch(port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS, scheme="http"):
+    """One request (browser headers by default); returns (status, body bytes). https: the certificate is
+    not verified (every TLS arm serves the harness's own self-signed one)."""
+    if scheme == "https":
+        import ssl
+
+        conn = http.client.HTTPSConnection(procs_host(), port, timeout=timeout,
+                                           context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(procs_host(), port, timeout=timeout)
     try:
         headers = dict(headers)
         if body:
@@ -99,14 +117,14 @@ def procs_host():
     return "127.0.0.1"
 
 
-def wait_ready(proc, port, path, timeout_s, fetcher=None):
+def wait_ready(proc, port, path, timeout_s, scheme="http", fetcher=None):
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return f"exited with status {proc.returncode}"
         try:
-            status, _ = (fetcher or fetch)(port, path, timeout=2.0)
+            status, _ = (fetcher or fetch)(port, path, timeout=2.0, scheme=scheme)
             return None if status else "no status"
         except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
             last = e
@@ -213,30 +231,60 @@ class RowRunner:
         if script:
             self.script = wrk.write_script(self.workdir, f"{suite}-{row.id}.lua", script)
 
-    def url(self, port):
-        return f"{'https' if self.row.tls else 'http'}://127.0.0.1:{port}{self.row.path}"
-
-    def fetch(self, port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS):
-        """One request as the row's client speaks (HTTP/2 through curl for h2load rows)."""
-        if self.row.client == "h2load":
-            return h2load.fetch(f"{'https' if self.row.tls else 'http'}://127.0.0.1:{port}{path}", method, body,
-                                timeout, headers)
-        return fetch(port, path, method, body, timeout, headers)
-
-    def load_run(self, port, duration_s):
-        """One load run of the row's client: (parsed, raw)."""
-        if self.row.client == "h2load":
-            argv = h2load.command(self.url(port), self.row.connections, self.row.streams, duration_s,
-                                  headers=self.headers(), cpu=WRK_CPU)
-            argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
-            return h2load.run(argv, timeout_s=duration_s + 60)
-        return wrk.run(self.wrk_argv(port, duration_s), timeout_s=duration_s + 60)
-
-    def wrk_argv(self, port, duration_s):
-        url = f"http://127.0.0.1:{port}{self.row.path}"
+    def wrk_argv(self, port, duration_s, scheme="http"):
+        url = f"{scheme}://127.0.0.1:{port}{self.row.path}"
         argv = wrk.command(url, self.row.connections, duration_s, threads=self.s.wrk_threads,
                            script_path=self.script, cpu=WRK_CPU, headers=self.headers())
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+
+    def load_argv(self, port, duration_s, open_=None, scheme="http"):
+        """The load generator's argv: ws_load for websocket rows, wrk for the others."""
+        if self.row.ws:
+            conns = self.row.ws["active"] if open_ is not None else self.row.connections
+            return wsload.command(port, self.row.ws, conns, duration_s, WRK_CPU, path=self.row.path, open_=open_)
+        return self.wrk_argv(port, duration_s, scheme)
+
+    def fetch(self, port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS, scheme="http"):
+        """One request as the row's client speaks: HTTP/2 through curl for h2load rows (the http2
+        suite's arms speak nothing else), HTTP/1.1 otherwise."""
+        if self.row.extra.get("client") == "h2load":
+            return h2load.fetch(f"{scheme}://127.0.0.1:{port}{path}", method, body, timeout, headers)
+        return fetch(port, path, method, body, timeout, headers, scheme=scheme)
+
+    def _h2load(self, port, duration_s, scheme):
+        """One h2load run (the http2 suite): row.connections connections of row.extra["streams"] streams."""
+        argv = h2load.command(f"{scheme}://127.0.0.1:{port}{self.row.path}", self.row.connections,
+                              self.row.extra.get("streams", 1), duration_s, headers=self.headers(), cpu=WRK_CPU)
+        argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+        return h2load.run(argv, timeout_s=duration_s + 60)
+
+    def warm_up(self, st, seconds):
+        if self.row.extra.get("client") == "h2load":
+            warm, _ = self._h2load(st["port"], max(1, round(seconds)), st["arm"].scheme)
+        elif self.row.ws:
+            warm, _ = wsload.run(self.load_argv(st["port"], seconds), self.row.ws, timeout_s=seconds + 60)
+        else:
+            warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(seconds)), st["arm"].scheme),
+                              timeout_s=seconds + 60)
+        st["warm_rps"] = warm.get("rps")
+
+    def _hold(self, port, pid, duration_s):
+        """websocket memory rows: the server's RSS before `open` connections open and while they are
+        open (the `active` ones echoing); (result, raw, rss fields)."""
+        n = self.row.ws["open"]
+        rss = {"rss_before_open": procs.rss_bytes(pid)}
+
+        def sample():
+            rss["rss_open"] = procs.rss_bytes(pid)
+
+        seconds = max(duration_s, 3.0)  # the sample is taken a second after they are all open
+        result, raw = wsload.hold(self.load_argv(port, seconds, open_=n), self.row.ws, sample,
+                                  timeout_s=seconds + 120)
+        if "rss_open" in rss:
+            rss["rss_per_conn"] = (rss["rss_open"] - rss["rss_before_open"]) / n
+        elif not result.get("failed"):
+            result["failed"], result["failure"] = True, "no RSS sample while the connections were open"
+        return result, raw, rss
 
     def headers(self):
         # A row's own headers (row.extra["headers"]) go to every arm, after the browser's.
@@ -257,10 +305,23 @@ class RowRunner:
                            target=load["attack_target"]) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
-            if self.row.target_requests:
+            client = self.row.extra.get("client")
+            rss = {}
+            if client == "connect":
+                result, raw = self._run_connect(arm_state, duration_s)
+            elif client == "h2load":
+                result, raw = self._h2load(port, duration_s, arm_state["arm"].scheme)
+            elif client == "idle":
+                result, raw = self._run_idle(arm_state)
+            elif self.row.ws and self.row.ws.get("open"):
+                result, raw, rss = self._hold(port, proc.pid, duration_s)
+            elif self.row.ws:
+                result, raw = wsload.run(self.load_argv(port, duration_s), self.row.ws, timeout_s=duration_s + 60)
+            elif self.row.target_requests:
                 result, raw = self._run_until(port, self.row.target_requests, arm_state.get("warm_rps") or 5000)
             else:
-                result, raw = self.load_run(port, duration_s)
+                result, raw = wrk.run(self.wrk_argv(port, duration_s, arm_state["arm"].scheme),
+                                      timeout_s=duration_s + 60)
             wall = time.monotonic() - t0
             after = procs.tree(proc.pid)
         cpu_s = procs.cpu_seconds_between(before, after)
@@ -288,7 +349,11 @@ class RowRunner:
             "quiet_wait_s": round(waited, 1),
             "server_processes": len(after),
             "wrk_output": raw,
+            **rss,
         }
+        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s"):
+            if key in result:
+                rec[key] = result[key]
         if load["attack"]:
             rec["attack_idle_cores"] = attack.idle_cores
             rec["attack_counters"] = attack.counters
@@ -302,6 +367,57 @@ class RowRunner:
             rec["failed"] = True
             rec["failure"] = (rec["failure"] + "; " if rec["failure"] else "") + f"server exited ({proc.returncode})"
         return rec
+
+    def _tls_client(self, arm_state, *args):
+        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.tls_clients", args[0], "--port",
+                str(arm_state["port"])] + (["--tls"] if arm_state["arm"].scheme == "https" else []) + list(args[1:])
+        return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+
+    def _run_connect(self, arm_state, duration_s):
+        """New connections, one request each (bench/tls_clients.py connect): "requests" are connections,
+        so the per-core figures are connections per core-second of server CPU."""
+        argv = self._tls_client(arm_state, "connect", "--duration", str(duration_s),
+                                *(["--resume"] if self.row.extra.get("resume") else []))
+        p = subprocess.run(argv, cwd=str(env.ROOT), capture_output=True, text=True, timeout=duration_s + 60)
+        raw = p.stdout + (("\n" + p.stderr) if p.stderr.strip() else "")
+        try:
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"failed": True, "failure": f"client output unparsable; exit {p.returncode}", "requests": 0,
+                    "rps": 0.0, "latency_s": {}, "errors": {}, "non_2xx": 0, "duration_s": 0.0}, raw
+        return {"requests": r["connections"], "duration_s": r["duration_s"], "rps": r["rps"],
+                "latency_s": {k: v for k, v in r["latency_s"].items() if v is not None}, "errors": r["errors"],
+                "non_2xx": 0, "failed": r["failure"] is not None, "failure": r["failure"],
+                "resumed": r["resumed"]}, raw
+
+    def _run_idle(self, arm_state):
+        """Idle keep-alive connections (bench/tls_clients.py idle, row.extra["conns"] of them, each with one
+        request answered): the server tree's RSS before they open and while they are held, and the growth
+        per connection."""
+        n = self.row.extra.get("conns", 5000)
+        pid = arm_state["proc"].pid
+        before = procs.rss_bytes(pid)
+        p = subprocess.Popen(self._tls_client(arm_state, "idle", "--conns", str(n)), cwd=str(env.ROOT),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        held = int(line.split()[1]) if line.startswith("ready") else 0
+        time.sleep(1.0)  # the last requests' buffers are released
+        during = procs.rss_bytes(pid)
+        try:
+            out, err = p.communicate(input="", timeout=60)  # its standard input closes: it lets them go
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        raw = line + out + (("\n" + err) if err.strip() else "")
+        try:
+            r = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            r = {"failure": f"client did not report (exit {p.returncode})", "errors": {}}
+        failure = r.get("failure") or (None if held == n else f"{held} of {n} connections held")
+        return {"requests": held, "duration_s": r.get("open_s") or 0.0, "rps": None, "latency_s": {},
+                "errors": r.get("errors") or {}, "non_2xx": 0, "failed": failure is not None, "failure": failure,
+                "rss_before_conns": before, "rss_with_conns": during,
+                "rss_per_conn": (during - before) / held if held else None, "open_s": r.get("open_s")}, raw
 
     def _run_until(self, port, target, est_rps):
         """wrk in consecutive runs sized from the observed rate until `target` requests completed
@@ -340,15 +456,23 @@ class RowRunner:
         argv = arm.command(self.row.app, port)
         log_path = self.workdir / f"{self.suite}-{self.row.id}-{arm.name}.log"
         run_env = dict(__import__("os").environ)
-        run_env["PYTHONPATH"] = str(env.APPS_DIR)
+        # tests/apps: the lifespan helper the ASGI apps share with the tests' apps
+        run_env["PYTHONPATH"] = str(env.APPS_DIR) + __import__("os").pathsep + str(env.ROOT / "tests" / "apps")
         run_env["PYTHONUNBUFFERED"] = "1"
         run_env.update(arm.env)
         if self.s.nice:
             argv = ["nice", "-n", str(self.s.nice)] + argv
-        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=SERVER_CPU)
+        cpus = self.row.server_cpus or str(SERVER_CPU)
+        exe = Path(arm.argv[0])
+        if exe.is_absolute() and not exe.exists():
+            # An interpreter's venv that was not built (the threads suite: make bench builds them).
+            return {"arm": arm, "port": port, "command": ["taskset", "-c", cpus] + argv, "log": log_path,
+                    "skipped": f"{exe} does not exist" + (f" (make build PY={arm.python_key})" if getattr(arm, "python_key", "")
+                                                          else "")}
+        proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=cpus)
         err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s,
-                         fetcher=self.fetch)
-        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", str(SERVER_CPU)] + argv,
+                         arm.scheme, fetcher=self.fetch)
+        state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", cpus] + argv,
                  "log": log_path}
         if err:
             procs.stop(proc)
@@ -356,14 +480,24 @@ class RowRunner:
             state["skipped"] = f"{err}: {tail.strip()}"
         return state
 
+    def restart(self, st):
+        """Stop an arm's server and start it again (same arm, new port), warmed up as at the start."""
+        procs.stop(st["proc"])
+        fresh = self.start_arm(st["arm"])
+        if "skipped" in fresh:
+            raise RuntimeError(f"{st['arm'].name} did not start again: {fresh['skipped'][:300]}")
+        st.update(port=fresh["port"], proc=fresh["proc"], command=fresh["command"], log=fresh["log"])
+        if self.s.warmup_s > 0:
+            self.warm_up(st, self.s.warmup_s)
+
     def run(self):
         row, s = self.row, self.s
         out = {"id": row.id, "title": row.title, "app": row.app, "path": row.path, "method": row.method,
                "body_size": row.body_size, "connections": row.connections, "slow_inflight": row.slow_inflight,
-               **({"client": row.client, "streams": row.streams, "tls": row.tls} if row.client != "wrk" else {}),
                "slow_ms": row.slow_ms if row.slow_inflight or any(a.load.get("slow_inflight") for a in row.arms) else None, "target_requests": row.target_requests,
                "attack": row.attack or None, "attackers": row.attackers,
-               "attack_target": row.attack_target or None, **row.extra,
+               "attack_target": row.attack_target or None, "server_cpus": row.server_cpus or None, "ws": row.ws,
+               **row.extra,
                "arms": [], "status": "ok", "failures": []}
         gate = procs.wait_time_wait_below(s.time_wait_limit, s.time_wait_timeout_s)
         out["time_wait_gate"] = {"count": gate[0], "waited_s": round(gate[1], 1), "limit": s.time_wait_limit}
@@ -381,7 +515,8 @@ class RowRunner:
             bodies = {}
             for st in live:
                 try:
-                    status, got = self.fetch(st["port"], row.path, row.method, body, headers=self.headers())
+                    status, got = self.fetch(st["port"], row.path, row.method, body, headers=self.headers(),
+                                             scheme=st["arm"].scheme)
                 except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
                     status, got = None, repr(e).encode()
                 st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
@@ -394,18 +529,24 @@ class RowRunner:
             if out["status"] == "ok" and live:
                 for st in live:  # warm-up
                     if s.warmup_s > 0:
-                        warm, _ = self.load_run(st["port"], max(1, round(s.warmup_s)))
-                        st["warm_rps"] = warm.get("rps")
+                        self.warm_up(st, s.warmup_s)
                     st["rss_after_warmup"] = procs.rss_bytes(st["proc"].pid)
+                    st["pss_after_warmup"] = procs.pss_bytes(st["proc"].pid)
                     st["rounds"] = []
                 rounds = 1 if row.target_requests else s.rounds
                 for r in range(rounds):
                     order = live[r % len(live):] + live[: r % len(live)]
                     for st in order:
                         time.sleep(s.pause_s)
-                        rec = self.measure(st, s.duration_s)
+                        try:
+                            if row.ws and row.ws.get("open") and r > 0:
+                                self.restart(st)  # a fresh process: memory the last round freed is not reused
+                            rec = self.measure(st, s.duration_s)
+                        except RuntimeError as e:
+                            rec = {"failed": True, "failure": str(e)}
                         rec["round"] = r + 1
                         rec["rss_after"] = procs.rss_bytes(st["proc"].pid)
+                        rec["pss_after"] = procs.pss_bytes(st["proc"].pid)
                         st["rounds"].append(rec)
                         env.log(f"{self.suite}/{row.id} r{r + 1} {st['arm'].name}: {_brief(rec)}")
         finally:
@@ -425,7 +566,13 @@ class RowRunner:
         arm = st["arm"]
         rec = {"name": arm.name, "label": arm.label, "is_m0serve": arm.is_m0serve, "interface": arm.interface,
                "version_key": arm.version_key, "expect": arm.expect, "note": arm.note, "command": st["command"],
-               "wrk_command": self.wrk_argv(st["port"], self.s.duration_s), "status": "ok"}
+               "wrk_command": self.load_argv(st["port"], self.s.duration_s,
+                                             open_=(self.row.ws or {}).get("open"), scheme=arm.scheme),
+               "status": "ok", "scheme": arm.scheme}
+        if getattr(arm, "python", ""):
+            # An arm on an interpreter of its own (the threads suite): which, and the versions there.
+            rec["python"] = env.python_info_cached(arm.python)
+            rec["versions"] = env.pip_versions_cached(arm.python)
         if any(a.load for a in self.row.arms):
             rec["load"] = self.load(arm)
         if "skipped" in st:
@@ -434,6 +581,7 @@ class RowRunner:
             return rec
         rec["parity"] = st.get("parity")
         rec["rss_after_warmup"] = st.get("rss_after_warmup")
+        rec["pss_after_warmup"] = st.get("pss_after_warmup")
         rounds = st.get("rounds", [])
         rec["rounds"] = rounds
         if not rounds:
@@ -444,7 +592,7 @@ class RowRunner:
             rec["status"] = FAILED
             rec["failure"] = "; ".join(f"round {r['round']}: {r['failure']}" for r in failed)
         rec["median"], rec["spread"] = {}, {}
-        for m in METRICS + ("rss_after",):
+        for m in METRICS + ("rss_after", "pss_after"):
             med, spread = median_spread([r.get(m) for r in rounds if not r["failed"]])
             rec["median"][m] = med
             rec["spread"][m] = spread
@@ -464,6 +612,8 @@ def _brief(rec):
     f = f" {FAILED}: {rec['failure']}" if rec["failed"] else ""
     cores = rec["cores"] or 0
     p99 = rec["p99_ms"] if rec["p99_ms"] is not None else float("nan")
+    if rec.get("rss_per_conn") is not None:
+        return f"{rec['requests']:,} connections held, {rec['rss_per_conn'] / 1024:.1f} KiB RSS each{f}"
     return f"{rec['rps'] or 0:,.0f} rps, {cores:.2f} cores, p99 {p99:.2f} ms{f}"
 
 
@@ -486,7 +636,7 @@ def _ratios(arms, ref_name):
         if a["name"] == ref_name or a["status"] != "ok":
             continue
         entry = {}
-        for m in ("rps", "rps_per_core", "cpu_us_per_req", "p99_ms"):
+        for m in ("rps", "rps_per_core", "cpu_us_per_req", "p99_ms", "rss_per_conn"):
             per_round = []
             for rr, ro in zip(ref["rounds"], a["rounds"]):
                 if rr.get(m) and ro.get(m):

@@ -5,6 +5,7 @@ Every argv uses the placeholders {app} (module:callable under bench/apps) and {p
 """
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from . import env
 
@@ -26,9 +27,15 @@ class Arm:
     # attackers, attack_target. Arms of one server under different loads alternate round by round, so a
     # ratio between them (p99 with against without) compares the same machine state.
     load: dict = field(default_factory=dict)
+    # The interpreter this arm runs on when it is not the default one for its server (the threads suite
+    # runs m0serve and Granian on several), and its key: "3.13t" (`make build PY=3.13t` makes it).
+    python: str = ""
+    python_key: str = ""
+    scheme: str = "http"  # https: the arm serves TLS (the same certificate for every arm: env.tls_files)
 
     def command(self, app, port):
-        return [a.format(app=app, port=port, host=HOST) for a in self.argv]
+        certfile, keyfile = env.tls_files() if self.scheme == "https" else ("", "")
+        return [a.format(app=app, port=port, host=HOST, certfile=certfile, keyfile=keyfile) for a in self.argv]
 
 
 LOAD_KEYS = ("slow_inflight", "attack", "attackers", "attack_target")
@@ -61,24 +68,31 @@ def m0serve_native():
                interface="native")
 
 
-def m0serve(interface="wsgi", extra=(), name=None, label=None, expect=None):
-    argv = [_m0(), "-m", "m0serve", "{app}", "--host", "{host}", "--port", "{port}", "--workers", "1"]
+def m0serve(interface="wsgi", extra=(), name=None, label=None, expect=None, python=None, python_key=""):
+    """python: the interpreter (a venv's bin/python) when not the default one (env.m0serve_python)."""
+    argv = [str(python) if python else _m0(), "-m", "m0serve", "{app}", "--host", "{host}", "--port", "{port}",
+            "--workers", "1"]
     argv += ["--interface", interface]
     argv += list(extra)
     return Arm(name or "m0serve", label or f"m0serve ({interface}, 1 worker)", argv, version_key="m0serve",
-               is_m0serve=True, interface=interface, expect=expect)
+               is_m0serve=True, interface=interface, expect=expect, python=str(python or ""), python_key=python_key)
 
 
-def granian(interface="wsgi", blocking_threads=1, expect=None):
-    argv = [_bin("granian"), "--interface", interface, "--workers", "1", "--runtime-threads", "1", "--host", "{host}",
-            "--port", "{port}", "--no-access-log", "--log-level", "warning"]
-    label = f"Granian ({interface}, 1 worker"
+def granian(interface="wsgi", blocking_threads=1, expect=None, workers=1, python=None, python_key="", name=None,
+            label=None):
+    """python: run the granian of that interpreter's venv instead of .bench-venv's. On a free-threaded
+    interpreter Granian's workers are threads of one process (its MTServer), on a GIL one processes."""
+    granian_bin = str(Path(python).parent / "granian") if python else _bin("granian")
+    argv = [granian_bin, "--interface", interface, "--workers", str(workers), "--runtime-threads", "1", "--host",
+            "{host}", "--port", "{port}", "--no-access-log", "--log-level", "warning"]
+    default_label = f"Granian ({interface}, {workers} worker{'s' if workers > 1 else ''}"
     if interface == "wsgi":
         argv += ["--blocking-threads", str(blocking_threads)]
-        label += f", {blocking_threads} blocking thread{'s' if blocking_threads > 1 else ''}"
+        default_label += f", {blocking_threads} blocking thread{'s' if blocking_threads > 1 else ''}"
     argv.append("{app}")
-    return Arm("granian" if blocking_threads == 1 else f"granian-bt{blocking_threads}", label + ")", argv,
-               version_key="granian", interface=interface, expect=expect)
+    return Arm(name or ("granian" if blocking_threads == 1 else f"granian-bt{blocking_threads}"),
+               label or default_label + ")", argv, version_key="granian", interface=interface, expect=expect,
+               python=str(python or ""), python_key=python_key)
 
 
 def gunicorn(expect=None):
@@ -105,29 +119,56 @@ def uvicorn(loop="uvloop"):
                 "httptools", "--no-access-log", "--log-level", "warning"], version_key="uvicorn", interface="asgi")
 
 
-def m0serve_h2(interface, tls=None):
-    """m0serve with --http 2 (HTTP/2 only, as the comparators are run), over TLS when tls=(cert, key)."""
-    extra = ["--http", "2"] + (["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
-    return m0serve(interface, extra=extra, label=f"m0serve ({interface}, 1 worker, HTTP/2{' over TLS' if tls else ''})")
+TLS_M0SERVE = ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"]
 
 
-def granian_h2(interface, tls=None):
-    """Granian --http 2 (h2c with prior knowledge, or ALPN h2 over TLS)."""
+def m0serve_tls(interface="wsgi"):
+    arm = m0serve(interface, extra=TLS_M0SERVE, name="m0serve-tls", label=f"m0serve ({interface}, TLS)")
+    return replace(arm, scheme="https")
+
+
+def granian_tls(interface="wsgi"):
     arm = granian(interface)
-    argv = arm.argv[:-1] + ["--http", "2"]
-    if tls:
-        argv += ["--ssl-certificate", tls[0], "--ssl-keyfile", tls[1]]
-    return replace(arm, argv=argv + ["{app}"], label=arm.label[:-1] + f", --http 2{' over TLS' if tls else ''})")
+    argv = arm.argv[:-1] + ["--ssl-certificate", "{certfile}", "--ssl-keyfile", "{keyfile}", arm.argv[-1]]
+    return replace(arm, name="granian-tls", label=arm.label[:-1] + ", TLS)", argv=argv, scheme="https")
 
 
-def hypercorn(interface, tls=None):
-    """Hypercorn (asyncio worker): HTTP/2 by h2c prior knowledge, or ALPN h2 over TLS."""
+def uvicorn_tls(loop="uvloop"):
+    arm = uvicorn(loop)
+    return replace(arm, name=f"uvicorn-{loop}-tls", label=arm.label[:-1] + ", TLS)", scheme="https",
+                   argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"])
+
+
+def m0serve_h2(interface, tls=False):
+    """m0serve with --http 2 (HTTP/2 only, as the comparators are run), over TLS (ALPN h2) when tls."""
+    arm = m0serve(interface, extra=["--http", "2"] + (TLS_M0SERVE if tls else []),
+                  label=f"m0serve ({interface}, 1 worker, HTTP/2{' over TLS' if tls else ''})")
+    return replace(arm, scheme="https") if tls else arm
+
+
+def granian_h2(interface, tls=False):
+    """Granian --http 2: h2c with prior knowledge, or ALPN h2 over TLS."""
+    arm = granian_tls(interface) if tls else granian(interface)
+    argv = arm.argv[:-1] + ["--http", "2", arm.argv[-1]]
+    return replace(arm, name="granian", argv=argv, label=arm.label[:-1] + ", --http 2)")
+
+
+def hypercorn(interface, tls=False):
+    """Hypercorn (asyncio worker): h2c with prior knowledge, or ALPN h2 over TLS."""
     argv = [_bin("hypercorn"), "--bind", "{host}:{port}", "--workers", "1", "--log-level", "warning"]
     if tls:
-        argv += ["--certfile", tls[0], "--keyfile", tls[1]]
+        argv += ["--certfile", "{certfile}", "--keyfile", "{keyfile}"]
     argv.append(f"{interface}:{{app}}")
     return Arm("hypercorn", f"Hypercorn ({interface}, 1 worker{', TLS' if tls else ''})", argv,
-               version_key="hypercorn", interface=interface)
+               version_key="hypercorn", interface=interface, scheme="https" if tls else "http")
+
+
+def uvicorn_ws(loop="uvloop"):
+    """uvicorn with its websockets implementation (what `--ws auto` picks when websockets is installed,
+    spelt out so that a missing package fails the start): the websocket suite's comparator."""
+    arm = uvicorn(loop)
+    return replace(arm, name=f"uvicorn-{loop}-websockets", label=f"uvicorn ({loop}, websockets)",
+                   argv=arm.argv + ["--ws", "websockets"])
 
 
 def wsgi_peers(expect=None):

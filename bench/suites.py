@@ -1,6 +1,7 @@
 """The suites: which rows, which arms. Every row has one worker per server unless it says otherwise."""
+from . import env
 from . import servers as S
-from .runner import FAILED, Row
+from .runner import FAILED, Row, spare_cpus
 
 WSGI_HELLO = "hello_wsgi:app"
 ASGI_HELLO = "hello_asgi:app"
@@ -19,14 +20,39 @@ def floor():
                 [S.m0serve_native(), S.floor()])]
 
 
+IDLE_CONNS = 1000
+# Longer than any measurement, so that the idle clients stay open through it.
+IDLE_KEEP_ALIVE = ["--keep-alive-timeout", "3600"]
+
+
+def m0serve_backend(backend, extra=()):
+    """m0serve on the epoll or the poll(2) I/O backend (--io-backend)."""
+    name = "m0serve" if backend == "epoll" else f"m0serve-{backend}"
+    return S.m0serve("wsgi", extra=["--io-backend", backend, *extra], name=name,
+                     label=f"m0serve (wsgi, 1 worker, {backend})")
+
+
 def wsgi():
     # The floor and --native hello ride in the same run so that the WSGI
-    # bridge's cost is read as a same-run multiple of the HTTP layer alone.
+    # bridge's cost is read as a same-run multiple of the HTTP layer alone;
+    # m0serve on the poll(2) backend beside it (its per-core cost against epoll's).
     arms = wsgi_arms()
-    return [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO,
-                arms[:1] + [S.m0serve_native(), S.floor()] + arms[1:]),
+    rows = [Row("hello-c16", "Bare WSGI hello, 16 connections", WSGI_HELLO,
+                arms[:1] + [m0serve_backend("poll"), S.m0serve_native(), S.floor()] + arms[1:]),
             Row("percall-c16", "WSGI hello with its header list built per call and no Content-Length, 16 connections",
                 "percall_wsgi:app", arms[:1] + [S.floor()] + arms[1:])]
+    # 16 active connections beside IDLE_CONNS idle keep-alive ones (bench/attack.py's idle clients, one
+    # request each, then nothing), on epoll and on poll, each also quiet: poll scans every fd at every
+    # wake-up, epoll only the ready ones. Arms alternate round by round, so each "idle / quiet" ratio is
+    # one of the same machine state.
+    idle = {"attack": "idle", "attackers": IDLE_CONNS}
+    rows.append(Row(f"idle{IDLE_CONNS}-c16", f"Bare WSGI hello, 16 active connections beside {IDLE_CONNS:,} idle "
+                    "keep-alive ones: epoll and poll", WSGI_HELLO,
+                    [S.under_load(m0serve_backend(b, IDLE_KEEP_ALIVE), f"{name}@{key}",
+                                  f"m0serve (wsgi, 1 worker, {b}{label})", **load)
+                     for b, name in (("epoll", "m0serve"), ("poll", "m0serve-poll"))
+                     for key, label, load in (("quiet", "", {}), (f"idle{IDLE_CONNS}", f", {IDLE_CONNS:,} idle", idle))]))
+    return rows
 
 
 def asgi():
@@ -98,23 +124,44 @@ def mixed():
                      gate("gate-django", "slow_django:application", "Django hello")]
 
 
+CPU_VIEW = "cpu_wsgi:app"
+
+
 def threads():
-    # One process with T loops against T processes: throughput per core and the RSS of
-    # the whole process tree (every arm pinned to the same core, as in every suite).
+    # One process with two loops (--threads 2, one interpreter) against two processes (--workers 2),
+    # on the free-threaded 3.13t, on 3.13 and on 3.11, all in one row so that every ratio is of the same
+    # rounds; Granian's free-threaded mode (its workers are threads on 3.13t) beside them. The servers
+    # get two CPUs other than wrk's when the host has them (runner.spare_cpus): otherwise the arms share
+    # one core and only the per-core figures compare. RSS and PSS of the whole process tree per round.
+    cpus = spare_cpus(2)
+    rows = []
+    # Row "inline-c16" and the default interpreter's arms "m0serve-t2" and "m0serve-w2" keep the names
+    # of the suite's first artifact (README.md quotes them), the other interpreters' arms are "...@KEY";
+    # the reference of the generic ratios is the first arm, --threads 2 on the default interpreter.
+    for row_id, app, what in (("inline-c16", WSGI_HELLO, "Bare WSGI hello"),
+                              ("cpu-c16", CPU_VIEW, "CPU-bound WSGI view (pure-Python arithmetic, about 1 ms)")):
+        arms = []
+        for key, python in env.THREADS_PYTHONS:
+            for flag in ("--threads", "--workers"):
+                suffix = "" if python == env.m0serve_python() else f"@{key}"
+                arms.append(S.m0serve("wsgi", extra=[flag, "2"], name=f"m0serve-{flag[2]}2{suffix}",
+                                      label=f"m0serve {flag} 2, Python {key}", python=python, python_key=key))
+            if key.endswith("t"):
+                arms.append(S.granian("wsgi", workers=2, python=python, python_key=key, name=f"granian-w2@{key}",
+                                      label=f"Granian --workers 2 (threads), Python {key}"))
+        rows.append(Row(row_id, f"{what}, 16 connections: --threads 2 vs --workers 2 on each interpreter", app,
+                        arms, server_cpus=cpus))
+
     def arm(extra, name, label):
         return S.m0serve("wsgi", extra=extra, name=name, label=label)
 
-    return [
-        Row("inline-c16", "Bare WSGI hello, 16 connections: --threads 2 vs --workers 2", WSGI_HELLO,
-            [arm(["--threads", "2"], "m0serve-t2", "m0serve (--threads 2)"),
-             arm(["--workers", "2"], "m0serve-w2", "m0serve (--workers 2)")]),
-        Row("pool-c16", "Bare WSGI hello, 16 connections, --blocking-threads 4: --threads 2 vs --workers 2",
-            WSGI_HELLO,
-            [arm(["--threads", "2", "--blocking-threads", "4"], "m0serve-t2-bt4", "m0serve (--threads 2 -b 4)"),
-             arm(["--workers", "2", "--blocking-threads", "4"], "m0serve-w2-bt4", "m0serve (--workers 2 -b 4)"),
-             arm(["--blocking-threads", "4"], "m0serve-bt4", "m0serve (1 worker -b 4)"),
-             arm([], "m0serve", "m0serve (1 worker, inline)")]),
-    ]
+    rows.append(Row("pool-c16", "Bare WSGI hello, 16 connections, --blocking-threads 4: --threads 2 vs --workers 2",
+                    WSGI_HELLO,
+                    [arm(["--threads", "2", "--blocking-threads", "4"], "m0serve-t2-bt4", "m0serve (--threads 2 -b 4)"),
+                     arm(["--workers", "2", "--blocking-threads", "4"], "m0serve-w2-bt4", "m0serve (--workers 2 -b 4)"),
+                     arm(["--blocking-threads", "4"], "m0serve-bt4", "m0serve (1 worker -b 4)"),
+                     arm([], "m0serve", "m0serve (1 worker, inline)")]))
+    return rows
 
 
 SLOW_READERS = 6
@@ -196,25 +243,86 @@ def proxy():
     ]
 
 
-def http2():
-    # h2load against HTTP/2 only arms: 16 connections x 10 streams, and 1 connection x 100 streams,
-    # h2c (prior knowledge) and h2 over TLS (ALPN), WSGI and ASGI hello.
-    from . import env
+IDLE_TLS_CONNS = 5000
+
+
+def tls():
+    # TLS served by each server itself (the same self-signed ECDSA P-256 certificate, bench/env.py:
+    # tls_files), beside m0serve's own plaintext on the same app: keep-alive requests (wrk over https),
+    # new connections with a full and with a resumed handshake (bench/tls_clients.py connect: one request
+    # per connection, "req per core-s" is connections per core-second of server CPU), and the RSS each
+    # idle keep-alive connection adds (bench/tls_clients.py idle).
+    def wsgi_tls():
+        return [S.m0serve_tls("wsgi"), S.granian_tls("wsgi")]
+
+    def asgi_tls():
+        return [S.m0serve_tls("asgi"), S.granian_tls("asgi"), S.uvicorn_tls("uvloop")]
+
+    plain = {"wsgi": S.m0serve("wsgi", label="m0serve (wsgi, plaintext)"),
+             "asgi": S.m0serve("asgi", label="m0serve (asgi, plaintext)")}
+    rows = []
+    for interface, app, arms in (("wsgi", WSGI_HELLO, wsgi_tls), ("asgi", ASGI_HELLO, asgi_tls)):
+        up = interface.upper()
+        rows += [
+            Row(f"{interface}-keepalive", f"{up} hello over TLS, keep-alive, 16 connections", app,
+                arms() + [plain[interface]]),
+            Row(f"{interface}-connect-full", f"{up} hello, a new TLS connection per request, full handshake", app,
+                arms() + [plain[interface]], connections=1, extra={"client": "connect"}),
+            Row(f"{interface}-connect-resumed", f"{up} hello, a new TLS connection per request, resumed session",
+                app, arms(), connections=1, extra={"client": "connect", "resume": True}),
+            Row(f"{interface}-idle{IDLE_TLS_CONNS}", f"{up}: RSS per idle TLS keep-alive connection, "
+                f"{IDLE_TLS_CONNS:,} connections", app, arms() + [plain[interface]],
+                # connections: the warm-up's (wrk); at 5,000 it would leave the memory of 5,000 connections
+                # allocated in the server before the RSS is read without them.
+                extra={"client": "idle", "conns": IDLE_TLS_CONNS}),
+        ]
+    return rows
+
+
+def websocket():
+    # Echo of a 1 KB JSON-like text message (bench/wsload.py, bench/ws/ws_load.c), the client offering
+    # permessage-deflate or not (both servers at their defaults, which accept it); then the RSS per
+    # open WebSocket with 1,000 idle connections and with 100 echoing, deflate off and on, each round
+    # on a freshly started server. Both servers run the same app (bench/apps/ws_echo.py).
+    def arms():
+        return [S.m0serve("asgi"), S.uvicorn_ws("uvloop")]
 
     rows = []
+    for deflate in (False, True):
+        tag = "deflate" if deflate else "plain"
+        what = "permessage-deflate offered and accepted" if deflate else "no compression offered"
+        rows.append(Row(f"echo-1k-{tag}", f"WebSocket echo of a 1 KB text message, {what}", "ws_echo:app", arms(),
+                        ws={"size": 1024, "text": True, "deflate": deflate}))
+    for deflate in (False, True):
+        tag = "deflate" if deflate else "plain"
+        what = "permessage-deflate" if deflate else "no compression"
+        rows.append(Row(f"rss-idle1000-{tag}", f"RSS per open WebSocket, 1,000 idle connections, {what}",
+                        "ws_echo:app", arms(), ws={"size": 1024, "text": True, "deflate": deflate, "open": 1000,
+                                                   "active": 0}))
+        rows.append(Row(f"rss-active100-{tag}", f"RSS per open WebSocket, 100 connections echoing, {what}",
+                        "ws_echo:app", arms(), ws={"size": 1024, "text": True, "deflate": deflate, "open": 100,
+                                                   "active": 100}))
+    return rows
+
+
+def http2():
+    # h2load against HTTP/2-only arms (bench/h2load.py): 16 connections x 10 streams and 1 connection x
+    # 100 streams, h2c (prior knowledge) and h2 over TLS (ALPN), WSGI and ASGI hello. No latency
+    # percentiles (h2load gives none).
+    rows = []
     for tls in (False, True):
-        cert = env.bench_cert() if tls else None
         for interface, app in (("wsgi", WSGI_HELLO), ("asgi", ASGI_HELLO)):
-            arms = [S.m0serve_h2(interface, cert), S.granian_h2(interface, cert), S.hypercorn(interface, cert)]
             for conns, streams in ((16, 10), (1, 100)):
+                arms = [S.m0serve_h2(interface, tls), S.granian_h2(interface, tls), S.hypercorn(interface, tls)]
                 rows.append(Row(f"{interface}-{'h2' if tls else 'h2c'}-c{conns}m{streams}",
-                                f"{interface.upper()} hello over {'h2 (TLS, ALPN)' if tls else 'h2c (prior knowledge)'}, "
-                                f"h2load {conns} connection{'s' if conns > 1 else ''} x {streams} streams",
-                                app, arms, connections=conns, client="h2load", streams=streams, tls=tls))
+                                f"{interface.upper()} hello over {'h2 (TLS, ALPN)' if tls else 'h2c (prior knowledge)'}"
+                                f", h2load {conns} connection{'s' if conns > 1 else ''} x {streams} streams",
+                                app, arms, connections=conns, extra={"client": "h2load", "streams": streams}))
     return rows
 
 
 SUITES = {
+    "http2": http2,
     "floor": floor,
     "wsgi": wsgi,
     "asgi": asgi,
@@ -227,7 +335,8 @@ SUITES = {
     "proxy": proxy,
     "attack": attack,
     "ops": ops,
-    "http2": http2,
+    "tls": tls,
+    "websocket": websocket,
 }
 
 

@@ -188,9 +188,10 @@ OPTIONS = [
     Option("--backlog", "value", _int_in(1), 2048, "listen(2) backlog", "sockets", "N"),
     Option("--reuse-port", "flag", _bool, False, "each worker binds its own SO_REUSEPORT socket instead of sharing one",
            "sockets"),
-    Option("--io-backend", "value", _choice("auto", "epoll", "poll"), "auto",
-           "the event loop's I/O backend: epoll (Linux) or poll (poll(2), any POSIX system; every worker on a shared "
-           "listener wakes for each connection); auto: epoll where the system has it", "sockets", "NAME"),
+    Option("--io-backend", "value", _choice("auto", "epoll", "kqueue", "poll"), "auto",
+           "the event loop's I/O backend: epoll (Linux), kqueue (macOS, the BSDs) or poll (poll(2), any POSIX system; "
+           "with kqueue and poll every worker on a shared listener wakes for each connection); auto: epoll, else "
+           "kqueue, where the system has it", "sockets", "NAME"),
     Option("--uds-permissions", "value", _octal_mode, None,
            "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),
     # HTTP limits and timeouts
@@ -251,8 +252,8 @@ OPTIONS = [
            "client certificates: none (not asked for), optional (checked when sent) or required (mutual TLS)",
            "tls", "none|optional|required"),
     Option("--ssl-ciphers", "value", str, None,
-           "the OpenSSL cipher list for TLS 1.2, e.g. 'ECDHE+AESGCM' (default: OpenSSL's; TLS 1.3 suites are "
-           "OpenSSL's)", "tls", "CIPHERS"),
+           "the OpenSSL cipher list for TLS 1.2, e.g. 'ECDHE+AESGCM' (default: ECDHE with AES-GCM or "
+           "ChaCha20-Poly1305; TLS 1.3 suites are OpenSSL's)", "tls", "CIPHERS"),
     Option("--ssl-min-version", "value", _choice("1.2", "1.3"), "1.2", "the oldest TLS version accepted", "tls",
            "1.2|1.3"),
     # Behind a proxy or a load balancer

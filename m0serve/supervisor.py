@@ -41,7 +41,7 @@ import time
 
 from . import hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
-from . import proctitle
+from . import portable, proctitle
 
 log = logs.log
 
@@ -62,16 +62,11 @@ class Stopping(enum.Enum):
 
 
 MIB = 1024 * 1024
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def worker_rss(pid):
-    """Resident bytes of process `pid` (/proc/PID/statm), or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, IndexError, ValueError):
-        return None
+    """Resident bytes of process `pid` (/proc/PID/statm, else ps), or None once it is gone."""
+    return portable.process_rss(pid)
 
 
 def _now():
@@ -119,7 +114,7 @@ class Worker(hooks.WorkerInfo):
 class Supervisor:
     def __init__(self, cfg):
         self.cfg = cfg
-        self._new_ticket_keys()
+        self._new_ticket_keys(keep_previous=False)
         self.log = log
         self.hooks = hooks.of(cfg)
         self.spawned = 0  # workers started so far (a worker's age)
@@ -153,7 +148,7 @@ class Supervisor:
         # One byte in a pipe: the booting worker that reads it reports an app that fails to
         # load in full, the others in a debug line (one traceback, not one per worker).
         # Put back at each rolling restart.
-        self.report_r, self.report_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.report_r, self.report_w = portable.pipe(os.O_NONBLOCK | os.O_CLOEXEC)
         os.write(self.report_w, b"1")
 
     # --- start-up -------------------------------------------------------------------
@@ -193,7 +188,7 @@ class Supervisor:
             self.selector = selectors.PollSelector()
         else:
             self.selector = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r, self.wake_w = portable.pipe(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         if self.metrics is not None:
@@ -349,16 +344,20 @@ class Supervisor:
         log.info("SIGQUIT: stopping now")
         self._stop(fast=True)
 
-    def _new_ticket_keys(self):
+    def _new_ticket_keys(self, keep_previous):
         """TLS session-ticket keys for the workers forked from now on: every worker shares them, so a
         session one issued resumes on any other. New at each HUP (with the certificate files, which each
-        new worker loads again)."""
+        new worker loads again); the keys they replace are kept after them (80 bytes each, current first),
+        so a ticket issued before one HUP still resumes after it (and is replaced by one under the new
+        keys), and one issued before two does not."""
         if self.cfg.ssl_certfile is not None:
-            self.cfg.tls_ticket_keys = os.urandom(80)
+            previous = getattr(self.cfg, "tls_ticket_keys", None)
+            fresh = os.urandom(80)
+            self.cfg.tls_ticket_keys = fresh + previous[:80] if keep_previous and previous else fresh
 
     def handle_hup(self):
         log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
-        self._new_ticket_keys()
+        self._new_ticket_keys(keep_previous=True)
         self._start_rollout()
 
     def handle_ttin(self):
@@ -449,7 +448,7 @@ class Supervisor:
             self.metrics.reset(slot)
         max_requests = w.max_requests = self.cfg.effective_max_requests(self.rand)
         try:
-            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+            status_r, status_w = portable.pipe(os.O_CLOEXEC)
         except OSError:
             self.free_slots.append(slot)
             raise

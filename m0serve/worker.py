@@ -49,9 +49,11 @@ class UnsupportedInterface(Exception):
 # (XCPU, XFSZ), TSTP (Ctrl-Z in a terminal suspends the server, as asked), KILL and STOP; PIPE
 # is ignored by Python. The supervisor handles TTIN and TTOU (a worker more or less) and the
 # worker ALRM and USR2 (m0serve.supervisor, SignalPolicy and register_stack_dump).
+# The real-time signals are Linux's (macOS has none).
+_RT_SIGNALS = range(signal.SIGRTMIN, signal.SIGRTMAX + 1) if hasattr(signal, "SIGRTMIN") else range(0)
 STRAY_SIGNALS = tuple(getattr(signal, name) for name in (
     "SIGUSR2", "SIGTTIN", "SIGTTOU", "SIGWINCH", "SIGALRM", "SIGPROF", "SIGVTALRM", "SIGIO", "SIGPWR", "SIGSTKFLT")
-    if hasattr(signal, name)) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+    if hasattr(signal, name)) + tuple(_RT_SIGNALS)
 
 _STRAY_HINTS = {
     "SIGUSR2": "m0serve has no binary upgrade; SIGHUP restarts the workers on the new code one at a time",
@@ -65,7 +67,7 @@ def signal_name(signum):
     try:
         return signal.Signals(signum).name
     except ValueError:
-        return f"SIGRTMIN+{signum - signal.SIGRTMIN}" if signal.SIGRTMIN <= signum <= signal.SIGRTMAX else str(signum)
+        return f"SIGRTMIN+{signum - _RT_SIGNALS.start}" if signum in _RT_SIGNALS else str(signum)
 
 
 def log_stray_signal(signum, role):
@@ -410,15 +412,11 @@ def _start_loop_beat(buf, index, interval):
 
 
 def set_parent_death_signal(sig=signal.SIGTERM):
-    """Linux: the worker gets `sig` when its supervisor dies, so no orphan keeps serving."""
-    try:
-        import ctypes
+    """The worker gets `sig` when its supervisor dies, so no orphan keeps serving (prctl on
+    Linux, else a thread watching the parent: m0serve/portable.py)."""
+    from . import portable
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except Exception:  # not fatal: only a safety net
-        pass
+    return portable.set_parent_death_signal(sig)
 
 
 def reset_signals():

@@ -32,6 +32,14 @@ static int core_exec(PyObject *module)
     /* "epoll,poll" or "poll": what --io-backend may choose in this build. */
     if (PyModule_AddStringConstant(module, "io_backends", m0_loop_backends()) < 0)
         return -1;
+        /* 1 in the build with every portable fallback (meson -Dportable=true): the
+         * Python side then takes its own fallbacks too (m0serve/portable.py). */
+#ifdef M0_PORTABLE
+    if (PyModule_AddIntConstant(module, "portable", 1) < 0)
+#else
+    if (PyModule_AddIntConstant(module, "portable", 0) < 0)
+#endif
+        return -1;
     return 0;
 }
 

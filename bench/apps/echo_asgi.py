@@ -1,15 +1,11 @@
 """ASGI 3 POST echo: returns the request body (the post suite sends 1 KB)."""
 
+from lifespan_helper import serve_lifespan
+
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     chunks = []
     more = True
     while more:

@@ -1,5 +1,7 @@
 """Bare ASGI 3 hello: 13 bytes of text/plain, lifespan accepted."""
 
+from lifespan_helper import serve_lifespan
+
 BODY = b"Hello, world!"
 START = {
     "type": "http.response.start",
@@ -11,12 +13,6 @@ MESSAGE = {"type": "http.response.body", "body": BODY}
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     await send(START)
     await send(MESSAGE)

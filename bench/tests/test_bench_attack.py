@@ -122,3 +122,25 @@ def test_arms_of_one_row_carry_their_own_load():
     assert rr.load(rows[4].arms[1])["attack"] == "slowread" and rows[4].app == "big_wsgi:app"
     with pytest.raises(ValueError):
         servers.under_load(rows[0].arms[0], "x", "x", slow=1)
+
+
+def test_idle_clients_keep_their_keep_alive_connections_open(serve):
+    # The wsgi suite's idle row: one request each, then nothing; the server keeps them (its keep-alive
+    # timeout is longer than the run) and answers others meanwhile.
+    srv = serve("cli_hello:app", "--keep-alive-timeout", "60")
+    p = subprocess.Popen([sys.executable, "-m", "bench.attack", "--port", str(srv.port), "--mode", "idle",
+                          "--conns", "50"], cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready 50"
+        time.sleep(1.0)
+        assert len(_send_queues(srv.port)) >= 50  # every idle connection is still established
+        s = srv.connect()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body, _ = read_response(s)
+        s.close()
+        assert status == 200
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+    counters = json.loads(out.strip().splitlines()[-1])
+    assert counters["mode"] == "idle" and counters["connects"] == 50 and counters["reconnects"] == 0, counters

@@ -26,6 +26,7 @@ class FakeArm:
     def __init__(self, name, is_m0=False, expect=None):
         self.name, self.label, self.is_m0serve, self.interface = name, name, is_m0, "wsgi"
         self.version_key, self.expect, self.note = name, expect, ""
+        self.scheme = "http"
 
 
 def _arm_record(name, rounds, is_m0=False, expect=None):
@@ -310,3 +311,140 @@ def test_arms_of_one_server_under_different_loads_share_one_off_defaults_note():
     notes = render.off_default_notes(arms, {"granian": "2.8.9"})
     assert notes.count("--blocking-threads 4") == 1
     assert notes.startswith("† Off its defaults (bench/README.md says why): Granian (4 blocking threads) 2.8.9: ")
+
+
+def _threads_row(t2_rps, t2_rss, w2_rss=50_000_000):
+    def rounds(rps, rss):
+        return [dict(_round(i, rps + i, 0.9), rss_after=rss, pss_after=rss // 2) for i in range(1, 4)]
+
+    arms = []
+    for key, build in (("3.13t", "free-threaded"), ("3.11", "GIL")):
+        for name, rps, rss in ((f"m0serve-t2@{key}", t2_rps, t2_rss), (f"m0serve-w2@{key}", 1000, w2_rss)):
+            a = _arm_record(name, rounds(rps, rss), is_m0=True)
+            a["python"] = {"version": "3.13.5" if key == "3.13t" else "3.11.7", "build": build}
+            arms.append(a)
+    row = {"id": "cpu-c16", "title": "CPU", "app": "cpu_wsgi:app", "path": "/", "method": "GET", "arms": arms,
+           "status": "ok", "failures": [], "server_cpus": "0", "connections": 16, "body_size": 0}
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return row
+
+
+def _tls_row(row_id, client, arms, **extra):
+    row = {"id": row_id, "title": row_id, "app": "hello_wsgi:app", "path": "/", "method": "GET", "body_size": 0,
+           "connections": 16 if client == "idle" else 1, "slow_inflight": 0, "slow_ms": None,
+           "target_requests": 0, "client": client, **extra, "arms": arms, "status": "ok", "failures": []}
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return row
+
+
+def test_threads_table_pairs_each_interpreters_arms_and_states_the_goal():
+    """Each --threads 2 arm is put against the --workers 2 arm of its own interpreter (same-round ratios of
+    rps and RSS), and the goal line (>= 0.95x the rps in <= 60% of the RSS) is claimed for the free-threaded
+    build only when both medians hold."""
+    art = make_artifact()
+    met = render.threads_table(_threads_row(1000, 20_000_000), art, {})
+    lines = {ln.split(" | ")[1]: ln for ln in met.splitlines() if ln.startswith("| 3.")}
+    assert "| 3.13.5 (free-threaded) | m0serve-t2@3.13t |" in met
+    assert "1.00× (1.00–1.00) | 1.00× (1.00–1.00) | 0.40× (0.40–0.40) | 0.40× (0.40–0.40) |" in lines["m0serve-t2@3.13t"]
+    assert "0.40× (0.40–0.40)" in lines["m0serve-t2@3.11"]  # against 3.11's --workers 2, not 3.13t's
+    assert "(Python 3.13.5 (free-threaded))" in met and "**met**" in met
+    assert "3.11.7" not in met.split("Goal")[1]  # the goal is the free-threaded build's only
+    assert "CPU 0 alone" in met and "On one core: not the parallel case" in met
+    row = _threads_row(1000, 20_000_000)
+    row["server_cpus"] = "0,2"
+    assert "On one core" not in render.threads_table(row, art, {})
+    assert "**not met**" in render.threads_table(_threads_row(900, 20_000_000), art, {})  # 0.90x the rps
+    assert "**not met**" in render.threads_table(_threads_row(1000, 35_000_000), art, {})  # 70% of the RSS
+
+
+def test_tls_connection_and_idle_rows_render_their_own_tables(tree):
+    def connect_rounds(rate, cores):
+        return [dict(_round(i, rate, cores), resumed=int(rate * 5) - 1) for i in range(1, 4)]
+
+    def idle_rounds(per_conn):
+        return [dict(_round(i, 1000, 0.5), requests=5000, rps=None, rss_before_conns=30_000_000,
+                     rss_with_conns=30_000_000 + 5000 * per_conn, rss_per_conn=per_conn) for i in range(1, 4)]
+
+    m0, gr = _arm_record("m0serve-tls", connect_rounds(900, 0.9), is_m0=True), _arm_record("granian-tls",
+                                                                                           connect_rounds(600, 0.9))
+    for a in (m0, gr):
+        a["scheme"] = "https"
+    idle_arms = [_arm_record("m0serve-tls", idle_rounds(6 * 1024), is_m0=True),
+                 _arm_record("granian-tls", idle_rounds(12 * 1024))]
+    art = make_artifact()
+    art["suite"] = "tls"
+    art["rows"] = [_tls_row("wsgi-connect-resumed", "connect", [m0, gr], resume=True),
+                   _tls_row("wsgi-idle5000", "idle", idle_arms, conns=5000)]
+    assert art["rows"][1]["ratios"]["granian-tls"]["rss_per_conn"]["median"] == pytest.approx(0.5)
+    tree["write"]("tls-1.json", art)
+    tree["write"]("wsgi-1.json", make_artifact())
+    assert tree["cli"]() == 0 and tree["cli"]("--check") == 0
+    doc = tree["doc"].read_text()
+    block = doc[doc.index("<!-- bench:table:tls -->"):doc.index("<!-- /bench:table:tls -->")]
+    assert "| server | connections/s |" in block and "| 13,497 of 13,500 |" in block
+    assert "offering the previous connection's session" in block
+    assert "| granian-tls | 600 ±0.0% | 0.90 ±0.0% | 1500.0 ±0.0% | 667 ±0.0% |" in block
+    assert "| server | connections held | RSS before MB | RSS with them MB | KiB per connection |" in block
+    assert "| m0serve-tls | 5,000 | 30.0 | 60.7 | 6.0 | reference |" in block
+    assert "| granian-tls | 5,000 | 30.0 | 91.4 | 12.0 | 0.50× (0.50–0.50) |" in block
+    chart = (tree["charts"] / "tls.svg").read_text()
+    assert "wsgi-connect-resumed" in chart and "wsgi-idle5000" not in chart
+    readme = tree["readme"].read_text()
+    assert "wsgi-connect-resumed" in readme and "wsgi-idle5000" not in readme
+
+
+def _ws_round(i, per_conn, n, failed=False):
+    r = _round(i, 3000 + i, 0.5, failed=failed)
+    r.update(rss_before_open=30_000_000, rss_open=30_000_000 + per_conn * n, rss_per_conn=per_conn)
+    return r
+
+
+def test_websocket_tables_render_messages_and_rss_per_connection(tree):
+    """The websocket suite: echo rows in messages, memory rows in RSS per open connection with the
+    same-round ratio m0serve ÷ peer; no chart and no README summary row."""
+    def row(rid, ws, m0_rounds, peer_rounds):
+        arms = [_arm_record("m0serve", m0_rounds, is_m0=True), _arm_record("uvicorn", peer_rounds)]
+        r = {"id": rid, "title": rid, "app": "ws_echo:app", "path": "/", "method": "GET", "body_size": 0,
+             "connections": 16, "ws": ws, "arms": arms, "status": "ok", "failures": []}
+        r["reference"] = runner._reference(arms)
+        r["ratios"] = runner._ratios(arms, r["reference"])
+        return r
+
+    art = make_artifact()
+    art["suite"] = "websocket"
+    art["rows"] = [
+        row("echo-1k-deflate", {"size": 1024, "text": True, "deflate": True},
+            [_round(i, 9000, 0.9) for i in range(1, 4)], [_round(i, 3000, 0.9) for i in range(1, 4)]),
+        row("rss-idle1000-deflate", {"size": 1024, "text": True, "deflate": True, "open": 1000, "active": 0},
+            [_ws_round(i, 40 * 1024, 1000) for i in range(1, 4)],
+            [_ws_round(i, 160 * 1024, 1000) for i in range(1, 4)]),
+    ]
+    assert art["rows"][1]["ratios"]["uvicorn"]["rss_per_conn"]["median"] == pytest.approx(0.25)
+    tree["write"]("websocket-20261130T100000Z.json", art)
+    tree["write"]("wsgi-20261130T100000Z.json", make_artifact())
+    assert tree["cli"]() == 0
+    doc = tree["doc"].read_text()
+    block = doc[doc.index("<!-- bench:table:websocket -->"):doc.index("<!-- /bench:table:websocket -->")]
+    assert "the load generator (bench/ws/ws_load.c) pinned to CPU 1" in block
+    assert "| m0serve | 9,000 ±0.0% | 0.90 ±0.0% |" in block and "3.00×" in block  # messages per core-second
+    assert "1,000 connections open, 0 of them echoing" in block
+    assert "| m0serve | 30.0 | 71.0 | 40.0 ±0.0% | " in block and "0.25× (0.25–0.25)" in block
+    assert not (tree["charts"] / "websocket.svg").exists()
+    assert "websocket" not in tree["readme"].read_text()
+    assert tree["cli"]("--check") == 0
+
+
+def test_wsload_parses_the_load_generators_output():
+    from bench import wsload
+    ws = {"size": 1024, "text": True, "deflate": True}
+    ok = wsload.parse("deflate=accepted\nmessages=100 seconds=1.000 rate=100.0 errors=0\n", ws)
+    assert (ok["requests"], ok["rps"], ok["failed"]) == (100, 100.0, False)
+    declined = wsload.parse("deflate=declined\nmessages=100 seconds=1.000 rate=100.0 errors=0\n", ws)
+    assert declined["failed"] and "not accepted" in declined["failure"]
+    wrong = wsload.parse("deflate=accepted\nmessages=100 seconds=1.000 rate=100.0 errors=3\n", ws)
+    assert wrong["failed"] and "3 socket errors or wrong echoes" in wrong["failure"]
+    assert wsload.parse("handshake 0 failed\n", ws)["failed"]
+    argv = wsload.command(8000, {"size": 1024, "text": True, "deflate": True, "open": 1000}, 0, 5, 1, open_=1000)
+    assert argv[:3] == ["taskset", "-c", "1"] and argv[-5:] == ["1024", "-t", "-z", "-o", "1000"]

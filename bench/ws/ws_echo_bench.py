@@ -30,11 +30,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            await send({"type": m["type"] + ".complete"})
-            if m["type"] == "lifespan.shutdown":
-                return
+        from lifespan_helper import serve_lifespan  # tests/apps, on the servers' path (start())
+
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] != "websocket":
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
@@ -79,7 +77,7 @@ def tree_cpu(pid):
 
 
 def start(arm, port, args):
-    env = dict(os.environ, PYTHONPATH=HERE)
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.path.join(ROOT, "tests", "apps"))
     if arm == "m0serve":
         argv = [args.m0serve_python, "-m", "m0serve", "ws_echo_bench:app", "--interface", "asgi", "--host", "127.0.0.1",
                 "--port", str(port), "--log-level", "warning"]
@@ -145,7 +143,7 @@ def main():
     args = ap.parse_args()
     if not os.path.exists(args.load):
         os.makedirs(os.path.dirname(args.load), exist_ok=True)
-        subprocess.run(["cc", "-O2", "-o", args.load, os.path.join(HERE, "ws_load.c")], check=True)
+        subprocess.run(["cc", "-O2", "-o", args.load, os.path.join(HERE, "ws_load.c"), "-lz"], check=True)
     arms = args.arms.split(",")
     rows = {arm: [] for arm in arms}
     for r in range(args.rounds):

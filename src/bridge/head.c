@@ -45,19 +45,7 @@ static int add_pair(m0_head *h, PyObject *name_o, PyObject *value_o, unsigned ow
     size_t nlen = (size_t)nb.len, vlen = (size_t)vb.len;
     switch (m0_head_field(f, name, nlen, value, vlen, own)) {
     case M0_FIELD_KEEP:
-        if (m0_head_reserve(h, nlen + vlen + 4) < 0)
-            break;
-        char *p = h->buf + h->len;
-        memcpy(p, name, nlen);
-        p += nlen;
-        *p++ = ':';
-        *p++ = ' ';
-        memcpy(p, value, vlen);
-        p += vlen;
-        *p++ = '\r';
-        *p++ = '\n';
-        h->len = (size_t)(p - h->buf);
-        r = 0;
+        r = m0_head_add_field(h, name, nlen, value, vlen);
         break;
     case M0_FIELD_DROP:
         r = 0;

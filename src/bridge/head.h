@@ -3,7 +3,13 @@
  * websocket.accept and websocket.http.response.start).
  *
  * m0_head is a growable byte buffer that starts in storage its owner embeds
- * (most heads fit: no allocation per response) and moves to PyMem past it.
+ * (most heads fit: no allocation per response) and moves to PyMem past it
+ * (WSGI embeds none: its one buffer per bridge is kept across requests). Both
+ * bridges build their heads with it: the app's fields (m0_head_add_field),
+ * the server's Date and Server (m0_head_put_date_server) and a computed
+ * Content-Length (m0_head_put_content_length). The m0_head_put* functions
+ * write into room the caller reserved (m0_head_reserve), the m0_head_add*
+ * ones reserve it first.
  *
  * m0_head_field() decides what one (name, value) pair means to the server,
  * without Python: an invalid name or value is refused; the hop-by-hop fields
@@ -58,14 +64,106 @@ static inline int m0_head_reserve(m0_head *h, size_t more)
     return h->len + more <= h->cap ? 0 : m0_head_grow(h, more);
 }
 
+/* Append n bytes into room the caller reserved. */
+static inline void m0_head_put(m0_head *h, const char *s, size_t n)
+{
+    memcpy(h->buf + h->len, s, n);
+    h->len += n;
+}
+
 static inline int m0_head_add(m0_head *h, const char *s, size_t n)
 {
     if (m0_head_reserve(h, n) < 0)
         return -1;
-    memcpy(h->buf + h->len, s, n);
-    h->len += n;
+    m0_head_put(h, s, n);
     return 0;
 }
+
+/* "name: value\r\n", for a field m0_head_field kept. 0 or -1 (MemoryError). */
+static inline int m0_head_add_field(m0_head *h, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    if (m0_head_reserve(h, nlen + vlen + 4) < 0)
+        return -1;
+    char *p = h->buf + h->len;
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, value, vlen);
+    p += vlen;
+    *p++ = '\r';
+    *p++ = '\n';
+    h->len = (size_t)(p - h->buf);
+    return 0;
+}
+
+/* The server's own fields of every response head: Date (the cached line of
+ * http/response.h) and Server, each left out when the app sent its own, and
+ * Server only with server_header (--server-header). At most
+ * M0_HEAD_DATE_SERVER_MAX bytes, into room the caller reserved. */
+#define M0_HEAD_SERVER_LINE "Server: m0serve\r\n"
+#define M0_HEAD_DATE_SERVER_MAX (M0_DATE_LINE_LEN + sizeof(M0_HEAD_SERVER_LINE) - 1)
+static inline void m0_head_put_date_server(m0_head *h, int app_date, int app_server, int server_header)
+{
+    if (!app_date)
+        m0_head_put(h, m0_date_line(), M0_DATE_LINE_LEN);
+    if (server_header && !app_server)
+        m0_head_put(h, M0_HEAD_SERVER_LINE, sizeof(M0_HEAD_SERVER_LINE) - 1);
+}
+
+static inline int m0_head_add_date_server(m0_head *h, int app_date, int app_server, int server_header)
+{
+    if (m0_head_reserve(h, M0_HEAD_DATE_SERVER_MAX) < 0)
+        return -1;
+    m0_head_put_date_server(h, app_date, app_server, server_header);
+    return 0;
+}
+
+/* "Content-Length: <n>\r\n": at most M0_HEAD_LENGTH_MAX bytes, into room
+ * the caller reserved. Not sprintf: this is on the path of every response
+ * whose length the server computes. */
+#define M0_HEAD_LENGTH_MAX 38
+static inline void m0_head_put_content_length(m0_head *h, uint64_t n)
+{
+    char digits[20], *d = digits + sizeof(digits);
+    do {
+        *--d = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    size_t nd = (size_t)(digits + sizeof(digits) - d);
+    char *p = h->buf + h->len;
+    memcpy(p, "Content-Length: ", 16);
+    memcpy(p + 16, d, nd);
+    memcpy(p + 16 + nd, "\r\n", 2);
+    h->len += 16 + nd + 2;
+}
+
+static inline int m0_head_add_content_length(m0_head *h, uint64_t n)
+{
+    if (m0_head_reserve(h, M0_HEAD_LENGTH_MAX) < 0)
+        return -1;
+    m0_head_put_content_length(h, n);
+    return 0;
+}
+
+/* The Connection field the server writes: "upgrade" on a 101 (no HTTP is
+ * parsed after it: the connection closes), "close" when the connection ends
+ * with the response, "keep-alive" to an HTTP/1.0 client it stays open for;
+ * none otherwise. At most 24 bytes, into room the caller reserved. */
+static inline void m0_head_put_connection(m0_head *h, int upgrade, int keep_alive, int minor_version)
+{
+    if (upgrade)
+        m0_head_put(h, "Connection: upgrade\r\n", 21);
+    else if (!keep_alive)
+        m0_head_put(h, "Connection: close\r\n", 19);
+    else if (minor_version == 0)
+        m0_head_put(h, "Connection: keep-alive\r\n", 24);
+}
+
+/* Room for everything the server appends after the app's fields: Date and
+ * Server, Content-Length (or Transfer-Encoding: chunked, 28), Connection and
+ * the blank line. */
+#define M0_HEAD_SUFFIX_MAX (M0_HEAD_DATE_SERVER_MAX + M0_HEAD_LENGTH_MAX + 24 + 2)
 
 /* Empty h and give back what it allocated (it is in the inline storage again). */
 static inline void m0_head_reset(m0_head *h)

@@ -68,11 +68,15 @@ int m0_tls_options(PyObject *opts, m0_tls **out)
     }
     PyObject *keys = PyDict_GetItemString(opts, "ticket_keys"); // borrowed
     if (keys != NULL && keys != Py_None) {
-        if (!PyBytes_Check(keys) || PyBytes_GET_SIZE(keys) != M0_TLS_TICKET_KEYS) {
-            PyErr_Format(PyExc_ValueError, "tls option ticket_keys must be %d bytes", M0_TLS_TICKET_KEYS);
+        /* The current keys, then optionally those they replaced. */
+        if (!PyBytes_Check(keys) ||
+            (PyBytes_GET_SIZE(keys) != M0_TLS_TICKET_KEYS && PyBytes_GET_SIZE(keys) != 2 * M0_TLS_TICKET_KEYS)) {
+            PyErr_Format(PyExc_ValueError, "tls option ticket_keys must be %d or %d bytes", M0_TLS_TICKET_KEYS,
+                         2 * M0_TLS_TICKET_KEYS);
             return -1;
         }
         s.ticket_keys = (const unsigned char *)PyBytes_AS_STRING(keys);
+        s.ticket_key_sets = (int)(PyBytes_GET_SIZE(keys) / M0_TLS_TICKET_KEYS);
     }
     char err[512];
     m0_tls *t = NULL;

@@ -14,7 +14,8 @@
 /* opts: None (*out NULL: plaintext) or a dict with certfile (str, required),
  * keyfile, password, ca_certs, ciphers (str or None), cert_reqs
  * ("none"|"optional"|"required"), min_version ("1.2"|"1.3") and
- * ticket_keys (80 bytes shared by the workers, or None). A file or
+ * ticket_keys (bytes shared by the workers, or None: 80, the current
+ * keys, or 160, the current then the previous ones). A file or
  * setting that does not load is a ValueError of one line naming it. */
 int m0_tls_options(PyObject *opts, m0_tls **out);
 

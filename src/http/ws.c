@@ -165,7 +165,7 @@ void m0_ws_parser_init(m0_ws_parser *p, uint64_t max_message, int require_mask)
     m0_utf8_init(&p->utf8);
 }
 
-static int m0_ws_opcode_known(unsigned op)
+static int ws_opcode_known(unsigned op)
 {
     return op <= M0_WS_OP_BINARY || (op >= M0_WS_OP_CLOSE && op <= M0_WS_OP_PONG);
 }
@@ -186,7 +186,7 @@ int m0_ws_parse(m0_ws_parser *p, uint8_t *buf, size_t len, m0_ws_chunk *out)
         /* RSV1 marks a compressed message when permessage-deflate was
          * negotiated (RFC 7692 section 6): on a message's first frame only. */
         int rsv1 = (b0 & 0x40) != 0;
-        if ((b0 & 0x30) || !m0_ws_opcode_known(op))
+        if ((b0 & 0x30) || !ws_opcode_known(op))
             return M0_WS_PROTOCOL_ERROR;
         if (rsv1 && (!p->allow_rsv1 || control || op == M0_WS_OP_CONT))
             return M0_WS_PROTOCOL_ERROR;
@@ -362,7 +362,7 @@ size_t m0_ws_close_build(uint8_t *out, int code, const char *reason, size_t reas
 
 /* --- opening handshake --- */
 
-static int m0_ws_is_ows(char c)
+static int ws_is_ows(char c)
 {
     return c == ' ' || c == '\t';
 }
@@ -378,9 +378,9 @@ int m0_ws_list_next(m0_span *list, m0_span *item)
         const char *stop = p;
         if (p < end)
             p++; /* the comma */
-        while (start < stop && m0_ws_is_ows(*start))
+        while (start < stop && ws_is_ows(*start))
             start++;
-        while (stop > start && m0_ws_is_ows(stop[-1]))
+        while (stop > start && ws_is_ows(stop[-1]))
             stop--;
         if (stop > start) {
             item->base = start;
@@ -409,18 +409,18 @@ int m0_ws_is_upgrade(const m0_request *req)
     return (req->flags & M0_REQ_UPGRADE) && m0_ws_list_has(req->upgrade, "websocket", 9);
 }
 
-static int m0_base64_char(char c)
+static int base64_char(char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
 }
 
 /* base64 of 16 bytes: 22 alphabet characters and "==". */
-static int m0_ws_key_valid(m0_span key)
+static int ws_key_valid(m0_span key)
 {
     if (key.len != 24 || key.base[22] != '=' || key.base[23] != '=')
         return 0;
     for (size_t i = 0; i < 22; i++)
-        if (!m0_base64_char(key.base[i]))
+        if (!base64_char(key.base[i]))
             return 0;
     return 1;
 }
@@ -451,7 +451,7 @@ int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs)
             version = version == 0 ? (is13 ? 1 : -1) : (is13 && version == 1 ? 1 : -1);
         }
     }
-    if (!connection_upgrade || keys != 1 || !m0_ws_key_valid(hs->key) || version == 0)
+    if (!connection_upgrade || keys != 1 || !ws_key_valid(hs->key) || version == 0)
         return M0_WS_BAD_HANDSHAKE;
     if (version < 0)
         return M0_WS_BAD_VERSION;
@@ -464,21 +464,21 @@ typedef struct {
     uint64_t total;
     uint8_t block[64];
     size_t fill;
-} m0_sha1_ctx;
+} sha1_ctx;
 
-static uint32_t m0_rol32(uint32_t x, int n)
+static uint32_t rol32(uint32_t x, int n)
 {
     return x << n | x >> (32 - n);
 }
 
-static void m0_sha1_block(m0_sha1_ctx *c, const uint8_t *b)
+static void sha1_block(sha1_ctx *c, const uint8_t *b)
 {
     uint32_t w[80], a = c->h[0], bb = c->h[1], cc = c->h[2], d = c->h[3], e = c->h[4];
 
     for (int t = 0; t < 16; t++)
         w[t] = (uint32_t)b[4 * t] << 24 | (uint32_t)b[4 * t + 1] << 16 | (uint32_t)b[4 * t + 2] << 8 | b[4 * t + 3];
     for (int t = 16; t < 80; t++)
-        w[t] = m0_rol32(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
+        w[t] = rol32(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
     for (int t = 0; t < 80; t++) {
         uint32_t f, k;
         if (t < 20) {
@@ -494,10 +494,10 @@ static void m0_sha1_block(m0_sha1_ctx *c, const uint8_t *b)
             f = bb ^ cc ^ d;
             k = 0xCA62C1D6;
         }
-        uint32_t tmp = m0_rol32(a, 5) + f + e + k + w[t];
+        uint32_t tmp = rol32(a, 5) + f + e + k + w[t];
         e = d;
         d = cc;
-        cc = m0_rol32(bb, 30);
+        cc = rol32(bb, 30);
         bb = a;
         a = tmp;
     }
@@ -508,7 +508,7 @@ static void m0_sha1_block(m0_sha1_ctx *c, const uint8_t *b)
     c->h[4] += e;
 }
 
-static void m0_sha1_init(m0_sha1_ctx *c)
+static void sha1_init(sha1_ctx *c)
 {
     c->h[0] = 0x67452301;
     c->h[1] = 0xEFCDAB89;
@@ -519,7 +519,7 @@ static void m0_sha1_init(m0_sha1_ctx *c)
     c->fill = 0;
 }
 
-static void m0_sha1_update(m0_sha1_ctx *c, const uint8_t *data, size_t len)
+static void sha1_update(sha1_ctx *c, const uint8_t *data, size_t len)
 {
     c->total += len;
     while (len > 0) {
@@ -529,23 +529,23 @@ static void m0_sha1_update(m0_sha1_ctx *c, const uint8_t *data, size_t len)
         data += n;
         len -= n;
         if (c->fill == 64) {
-            m0_sha1_block(c, c->block);
+            sha1_block(c, c->block);
             c->fill = 0;
         }
     }
 }
 
-static void m0_sha1_final(m0_sha1_ctx *c, uint8_t digest[20])
+static void sha1_final(sha1_ctx *c, uint8_t digest[20])
 {
     uint64_t bits = c->total * 8;
     uint8_t pad = 0x80, zero = 0, len_be[8];
 
-    m0_sha1_update(c, &pad, 1);
+    sha1_update(c, &pad, 1);
     while (c->fill != 56)
-        m0_sha1_update(c, &zero, 1);
+        sha1_update(c, &zero, 1);
     for (int k = 0; k < 8; k++)
         len_be[k] = (uint8_t)(bits >> (56 - 8 * k));
-    m0_sha1_update(c, len_be, 8);
+    sha1_update(c, len_be, 8);
     for (int i = 0; i < 5; i++) {
         digest[4 * i] = (uint8_t)(c->h[i] >> 24);
         digest[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
@@ -556,10 +556,10 @@ static void m0_sha1_final(m0_sha1_ctx *c, uint8_t digest[20])
 
 void m0_sha1(const uint8_t *data, size_t len, uint8_t digest[20])
 {
-    m0_sha1_ctx c;
-    m0_sha1_init(&c);
-    m0_sha1_update(&c, data, len);
-    m0_sha1_final(&c, digest);
+    sha1_ctx c;
+    sha1_init(&c);
+    sha1_update(&c, data, len);
+    sha1_final(&c, digest);
 }
 
 size_t m0_base64_encode(const uint8_t *src, size_t len, char *out)
@@ -587,12 +587,12 @@ size_t m0_base64_encode(const uint8_t *src, size_t len, char *out)
 void m0_ws_accept(const char *key, size_t key_len, char *out)
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    m0_sha1_ctx c;
+    sha1_ctx c;
     uint8_t digest[20];
 
-    m0_sha1_init(&c);
-    m0_sha1_update(&c, (const uint8_t *)key, key_len);
-    m0_sha1_update(&c, (const uint8_t *)guid, sizeof(guid) - 1);
-    m0_sha1_final(&c, digest);
+    sha1_init(&c);
+    sha1_update(&c, (const uint8_t *)key, key_len);
+    sha1_update(&c, (const uint8_t *)guid, sizeof(guid) - 1);
+    sha1_final(&c, digest);
     m0_base64_encode(digest, 20, out);
 }

@@ -120,15 +120,18 @@ int m0_ws_deflate_negotiate(const m0_request *req, m0_ws_deflate_params *out)
 
 size_t m0_ws_deflate_response(const m0_ws_deflate_params *p, char *out)
 {
-    int n = snprintf(out, 128, "Sec-WebSocket-Extensions: permessage-deflate%s%s",
-                     p->server_no_context_takeover ? "; server_no_context_takeover" : "",
-                     p->client_no_context_takeover ? "; client_no_context_takeover" : "");
+    /* At most 156 bytes (every parameter, windows of two digits), within
+     * M0_WS_DEFLATE_RESPONSE_SIZE: snprintf cannot truncate, so each return
+     * is the length it wrote. */
+    char server_bits[40] = "", client_bits[40] = "";
     if (p->server_bits_sent)
-        n += snprintf(out + n, 128 - (size_t)n, "; server_max_window_bits=%d", p->server_max_window_bits);
+        snprintf(server_bits, sizeof(server_bits), "; server_max_window_bits=%d", p->server_max_window_bits);
     if (p->client_bits_sent)
-        n += snprintf(out + n, 128 - (size_t)n, "; client_max_window_bits=%d", p->client_max_window_bits);
-    n += snprintf(out + n, 128 - (size_t)n, "\r\n");
-    return (size_t)n;
+        snprintf(client_bits, sizeof(client_bits), "; client_max_window_bits=%d", p->client_max_window_bits);
+    int n = snprintf(out, M0_WS_DEFLATE_RESPONSE_SIZE, "Sec-WebSocket-Extensions: permessage-deflate%s%s%s%s\r\n",
+                     p->server_no_context_takeover ? "; server_no_context_takeover" : "",
+                     p->client_no_context_takeover ? "; client_no_context_takeover" : "", server_bits, client_bits);
+    return n < M0_WS_DEFLATE_RESPONSE_SIZE ? (size_t)n : M0_WS_DEFLATE_RESPONSE_SIZE - 1;
 }
 
 /* --- the streams --- */

@@ -42,9 +42,13 @@ typedef struct {
  * tried. Returns 1 and fills *out when one is accepted, 0 when none is. */
 int m0_ws_deflate_negotiate(const m0_request *req, m0_ws_deflate_params *out);
 
+/* Room for the longest response field: every parameter, both windows of two
+ * digits (156 bytes), and the NUL. */
+#define M0_WS_DEFLATE_RESPONSE_SIZE 160
+
 /* The response field for accepted params ("Sec-WebSocket-Extensions:
- * permessage-deflate; ...\r\n") into out (128 bytes suffice); returns its
- * length. */
+ * permessage-deflate; ...\r\n") into out, which has room for
+ * M0_WS_DEFLATE_RESPONSE_SIZE bytes; returns its length (without the NUL). */
 size_t m0_ws_deflate_response(const m0_ws_deflate_params *p, char *out);
 
 typedef struct m0_ws_deflate m0_ws_deflate;

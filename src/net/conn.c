@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/sockios.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/un.h>
 #include <time.h>
@@ -19,6 +17,7 @@
 
 #include "../http/response.h"
 #include "conn_int.h"
+#include "portable.h"
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events);
 static void conn_timer_cb(m0_loop *loop, m0_timer *t);
@@ -189,8 +188,7 @@ uint32_t m0_conn_send_timeout(const m0_conn *c)
 
 int m0_conn_outq(const m0_conn *c)
 {
-    int q = 0;
-    return ioctl(c->io.fd, SIOCOUTQ, &q) == 0 ? q : -1;
+    return m0_sock_outq(c->io.fd);
 }
 
 int m0_conn_peer_progressed(const m0_conn *c)

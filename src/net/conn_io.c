@@ -10,12 +10,11 @@
  * server, as if the socket had been readable. */
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/epoll.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "conn_int.h"
+#include "portable.h"
 #include "tls.h"
 
 ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len)
@@ -31,7 +30,7 @@ ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
     if (c->tls != NULL)
         return m0_tls_sendv(c->tls, iov, iovcnt);
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    return sendmsg(c->io.fd, &msg, MSG_NOSIGNAL);
+    return sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
 }
 
 ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)
@@ -40,7 +39,7 @@ ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)
         struct iovec iov = {(void *)buf, len};
         return m0_tls_sendv(c->tls, &iov, 1);
     }
-    return send(c->io.fd, buf, len, MSG_NOSIGNAL);
+    return send(c->io.fd, buf, len, M0_MSG_NOSIGNAL);
 }
 
 /* The file's bytes go through the session: read, then written. Not kTLS
@@ -50,7 +49,7 @@ ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)
 ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count)
 {
     if (c->tls == NULL)
-        return sendfile(c->io.fd, fd, off, count);
+        return m0_sendfile_some(c->io.fd, fd, off, count);
     char buf[M0_TLS_FILE_CHUNK];
     size_t want = count < sizeof(buf) ? count : sizeof(buf);
     ssize_t got;

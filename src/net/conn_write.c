@@ -7,11 +7,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "conn_int.h"
+#include "portable.h"
 
 #define M0_SEND_WINDOW 64
 /* A blocking writer (a view) queues up to this much before it waits for its
@@ -479,11 +479,8 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     sigset_t pending;
     int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     ssize_t r = conn_sendfile(c, fd, offset, count, blocking);
-    if (r == -EPIPE && !was_pending) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
-        }
-    }
+    if (r == -EPIPE && !was_pending)
+        m0_sigpipe_take();
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
 }

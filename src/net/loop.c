@@ -26,25 +26,33 @@ static uint64_t loop_clock_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* M0_IO_BACKEND picks the backend: "epoll" (the default where it exists) or
- * "poll"; anything else is EINVAL rather than a silent default. */
+/* The backends of this build, the default first (epoll, else kqueue, else
+ * poll). */
+static const m0_loop_backend *const loop_backends[] = {
+#if M0_HAVE_EPOLL
+    &m0_loop_backend_epoll,
+#endif
+#if M0_HAVE_KQUEUE
+    &m0_loop_backend_kqueue,
+#endif
+    &m0_loop_backend_poll,
+};
+#define LOOP_NBACKENDS (sizeof(loop_backends) / sizeof(loop_backends[0]))
+
+/* M0_IO_BACKEND picks the backend by name (unset or empty: the default);
+ * a name this build lacks is EINVAL rather than a silent default. */
 static int loop_backend_pick(const m0_loop_backend **out)
 {
     const char *name = getenv("M0_IO_BACKEND");
-#if M0_HAVE_EPOLL
-    if (name == NULL || name[0] == '\0' || strcmp(name, "epoll") == 0) {
-        *out = &m0_loop_backend_epoll;
-        return 0;
-    }
-#else
     if (name == NULL || name[0] == '\0') {
-        *out = &m0_loop_backend_poll;
+        *out = loop_backends[0];
         return 0;
     }
-#endif
-    if (strcmp(name, "poll") == 0) {
-        *out = &m0_loop_backend_poll;
-        return 0;
+    for (size_t i = 0; i < LOOP_NBACKENDS; i++) {
+        if (strcmp(name, loop_backends[i]->name) == 0) {
+            *out = loop_backends[i];
+            return 0;
+        }
     }
     return -EINVAL;
 }
@@ -84,7 +92,10 @@ void m0_loop_free(m0_loop *loop)
 
 const char *m0_loop_backends(void)
 {
-    return M0_HAVE_EPOLL ? "epoll,poll" : "poll";
+    return M0_HAVE_EPOLL && M0_HAVE_KQUEUE ? "epoll,kqueue,poll"
+           : M0_HAVE_EPOLL                 ? "epoll,poll"
+           : M0_HAVE_KQUEUE                ? "kqueue,poll"
+                                           : "poll";
 }
 
 const char *m0_loop_backend_name(const m0_loop *loop)

@@ -1,7 +1,8 @@
 /* The event loop: fd watchers, timers and cross-thread wake-ups over an I/O
- * backend (loop_int.h): epoll on Linux, poll(2) anywhere, chosen when the
- * loop is made (M0_IO_BACKEND=poll|epoll in the environment; epoll is the
- * default where it exists). It runs two ways, like libuv's run modes:
+ * backend (loop_int.h): epoll on Linux, kqueue on macOS and the BSDs, poll(2)
+ * anywhere, chosen when the loop is made (M0_IO_BACKEND=epoll|kqueue|poll in
+ * the environment; epoll, else kqueue, is the default where it exists). It
+ * runs two ways, like libuv's run modes:
  * m0_loop_run_once(loop, -1 or ms) blocks for the next events (the WSGI
  * worker's serve loop), m0_loop_run_once(loop, 0) is one non-blocking pass
  * (the ASGI bridge calls it when asyncio sees m0_loop_fd readable).
@@ -57,7 +58,7 @@ void m0_loop_free(m0_loop *loop);
  * thread (started by the first call) makes readable when a pass would find
  * events. */
 int m0_loop_fd(m0_loop *loop);
-/* "epoll" or "poll". */
+/* "epoll", "kqueue" or "poll". */
 const char *m0_loop_backend_name(const m0_loop *loop);
 /* The backends this build has, comma-separated, the default first. */
 const char *m0_loop_backends(void);

@@ -31,6 +31,15 @@ typedef struct {
 #define M0_EV_CLEAR(e) ((e)->io = NULL)
 #endif
 
+/* kqueue where the system has it; on Linux only when asked (M0_KQUEUE: the
+ * build against libkqueue that tests the backend, make test-kqueue). */
+#if defined(__APPLE__) || defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__NetBSD__) ||                       \
+    defined(__DragonFly__) || defined(M0_KQUEUE)
+#define M0_HAVE_KQUEUE 1
+#else
+#define M0_HAVE_KQUEUE 0
+#endif
+
 #define M0_LOOP_BATCH 256
 
 typedef struct m0_loop_backend m0_loop_backend;
@@ -54,6 +63,9 @@ struct m0_loop_backend {
 extern const m0_loop_backend m0_loop_backend_poll;
 #if M0_HAVE_EPOLL
 extern const m0_loop_backend m0_loop_backend_epoll;
+#endif
+#if M0_HAVE_KQUEUE
+extern const m0_loop_backend m0_loop_backend_kqueue;
 #endif
 
 struct m0_loop {

@@ -9,6 +9,7 @@
 
 #include "access_log.h"
 #include "conn_int.h"
+#include "portable.h"
 
 void m0_server_config_defaults(m0_server_config *cfg)
 {
@@ -95,6 +96,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return -ENOMEM;
+    m0_sigpipe_ignore(); /* where a send cannot refuse SIGPIPE itself */
     srv->loop = loop;
     srv->inflight_count = &srv->inflight;
     srv->cfg = *cfg;

@@ -2,7 +2,8 @@
  * non-blocking session of one connection.
  *
  * The context: TLS 1.2 and newer by default (1.3 with min_version 13), no
- * renegotiation, no compression, the server's cipher order, ALPN offering
+ * renegotiation, no compression, forward-secret AEAD suites for TLS 1.2
+ * unless told otherwise, the server's cipher order, ALPN offering
  * http/1.1. Sessions release their buffers when idle
  * (SSL_MODE_RELEASE_BUFFERS: an idle keep-alive connection keeps no 2x16 KiB
  * of record buffers), accept partial writes and a moved write buffer (the
@@ -15,16 +16,32 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "portable.h"
 #include "tls.h"
+
+/* One set of session-ticket keys, laid out as SSL_CTX_set_tlsext_ticket_keys
+ * takes them (and as the supervisor makes them). */
+typedef struct {
+    unsigned char name[16];
+    unsigned char hmac[32];
+    unsigned char aes[32];
+} tls_ticket_key;
+
+_Static_assert(sizeof(tls_ticket_key) == M0_TLS_TICKET_KEYS, "one set of ticket keys is 80 bytes");
 
 struct m0_tls {
     SSL_CTX *ctx;
-    int alpn_h2; /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
+    tls_ticket_key ticket_keys[2]; /* [0] issues and opens, [1] only opens */
+    int ticket_key_sets;           /* 0: OpenSSL's own keys */
+    int alpn_h2;                   /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
 };
 
 struct m0_tls_conn {
@@ -45,6 +62,14 @@ struct m0_tls_conn {
 static const unsigned char alpn_http11[] = "\x08http/1.1";
 /* The server's preference first (SSL_select_next_proto walks this list). */
 static const unsigned char alpn_h2_http11[] = "\x02h2\x08http/1.1";
+
+/* The TLS 1.2 suites offered unless --ssl-ciphers says otherwise: Mozilla's
+ * "intermediate" list without DHE (no DH parameters are configured), i.e.
+ * forward secrecy and AEAD only. OpenSSL's own default also accepts CBC
+ * suites (SHA-1 and SHA-2 MACs), which scanners report as weak. */
+static const char default_ciphers[] = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                                      "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                                      "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
                        unsigned int inlen, void *arg)
@@ -110,6 +135,42 @@ static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t err
     return 0;
 }
 
+/* OpenSSL's ticket-key callback over the shared keys: AES-256-CBC and
+ * HMAC-SHA256, as OpenSSL's own tickets. Encrypting (enc 1) uses the current
+ * keys; decrypting finds the keys by the ticket's name: 1 with the current
+ * ones, 2 with the previous ones (OpenSSL then issues a new ticket under the
+ * current keys), 0 for an unknown name (a full handshake), -1 on failure. */
+static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[EVP_MAX_IV_LENGTH],
+                         EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
+{
+    const m0_tls *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    const tls_ticket_key *k = NULL;
+    int found = 0;
+    if (enc) {
+        k = &t->ticket_keys[0];
+        if (RAND_bytes(iv, 16) != 1)
+            return -1;
+        memcpy(key_name, k->name, sizeof(k->name));
+    } else {
+        for (int i = 0; i < t->ticket_key_sets && k == NULL; i++)
+            if (memcmp(key_name, t->ticket_keys[i].name, sizeof(t->ticket_keys[i].name)) == 0) {
+                k = &t->ticket_keys[i];
+                found = i + 1;
+            }
+        if (k == NULL)
+            return 0;
+    }
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+                           OSSL_PARAM_construct_end()};
+    if (EVP_MAC_init(hctx, k->hmac, sizeof(k->hmac), params) != 1)
+        return -1;
+    if (enc)
+        return EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 ? 1 : -1;
+    if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) != 1)
+        return -1;
+    return found;
+}
+
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
 {
     *out = NULL;
@@ -137,9 +198,14 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx,
                      SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (s->ciphers != NULL && s->ciphers[0] != '\0' && !SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
-        snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
-        ERR_clear_error();
+    if (s->ciphers != NULL && s->ciphers[0] != '\0') {
+        if (!SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
+            snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
+            ERR_clear_error();
+            goto error;
+        }
+    } else if (!SSL_CTX_set_cipher_list(ctx, default_ciphers)) {
+        tls_fail(err, errcap, "cannot set the default cipher list", NULL);
         goto error;
     }
     SSL_CTX_set_default_passwd_cb(ctx, password_cb);
@@ -187,10 +253,14 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
     static const unsigned char sid_ctx[] = "m0serve";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
     SSL_CTX_set_alpn_select_cb(ctx, alpn_select, t);
-    if (s->ticket_keys != NULL &&
-        SSL_CTX_set_tlsext_ticket_keys(ctx, (void *)s->ticket_keys, M0_TLS_TICKET_KEYS) != 1) {
-        tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
-        goto error;
+    if (s->ticket_keys != NULL) {
+        t->ticket_key_sets = s->ticket_key_sets == 2 ? 2 : 1;
+        memcpy(t->ticket_keys, s->ticket_keys, (size_t)t->ticket_key_sets * M0_TLS_TICKET_KEYS);
+        SSL_CTX_set_app_data(ctx, t);
+        if (SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1) {
+            tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
+            goto error;
+        }
     }
     *out = t;
     return 0;
@@ -204,6 +274,7 @@ void m0_tls_free(m0_tls *t)
     if (t == NULL)
         return;
     SSL_CTX_free(t->ctx);
+    OPENSSL_cleanse(t->ticket_keys, sizeof(t->ticket_keys));
     free(t);
 }
 
@@ -245,7 +316,7 @@ static int conn_bio_write(BIO *b, const char *in, int inl)
     BIO_clear_retry_flags(b);
     ssize_t n;
     do {
-        n = send(tc->fd, in, (size_t)inl, MSG_NOSIGNAL);
+        n = send(tc->fd, in, (size_t)inl, M0_MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         BIO_set_retry_write(b);
@@ -351,7 +422,7 @@ static void tls_answer_plain_http(m0_tls_conn *tc)
                                "Connection: close\r\n"
                                "\r\n"
                                "This port speaks HTTPS: use https:// to reach it.\n";
-    (void)!send(tc->fd, resp, sizeof(resp) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)!send(tc->fd, resp, sizeof(resp) - 1, M0_MSG_NOSIGNAL | MSG_DONTWAIT);
     char scratch[4096];
     for (int i = 0; i < 16 && recv(tc->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++) {
     }

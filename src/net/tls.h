@@ -28,13 +28,17 @@ typedef struct {
     const char *keyfile;  /* PEM private key; NULL: in certfile */
     const char *password; /* of an encrypted key, or NULL */
     const char *ca_certs; /* PEM: the CAs client certificates are checked against, or NULL */
-    const char *ciphers;  /* OpenSSL cipher list for TLS 1.2, or NULL: OpenSSL's default */
+    const char *ciphers;  /* OpenSSL cipher list for TLS 1.2, or NULL: ECDHE with AES-GCM or ChaCha20-Poly1305 */
     int cert_reqs;        /* M0_TLS_CERT_* */
     int min_version;      /* 12 or 13 */
-    /* Session-ticket keys (M0_TLS_TICKET_KEYS bytes: name, HMAC and AES
-     * keys) shared by every worker so that any of them resumes a session
-     * another issued, or NULL: OpenSSL's own, this process's alone. */
+    /* Session-ticket keys shared by every worker so that any of them
+     * resumes a session another issued, or NULL: OpenSSL's own, this
+     * process's alone. ticket_key_sets sets of M0_TLS_TICKET_KEYS bytes
+     * (name, HMAC and AES keys): the first issues and opens tickets, a
+     * second (the one before the last rotation) only opens them, and a
+     * ticket it opened is replaced by one of the first. */
     const unsigned char *ticket_keys;
+    int ticket_key_sets; /* 1 or 2 */
 } m0_tls_settings;
 
 #define M0_TLS_TICKET_KEYS 80

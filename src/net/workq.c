@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "portable.h"
+
 #ifdef M0_WORKQ_DEBUG
 #include <stdio.h>
 #endif
@@ -111,7 +113,7 @@ int m0_workq_new(m0_workq **out, size_t threads)
     }
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    m0_cond_clock_set(&attr);
     pthread_mutex_init(&q->lock, NULL);
     for (size_t i = 0; i < q->slots; i++) {
         pthread_cond_init(&q->slot[i].wake, &attr);
@@ -183,8 +185,12 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
         role->watch_slot = -1;
         struct workq_slot *ws = &q->slot[role->slot];
         ws->state = M0_WORKQ_FOLLOWER;
-        ws->has_clock = pthread_getcpuclockid(pthread_self(), &ws->cpu_clock) == 0;
+        ws->has_clock = m0_thread_cpu_clock(&ws->cpu_clock) == 0;
+#if M0_HAVE_SCHEDSTAT
         ws->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+#else
+        ws->schedstat_fd = -1; /* the thread's CPU clock (has_clock) instead */
+#endif
         r = 0;
     }
     pthread_mutex_unlock(&q->lock);
@@ -338,7 +344,7 @@ static int workq_follow(m0_workq *q, m0_workq_role *role, int idle_ms)
 {
     struct timespec until;
     if (idle_ms > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &until);
+        clock_gettime(M0_COND_CLOCK, &until);
         until.tv_sec += idle_ms / 1000;
         until.tv_nsec += (long)(idle_ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) {

@@ -35,6 +35,7 @@ import os
 import sys
 import time
 import urllib.parse
+from lifespan_helper import serve_lifespan
 
 HERE = os.path.abspath(__file__)
 
@@ -84,17 +85,13 @@ BAD = {
 }
 
 
+def _started(scope):
+    scope["state"]["started"] = "yes"
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                scope["state"]["started"] = "yes"
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                log("LIFESPAN-SHUTDOWN")
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send, startup=_started, shutdown=lambda: log("LIFESPAN-SHUTDOWN"))
     assert scope["type"] == "http"
     path = scope["path"][len(scope["root_path"]):] if scope["path"].startswith(scope["root_path"]) else scope["path"]
     q = dict(urllib.parse.parse_qsl(scope["query_string"].decode()))

@@ -1,4 +1,4 @@
-"""WSGI app for the tests of output held until the end of a loop pass (tests/test_net_coalesce.py)."""
+"""WSGI app for the tests of output held until the end of a loop pass (tests/engine/test_net_coalesce.py)."""
 import time
 
 HANDLED = []  # (path, monotonic time) of each request, in handling order

@@ -1,4 +1,4 @@
-"""Apps for tests/test_early_hints.py: 103 Early Hints from WSGI and ASGI."""
+"""Apps for tests/engine/test_early_hints.py: 103 Early Hints from WSGI and ASGI."""
 import time
 
 HINTS = [("Link", "</a.css>; rel=preload; as=style"), ("Link", "</b.js>; rel=preload; as=script")]
@@ -11,6 +11,12 @@ def wsgi(environ, start_response):
     if path == "/hints":
         hints(HINTS)
         time.sleep(SLEEP)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Link", HINTS[0][1])])
+        return [b"final"]
+    if path in ("/quick", "/twice"):
+        # no wait; /twice sends one 103 per hint
+        for hint in (HINTS if path == "/twice" else [HINTS]):
+            hints(hint if path == "/quick" else [hint])
         start_response("200 OK", [("Content-Type", "text/plain"), ("Link", HINTS[0][1])])
         return [b"final"]
     if path == "/late":
@@ -53,6 +59,13 @@ async def asgi(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.early_hint", "links": links})
         await asyncio.sleep(SLEEP)
+        await send({"type": "http.response.body", "body": b"final"})
+        return
+    if path in ("/quick", "/twice"):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain"),
+                                                                             (b"link", links[0])]})
+        for hint in ([[link] for link in links] if path == "/twice" else [links]):
+            await send({"type": "http.response.early_hint", "links": hint})
         await send({"type": "http.response.body", "body": b"final"})
         return
     if path == "/late":

@@ -1,10 +1,14 @@
-"""Apps that misbehave at the bridges' edges (tests/test_bridge_edges.py).
+"""Apps that misbehave at the bridges' edges (tests/engine/test_bridge_edges.py).
 
 WSGI `app`:
   /status?s=200        start_response(s) with a 2-byte body ("200": no reason phrase)
   /s101                answers 101 with Upgrade: x-proto and no body
   /wrapper-race?path=  wsgi.file_wrapper over path, while another thread closes the file
   /input-race          two threads read wsgi.input at once; what each got is echoed
+  /foreign?call=       a thread the view starts and joins calls write() (call=write), start_response
+                       (call=start) or wsgi.early_hints (call=hints); the body says what it got
+  /park-write?mb=      a generator of mb MiB whose steps after the first each call write() (run after
+                       the response was set aside for a slow reader, by whichever thread resumes it)
 
 ASGI `asgi_app`:
   /s101                       answers 101 with upgrade: x-proto and no body
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from lifespan_helper import serve_lifespan
 
 
 def _query(qs):
@@ -47,6 +52,10 @@ def app(environ, start_response):
         return _input_race(environ, start_response)
     if path == "/wrapper-race":
         return _wrapper_race(environ, start_response, q["path"])
+    if path == "/foreign":
+        return _foreign(environ, start_response, q["call"])
+    if path == "/park-write":
+        return _park_write(start_response, int(q["mb"]))
     start_response("404 Not Found", [("Content-Length", "0")])
     return []
 
@@ -78,6 +87,45 @@ def _input_race(environ, start_response):
     out = b"first=" + res["first"] + b"|second=" + res["second"] + b"|rest=" + stream.read()
     start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(out)))])
     return [out]
+
+
+def _foreign(environ, start_response, call):
+    """One of the request's callables used from a second thread (started and joined: never
+    at the same time as this one); the view then answers itself, with what the thread got."""
+    got = []
+    write = start_response("200 OK", [("Content-Type", "text/plain")]) if call != "start" else None
+
+    def other():
+        try:
+            if call == "write":
+                write(b"FROM-THREAD")
+            elif call == "start":
+                start_response("418 I'm a teapot", [("Content-Type", "text/plain")])
+            else:
+                environ["wsgi.early_hints"]([("Link", "</a.css>; rel=preload")])
+            got.append("accepted")
+        except Exception as e:  # what the test reads
+            got.append(f"refused {type(e).__name__}: {e}")
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    if call == "start":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+    return [got[0].encode()]
+
+
+def _park_write(start_response, mb):
+    write = start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    piece = b"x" * (1 << 20)
+
+    def gen():
+        yield piece
+        for i in range(1, mb):
+            write(b"<%d>" % i)
+            yield piece
+
+    return gen()
 
 
 _held = []
@@ -199,13 +247,7 @@ async def asgi_app(scope, receive, send):
         return await _ws(scope, receive, send)
     if scope["type"] != "http":
         if scope["type"] == "lifespan":
-            while True:
-                m = await receive()
-                if m["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif m["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            return await serve_lifespan(scope, receive, send)
         return
     path = scope["path"]
     q = _query(scope["query_string"].decode())

@@ -1,4 +1,4 @@
-"""Free-threading probes (tests/test_free_threaded.py).
+"""Free-threading probes (tests/engine/test_free_threaded.py).
 
 /gil      whether the worker's interpreter runs with the GIL (sys._is_gil_enabled), after the
           server imported m0serve._core: "on", "off", or "gil-build" on a build that has one anyway

@@ -1,4 +1,4 @@
-"""Misbehaving WSGI and ASGI apps for the stateful fuzzer (tests/test_fuzz_apps.py).
+"""Misbehaving WSGI and ASGI apps for the stateful fuzzer (tests/engine/test_fuzz_apps.py).
 
 Each request carries its program in the X-Prog header (base64 of JSON); the
 app interprets it, so one server process runs every generated program. The
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from lifespan_helper import serve_lifespan
 
 
 def _prog(value):
@@ -392,13 +393,7 @@ async def _asgi_op(op, receive, send):
 
 async def asgi(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] != "http":
         return
     if scope["path"] == "/ping":

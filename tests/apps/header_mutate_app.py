@@ -4,6 +4,8 @@ list it sits in (dropping the last reference to every other pair). Before 3.12 t
 object is not bytes-like at all (a TypeError, a 500). Paths: /http, /ws-accept,
 /ws-deny (websocket.http.response.start), /ok."""
 
+from lifespan_helper import serve_lifespan
+
 
 class Mutating:
     def __init__(self, headers):
@@ -23,11 +25,7 @@ def headers():
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            await send({"type": msg["type"] + ".complete"})
-            if msg["type"] == "lifespan.shutdown":
-                return
+        return await serve_lifespan(scope, receive, send)
     path = scope["path"]
     if scope["type"] == "websocket":
         await receive()  # websocket.connect

@@ -1,5 +1,5 @@
 """WSGI (`app`) and ASGI (`asgi_app`) apps for the connection-lifetime tests
-(tests/test_net_lifetime.py). Routes:
+(tests/engine/test_net_lifetime.py). Routes:
   /big?size=N         a body of N bytes (b"x" repeated), with Content-Length,
                       in one piece, or in 64 KiB pieces with &pieces=1
   /sleep-echo?s=S     sleeps S seconds, then reads the whole request body and
@@ -9,6 +9,7 @@
 import asyncio
 import time
 import urllib.parse
+from lifespan_helper import serve_lifespan
 
 
 def _query(qs):
@@ -36,13 +37,7 @@ def app(environ, start_response):
 
 async def asgi_app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     path = scope["path"]
     q = _query(scope.get("query_string", b"").decode())
     if path == "/big":

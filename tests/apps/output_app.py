@@ -1,4 +1,4 @@
-"""Output-path test app (tests/test_output_timely.py).
+"""Output-path test app (tests/engine/test_output_timely.py).
 
 /              13-byte hello
 /sse?n=N&ms=M  N server-sent events, one every M ms; each carries the server's

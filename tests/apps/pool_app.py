@@ -1,4 +1,4 @@
-"""Slow-view isolation test app (tests/test_wsgi_pool.py).
+"""Slow-view isolation test app (tests/wsgi/test_wsgi_pool.py).
 
 /            13-byte hello
 /slow?ms=N   sleeps N ms in the view, then answers

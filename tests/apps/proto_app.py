@@ -40,6 +40,7 @@ import json
 import time
 import urllib.parse
 from wsgiref.validate import validator
+from lifespan_helper import serve_lifespan
 
 FIXED_BODY = b"abcdefghijklmnopqrstuvwxyz"
 ENVIRON_KEYS = (
@@ -200,13 +201,7 @@ async def _asgi_echo(scope, send, body):
 
 async def asgi_app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] != "http":
         return
     path = scope["path"]

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 import urllib.parse
+from lifespan_helper import serve_lifespan
 
 
 def _sleep_seconds(query):
@@ -60,13 +61,7 @@ def _report(scope):
 
 async def asgi_app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     print(f"APP-CALLED {scope['path']}", file=sys.stderr, flush=True)
     if scope["type"] == "websocket":
         await receive()

@@ -5,6 +5,7 @@ import asyncio
 import os
 import time
 from urllib.parse import parse_qs
+from lifespan_helper import serve_lifespan
 
 
 async def slow_view(seconds):
@@ -20,13 +21,7 @@ async def blocking_view(seconds):
 async def app(scope, receive, send):
     if scope["type"] != "http":
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            return await serve_lifespan(scope, receive, send)
         return
     if scope["path"] == "/sleep":
         seconds = float(parse_qs(scope["query_string"].decode()).get("s", ["1"])[0])

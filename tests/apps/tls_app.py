@@ -1,4 +1,4 @@
-"""WSGI (`app`) and ASGI (`asgi_app`) apps for the TLS tests (tests/test_tls.py). Routes:
+"""WSGI (`app`) and ASGI (`asgi_app`) apps for the TLS tests (tests/engine/test_tls.py). Routes:
   /scope            JSON: the scheme the app sees (WSGI: wsgi.url_scheme and HTTPS; ASGI: scope's
                     scheme and its `tls` extension, if any)
   /big?size=N       a body of N bytes, in 64 KiB pieces
@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+from lifespan_helper import serve_lifespan
 
 
 def _q(qs):
@@ -69,13 +70,7 @@ async def _body(receive):
 
 async def asgi_app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] == "websocket":
         msg = await receive()
         assert msg["type"] == "websocket.connect"

@@ -1,4 +1,4 @@
-"""ASGI app for tests/test_trailers.py: the http.response.trailers extension."""
+"""ASGI app for tests/engine/test_trailers.py: the http.response.trailers extension."""
 
 
 async def app(scope, receive, send):
@@ -30,6 +30,11 @@ async def app(scope, receive, send):
             except (ValueError, TypeError) as e:
                 refused.append(type(e).__name__.encode())
         await send({"type": "http.response.trailers", "headers": [(b"x-refused", b",".join(refused))]})
+    elif path == "/hinted":
+        # a 103 first, then a chunked body with its trailer
+        await send({"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload; as=style"]})
+        await send({"type": "http.response.body", "body": b"body"})
+        await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"123")]})
     elif path == "/unfinished":
         # trailers promised, never sent: the response cannot be complete
         await send({"type": "http.response.body", "body": b"body"})

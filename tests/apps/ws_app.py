@@ -25,6 +25,7 @@ Every route records what its app saw in EVENTS; the HTTP route /events returns t
 """
 import asyncio
 import json
+from lifespan_helper import serve_lifespan
 
 EVENTS = []
 
@@ -60,13 +61,7 @@ async def _wait_disconnect(receive, path):
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] == "http":
         return await _http(scope, receive, send)
     assert scope["type"] == "websocket"

@@ -3,6 +3,7 @@ HTTP request to /release arrives; then it receives every message, checks that ea
 its index ("%08d"), and answers one text message "<count> <in order> <total chars>" before
 closing. /rss answers the worker's VmRSS and VmHWM in KiB ("rss hwm")."""
 import asyncio
+from lifespan_helper import serve_lifespan
 
 RELEASE = {}
 
@@ -17,11 +18,7 @@ def status_kib(name):
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            await send({"type": msg["type"] + ".complete"})
-            if msg["type"] == "lifespan.shutdown":
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] == "websocket":
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})

@@ -5,7 +5,7 @@
  * and what every backend must do alike: the outer-loop fd, edge-triggered
  * hang-ups reported once, a watcher added by another thread during a wait.
  * Built and run by the Makefile's test-c target, once per backend
- * (M0_IO_BACKEND=epoll, then poll). */
+ * (M0_IO_BACKEND=epoll, then poll), and by test-kqueue against libkqueue. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -267,7 +267,9 @@ static void test_backend_choice(void)
     const char *want = getenv("M0_IO_BACKEND");
     m0_loop *loop;
     CHECK(m0_loop_new(&loop) == 0);
-#ifdef M0_NO_EPOLL
+#if defined(M0_NO_EPOLL) && defined(M0_KQUEUE)
+    const char *dflt = "kqueue";
+#elif defined(M0_NO_EPOLL)
     const char *dflt = "poll";
 #else
     const char *dflt = "epoll";

@@ -4,7 +4,8 @@
  * Covered: handshake and keep-alive, 60 pipelined requests in one record
  * (input OpenSSL holds past the read buffer's room), a 300,000-byte response
  * through the write buffer, plain HTTP answered 400 in clear text, a PROXY
- * preface's bytes given to the session. Built and run by `make test-c`. */
+ * preface's bytes given to the session, session tickets under the current
+ * and the previous keys. Built and run by `make test-c`. */
 #include "tls_harness.h"
 
 #include "check.h"
@@ -91,6 +92,63 @@ static void test_proxy_preface(void)
     h_close(&h);
 }
 
+/* One connection to a server context built with ticket_keys (sets of 80
+ * bytes), offering sess (or NULL): whether it resumed, and the session it
+ * ended with (*out, the caller frees it). */
+static int resumes_with(const unsigned char *keys, int sets, SSL_SESSION *sess, SSL_SESSION **out)
+{
+    char err[256];
+    m0_tls_settings s = {.certfile = cert_path, .keyfile = key_path, .min_version = 12};
+    s.ticket_keys = keys;
+    s.ticket_key_sets = sets;
+    m0_tls *t = NULL;
+    CHECK(m0_tls_new(&t, &s, err, sizeof(err)) == 0);
+    m0_tls *saved = server_tls;
+    server_tls = t;
+    harness h;
+    SSL *ssl = tls_open(&h, NULL);
+    CHECK(ssl != NULL);
+    if (sess != NULL)
+        SSL_set_session(ssl, sess);
+    CHECK(tls_handshake(&h, ssl) == 0);
+    static const char req[] = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    tls_send(&h, ssl, req, sizeof(req) - 1);
+    tls_drain(&h, ssl); /* and the TLS 1.3 tickets that came before the response */
+    const char *why = "";
+    CHECK(h_responses(h.out, h.out_len, &why) == 1);
+    int reused = SSL_session_reused(ssl);
+    if (out != NULL)
+        *out = SSL_get1_session(ssl);
+    (void)SSL_shutdown(ssl); /* without it OpenSSL marks the session not resumable */
+    SSL_free(ssl);
+    h_close(&h);
+    server_tls = saved;
+    m0_tls_free(t);
+    return reused;
+}
+
+/* The supervisor's rotation: after one HUP the workers get (new, old) and
+ * open a ticket of the old keys; after two, (newer, new) do not. */
+static void test_ticket_keys_current_and_previous(void)
+{
+    unsigned char a[80], ba[160], cb[160];
+    for (int i = 0; i < 80; i++) {
+        a[i] = (unsigned char)i;
+        ba[i] = (unsigned char)(0x80 + i);
+        cb[i] = (unsigned char)(0xc0 ^ i);
+    }
+    memcpy(ba + 80, a, 80);
+    memcpy(cb + 80, ba, 80);
+    SSL_SESSION *first = NULL, *renewed = NULL;
+    CHECK(resumes_with(a, 1, NULL, &first) == 0 && first != NULL);
+    CHECK(resumes_with(a, 1, first, NULL) == 1);
+    CHECK(resumes_with(ba, 2, first, &renewed) == 1 && renewed != NULL); /* one HUP: still resumes */
+    CHECK(resumes_with(cb, 2, first, NULL) == 0);                        /* two: a full handshake */
+    CHECK(resumes_with(cb, 2, renewed, NULL) == 1);                      /* the ticket it got after the first HUP */
+    SSL_SESSION_free(first);
+    SSL_SESSION_free(renewed);
+}
+
 int main(void)
 {
     CHECK(tls_setup() == 0);
@@ -102,6 +160,7 @@ int main(void)
     test_keep_alive_pipelining_and_a_big_response();
     test_plain_http_gets_a_clear_text_400();
     test_proxy_preface();
+    test_ticket_keys_current_and_previous();
     (void)h_run_for; /* the harness's, unused here */
     tls_teardown();
     printf("test_tls: %d checks, %d failures\n", checks, failures);

@@ -46,8 +46,9 @@ static int negotiate(const char *offer, m0_ws_deflate_params *p, char *resp)
     int ok = m0_ws_deflate_negotiate(&req, p);
     resp[0] = '\0';
     if (ok) {
-        char line[128];
+        char line[M0_WS_DEFLATE_RESPONSE_SIZE];
         size_t n = m0_ws_deflate_response(p, line);
+        CHECK(n == strlen(line));
         CHECK(n > 28 && memcmp(line + n - 2, "\r\n", 2) == 0);
         memcpy(resp, line + 26, n - 28);
         resp[n - 28] = '\0';
@@ -58,7 +59,7 @@ static int negotiate(const char *offer, m0_ws_deflate_params *p, char *resp)
 static void test_negotiate(void)
 {
     m0_ws_deflate_params p;
-    char r[128];
+    char r[M0_WS_DEFLATE_RESPONSE_SIZE];
     CHECK(negotiate("permessage-deflate", &p, r));
     CHECK(strcmp(r, "permessage-deflate") == 0);
     CHECK_EQ(p.client_max_window_bits, 15); /* not offered: the client keeps 15 */
@@ -69,6 +70,19 @@ static void test_negotiate(void)
     CHECK(strcmp(r, "permessage-deflate; server_max_window_bits=12; client_max_window_bits=10") == 0);
     CHECK(negotiate("permessage-deflate; server_no_context_takeover; client_no_context_takeover", &p, r));
     CHECK(p.server_no_context_takeover && p.client_no_context_takeover);
+    /* the longest response: every parameter, both windows of two digits (156
+     * bytes with its name and CRLF; it once overflowed a 128-byte buffer) */
+    CHECK(negotiate("permessage-deflate; server_no_context_takeover; client_no_context_takeover; "
+                    "server_max_window_bits=15; client_max_window_bits",
+                    &p, r));
+    CHECK(strcmp(r, "permessage-deflate; server_no_context_takeover; client_no_context_takeover; "
+                    "server_max_window_bits=12; client_max_window_bits=12") == 0);
+    /* what Autobahn's case 13.5 offers */
+    CHECK(negotiate("permessage-deflate; client_no_context_takeover; client_max_window_bits; "
+                    "server_no_context_takeover; server_max_window_bits=9",
+                    &p, r));
+    CHECK(strcmp(r, "permessage-deflate; server_no_context_takeover; client_no_context_takeover; "
+                    "server_max_window_bits=9; client_max_window_bits=12") == 0);
     /* declined: 8-bit server window, bad values, unknown or repeated parameters, values where none go */
     CHECK(!negotiate("permessage-deflate; server_max_window_bits=8", &p, r));
     CHECK(!negotiate("permessage-deflate; server_max_window_bits", &p, r));

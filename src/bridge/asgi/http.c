@@ -15,8 +15,11 @@
  * close-delimited (HTTP/1.0). A write that leaves more than
  * M0_WRITE_HIGH_WATER queued waits for M0_CONN_WRITABLE. The final body
  * finishes the m0_conn, which may dispatch the next pipelined request at once.
+ *
+ * The extensions' messages (early hints, trailers, pathsend) are in
+ * http_ext.c; http_internal.h is the contract between the two.
  */
-#include "internal.h"
+#include "http_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,58 +32,11 @@
 #include "../head.h"
 #include "../http_rules.h"
 
-enum {
-    RESP_NONE,     /* nothing sent */
-    RESP_STARTED,  /* http.response.start accepted, head not written yet */
-    RESP_BODY,     /* head written, body streaming */
-    RESP_TRAILERS, /* body complete, waiting for http.response.trailers (the app said trailers: True) */
-    RESP_DONE,     /* complete (or abandoned after an error) */
-};
-
-#define HEAD_INLINE 1024
 #define BODY_CHUNK_MAX (1024 * 1024)
 #define BODY_CHUNK_UNKNOWN (64 * 1024)
 /* A receive() starts with this much and grows while bytes keep coming: a
  * declared Content-Length is not memory the server owes the client. */
 #define BODY_CHUNK_FIRST (64 * 1024)
-
-typedef struct {
-    int fd; /* -1 when no pathsend is in progress */
-    off_t offset;
-    uint64_t left;
-} m0_pathsend;
-
-typedef struct {
-    m0_asgi_base base;
-    PyObject *recv_waiter; /* future or NULL */
-    PyObject *send_waiter; /* future or NULL */
-    PyObject *task;        /* the app's task while it runs, else NULL */
-    /* request */
-    int64_t content_length; /* -1 when unknown (chunked) */
-    uint64_t body_read;
-    unsigned req_flags;
-    int minor_version;
-    int body_done;
-    int body_error; /* HTTP status for a bad or too large body, else 0 */
-    int disconnected;
-    int app_done; /* the app's coroutine has finished */
-    int in_send;  /* a send() is running: one re-entered from the Python it calls is refused */
-    /* response */
-    int resp;
-    int status;
-    int keep_alive;
-    int chunked;
-    int no_body;         /* HEAD, 1xx, 204, 304 */
-    int64_t resp_length; /* Content-Length given or computed, -1 when none */
-    uint64_t body_sent;  /* body bytes accepted from the app */
-    int has_date, has_server;
-    int te_trailers;   /* the request's TE lists "trailers" */
-    int trailers;      /* http.response.start said trailers: True */
-    int trailers_send; /* ... and they go on the wire: chunked to a client that accepts them */
-    m0_head head;      /* being built, over head_inline; in RESP_TRAILERS the trailer section */
-    m0_pathsend pathsend;
-    char head_inline[HEAD_INLINE];
-} m0_asgi_http;
 
 static PyObject *http_disconnect_msg(m0_asgi_state *st)
 {
@@ -313,17 +269,16 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
 
 /* Framing headers and the blank line, once the first body chunk says whether
  * the body is complete. */
-static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
+int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
 {
-    char line[64];
+    m0_head *head = &h->head;
     /* Trailers need the chunked coding: a client that accepts them gets it
      * even for a body known whole. */
     if (h->trailers && h->te_trailers && !h->no_body && h->minor_version >= 1)
         more = 1;
-    if (!h->has_date && m0_head_add(&h->head, m0_date_line(), M0_DATE_LINE_LEN) < 0)
+    if (m0_head_reserve(head, M0_HEAD_SUFFIX_MAX) < 0)
         return -1;
-    if (h->base.asgi->server_header && !h->has_server && m0_head_add(&h->head, "Server: m0serve\r\n", 17) < 0)
-        return -1;
+    m0_head_put_date_server(head, h->has_date, h->has_server, h->base.asgi->server_header);
     if (h->resp_length < 0 && h->status >= 200 && h->status != 204 && h->status != 304) {
         if (!more && (h->req_flags & M0_REQ_HEAD) && first_len == 0) {
             /* HEAD answered without body bytes (frameworks do so for a view
@@ -332,23 +287,10 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
              * Transfer-Encoding. */
         } else if (!more) {
             h->resp_length = (int64_t)first_len;
-            char digits[24];
-            size_t nd = 0, v = first_len;
-            do {
-                digits[nd++] = (char)('0' + v % 10);
-                v /= 10;
-            } while (v != 0);
-            memcpy(line, "Content-Length: ", 16);
-            for (size_t i = 0; i < nd; i++)
-                line[16 + i] = digits[nd - 1 - i];
-            line[16 + nd] = '\r';
-            line[17 + nd] = '\n';
-            if (m0_head_add(&h->head, line, 18 + nd) < 0)
-                return -1;
+            m0_head_put_content_length(head, first_len);
         } else if (h->minor_version >= 1) {
             h->chunked = 1;
-            if (m0_head_add(&h->head, "Transfer-Encoding: chunked\r\n", 28) < 0)
-                return -1;
+            m0_head_put(head, "Transfer-Encoding: chunked\r\n", 28);
         } else {
             h->keep_alive = 0; /* HTTP/1.0: the close delimits the body */
         }
@@ -356,22 +298,14 @@ static int http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     /* RFC 9110 6.5: trailers the client did not ask for (no "TE: trailers"),
      * or that no chunked body can carry, are dropped. */
     h->trailers_send = h->trailers && h->te_trailers && h->chunked && !h->no_body;
-    if (h->status == 101) {
-        if (m0_head_add(&h->head, "Connection: upgrade\r\n", 21) < 0)
-            return -1;
-    } else if (!h->keep_alive) {
-        if (m0_head_add(&h->head, "Connection: close\r\n", 19) < 0)
-            return -1;
-    } else if (h->minor_version == 0) {
-        if (m0_head_add(&h->head, "Connection: keep-alive\r\n", 24) < 0)
-            return -1;
-    }
-    return m0_head_add(&h->head, "\r\n", 2);
+    m0_head_put_connection(head, h->status == 101, h->keep_alive, h->minor_version);
+    m0_head_put(head, "\r\n", 2);
+    return 0;
 }
 
 /* The response is complete: detach, finish the connection (which may start
  * the next pipelined request) and wake a receive() waiting for the end. */
-static void http_complete(m0_asgi_http *h, int keep_alive)
+void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
 {
     m0_conn *c = h->base.conn;
     h->resp = RESP_DONE;
@@ -389,7 +323,7 @@ static void http_complete(m0_asgi_http *h, int keep_alive)
 /* A write failed: the client is gone. Close the connection now (no
  * M0_CONN_CLOSED follows a close we ask for), so wake a receive() waiting
  * for the end here. */
-static void http_lost(m0_asgi_http *h)
+void m0_asgi_http_lost(m0_asgi_http *h)
 {
     m0_conn *c = h->base.conn;
     h->disconnected = 1;
@@ -405,7 +339,7 @@ static void http_lost(m0_asgi_http *h)
     Py_DECREF(h);
 }
 
-static int http_raise_disconnected(m0_asgi_http *h)
+int m0_asgi_http_disconnected(m0_asgi_http *h)
 {
     PyObject *e = m0_asgi_disconnected_new(h->base.asgi, "the client disconnected");
     if (e != NULL) {
@@ -457,7 +391,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
     /* Python ran above (the body's buffer export, more_body's truth): the
      * client may be gone, or the response over. */
     if (h->base.conn == NULL || h->resp == RESP_DONE || h->resp == RESP_NONE) {
-        http_raise_disconnected(h);
+        m0_asgi_http_disconnected(h);
         goto done;
     }
     if (h->pathsend.fd >= 0) {
@@ -471,7 +405,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
                      (long long)h->resp_length);
         goto done;
     }
-    if (h->resp == RESP_STARTED && http_head_finish(h, len, more) < 0)
+    if (h->resp == RESP_STARTED && m0_asgi_http_head_finish(h, len, more) < 0)
         goto done;
     if (!more && h->resp_length >= 0 && h->body_sent + len < (uint64_t)h->resp_length && !h->no_body) {
         h->keep_alive = 0;
@@ -503,8 +437,8 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
     if (n > 0 && m0_conn_writev(h->base.conn, iov, n, 0) < 0) {
-        http_lost(h);
-        http_raise_disconnected(h);
+        m0_asgi_http_lost(h);
+        m0_asgi_http_disconnected(h);
         goto done;
     }
     if (h->resp == RESP_STARTED) {
@@ -521,7 +455,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
             goto done;
         r = http_maybe_wait_writable(h, out);
     } else if (!more) {
-        http_complete(h, h->keep_alive);
+        m0_asgi_http_complete(h, h->keep_alive);
         *out = Py_NewRef(Py_None);
         r = 1;
     } else {
@@ -532,10 +466,6 @@ done:
     return r;
 }
 
-static int http_sendfile_step(m0_asgi_http *h, PyObject **out);
-static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out);
-static void pathsend_close(m0_asgi_http *h);
-
 /* Abort a response whose pathsend wait was cancelled: the file is only
  * partly sent, so the stream cannot go on (more body would land inside the
  * file's bytes, and resuming the file later would send past what the app
@@ -543,8 +473,8 @@ static void pathsend_close(m0_asgi_http *h);
 static void http_pathsend_abort(m0_asgi_http *h)
 {
     int live = h->base.conn != NULL;
-    pathsend_close(h);
-    http_lost(h);
+    m0_asgi_http_pathsend_close(h);
+    m0_asgi_http_lost(h);
     if (live) /* Python runs in the logger: the response is over by now */
         m0_asgi_log_exception(h->base.asgi, "ASGI pathsend cancelled before the file was sent: response aborted", NULL);
 }
@@ -569,167 +499,6 @@ static int http_send_op(PyObject *owner, PyObject *msg, PyObject **out)
     return r;
 }
 
-#define EARLY_HINT_STATUS_LINE "HTTP/1.1 103 Early Hints\r\n"
-
-/* http.response.early_hint (the ASGI "Early Hints" extension): a 103 head
- * with one Link field per value of the message's `links` (an iterable of
- * bytes), written at once. Allowed until the final head is written (before
- * or after http.response.start: the head waits for the first body bytes).
- * Sent to HTTP/1.1 clients only and with --early-hints on (otherwise the
- * extension is not advertised and the message is validated and dropped, as
- * the extension lets a server do). */
-static int http_send_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
-{
-    PyObject *links = NULL, *seq = NULL;
-    char *buf = NULL;
-    size_t len = sizeof(EARLY_HINT_STATUS_LINE) - 1;
-    int rc = -1;
-
-    if (h->resp > RESP_STARTED) {
-        PyErr_SetString(PyExc_RuntimeError, "http.response.early_hint sent after the response head was sent");
-        return -1;
-    }
-    links = PyDict_GetItemString(msg, "links"); // borrowed
-    if (links == NULL) {
-        PyErr_SetString(PyExc_KeyError, "http.response.early_hint message is missing 'links'");
-        return -1;
-    }
-    Py_INCREF(links);
-    seq = PySequence_Fast(links, "http.response.early_hint 'links' must be an iterable of bytes");
-    if (seq == NULL)
-        goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    size_t need = len + 2;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
-        if (!PyBytes_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "http.response.early_hint links must be bytes, got %.100s",
-                         Py_TYPE(v)->tp_name);
-            goto done;
-        }
-        if (!m0_valid_header_value(PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v))) {
-            PyErr_Format(PyExc_ValueError, "invalid Link value %R (CR, LF, NUL and other controls are refused)", v);
-            goto done;
-        }
-        need += 6 + (size_t)PyBytes_GET_SIZE(v) + 2;
-    }
-    if (h->base.conn == NULL) {
-        rc = http_raise_disconnected(h);
-        goto done;
-    }
-    if (count > 0 && h->base.asgi->early_hints && h->minor_version >= 1) {
-        buf = PyMem_Malloc(need);
-        if (buf == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        memcpy(buf, EARLY_HINT_STATUS_LINE, len);
-        for (Py_ssize_t i = 0; i < count; i++) {
-            PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed
-            memcpy(buf + len, "Link: ", 6);
-            len += 6;
-            memcpy(buf + len, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
-            len += (size_t)PyBytes_GET_SIZE(v);
-            memcpy(buf + len, "\r\n", 2);
-            len += 2;
-        }
-        memcpy(buf + len, "\r\n", 2);
-        len += 2;
-        struct iovec iov = {buf, len};
-        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
-            http_lost(h);
-            rc = http_raise_disconnected(h);
-            goto done;
-        }
-    }
-    *out = Py_NewRef(Py_None);
-    rc = 1;
-done:
-    PyMem_Free(buf);
-    Py_XDECREF(seq);
-    Py_XDECREF(links);
-    return rc;
-}
-
-/* http.response.trailers (the ASGI "HTTP Trailers" extension), after the
- * last body of a response started with trailers: True. Its fields are
- * checked like headers, and the fields RFC 9110 6.5.1 keeps out of trailers
- * are refused (ValueError). They are collected until more_trailers is false;
- * then the last chunk and the trailer section are written (when the client
- * sent "TE: trailers", else they are dropped) and the response completes. */
-static int http_send_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
-{
-    m0_asgi_state *st = h->base.asgi->st;
-    PyObject *headers = PyDict_GetItemWithError(msg, st->s_headers); // borrowed
-    PyObject *seq = NULL;
-    int more = 0, r = -1;
-    if (headers == NULL && PyErr_Occurred())
-        return -1;
-    PyObject *more_o = PyDict_GetItemString(msg, "more_trailers"); // borrowed
-    if (more_o != NULL && (more = PyObject_IsTrue(more_o)) < 0)
-        return -1;
-    if (headers != NULL && headers != Py_None) {
-        seq = PySequence_Fast(headers, "http.response.trailers 'headers' must be an iterable of [name, value]");
-        if (seq == NULL)
-            return -1;
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            PyObject *item = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
-            if (!(PyTuple_Check(item) || PyList_Check(item)) || PySequence_Fast_GET_SIZE(item) != 2 ||
-                !PyBytes_Check(PySequence_Fast_GET_ITEM(item, 0)) ||
-                !PyBytes_Check(PySequence_Fast_GET_ITEM(item, 1))) {
-                PyErr_Format(PyExc_TypeError, "each trailer must be a [name, value] pair of bytes, not %R", item);
-                goto done;
-            }
-            PyObject *oname = PySequence_Fast_GET_ITEM(item, 0), *ovalue = PySequence_Fast_GET_ITEM(item, 1);
-            const char *name = PyBytes_AS_STRING(oname), *value = PyBytes_AS_STRING(ovalue);
-            size_t nlen = (size_t)PyBytes_GET_SIZE(oname), vlen = (size_t)PyBytes_GET_SIZE(ovalue);
-            if (!m0_valid_header_name(name, nlen)) {
-                PyErr_Format(PyExc_ValueError, "invalid trailer name %R", oname);
-                goto done;
-            }
-            if (!m0_valid_header_value(value, vlen)) {
-                PyErr_Format(PyExc_ValueError,
-                             "invalid value for trailer %R: %R (CR, LF, NUL and other controls are refused)", oname,
-                             ovalue);
-                goto done;
-            }
-            if (m0_trailer_field_forbidden(name, nlen)) {
-                PyErr_Format(PyExc_ValueError, "%R may not be sent as a trailer (RFC 9110 section 6.5.1)", oname);
-                goto done;
-            }
-            if (h->trailers_send && (m0_head_add(&h->head, name, nlen) < 0 || m0_head_add(&h->head, ": ", 2) < 0 ||
-                                     m0_head_add(&h->head, value, vlen) < 0 || m0_head_add(&h->head, "\r\n", 2) < 0))
-                goto done;
-        }
-    }
-    /* Python may have run above (more_trailers' truth). */
-    if (h->base.conn == NULL || h->resp != RESP_TRAILERS) {
-        r = http_raise_disconnected(h);
-        goto done;
-    }
-    if (more) {
-        *out = Py_NewRef(Py_None);
-        r = 1;
-        goto done;
-    }
-    if (h->trailers_send) {
-        if (m0_head_add(&h->head, "\r\n", 2) < 0)
-            goto done;
-        struct iovec iov = {h->head.buf, h->head.len};
-        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
-            http_lost(h);
-            r = http_raise_disconnected(h);
-            goto done;
-        }
-    }
-    http_complete(h, h->keep_alive);
-    *out = Py_NewRef(Py_None);
-    r = 1;
-done:
-    Py_XDECREF(seq);
-    return r;
-}
-
 static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
 {
     m0_asgi_state *st = h->base.asgi->st;
@@ -748,7 +517,7 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
         return -1;
     }
     if (h->disconnected)
-        return http_raise_disconnected(h);
+        return m0_asgi_http_disconnected(h);
     if (h->send_waiter != NULL) {
         int done = m0_asgi_future_done(h->base.asgi, h->send_waiter);
         if (done < 0)
@@ -769,13 +538,13 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
     if (t == NULL)
         return -1;
     if (strcmp(t, "http.response.early_hint") == 0)
-        return http_send_early_hint(h, msg, out);
+        return m0_asgi_http_early_hint(h, msg, out);
     switch (h->resp) {
     case RESP_NONE:
         if (strcmp(t, "http.response.start") != 0)
             break;
         if (h->base.conn == NULL)
-            return http_raise_disconnected(h);
+            return m0_asgi_http_disconnected(h);
         if (http_start(h, msg) < 0)
             return -1;
         h->resp = RESP_STARTED;
@@ -783,20 +552,20 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
         return 1;
     case RESP_STARTED:
         if (strcmp(t, "http.response.pathsend") == 0)
-            return http_send_path(h, msg, out);
+            return m0_asgi_http_pathsend(h, msg, out);
         /* fall through */
     case RESP_BODY:
         if (strcmp(t, "http.response.body") != 0)
             break;
         if (h->base.conn == NULL)
-            return http_raise_disconnected(h);
+            return m0_asgi_http_disconnected(h);
         return http_send_body(h, msg, out);
     case RESP_TRAILERS:
         if (strcmp(t, "http.response.trailers") != 0)
             break;
         if (h->base.conn == NULL)
-            return http_raise_disconnected(h);
-        return http_send_trailers(h, msg, out);
+            return m0_asgi_http_disconnected(h);
+        return m0_asgi_http_trailers(h, msg, out);
     default:
         PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message '%s' sent, after response already completed", t);
         return -1;
@@ -814,134 +583,6 @@ static PyObject *http_send(PyObject *self, PyObject *msg)
     return m0_asgi_op_new(h->base.asgi->st, http_send_op, self, msg);
 }
 
-/* --- pathsend --- */
-
-static int http_send_path(m0_asgi_http *h, PyObject *msg, PyObject **out)
-{
-    m0_asgi_state *st = h->base.asgi->st;
-    PyObject *path = PyDict_GetItemWithError(msg, st->s_path); // borrowed
-    PyObject *fspath = NULL;
-    int fd = -1;
-    if (path == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_KeyError, "http.response.pathsend message is missing 'path'");
-        return -1;
-    }
-    Py_INCREF(path); /* __fspath__ is Python: it may take path out of msg */
-    if (!PyUnicode_FSConverter(path, &fspath))
-        goto error;
-    if (h->base.conn == NULL || h->resp != RESP_STARTED) {
-        http_raise_disconnected(h);
-        goto error;
-    }
-    fd = open(PyBytes_AS_STRING(fspath), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
-        goto error;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        if (errno == 0)
-            errno = EINVAL;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
-        goto error;
-    }
-    if (h->resp_length >= 0 && h->resp_length != (int64_t)sb.st_size) {
-        PyErr_Format(PyExc_RuntimeError, "pathsend: Content-Length %lld differs from the file size %lld",
-                     (long long)h->resp_length, (long long)sb.st_size);
-        goto error;
-    }
-    if (http_head_finish(h, (size_t)sb.st_size, 0) < 0)
-        goto error;
-    struct iovec iov = {h->head.buf, h->head.len};
-    if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
-        http_lost(h);
-        http_raise_disconnected(h);
-        goto error;
-    }
-    head_free(h);
-    h->resp = RESP_BODY;
-    Py_DECREF(fspath);
-    Py_DECREF(path);
-    if (h->no_body || sb.st_size == 0) {
-        close(fd);
-        http_complete(h, h->keep_alive);
-        *out = Py_NewRef(Py_None);
-        return 1;
-    }
-    /* Send blocking-free: sendfile what the socket takes now; the rest after
-     * M0_CONN_WRITABLE (see http_sendfile_step). */
-    h->pathsend.fd = fd;
-    h->pathsend.offset = 0;
-    h->pathsend.left = (uint64_t)sb.st_size;
-    return http_sendfile_step(h, out);
-error:
-    if (fd >= 0)
-        close(fd);
-    Py_XDECREF(fspath);
-    Py_DECREF(path);
-    return -1;
-}
-
-static void pathsend_close(m0_asgi_http *h)
-{
-    if (h->pathsend.fd >= 0)
-        close(h->pathsend.fd);
-    h->pathsend.fd = -1;
-}
-
-/* Push the file while the socket takes it. Returns 1 when the response is
- * complete (*out = None), 0 with *out a future to wait on (M0_CONN_WRITABLE
- * continues it), -1 on error. */
-static int http_sendfile_step(m0_asgi_http *h, PyObject **out)
-{
-    m0_conn *c = h->base.conn;
-    if (h->resp_length >= 0 && h->body_sent + h->pathsend.left > (uint64_t)h->resp_length) {
-        /* Never past the declared length: the stream would desync. */
-        pathsend_close(h);
-        http_lost(h);
-        PyErr_SetString(PyExc_RuntimeError, "pathsend: more file bytes left than the declared Content-Length");
-        return -1;
-    }
-    while (h->pathsend.left > 0) {
-        if (c == NULL) {
-            pathsend_close(h);
-            return http_raise_disconnected(h);
-        }
-        ssize_t n = 0;
-        if (m0_conn_write_pending(c) == 0)
-            n = m0_conn_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
-        if (n == -EAGAIN || (n == 0 && m0_conn_write_pending(c) > 0)) {
-            if (h->send_waiter == NULL) {
-                PyObject *fut = m0_asgi_future_new(h->base.asgi);
-                if (fut == NULL)
-                    return -1;
-                h->send_waiter = Py_NewRef(fut);
-                *out = fut;
-            }
-            return 0;
-        }
-        if (n < 0) {
-            pathsend_close(h);
-            http_lost(h);
-            return http_raise_disconnected(h);
-        }
-        if (n == 0) { /* the file shrank: the promised length cannot be kept */
-            pathsend_close(h);
-            h->keep_alive = 0;
-            PyErr_SetString(PyExc_RuntimeError, "pathsend: the file shrank while it was sent");
-            return -1;
-        }
-        h->pathsend.offset += n;
-        h->pathsend.left -= (uint64_t)n;
-        h->body_sent += (uint64_t)n;
-    }
-    pathsend_close(h);
-    http_complete(h, h->keep_alive);
-    *out = Py_NewRef(Py_None);
-    return 1;
-}
-
 /* --- connection events --- */
 
 static void http_on_event(m0_asgi_base *base, int what)
@@ -950,7 +591,7 @@ static void http_on_event(m0_asgi_base *base, int what)
     m0_asgi *a = base->asgi;
     if (what == M0_CONN_CLOSED) {
         h->disconnected = 1;
-        pathsend_close(h);
+        m0_asgi_http_pathsend_close(h);
         if (h->recv_waiter != NULL)
             http_recv_wake(h, http_disconnect_msg(a->st));
         PyObject *fut = h->send_waiter;
@@ -1008,7 +649,7 @@ static void http_on_event(m0_asgi_base *base, int what)
                 return;
             }
             h->send_waiter = NULL;
-            int r = http_sendfile_step(h, &out);
+            int r = m0_asgi_http_sendfile_step(h, &out);
             if (r == 0) {        /* still waiting: keep the same future */
                 Py_XDECREF(out); /* NULL: the waiter was reset above, so a new one was made */
                 Py_XSETREF(h->send_waiter, fut);
@@ -1051,7 +692,7 @@ static void http_answer_error(m0_asgi_http *h, int status)
         (void)m0_conn_writev(c, &iov, 1, 0);
     }
     (void)c;
-    http_complete(h, 0);
+    m0_asgi_http_complete(h, 0);
 }
 
 /* The app's coroutine finished (exc: NULL, its exception, or CancelledError). */
@@ -1069,7 +710,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
     }
     if (exc != NULL && !cancelled)
         m0_asgi_log_exception(a, "Exception in ASGI application", exc);
-    pathsend_close(h);
+    m0_asgi_http_pathsend_close(h);
     if (h->base.conn != NULL && h->resp != RESP_DONE) {
         if (h->resp == RESP_NONE || h->resp == RESP_STARTED) {
             if (exc == NULL && h->body_error == 0)
@@ -1078,7 +719,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
         } else {
             if (exc == NULL)
                 m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
-            http_complete(h, 0); /* the client sees a truncated body and the close */
+            m0_asgi_http_complete(h, 0); /* the client sees a truncated body and the close */
         }
     } else if (h->base.conn != NULL) {
         m0_asgi_detach(&h->base);
@@ -1119,7 +760,7 @@ static void http_dealloc(PyObject *self)
     m0_asgi_http *h = (m0_asgi_http *)self;
     PyObject_GC_UnTrack(self);
     http_clear(self);
-    pathsend_close(h);
+    m0_asgi_http_pathsend_close(h);
     head_free(h);
     PyObject_GC_Del(self);
     Py_DECREF(tp);

@@ -1,7 +1,8 @@
 /* Private contract between the ASGI bridge's parts: asgi.c (module state,
- * handler, scope, tasks), await.c (the C awaitable), http.c (HTTP
- * request/response), ws_handshake.c and ws_session.c (WebSocket, built on
- * these pieces; ws.h is their own contract).
+ * handler, tasks), scope.c (the scope dict), await.c (the C awaitable),
+ * http.c and http_ext.c (HTTP request/response and its extensions;
+ * http_internal.h is their own contract), ws.c, ws_handshake.c and ws_session.c
+ * (WebSocket, built on these pieces; ws.h is their own contract).
  *
  * Threading: everything here runs on the asyncio loop's thread with the GIL
  * held; nothing is thread-safe and nothing needs to be.
@@ -109,7 +110,7 @@ struct m0_asgi_state {
     unsigned char names_by_len[M0_ASGI_COMMON_HEADERS];
     unsigned char names_len_start[M0_ASGI_COMMON_NAME_MAX + 2];
     PyObject *methods[M0_ASGI_COMMON_METHODS]; /* interned method names */
-    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws_session.c) */
+    PyTypeObject *ws_type;                     /* per-connection WebSocket object (ws.c) */
     struct m0_asgi_ws_state *ws;               /* ws.h: the WebSocket bridge's strings */
 #define M0_ASGI_STR_FIELD(name) PyObject *s_##name;
     M0_ASGI_STRINGS(M0_ASGI_STR_FIELD)
@@ -173,7 +174,7 @@ struct m0_asgi {
  * "extensions". For an absolute-form target (RFC 9112 3.2.2) the "host"
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
-PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket);
+PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket); /* scope.c */
 /* tls_scope.c: the `tls` extension's dict for c, None when c is plaintext, NULL on error. */
 PyObject *m0_asgi_tls_extension(m0_conn *c);
 
@@ -219,7 +220,7 @@ void m0_asgi_log_exception(m0_asgi *a, const char *msg, PyObject *exc);
 /* A new ClientDisconnected instance (new reference). */
 PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
 
-/* --- ws_handshake.c, ws_session.c --- */
+/* --- ws.c --- */
 
 /* 1 when the request was taken asynchronously, 0 when it should be served as
  * HTTP (WebSocket disabled, or not an upgrade), -1 with an exception set to

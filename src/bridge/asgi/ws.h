@@ -1,7 +1,9 @@
-/* Private contract between the two halves of the ASGI WebSocket bridge:
- * ws_handshake.c (the upgrade request, the app's answer to it: accept, denial,
- * or its own HTTP response) and ws_session.c (the open connection: frames,
- * receive()/send(), pings, the close, and the object's type).
+/* Private contract between the parts of the ASGI WebSocket bridge: ws.c (the
+ * object: the upgrade request, send() by state, the app's end, the type),
+ * ws_handshake.c (the app's answers to websocket.connect: accept, denial, or
+ * its own HTTP response) and ws_session.c (the open connection: frames,
+ * receive(), the open connection's send(), pings, the close). Calls go one
+ * way: ws.c -> ws_handshake.c -> ws_session.c (and ws.c -> ws_session.c).
  *
  * Threading and errors as in internal.h: the asyncio loop's thread, the GIL
  * held; NULL/-1 with an exception set.
@@ -134,8 +136,19 @@ void m0_asgi_ws_ping_schedule(m0_asgi_ws *w);
 void m0_asgi_ws_pump(m0_asgi_ws *w);
 /* The m0_asgi_base.on_event of a WebSocket object. */
 void m0_asgi_ws_on_event(m0_asgi_base *base, int what);
-/* The receive(), send() and task-done callables' definitions (self: the object). */
-extern PyMethodDef m0_asgi_ws_receive_def, m0_asgi_ws_send_def, m0_asgi_ws_done_def;
+/* receive(): the next queued message, or a future (self: the object). */
+PyObject *m0_asgi_ws_receive(PyObject *self, PyObject *unused);
+/* A waiter left behind by a cancelled receive()/send() (asyncio.wait_for...)
+ * does not block the next call. Returns 1 when *waiter is still pending,
+ * 0 when there is none (any longer), -1 on error. */
+int m0_asgi_ws_waiter_busy(m0_asgi_ws *w, PyObject **waiter);
+/* websocket.send on the open connection: 1 with *out None, 0 with *out a
+ * future (backpressure), -1 on error. */
+int m0_asgi_ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out);
+/* websocket.close from the app on the open connection. 0 or -1. */
+int m0_asgi_ws_app_close(m0_asgi_ws *w, PyObject *msg);
+/* The app is done: its waiters, the timers and the queued messages dropped. */
+void m0_asgi_ws_release(m0_asgi_ws *w);
 
 /* --- ws_handshake.c: the answers to websocket.connect --- */
 

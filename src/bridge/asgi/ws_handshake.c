@@ -1,9 +1,8 @@
-/* ASGI WebSocket, the handshake: the upgrade request is validated with
- * http/ws.h before the app runs (400, or 426 for another protocol version);
- * the app gets websocket.connect and answers with websocket.accept (101,
- * then the connection is upgraded to a raw byte stream and ws_session.c
- * takes over), websocket.close (403) or, through the websocket.http.response
- * extension, its own HTTP response. */
+/* ASGI WebSocket, the handshake's answers: the app gets websocket.connect
+ * and answers with websocket.accept (101, then the connection is upgraded to
+ * a raw byte stream and ws_session.c takes over), websocket.close (403) or,
+ * through the websocket.http.response extension, its own HTTP response.
+ * Calls into ws_session.c; ws_session.c never calls here. */
 #include "ws.h"
 
 #include <stdio.h>
@@ -45,11 +44,7 @@ static int head_add_app_headers(m0_asgi_ws *w, PyObject *headers, int *has_date,
 
 static int head_add_common(m0_asgi_ws *w, int has_date, int has_server)
 {
-    if (!has_date && head_add(w, m0_date_line(), M0_DATE_LINE_LEN) < 0)
-        return -1;
-    if (w->base.asgi->server_header && !has_server && head_add(w, "Server: m0serve\r\n", 17) < 0)
-        return -1;
-    return 0;
+    return m0_head_add_date_server(&w->head, has_date, has_server, w->base.asgi->server_header);
 }
 
 /* --- send: the handshake answers --- */
@@ -88,7 +83,7 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
             goto error;
     }
     if (w->deflate_on) {
-        char ext[128];
+        char ext[M0_WS_DEFLATE_RESPONSE_SIZE];
         if ((w->deflate = m0_ws_deflate_new(&w->deflate_params)) == NULL) {
             PyErr_NoMemory();
             goto error;
@@ -257,133 +252,4 @@ int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
 done:
     PyBuffer_Release(&view);
     return r;
-}
-
-/* --- the upgrade request --- */
-
-/* A refused handshake: 400, or 426 naming the version we speak. */
-static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
-{
-    char buf[512];
-    int status = m0_ws_error_status(err);
-    const char *body =
-        status == 426 ? "Upgrade Required: WebSocket version 13 only\n" : "Bad Request: invalid WebSocket handshake\n";
-    int n =
-        snprintf(buf, sizeof(buf),
-                 "HTTP/1.1 %d %s\r\n%s%.*sContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n%s\r\n%s",
-                 status, m0_status_reason(status), status == 426 ? "Sec-WebSocket-Version: 13\r\n" : "",
-                 M0_DATE_LINE_LEN, m0_date_line(), strlen(body), a->server_header ? "Server: m0serve\r\n" : "", body);
-    struct iovec iov = {buf, (size_t)n};
-    (void)m0_conn_writev(c, &iov, 1, 0);
-    m0_conn_finish(c, 0, status, strlen(body));
-    return 1;
-}
-
-/* The offered subprotocols: every Sec-WebSocket-Protocol list element, in order. */
-static PyObject *ws_subprotocols(const m0_request *req)
-{
-    PyObject *list = PyList_New(0);
-    if (list == NULL)
-        return NULL;
-    for (size_t i = 0; i < req->num_headers; i++) {
-        const m0_header *h = &req->headers[i];
-        if (!m0_span_ieq(h->name, "sec-websocket-protocol", 22))
-            continue;
-        m0_span rest = h->value, item;
-        while (m0_ws_list_next(&rest, &item)) {
-            PyObject *s = PyUnicode_DecodeLatin1(item.base, (Py_ssize_t)item.len, NULL);
-            if (s == NULL || PyList_Append(list, s) < 0) {
-                Py_XDECREF(s);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(s);
-        }
-    }
-    return list;
-}
-
-int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
-{
-    PyObject *scope = NULL, *subs = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL,
-             *connect = NULL;
-    m0_asgi_state *st = a->st;
-    m0_ws_handshake hs;
-    if (!a->ws_enabled || !m0_ws_is_upgrade(req))
-        return 0; /* served as plain HTTP */
-    int rc = m0_ws_handshake_check(req, &hs);
-    if (rc < 0)
-        return ws_refuse(a, c, rc);
-
-    m0_asgi_ws *w = PyObject_GC_New(m0_asgi_ws, st->ws_type);
-    if (w == NULL)
-        return -1;
-    memset((char *)w + sizeof(PyObject), 0, sizeof(*w) - sizeof(PyObject));
-    w->base.on_event = m0_asgi_ws_on_event;
-    w->base.asgi = a;
-    w->ws = st->ws;
-    w->state = WS_CONNECTING;
-    w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
-    m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
-    m0_ws_accept(hs.key.base, hs.key.len, w->accept);
-    w->deflate_on = a->ws_deflate && m0_ws_deflate_negotiate(req, &w->deflate_params);
-    w->queue = PyList_New(0);
-    PyObject_GC_Track(w);
-    if (w->queue == NULL)
-        goto error;
-    scope = m0_asgi_scope_new(a, c, req, 1);
-    subs = ws_subprotocols(req);
-    if (scope == NULL || subs == NULL || PyDict_SetItem(scope, w->ws->s_subprotocols, subs) < 0 ||
-        PyDict_SetItem(scope, st->s_extensions, w->ws->extensions) < 0)
-        goto error;
-    connect = m0_asgi_ws_msg_new(w, w->ws->t_connect);
-    if (connect == NULL || PyList_Append(w->queue, connect) < 0)
-        goto error;
-    receive = PyCFunction_New(&m0_asgi_ws_receive_def, (PyObject *)w);
-    send = PyCFunction_New(&m0_asgi_ws_send_def, (PyObject *)w);
-    done = PyCFunction_New(&m0_asgi_ws_done_def, (PyObject *)w);
-    if (receive == NULL || send == NULL || done == NULL)
-        goto error;
-    m0_asgi_attach(a, &w->base, c);
-    PyObject *args[3] = {scope, receive, send};
-    coro = PyObject_Vectorcall(a->app, args, 3, NULL);
-    if (coro == NULL) {
-        m0_asgi_log_error(a, "Exception in ASGI application");
-        m0_asgi_ws_answer_status(w, 500);
-        goto out;
-    }
-    task = m0_asgi_task_start(a, coro, done);
-    if (task == NULL) {
-        m0_asgi_log_error(a, "Exception in ASGI application");
-        m0_asgi_ws_answer_status(w, 500);
-        if (PyCoro_CheckExact(coro)) {
-            PyObject *r = PyObject_CallMethod(coro, "close", NULL);
-            if (r == NULL)
-                PyErr_Clear();
-            Py_XDECREF(r);
-        }
-    }
-out:
-    Py_XDECREF(task);
-    Py_XDECREF(coro);
-    Py_DECREF(scope);
-    Py_DECREF(subs);
-    Py_DECREF(connect);
-    Py_DECREF(receive);
-    Py_DECREF(send);
-    Py_DECREF(done);
-    Py_DECREF(w);
-    return 1;
-error:
-    Py_XDECREF(scope);
-    Py_XDECREF(subs);
-    Py_XDECREF(connect);
-    Py_XDECREF(receive);
-    Py_XDECREF(send);
-    Py_XDECREF(done);
-    if (w->base.conn != NULL)
-        m0_asgi_detach(&w->base);
-    Py_DECREF(w);
-    return -1;
 }

@@ -1,7 +1,8 @@
-/* ASGI WebSocket (RFC 6455 over the ASGI "websocket" scope), the object and
- * the open session: one object per upgrade request, attached to its m0_conn
- * from the head until the connection is finished or gone. The handshake (the
- * request and the app's answers to websocket.connect) is ws_handshake.c.
+/* ASGI WebSocket (RFC 6455 over the ASGI "websocket" scope), the open
+ * session: frames both ways, receive(), the open connection's messages of
+ * send(), keepalive pings and the close. The object, its send() by state and
+ * its type are ws.c's; the app's answers to websocket.connect are
+ * ws_handshake.c's (both call in here, nothing here calls them).
  *
  * Reading: frames are read and parsed as they arrive (M0_CONN_BODY), pings
  * answered at once, messages reassembled and queued for receive(). Reading
@@ -53,10 +54,7 @@ static int ws_future_pending(m0_asgi_ws *w, PyObject *fut)
     return done < 0 ? -1 : !done;
 }
 
-/* A waiter left behind by a cancelled receive()/send() (asyncio.wait_for...)
- * does not block the next call. Returns 1 when *waiter is still pending,
- * 0 when there is none (any longer), -1 on error. */
-static int ws_waiter_busy(m0_asgi_ws *w, PyObject **waiter)
+int m0_asgi_ws_waiter_busy(m0_asgi_ws *w, PyObject **waiter)
 {
     if (*waiter == NULL)
         return 0;
@@ -599,7 +597,7 @@ static int ws_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
         *out = ws_disconnect_msg(w);
         return *out == NULL ? -1 : 1;
     }
-    int busy = ws_waiter_busy(w, &w->recv_waiter);
+    int busy = m0_asgi_ws_waiter_busy(w, &w->recv_waiter);
     if (busy != 0) {
         if (busy > 0)
             PyErr_SetString(PyExc_RuntimeError, "receive() awaited while another receive() is still waiting");
@@ -613,16 +611,16 @@ static int ws_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
     return 0;
 }
 
-static PyObject *ws_receive(PyObject *self, PyObject *unused)
+PyObject *m0_asgi_ws_receive(PyObject *self, PyObject *unused)
 {
     (void)unused;
     m0_asgi_ws *w = (m0_asgi_ws *)self;
     return m0_asgi_op_new(w->base.asgi->st, ws_receive_op, self, NULL);
 }
 
-/* --- send: the open connection --- */
+/* --- send: the open connection (websocket.send, websocket.close) --- */
 
-static int ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
+int m0_asgi_ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
 {
     PyObject *bytes = ws_msg_get(msg, w->ws->s_bytes);
     if (bytes == NULL && PyErr_Occurred())
@@ -675,7 +673,7 @@ static int ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
     return 1;
 }
 
-static int ws_app_close(m0_asgi_ws *w, PyObject *msg)
+int m0_asgi_ws_app_close(m0_asgi_ws *w, PyObject *msg)
 {
     long code = M0_WS_CLOSE_NORMAL;
     const char *reason = NULL;
@@ -711,109 +709,6 @@ static int ws_app_close(m0_asgi_ws *w, PyObject *msg)
     w->app_closed = 1;
     m0_asgi_ws_close_with(w, (int)code, reason, 1);
     return 0;
-}
-
-static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out);
-
-/* send(): one re-entered from Python code the outer one runs (a denial
- * body's __buffer__ or more_body's __bool__, a frame's __buffer__) is
- * refused: the outer one is midway through the session's state. */
-static int ws_send_op(PyObject *owner, PyObject *msg, PyObject **out)
-{
-    m0_asgi_ws *w = (m0_asgi_ws *)owner;
-    if (w->in_send) {
-        PyErr_SetString(PyExc_RuntimeError, "ASGI send() called from inside another send() (re-entered through "
-                                            "the message's own code): refused");
-        return -1;
-    }
-    w->in_send = 1;
-    int r = ws_send_dispatch(w, msg, out);
-    w->in_send = 0;
-    return r;
-}
-
-static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out)
-{
-    if (!PyDict_Check(msg)) {
-        PyErr_Format(PyExc_TypeError, "ASGI send() takes a dict message, got %.100s", Py_TYPE(msg)->tp_name);
-        return -1;
-    }
-    PyObject *type = PyDict_GetItemWithError(msg, w->base.asgi->st->s_type); // borrowed
-    if (type == NULL || !PyUnicode_Check(type)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_KeyError, "ASGI message is missing a str 'type'");
-        return -1;
-    }
-    const char *t = PyUnicode_AsUTF8(type);
-    if (t == NULL)
-        return -1;
-    int busy = ws_waiter_busy(w, &w->send_waiter);
-    if (busy != 0) {
-        if (busy > 0)
-            PyErr_SetString(PyExc_RuntimeError, "send() awaited while another send() is still waiting");
-        return -1;
-    }
-    Py_INCREF(w);
-    int r = -1;
-    switch (w->state) {
-    case WS_CONNECTING:
-        if (ws_conn(w) == NULL) {
-            r = m0_asgi_ws_raise_disconnected(w);
-        } else if (strcmp(t, "websocket.accept") == 0) {
-            r = m0_asgi_ws_accept(w, msg);
-        } else if (strcmp(t, "websocket.close") == 0) {
-            w->app_closed = 1;
-            m0_asgi_ws_answer_status(w, 403);
-            r = 0;
-        } else if (strcmp(t, "websocket.http.response.start") == 0) {
-            r = m0_asgi_ws_response_start(w, msg);
-        } else {
-            PyErr_Format(PyExc_RuntimeError,
-                         "Expected ASGI message 'websocket.accept', 'websocket.close' or "
-                         "'websocket.http.response.start', but got '%s'",
-                         t);
-        }
-        break;
-    case WS_RESPONSE:
-        if (strcmp(t, "websocket.http.response.body") == 0)
-            r = m0_asgi_ws_response_body(w, msg);
-        else
-            PyErr_Format(PyExc_RuntimeError, "Expected ASGI message 'websocket.http.response.body', but got '%s'", t);
-        break;
-    case WS_OPEN:
-        if (strcmp(t, "websocket.send") == 0) {
-            r = ws_send_data(w, msg, out);
-            Py_DECREF(w);
-            return r;
-        }
-        if (strcmp(t, "websocket.close") == 0)
-            r = ws_app_close(w, msg);
-        else
-            PyErr_Format(PyExc_RuntimeError,
-                         "Expected ASGI message 'websocket.send' or 'websocket.close', but got '%s'", t);
-        break;
-    default: /* WS_CLOSED */
-        if (w->app_closed)
-            PyErr_Format(PyExc_RuntimeError,
-                         "Unexpected ASGI message '%s', after sending 'websocket.close' or response already completed",
-                         t);
-        else if (strcmp(t, "websocket.close") == 0)
-            r = 0; /* the peer closed first: nothing left to do */
-        else
-            r = m0_asgi_ws_raise_disconnected(w);
-        break;
-    }
-    Py_DECREF(w);
-    if (r < 0)
-        return -1;
-    *out = Py_NewRef(Py_None);
-    return 1;
-}
-
-static PyObject *ws_send(PyObject *self, PyObject *msg)
-{
-    m0_asgi_ws *w = (m0_asgi_ws *)self;
-    return m0_asgi_op_new(w->base.asgi->st, ws_send_op, self, msg);
 }
 
 /* --- connection events --- */
@@ -853,46 +748,10 @@ void m0_asgi_ws_on_event(m0_asgi_base *base, int what)
     }
 }
 
-/* --- the app's task is done --- */
+/* --- the app is done --- */
 
-static PyObject *ws_task_done(PyObject *self, PyObject *task)
+void m0_asgi_ws_release(m0_asgi_ws *w)
 {
-    m0_asgi_ws *w = (m0_asgi_ws *)self;
-    m0_asgi *a = w->base.asgi;
-    PyObject *exc = NULL;
-    m0_asgi_task_forget(a, task);
-    PyObject *r = PyObject_CallMethodNoArgs(task, a->st->s_cancelled);
-    if (r == NULL)
-        return NULL;
-    int cancelled = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    if (!cancelled) {
-        exc = PyObject_CallMethodNoArgs(task, a->st->s_exception);
-        if (exc == NULL)
-            return NULL;
-        if (exc != Py_None)
-            m0_asgi_log_exception(a, "Exception in ASGI application", exc);
-    }
-    int failed = cancelled || exc != Py_None;
-    Py_INCREF(w);
-    switch (w->state) {
-    case WS_CONNECTING:
-        if (!failed)
-            m0_asgi_log_exception(a, "ASGI callable returned without sending handshake", NULL);
-        m0_asgi_ws_answer_status(w, 500);
-        break;
-    case WS_RESPONSE:
-        if (!failed)
-            m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
-        m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
-        m0_asgi_ws_finish(w);
-        break;
-    case WS_OPEN:
-        m0_asgi_ws_close_with(w, failed ? M0_WS_CLOSE_INTERNAL_ERROR : M0_WS_CLOSE_NORMAL, NULL, 1);
-        break;
-    default:
-        break;
-    }
     Py_CLEAR(w->recv_waiter);
     Py_CLEAR(w->send_waiter);
     ws_timer_cancel(&w->ping_timer);
@@ -901,112 +760,4 @@ static PyObject *ws_task_done(PyObject *self, PyObject *task)
         PyErr_Clear();
     w->queue_head = 0;
     w->queue_bytes = 0;
-    Py_DECREF(w);
-    Py_XDECREF(exc);
-    Py_RETURN_NONE;
-}
-
-/* --- the type --- */
-
-PyMethodDef m0_asgi_ws_receive_def = {"receive", ws_receive, METH_NOARGS, NULL};
-PyMethodDef m0_asgi_ws_send_def = {"send", ws_send, METH_O, NULL};
-PyMethodDef m0_asgi_ws_done_def = {"_done", ws_task_done, METH_O, NULL};
-
-static int ws_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    m0_asgi_ws *w = (m0_asgi_ws *)self;
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(w->recv_waiter);
-    Py_VISIT(w->send_waiter);
-    Py_VISIT(w->queue);
-    Py_VISIT(w->ping_timer);
-    Py_VISIT(w->timeout_timer);
-    Py_VISIT(w->disconnect_reason);
-    return 0;
-}
-
-static int ws_clear(PyObject *self)
-{
-    m0_asgi_ws *w = (m0_asgi_ws *)self;
-    Py_CLEAR(w->recv_waiter);
-    Py_CLEAR(w->send_waiter);
-    Py_CLEAR(w->queue);
-    Py_CLEAR(w->ping_timer);
-    Py_CLEAR(w->timeout_timer);
-    Py_CLEAR(w->disconnect_reason);
-    return 0;
-}
-
-static void ws_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    m0_asgi_ws *w = (m0_asgi_ws *)self;
-    PyObject_GC_UnTrack(self);
-    ws_clear(self);
-    PyMem_Free(w->rbuf);
-    PyMem_Free(w->msg);
-    m0_ws_deflate_free(w->deflate);
-    free(w->zbuf);
-    m0_head_reset(&w->head);
-    PyObject_GC_Del(self);
-    Py_DECREF(tp);
-}
-
-static PyType_Slot ws_slots[] = {
-    {Py_tp_traverse, ws_traverse},
-    {Py_tp_clear, ws_clear},
-    {Py_tp_dealloc, ws_dealloc},
-    {0, NULL},
-};
-
-static PyType_Spec ws_spec = {
-    .name = "m0serve._core.AsgiWebSocket",
-    .basicsize = sizeof(m0_asgi_ws),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = ws_slots,
-};
-
-int m0_asgi_ws_module_init(PyObject *module, m0_asgi_state *st)
-{
-    m0_asgi_ws_state *ws = PyMem_Calloc(1, sizeof(*ws));
-    PyObject *ext = NULL;
-    if (ws == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    st->ws = ws;
-#define M0_WS_STR_INIT(name)                                                                                           \
-    if ((ws->s_##name = PyUnicode_InternFromString(#name)) == NULL)                                                    \
-        return -1;
-    M0_WS_STRINGS(M0_WS_STR_INIT)
-#undef M0_WS_STR_INIT
-    if ((ws->t_connect = PyUnicode_InternFromString("websocket.connect")) == NULL ||
-        (ws->t_receive = PyUnicode_InternFromString("websocket.receive")) == NULL ||
-        (ws->t_disconnect = PyUnicode_InternFromString("websocket.disconnect")) == NULL ||
-        (ws->empty_str = PyUnicode_InternFromString("")) == NULL || (ws->extensions = PyDict_New()) == NULL ||
-        (ext = PyDict_New()) == NULL || PyDict_SetItemString(ws->extensions, "websocket.http.response", ext) < 0) {
-        Py_XDECREF(ext);
-        return -1;
-    }
-    Py_DECREF(ext);
-    st->ws_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ws_spec, NULL);
-    return st->ws_type == NULL ? -1 : 0;
-}
-
-void m0_asgi_ws_module_clear(m0_asgi_state *st)
-{
-    m0_asgi_ws_state *ws = st->ws;
-    Py_CLEAR(st->ws_type);
-    if (ws == NULL)
-        return;
-#define M0_WS_STR_CLEAR(name) Py_CLEAR(ws->s_##name);
-    M0_WS_STRINGS(M0_WS_STR_CLEAR)
-#undef M0_WS_STR_CLEAR
-    Py_CLEAR(ws->t_connect);
-    Py_CLEAR(ws->t_receive);
-    Py_CLEAR(ws->t_disconnect);
-    Py_CLEAR(ws->empty_str);
-    Py_CLEAR(ws->extensions);
-    PyMem_Free(ws);
-    st->ws = NULL;
 }

@@ -108,10 +108,8 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
         PyErr_SetString(PyExc_TypeError, "wsgi.early_hints() takes exactly one list of (name, value) pairs");
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "wsgi.early_hints() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "wsgi.early_hints()") < 0)
         return NULL;
-    }
     if (sr->head_sent) {
         PyErr_SetString(PyExc_RuntimeError, "wsgi.early_hints() called after the response head was sent");
         return NULL;

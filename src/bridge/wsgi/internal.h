@@ -8,7 +8,9 @@
  * wsgi.c); otherwise, and always on a free-threaded build, a fresh trio is
  * made, so an app that keeps them never sees a later request. When a request
  * ends the bridge marks its objects inactive: a stale start_response or
- * write() raises, a stale wsgi.input reads b"".
+ * write() raises, a stale wsgi.input reads b"". start_response, write() and
+ * wsgi.early_hints also raise when called from another thread than the one
+ * running the request (m0_wsgi_sr_owned).
  *
  * Error convention: NULL or -1 with a Python exception set, unless a comment
  * says otherwise.
@@ -20,6 +22,7 @@
 #include <sys/uio.h>
 
 #include "../../http/response.h"
+#include "../head.h"
 #include "../pyerr.h"
 #include "../state.h"
 #include "wsgi.h"
@@ -124,9 +127,9 @@ struct m0_wsgi {
     m0_wsgi_input *input;
     m0_wsgi_sr *active; /* borrowed, NULL between requests */
 
-    /* Response head, reused across requests. */
-    char *head;
-    size_t head_cap;
+    /* Response head (head.h, no inline storage): its buffer is kept across
+     * requests. */
+    m0_head head;
 
     /* Value caches: the str built for the previous request, reused when the
      * bytes are the same (strong or NULL). */
@@ -149,7 +152,9 @@ struct m0_wsgi_sr {
     m0_conn *c;             /* NULL once the peer is gone */
     m0_wsgi_input *input;   /* borrowed, valid while active */
     PyObject *write;        /* borrowed, valid while active */
-    int active;             /* the request is being served */
+    int active;             /* the request is being served (atomic: read by any thread) */
+    unsigned long owner;    /* PyThread_get_thread_ident() of the thread running the request, 0 while
+                               its response waits set aside (atomic: read by any thread) */
     int minor_version;      /* of the request */
     int is_head;            /* HEAD request */
     int status;             /* 0 until start_response succeeded */
@@ -253,5 +258,13 @@ int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park);
 void m0_wsgi_resume_release(m0_wsgi_resume *park);
 
 /* wsgi.c */
+/* Whether the calling thread is the one running sr's request: 0, or -1 with a
+ * RuntimeError naming what (write(), start_response(), wsgi.early_hints()) when
+ * the request is over or another thread runs it. start_response, write() and
+ * wsgi.early_hints act on the connection's buffers with no lock (PEP 3333
+ * gives them to the request's thread): on a free-threaded build a second
+ * thread would run them at the same instant as the request's own, so every
+ * build refuses them from any other thread, even one the view joins. */
+int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what);
 
 #endif

@@ -15,46 +15,7 @@
 
 #include <structmember.h>
 
-/* Room kept after the app's headers for what m0_wsgi_send appends: Date (37),
- * Server (17), Content-Length (38) or Transfer-Encoding (28), Connection (24),
- * the blank line. */
-#define HEAD_SUFFIX_ROOM 192
 #define SEND_IOV_MAX (M0_WSGI_SEND_PIECES_MAX + 4)
-
-static const char SERVER_LINE[] = "Server: m0serve\r\n";
-
-/* "Content-Length: <n>\r\n" at p (at most 38 bytes); returns its length.
- * Not sprintf: this is on the path of every response without a length. */
-static size_t content_length_line(char *p, uint64_t n)
-{
-    char digits[20], *d = digits + sizeof(digits);
-    do {
-        *--d = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    size_t nd = (size_t)(digits + sizeof(digits) - d);
-    memcpy(p, "Content-Length: ", 16);
-    memcpy(p + 16, d, nd);
-    memcpy(p + 16 + nd, "\r\n", 2);
-    return 16 + nd + 2;
-}
-
-static int head_reserve(m0_wsgi *w, size_t need)
-{
-    if (need <= w->head_cap)
-        return 0;
-    size_t cap = w->head_cap ? w->head_cap : 4096;
-    while (cap < need)
-        cap *= 2;
-    char *p = PyMem_Realloc(w->head, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    w->head = p;
-    w->head_cap = cap;
-    return 0;
-}
 
 /* The latin-1 bytes of a str (its 1-byte data), or NULL with a TypeError /
  * ValueError naming what. */
@@ -77,7 +38,7 @@ static const char *latin1_view(PyObject *s, Py_ssize_t *len, const char *what)
 }
 
 /* Validate status and headers and write the status line and the app's
- * headers into w->head. Sets sr->status, head_len, content_length,
+ * headers into w->head (head.h). Sets sr->status, head_len, content_length,
  * app_flags, no_body. The hop-by-hop fields (http_rules.h) are the server's:
  * they are dropped (Upgrade is kept on a 101, a Connection listing "close"
  * sets M0_WSGI_APP_CLOSE) and a warning is logged once per name. The app's
@@ -87,7 +48,6 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     m0_wsgi *w = sr->w;
     Py_ssize_t slen;
     const char *s = latin1_view(status, &slen, "status");
-    size_t pos;
     m0_head_fields f = {.content_length = -1};
     int code;
 
@@ -117,15 +77,15 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         return -1;
     }
     unsigned own = m0_head_own_for_status(code);
-    if (head_reserve(w, 9 + (size_t)slen + 3 + HEAD_SUFFIX_ROOM) < 0)
+    m0_head *h = &w->head;
+    h->len = 0; /* the buffer is kept from the last response */
+    if (m0_head_reserve(h, 9 + (size_t)slen + 3) < 0)
         return -1;
-    memcpy(w->head, "HTTP/1.1 ", 9);
-    memcpy(w->head + 9, s, (size_t)slen);
-    pos = 9 + (size_t)slen;
+    m0_head_put(h, "HTTP/1.1 ", 9);
+    m0_head_put(h, s, (size_t)slen);
     if (slen == 3)
-        w->head[pos++] = ' '; /* no reason phrase: the SP before it stays (RFC 9112 section 4) */
-    memcpy(w->head + pos, "\r\n", 2);
-    pos += 2;
+        m0_head_put(h, " ", 1); /* no reason phrase: the SP before it stays (RFC 9112 section 4) */
+    m0_head_put(h, "\r\n", 2);
 
     Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -162,21 +122,14 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
             PyErr_SetString(PyExc_ValueError, "differing Content-Length headers");
             return -1;
         }
-        size_t line = (size_t)nlen + 2 + (size_t)vlen + 2;
-        if (head_reserve(w, pos + line + HEAD_SUFFIX_ROOM) < 0)
+        if (m0_head_add_field(h, name, (size_t)nlen, value, (size_t)vlen) < 0)
             return -1;
-        char *p = w->head + pos;
-        memcpy(p, name, (size_t)nlen);
-        p += nlen;
-        *p++ = ':';
-        *p++ = ' ';
-        memcpy(p, value, (size_t)vlen);
-        p += vlen;
-        *p++ = '\r';
-        *p++ = '\n';
-        pos += line;
     }
-    sr->head_len = pos;
+    /* The suffix (head_suffix_build, m0_wsgi_declare_length) is written
+     * into this room without checks. */
+    if (m0_head_reserve(h, M0_HEAD_SUFFIX_MAX) < 0)
+        return -1;
+    sr->head_len = h->len;
     sr->content_length = f.content_length;
     sr->app_flags = (f.has_date ? M0_WSGI_APP_DATE : 0) | (f.has_server ? M0_WSGI_APP_SERVER : 0) |
                     (f.close ? M0_WSGI_APP_CLOSE : 0);
@@ -225,10 +178,8 @@ static PyObject *sr_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         PyErr_SetString(PyExc_TypeError, "start_response() missing required arguments status and response_headers");
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "start_response() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "start_response()") < 0)
         return NULL;
-    }
     if (exc_info != Py_None) {
         if (sr->head_sent) {
             /* PEP 3333: too late to change the response, re-raise. */
@@ -301,10 +252,8 @@ static PyObject *write_vectorcall(PyObject *self, PyObject *const *args, size_t 
         PyErr_Format(PyExc_TypeError, "write() argument must be bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
     }
-    if (!sr->active) {
-        PyErr_SetString(PyExc_RuntimeError, "write() called after its request finished");
+    if (m0_wsgi_sr_owned(sr, "write()") < 0)
         return NULL;
-    }
     if (!sr->status) {
         PyErr_SetString(PyExc_RuntimeError, "write() called before start_response()");
         return NULL;
@@ -396,18 +345,12 @@ m0_wsgi_sr *m0_wsgi_sr_new(m0_wsgi_state *st)
 static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
 {
     m0_wsgi *w = sr->w;
-    char *p = w->head + sr->head_len;
+    m0_head *h = &w->head;
     int keep = m0_conn_keep_alive(sr->c) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
     int bodyless_status = sr->status < 200 || sr->status == 204 || sr->status == 304;
 
-    if (!(sr->app_flags & M0_WSGI_APP_DATE)) {
-        memcpy(p, m0_date_line(), M0_DATE_LINE_LEN);
-        p += M0_DATE_LINE_LEN;
-    }
-    if (w->server_header && !(sr->app_flags & M0_WSGI_APP_SERVER)) {
-        memcpy(p, SERVER_LINE, sizeof(SERVER_LINE) - 1);
-        p += sizeof(SERVER_LINE) - 1;
-    }
+    h->len = sr->head_len; /* room for M0_HEAD_SUFFIX_MAX is reserved past it */
+    m0_head_put_date_server(h, sr->app_flags & M0_WSGI_APP_DATE, sr->app_flags & M0_WSGI_APP_SERVER, w->server_header);
     if (bodyless_status || sr->content_length >= 0) {
         /* no framing, or the app's Content-Length (already in the prefix) */
     } else if (final && sr->is_head && sr->sent + body_len == 0) {
@@ -417,32 +360,22 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
          * Transfer-Encoding. */
     } else if (final) {
         uint64_t total = sr->sent + body_len;
-        p += content_length_line(p, total);
+        m0_head_put_content_length(h, total);
         sr->content_length = (int64_t)total;
     } else if (sr->minor_version >= 1) {
-        memcpy(p, "Transfer-Encoding: chunked\r\n", 28);
-        p += 28;
+        m0_head_put(h, "Transfer-Encoding: chunked\r\n", 28);
         sr->chunked = !sr->no_body;
     } else {
         keep = 0; /* HTTP/1.0 and an unknown length: the close delimits the body */
     }
-    if (sr->status == 101) {
-        /* No HTTP is parsed after a 101: the connection closes after it (a
-         * WSGI app has no upgraded stream to carry). */
-        memcpy(p, "Connection: upgrade\r\n", 21);
-        p += 21;
+    /* No HTTP is parsed after a 101: the connection closes after it (a
+     * WSGI app has no upgraded stream to carry). */
+    if (sr->status == 101)
         keep = 0;
-    } else if (!keep) {
-        memcpy(p, "Connection: close\r\n", 19);
-        p += 19;
-    } else if (sr->minor_version == 0) {
-        memcpy(p, "Connection: keep-alive\r\n", 24);
-        p += 24;
-    }
-    *p++ = '\r';
-    *p++ = '\n';
+    m0_head_put_connection(h, sr->status == 101, keep, sr->minor_version);
+    m0_head_put(h, "\r\n", 2);
     sr->keep_alive = keep;
-    return (size_t)(p - w->head);
+    return h->len;
 }
 
 int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, int final)
@@ -464,7 +397,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
             sr->sent += len;
             len = 0;
         }
-        iov[k].iov_base = sr->w->head;
+        iov[k].iov_base = sr->w->head.buf;
         iov[k].iov_len = head_suffix_build(sr, len, final);
         k++;
         sr->head_sent = 1;
@@ -532,8 +465,10 @@ int m0_wsgi_keep_alive(const m0_wsgi_sr *sr)
 
 void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len)
 {
-    /* HEAD_SUFFIX_ROOM leaves space for this line and the whole suffix. */
-    char *p = sr->w->head + sr->head_len;
-    sr->head_len += content_length_line(p, len);
+    /* M0_HEAD_SUFFIX_MAX leaves room for this line and the whole suffix. */
+    m0_head *h = &sr->w->head;
+    h->len = sr->head_len;
+    m0_head_put_content_length(h, len);
+    sr->head_len = h->len;
     sr->content_length = (int64_t)len;
 }

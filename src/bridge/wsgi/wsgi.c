@@ -181,7 +181,8 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     sr->c = c;
     sr->input = in;
     sr->write = wr;
-    sr->active = 1;
+    __atomic_store_n(&sr->owner, PyThread_get_thread_ident(), __ATOMIC_RELAXED);
+    __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
     sr->status = 0;
@@ -200,13 +201,40 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
 
 static void sr_end(m0_wsgi_sr *sr)
 {
-    sr->active = 0;
+    __atomic_store_n(&sr->active, 0, __ATOMIC_RELAXED);
     sr->c = NULL;
     if (sr->input != NULL)
         sr->input->c = NULL;
     sr->input = NULL;
     sr->write = NULL;
     sr->w = NULL;
+}
+
+/* Set aside (owner 0: no thread runs it until a resume takes it), or taken
+ * by the thread resuming it, which may be another pool thread. Cleared before
+ * the connection is set aside: the thread that resumes it may start at once. */
+static void sr_own(m0_wsgi_sr *sr, unsigned long owner)
+{
+    __atomic_store_n(&sr->owner, owner, __ATOMIC_RELAXED);
+}
+
+int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what)
+{
+    /* Relaxed loads: the owner field only ever equals this thread's ident
+     * when this thread stored it (sr_begin, a resume); a stale value read
+     * from another thread is another thread's or 0, refused either way. */
+    if (__atomic_load_n(&sr->owner, __ATOMIC_RELAXED) == PyThread_get_thread_ident() &&
+        __atomic_load_n(&sr->active, __ATOMIC_RELAXED))
+        return 0;
+    if (!__atomic_load_n(&sr->active, __ATOMIC_RELAXED))
+        PyErr_Format(PyExc_RuntimeError, "%s called after its request finished", what);
+    else
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s called from a thread that is not running its request: WSGI's start_response, "
+                     "write() and wsgi.early_hints may be called only from the thread that called the "
+                     "application (or iterates its response)",
+                     what);
+    return -1;
 }
 
 /* --- the bridge --- */
@@ -337,7 +365,7 @@ void m0_wsgi_free(m0_wsgi *w)
     Py_CLEAR(w->errors);
     Py_CLEAR(w->module);
     PyMem_Free(w->root);
-    PyMem_Free(w->head);
+    m0_head_reset(&w->head);
     PyMem_Free(w);
 }
 
@@ -729,6 +757,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
                 p->result = result;
                 p->resume = resume;
                 w->active = outer;
+                sr_own(sr, 0);
                 m0_conn_set_data(c, p);
                 conn_set_aside(w, c);
                 return 1;
@@ -752,6 +781,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
     w->active = sr;
+    sr_own(sr, PyThread_get_thread_ident());
     p->running = 1;
     int rc = p->resume.it != NULL ? iter_send(sr, p->resume.it) : m0_wsgi_file_send_more(sr, &p->resume);
     p->running = 0;
@@ -759,6 +789,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
         rc = 1;
     if (rc == 1 && sr->c != NULL) {
         w->active = outer;
+        sr_own(sr, 0);
         conn_set_aside(w, c);
         return;
     }

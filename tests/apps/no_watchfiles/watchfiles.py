@@ -1,3 +1,3 @@
 """Put this directory first on PYTHONPATH to run m0serve as if watchfiles were not installed
-(tests/test_reload.py: --reload's polling fallback)."""
+(tests/ops/test_reload.py: --reload's polling fallback)."""
 raise ImportError("watchfiles is hidden by tests/apps/no_watchfiles")

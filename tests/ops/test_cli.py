@@ -377,7 +377,7 @@ def test_asgi_app_is_detected_and_served(serve):
 
 
 def test_readme_documents_every_option():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start, end = readme.index("<!-- section:cli -->"), readme.index("<!-- /section:cli -->")
     section = readme[start:end]
     for opt in OPTIONS:

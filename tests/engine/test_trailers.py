@@ -80,3 +80,62 @@ def test_promised_trailers_never_sent_leave_the_body_unterminated(serve):
     _, _, body = raw(srv, "/unfinished").partition(b"\r\n\r\n")
     # no last chunk: the client can tell the response is incomplete
     assert body == b"4\r\nbody\r\n"
+
+
+def test_pipelined_requests_with_trailers_stay_framed(serve):
+    # raw bytes: three pipelined requests, trailers asked for, dropped, asked for: each response is
+    # framed on its own and they come back in order
+    srv = serve(APP)
+    with srv.connect() as s:
+        s.sendall(b"GET /stream HTTP/1.1\r\nHost: h\r\nTE: trailers\r\n\r\n"
+                  b"GET /single HTTP/1.1\r\nHost: h\r\n\r\n"
+                  b"GET /single HTTP/1.1\r\nHost: h\r\nTE: trailers\r\nConnection: close\r\n\r\n")
+        data = recv_until_eof(s)
+    responses = data.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert len(responses) == 3, data
+    assert responses[0].endswith(b"\r\n\r\n5\r\npart1\r\n5\r\npart2\r\n0\r\nx-checksum: abc\r\n"
+                                 b"server-timing: db;dur=53\r\n\r\n"), responses[0]
+    assert b"Content-Length: 5\r\n" in responses[1] and responses[1].endswith(b"\r\n\r\nwhole")
+    assert responses[2].endswith(b"\r\n\r\n5\r\nwhole\r\n0\r\nx-checksum: def\r\n\r\n"), responses[2]
+
+
+def test_head_request_gets_no_body_and_no_trailers(serve):
+    srv = serve(APP)
+    with srv.connect() as s:
+        s.sendall(b"HEAD /stream HTTP/1.1\r\nHost: h\r\nTE: trailers\r\n\r\n"
+                  b"GET /single HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        data = recv_until_eof(s)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n"), data
+    # nothing between the HEAD response's head and the next response
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(b"\r\n\r\nwhole"), data
+
+
+def test_early_hint_then_trailers_exact_bytes(serve):
+    # both extensions in one response: the 103, then the chunked body and its trailer
+    srv = serve(APP)
+    data = raw(srv, "/hinted")
+    assert data.startswith(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload; as=style\r\n\r\n"
+                           b"HTTP/1.1 200 OK\r\n"), data
+    assert data.endswith(b"\r\n\r\n4\r\nbody\r\n0\r\nx-checksum: 123\r\n\r\n"), data
+
+
+def test_httpx_is_given_the_trailers_and_keeps_the_connection(serve):
+    # httpx (h11) reads the trailer section off the wire (it does not expose it) and the connection
+    # serves the next request: the framing it was given was complete
+    from recording_transport import read_bytes, recording_client
+
+    srv = serve(APP)
+    client, backend = recording_client(timeout=10)
+    with client:
+        for path in ("/stream", "/single", "/hinted"):
+            r = client.get(srv.url + path, headers={"TE": "trailers"})
+            assert r.status_code == 200 and r.content == {"/stream": b"part1part2", "/single": b"whole",
+                                                          "/hinted": b"body"}[path]
+            assert "x-checksum" not in r.headers  # a trailer is not a header field
+        r = client.get(srv.url + "/single")  # without TE: no trailer section, Content-Length
+        assert r.content == b"whole" and r.headers["content-length"] == "5"
+    wire, = read_bytes(backend)
+    assert wire.count(b"0\r\nx-checksum: ") == 3, wire
+    assert b"0\r\nx-checksum: abc\r\nserver-timing: db;dur=53\r\n\r\n" in wire
+    assert b"HTTP/1.1 103 Early Hints\r\n" in wire

@@ -349,8 +349,14 @@ def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
     h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     h.connect((srv.host, srv.port))
     h.sendall(get("/gen?n=20000"))  # 20 MB from a generator: the pool thread waits above the mark
-    time.sleep(3)
-    _, status, body = timed_get(srv, "/closes")
+    # Polled: the generator is closed once the 1 s send timeout has passed without progress (the
+    # control, without the timeout, never closes it: the bound of 10 s is far from both).
+    deadline = time.monotonic() + 10
+    while True:
+        _, status, body = timed_get(srv, "/closes")
+        if int(body.split(b" ")[0]) >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert int(body.split(b" ")[0]) >= 1, "the generator of the abandoned response was not closed"
     h.close()
 

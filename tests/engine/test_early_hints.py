@@ -128,3 +128,55 @@ def test_asgi_extension_advertised_unless_off(serve):
             assert status == 200, head
             assert (b"'http.response.early_hint'" in body) is expected, body
         srv.stop()
+
+
+@both
+def test_two_hints_pipelined_requests_exact_bytes(serve, app):
+    # Raw bytes: each call sends its own 103 at once; two pipelined requests are answered in order,
+    # each with its informational responses before its final one, on one connection.
+    srv = serve(app)
+    with srv.connect(timeout=10) as s:
+        s.sendall(b"GET /twice HTTP/1.1\r\nHost: h\r\n\r\nGET /quick HTTP/1.1\r\nHost: h\r\n\r\n")
+        seen = []
+        for _ in range(5):
+            status, headers, body, head = read_response(s, timeout=10)
+            seen.append((status, [v for n, v in headers if n == "link"], body))
+            if status == 103:
+                assert head.startswith(b"HTTP/1.1 103 Early Hints\r\n"), head
+                assert {n for n, _ in headers} == {"link"}, head  # no Date, Server or framing on a 103
+    assert seen == [(103, LINKS[:1], b""), (103, LINKS[1:], b""), (200, LINKS[:1], b"final"),
+                    (103, LINKS, b""), (200, LINKS[:1], b"final")]
+
+
+@both
+def test_httpx_is_given_the_103_and_keeps_the_connection(serve, app):
+    # httpx (h11) reads the 103 off the wire and skips it: its final response carries only the final
+    # head's fields, and the connection serves the next request.
+    from recording_transport import read_bytes, recording_client
+
+    srv = serve(app)
+    client, backend = recording_client(timeout=10)
+    with client:
+        for _ in range(2):
+            r = client.get(srv.url + "/quick")
+            assert (r.status_code, r.text) == (200, "final")
+            assert r.headers.get_list("link") == LINKS[:1]  # the hints' fields stayed in the 103
+    wire, = read_bytes(backend)  # one connection for both requests
+    assert wire.count(b"HTTP/1.1 103 Early Hints\r\n") == 2, wire
+    assert wire.index(b"HTTP/1.1 103") < wire.index(b"HTTP/1.1 200")
+    assert wire.count(b"\r\nlink: </b.js>; rel=preload; as=script\r\n") + \
+        wire.count(b"\r\nLink: </b.js>; rel=preload; as=script\r\n") == 2, wire
+
+
+@both
+def test_httpx_gets_no_103_when_off(serve, app):
+    # the control of the test above: the same client, the server told not to send them
+    from recording_transport import read_bytes, recording_client
+
+    srv = serve(app, "--early-hints", "off")
+    client, backend = recording_client(timeout=10)
+    with client:
+        r = client.get(srv.url + "/quick")
+        assert (r.status_code, r.text) == (200, "final")
+    wire, = read_bytes(backend)
+    assert wire.startswith(b"HTTP/1.1 200 OK\r\n") and b" 103 " not in wire, wire

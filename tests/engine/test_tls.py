@@ -10,8 +10,15 @@ import time
 
 import httpx
 import pytest
-import trustme
 from websockets.sync.client import connect as ws_connect
+
+try:
+    import trustme
+except ImportError:
+    # trustme needs cryptography, which publishes no wheel a free-threaded interpreter can load (its
+    # abi3 wheels do not load there, its source build fetches Rust crates): on 3.13t the same
+    # certificates are made with the openssl command line.
+    import openssl_pki as trustme
 
 from test_cli import run_cli
 from test_operator_errors import one_line
@@ -226,6 +233,28 @@ def test_mutual_tls_optional(serve, pki):
         _mtls_get(s, client_ctx(pki, pki.stranger))  # sent, and wrong: refused
 
 
+def _curl(s, pki, *args, path="/"):
+    import subprocess
+
+    return subprocess.run(["curl", "-sS", "--max-time", "20", "--cacert", pki.ca_file, *args,
+                           f"https://127.0.0.1:{s.port}{path}"], capture_output=True, timeout=30)
+
+
+def test_curl_server_only_and_mutual_tls(serve, pki):
+    """curl (its own TLS stack's settings) against server-only TLS and required client certificates."""
+    s = serve("tls_app:app", *tls_args(pki))
+    r = _curl(s, pki, "--http1.1", "-w", " %{http_code} %{scheme}")
+    assert r.stdout == b"ok 200 HTTPS", r
+    s2 = serve("tls_app:app", *tls_args(pki, "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "required"))
+    cert, key = pki.dir / "client-cert.pem", pki.dir / "client-key.pem"
+    pki.client.cert_chain_pems[0].write_to_path(cert)
+    pki.client.private_key_pem.write_to_path(key)
+    r = _curl(s2, pki, "--cert", str(cert), "--key", str(key), "-w", " %{http_code}")
+    assert r.stdout == b"ok 200", r
+    r = _curl(s2, pki)  # no certificate: the handshake fails (TLS 1.3: at the first read)
+    assert r.returncode != 0 and b"ok" not in r.stdout, r
+
+
 def test_min_version_1_3_refuses_a_1_2_client(serve, pki):
     s = serve("tls_app:app", *tls_args(pki, "--ssl-min-version", "1.3"))
     with pytest.raises(ssl.SSLError):
@@ -249,10 +278,13 @@ def test_websocket_over_tls(serve, pki):
 
 
 def _encrypted_key(pki, password):
+    path = pki.dir / "enc-key.pem"
+    if trustme.__name__ == "openssl_pki":
+        trustme.encrypt_key(pki.server.private_key_pem.bytes(), password, path)
+        return str(path)
     from cryptography.hazmat.primitives import serialization
 
     key = serialization.load_pem_private_key(pki.server.private_key_pem.bytes(), None)
-    path = pki.dir / "enc-key.pem"
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.BestAvailableEncryption(password.encode())))
     return str(path)
@@ -329,6 +361,54 @@ def test_a_session_resumes_on_another_worker(serve, pki, version):
             break
     assert any(pid != issuer for pid, _ in reused), "every connection went to one worker"
     assert all(r for _, r in reused), reused
+
+
+def _from_a_new_worker(s, ctx, old_pids, session=None):
+    """(pid, session reused, session) of a connection that a worker not in old_pids accepted (after a
+    HUP, the rolling restart's old workers serve until their replacements are ready)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid, reused, got = _pid_and_reuse(s, ctx, session)
+        if pid not in old_pids:
+            return pid, reused, got
+        time.sleep(0.2)
+    raise AssertionError(f"no worker but {old_pids} after the HUP:\n{s.log}")
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
+    """HUP makes new ticket keys and keeps the ones they replace for opening tickets: a session issued
+    before a HUP resumes on a worker started after it (without the previous keys: a full handshake);
+    after a second HUP it does not, while one issued between the two still does."""
+    s = serve("tls_app:app", *tls_args(pki), "--workers", "2")
+
+    def workers_so_far():
+        s.wait_log(r"worker \d+ ready.*\n(.|\n)*worker \d+ ready")
+        return {int(p) for p in re.findall(r"worker (\d+) started", s.log)}
+
+    ctx = client_ctx(pki, maximum_version=version)
+    old = workers_so_far()
+    _, reused, first = _pid_and_reuse(s, ctx)
+    assert not reused
+    assert _pid_and_reuse(s, ctx, first)[1]  # resumes on the workers that share the keys
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_log(r"SIGHUP: rolling restart")
+    pid, reused, _ = _from_a_new_worker(s, ctx, old, first)
+    assert reused, "a ticket issued before the HUP did not resume after it"
+    _, reused, between = _from_a_new_worker(s, ctx, old)
+    assert not reused
+    old |= {pid}
+    deadline = time.monotonic() + 60
+    while len(old) < 4 and time.monotonic() < deadline:  # both replacements started
+        old |= {int(p) for p in re.findall(r"worker (\d+) started", s.log)}
+        time.sleep(0.1)
+    assert len(old) == 4, s.log
+    s.proc.send_signal(signal.SIGHUP)
+    _, reused, _ = _from_a_new_worker(s, ctx, old, between)
+    assert reused, "a ticket issued between the two HUPs did not resume after the second"
+    _, reused, _ = _from_a_new_worker(s, ctx, old, first)
+    assert not reused, "a ticket issued before two HUPs still resumed"
+    assert "ERROR" not in s.log
 
 
 def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):

@@ -22,7 +22,7 @@ import pytest
 from conftest import read_response, header
 from proxies import HAProxy, Nginx, client_socket
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "DEPLOYMENT.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "DEPLOYMENT.md"
 IFACES = [("proxy_app:app", "wsgi"), ("proxy_app:asgi_app", "asgi")]
 
 

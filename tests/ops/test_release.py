@@ -1,8 +1,12 @@
 """The release configuration, checked without building a wheel (tools/wheel_check.sh, `make
 wheel-check`, builds one, repairs it and serves from it in a venv with no compiler).
 
-- [tool.cibuildwheel] selects exactly the 16 wheels: CPython 3.10-3.13, manylinux and
-  musllinux, x86_64 and aarch64; its test-command is tools/wheel_smoke.py.
+- [tool.cibuildwheel] selects exactly the 16 Linux wheels: CPython 3.10-3.13, manylinux and
+  musllinux, x86_64 and aarch64; and the 8 macOS wheels, x86_64 and arm64 (not universal2),
+  against Homebrew's OpenSSL (configuration only: never built); its test-command is
+  tools/wheel_smoke.py.
+- .github/workflows/wheels.yml builds the macOS wheels one architecture per runner, with the
+  deployment target Homebrew's bottles need.
 - .github/workflows/wheels.yml runs cibuildwheel (QEMU for aarch64) over those, builds the
   sdist, uploads both as artifacts and publishes nothing.
 - The version is the same in pyproject.toml, meson.build and m0serve.__version__.
@@ -42,6 +46,8 @@ PYTHONS = ["cp310", "cp311", "cp312", "cp313"]
 PLATFORMS = ["manylinux", "musllinux"]
 ARCHS = ["x86_64", "aarch64"]
 EXPECTED = {f"{py}-{plat}_{arch}" for py, plat, arch in itertools.product(PYTHONS, PLATFORMS, ARCHS)}
+MACOS_ARCHS = ["x86_64", "arm64"]
+EXPECTED_MACOS = {f"{py}-macosx_{arch}" for py, arch in itertools.product(PYTHONS, MACOS_ARCHS)}
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +61,11 @@ def _as_list(value):
     return value.split() if isinstance(value, str) else list(value or [])
 
 
-def _selected(cibw, identifiers):
+def _selected(cibw, identifiers, platform="linux"):
     """What cibuildwheel's build, skip and archs options keep of `identifiers` (fnmatch, as it does;
     tools/wheel_check.sh prints cibuildwheel's own --print-build-identifiers)."""
     build, skip = _as_list(cibw.get("build", "*")), _as_list(cibw.get("skip", ""))
-    archs = _as_list(cibw.get("linux", {}).get("archs") or cibw.get("archs") or "auto")
+    archs = _as_list(cibw.get(platform, {}).get("archs") or cibw.get("archs") or "auto")
     return {
         i for i in identifiers
         if any(fnmatch.fnmatch(i, b) for b in build) and not any(fnmatch.fnmatch(i, s) for s in skip)
@@ -77,6 +83,18 @@ def test_cibuildwheel_selects_the_sixteen_wheels(pyproject):
     assert _as_list(cibw["linux"]["archs"]) == ARCHS
     for plat, arch in itertools.product(PLATFORMS, ARCHS):
         assert cibw.get(f"{plat}-{arch}-image"), f"{plat}-{arch}-image is not pinned"
+
+
+def test_cibuildwheel_selects_the_eight_macos_wheels(pyproject):
+    cibw = pyproject["tool"]["cibuildwheel"]
+    candidates = {f"{py}-macosx_{arch}" for py in ["cp38", "cp39", *PYTHONS, "cp313t", "cp314", "pp310"]
+                  for arch in [*MACOS_ARCHS, "universal2"]}
+    assert _selected(cibw, candidates, "macos") == EXPECTED_MACOS
+    macos = cibw["macos"]
+    assert _as_list(macos["archs"]) == MACOS_ARCHS
+    # OpenSSL 3 (meson.build asks for >= 3.0) from Homebrew, found through pkg-config.
+    assert "openssl@3" in macos["before-all"]
+    assert "openssl@3" in macos["environment"]["PKG_CONFIG_PATH"]
 
 
 def test_cibuildwheel_tests_each_wheel_by_serving_a_request(pyproject):
@@ -102,7 +120,7 @@ def test_workflow_builds_the_wheels_and_the_sdist_and_publishes_nothing():
         return
     wf = yaml.safe_load(text)
     jobs = wf["jobs"]
-    assert set(jobs) == {"wheels", "sdist"}
+    assert set(jobs) == {"wheels", "wheels-macos", "sdist"}
     matrix = jobs["wheels"]["strategy"]["matrix"]
     assert sorted(matrix["arch"]) == sorted(ARCHS) and sorted(matrix["libc"]) == sorted(PLATFORMS)
     steps = jobs["wheels"]["steps"]
@@ -115,6 +133,19 @@ def test_workflow_builds_the_wheels_and_the_sdist_and_publishes_nothing():
         assert {i for i in EXPECTED if i.endswith(arch) and any(fnmatch.fnmatch(i, p) for p in patterns)} == {
             f"{py}-{plat}_{arch}" for py in PYTHONS}
     assert cibw["env"]["CIBW_ARCHS_LINUX"] == "${{ matrix.arch }}"
+    # macOS: one runner per architecture (Homebrew's OpenSSL is the runner's), every Python for each
+    mac = jobs["wheels-macos"]
+    include = mac["strategy"]["matrix"]["include"]
+    assert sorted(i["arch"] for i in include) == sorted(MACOS_ARCHS)
+    assert all(i["runner"].startswith("macos-") for i in include) and mac["runs-on"] == "${{ matrix.runner }}"
+    assert {i["runner"] for i in include if i["arch"] == "x86_64"} != {i["runner"] for i in include if i["arch"] == "arm64"}
+    mcibw = next(s for s in mac["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@"))
+    assert mcibw["env"]["CIBW_ARCHS_MACOS"] == "${{ matrix.arch }}"
+    assert float(mcibw["env"]["MACOSX_DEPLOYMENT_TARGET"]) >= 11.0
+    for arch in MACOS_ARCHS:
+        patterns = mcibw["env"]["CIBW_BUILD"].split()
+        assert {i for i in EXPECTED_MACOS if i.endswith(arch) and any(fnmatch.fnmatch(i, p) for p in patterns)} == {
+            f"{py}-macosx_{arch}" for py in PYTHONS}
     for job in jobs.values():
         assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in job["steps"])
 

@@ -253,7 +253,7 @@ def test_big_download_backpressure(srv):
 def test_pathsend(srv):
     r = httpx.get(srv.url + "/pathsend", timeout=5)
     assert r.status_code == 200
-    here = os.path.join(os.path.dirname(__file__), "apps", "asgi_app.py")
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "apps", "asgi_app.py")
     with open(here, "rb") as f:
         assert r.content == f.read()
     assert r.headers["content-length"] == str(os.path.getsize(here))

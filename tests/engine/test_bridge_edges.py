@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 import sys
+import sysconfig
 import time
 
 import pytest
@@ -154,8 +155,10 @@ def test_asgi_pathsend_path_dropped_by_its_own_fspath(serve):
     """The path object's __fspath__ removes it from the message (its only
     reference): the error for the missing file still names it. Before: the
     borrowed path was used after __fspath__ freed it (a use after free that
-    the ASan build with PYTHONMALLOC=malloc reports)."""
-    server = serve(ASGI, "--interface", "asgi", env={"PYTHONMALLOC": "malloc"})
+    the ASan build with PYTHONMALLOC=malloc reports). A free-threaded
+    interpreter accepts no allocator but mimalloc: there it runs with it."""
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    server = serve(ASGI, "--interface", "asgi", env=None if free_threaded else {"PYTHONMALLOC": "malloc"})
     with server.connect() as s:
         s.sendall(b"GET /pathsend-fspath-drops HTTP/1.1\r\n" + HOST + b"\r\n")
         status, _, _, head = read_response(s)
@@ -276,6 +279,59 @@ def test_wsgi_input_read_from_a_second_thread_meanwhile_is_refused(serve):
         status, _, out, head = read_response(s, timeout=10)
     assert status == 200, (head, out)
     assert out == b"first=" + line1 + b"|second=refused RuntimeError|rest=" + line2 + line3, out
+    alive(server)
+
+
+# --- the request's callables from another thread ---
+
+
+@pytest.mark.parametrize("call", ["write", "start", "hints"])
+@pytest.mark.parametrize("mode", ["inline", "pool"])
+def test_wsgi_callables_from_another_thread_are_refused(serve, call, mode):
+    """write(), start_response and wsgi.early_hints called from a thread other than the
+    request's (here one the view starts and joins) raise RuntimeError, on every build: on a
+    free-threaded one nothing serialises them against the request's own thread, which may be
+    writing to the same connection at that instant. The request's own thread then answers
+    normally (a refused start_response set nothing). Before: the thread's write() reached the
+    client, its start_response took the response (the view's own then failed: a 500) and its
+    early hints were sent (a 103 first)."""
+    server = start(serve, "wsgi", "--early-hints", "on", *(("--blocking-threads", "2") if mode == "pool" else ()))
+    with server.connect() as s:
+        s.sendall(b"GET /foreign?call=" + call.encode() + b" HTTP/1.1\r\n" + HOST + b"\r\n")
+        status, _, body, head = read_response(s)  # a 103 from the thread would come first
+    assert status == 200, (head, body)
+    assert body.startswith(b"refused RuntimeError: "), body
+    assert b"called from a thread that is not running its request" in body, body
+    assert b"FROM-THREAD" not in head + body, (head, body)
+    alive(server)
+
+
+@pytest.mark.parametrize("mode", ["inline", "pool"])
+def test_wsgi_write_from_a_resumed_response(serve, mode):
+    """A response set aside for a slow reader is resumed by whichever thread is free (another
+    pool thread with --blocking-threads): that thread runs the request from then on, and the
+    generator's write() calls from it are accepted."""
+    mb = 6
+    server = start(serve, "wsgi", *(("--blocking-threads", "2") if mode == "pool" else ()))
+    with server.connect(timeout=30) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(b"GET /park-write?mb=%d HTTP/1.1\r\n" % mb + HOST + b"Connection: close\r\n\r\n")
+        time.sleep(1.0)  # read nothing: the queue passes its high-water mark, the response is set aside
+        data = recv_all(s, timeout=30)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    body = bytearray()
+    while True:  # de-chunk
+        size_line, _, rest = rest.partition(b"\r\n")
+        assert size_line, f"the response ended after {len(body)} body bytes: {server.log[-2000:]}"
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        body += rest[:size]
+        rest = rest[size + 2:]
+    piece = b"x" * (1 << 20)
+    assert bytes(body) == piece + b"".join(b"<%d>" % i + piece for i in range(1, mb)), (len(body), server.log[-2000:])
+    assert "RuntimeError" not in server.log, server.log
     alive(server)
 
 

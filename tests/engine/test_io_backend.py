@@ -10,7 +10,8 @@ import pytest
 from conftest import read_response
 from m0serve import _core
 
-# "epoll,poll" on Linux; "poll" in the build with every portable fallback (meson -Dportable=true).
+# "epoll,poll" on Linux; "poll" in the build with every portable fallback (meson -Dportable=true);
+# "kqueue,poll" built against libkqueue (make test-kqueue) or on macOS and the BSDs.
 BUILT = _core.io_backends.split(",")
 
 
@@ -79,7 +80,7 @@ APPS = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["auto", "epoll", "poll", "--io-backend poll"])
+@pytest.mark.parametrize("backend", ["auto", "epoll", "kqueue", "poll", "--io-backend poll"])
 @pytest.mark.parametrize("app,args", APPS)
 def test_backend_serves(serve, backend, app, args):
     if backend.startswith("--"):

@@ -726,8 +726,6 @@ def test_graceful_shutdown_closes_open_websockets_1012(serve):
 
 
 def test_fastapi_websocket_route(serve):
-    # not installed on a free-threaded interpreter: pydantic-core has no cp313t wheel
-    pytest.importorskip("fastapi", reason="FastAPI is not installed (no cp313t wheel of pydantic-core)")
     s = serve("fastapi_ws_app:app", "--interface", "asgi")
 
     async def go():
