@@ -507,6 +507,13 @@ void m0_server_flush_held(void *arg)
     }
 }
 
+int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    if (c->is_h2s)
+        return m0_h2s_trailers(c, iov, iovcnt);
+    return m0_conn_writev(c, iov, iovcnt, 0);
+}
+
 size_t m0_conn_write_pending(const m0_conn *c)
 {
     if (c->is_h2s)

@@ -77,6 +77,12 @@ struct m0_h2_stream {
     int want_writable; /* the handler waits for M0_CONN_WRITABLE */
     int64_t resp_length;
     uint64_t sent;
+    /* Trailers (m0_conn_write_trailers): their bytes and fields, sent by the
+     * data provider after the last DATA frame. */
+    char *trl;
+    size_t trl_len, trl_cap;
+    nghttp2_nv *trl_nv;
+    size_t trl_n;
     int ng_closed; /* nghttp2 closed the stream */
 };
 
@@ -143,6 +149,8 @@ static void stream_free(m0_h2_stream *s)
     free(s->in);
     free(s->head);
     free(s->out);
+    free(s->trl);
+    free(s->trl_nv);
     free(s);
 }
 
@@ -500,8 +508,6 @@ static int on_stream_close(nghttp2_session *ses, int32_t stream_id, uint32_t err
 static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, size_t length, uint32_t *data_flags,
                          nghttp2_data_source *source, void *user)
 {
-    (void)ses;
-    (void)stream_id;
     (void)user;
     m0_h2_stream *s = source->ptr;
     size_t avail = s->out_len - s->out_pos;
@@ -516,6 +522,8 @@ static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
     }
     if (s->out_done && s->out_pos == s->out_len) {
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (s->trl_n > 0 && nghttp2_submit_trailer(ses, stream_id, s->trl_nv, s->trl_n) == 0)
+            *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* the trailers' HEADERS ends it */
         return (ssize_t)n;
     }
     if (n == 0) {
@@ -1173,4 +1181,46 @@ ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int bloc
         done += (size_t)n;
     }
     return done == 0 && !blocking ? 0 : (ssize_t)done;
+}
+
+int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || c->broken || s->ng_closed)
+        return -EPIPE;
+    for (int i = 0; i < iovcnt; i++)
+        if (buf_add(&s->trl, &s->trl_len, &s->trl_cap, iov[i].iov_base, iov[i].iov_len) < 0)
+            return -ENOMEM;
+    /* "0\r\n", then field lines up to the blank line: the fields point
+     * into s->trl, which no longer grows. */
+    char *p = s->trl, *stop = s->trl + s->trl_len;
+    if (stop - p >= 3 && memcmp(p, "0\r\n", 3) == 0)
+        p += 3;
+    size_t cap = 1;
+    for (char *q = p; q < stop; q++)
+        cap += *q == '\n';
+    free(s->trl_nv);
+    s->trl_n = 0;
+    s->trl_nv = malloc(cap * sizeof(*s->trl_nv));
+    if (s->trl_nv == NULL)
+        return -ENOMEM;
+    while (p < stop) {
+        char *eol = memchr(p, '\n', (size_t)(stop - p));
+        if (eol == NULL || eol - p < 2)
+            break;
+        char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon == NULL)
+            break;
+        size_t nlen = (size_t)(colon - p);
+        for (size_t i = 0; i < nlen; i++)
+            if (p[i] >= 'A' && p[i] <= 'Z')
+                p[i] |= 0x20;
+        char *v = colon + 1;
+        while (v < eol && (*v == ' ' || *v == '\t'))
+            v++;
+        s->trl_nv[s->trl_n++] =
+            (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, nlen, (size_t)(eol - 1 - v), NGHTTP2_NV_FLAG_NONE};
+        p = eol + 1;
+    }
+    return 0;
 }

@@ -71,6 +71,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 size_t m0_h2s_write_pending(const m0_conn *c);
+int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
 int m0_h2s_keep_alive(const m0_conn *c);
 void m0_h2s_park(m0_conn *c);
 void m0_h2s_abort(m0_conn *c);

@@ -230,6 +230,11 @@ int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int bl
  * none (queued output first, or a full socket): M0_CONN_WRITABLE follows. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 size_t m0_conn_write_pending(const m0_conn *c);
+/* The end of a response with trailers: the last chunk and the trailer
+ * section as HTTP/1.1 frames them ("0\r\n", "name: value\r\n" lines, "\r\n"),
+ * written as m0_conn_writev (non-blocking) does; on an HTTP/2 stream they
+ * become a HEADERS frame that ends the stream (net/h2.h). */
+int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
 /* The write buffer mark above which an async handler should wait. */
 #define M0_WRITE_HIGH_WATER (256 * 1024)
 

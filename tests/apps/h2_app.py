@@ -37,6 +37,12 @@ async def app(scope, receive, send):
                           "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]]}).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": out})
+    elif path == "/trailers":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")],
+                    "trailers": True})
+        await send({"type": "http.response.body", "body": b"part1,", "more_body": True})
+        await send({"type": "http.response.body", "body": b"part2"})
+        await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc"), (b"X-Count", b"2")]})
     elif path == "/big":
         n = int(scope["query_string"].decode().partition("=")[2] or "0")
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % n)]})

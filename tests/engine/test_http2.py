@@ -338,3 +338,15 @@ def test_request_body_flow_control_follows_the_app_reads(serve):
     c.send_body(sid, bytes(body[sent:]))
     r = c.wait(sid)
     assert r.status == 200 and r.body == b"1000000"
+
+
+def test_asgi_trailers_end_the_stream(serve):
+    """RFC 9113 8.1: trailers are a HEADERS frame with END_STREAM after the DATA frames (the ASGI
+    http.response.trailers extension), sent when the client asked with "te: trailers"."""
+    s = serve("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    r = c.get("/trailers", headers=[("te", "trailers")])
+    assert r.status == 200 and r.body == b"part1,part2" and r.reset is None
+    assert r.trailers == [("x-checksum", "abc"), ("x-count", "2")]
+    r = c.get("/trailers")  # no "te: trailers": dropped, as over HTTP/1.1 (RFC 9110 6.5)
+    assert r.status == 200 and r.body == b"part1,part2" and r.trailers == []
