@@ -689,6 +689,13 @@ static void h2_after(m0_h2 *h2)
     if (c->state != M0_CS_H2)
         return;
     c->refs++;
+    if (!h2->goaway && __atomic_load_n(&c->srv->unready, __ATOMIC_RELAXED)) {
+        /* Not ready (--shutdown-delay): as HTTP/1.1 responses say
+         * "Connection: close", the session says GOAWAY; its streams finish. */
+        h2->goaway = 1;
+        nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+    }
     h2_dispatch(h2);
     if (c->state == M0_CS_H2)
         h2_send(h2);

@@ -54,6 +54,7 @@ class H2:
         self.closed = False
         self.pings = 0
         self.error = None
+        self.pending = b""
 
     def flush(self):
         data = self.conn.data_to_send()
@@ -104,14 +105,21 @@ class H2:
         if not data:
             self.closed = True
             return False
-        try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.ProtocolError as e:
-            self.error = e
-            self.closed = True
-            return False
-        for ev in events:
-            self.handle(ev)
+        # Frame by frame: a GOAWAY is handled (see handle) before the frames that follow it.
+        self.pending += data
+        while len(self.pending) >= 9:
+            n = 9 + int.from_bytes(self.pending[:3], "big")
+            if len(self.pending) < n:
+                break
+            one, self.pending = self.pending[:n], self.pending[n:]
+            try:
+                events = self.conn.receive_data(one)
+            except h2.exceptions.ProtocolError as e:
+                self.error = e
+                self.closed = True
+                return False
+            for ev in events:
+                self.handle(ev)
         try:
             self.flush()
         except OSError:

@@ -350,3 +350,38 @@ def test_asgi_trailers_end_the_stream(serve):
     assert r.trailers == [("x-checksum", "abc"), ("x-count", "2")]
     r = c.get("/trailers")  # no "te: trailers": dropped, as over HTTP/1.1 (RFC 9110 6.5)
     assert r.status == 200 and r.body == b"part1,part2" and r.trailers == []
+
+
+def test_shutdown_delay_sends_goaway_while_still_serving(serve):
+    """--shutdown-delay: while the server is not ready (HTTP/1.1 responses say Connection: close),
+    an HTTP/2 session gets GOAWAY at its next exchange and its stream is still answered."""
+    s = serve("proto_app:app", "--shutdown-delay", "3")
+    c = h2(s)
+    echo(c.get("/before"))
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    r = c.get("/during")
+    assert echo(r)["path"] == "/during"
+    c.pump(1)
+    assert c.goaway is not None and c.goaway[0] == 0 and c.goaway[1] == 3
+
+
+FRAMEWORKS = [
+    ("flask_app:app", "wsgi", "/"), ("django_app.wsgi:application", "wsgi", "/"),
+    ("starlette_app:app", "asgi", "/"), ("fastapi_app:app", "asgi", "/"), ("django_asgi.asgi:application", "asgi", "/"),
+]
+
+
+@pytest.mark.parametrize("app,iface,path", FRAMEWORKS, ids=[a.split(":")[0].split(".")[0] + "-" + i
+                                                            for a, i, _ in FRAMEWORKS])
+def test_frameworks_answer_the_same_over_http2(serve, app, iface, path):
+    """The same app, the same response body over HTTP/2 as over HTTP/1.1."""
+    s = serve(app, "--interface", iface)
+    r = h2(s).get(path)
+    assert r.status == 200, (r.status, r.body[:200])
+    import http.client
+
+    conn = http.client.HTTPConnection(s.host, s.port, timeout=10)
+    conn.request("GET", path)
+    one = conn.getresponse()
+    assert one.status == 200 and one.read() == r.body
