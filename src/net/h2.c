@@ -29,6 +29,8 @@ typedef struct m0_h2 {
     int in_ng;       /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
     int dispatching; /* h2_dispatch is on the stack */
     int busy;        /* serial handlers (WSGI): a stream is dispatched and not finished */
+    int polling;     /* h2_send walks the streams (handlers are told things) */
+    int repoll;      /* ... and was asked for another walk meanwhile */
     int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
     uint32_t open;   /* streams dispatched and not finished */
     uint64_t reset_window_ms;
@@ -797,7 +799,17 @@ static void h2_send(m0_h2 *h2)
     h2_write(h2);
     if (c->state != M0_CS_H2)
         return;
-    /* Streams nghttp2 closed as it sent, and handlers waiting for room. */
+    /* Streams nghttp2 closed as it sent, and handlers waiting for room. A
+     * handler told here may come back (a finish, an abort): its h2_send only
+     * writes and asks for another round, so that no stream is ended under
+     * this walk. */
+    if (h2->polling) {
+        h2->repoll = 1;
+        return;
+    }
+    h2->polling = 1;
+again:
+    h2->repoll = 0;
     m0_h2_stream *s = h2->streams;
     while (s != NULL && c->state == M0_CS_H2) {
         m0_h2_stream *next = s->next;
@@ -812,6 +824,15 @@ static void h2_send(m0_h2 *h2)
         }
         s = next;
     }
+    if (c->state != M0_CS_H2)
+        return; /* closed under the walk: h2 is freed */
+    if (h2->repoll) {
+        h2_write(h2);
+        if (c->state == M0_CS_H2)
+            goto again;
+        return;
+    }
+    h2->polling = 0;
 }
 
 /* Hand complete requests to the handler: in arrival order, one at a time
