@@ -355,11 +355,11 @@ def test_asgi_trailers_end_the_stream(serve):
 def test_shutdown_delay_sends_goaway_while_still_serving(serve):
     """--shutdown-delay: while the server is not ready (HTTP/1.1 responses say Connection: close),
     an HTTP/2 session gets GOAWAY at its next exchange and its stream is still answered."""
-    s = serve("proto_app:app", "--shutdown-delay", "3")
+    s = serve("proto_app:app", "--shutdown-delay", "5")
     c = h2(s)
     echo(c.get("/before"))
     s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    s.wait_log(r"not ready")  # the worker took the signal (a loaded machine may take a while)
     r = c.get("/during")
     assert echo(r)["path"] == "/during"
     c.pump(1)
