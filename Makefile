@@ -35,7 +35,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
-SYSTEM_PACKAGES := wrk clang clang-format pkg-config openssl curl libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev
+SYSTEM_PACKAGES := wrk clang clang-format pkg-config openssl curl libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev libnghttp2-dev nghttp2-client
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The pool hand-off (threads) under ThreadSanitizer.
@@ -45,7 +45,7 @@ FUZZ_SECONDS ?= 60
 # Every file of src/net (the connection tests and fuzzer link the whole layer, and
 # with it OpenSSL: the TLS transport is one of its files).
 NET_SRCS := $(sort $(wildcard src/net/*.c))
-NET_LIBS := -lssl -lcrypto
+NET_LIBS := -lssl -lcrypto -lnghttp2
 # The loop and its backends (each file builds to nothing where its system call is missing).
 LOOP_SRCS := src/net/loop.c src/net/loop_epoll.c src/net/loop_kqueue.c src/net/loop_poll.c
 
@@ -211,14 +211,16 @@ fuzz: deps
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_ws fuzz/fuzz_ws.c src/http/ws.c src/http/parser.c
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_tls fuzz/fuzz_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_h2 fuzz/fuzz_h2.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_tls $(FUZZ_SECONDS) fuzz/corpus_tls -dict=fuzz/http.dict; t=$$?; \
+	fuzz/run.sh fuzz/build/fuzz_h2 $(FUZZ_SECONDS) fuzz/corpus_h2; h=$$?; \
 	$(MAKE) --no-print-directory fuzz-apps; a=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$a -eq 0 ]
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$h -eq 0 ] && [ $$a -eq 0 ]
 
 # The stateful fuzzer of misbehaving WSGI/ASGI apps (Hypothesis, real server
 # processes); the test suite runs it too, for its default 20 s.

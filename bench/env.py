@@ -22,8 +22,8 @@ RESULTS_DIR = BENCH_DIR / "results"
 BENCH_VENV = ROOT / ".bench-venv"
 BENCH_PY_VERSION = "3.11"
 COMPARATOR_PACKAGES = ["granian", "uvicorn[standard]", "gunicorn", "bjoern", "django", "flask", "starlette",
-                       "fastapi"]
-SYSTEM_PACKAGES = {"wrk": "wrk", "libev-dev": "libev-dev"}
+                       "fastapi", "hypercorn"]
+SYSTEM_PACKAGES = {"wrk": "wrk", "libev-dev": "libev-dev", "h2load": "nghttp2-client", "curl": "curl"}
 FLOOR_SRC = BENCH_DIR / "floor" / "responder.c"
 FLOOR_BIN = BENCH_DIR / "floor" / "build" / "responder"
 
@@ -256,12 +256,15 @@ def server_versions():
     comp = _pip_versions(bench_python()) if bench_python().exists() else {}
     m0 = _pip_versions(m0serve_python()) if m0serve_python().exists() else {}
     names = ["granian", "uvicorn", "uvloop", "httptools", "websockets", "gunicorn", "bjoern", "django", "flask",
-             "starlette", "fastapi"]
+             "starlette", "fastapi", "hypercorn"]
     versions = {n: comp.get(n) for n in names}
     versions["m0serve"] = m0.get("m0serve")
     for n in ("django", "flask", "starlette", "fastapi", "uvloop"):
         versions[f"{n} (m0serve venv)"] = m0.get(n)
     versions["wrk"] = wrk.version()
+    from . import h2load
+
+    versions["h2load"] = h2load.version()
     try:
         cc = subprocess.run(["cc", "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
         versions["cc"] = cc[0] if cc else None

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import env, procs, wrk, wsload
+from . import env, h2load, procs, wrk, wsload
 from . import servers as S
 
 SERVER_CPU = 0
@@ -117,16 +117,16 @@ def procs_host():
     return "127.0.0.1"
 
 
-def wait_ready(proc, port, path, timeout_s, scheme="http"):
+def wait_ready(proc, port, path, timeout_s, scheme="http", fetcher=None):
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return f"exited with status {proc.returncode}"
         try:
-            status, _ = fetch(port, path, timeout=2.0, scheme=scheme)
+            status, _ = (fetcher or fetch)(port, path, timeout=2.0, scheme=scheme)
             return None if status else "no status"
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
             last = e
             time.sleep(0.1)
     return f"did not answer within {timeout_s:.0f} s ({last})"
@@ -244,8 +244,24 @@ class RowRunner:
             return wsload.command(port, self.row.ws, conns, duration_s, WRK_CPU, path=self.row.path, open_=open_)
         return self.wrk_argv(port, duration_s, scheme)
 
+    def fetch(self, port, path, method="GET", body=b"", timeout=5.0, headers=wrk.BROWSER_HEADERS, scheme="http"):
+        """One request as the row's client speaks: HTTP/2 through curl for h2load rows (the http2
+        suite's arms speak nothing else), HTTP/1.1 otherwise."""
+        if self.row.extra.get("client") == "h2load":
+            return h2load.fetch(f"{scheme}://127.0.0.1:{port}{path}", method, body, timeout, headers)
+        return fetch(port, path, method, body, timeout, headers, scheme=scheme)
+
+    def _h2load(self, port, duration_s, scheme):
+        """One h2load run (the http2 suite): row.connections connections of row.extra["streams"] streams."""
+        argv = h2load.command(f"{scheme}://127.0.0.1:{port}{self.row.path}", self.row.connections,
+                              self.row.extra.get("streams", 1), duration_s, headers=self.headers(), cpu=WRK_CPU)
+        argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+        return h2load.run(argv, timeout_s=duration_s + 60)
+
     def warm_up(self, st, seconds):
-        if self.row.ws:
+        if self.row.extra.get("client") == "h2load":
+            warm, _ = self._h2load(st["port"], max(1, round(seconds)), st["arm"].scheme)
+        elif self.row.ws:
             warm, _ = wsload.run(self.load_argv(st["port"], seconds), self.row.ws, timeout_s=seconds + 60)
         else:
             warm, _ = wrk.run(self.wrk_argv(st["port"], max(1, round(seconds)), st["arm"].scheme),
@@ -293,6 +309,8 @@ class RowRunner:
             rss = {}
             if client == "connect":
                 result, raw = self._run_connect(arm_state, duration_s)
+            elif client == "h2load":
+                result, raw = self._h2load(port, duration_s, arm_state["arm"].scheme)
             elif client == "idle":
                 result, raw = self._run_idle(arm_state)
             elif self.row.ws and self.row.ws.get("open"):
@@ -465,7 +483,7 @@ class RowRunner:
                                                           else "")}
         proc = procs.start(argv, cwd=str(env.APPS_DIR), env=run_env, log_path=log_path, cpu=cpus)
         err = wait_ready(proc, port, self.row.path if self.row.method == "GET" else "/", self.s.start_timeout_s,
-                         arm.scheme)
+                         arm.scheme, fetcher=self.fetch)
         state = {"arm": arm, "port": port, "proc": proc, "command": ["taskset", "-c", cpus] + argv,
                  "log": log_path}
         if err:
@@ -509,9 +527,9 @@ class RowRunner:
             bodies = {}
             for st in live:
                 try:
-                    status, got = fetch(st["port"], row.path, row.method, body, headers=self.headers(),
-                                        scheme=st["arm"].scheme)
-                except (OSError, http.client.HTTPException) as e:
+                    status, got = self.fetch(st["port"], row.path, row.method, body, headers=self.headers(),
+                                             scheme=st["arm"].scheme)
+                except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
                     status, got = None, repr(e).encode()
                 st["parity"] = {"status": status, "body_len": len(got), "body_sha256": hashlib.sha256(got).hexdigest()}
                 bodies[st["arm"].name] = (status, got)

@@ -146,6 +146,30 @@ def uvicorn_tls(loop="uvloop", extra=()):
                    argv=arm.argv + ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}", *extra])
 
 
+def m0serve_h2(interface, tls=False):
+    """m0serve with --http 2 (HTTP/2 only, as the comparators are run), over TLS (ALPN h2) when tls."""
+    arm = m0serve(interface, extra=["--http", "2"] + (TLS_M0SERVE if tls else []),
+                  label=f"m0serve ({interface}, 1 worker, HTTP/2{' over TLS' if tls else ''})")
+    return replace(arm, scheme="https") if tls else arm
+
+
+def granian_h2(interface, tls=False):
+    """Granian --http 2: h2c with prior knowledge, or ALPN h2 over TLS."""
+    arm = granian_tls(interface) if tls else granian(interface)
+    argv = arm.argv[:-1] + ["--http", "2", arm.argv[-1]]
+    return replace(arm, name="granian", argv=argv, label=arm.label[:-1] + ", --http 2)")
+
+
+def hypercorn(interface, tls=False):
+    """Hypercorn (asyncio worker): h2c with prior knowledge, or ALPN h2 over TLS."""
+    argv = [_bin("hypercorn"), "--bind", "{host}:{port}", "--workers", "1", "--log-level", "warning"]
+    if tls:
+        argv += ["--certfile", "{certfile}", "--keyfile", "{keyfile}"]
+    argv.append(f"{interface}:{{app}}")
+    return Arm("hypercorn", f"Hypercorn ({interface}, 1 worker{', TLS' if tls else ''})", argv,
+               version_key="hypercorn", interface=interface, scheme="https" if tls else "http")
+
+
 def uvicorn_ws(loop="uvloop"):
     """uvicorn with its websockets implementation (what `--ws auto` picks when websockets is installed,
     spelt out so that a missing package fails the start): the websocket suite's comparator."""

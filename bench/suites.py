@@ -314,7 +314,24 @@ def websocket():
     return rows
 
 
+def http2():
+    # h2load against HTTP/2-only arms (bench/h2load.py): 16 connections x 10 streams and 1 connection x
+    # 100 streams, h2c (prior knowledge) and h2 over TLS (ALPN), WSGI and ASGI hello. No latency
+    # percentiles (h2load gives none).
+    rows = []
+    for tls in (False, True):
+        for interface, app in (("wsgi", WSGI_HELLO), ("asgi", ASGI_HELLO)):
+            for conns, streams in ((16, 10), (1, 100)):
+                arms = [S.m0serve_h2(interface, tls), S.granian_h2(interface, tls), S.hypercorn(interface, tls)]
+                rows.append(Row(f"{interface}-{'h2' if tls else 'h2c'}-c{conns}m{streams}",
+                                f"{interface.upper()} hello over {'h2 (TLS, ALPN)' if tls else 'h2c (prior knowledge)'}"
+                                f", h2load {conns} connection{'s' if conns > 1 else ''} x {streams} streams",
+                                app, arms, connections=conns, extra={"client": "h2load", "streams": streams}))
+    return rows
+
+
 SUITES = {
+    "http2": http2,
     "floor": floor,
     "wsgi": wsgi,
     "asgi": asgi,

@@ -229,6 +229,15 @@ OPTIONS = [
            "send the app's 103 Early Hints (wsgi.early_hints, ASGI http.response.early_hint) to HTTP/1.1 clients; "
            "off: none are sent",
            "http", "on|off"),
+    Option("--http", "value", _choice("auto", "1", "2"), "auto",
+           "HTTP versions served: auto (HTTP/1.1, and HTTP/2 to a client that starts with its preface: h2c with "
+           "prior knowledge, or ALPN h2 over TLS), 1 (HTTP/1.1 only), 2 (HTTP/2 only); WSGI with --blocking-threads "
+           "serves HTTP/1.1 only", "http", "auto|1|2"),
+    Option("--http2-max-concurrent-streams", "value", _int_in(1, 2**31 - 1), 100,
+           "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open on one connection", "http", "N"),
+    Option("--http2-max-resets", "value", _int_in(0, 2**31 - 1), 200,
+           "HTTP/2 streams a client may reset (RST_STREAM) in one second before its connection is closed with "
+           "GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487; 0: no limit)", "http", "N"),
     # TLS (HTTPS served by the engine itself, on OpenSSL)
     Option("--ssl-certfile", "value", _path, None,
            "serve HTTPS: the server's certificate (PEM, followed by its chain); the apps see the scheme https",
@@ -682,6 +691,11 @@ def server_options(cfg):
         access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
         tls=tls_options(cfg),
+        http2=dict(
+            mode=cfg.http,
+            max_concurrent_streams=cfg.http2_max_concurrent_streams,
+            max_resets=cfg.http2_max_resets,
+        ),
         proxy=dict(
             proxy_headers=cfg.proxy_headers and not cfg.no_proxy_headers,
             forwarded_allow_ips=cfg.forwarded_allow_ips,

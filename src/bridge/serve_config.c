@@ -9,6 +9,7 @@
 
 #include "access_log_format.h"
 #include "metrics.h"
+#include "http2_options.h"
 #include "proxy_options.h"
 #include "tls_options.h"
 
@@ -147,6 +148,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                              "multithread",
                              "early_hints",
                              "tls",
+                             "http2",
                              NULL};
     PyObject *app, *interface;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
@@ -156,7 +158,8 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None,
+             *http2 = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -165,13 +168,13 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     int max_requests_fd = -1;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppO:Server", kwlist, &app, &interface, &late->listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOO:Server", kwlist, &app, &interface, &late->listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
             &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
-            &early_hints, &tls))
+            &early_hints, &tls, &http2))
         return -1;
     late->heartbeat = heartbeat;
     late->heartbeat_index = heartbeat_index;
@@ -224,6 +227,10 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     if (m0_tls_options(tls, &self->tls) < 0)
         return -1;
     cfg->tls = self->tls;
+    if (m0_http2_options(http2, blocking_threads > 0, self->interface == M0_IFACE_ASGI, cfg) < 0)
+        return -1;
+    if (self->tls != NULL)
+        m0_tls_set_http2(self->tls, cfg->http2); /* ALPN offers h2 */
     cfg->access_log_format = self->access_log_format;
     cfg->access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg->metrics) < 0)

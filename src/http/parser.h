@@ -64,6 +64,7 @@ enum {
     M0_REQ_EXPECT_CONTINUE = 1u << 2, /* Expect: 100-continue */
     M0_REQ_UPGRADE = 1u << 3,         /* Connection: upgrade and an Upgrade header */
     M0_REQ_HEAD = 1u << 4,            /* method is HEAD */
+    M0_REQ_HTTP2 = 1u << 5,           /* an HTTP/2 stream (net/h2.h): minor_version is 0 for its framing */
 };
 
 typedef struct {

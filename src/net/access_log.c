@@ -296,7 +296,7 @@ static void put_request_line(out *w, const m0_request *req, int json)
     put_escaped(w, req->method.base, req->method.len, json);
     put(w, " ", 1);
     put_escaped(w, req->target.base, req->target.len, json);
-    put(w, req->minor_version ? " HTTP/1.1" : " HTTP/1.0", 9);
+    put(w, (req->flags & M0_REQ_HTTP2) ? " HTTP/2.0" : req->minor_version ? " HTTP/1.1" : " HTTP/1.0", 9);
 }
 
 /* Bytes copied as they are: printable ASCII but '"' and '\\'. */
@@ -525,7 +525,7 @@ static void value_of(const m0_access_log *f, const op *o, const m0_access_entry 
     case OP_H:
         if (req != NULL) {
             v->kind = V_TRUSTED;
-            v->s = req->minor_version ? "HTTP/1.1" : "HTTP/1.0";
+            v->s = (req->flags & M0_REQ_HTTP2) ? "HTTP/2.0" : req->minor_version ? "HTTP/1.1" : "HTTP/1.0";
             v->len = 8;
         }
         break;
@@ -698,8 +698,8 @@ size_t m0_access_log_default(const m0_access_entry *e, char *buf, size_t cap)
         line_put(&w, req->method.base, req->method.len > 32 ? 32 : req->method.len);
         line_put(&w, " ", 1);
         line_put(&w, req->target.base, req->target.len > 2048 ? 2048 : req->target.len);
-        line_put(&w, " HTTP/1.", 8);
-        line_put_u64(&w, (uint64_t)req->minor_version, 1);
+        line_put(&w, (req->flags & M0_REQ_HTTP2) ? " HTTP/2." : " HTTP/1.", 8);
+        line_put_u64(&w, (req->flags & M0_REQ_HTTP2) ? 0 : (uint64_t)req->minor_version, 1);
         line_put(&w, "\" ", 2);
     } else {
         line_put(&w, " - \"-\" ", 7);

@@ -10,6 +10,10 @@
 void m0_conn_park(m0_conn *c)
 {
     m0_server *srv = c->srv;
+    if (c->is_h2s) {
+        m0_h2s_park(c);
+        return;
+    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (srv->heartbeat != NULL)

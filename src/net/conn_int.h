@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 
+#include "h2.h"
 #include "server_int.h"
 
 uint64_t m0_conn_clock_ns(void);
@@ -82,6 +83,11 @@ void m0_conn_dispatch(m0_conn *c);
 static inline void m0_conn_notify(m0_conn *c, int what)
 {
     m0_server *srv = c->srv;
+    if (c->h2 != NULL) {
+        if (what == M0_CONN_WRITABLE)
+            m0_h2_writable(c); /* the session's output, not a request's */
+        return;
+    }
     c->refs++;
     if (srv->handler.on_event != NULL)
         srv->handler.on_event(srv->handler_ctx, c, what);

@@ -241,6 +241,11 @@ void m0_conn_process(m0_conn *c)
                 m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
             break;
         }
+        if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
+            m0_h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
+            m0_h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
+            break;
+        }
         if (r < 0) {
             /* A declared body over the limit: the head was parsed, its request line is logged. */
             m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
@@ -248,6 +253,10 @@ void m0_conn_process(m0_conn *c)
         }
         c->head_len = (size_t)r;
         c->head_base = c->rbuf + c->rpos;
+        if (srv->cfg.http2 == 2) {
+            m0_conn_error(c, 505); /* --http 2: HTTP/1.x is not served */
+            break;
+        }
         conn_begin(c);
     }
     c->flags &= ~M0_CF_PROCESSING;
@@ -260,6 +269,8 @@ void m0_conn_process(m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
+    if (c->is_h2s)
+        return m0_h2s_keep_alive(c);
     if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
         __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
         return 0;
@@ -296,6 +307,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     if (!c->pending)
         return;
+    if (c->is_h2s) {
+        m0_h2s_finish(c, keep_alive, status, body_bytes);
+        return;
+    }
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;

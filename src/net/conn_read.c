@@ -167,6 +167,9 @@ static void conn_readable(m0_conn *c, uint32_t events)
         m0_conn_interest(c);
         return;
     }
+    case M0_CS_H2:
+        m0_h2_readable(c, events);
+        return;
     case M0_CS_LINGER:
         for (;;) {
             c->rlen = c->rpos = 0;

@@ -331,6 +331,8 @@ int m0_conn_send_continue(m0_conn *c, int blocking)
 
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
+    if (c->is_h2s)
+        return m0_h2s_writev(c, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
@@ -340,6 +342,8 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
 
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
+    if (c->is_h2s)
+        return m0_h2s_writev(c, iov, iovcnt, blocking);
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
@@ -478,6 +482,8 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
  * file response cannot kill the worker. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
+    if (c->is_h2s)
+        return m0_h2s_sendfile(c, fd, offset, count, blocking);
     if (c->state == M0_CS_CLOSED || c->broken)
         return -EPIPE;
     struct sigaction sa;
@@ -518,8 +524,17 @@ void m0_server_flush_held(void *arg)
     }
 }
 
+int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    if (c->is_h2s)
+        return m0_h2s_trailers(c, iov, iovcnt);
+    return m0_conn_writev(c, iov, iovcnt, 0);
+}
+
 size_t m0_conn_write_pending(const m0_conn *c)
 {
+    if (c->is_h2s)
+        return m0_h2s_write_pending(c);
     return c->wlen - c->wpos;
 }
 
@@ -539,8 +554,8 @@ void m0_conn_flush(m0_conn *c)
         if (c->timer_kind == M0_TIMER_SEND && !(c->flags & (M0_CF_CLOSE_AFTER | M0_CF_OUT_BLOCKED)) &&
             c->state == M0_CS_HEAD && c->rpos == c->rlen)
             m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
-        else if (c->timer_kind == M0_TIMER_SEND && c->pending && !(c->flags & M0_CF_CLOSE_AFTER) &&
-                 (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW))
+        else if (c->timer_kind == M0_TIMER_SEND && !(c->flags & M0_CF_CLOSE_AFTER) &&
+                 ((c->pending && (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW)) || c->state == M0_CS_H2))
             c->timer_kind = M0_TIMER_NONE; /* drained: the response waits on its app, not its peer */
         if (c->flags & M0_CF_CLOSE_AFTER) {
             int linger = (c->flags & M0_CF_LINGER_AFTER) != 0;
@@ -561,7 +576,7 @@ void m0_conn_flush(m0_conn *c)
     size_t below = (c->flags & M0_CF_DRAIN_WANTED) ? 1 : M0_WRITE_LOW_WATER;
     if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < below) {
         c->flags &= ~(M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
-        if (c->pending || c->state == M0_CS_RAW) {
+        if (c->pending || c->state == M0_CS_RAW || c->state == M0_CS_H2) {
             m0_conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)
                 return;

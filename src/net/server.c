@@ -23,6 +23,8 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->body_timeout_ms = 60000;
     cfg->send_timeout_ms = 30000;
     cfg->body_buffer_size = 1024 * 1024;
+    cfg->http2_max_concurrent_streams = 100;
+    cfg->http2_max_resets = 200;
     cfg->pace_window_ms = 1000;
     cfg->pace_min_bytes = 4096;
     cfg->block_release = NULL;
@@ -219,7 +221,9 @@ void m0_server_drain(m0_server *srv)
         int unread = 0;
         if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
             idle = 0;
-        if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
+        if (c->state == M0_CS_H2)
+            m0_h2_drain(c); /* GOAWAY; the streams in flight finish */
+        else if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
             m0_conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
         else if (idle && c->wlen == c->wpos)
             m0_conn_close(c, 1);

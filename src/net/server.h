@@ -107,6 +107,12 @@ typedef struct {
     /* NULL: plaintext; else every accepted connection speaks TLS through
      * this context (net/tls.h), owned by the caller and outliving the server */
     struct m0_tls *tls;
+    /* HTTP/2 (net/h2.h): 0 off, 1 beside HTTP/1.1 (a connection whose first
+     * bytes are the client preface), 2 only (HTTP/1.1 requests get 505). */
+    int http2;
+    int http2_concurrent;                  /* the handler runs a connection's streams at once (ASGI) */
+    uint32_t http2_max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
+    uint32_t http2_max_resets;             /* RST_STREAM frames a second before GOAWAY ENHANCE_YOUR_CALM, 0: no limit */
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */
@@ -250,6 +256,11 @@ int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int bl
  * M0_CONN_WRITABLE. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 size_t m0_conn_write_pending(const m0_conn *c);
+/* The end of a response with trailers: the last chunk and the trailer
+ * section as HTTP/1.1 frames them ("0\r\n", "name: value\r\n" lines, "\r\n"),
+ * written as m0_conn_writev (non-blocking) does; on an HTTP/2 stream they
+ * become a HEADERS frame that ends the stream (net/h2.h). */
+int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
 /* The write buffer mark above which an async handler should wait. */
 #define M0_WRITE_HIGH_WATER (256 * 1024)
 

@@ -33,6 +33,7 @@ typedef enum m0_conn_state {
     M0_CS_RAW = 4,     /* upgraded: raw byte stream */
     M0_CS_CLOSED = 5,
     M0_CS_BODY = 6, /* head parsed; the loop reads the body before dispatching */
+    M0_CS_H2 = 7,   /* HTTP/2: the session of c->h2 reads and writes (net/h2.h) */
 } m0_conn_state;
 
 /* How the body of the pending (or discarded) request is framed (c->body_mode). */
@@ -262,6 +263,12 @@ struct m0_conn {
     struct m0_tls_conn *tls;
     m0_conn *tls_ring_next;
     int tls_ringing;
+
+    /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2, or, on a
+     * stream connection (is_h2s, no socket), its stream (NULL once it ended) */
+    struct m0_h2 *h2;
+    struct m0_h2_stream *h2s;
+    int is_h2s;
 };
 
 struct m0_server {

@@ -41,6 +41,7 @@ struct m0_tls {
     SSL_CTX *ctx;
     tls_ticket_key ticket_keys[2]; /* [0] issues and opens, [1] only opens */
     int ticket_key_sets;           /* 0: OpenSSL's own keys */
+    int alpn_h2;                   /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
 };
 
 struct m0_tls_conn {
@@ -59,6 +60,8 @@ struct m0_tls_conn {
 #define M0_TLS_COALESCE 16384
 
 static const unsigned char alpn_http11[] = "\x08http/1.1";
+/* The server's preference first (SSL_select_next_proto walks this list). */
+static const unsigned char alpn_h2_http11[] = "\x02h2\x08http/1.1";
 
 /* The TLS 1.2 suites offered unless --ssl-ciphers says otherwise: Mozilla's
  * "intermediate" list without DHE (no DH parameters are configured), i.e.
@@ -72,9 +75,18 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
                        unsigned int inlen, void *arg)
 {
     (void)ssl;
-    (void)arg;
+    const m0_tls *t = arg;
+    const unsigned char *ours = alpn_http11;
+    unsigned ours_len = sizeof(alpn_http11) - 1;
+    if (t->alpn_h2 == 1) {
+        ours = alpn_h2_http11;
+        ours_len = sizeof(alpn_h2_http11) - 1;
+    } else if (t->alpn_h2 == 2) {
+        ours = alpn_h2_http11;
+        ours_len = 3;
+    }
     unsigned char *sel = NULL;
-    if (SSL_select_next_proto(&sel, outlen, alpn_http11, sizeof(alpn_http11) - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    if (SSL_select_next_proto(&sel, outlen, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_NOACK; /* no protocol in common: go on without ALPN */
     *out = sel;
     return SSL_TLSEXT_ERR_OK;
@@ -240,7 +252,7 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
     /* Resumed sessions (tickets) need a context id once peers are verified. */
     static const unsigned char sid_ctx[] = "m0serve";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
-    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, t);
     if (s->ticket_keys != NULL) {
         t->ticket_key_sets = s->ticket_key_sets == 2 ? 2 : 1;
         memcpy(t->ticket_keys, s->ticket_keys, (size_t)t->ticket_key_sets * M0_TLS_TICKET_KEYS);
@@ -609,4 +621,9 @@ char *m0_tls_peer_subject(const m0_tls_conn *tc)
     BIO_free(bio);
     X509_free(leaf);
     return out;
+}
+
+void m0_tls_set_http2(m0_tls *t, int mode)
+{
+    t->alpn_h2 = mode;
 }

@@ -47,6 +47,8 @@ typedef struct {
  * (or the setting) at fault. */
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap);
 void m0_tls_free(m0_tls *t);
+/* ALPN: 0 offers http/1.1, 1 prefers h2 then http/1.1, 2 h2 only (net/h2.h). */
+void m0_tls_set_http2(m0_tls *t, int mode);
 
 /* A session on the accepted socket fd (the server's side), or NULL. */
 m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd);

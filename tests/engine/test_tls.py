@@ -105,8 +105,12 @@ def test_a_request_over_tls_sees_https(serve, pki, app, scheme_key):
     ctx = client_ctx(pki)
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     with tls_socket(s, ctx) as t:
-        assert t.selected_alpn_protocol() == "http/1.1"
+        assert t.selected_alpn_protocol() == "h2"  # --http auto: HTTP/2 first (tests/test_http2.py)
         assert t.version() in ("TLSv1.3", "TLSv1.2")
+    ctx = client_ctx(pki)
+    ctx.set_alpn_protocols(["http/1.1"])
+    with tls_socket(s, ctx) as t:
+        assert t.selected_alpn_protocol() == "http/1.1"
     assert "ERROR" not in s.log
 
 
@@ -515,6 +519,8 @@ def test_openssl_s_client_sees_no_compression_no_renegotiation_and_no_tls_1_1(se
     r = _s_client(s, "-tls1_1", "-cipher", "DEFAULT:@SECLEVEL=0", pki=pki)  # and nothing below 1.2
     assert r.returncode != 0 and "alert protocol version" in r.stderr.decode()
     r = _s_client(s, "-alpn", "h2,http/1.1", pki=pki)
+    assert "ALPN protocol: h2" in r.stdout.decode()  # --http auto prefers HTTP/2 (tests/test_http2.py)
+    r = _s_client(s, "-alpn", "spdy/3,http/1.1", pki=pki)
     assert "ALPN protocol: http/1.1" in r.stdout.decode()
     time.sleep(0.2)
     assert "ERROR" not in s.log

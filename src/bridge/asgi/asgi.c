@@ -115,6 +115,7 @@ int m0_asgi_module_init(PyObject *module)
     M0_ASGI_STRINGS(M0_ASGI_STR_INIT)
 #undef M0_ASGI_STR_INIT
     if ((st->http_10 = PyUnicode_InternFromString("1.0")) == NULL ||
+        (st->http_2 = PyUnicode_InternFromString("2")) == NULL ||
         (st->http_11 = PyUnicode_InternFromString("1.1")) == NULL ||
         (st->msg_request_type = PyUnicode_InternFromString("http.request")) == NULL ||
         (st->msg_disconnect_type = PyUnicode_InternFromString("http.disconnect")) == NULL ||
@@ -170,6 +171,7 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->disconnected);
     Py_CLEAR(st->asgi_version);
     Py_CLEAR(st->http_10);
+    Py_CLEAR(st->http_2);
     Py_CLEAR(st->http_11);
     Py_CLEAR(st->msg_request_type);
     Py_CLEAR(st->msg_disconnect_type);

@@ -297,7 +297,7 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     }
     /* RFC 9110 6.5: trailers the client did not ask for (no "TE: trailers"),
      * or that no chunked body can carry, are dropped. */
-    h->trailers_send = h->trailers && h->te_trailers && h->chunked && !h->no_body;
+    h->trailers_send = h->trailers && h->te_trailers && (h->chunked || (h->req_flags & M0_REQ_HTTP2)) && !h->no_body;
     m0_head_put_connection(head, h->status == 101, h->keep_alive, h->minor_version);
     m0_head_put(head, "\r\n", 2);
     return 0;
@@ -799,7 +799,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     h->req_flags = req->flags;
     h->minor_version = req->minor_version;
     h->resp_length = -1;
-    for (size_t i = 0; i < req->num_headers && req->minor_version >= 1; i++)
+    for (size_t i = 0; i < req->num_headers && (req->minor_version >= 1 || (req->flags & M0_REQ_HTTP2)); i++)
         if (m0_span_ieq(req->headers[i].name, "te", 2) &&
             m0_te_has_trailers(req->headers[i].value.base, req->headers[i].value.len))
             h->te_trailers = 1;

@@ -160,7 +160,7 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
         if (m0_head_add(&h->head, "\r\n", 2) < 0)
             goto done;
         struct iovec iov = {h->head.buf, h->head.len};
-        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+        if (m0_conn_write_trailers(h->base.conn, &iov, 1) < 0) {
             m0_asgi_http_lost(h);
             r = m0_asgi_http_disconnected(h);
             goto done;

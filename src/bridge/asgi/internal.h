@@ -100,7 +100,7 @@ struct m0_asgi_state {
     PyObject *cancelled_error; /* asyncio.CancelledError */
     PyObject *disconnected;    /* m0serve._core.ClientDisconnected(OSError) */
     PyObject *asgi_version;    /* {"version": "3.0", "spec_version": "2.4"} */
-    PyObject *http_10, *http_11;
+    PyObject *http_10, *http_11, *http_2;
     PyObject *msg_request_type;    /* "http.request" */
     PyObject *msg_disconnect_type; /* "http.disconnect" */
     PyObject *empty_bytes;

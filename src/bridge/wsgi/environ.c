@@ -530,7 +530,9 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
                                  : Py_NewRef(M0_WSGI_STR(st, empty))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, RAW_URI), latin1_cached(&w->uri_val, req->target.base, req->target.len)) < 0 ||
         PyDict_SetItem(env, M0_WSGI_STR(st, SERVER_PROTOCOL),
-                       req->minor_version == 0 ? M0_WSGI_STR(st, http10) : M0_WSGI_STR(st, http11)) < 0)
+                       (req->flags & M0_REQ_HTTP2) ? M0_WSGI_STR(st, http2)
+                       : req->minor_version == 0   ? M0_WSGI_STR(st, http10)
+                                                   : M0_WSGI_STR(st, http11)) < 0)
         goto error;
     const char *local = m0_conn_local_host(c), *peer = m0_conn_client_host(c);
     int peer_port = m0_conn_client_port(c);

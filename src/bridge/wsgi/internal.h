@@ -58,6 +58,7 @@
     X(on, "on")                                                                                                        \
     X(http11, "HTTP/1.1")                                                                                              \
     X(http10, "HTTP/1.0")                                                                                              \
+    X(http2, "HTTP/2")                                                                                                 \
     X(m_GET, "GET")                                                                                                    \
     X(m_POST, "POST")                                                                                                  \
     X(m_HEAD, "HEAD")                                                                                                  \

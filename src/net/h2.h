@@ -1,0 +1,79 @@
+/* HTTP/2 on a connection, through libnghttp2 (h2.c): no framing and no HPACK
+ * of our own.
+ *
+ * A connection becomes HTTP/2 when its first bytes are the client preface
+ * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"): with prior knowledge on a plaintext
+ * port (h2c), after ALPN "h2" over TLS, behind the PROXY protocol alike. The
+ * HTTP/1.1 parser answers that line with M0_PARSE_BAD_VERSION, so detecting
+ * it costs the HTTP/1.1 path nothing: m0_conn_process asks m0_h2_preface only
+ * on that error, before the first request.
+ *
+ * The connection (state M0_CS_H2) then owns one nghttp2 server session. Each
+ * stream is handed to the server's handler as a request on a connection of
+ * its own, a stream connection: an m0_conn without a socket (c->h2s set)
+ * whose request, addresses and TLS session are those of the stream and of its
+ * connection. The handler uses the m0_conn functions of server.h as for
+ * HTTP/1.1; those of a stream connection come here (the m0_h2s_* functions):
+ *
+ *  - The request is complete (END_STREAM) when it is dispatched: its body,
+ *    bounded by limits.max_body (413), is read from memory.
+ *  - The request says HTTP/1.0 framing to the bridges (minor_version 0, no
+ *    chunked coding: the end of the stream delimits the body) and HTTP/2 to
+ *    everything that names the protocol (M0_REQ_HTTP2).
+ *  - The response the bridge writes is the output seam: its head (status
+ *    line and fields, as http/response.h frames them) becomes the HEADERS of
+ *    nghttp2_submit_response, without the connection-specific fields (RFC
+ *    9113 8.2.2), and its body bytes are queued per stream and sent by the
+ *    data provider as flow control allows; m0_conn_finish ends the stream.
+ *
+ * ASGI streams run concurrently (the handler returns 1 and finishes later);
+ * WSGI inline streams run in order, each to its end inside on_request. The
+ * WSGI blocking pool (m0_conn_detach) is not offered HTTP/2
+ * (cfg.http2 is off for it).
+ *
+ * Loop thread only. Error convention: 0 or -errno, as in net/.
+ */
+#ifndef M0_NET_H2_H
+#define M0_NET_H2_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "server.h"
+
+/* Whether buf[0..len) starts with the client preface's request line. */
+int m0_h2_preface(const char *buf, size_t len);
+
+/* --- the connection (h2.c) --- */
+
+/* c's buffered input [rpos, rlen) starts with the preface: switch c to
+ * HTTP/2 and process that input. c may be closed when this returns. */
+void m0_h2_start(m0_conn *c);
+/* Readable (state M0_CS_H2). */
+void m0_h2_readable(m0_conn *c, uint32_t events);
+/* The connection's queued output drained below the low-water mark. */
+void m0_h2_writable(m0_conn *c);
+/* The connection closes: every stream still dispatched gets M0_CONN_CLOSED,
+ * the session is freed. */
+void m0_h2_close(m0_conn *c);
+/* Graceful drain: GOAWAY with the last stream id; the streams in flight
+ * finish, then the connection closes. */
+void m0_h2_drain(m0_conn *c);
+/* The connection's idle timer expired (no stream open): GOAWAY and close. */
+void m0_h2_idle(m0_conn *c);
+
+/* --- a stream connection (c->h2s != NULL), server.h's functions --- */
+
+int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
+ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+size_t m0_h2s_write_pending(const m0_conn *c);
+int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0_h2s_keep_alive(const m0_conn *c);
+void m0_h2s_park(m0_conn *c);
+void m0_h2s_abort(m0_conn *c);
+
+#endif

@@ -1,0 +1,55 @@
+"""ASGI app for the HTTP/2 tests (tests/test_http2.py).
+
+  /scope     the scope's http_version, scheme, path and headers, as JSON
+  /trailers  a body, then the trailers x-checksum: abc (http.response.trailers)
+  /big?n=N   N bytes in 64 KiB chunks
+  /slowread  reads one body message, sleeps 1 s, reads the rest; answers the body's length
+  anything   "ok"
+"""
+import asyncio
+import json
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    if path == "/slowread":
+        m = await receive()
+        n = len(m.get("body", b""))
+        more = m.get("more_body")
+        await asyncio.sleep(1)
+        while more:
+            m = await receive()
+            n += len(m.get("body", b""))
+            more = m.get("more_body")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % n})
+        return
+    body = b""
+    while True:
+        m = await receive()
+        body += m.get("body", b"")
+        if not m.get("more_body"):
+            break
+    if path == "/scope":
+        out = json.dumps({"http_version": scope["http_version"], "scheme": scope["scheme"], "path": path,
+                          "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]]}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": out})
+    elif path == "/trailers":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")],
+                    "trailers": True})
+        await send({"type": "http.response.body", "body": b"part1,", "more_body": True})
+        await send({"type": "http.response.body", "body": b"part2"})
+        await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc"), (b"X-Count", b"2")]})
+    elif path == "/big":
+        n = int(scope["query_string"].decode().partition("=")[2] or "0")
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % n)]})
+        while n > 0:
+            k = min(n, 65536)
+            n -= k
+            await send({"type": "http.response.body", "body": b"b" * k, "more_body": n > 0})
+    else:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok"})

@@ -1,0 +1,332 @@
+"""HTTP/2 attacks against a real server (src/net/h2.c on libnghttp2): each runs from its own
+connection while a bystander on another connection must still be answered quickly, and the
+server's memory must stay bounded.
+
+The bystander bound: the goal is 100 ms; the machine these tests run on is shared and slow, so
+the assertion is 1 s (a server that is stuck behind the attack takes the attack's whole length,
+several seconds, or never answers), and the measured worst latency is printed (-s shows it)."""
+import re
+import socket
+import threading
+import time
+
+import h2.errors
+import hpack
+import h2.settings
+import pytest
+
+from h2client import H2, PREFACE, frame
+
+BYSTANDER_BOUND = 1.0
+
+
+def worker_pid(s):
+    m = re.search(r"in process (\d+)", s.log)
+    return int(m.group(1)) if m else s.proc.pid
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Bystander:
+    """Requests on its own connection, one after another, for as long as the attack runs."""
+
+    def __init__(self, s, path="/fixed"):
+        self.s, self.path = s, path
+        self.latencies = []
+        self.failures = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        c = H2(self.s.host, self.s.port)
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            r = c.get(self.path)
+            if r.status != 200:
+                self.failures.append((r.status, r.reset))
+                c = H2(self.s.host, self.s.port)
+                continue
+            self.latencies.append(time.monotonic() - t0)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+    def check(self, name):
+        worst = max(self.latencies) if self.latencies else None
+        print(f"\n{name}: bystander {len(self.latencies)} requests, worst {worst * 1000:.1f} ms")
+        assert not self.failures, self.failures
+        assert len(self.latencies) >= 3
+        assert worst < BYSTANDER_BOUND, worst
+        return worst
+
+
+@pytest.fixture
+def target(serve):
+    return serve("proto_app:asgi_app", "--interface", "asgi")
+
+
+def raw_h2(s, settings=b""):
+    sock = socket.create_connection((s.host, s.port), timeout=10)
+    sock.sendall(PREFACE + frame(0x4, 0, 0, settings))
+    return sock
+
+
+def read_goaway(sock, timeout=10):
+    """Read frames until GOAWAY (its error code) or the connection's end (None)."""
+    sock.settimeout(timeout)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            return None
+        if not data:
+            return None
+        buf += data
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + n:
+                break
+            ftype, payload = buf[3], buf[9 : 9 + n]
+            buf = buf[9 + n :]
+            if ftype == 0x7:
+                return int.from_bytes(payload[4:8], "big")
+    return None
+
+
+def hpack_literal(name, value):
+    """A literal field without indexing (RFC 7541 6.2.2), new name, no Huffman coding."""
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+REQUEST_BLOCK = b"\x82\x84\x86" + b"\x01\x09localhost"  # GET, /, http, :authority localhost (indexed name)
+
+
+def test_rapid_reset_ends_with_enhance_your_calm(target):
+    """CVE-2023-44487: streams opened and reset at once, faster than any answer; past
+    --http2-max-resets a second the connection gets GOAWAY ENHANCE_YOUR_CALM."""
+    with Bystander(target) as b:
+        sock = raw_h2(target)
+        burst = b""
+        for i in range(1000):
+            sid = 1 + 2 * i
+            burst += frame(0x1, 0x5, sid, REQUEST_BLOCK) + frame(0x3, 0, sid, (8).to_bytes(4, "big"))
+        try:
+            sock.sendall(burst)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        code = read_goaway(sock)
+        time.sleep(0.3)
+    assert code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, code
+    b.check("rapid reset")
+
+
+def test_rapid_reset_under_the_limit_is_served(serve):
+    s = serve("proto_app:asgi_app", "--interface", "asgi", "--http2-max-resets", "0")
+    c = H2(s.host, s.port)
+    for _ in range(300):
+        sid = c.request("/fixed")
+        c.conn.reset_stream(sid)
+    c.flush()
+    assert c.get("/fixed").status == 200  # no limit: the connection lives on
+
+
+def test_continuation_flood_is_cut(target):
+    """CVE-2024-28182: a header block that never ends (CONTINUATION after CONTINUATION) is
+    refused after a few frames (GOAWAY), not buffered."""
+    pid = worker_pid(target)
+    before = rss_kb(pid)
+    with Bystander(target) as b:
+        sock = raw_h2(target)
+        cont = frame(0x9, 0, 1, hpack_literal(b"x-flood", b"y" * 50) * 20)
+        try:
+            sock.sendall(frame(0x1, 0, 1, REQUEST_BLOCK) + cont * 200)  # HEADERS without END_HEADERS
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        code = read_goaway(sock, 5)
+        time.sleep(0.3)
+    after = rss_kb(pid)
+    print(f"\nCONTINUATION flood: GOAWAY {code}, RSS {before} -> {after} kB")
+    assert code is not None and code != 0, code
+    assert after - before < 20_000, (before, after)
+    b.check("CONTINUATION flood")
+
+
+def test_hpack_bomb_gets_431(target):
+    """A large value put in the HPACK dynamic table once, then named again thousands of times by
+    one-byte references: the decoded list is bounded by the header limits (431), and memory too."""
+    pid = worker_pid(target)
+    before = rss_kb(pid)
+    with Bystander(target) as b:
+        c = H2(target.host, target.port)
+        big = b"z" * 4000
+        # Literal with incremental indexing (RFC 7541 6.2.1): the entry becomes index 62.
+        name = b"x-bomb"
+        block = REQUEST_BLOCK + b"\x40" + bytes([len(name)]) + name + b"\x7f" + _hpack_int_rest(len(big), 7) + big
+        block += b"\xbe" * 12000  # index 62, again and again: 48 MB decoded
+        sock = c.sock
+        # Frames of at most 16384 bytes: HEADERS, then CONTINUATIONs.
+        chunks = [block[i : i + 16000] for i in range(0, len(block), 16000)]
+        frames = frame(0x1, 0x1 | (0x4 if len(chunks) == 1 else 0), 1, chunks[0])
+        for i, ch in enumerate(chunks[1:], 1):
+            frames += frame(0x9, 0x4 if i == len(chunks) - 1 else 0, 1, ch)
+        sock.sendall(frames)
+        status = _read_status(sock)
+        time.sleep(0.3)
+    after = rss_kb(pid)
+    print(f"\nHPACK bomb: status {status}, RSS {before} -> {after} kB")
+    assert status == 431 or status is None
+    assert after - before < 20_000, (before, after)
+    b.check("HPACK bomb")
+
+
+def _hpack_int_rest(n, prefix):
+    """The continuation bytes of an HPACK integer whose prefix is all ones (RFC 7541 5.1)."""
+    n -= (1 << prefix) - 1
+    out = b""
+    while n >= 128:
+        out += bytes([(n % 128) + 128])
+        n //= 128
+    return out + bytes([n])
+
+
+def _read_status(sock, timeout=10):
+    """The :status of the first HEADERS frame, from its HPACK block (a static-table index or a
+    literal of ":status"), or None if the connection ended first."""
+    sock.settimeout(timeout)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            return None
+        if not data:
+            return None
+        buf += data
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + n:
+                break
+            ftype, payload = buf[3], buf[9 : 9 + n]
+            buf = buf[9 + n :]
+            if ftype == 0x1:
+                return int(dict(hpack.Decoder().decode(payload))[":status"])
+            if ftype == 0x7:
+                return None
+    return None
+
+
+def test_too_many_fields_gets_431(serve):
+    s = serve("proto_app:app", "--limit-request-fields", "10")
+    c = H2(s.host, s.port)
+    r = c.get("/", headers=[(f"x-f{i}", "v") for i in range(20)])
+    assert r.status == 431
+    r = c.get("/", headers=[("x-long", "v" * 9000)])
+    assert r.status == 431
+    assert c.get("/fixed").status == 200  # the connection goes on
+
+
+def test_body_over_the_limit_gets_413(serve):
+    s = serve("proto_app:app", "--limit-request-body", "1000")
+    c = H2(s.host, s.port)
+    assert c.get("/", method="POST", body=b"x" * 5000).status == 413
+    assert c.get("/", method="POST", body=b"x" * 500).status == 200
+
+
+def test_ping_flood_is_bounded(target):
+    """PINGs sent without reading the answers: the server stops reading (its output queue is
+    full) or ends the connection; it never queues without bound."""
+    pid = worker_pid(target)
+    before = rss_kb(pid)
+    with Bystander(target) as b:
+        sock = raw_h2(target)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        ping = frame(0x6, 0, 0, b"12345678") * 1000
+        t0 = time.monotonic()
+        sock.settimeout(0.5)
+        try:
+            while time.monotonic() - t0 < 3:
+                sock.sendall(ping)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        time.sleep(0.2)
+    after = rss_kb(pid)
+    print(f"\nPING flood: RSS {before} -> {after} kB")
+    assert after - before < 20_000, (before, after)
+    b.check("PING flood")
+
+
+def test_settings_flood_is_bounded(target):
+    pid = worker_pid(target)
+    before = rss_kb(pid)
+    with Bystander(target) as b:
+        sock = raw_h2(target)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        settings = frame(0x4, 0, 0, (0x3).to_bytes(2, "big") + (100).to_bytes(4, "big")) * 1000
+        t0 = time.monotonic()
+        sock.settimeout(0.5)
+        try:
+            while time.monotonic() - t0 < 3:
+                sock.sendall(settings)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        time.sleep(0.2)
+    after = rss_kb(pid)
+    print(f"\nSETTINGS flood: RSS {before} -> {after} kB")
+    assert after - before < 20_000, (before, after)
+    b.check("SETTINGS flood")
+
+
+def test_zero_window_stall_bounded_by_send_timeout(serve):
+    """A client that opens no flow-control window for the response: the send timeout closes it."""
+    s = serve("h2_app:app", "--interface", "asgi", "--send-timeout", "1")
+    with Bystander(s, "/") as b:
+        c = H2(s.host, s.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.request("/big?n=1000000")
+        t0 = time.monotonic()
+        closed = c.wait_closed(10)
+        took = time.monotonic() - t0
+    print(f"\nzero-window stall: closed after {took:.2f} s")
+    assert closed and 0.8 < took < 6, took
+    b.check("zero-window stall")
+
+
+def test_max_concurrent_streams_refuses_past_the_setting(serve):
+    """RFC 9113 5.1.2: a stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused."""
+    s = serve("proto_app:asgi_app", "--interface", "asgi", "--http2-max-concurrent-streams", "2")
+    sock = raw_h2(s)
+    sleep_block = b"\x82" + b"\x04" + bytes([len(b"/sleep?s=1")]) + b"/sleep?s=1" + b"\x86" + b"\x01\x09localhost"
+    sock.sendall(b"".join(frame(0x1, 0x5, sid, sleep_block) for sid in (1, 3, 5)))
+    sock.settimeout(5)
+    buf, resets = b"", {}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and 5 not in resets:
+        data = sock.recv(65536)
+        if not data:
+            break
+        buf += data
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + n:
+                break
+            ftype, sid, payload = buf[3], int.from_bytes(buf[5:9], "big"), buf[9 : 9 + n]
+            buf = buf[9 + n :]
+            if ftype == 0x3:
+                resets[sid] = int.from_bytes(payload, "big")
+    assert resets.get(5) in (h2.errors.ErrorCodes.REFUSED_STREAM, h2.errors.ErrorCodes.PROTOCOL_ERROR), resets
+    assert 1 not in resets and 3 not in resets
