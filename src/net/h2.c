@@ -312,12 +312,14 @@ void m0_h2_after(m0_h2 *h2)
     if (c->state != M0_CS_H2)
         return;
     c->refs++;
-    if (!h2->goaway && __atomic_load_n(&c->srv->unready, __ATOMIC_RELAXED)) {
+    if (!h2->goaway && !h2->notice && __atomic_load_n(&c->srv->unready, __ATOMIC_RELAXED)) {
         /* Not ready (--shutdown-delay): as HTTP/1.1 responses say
-         * "Connection: close", the session says GOAWAY; its streams finish. */
-        h2->goaway = 1;
-        nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
-                              NGHTTP2_NO_ERROR, NULL, 0);
+         * "Connection: close", the session sends the shutdown notice. Its last
+         * stream id is the largest, so a request already on its way (sent
+         * before the client read the notice) is still served; the GOAWAY
+         * naming the last stream comes with the drain (m0_h2_drain). */
+        h2->notice = 1;
+        nghttp2_submit_shutdown_notice(h2->ses);
     }
     h2_dispatch(h2);
     if (c->state == M0_CS_H2)
