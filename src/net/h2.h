@@ -1,5 +1,5 @@
-/* HTTP/2 on a connection, through libnghttp2 (h2.c): no framing and no HPACK
- * of our own.
+/* HTTP/2 on a connection, through libnghttp2 (h2.c, h2_stream.c): no
+ * framing and no HPACK of our own.
  *
  * A connection becomes HTTP/2 when its first bytes are the client preface
  * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"): with prior knowledge on a plaintext
@@ -64,7 +64,7 @@ void m0_h2_drain(m0_conn *c);
 /* The connection's idle timer expired (no stream open): GOAWAY and close. */
 void m0_h2_idle(m0_conn *c);
 
-/* --- a stream connection (c->h2s != NULL), server.h's functions --- */
+/* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);

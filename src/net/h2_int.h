@@ -1,0 +1,147 @@
+/* Private to src/net/h2*.c: the HTTP/2 session and its streams (contract in
+ * h2.h), and the functions shared by its two files: h2.c (the session, the
+ * nghttp2 callbacks, the connection's input and output, the dispatch) and
+ * h2_stream.c (the stream table, the request built from a header block, the
+ * stream connection's m0_h2s_* functions and the data provider). */
+#ifndef M0_NET_H2_INT_H
+#define M0_NET_H2_INT_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "conn_int.h"
+#include "h2.h"
+
+/* Output gathered from nghttp2 before one write to the connection. */
+#define H2_SEND_CHUNK (64 * 1024)
+
+typedef struct m0_h2_stream m0_h2_stream;
+
+typedef struct m0_h2 {
+    nghttp2_session *ses;
+    m0_conn *c;
+    m0_h2_stream *streams; /* every stream of the session (doubly linked) */
+    m0_h2_stream *ready;   /* complete requests not dispatched yet, in arrival order */
+    m0_h2_stream *ready_tail;
+    int in_ng;       /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
+    int dispatching; /* h2_dispatch is on the stack */
+    int busy;        /* serial handlers (WSGI): a stream is dispatched and not finished */
+    int polling;     /* m0_h2_send walks the streams (handlers are told things) */
+    int repoll;      /* ... and was asked for another walk meanwhile */
+    int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
+    int notice;      /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
+                      * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
+    uint32_t open;   /* streams dispatched and not finished */
+    uint64_t reset_window_ms;
+    uint32_t resets;     /* RST_STREAM frames received in the current window */
+    uint64_t data_sent;  /* response body bytes handed to nghttp2 so far */
+    uint64_t stall_mark; /* data_sent when the stall's send timeout was armed */
+    uint8_t scratch[H2_SEND_CHUNK];
+} m0_h2;
+
+struct m0_h2_stream {
+    m0_h2 *h2;
+    m0_conn *sc; /* the stream connection, from dispatch until it is released */
+    int32_t id;
+    m0_h2_stream *prev, *next; /* h2->streams */
+    m0_h2_stream *ready_next;
+    /* The request's fields, copied: names and values in `f`, their offsets in
+     * hdr until the dispatch makes them spans. */
+    char *f;
+    size_t flen, fcap;
+    m0_header *hdr;
+    size_t nhdr;
+    size_t field_bytes;
+    size_t method[2], path[2], authority[2], scheme[2]; /* offset, length (length 0: absent) */
+    int has_method, has_path, has_authority;
+    size_t cookie_at; /* index + 1 of the merged cookie field, 0: none yet */
+    int too_large;    /* past the header limits: answered 431 */
+    int headers_done;
+    int queued; /* in the ready list, or dispatched */
+    /* The request body, whole before the dispatch. */
+    char *in;
+    size_t in_len, in_pos, in_cap;
+    int in_done;        /* END_STREAM received */
+    int body_too_large; /* past limits.max_body: 413, or -EFBIG to a reading app */
+    uint64_t in_got;    /* body bytes received */
+    int want_body;      /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
+    int body_event;     /* ... which is due (told outside nghttp2 calls, by m0_h2_send) */
+    /* The response: its head as the bridge framed it, then the body bytes. */
+    char *head;
+    size_t head_len, head_cap;
+    int submitted; /* HEADERS submitted */
+    int no_body;   /* HEAD, 204, 304: the data provider is not used */
+    char *out;
+    size_t out_len, out_pos, out_cap;
+    int out_done;      /* m0_conn_finish */
+    int deferred;      /* the data provider ran out: resume it on more output */
+    int want_writable; /* the handler waits for M0_CONN_WRITABLE */
+    int64_t resp_length;
+    uint64_t sent;
+    /* Trailers (m0_conn_write_trailers): their bytes and fields, sent by the
+     * data provider after the last DATA frame. */
+    char *trl;
+    size_t trl_len, trl_cap;
+    nghttp2_nv *trl_nv;
+    size_t trl_n;
+    int ng_closed; /* nghttp2 closed the stream */
+};
+
+/* --- growable buffers --- */
+
+/* Append n bytes of p (p NULL: n bytes left unset) to *b, growing it by
+ * doubling. 0, or -ENOMEM (*b unchanged). */
+static inline int m0_h2_buf_add(char **b, size_t *len, size_t *cap, const void *p, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc < *len + n)
+            nc *= 2;
+        char *nb = realloc(*b, nc);
+        if (nb == NULL)
+            return -ENOMEM;
+        *b = nb;
+        *cap = nc;
+    }
+    if (p != NULL && n > 0)
+        memcpy(*b + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+/* --- the session (h2.c) --- */
+
+/* After input or output: dispatch what is ready, send, end closed streams,
+ * close the connection when the session is over. */
+void m0_h2_after(m0_h2 *h2);
+/* Send what the session has through the connection's write queue; calls
+ * into no handler (safe from inside one). */
+void m0_h2_write(m0_h2 *h2);
+/* m0_h2_write, then what the streams are due: ended ones end, handlers get
+ * M0_CONN_BODY and M0_CONN_WRITABLE. */
+void m0_h2_send(m0_h2 *h2);
+
+/* --- the streams (h2_stream.c) --- */
+
+/* A stream of h2, linked into h2->streams; NULL when out of memory. */
+m0_h2_stream *m0_h2_stream_new(m0_h2 *h2, int32_t id);
+/* nghttp2 closed the stream, or the connection closes: a handler that still
+ * has it is told M0_CONN_CLOSED, then it is freed. Outside nghttp2 calls. */
+void m0_h2_stream_end(m0_h2_stream *s);
+/* One decoded field of s's request head (a pseudo-header or a field line),
+ * counted against the limits of an HTTP/1.1 head: past them s->too_large
+ * (answered 431). 0, or -ENOMEM. */
+int m0_h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen);
+/* The header array of s (the limit's count, and one for the Host that
+ * :authority becomes): 0, or -ENOMEM. */
+int m0_h2_fields_alloc(m0_h2_stream *s);
+/* Build the m0_request of s in its stream connection (spans into s->f). */
+void m0_h2_request_build(m0_h2_stream *s, m0_request *req);
+/* A response the stream answers itself (431, 413): status only. */
+void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
+
+#endif

@@ -1,0 +1,588 @@
+/* HTTP/2 streams: the stream table, the request built from a header block,
+ * and the stream connections the handler sees, their m0_h2s_* functions and
+ * the data provider that sends their bodies (contract in h2.h). */
+#include "h2_int.h"
+
+#include <unistd.h>
+
+#include "../http/parser.h"
+
+/* --- streams --- */
+
+m0_h2_stream *m0_h2_stream_new(m0_h2 *h2, int32_t id)
+{
+    m0_h2_stream *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->h2 = h2;
+    s->id = id;
+    s->resp_length = -1;
+    s->next = h2->streams;
+    if (h2->streams != NULL)
+        h2->streams->prev = s;
+    h2->streams = s;
+    return s;
+}
+
+static void stream_free(m0_h2_stream *s)
+{
+    m0_h2 *h2 = s->h2;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        h2->streams = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    if (h2->ses != NULL)
+        nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
+    free(s->f);
+    free(s->hdr);
+    free(s->in);
+    free(s->head);
+    free(s->out);
+    free(s->trl);
+    free(s->trl_nv);
+    free(s);
+}
+
+/* The stream connection goes: the handler finished with it or was told it
+ * closed. It is freed once no net-layer frame holds it. */
+static void stream_conn_drop(m0_h2_stream *s)
+{
+    m0_conn *sc = s->sc;
+    if (sc == NULL)
+        return;
+    s->sc = NULL;
+    sc->h2s = NULL;
+    sc->state = M0_CS_CLOSED;
+    sc->broken = 1;
+    if (sc->refs == 0)
+        m0_conn_destroy(sc);
+}
+
+/* nghttp2 closed the stream, or the connection closes: tell a handler that
+ * still has it, then free it. Outside nghttp2 calls only. */
+void m0_h2_stream_end(m0_h2_stream *s)
+{
+    m0_conn *sc = s->sc;
+    m0_h2 *h2 = s->h2;
+    if (s->queued && !s->submitted && sc == NULL) {
+        /* Still in the ready list: out of it. */
+        m0_h2_stream **pp = &h2->ready, *prev = NULL;
+        while (*pp != NULL && *pp != s) {
+            prev = *pp;
+            pp = &(*pp)->ready_next;
+        }
+        if (*pp == s) {
+            *pp = s->ready_next;
+            if (h2->ready_tail == s)
+                h2->ready_tail = prev;
+        }
+    }
+    if (sc != NULL && (sc->pending || sc->data != NULL)) {
+        m0_server *srv = sc->srv;
+        if (sc->pending) {
+            sc->pending = 0;
+            h2->open--;
+            m0_gate_done(sc);
+            m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+            if (!srv->cfg.http2_concurrent)
+                h2->busy = 0;
+        }
+        sc->broken = 1;
+        sc->state = M0_CS_CLOSED;
+        sc->refs++;
+        if (srv->handler.on_event != NULL)
+            srv->handler.on_event(srv->handler_ctx, sc, M0_CONN_CLOSED);
+        sc->refs--;
+    }
+    stream_conn_drop(s);
+    stream_free(s);
+}
+
+/* --- the request --- */
+
+/* The header array: the limit's count, and one more for the Host that
+ * :authority becomes. */
+int m0_h2_fields_alloc(m0_h2_stream *s)
+{
+    if (s->hdr == NULL)
+        s->hdr = malloc((s->h2->c->srv->cfg.limits.max_header_count + 1) * sizeof(m0_header));
+    return s->hdr == NULL ? -ENOMEM : 0;
+}
+
+static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
+{
+    const m0_limits *lim = &s->h2->c->srv->cfg.limits;
+    if (m0_h2_fields_alloc(s) < 0)
+        return -ENOMEM;
+    /* RFC 9113 8.2.3: cookie crumbs are joined with "; " for HTTP/1.1. */
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && s->cookie_at != 0) {
+        m0_header *h = &s->hdr[s->cookie_at - 1];
+        if ((size_t)h->value.base + h->value.len != s->flen) {
+            /* Not the last bytes: move the value to the end first. */
+            size_t off = s->flen;
+            if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, NULL, h->value.len) < 0)
+                return -ENOMEM;
+            memcpy(s->f + off, s->f + (size_t)h->value.base, h->value.len);
+            h->value.base = (const char *)(uintptr_t)off;
+        }
+        if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, "; ", 2) < 0 ||
+            m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
+            return -ENOMEM;
+        h->value.len += 2 + vlen;
+        return 0;
+    }
+    if (s->nhdr >= lim->max_header_count)
+        return -E2BIG;
+    m0_header *h = &s->hdr[s->nhdr];
+    size_t off = s->flen;
+    if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, name, nlen) < 0 ||
+        m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
+        return -ENOMEM;
+    h->name.base = (const char *)(uintptr_t)off;
+    h->name.len = nlen;
+    h->value.base = (const char *)(uintptr_t)(off + nlen);
+    h->value.len = vlen;
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
+        s->cookie_at = s->nhdr + 1;
+    s->nhdr++;
+    return 0;
+}
+
+static int pseudo_set(m0_h2_stream *s, size_t slot[2], const uint8_t *value, size_t vlen)
+{
+    slot[0] = s->flen;
+    slot[1] = vlen;
+    return m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen);
+}
+
+/* A field of the request head, as nghttp2 decoded it (see h2_int.h). */
+int m0_h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
+{
+    const m0_limits *lim = &s->h2->c->srv->cfg.limits;
+    /* The limits of an HTTP/1.1 head, counted on the decoded list: an HPACK
+     * bomb (a few bytes naming a large table entry again and again) stops
+     * here, whatever it decodes to. */
+    s->field_bytes += nlen + vlen;
+    if (nlen + vlen > lim->max_header_size ||
+        s->field_bytes > lim->max_header_count * (lim->max_header_size + 2) + lim->max_request_line) {
+        s->too_large = 1;
+        return 0;
+    }
+    int r = 0;
+    if (nlen > 0 && name[0] == ':') {
+        if (nlen == 7 && memcmp(name, ":method", 7) == 0)
+            r = pseudo_set(s, s->method, value, vlen), s->has_method = 1;
+        else if (nlen == 5 && memcmp(name, ":path", 5) == 0)
+            r = vlen > lim->max_request_line ? (s->too_large = 1, 0) : pseudo_set(s, s->path, value, vlen),
+            s->has_path = 1;
+        else if (nlen == 10 && memcmp(name, ":authority", 10) == 0)
+            r = pseudo_set(s, s->authority, value, vlen), s->has_authority = 1;
+        else if (nlen == 7 && memcmp(name, ":scheme", 7) == 0)
+            r = pseudo_set(s, s->scheme, value, vlen);
+        /* :protocol (extended CONNECT) is not enabled: nghttp2 refuses it */
+    } else if (nlen == 4 && memcmp(name, "host", 4) == 0 && s->has_authority) {
+        /* :authority wins (RFC 9113 8.3.1) */
+    } else {
+        r = field_add(s, name, nlen, value, vlen);
+        if (r == -E2BIG) {
+            s->too_large = 1;
+            r = 0;
+        }
+    }
+    return r;
+}
+
+#define SPAN_AT(s, slot) ((m0_span){(s)->f + (slot)[0], (slot)[1]})
+
+/* Build the m0_request of s in its stream connection (spans into s->f). */
+void m0_h2_request_build(m0_h2_stream *s, m0_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    req->method = SPAN_AT(s, s->method);
+    req->target = SPAN_AT(s, s->path);
+    req->path = req->target;
+    const char *q = memchr(req->target.base, '?', req->target.len);
+    if (q != NULL) {
+        req->path.len = (size_t)(q - req->target.base);
+        req->query.base = q + 1;
+        req->query.len = req->target.len - req->path.len - 1;
+    }
+    /* HTTP/1.0 framing to the bridges (no chunked coding), HTTP/2 by name. */
+    req->minor_version = 0;
+    req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE;
+    if (m0_span_ieq(req->method, "head", 4) && req->method.base[0] == 'H')
+        req->flags |= M0_REQ_HEAD;
+    req->content_length = -1;
+    req->headers = s->hdr;
+    for (size_t i = 0; i < s->nhdr; i++) {
+        m0_header *h = &s->hdr[i];
+        h->name.base = s->f + (size_t)h->name.base;
+        h->value.base = s->f + (size_t)h->value.base;
+        if (m0_span_ieq(h->name, "content-length", 14)) {
+            int64_t cl = 0;
+            const char *v = h->value.base;
+            for (size_t k = 0; k < h->value.len && k < 18; k++)
+                cl = cl * 10 + (v[k] - '0');
+            req->content_length = cl;
+        } else if (m0_span_ieq(h->name, "host", 4) && !s->has_authority) {
+            req->host = h->value;
+        }
+    }
+    req->num_headers = s->nhdr;
+    if (s->has_authority) {
+        /* RFC 9113 8.3.1: :authority is the Host of an HTTP/1.1 request. */
+        m0_header *h = &s->hdr[req->num_headers++];
+        h->name = (m0_span){"host", 4};
+        h->value = SPAN_AT(s, s->authority);
+        req->host = h->value;
+    }
+    if (req->content_length < 0 && s->in_done && s->in_got > 0)
+        req->content_length = (int64_t)s->in_got; /* the whole body is here: its length is known */
+    else if (req->content_length < 0 && !s->in_done)
+        req->flags |= M0_REQ_CHUNKED; /* a body of unknown length follows: read it to its end */
+}
+
+/* A response the stream answers itself (431, 413): status only. */
+void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
+{
+    char code[4];
+    code[0] = (char)('0' + status / 100);
+    code[1] = (char)('0' + status / 10 % 10);
+    code[2] = (char)('0' + status % 10);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":status", (uint8_t *)code, 7, 3, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"content-length", (uint8_t *)"0", 14, 1, NGHTTP2_NV_FLAG_NONE},
+    };
+    s->submitted = 1;
+    s->queued = 1;
+    if (nghttp2_submit_response(h2->ses, s->id, nv, 2, NULL) != 0)
+        nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    m0_metrics_engine_status(h2->c->srv->cfg.metrics, status);
+}
+
+/* --- the stream connection --- */
+
+/* The data provider of a submitted response: the body bytes queued for s, as
+ * flow control lets them go, then the end of the stream (or the trailers). */
+static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, size_t length, uint32_t *data_flags,
+                         nghttp2_data_source *source, void *user)
+{
+    (void)user;
+    m0_h2_stream *s = source->ptr;
+    size_t avail = s->out_len - s->out_pos;
+    size_t n = avail < length ? avail : length;
+    if (n > 0) {
+        memcpy(buf, s->out + s->out_pos, n);
+        s->out_pos += n;
+        s->sent += n;
+        s->h2->data_sent += n;
+        if (s->out_pos == s->out_len)
+            s->out_pos = s->out_len = 0;
+    }
+    if (s->out_done && s->out_pos == s->out_len) {
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (s->trl_n > 0 && nghttp2_submit_trailer(ses, stream_id, s->trl_nv, s->trl_n) == 0)
+            *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* the trailers' HEADERS ends it */
+        return (ssize_t)n;
+    }
+    if (n == 0) {
+        s->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+/* The head the bridge framed ("HTTP/1.1 200 OK\r\n" and field lines) is
+ * complete in s->head[0..end): submit it. 0, or -EPROTO. */
+static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
+{
+    char *p = s->head, *stop = s->head + end;
+    if (end < 12 || memcmp(p, "HTTP/1.", 7) != 0)
+        return -EPROTO;
+    int status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    char *eol = memchr(p, '\n', (size_t)(stop - p));
+    if (eol == NULL)
+        return -EPROTO;
+    p = eol + 1;
+    size_t cap = 8;
+    for (char *q = p; q < stop; q++)
+        cap += *q == '\n';
+    nghttp2_nv *nv = malloc(cap * sizeof(*nv));
+    if (nv == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)s->head + 9, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    while (p < stop) {
+        eol = memchr(p, '\n', (size_t)(stop - p));
+        if (eol == NULL || eol - p < 2)
+            break; /* the blank line */
+        char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon == NULL)
+            break;
+        size_t nlen = (size_t)(colon - p);
+        for (size_t i = 0; i < nlen; i++)
+            if (p[i] >= 'A' && p[i] <= 'Z')
+                p[i] |= 0x20;
+        char *v = colon + 1;
+        while (v < eol && (*v == ' ' || *v == '\t'))
+            v++;
+        size_t vlen = (size_t)(eol - 1 - v); /* without the CR */
+        m0_span name = {p, nlen};
+        /* RFC 9113 8.2.2: no connection-specific field in HTTP/2. */
+        int drop = m0_span_ieq(name, "connection", 10) || m0_span_ieq(name, "keep-alive", 10) ||
+                   m0_span_ieq(name, "transfer-encoding", 17) || m0_span_ieq(name, "upgrade", 7) ||
+                   m0_span_ieq(name, "proxy-connection", 16);
+        if (!drop) {
+            if (m0_span_ieq(name, "content-length", 14)) {
+                int64_t cl = 0;
+                size_t k = 0;
+                for (; k < vlen && k < 18 && v[k] >= '0' && v[k] <= '9'; k++)
+                    cl = cl * 10 + (v[k] - '0');
+                if (k == vlen && vlen > 0)
+                    s->resp_length = cl;
+            }
+            nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, nlen, vlen, NGHTTP2_NV_FLAG_NONE};
+        }
+        p = eol + 1;
+    }
+    int r;
+    if (status < 200) {
+        /* 1xx: informational headers; the final head follows. */
+        r = status == 101 ? -EPROTO : nghttp2_submit_headers(h2->ses, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
+        free(nv);
+        return r != 0 ? -EPROTO : 1;
+    }
+    s->no_body = (s->sc->req.flags & M0_REQ_HEAD) || status == 204 || status == 304;
+    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
+    r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd);
+    free(nv);
+    if (r != 0)
+        return -EPROTO;
+    s->submitted = 1;
+    return 0;
+}
+
+int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    (void)blocking;
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || c->broken || s->ng_closed)
+        return -EPIPE;
+    m0_h2 *h2 = s->h2;
+    if (h2->c->srv->cfg.access_log_format != NULL && !s->submitted)
+        m0_conn_log_head(c, iov, iovcnt);
+    c->resp_started = 1;
+    for (int i = 0; i < iovcnt; i++) {
+        const char *p = iov[i].iov_base;
+        size_t n = iov[i].iov_len;
+        while (n > 0 && !s->submitted) {
+            /* The head, up to its blank line (it may come in pieces). */
+            size_t old = s->head_len;
+            if (m0_h2_buf_add(&s->head, &s->head_len, &s->head_cap, p, n) < 0)
+                return -ENOMEM;
+            char *end = NULL;
+            size_t from = old > 3 ? old - 3 : 0;
+            end = memmem(s->head + from, s->head_len - from, "\r\n\r\n", 4);
+            if (end == NULL)
+                return 0;
+            size_t head_end = (size_t)(end - s->head) + 4;
+            size_t used = head_end - old;
+            int r = response_submit(h2, s, head_end);
+            if (r < 0) {
+                m0_h2s_abort(c);
+                return -EPIPE;
+            }
+            s->head_len = 0;
+            p += used;
+            n -= used;
+        }
+        if (n > 0 && !s->no_body && m0_h2_buf_add(&s->out, &s->out_len, &s->out_cap, p, n) < 0)
+            return -ENOMEM;
+    }
+    if (s->deferred && s->out_len > s->out_pos) {
+        s->deferred = 0;
+        nghttp2_session_resume_data(h2->ses, s->id);
+    }
+    if (!h2->in_ng && !h2->dispatching)
+        m0_h2_after(h2);
+    else if (!h2->in_ng)
+        m0_h2_send(h2);
+    return 0;
+}
+
+ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+{
+    (void)blocking;
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || s->ng_closed)
+        return -ECONNRESET;
+    size_t avail = s->in_len - s->in_pos;
+    size_t n = avail < cap ? avail : cap;
+    if (n > 0) {
+        memcpy(dst, s->in + s->in_pos, n);
+        s->in_pos += n;
+        m0_h2 *h2 = s->h2;
+        if (c->srv->cfg.http2_concurrent) {
+            /* The app took it: the client may send as much again. */
+            nghttp2_session_consume_stream(h2->ses, s->id, n);
+            if (!h2->in_ng)
+                m0_h2_write(h2);
+        }
+        return (ssize_t)n;
+    }
+    if (s->body_too_large)
+        return -EFBIG;
+    if (s->in_done || cap == 0)
+        return 0;
+    s->want_body = 1;
+    return -EAGAIN;
+}
+
+size_t m0_h2s_write_pending(const m0_conn *c)
+{
+    const m0_h2_stream *s = c->h2s;
+    return s == NULL ? 0 : s->out_len - s->out_pos;
+}
+
+int m0_h2s_keep_alive(const m0_conn *c)
+{
+    return c->h2s != NULL && !c->broken;
+}
+
+void m0_h2s_park(m0_conn *c)
+{
+    m0_h2_stream *s = c->h2s;
+    if (s != NULL)
+        s->want_writable = 1;
+}
+
+void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+{
+    (void)keep_alive;
+    if (!c->pending)
+        return;
+    m0_server *srv = c->srv;
+    m0_h2_stream *s = c->h2s;
+    c->pending = 0;
+    uint64_t end_ns = 0;
+    if (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0)
+        end_ns = m0_conn_clock_ns();
+    m0_gate_done(c);
+    if (srv->cfg.metrics != NULL) {
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
+    }
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    if (srv->cfg.access_log_fd >= 0)
+        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+    if (s == NULL)
+        return;
+    m0_h2 *h2 = s->h2;
+    h2->open--;
+    if (!srv->cfg.http2_concurrent)
+        h2->busy = 0;
+    s->out_done = 1;
+    if (!s->submitted) {
+        nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    } else if (s->resp_length >= 0 && s->sent + (s->out_len - s->out_pos) != (uint64_t)s->resp_length && !s->no_body) {
+        /* Fewer (or more) bytes than the Content-Length: the response is cut. */
+        nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    } else if (s->deferred) {
+        s->deferred = 0;
+        nghttp2_session_resume_data(h2->ses, s->id);
+    }
+    if (!h2->in_ng && !h2->dispatching)
+        m0_h2_after(h2);
+}
+
+void m0_h2s_abort(m0_conn *c)
+{
+    m0_h2_stream *s = c->h2s;
+    if (c->pending) {
+        c->pending = 0;
+        m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_gate_done(c);
+        if (s != NULL) {
+            s->h2->open--;
+            if (!c->srv->cfg.http2_concurrent)
+                s->h2->busy = 0;
+        }
+    }
+    c->broken = 1;
+    if (s == NULL)
+        return;
+    m0_h2 *h2 = s->h2;
+    s->out_done = 1;
+    if (!s->ng_closed)
+        nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    if (!h2->in_ng && !h2->dispatching)
+        m0_h2_after(h2);
+}
+
+ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+{
+    /* The file's bytes go through the stream's queue like any body bytes. */
+    char buf[16384];
+    size_t done = 0;
+    while (done < count) {
+        size_t want = count - done < sizeof(buf) ? count - done : sizeof(buf);
+        ssize_t n = pread(fd, buf, want, offset + (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return done > 0 ? (ssize_t)done : -errno;
+        if (n == 0)
+            break;
+        struct iovec iov = {buf, (size_t)n};
+        int r = m0_h2s_writev(c, &iov, 1, blocking);
+        if (r < 0)
+            return r;
+        done += (size_t)n;
+    }
+    return done == 0 && !blocking ? 0 : (ssize_t)done;
+}
+
+int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || c->broken || s->ng_closed)
+        return -EPIPE;
+    for (int i = 0; i < iovcnt; i++)
+        if (m0_h2_buf_add(&s->trl, &s->trl_len, &s->trl_cap, iov[i].iov_base, iov[i].iov_len) < 0)
+            return -ENOMEM;
+    /* "0\r\n", then field lines up to the blank line: the fields point
+     * into s->trl, which no longer grows. */
+    char *p = s->trl, *stop = s->trl + s->trl_len;
+    if (stop - p >= 3 && memcmp(p, "0\r\n", 3) == 0)
+        p += 3;
+    size_t cap = 1;
+    for (char *q = p; q < stop; q++)
+        cap += *q == '\n';
+    free(s->trl_nv);
+    s->trl_n = 0;
+    s->trl_nv = malloc(cap * sizeof(*s->trl_nv));
+    if (s->trl_nv == NULL)
+        return -ENOMEM;
+    while (p < stop) {
+        char *eol = memchr(p, '\n', (size_t)(stop - p));
+        if (eol == NULL || eol - p < 2)
+            break;
+        char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon == NULL)
+            break;
+        size_t nlen = (size_t)(colon - p);
+        for (size_t i = 0; i < nlen; i++)
+            if (p[i] >= 'A' && p[i] <= 'Z')
+                p[i] |= 0x20;
+        char *v = colon + 1;
+        while (v < eol && (*v == ' ' || *v == '\t'))
+            v++;
+        s->trl_nv[s->trl_n++] =
+            (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, nlen, (size_t)(eol - 1 - v), NGHTTP2_NV_FLAG_NONE};
+        p = eol + 1;
+    }
+    return 0;
+}
