@@ -27,7 +27,7 @@ srcs=$(sed -n "s/^ *'\(src\/[^']*\.c\)',*$/\1/p" meson.build)
 # shared runtime crashes the interpreter at start-up.
 gcc -std=gnu11 -g -O1 -fPIC -shared -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-missing-field-initializers \
   -fvisibility=hidden -fsanitize=thread -fno-omit-frame-pointer -I"$inc" \
-  -o "$out/m0serve/_core$suffix" $srcs -lssl -lcrypto -lz
+  -o "$out/m0serve/_core$suffix" $srcs -lssl -lcrypto -lz -lnghttp2
 rt=$(gcc -print-file-name=libtsan.so)
 log=$out/tsan
 status=0
