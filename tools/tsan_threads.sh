@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the extension under load: tools/tsan_threads.sh PYTHON [SECONDS]
 #
-# Builds m0serve._core from every C file of meson.build (linked, as meson links it, to OpenSSL and
-# zlib) with gcc -fsanitize=thread, serves tests/apps/ft_app.py with --threads 2
+# Builds m0serve._core from every C file of meson.build (linked, as meson links it, to OpenSSL,
+# zlib and libnghttp2) with gcc -fsanitize=thread, serves tests/apps/ft_app.py with --threads 2
 # (then --threads 2 --blocking-threads 2) from that build with the runtime preloaded into
 # PYTHON (meant for the free-threaded 3.13t: without a GIL every cross-thread access of the
 # engine is real), loads each for SECONDS with wrk (127.0.0.1, 2 threads, 8 connections),
