@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "options.h"
+
 static const char *const known[] = {"mode", "max_concurrent_streams", "max_resets", NULL};
 
 /* An int value of opts in [lo, hi] into *out (untouched when absent). */
@@ -26,25 +28,9 @@ int m0_http2_options(PyObject *opts, int pool, int concurrent, m0_server_config 
 {
     cfg->http2 = 0;
     cfg->http2_concurrent = concurrent;
-    if (opts == NULL || opts == Py_None)
-        return 0;
-    if (!PyDict_Check(opts)) {
-        PyErr_SetString(PyExc_TypeError, "http2 must be a dict or None");
-        return -1;
-    }
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(opts, &pos, &key, &value)) { // borrowed key, value
-        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
-        int ok = 0;
-        for (int i = 0; k != NULL && known[i] != NULL; i++)
-            ok |= strcmp(k, known[i]) == 0;
-        if (!ok) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "unknown http2 option %R", key);
-            return -1;
-        }
-    }
+    int given = m0_options_check(opts, "http2", known);
+    if (given <= 0)
+        return given;
     int mode = 1;
     PyObject *m = PyDict_GetItemString(opts, "mode"); // borrowed
     if (m != NULL && m != Py_None) {

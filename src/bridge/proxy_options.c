@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "options.h"
+
 static const char *const known[] = {"proxy_headers",   "forwarded_allow_ips", "forwarded_host",
                                     "forwarded_style", "proxy_protocol",      "proxy_protocol_timeout",
                                     "health_path",     "limit_concurrency",   NULL};
@@ -39,25 +41,11 @@ int m0_proxy_options(PyObject *opts, m0_proxy_config *out)
     memset(out, 0, sizeof(*out));
     const char *allow = "127.0.0.1,::1,unix";
     Py_ssize_t allow_len = (Py_ssize_t)strlen(allow);
-    if (opts == NULL || opts == Py_None)
-        goto table;
-    if (!PyDict_Check(opts)) {
-        PyErr_SetString(PyExc_TypeError, "proxy must be a dict or None");
+    int given = m0_options_check(opts, "proxy", known);
+    if (given < 0)
         return -1;
-    }
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(opts, &pos, &key, &value)) { // borrowed key, value
-        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
-        int ok = 0;
-        for (int i = 0; k != NULL && known[i] != NULL; i++)
-            ok |= strcmp(k, known[i]) == 0;
-        if (!ok) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "unknown proxy option %R", key);
-            return -1;
-        }
-    }
+    if (!given)
+        goto table;
     int host = 0;
     if (opt_bool(opts, "proxy_headers", &out->headers) < 0 || opt_bool(opts, "forwarded_host", &host) < 0)
         return -1;

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "options.h"
+
 static const char *const known[] = {"certfile",  "keyfile",     "password",    "ca_certs", "ciphers",
                                     "cert_reqs", "min_version", "ticket_keys", NULL};
 
@@ -23,24 +25,9 @@ static int opt_str(PyObject *opts, const char *key, const char **s)
 int m0_tls_options(PyObject *opts, m0_tls **out)
 {
     *out = NULL;
-    if (opts == Py_None)
-        return 0;
-    if (!PyDict_Check(opts)) {
-        PyErr_SetString(PyExc_TypeError, "tls must be a dict or None");
-        return -1;
-    }
-    PyObject *key;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(opts, &pos, &key, NULL)) {
-        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
-        int ok = 0;
-        for (int i = 0; k != NULL && known[i] != NULL; i++)
-            ok |= strcmp(k, known[i]) == 0;
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "unknown tls option %R", key);
-            return -1;
-        }
-    }
+    int given = m0_options_check(opts, "tls", known);
+    if (given <= 0)
+        return given;
     m0_tls_settings s = {.cert_reqs = M0_TLS_CERT_NONE, .min_version = 12};
     const char *reqs = "none", *minv = "1.2";
     if (opt_str(opts, "certfile", &s.certfile) < 0 || opt_str(opts, "keyfile", &s.keyfile) < 0 ||
