@@ -1,14 +1,13 @@
 """Bare ASGI WebSocket echo (the websocket suite): every text or bytes message is sent back as it
-came. An HTTP request gets 200 "ws echo" (the harness's readiness and parity check)."""
+came, and nothing else (the Autobahn testee too: tests/autobahn/run.sh). An HTTP request gets 200
+"ws echo" (the harness's readiness and parity check)."""
+
+from lifespan_helper import serve_lifespan
 
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            await send({"type": m["type"] + ".complete"})
-            if m["type"] == "lifespan.shutdown":
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["type"] == "http":
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/plain"), (b"content-length", b"7")]})

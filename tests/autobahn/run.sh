@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Autobahn|Testsuite's fuzzing client (wstest -m fuzzingclient) against m0serve serving a bare
-# WebSocket echo (tests/autobahn/echo.py), then tests/autobahn/check.py on its report: exit 0 only
-# when no case is FAILED or UNIMPLEMENTED and every closing behaviour is OK or INFORMATIONAL.
+# WebSocket echo (bench/apps/ws_echo.py, the websocket bench's), then tests/autobahn/check.py on
+# its report: exit 0 only when no case is FAILED or UNIMPLEMENTED and every closing behaviour is OK or INFORMATIONAL.
 #
 #   tests/autobahn/run.sh [m0serve flags...]       e.g. --ws-per-message-deflate on
 #
@@ -47,7 +47,7 @@ port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
 rm -rf "$OUT"
 mkdir -p "$OUT"
 log=$OUT/server.log
-(cd "$ROOT/tests/autobahn" && exec "$PY" -m m0serve echo:app --host 127.0.0.1 --port "$port" "$@") >"$log" 2>&1 &
+(cd "$ROOT/bench/apps" && PYTHONPATH="$ROOT/tests/apps" exec "$PY" -m m0serve ws_echo:app --host 127.0.0.1 --port "$port" "$@") >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
