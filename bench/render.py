@@ -294,7 +294,8 @@ def memory_table(row, versions):
     return "\n".join(lines)
 
 
-def _ws_failed_line(arm, label, cells):
+def _failed_cells(arm, label, cells):
+    """A table line for an arm that was skipped or failed: why, then a dash per other cell."""
     why = _skip_text(arm) if arm["status"] == "skipped" else \
         f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
     return f"| {label} | {why} | " + " | ".join(["–"] * (cells - 2)) + " |"
@@ -309,7 +310,7 @@ def ws_echo_table(row, versions):
     for arm in row["arms"]:
         label = _label(arm, versions)
         if arm["status"] != "ok":
-            lines.append(_ws_failed_line(arm, label, len(head)))
+            lines.append(_failed_cells(arm, label, len(head)))
             continue
         ratio = "reference" if arm["name"] == ref else fmt_ratio(row["ratios"].get(arm["name"], {}).get("rps_per_core"))
         lines.append("| " + " | ".join([label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
@@ -328,7 +329,7 @@ def ws_memory_table(row, versions):
     for arm in row["arms"]:
         label = _label(arm, versions)
         if arm["status"] != "ok":
-            lines.append(_ws_failed_line(arm, label, len(head)))
+            lines.append(_failed_cells(arm, label, len(head)))
             continue
         rounds = [r for r in arm["rounds"] if not r.get("failed")]
         before = statistics.median(r["rss_before_open"] for r in rounds) if rounds else None
@@ -342,13 +343,6 @@ def ws_memory_table(row, versions):
         lines.append("| " + " | ".join([label, fmt_num(before, "mb"), fmt_num(opened, "mb"), per_s,
                                         fmt_med(arm, "rps", "int"), ratio]) + " |")
     return "\n".join(lines)
-
-
-def _failed_cells(arm, label, n):
-    if arm["status"] == "skipped":
-        return f"| {label} | {_skip_text(arm)} | " + " | ".join(["–"] * (n - 2)) + " |"
-    return (f"| {label} | **{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]} | "
-            + " | ".join(["–"] * (n - 2)) + " |")
 
 
 def connect_table(row, versions):
