@@ -83,8 +83,9 @@ def raw_h2(s, settings=b""):
     return sock
 
 
-def read_goaway(sock, timeout=10):
-    """Read frames until GOAWAY (its error code) or the connection's end (None)."""
+def read_frames(sock, timeout=10):
+    """The (type, payload) of each frame the server sends, until the connection ends, resets or
+    goes quiet, or timeout seconds have passed."""
     sock.settimeout(timeout)
     buf = b""
     deadline = time.monotonic() + timeout
@@ -92,9 +93,9 @@ def read_goaway(sock, timeout=10):
         try:
             data = sock.recv(65536)
         except (ConnectionResetError, socket.timeout):
-            return None
+            return
         if not data:
-            return None
+            return
         buf += data
         while len(buf) >= 9:
             n = int.from_bytes(buf[:3], "big")
@@ -102,8 +103,14 @@ def read_goaway(sock, timeout=10):
                 break
             ftype, payload = buf[3], buf[9 : 9 + n]
             buf = buf[9 + n :]
-            if ftype == 0x7:
-                return int.from_bytes(payload[4:8], "big")
+            yield ftype, payload
+
+
+def read_goaway(sock, timeout=10):
+    """Read frames until GOAWAY (its error code) or the connection's end (None)."""
+    for ftype, payload in read_frames(sock, timeout):
+        if ftype == 0x7:
+            return int.from_bytes(payload[4:8], "big")
     return None
 
 
@@ -207,27 +214,11 @@ def _hpack_int_rest(n, prefix):
 def _read_status(sock, timeout=10):
     """The :status of the first HEADERS frame, from its HPACK block (a static-table index or a
     literal of ":status"), or None if the connection ended first."""
-    sock.settimeout(timeout)
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            data = sock.recv(65536)
-        except (ConnectionResetError, socket.timeout):
+    for ftype, payload in read_frames(sock, timeout):
+        if ftype == 0x1:
+            return int(dict(hpack.Decoder().decode(payload))[":status"])
+        if ftype == 0x7:
             return None
-        if not data:
-            return None
-        buf += data
-        while len(buf) >= 9:
-            n = int.from_bytes(buf[:3], "big")
-            if len(buf) < 9 + n:
-                break
-            ftype, payload = buf[3], buf[9 : 9 + n]
-            buf = buf[9 + n :]
-            if ftype == 0x1:
-                return int(dict(hpack.Decoder().decode(payload))[":status"])
-            if ftype == 0x7:
-                return None
     return None
 
 
