@@ -244,7 +244,10 @@ void m0_h2_request_build(m0_h2_stream *s, m0_request *req)
         req->flags |= M0_REQ_CHUNKED; /* a body of unknown length follows: read it to its end */
 }
 
-/* A response the stream answers itself (431, 413): status only. */
+/* A response the stream answers itself (431, 413): status only, and its
+ * access log line, as the HTTP/1.1 connection logs its own 431 and 413: the
+ * request's method and path when they were received (a :path past the limit
+ * was not kept: no request then). */
 void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
 {
     char code[4];
@@ -260,6 +263,13 @@ void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
     if (nghttp2_submit_response(h2->ses, s->id, nv, 2, NULL) != 0)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     m0_metrics_engine_status(h2->c->srv->cfg.metrics, status);
+    if (h2->c->srv->cfg.access_log_fd >= 0) {
+        m0_request req;
+        int known = s->has_method && s->has_path && s->path[1] > 0 && s->f != NULL && m0_h2_fields_alloc(s) == 0;
+        if (known)
+            m0_h2_request_build(s, &req);
+        m0_conn_log(h2->c, known ? &req : NULL, status, 0, 0);
+    }
 }
 
 /* --- the stream connection --- */

@@ -2,6 +2,7 @@
 protocol, the same WSGI and ASGI probes as HTTP/1.1 (tests/apps/proto_app.py), the --http modes,
 and real clients (curl, nghttp, h2load). Each case names the RFC 9113 rule it checks."""
 import json
+import re
 import shutil
 import signal
 import socket
@@ -146,6 +147,22 @@ def test_access_log_line_per_stream(serve):
         c.wait(sid)
     s.wait_log(r'"GET /a1 HTTP/2.0" 200')
     s.wait_log(r'"GET /a2 HTTP/2.0" 200')
+
+
+def test_access_log_line_per_rejected_stream(serve):
+    """The 431 and 413 the stream layer answers itself are logged as HTTP/1.1 logs its own: one
+    line each, with the request's method and path when they were received."""
+    s = serve("proto_app:app", "--access-log", "--limit-request-body", "1000", "--limit-request-fields", "10",
+              "--limit-request-line", "100")
+    c = h2(s)
+    assert c.get("/many", headers=[(f"x-f{i}", "v") for i in range(20)]).status == 431
+    assert c.get("/up", method="POST", body=b"x" * 5000).status == 413
+    assert c.get("/" + "p" * 200).status == 431  # a :path past the limit is not kept
+    assert c.get("/after").status == 200
+    s.wait_log(r'"GET /after HTTP/2.0" 200')
+    assert len(re.findall(r'"GET /many HTTP/2.0" 431 ', s.log)) == 1
+    assert len(re.findall(r'"POST /up HTTP/2.0" 413 ', s.log)) == 1
+    assert len(re.findall(r'" 431 ', s.log)) == 2, s.log
 
 
 def test_http_1_answers_the_preface_as_http11(serve):
