@@ -181,14 +181,6 @@ def test_http_2_refuses_http11(serve):
     assert echo(h2(s).get("/"))["method"] == "GET"
 
 
-def test_http_2_with_blocking_threads_is_refused():
-    from test_cli import run_cli
-
-    r = run_cli("proto_app:app", "--http", "2", "--blocking-threads", "2")
-    assert r.returncode == 2
-    assert "--blocking-threads" in r.stderr
-
-
 def test_upgrade_h2c_is_answered_over_http11(serve):
     """Upgrade: h2c (RFC 7540 3.2, removed in RFC 9113) is not supported: HTTP/1.1 answers."""
     s = serve("proto_app:app")
