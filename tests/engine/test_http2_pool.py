@@ -9,6 +9,7 @@ import time
 import h2.settings
 
 from h2client import H2
+from test_http2_attacks import rss_kb, worker_pid
 
 APP = ("proto_app:app", "--interface", "wsgi")
 
@@ -76,6 +77,9 @@ def test_a_client_that_does_not_read_holds_no_thread(serve):
     no longer than a stall) and serves others; the queue stays near the high-water mark; once the
     client reads, the whole body arrives."""
     s = serve(*APP, "--blocking-threads", "1", "--send-timeout", "30")
+    pid = worker_pid(s)
+    assert http11_get(s, "/stream?n=3&size=100000").startswith(b"HTTP/1.1 200")  # warm
+    before = rss_kb(pid)
     stalled = h2c(s)
     sid = stalled.request("/stream?n=160&size=100000")
     stalled.pump(0.5)  # the head and the first window; nothing acknowledged after
@@ -86,6 +90,7 @@ def test_a_client_that_does_not_read_holds_no_thread(serve):
         assert time.monotonic() - t0 < 1.0
     other = h2c(s)
     assert other.get("/fixed").status == 200
+    assert rss_kb(pid) - before < 8 * 1024, (before, rss_kb(pid))  # not the 16 MB the app would produce
     r = stalled.wait(sid, timeout=60)
     assert r.status == 200 and len(r.body) == 16_000_000
 
