@@ -76,6 +76,12 @@ void m0_h2p_orphan(m0_h2_stream *s)
 {
     m0_conn *sc = s->sc;
     m0_server *srv = sc->srv;
+    /* The request's spans point into the stream's fields: they go with the
+     * connection, which the thread and its completion still read. */
+    sc->h2_fields = s->f;
+    sc->h2_hdr = s->hdr;
+    s->f = NULL;
+    s->hdr = NULL;
     pthread_mutex_lock(&srv->h2_lock);
     sc->h2s = NULL;
     sc->broken = 1;

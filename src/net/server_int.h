@@ -269,6 +269,10 @@ struct m0_conn {
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
     int is_h2s;
+    /* An orphaned stream connection (h2_pool.c): its request's fields and
+     * header array, taken from the stream that ended, freed with it. */
+    char *h2_fields;
+    void *h2_hdr;
 };
 
 struct m0_server {

@@ -116,6 +116,21 @@ def test_reset_of_a_running_stream(serve):
     assert c.get("/sleep?s=0.1").body == b"slept"
 
 
+def test_reset_while_the_view_runs_is_logged(serve):
+    """A stream reset while its view sleeps: the view ends (its write fails), the request gets its
+    access-log line with its own method and path, and the connection serves on."""
+    s = serve(*APP, "--blocking-threads", "2", "--access-log")
+    c = h2c(s)
+    sid = c.request("/sleep?s=0.5&tag=orphan")
+    time.sleep(0.1)
+    c.conn.reset_stream(sid)
+    c.flush()
+    for i in range(5):  # allocations of the same sizes while the view sleeps
+        assert c.get(f"/fixed?after={i}").status == 200
+    s.wait_log(r'"GET /sleep\?s=0.5&tag=orphan HTTP/2.0" ')
+    assert c.get("/sleep?s=0.1").body == b"slept"
+
+
 def test_small_window_streams_whole(serve):
     s = serve(*APP, "--blocking-threads", "2")
     c = h2c(s, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1000})
