@@ -314,7 +314,8 @@ struct m0_server {
      * connections share with the loop. h2_lock guards the streams' staged
      * output (h2_kicks: the streams that have some), the stream of a detached
      * stream connection (c->h2s, c->broken, c->state), and a stream's queued
-     * body (out_pos, out_len) and request body; h2_cond is signalled when a
+     * body (out_pos, out_len) and request body (h2_kicks is stored atomically:
+     * m0_h2p_absorb looks at it without the lock); h2_cond is signalled when a
      * queued body moved or a stream ended (h2_waiters: threads waiting). */
     pthread_mutex_t h2_lock;
     pthread_cond_t h2_cond;
