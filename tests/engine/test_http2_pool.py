@@ -131,6 +131,23 @@ def test_reset_while_the_view_runs_is_logged(serve):
     assert c.get("/sleep?s=0.1").body == b"slept"
 
 
+def test_write_callable_file_wrapper_and_errors(serve):
+    """pool_app's shapes over HTTP/2 on the pool: write() (each call sent before the app runs on),
+    wsgi.file_wrapper, a generator, and an app that raises before and after its head."""
+    s = serve("pool_app:app", "--interface", "wsgi", "--blocking-threads", "2")
+    c = h2c(s)
+    r = c.get("/write?n=200")
+    assert r.status == 200 and r.body == b"".join(b"w%d;" % i for i in range(200))
+    r = c.get("/file?n=1000000")
+    assert r.status == 200 and r.body == (bytes(range(256)) * 256 * 16)[:1000000]
+    r = c.get("/gen?n=300")
+    assert r.status == 200 and len(r.body) == 300 * 1024
+    assert c.get("/error-before").status == 500
+    after = c.get("/error-after")
+    assert after.reset is not None or after.status == 200  # the head was sent: the stream is cut
+    assert c.get("/").status == 200
+
+
 def test_small_window_streams_whole(serve):
     s = serve(*APP, "--blocking-threads", "2")
     c = h2c(s, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1000})
