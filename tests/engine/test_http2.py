@@ -219,11 +219,13 @@ def tls_h2(s, ca, alpn=("h2", "http/1.1")):
     return tls
 
 
-@pytest.mark.parametrize("app,iface", BRIDGES, ids=["wsgi", "asgi"])
-def test_alpn_h2_over_tls(serve, pki, app, iface):
+@pytest.mark.parametrize("app,iface,extra", [("proto_app:app", "wsgi", ()), ("proto_app:asgi_app", "asgi", ()),
+                                              ("proto_app:app", "wsgi", ("--blocking-threads", "2"))],
+                         ids=["wsgi", "asgi", "wsgi-pool"])
+def test_alpn_h2_over_tls(serve, pki, app, iface, extra):
     """RFC 9113 3.2: "h2" selected by ALPN, then the preface over TLS."""
     ca, cert, key, _ = pki
-    s = serve(app, "--interface", iface, "--ssl-certfile", cert, "--ssl-keyfile", key)
+    s = serve(app, "--interface", iface, "--ssl-certfile", cert, "--ssl-keyfile", key, *extra)
     tls = tls_h2(s, ca)
     assert tls.selected_alpn_protocol() == "h2"
     c = H2(s.host, s.port, sock=tls)
