@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define M0_TRACE_CAP (8u << 20) /* events; the file is sparse until written */
+#define M0_TRACE_CAP (16u << 20) /* events; the file is sparse until written */
 
 static m0_trace_event *trace_buf;
 static uint64_t trace_next;
