@@ -123,7 +123,7 @@ def run(args):
             for slow, kind in kinds:
                 with Slow(port, slow, kind=kind):
                     t0 = mono_ns()
-                    cmd = ["nice", "-n", str(args.nice)] + W.command(url, 16, args.phase_s, cpu=1)
+                    cmd = ["nice", "-n", str(args.nice)] + W.command(url, args.connections, args.phase_s, cpu=1)
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.phase_s + 30)
                     t1 = mono_ns()
                 parsed = W.parse_output(p.stdout)
@@ -335,6 +335,7 @@ def main():
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--nice", type=int, default=5)
     r.add_argument("--perf", action="store_true", help="record CPU 0's context switches (perf, root)")
+    r.add_argument("--connections", type=int, default=16, help="wrk's (more keep the loop busier)")
     r.add_argument("--slow-clients", default="http", help="http, raw or both (http,raw): one phase each")
     a = sub.add_parser("analyze")
     a.add_argument("prefix", nargs="?", default="/tmp/m0-pool-trace")
