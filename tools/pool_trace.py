@@ -1,6 +1,7 @@
 """Where a fast request's time goes in pool mode, with and without slow views in flight.
 
-    python tools/pool_trace.py run --build DIR [--phase-s 3] [--rounds 2] [--out PREFIX]
+    python tools/pool_trace.py run --build DIR [--phase-s 3] [--rounds 2] [--out PREFIX] [--perf]
+                                   [--slow-clients http,raw] [--connections 16] [--nice N]
     python tools/pool_trace.py analyze PREFIX
 
 `run` serves bench/apps/slow_wsgi.py with --blocking-threads 4 from DIR, a build made with
@@ -9,8 +10,10 @@ meson -Dpool_trace=true (src/net/trace.h), e.g.
     pip install --no-build-isolation --no-deps --target DIR -Csetup-args=-Dpool_trace=true .
 
 and alternates phases of wrk on the fast route with 0 and with 2 requests to /slow?ms=200 in
-flight, in one server process, so that every phase's figures are of the same machine state.
-The server is pinned to CPU 0 and wrk (and the slow clients) to CPU 1, as the mixed suite does.
+flight (from the bench's old http.client clients, or bench.runner.SlowLoad's: --slow-clients), in
+one server process, so that every phase's figures are of the same machine state.
+The server is pinned to CPU 0 and wrk to CPU 1, as the mixed suite does; --perf (root) records the
+context switches of both CPUs, so that each request's time can be split by what ran meanwhile.
 
 `analyze` rebuilds each fast request from the trace (the loop's read, the queue, the view, the
 send) and prints, per phase kind, the distribution of each part and how the requests past the
@@ -321,6 +324,27 @@ def analyze(args):
         rows = stats[k][0]
         blocked = sum(1 for r in rows if r["vcsw"]) / max(1, len(rows)) * 100
         print(f"{k}: {len(rows)} fast requests; {blocked:.2f}% blocked in their view at least once (a GIL wait)")
+    # The slow views' starts: how long until another thread took a request or led a pass (the
+    # hand-off while the view sleeps), and whether the standby gave the GIL back first (a release
+    # by a blocking view taken for a forced switch: the loop then has no owner for the pause).
+    ts_all = [e[0] for e in events]
+    handoffs, yields = [], 0
+    for r in requests(events):
+        if "take" not in r or "done" not in r or r["done"] - r["take"] <= 50_000_000:
+            continue
+        i = bisect.bisect_right(ts_all, r["take"])
+        for t, kind, slot, *_ in events[i:i + 20000]:
+            if slot == r["slot"]:
+                continue
+            if kind == 10:
+                yields += 1
+            if kind in (4, 6):
+                handoffs.append(t - r["take"])
+                break
+    if handoffs:
+        print(f"\nslow view starts: {len(handoffs)}; another thread takes over after p50 {pct(handoffs, 50) / 1000:.0f} us, "
+              f"p90 {pct(handoffs, 90) / 1000:.0f} us, max {max(handoffs) / 1000:.0f} us; "
+              f"a standby's yield first: {yields}")
     print("\nwrk p99 per phase: " + ", ".join(f"{p['key']} {p['wrk_p99_ms']} ms" for p in phases))
 
 
