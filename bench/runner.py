@@ -208,7 +208,7 @@ class SlowLoad:
     and each request costs them one send and one receive (RawClient). With http.client and a new
     connection per request they took ~0.4-0.6 ms of CPU per request, in slices that landed on the
     server's or wrk's core at random; at 10 slow requests a second those slices were most of what
-    two slow views added to the fast route's p99 (tools/pool_trace.py)."""
+    two slow views added to the fast route's p99 (bench/pool_trace.py)."""
 
     def __init__(self, port, n, ms):
         self.port, self.n, self.ms = port, n, ms

@@ -2,7 +2,7 @@
  * M0_POOL_TRACE (meson -Dpool_trace=true). It answers where a request's time
  * goes in pool mode: in the socket before the loop reads it, queued for a
  * thread, in its view (on the CPU, or off it: a GIL wait or the run queue),
- * and until its response is sent (tools/pool_trace.py reads it).
+ * and until its response is sent (bench/pool_trace.py reads it).
  *
  * Each event is one fixed record appended to a file mapped shared
  * ($M0_POOL_TRACE.<pid>), so that a worker killed at the end of a run leaves

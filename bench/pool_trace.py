@@ -1,8 +1,8 @@
 """Where a fast request's time goes in pool mode, with and without slow views in flight.
 
-    python tools/pool_trace.py run --build DIR [--phase-s 3] [--rounds 2] [--out PREFIX] [--perf]
+    python bench/pool_trace.py run --build DIR [--phase-s 3] [--rounds 2] [--out PREFIX] [--perf]
                                    [--slow-clients http,raw] [--connections 16] [--nice N]
-    python tools/pool_trace.py analyze PREFIX
+    python bench/pool_trace.py analyze PREFIX
 
 `run` serves bench/apps/slow_wsgi.py with --blocking-threads 4 from DIR, a build made with
 meson -Dpool_trace=true (src/net/trace.h), e.g.
