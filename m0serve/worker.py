@@ -35,6 +35,7 @@ from . import hooks, logs
 from .config import server_options
 
 log = logs.log
+slog = logs.signal_log  # in signal handlers: a handler may interrupt a log call
 
 
 class UnsupportedInterface(Exception):
@@ -79,7 +80,7 @@ def log_stray_signal(signum, role):
     # A worker shares its supervisor's process group (Ctrl-C, a terminal resize, `kill -- -PGID`):
     # the supervisor's line says it once. A terminal's resize is no news either.
     quiet = role == "worker" or (name == "SIGWINCH" and os.isatty(0))
-    log.log(logging.DEBUG if quiet else logging.INFO, "%s ignored%s", name, f": {hint}" if hint else "")
+    slog.log(logging.DEBUG if quiet else logging.INFO, "%s ignored%s", name, f": {hint}" if hint else "")
 
 
 def ignore_stray_signals(handler, signals=STRAY_SIGNALS):
@@ -121,7 +122,7 @@ def asgi_driver():
 
 
 class SignalPolicy:
-    """Installs the worker's signal handlers once its server serves."""
+    """Installs the worker's signal handlers once its server serves. They log through slog."""
 
     def __init__(self, cfg, *, listeners_to_close=(), supervised=False, on_drain=None, worker=None):
         self.cfg = cfg
@@ -151,7 +152,7 @@ class SignalPolicy:
         if signum == signal.SIGINT:
             self.hooks.run("worker_int", self.worker)
         if self.stopping:
-            log.info("second %s: closing every connection now", signal.Signals(signum).name)
+            slog.info("second %s: closing every connection now", signal.Signals(signum).name)
             self.server.shutdown(graceful=False)
             if self.delaying:  # it had not stopped accepting yet
                 self.delaying = False
@@ -163,7 +164,7 @@ class SignalPolicy:
         delay = self.cfg.shutdown_delay
         if delay > 0:
             # Keep serving while the balancer sees the health path fail and stops sending.
-            log.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
+            slog.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
             self.server.set_ready(False)
             self.delaying = True
             signal.setitimer(signal.ITIMER_REAL, delay)
@@ -173,8 +174,8 @@ class SignalPolicy:
     def _drain(self, signum):
         graceful = self.cfg.graceful_timeout > 0  # --graceful-timeout 0: close at once
         if not self.supervised:
-            log.info("%s: shutting down %s", signal.Signals(signum).name,
-                     f"gracefully (up to {self.cfg.graceful_timeout:g}s)" if graceful else "now")
+            slog.info("%s: shutting down %s", signal.Signals(signum).name,
+                      f"gracefully (up to {self.cfg.graceful_timeout:g}s)" if graceful else "now")
         self.server.shutdown(graceful=graceful)
         self._stop_listening()
         if self.on_drain is not None:
@@ -198,8 +199,8 @@ class SignalPolicy:
             self._drain(signal.SIGTERM)
             return
         if self.stopping:
-            log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
-                        self.server.connections)
+            slog.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
+                         self.server.connections)
             self.server.shutdown(graceful=False)
 
     def _on_quit(self, signum, frame):
@@ -230,7 +231,7 @@ class SignalPolicy:
 
     def _on_hup(self, signum, frame):
         if not self.supervised:
-            log.warning("SIGHUP ignored: a rolling restart needs a supervisor (--workers 2 or more, or --reload)")
+            slog.warning("SIGHUP ignored: a rolling restart needs a supervisor (--workers 2 or more, or --reload)")
 
 
 def register_stack_dump():
