@@ -17,10 +17,10 @@ Worker signals:
 
 ASGI: m0serve.asgi provides `run_worker(server_kwargs, app, config, on_ready)`. It builds
 the Server (`_core.Server(app, "asgi", server_kwargs["listeners"], **rest)`) inside its
-event loop, runs lifespan startup, calls `on_ready(server)` once it serves (that installs
-the signal handlers above, which call server.shutdown(graceful), and reports readiness to
-the supervisor), returns when the server has shut down (after lifespan shutdown), and
-raises when start-up fails.
+event loop, runs lifespan startup, calls `on_ready(server)` once it serves, from a callback
+of that loop (it installs the signal handlers above on the loop, which call
+server.shutdown(graceful), and reports readiness to the supervisor), returns when the
+server has shut down (after lifespan shutdown), and raises when start-up fails.
 """
 from __future__ import annotations
 
@@ -135,16 +135,36 @@ class SignalPolicy:
         self.listeners_to_close = listeners_to_close  # in-process: refuse new connections at once on TERM
         self.supervised = supervised
 
-    def install(self, server):
+    def install(self, server, loop=None):
+        """loop (ASGI): its handlers run from that running event loop (add_signal_handler),
+        between two of its callbacks. Installed there at once, before the server is announced:
+        a handler first installed with signal.signal and moved onto the loop later runs twice
+        for a signal that comes in between (once in place, once more from the loop, which
+        reads the signal's byte from its wakeup fd after the move): a TERM right after
+        "serving" was a graceful stop and then a second TERM's close of every connection.
+        ABRT stays a plain handler: it is sent to a worker whose loop is stuck."""
         self.server = server
-        signal.signal(signal.SIGTERM, self._on_term)
+
+        def on(sig, handler):
+            if loop is not None:
+                try:
+                    loop.add_signal_handler(sig, handler, sig, None)
+                    return
+                except (RuntimeError, ValueError, NotImplementedError):
+                    pass  # not the main thread, or a loop without signal support
+            signal.signal(sig, handler)
+
+        on(signal.SIGTERM, self._on_term)
         # Supervised, Ctrl-C reaches the whole process group: the supervisor turns it
         # into one TERM per worker, so the worker itself ignores INT.
-        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self._on_term)
-        signal.signal(signal.SIGQUIT, self._on_quit)
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-        signal.signal(signal.SIGHUP, self._on_hup)
-        signal.signal(signal.SIGALRM, self._on_alarm)
+        if self.supervised:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            on(signal.SIGINT, self._on_term)
+        on(signal.SIGQUIT, self._on_quit)
+        on(signal.SIGUSR1, self._on_usr1)
+        on(signal.SIGHUP, self._on_hup)
+        on(signal.SIGALRM, self._on_alarm)
         if self.hooks.has("worker_abort"):
             signal.signal(signal.SIGABRT, self._on_abort)
 
@@ -282,7 +302,12 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
               kwargs.get("max_requests") or "-", kwargs.get("limit_connections") or "-")
 
     def ready(server):
-        policy.install(server)
+        if interface == "asgi":
+            import asyncio
+
+            policy.install(server, loop=asyncio.get_running_loop())
+        else:
+            policy.install(server)
         if loop_beat is not None:
             _start_loop_beat(*loop_beat, interval=min(1.0, max(0.05, cfg.worker_timeout / 4)))
         if on_ready is not None:
