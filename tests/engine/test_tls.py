@@ -134,6 +134,27 @@ def test_keep_alive_and_pipelining_over_tls(serve, pki, app, mode):
         assert rest == b""
 
 
+@pytest.mark.parametrize("app", ["tls_app:app", "tls_app:asgi_app"])
+def test_a_half_close_after_pipelined_requests_gets_every_response(serve, pki, app):
+    """A client that shuts its sending side (TCP's FIN under the session, no close_notify) after its
+    requests is answered in full, then closed, as in plaintext. OpenSSL takes that end for a
+    close_notify (SSL_OP_IGNORE_UNEXPECTED_EOF) only when the connection's BIO confirms it
+    (BIO_CTRL_EOF); unconfirmed, the session failed and the responses still owed were lost."""
+    s = serve(app, *tls_args(pki))
+    size = 1024 * 1024
+    with tls_socket(s, client_ctx(pki)) as t:
+        t.sendall(f"GET /big?size={size} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                  + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+        socket.socket.shutdown(t, socket.SHUT_WR)  # the socket's, not SSLSocket.shutdown (which unwraps)
+        status, _, body, rest = read_response(t)
+        assert (status, len(body)) == (200, size)
+        for _ in range(2):
+            status, _, body, rest = read_response(t, rest)
+            assert (status, body) == (200, b"ok")
+        assert rest == b"" and t.recv(100) == b""  # then the server's close_notify and FIN
+    assert "ERROR" not in s.log and "disconnected" not in s.log
+
+
 @pytest.mark.parametrize("app, mode", [("tls_app:app", []), ("tls_app:app", ["--blocking-threads", "2"]),
                                        ("tls_app:asgi_app", [])])
 def test_large_response_and_upload_over_tls(serve, pki, app, mode):
