@@ -428,12 +428,14 @@ void m0_tls_conn_free(m0_tls_conn *tc)
  * the answer away. */
 static void tls_answer_plain_http(m0_tls_conn *tc)
 {
+#define PLAIN_HTTP_BODY "This port speaks HTTPS: use https:// to reach it.\n"
+    _Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 50, "the Content-Length below is the body's");
     static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
                                "Content-Type: text/plain\r\n"
-                               "Content-Length: 51\r\n"
+                               "Content-Length: 50\r\n"
                                "Connection: close\r\n"
-                               "\r\n"
-                               "This port speaks HTTPS: use https:// to reach it.\n";
+                               "\r\n" PLAIN_HTTP_BODY;
+#undef PLAIN_HTTP_BODY
     (void)!send(tc->fd, resp, sizeof(resp) - 1, M0_MSG_NOSIGNAL | MSG_DONTWAIT);
     char scratch[4096];
     for (int i = 0; i < 16 && recv(tc->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++) {

@@ -218,7 +218,9 @@ def test_plain_http_to_the_tls_port_gets_a_clear_text_400(serve, pki):
                 break
             data += chunk
     assert data.startswith(b"HTTP/1.1 400 Bad Request\r\n"), data
-    assert data.endswith(b"\r\n\r\nThis port speaks HTTPS: use https:// to reach it.\n")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert body == b"This port speaks HTTPS: use https:// to reach it.\n"
+    assert re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n").group(1) == str(len(body)).encode()
     with httpx.Client(verify=client_ctx(pki)) as c:  # the server still serves
         assert c.get(f"{s.url}/").text == "ok"
     time.sleep(0.2)
