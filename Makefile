@@ -4,6 +4,7 @@
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
+#   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/conftest.py)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
 #                         (built outside the repository; not in CI): the C tests and the test-poll suites
@@ -63,7 +64,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-tls-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -138,6 +139,14 @@ test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
 
+# The WSGI and ASGI probes again over TLS (tests/conftest.py: M0_TEST_TLS=1): every server they
+# start serves HTTPS on a certificate made at test time, and their clients speak https and wss.
+TLS_TESTS := wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py \
+	wsgi/test_wsgi_pool.py wsgi/test_wsgi_frameworks.py wsgi/test_wsgi_memory.py asgi/test_asgi_http.py \
+	asgi/test_asgi_errors.py asgi/test_asgi_lifespan.py asgi/test_asgi_shutdown.py asgi/test_asgi_frameworks.py \
+	asgi/test_asgi_soak.py asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py
+test-tls-py: build
+	cd tests && M0_TEST_TLS=1 ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(TLS_TESTS)
 # The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
