@@ -1,9 +1,11 @@
 # m0serve build, test, serve and benchmark entry points.
 #   make serve            build and serve the demo app on 127.0.0.1:8000
-#   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, docs check)
+#   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, the TLS suite
+#                         against an ASan/UBSan build of the extension: test-asan-tls, docs check)
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
+#   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/conftest.py)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
 #                         (built outside the repository; not in CI): the C tests and the test-poll suites
@@ -63,7 +65,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-tls-py test-asan-tls test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -138,6 +140,14 @@ test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
 
+# The WSGI and ASGI probes again over TLS (tests/conftest.py: M0_TEST_TLS=1): every server they
+# start serves HTTPS on a certificate made at test time, and their clients speak https and wss.
+TLS_TESTS := wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py \
+	wsgi/test_wsgi_pool.py wsgi/test_wsgi_frameworks.py wsgi/test_wsgi_memory.py asgi/test_asgi_http.py \
+	asgi/test_asgi_errors.py asgi/test_asgi_lifespan.py asgi/test_asgi_shutdown.py asgi/test_asgi_frameworks.py \
+	asgi/test_asgi_soak.py asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py
+test-tls-py: build
+	cd tests && M0_TEST_TLS=1 ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(TLS_TESTS)
 # The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).
@@ -199,7 +209,12 @@ test-py: build
 test-docs:
 	$(PYTHON) -m bench.render --check
 
-test: deps test-c test-py test-docs
+# The TLS suite against the extension built with ASan/UBSan (tests/asan_pytest.sh, a build per
+# interpreter): the engine's TLS paths in real server processes under the sanitizers (test-c runs
+# tests/c/test_tls.c under them too).
+test-asan-tls: build
+	VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY) tests/asan_pytest.sh -x -n 0 engine/test_tls.py
+test: deps test-c test-py test-asan-tls test-docs
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
 # prints its executions), then the stateful fuzzer of misbehaving apps runs
@@ -231,9 +246,9 @@ fuzz-apps: build
 # The Autobahn|Testsuite fuzzing client against a WebSocket echo, deflate on (all 517 cases:
 # about 45 minutes here, most of it sections 12-13; CASES='["13.*"]' for some). Needs a Python
 # 2.7 (pyenv's, or PY27=...): see tests/autobahn/run.sh. tests/asgi/test_ws_deflate_cases.py runs
-# the cases of sections 12-13 with a Python 3 client on every test run.
+# the cases of sections 12-13 with a Python 3 client on every test run. TLS=1: over wss.
 autobahn: build
-	PY=$(VPY) tests/autobahn/run.sh --ws-per-message-deflate on
+	TLS=$(TLS) PY=$(VPY) tests/autobahn/run.sh --ws-per-message-deflate on
 
 # The release check (about a minute, network to PyPI for the build tools): see tools/wheel_check.sh.
 # musl-tools: its musl-gcc checks that every source compiles against musl's headers (Alpine wheels).

@@ -2,6 +2,7 @@
 # Run pytest against an ASan/UBSan build of the extension.
 #
 #   tests/asan_pytest.sh [pytest args...]      (from the project root; default: the whole tests/)
+#   VENV=.venv-3.13 ASAN_BUILD=$PWD/build/asan-3.13 tests/asan_pytest.sh ...   (another interpreter)
 #
 # Builds _core with -fsanitize=address,undefined in build/asan/ (meson, from the project venv),
 # overlays it on a copy of the installed m0serve package, and runs pytest with the sanitizer
@@ -10,8 +11,8 @@
 # (the interpreter itself does not free everything at exit).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${VENV:-$ROOT/.venv-3.11}
-BUILD=$ROOT/build/asan
+VENV=${VENV:-$ROOT/.venv-3.11}  # absolute
+BUILD=${ASAN_BUILD:-$ROOT/build/asan}  # absolute; one per interpreter (make test-asan-tls)
 PKG=$BUILD/pkg
 cd "$ROOT"
 if [ ! -f "$BUILD/build.ninja" ]; then

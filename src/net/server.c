@@ -110,6 +110,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     m0_pace_init(srv);
     m0_conn_ring_init(srv);
+    m0_trim_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
     pthread_mutex_init(&srv->h2_lock, NULL);
     pthread_condattr_t ca;
@@ -142,7 +143,7 @@ void m0_server_link(m0_server *srv, m0_conn *c)
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    m0_trim_note(srv, __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED));
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
@@ -157,6 +158,7 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
     c->prev = c->next = NULL;
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    m0_trim_note(srv, n);
     if (srv->at_limit && n < srv->cfg.limit_connections) {
         srv->at_limit = 0;
         m0_listeners_update(srv); /* room again: accept */
@@ -185,6 +187,7 @@ void m0_server_free(m0_server *srv)
     m0_timer_stop(srv->loop, &srv->accept_timer);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
     m0_conn_ring_stop(srv);
+    m0_trim_stop(srv);
     m0_async_close(srv->loop, &srv->wake);
     m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);

@@ -293,6 +293,8 @@ struct m0_server {
     m0_timer pace_timer;     /* armed while `paced` is not empty */
     m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
     m0_timer tls_ring_timer; /* armed (0 ms) while `tls_ring` is not empty */
+    size_t trim_peak;        /* trim.c: open connections at their peak since the last trim */
+    m0_timer trim_timer;     /* armed after a fall in open connections: malloc_trim */
     volatile int64_t *heartbeat;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */
@@ -380,5 +382,10 @@ void m0_server_link(m0_server *srv, m0_conn *c);
  * by the pass-end hook (server.c) after the access log's flush. */
 void m0_server_flush_held(void *srv);
 void m0_server_unlink(m0_server *srv, m0_conn *c);
+/* trim.c: m0_trim_note(srv, open) after each link and unlink, with the
+ * connections then open; a fall from their peak schedules malloc_trim. */
+void m0_trim_init(m0_server *srv);
+void m0_trim_stop(m0_server *srv);
+void m0_trim_note(m0_server *srv, size_t open);
 
 #endif

@@ -50,6 +50,7 @@ struct m0_tls_conn {
     size_t preface_len;
     size_t preface_pos;
     int fd;
+    int eof;        /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
     int failed;     /* a fatal error: no close_notify, no more I/O */
     int shut;       /* close_notify sent */
     int want_write; /* a read waits for the socket to take the handshake's output */
@@ -307,6 +308,8 @@ static int conn_bio_read(BIO *b, char *out, int outl)
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         BIO_set_retry_read(b);
+    if (n == 0)
+        tc->eof = 1;
     return (int)n;
 }
 
@@ -323,11 +326,20 @@ static int conn_bio_write(BIO *b, const char *in, int inl)
     return (int)n;
 }
 
+/* BIO_CTRL_EOF must answer: OpenSSL asks it when a read gets nothing, and
+ * only an end of input it confirms is taken as a close_notify
+ * (SSL_OP_IGNORE_UNEXPECTED_EOF). Unconfirmed, the read fails with
+ * SSL_ERROR_SYSCALL, the session is marked failed, and a client's TCP
+ * half-close (shutdown(SHUT_WR) after its requests, no close_notify) would
+ * lose the responses still owed to it, which a plaintext connection sends. */
 static long conn_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-    (void)b;
     (void)num;
     (void)ptr;
+    if (cmd == BIO_CTRL_EOF) {
+        const m0_tls_conn *tc = BIO_get_data(b);
+        return tc->eof;
+    }
     return cmd == BIO_CTRL_FLUSH ? 1 : 0;
 }
 
@@ -416,12 +428,14 @@ void m0_tls_conn_free(m0_tls_conn *tc)
  * the answer away. */
 static void tls_answer_plain_http(m0_tls_conn *tc)
 {
+#define PLAIN_HTTP_BODY "This port speaks HTTPS: use https:// to reach it.\n"
+    _Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 50, "the Content-Length below is the body's");
     static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
                                "Content-Type: text/plain\r\n"
-                               "Content-Length: 51\r\n"
+                               "Content-Length: 50\r\n"
                                "Connection: close\r\n"
-                               "\r\n"
-                               "This port speaks HTTPS: use https:// to reach it.\n";
+                               "\r\n" PLAIN_HTTP_BODY;
+#undef PLAIN_HTTP_BODY
     (void)!send(tc->fd, resp, sizeof(resp) - 1, M0_MSG_NOSIGNAL | MSG_DONTWAIT);
     char scratch[4096];
     for (int i = 0; i < 16 && recv(tc->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++) {

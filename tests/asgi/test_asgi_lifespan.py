@@ -101,7 +101,7 @@ def test_graceful_shutdown_lets_inflight_finish(serve):
 
 def test_graceful_shutdown_with_open_stream(serve):
     srv = serve("asgi_app:app", "--interface", "asgi", "--graceful-timeout", "1")
-    sock = socket.create_connection((srv.host, srv.port), timeout=5)
+    sock = srv.connect(timeout=5)
     sock.sendall(b"GET /stream-forever HTTP/1.1\r\nHost: t\r\n\r\n")
     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     t0 = time.monotonic()
@@ -121,7 +121,7 @@ def test_graceful_shutdown_with_open_stream(serve):
 
 def test_graceful_timeout_zero_closes_at_once(serve):
     srv = serve("asgi_app:app", "--interface", "asgi", "--graceful-timeout", "0")
-    sock = socket.create_connection((srv.host, srv.port), timeout=5)
+    sock = srv.connect(timeout=5)
     sock.sendall(b"GET /stream-forever HTTP/1.1\r\nHost: t\r\n\r\n")
     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     t0 = time.monotonic()

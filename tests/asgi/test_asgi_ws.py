@@ -37,7 +37,7 @@ def srv():
 
 
 def ws_url(s, path):
-    return f"ws://{s.host}:{s.port}{path}"
+    return f"{s.ws_scheme}://{s.host}:{s.port}{path}"  # wss when the suite runs over TLS (M0_TEST_TLS=1)
 
 
 def run(coro, timeout=20):
@@ -81,10 +81,10 @@ def client_frame(opcode, payload, fin=True, mask=True, rsv=0):
 
 
 class RawWS:
-    """A hand-driven WebSocket client over a plain socket."""
+    """A hand-driven WebSocket client over a socket (TLS when the server serves https)."""
 
     def __init__(self, s, path="/echo", extra=b"", timeout=5):
-        self.sock = socket.create_connection((s.host, s.port), timeout=timeout)
+        self.sock = s.connect(timeout=timeout)
         key = base64.b64encode(os.urandom(16))
         self.sock.sendall(
             b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -356,7 +356,7 @@ def test_send_waits_for_a_slow_client_and_fails_when_it_leaves(srv):
 
 
 def test_frames_sent_with_the_handshake_are_not_lost(srv):
-    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+    with srv.connect(timeout=5) as sock:
         key = base64.b64encode(os.urandom(16))
         sock.sendall(
             b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -374,7 +374,7 @@ def test_frames_sent_with_the_handshake_are_not_lost(srv):
 
 
 def test_upgrade_after_a_keep_alive_request_on_the_same_connection(srv):
-    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+    with srv.connect(timeout=5) as sock:
         key = base64.b64encode(os.urandom(16))
         sock.sendall(
             b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -496,7 +496,7 @@ def test_scope(srv):
     assert s["type"] == "websocket"
     assert s["asgi"] == {"version": "3.0", "spec_version": "2.4"}
     assert s["http_version"] == "1.1"
-    assert s["scheme"] == "ws"
+    assert s["scheme"] == srv.ws_scheme  # wss when the suite runs over TLS (M0_TEST_TLS=1)
     assert s["path"] == "/scope"
     assert s["raw_path"] == "/scope"
     assert s["query_string"] == "x=1%202"
@@ -568,7 +568,7 @@ def test_app_failure_before_accept_is_500(srv, path):
 
 def test_bad_handshakes(srv):
     def raw(req):
-        with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+        with srv.connect(timeout=5) as sock:
             sock.sendall(req)
             data = b""
             while b"\r\n\r\n" not in data:
@@ -605,7 +605,7 @@ def test_handshake_with_a_body_is_refused(srv, framing):
     else:
         extra, body = b"Content-Length: 0\r\n", b""
     key = base64.b64encode(os.urandom(16))
-    with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+    with srv.connect(timeout=5) as sock:
         sock.sendall(
             b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n" + body
@@ -767,7 +767,7 @@ def test_flood_to_an_app_that_does_not_receive_is_bounded_in_bytes(serve):
 
     rss0, _ = mem()
     n, size = 40, 1 << 20
-    sock = socket.create_connection((s.host, s.port), timeout=30)
+    sock = s.connect(timeout=30)
     key = base64.b64encode(os.urandom(16))
     sock.sendall(
         b"GET /hold HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

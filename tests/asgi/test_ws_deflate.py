@@ -20,7 +20,7 @@ JSON = json.dumps({"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b"], 
 
 
 def handshake(srv, extensions):
-    s = socket.create_connection((srv.host, srv.port), timeout=10)
+    s = srv.connect(timeout=10)
     key = base64.b64encode(os.urandom(16)).decode()
     ext = f"Sec-WebSocket-Extensions: {extensions}\r\n" if extensions else ""
     s.sendall(f"GET /echo HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -82,7 +82,7 @@ def test_websockets_client_negotiates_and_round_trips(serve):
     srv = serve(APP)
 
     async def main():
-        async with connect(f"ws://{srv.host}:{srv.port}/echo") as ws:
+        async with connect(f"{srv.ws_scheme}://{srv.host}:{srv.port}/echo") as ws:
             ext = ws.response.headers["Sec-WebSocket-Extensions"]
             assert ext.startswith("permessage-deflate") and "client_max_window_bits=12" in ext, ext
             for msg in (JSON, "short", JSON.encode(), "é" * 5000, b"\x00" * 100000):
@@ -221,7 +221,7 @@ def test_off_declines(serve):
         assert ext is None
 
         async def main():
-            async with connect(f"ws://{srv.host}:{srv.port}/echo") as ws:
+            async with connect(f"{srv.ws_scheme}://{srv.host}:{srv.port}/echo") as ws:
                 assert "Sec-WebSocket-Extensions" not in ws.response.headers
                 await ws.send(JSON)
                 assert await ws.recv() == JSON

@@ -201,7 +201,7 @@ def test_allowed_response_rejects_what_rfc_7692_forbids():
 async def _echo_case(srv, factories, kind, binary, size, fragment):
     data = payload(kind)
     text = data if isinstance(data, str) else None
-    async with connect(f"ws://{srv.host}:{srv.port}/echo", extensions=factories, compression=None,
+    async with connect(f"{srv.ws_scheme}://{srv.host}:{srv.port}/echo", extensions=factories, compression=None,
                        max_size=None) as ws:
         negotiated = ws.response.headers.get("Sec-WebSocket-Extensions")
         ptr = 0

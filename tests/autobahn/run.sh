@@ -12,6 +12,8 @@
 #   CASES         a JSON list of case patterns (default ["*"]: all 517 cases; sections 12 and 13
 #                 are 216 of them, 1000 messages each, and take most of the time)
 #   OUT           where the report goes (default tests/autobahn/reports, not committed)
+#   TLS=1         over TLS: m0serve serves wss:// on a self-signed certificate made here (openssl),
+#                 which wstest's client takes without verifying it
 #
 # wstest runs only on Python 2.7 (print statements, Twisted 19.10); the venv takes it and its
 # pinned dependencies (requirements-py27.txt) from PyPI.
@@ -47,7 +49,15 @@ port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
 rm -rf "$OUT"
 mkdir -p "$OUT"
 log=$OUT/server.log
-(cd "$ROOT/bench/apps" && PYTHONPATH="$ROOT/tests/apps" exec "$PY" -m m0serve ws_echo:app --host 127.0.0.1 --port "$port" "$@") >"$log" 2>&1 &
+scheme=ws
+tls_args=()
+if [ "${TLS:-0}" = 1 ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$OUT/key.pem" -out "$OUT/cert.pem" \
+        -days 2 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+    scheme=wss
+    tls_args=(--ssl-certfile "$OUT/cert.pem" --ssl-keyfile "$OUT/key.pem")
+fi
+(cd "$ROOT/bench/apps" && PYTHONPATH="$ROOT/tests/apps" exec "$PY" -m m0serve ws_echo:app --host 127.0.0.1 --port "$port" "${tls_args[@]}" "$@") >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
@@ -59,13 +69,13 @@ done
 cat >"$OUT/fuzzingclient.json" <<EOF
 {
   "outdir": "$OUT",
-  "servers": [{"agent": "m0serve", "url": "ws://127.0.0.1:$port/echo"}],
+  "servers": [{"agent": "m0serve", "url": "$scheme://127.0.0.1:$port/echo"}],
   "cases": $CASES,
   "exclude-cases": [],
   "exclude-agent-cases": {}
 }
 EOF
-echo "m0serve $* on port $port; wstest cases $CASES; report in $OUT"
+echo "m0serve $* on $scheme://127.0.0.1:$port; wstest cases $CASES; report in $OUT"
 status=0
 (cd "$OUT" && exec "$AUTOBAHN_VENV/bin/wstest" -m fuzzingclient -s fuzzingclient.json >wstest.log 2>&1) &
 client=$!

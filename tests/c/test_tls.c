@@ -3,7 +3,8 @@
  * client on the socketpair, the certificate a self-signed one made here.
  * Covered: handshake and keep-alive, 60 pipelined requests in one record
  * (input OpenSSL holds past the read buffer's room), a 300,000-byte response
- * through the write buffer, plain HTTP answered 400 in clear text, a PROXY
+ * through the write buffer, a client's TCP half-close after pipelined
+ * requests (all answered), plain HTTP answered 400 in clear text, a PROXY
  * preface's bytes given to the session, session tickets under the current
  * and the previous keys. Built and run by `make test-c`. */
 #include "tls_harness.h"
@@ -54,7 +55,34 @@ static void test_plain_http_gets_a_clear_text_400(void)
     h_send(&h, req, sizeof(req) - 1);
     h_run(&h, 0);
     CHECK(h.out_len > 24 && memcmp(h.out, "HTTP/1.1 400 Bad Request\r\n", 26) == 0);
+    /* Its Content-Length is its body's. */
+    const char *end = memmem(h.out, h.out_len, "\r\n\r\n", 4);
+    const char *cl = memmem(h.out, h.out_len, "Content-Length: ", 16);
+    CHECK(end != NULL && cl != NULL && cl < end);
+    if (end != NULL && cl != NULL)
+        CHECK(strtoul(cl + 16, NULL, 10) == h.out_len - (size_t)(end + 4 - h.out));
     CHECK(h.conn == NULL); /* closed */
+    SSL_free(ssl);
+    h_close(&h);
+}
+
+/* The client's TCP half-close after pipelined requests (a FIN under the
+ * session, no close_notify): every response is still sent, then the
+ * connection closes, as in plaintext. */
+static void test_half_close_after_pipelined_requests(void)
+{
+    harness h;
+    SSL *ssl = tls_open(&h, NULL);
+    CHECK(ssl != NULL);
+    CHECK(tls_handshake(&h, ssl) == 0);
+    static const char reqs[] = "GET /big HTTP/1.1\r\nHost: t\r\n\r\nGET /a HTTP/1.1\r\nHost: t\r\n\r\n";
+    tls_send(&h, ssl, reqs, sizeof(reqs) - 1);
+    CHECK(shutdown(h.peer, SHUT_WR) == 0);
+    tls_drain(&h, ssl);
+    const char *why = "";
+    CHECK(h_responses(h.out, h.out_len, &why) == 2);
+    CHECK(h.out_len > H_BIG);
+    CHECK(h.conn == NULL); /* then closed */
     SSL_free(ssl);
     h_close(&h);
 }
@@ -159,6 +187,7 @@ int main(void)
     CHECK(m0_tls_new(&bad, &wrong, err, sizeof(err)) < 0 && bad == NULL && strstr(err, cert_path) != NULL);
     test_keep_alive_pipelining_and_a_big_response();
     test_plain_http_gets_a_clear_text_400();
+    test_half_close_after_pipelined_requests();
     test_proxy_preface();
     test_ticket_keys_current_and_previous();
     (void)h_run_for; /* the harness's, unused here */

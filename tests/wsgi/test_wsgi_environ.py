@@ -38,7 +38,8 @@ def test_required_keys_and_types(serve_shared):
     assert env["REMOTE_PORT"] == str(client_port)
     assert env["HTTP_HOST"] == "example.test"
     assert env["wsgi.version"] == [1, 0]
-    assert env["wsgi.url_scheme"] == "http"
+    assert env["wsgi.url_scheme"] == srv.scheme  # https when the suite runs over TLS (M0_TEST_TLS=1)
+    assert env.get("HTTPS") == ("on" if srv.scheme == "https" else None)
     assert env["wsgi.multithread"] is False
     assert env["wsgi.multiprocess"] is True
     assert env["wsgi.run_once"] is False

@@ -326,9 +326,7 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
     base_rss = rss_kb(pid)
     hogs = []
     for _ in range(2):
-        h = socket.socket()
-        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        h.connect((srv.host, srv.port))
+        h = srv.connect(timeout=30, rcvbuf=4096)
         h.sendall(get(path))
         hogs.append(h)
     time.sleep(0.5)
@@ -345,9 +343,7 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
 
 def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
     srv = serve("pool_app:app", "--send-timeout", "1", *POOL)
-    h = socket.socket()
-    h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    h.connect((srv.host, srv.port))
+    h = srv.connect(timeout=30, rcvbuf=4096)
     h.sendall(get("/gen?n=20000"))  # 20 MB from a generator: the pool thread waits above the mark
     # Polled: the generator is closed once the 1 s send timeout has passed without progress (the
     # control, without the timeout, never closes it: the bound of 10 s is far from both).
@@ -494,9 +490,7 @@ def test_client_gone_mid_body_and_mid_response(serve, mode):
     for _ in range(20):
         with srv.connect(timeout=5) as s:  # gone while the app streams the body in
             s.sendall(post("/echo", b"x" * 100_000)[:60_000])
-        h = socket.socket()
-        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        h.connect((srv.host, srv.port))
+        h = srv.connect(timeout=30, rcvbuf=4096)
         h.sendall(get("/gen?n=3000"))  # gone mid-response
         h.recv(100)
         h.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
