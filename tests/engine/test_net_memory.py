@@ -104,7 +104,7 @@ def test_idle_tls_keep_alive_connections_cost_under_24_kb_each(engine, tmp_path)
         time.sleep(0.3)
         per_conn = (rss(srv.proc.pid) - before) / n
         # Measured (OpenSSL 3.0, TLS 1.3, AES-GCM, X25519): about 15.3 KB, of which 13.9 KB are
-        # OpenSSL's live session (7.6 KB of it the SSL object itself; tools/tls_mem_sites.c splits
+        # OpenSSL's live session (7.6 KB of it the SSL object itself; bench/tls/tls_mem_sites.c splits
         # it by allocation site) and 1.1 KB the connection as in plaintext. Without
         # SSL_MODE_RELEASE_BUFFERS an idle session keeps its record buffers: about 30 KB per
         # connection.

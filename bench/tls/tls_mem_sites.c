@@ -7,7 +7,7 @@
  * (with a second argument "sites") the live server blocks by file:line,
  * which include the context's own (divide by N).
  *
- *   clang -O1 -g -D_GNU_SOURCE -Isrc/net -o /tmp/tls_mem_sites tools/tls_mem_sites.c -lssl -lcrypto -lpthread
+ *   clang -O1 -g -D_GNU_SOURCE -Isrc/net -o /tmp/tls_mem_sites bench/tls/tls_mem_sites.c -lssl -lcrypto -lpthread
  *   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /tmp/key.pem \
  *       -out /tmp/cert.pem -days 2 -subj /CN=localhost
  *   /tmp/tls_mem_sites /tmp/cert.pem /tmp/key.pem 1000 [sites] [1.2]

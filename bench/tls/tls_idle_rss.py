@@ -1,7 +1,7 @@
 """RSS per idle keep-alive connection of a real engine process (tests/apps/engine_server.py, the
 native hello), plaintext or TLS, as a slope between a few connection counts.
 
-    .venv-3.11/bin/python tools/tls_idle_rss.py [tls|plain] [N1,N2,...] [--tls12] [--close]
+    .venv-3.11/bin/python bench/tls/tls_idle_rss.py [tls|plain] [N1,N2,...] [--tls12] [--close]
 
 Opens 300 connections first (each with one request answered, then idle: this warms the heap
 and the recycle allocators), then up to each N, and prints per added connection: the growth of
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 HELLO = b"Hello, world!"
