@@ -21,14 +21,6 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 APPS_DIR = TESTS_DIR / "apps"
 ROOT_DIR = TESTS_DIR.parent
-# The tests, by subject: the engine on the wire (both bridges), each bridge, and operations (CLI,
-# configuration, supervisor, logs, metrics, release). Some share helpers defined in a test module
-# of another subject (test_cli.run_cli, test_supervisor.wait_until...): every subject directory
-# is importable, whichever file pytest collects first.
-SUBJECT_DIRS = [TESTS_DIR / name for name in ("engine", "wsgi", "asgi", "ops")]
-for _subject in SUBJECT_DIRS:
-    if str(_subject) not in sys.path:
-        sys.path.insert(0, str(_subject))
 LISTEN_RE = re.compile(r"Listening on https?://([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 
 

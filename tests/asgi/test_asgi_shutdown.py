@@ -2,7 +2,7 @@
 (issue 23, item 11): no "Task was destroyed but it is pending!", and each task's cleanup runs."""
 import pytest
 
-from test_cli import get
+from helpers import get
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])

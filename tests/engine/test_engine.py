@@ -6,12 +6,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import APPS_DIR, TESTS_DIR, Server, _take_leftover, header, read_response, recv_until_eof, server_env
+from conftest import Server, _take_leftover, header, read_response, recv_until_eof
+from helpers import run_python
 
 HELLO = b"Hello, world!"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -312,18 +312,6 @@ def test_max_requests_fd_tells_once_and_serves_on(engine):
     assert srv.proc.wait(5) == 0
     srv.wait_log(r"served 6 requests, 0 connections")
     assert srv.log.count("M") == 1, srv.log
-
-
-def run_python(code, timeout=30):
-    """Run code in a fresh interpreter outside the source tree (the installed package)."""
-    import subprocess
-
-    env = server_env()
-    env["PYTHONPATH"] = str(TESTS_DIR) + os.pathsep + env["PYTHONPATH"]
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(APPS_DIR), env=env, capture_output=True,
-                       text=True, timeout=timeout)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
 
 
 def test_server_api_in_process():

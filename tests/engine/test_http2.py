@@ -165,7 +165,7 @@ def test_http_2_refuses_http11(serve):
 
 
 def test_http_2_with_blocking_threads_is_refused():
-    from test_cli import run_cli
+    from helpers import run_cli
 
     r = run_cli("proto_app:app", "--http", "2", "--blocking-threads", "2")
     assert r.returncode == 2

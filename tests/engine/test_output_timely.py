@@ -316,7 +316,7 @@ def test_every_byte_sent_is_counted(serve, mode):
     """m0serve_sent_bytes_total counts exactly the bytes the clients received, whichever path sent
     them: here a small response held for the pass's end and then sent ahead of a larger pipelined
     one (the control sent held output uncounted: the total fell short by the held response)."""
-    from test_metrics import scrape, value
+    from helpers import scrape, value
 
     srv = serve("output_app:big_app", *MODES[mode], "--metrics-port", "0")
     before = value(scrape(srv), "m0serve_sent_bytes_total")

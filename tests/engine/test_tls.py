@@ -20,8 +20,7 @@ except ImportError:
     # certificates are made with the openssl command line.
     import openssl_pki as trustme
 
-from test_cli import run_cli
-from test_operator_errors import one_line
+from helpers import one_line, run_cli
 
 
 @pytest.fixture(scope="module")

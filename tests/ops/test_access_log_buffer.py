@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import read_response
-from test_supervisor import wait_until, worker_pids
+from helpers import wait_until, worker_pids
 
 LINE = re.compile(r'\[[^]]+\] 127\.0\.0\.1:\d+ - "GET (/\S*) HTTP/1\.1" 200 \d+ \d+\.\d{3}ms')
 

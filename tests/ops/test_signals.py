@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from test_cli import get
-from test_supervisor import wait_until, worker_pids
+from helpers import get, wait_until, worker_pids
 
 # Default action Term or Stop in signal(7), and no meaning in m0serve. Not here: those it gives
 # a meaning (TERM, INT, QUIT, HUP, USR1; TTIN/TTOU in the supervisor, ALRM and USR2 in a worker),

@@ -15,57 +15,8 @@ import time
 import pytest
 
 from conftest import APPS_DIR, server_env
-from test_cli import get
+from helpers import Loop, get, wait_until, worker_pids
 
-
-class Loop:
-    """Clients sending GET / in a loop on fresh connections; records (start, end, pid or error)."""
-
-    def __init__(self, server, clients=1, path="/"):
-        self.server = server
-        self.path = path
-        self.results = []
-        self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self):
-        while not self.stop_flag.is_set():
-            t0 = time.monotonic()
-            try:
-                status, _, body = get(self.server.host, self.server.port, self.path, timeout=10)
-                outcome = int(body) if status == 200 else f"status {status}"
-            except (OSError, ValueError) as e:
-                outcome = e
-            self.results.append((t0, time.monotonic(), outcome))
-
-    def stop(self):
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(15)
-        return self.results
-
-    def failures(self, after=None):
-        return [r for r in self.results if not isinstance(r[2], int) and (after is None or r[0] >= after)]
-
-    def pids(self, after=0.0):
-        return {r[2] for r in self.results if isinstance(r[2], int) and r[0] >= after}
-
-
-def worker_pids(server, n, timeout=10):
-    """The pids of the first n workers that reported ready."""
-    wait_until(lambda: len(re.findall(r"worker \d+ ready", server.log)) >= n, timeout, f"{n} workers ready")
-    return [int(p) for p in re.findall(r"worker (\d+) ready", server.log)[:n]]
-
-
-def wait_until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_killed_worker_is_replaced_while_requests_continue(serve):

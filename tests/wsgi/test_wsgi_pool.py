@@ -654,7 +654,7 @@ def test_a_pool_server_gives_its_queue_back():
     """Each pool-mode Server frees its queue when it goes: the ring, the locks and the
     /proc/thread-self/schedstat fd each of its threads opened (on c060683 every Server
     left B + 1 fds behind)."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import gc, os, socket, threading
@@ -701,7 +701,7 @@ def test_a_failed_pass_still_ends_its_requests():
     another waits in the queue: serve() raises, and both requests end with their connections
     closed, none left open for a loop that no longer runs (on c060683 they stayed counted open,
     their completions never taken)."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import os, socket, threading, time
@@ -760,7 +760,7 @@ def test_access_log_lines_reach_the_callable_while_the_leader_has_no_gil():
     """Every pool thread but the leader in a view: the leader runs its passes without the GIL and
     hands the access-log lines to the callable at least once a second (M0_WORKQ_PASS_DUTIES), not
     only when a view ends."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import socket, threading, time
