@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import header, read_response
+from helpers import scrape, value, wait_until
 
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
 
@@ -67,7 +68,7 @@ def test_streamed_events_leave_at_their_yield_under_keep_alive_load(serve, mode)
     srv = serve("output_app:app", *MODES[mode])
     hammer = Hammer(srv, 6)
     try:
-        time.sleep(0.2)
+        wait_until(lambda: hammer.count >= 6, 5, "the keep-alive clients to loop")
         with srv.connect(timeout=10) as s, srv.connect(timeout=10) as busy, srv.connect(timeout=10) as other:
             busy.sendall(get("/sleep?ms=300"))
             time.sleep(0.1)
@@ -316,8 +317,6 @@ def test_every_byte_sent_is_counted(serve, mode):
     """m0serve_sent_bytes_total counts exactly the bytes the clients received, whichever path sent
     them: here a small response held for the pass's end and then sent ahead of a larger pipelined
     one (the control sent held output uncounted: the total fell short by the held response)."""
-    from helpers import scrape, value
-
     srv = serve("output_app:big_app", *MODES[mode], "--metrics-port", "0")
     before = value(scrape(srv), "m0serve_sent_bytes_total")
     received = 0
@@ -330,6 +329,8 @@ def test_every_byte_sent_is_counted(serve, mode):
                 if not b:
                     break
                 received += len(b)
-    time.sleep(0.5)
-    after = value(scrape(srv), "m0serve_sent_bytes_total")
-    assert after - before == received
+    # The counter moves once the loop has accounted for the last send: poll for it.
+    sent = []
+    wait_until(lambda: sent.append(value(scrape(srv), "m0serve_sent_bytes_total") - before) or sent[-1] >= received,
+               5, "the sent-bytes counter to reach what the clients received")
+    assert sent[-1] == received
