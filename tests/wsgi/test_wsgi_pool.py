@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import header, read_response
+from helpers import wait_until
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -48,10 +49,12 @@ def fast_latencies(srv, n=20):
     return out
 
 
-def hold_slow(srv, ms, n):
-    """n background requests to /slow?ms=ms, each on its own connection."""
+def hold_slow(srv, ms, n, entered=None):
+    """n background requests to /slow?ms=ms, each on its own connection; returns once `entered`
+    of them (all by default) are inside the view."""
     threads = []
     results = []
+    before = srv.log.count("slow view entered")
 
     def one():
         results.append(timed_get(srv, f"/slow?ms={ms}", timeout=30))
@@ -60,7 +63,8 @@ def hold_slow(srv, ms, n):
         t = threading.Thread(target=one, daemon=True)
         t.start()
         threads.append(t)
-    time.sleep(0.3)  # inside the views
+    want = before + (n if entered is None else entered)
+    wait_until(lambda: srv.log.count("slow view entered") >= want, 10, f"{want - before} request(s) in the view")
     return threads, results
 
 
@@ -100,7 +104,8 @@ def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
     srv = serve("pool_app:app", "--blocking-threads", "2", "--health-path", "/healthz",
                 "--limit-concurrency", "4", "--header-timeout", "1")
     fast_latencies(srv, 3)
-    threads, results = hold_slow(srv, 5000, 4)
+    threads, results = hold_slow(srv, 5000, 4, entered=2)
+    time.sleep(0.3)  # the two views that wait for a thread are in flight too
     probes = {}
 
     def probe(name, path):
