@@ -287,7 +287,7 @@ def test_wsgi_input_read_from_a_second_thread_meanwhile_is_refused(serve):
 
 @pytest.mark.parametrize("call", ["write", "start", "hints"])
 @pytest.mark.parametrize("mode", ["inline", "pool"])
-def test_wsgi_callables_from_another_thread_are_refused(serve, call, mode):
+def test_wsgi_callables_from_another_thread_are_refused(serve_shared, call, mode):
     """write(), start_response and wsgi.early_hints called from a thread other than the
     request's (here one the view starts and joins) raise RuntimeError, on every build: on a
     free-threaded one nothing serialises them against the request's own thread, which may be
@@ -295,7 +295,7 @@ def test_wsgi_callables_from_another_thread_are_refused(serve, call, mode):
     normally (a refused start_response set nothing). Before: the thread's write() reached the
     client, its start_response took the response (the view's own then failed: a 500) and its
     early hints were sent (a 103 first)."""
-    server = start(serve, "wsgi", "--early-hints", "on", *(("--blocking-threads", "2") if mode == "pool" else ()))
+    server = start(serve_shared, "wsgi", "--early-hints", "on", *(("--blocking-threads", "2") if mode == "pool" else ()))
     with server.connect() as s:
         s.sendall(b"GET /foreign?call=" + call.encode() + b" HTTP/1.1\r\n" + HOST + b"\r\n")
         status, _, body, head = read_response(s)  # a 103 from the thread would come first

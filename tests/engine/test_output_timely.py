@@ -176,7 +176,7 @@ MARKS = b"ghijklmnopqrstuvxyz"  # never in a chunk-size line, nor in the head (l
 @pytest.mark.parametrize("client", ["lockstep", "concurrent"])
 @pytest.mark.parametrize("path", ["/duplex", "/duplex-yield"])
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_full_duplex_echo(serve, mode, path, client):
+def test_full_duplex_echo(serve_shared, mode, path, client):
     """The app echoes the body as it reads it, through write() or by yielding each piece; 8 MiB
     (32 x 256 KiB). lockstep: the client sends a block and waits for its echo before it sends the
     next, and now and then starts reading an echo 0.25 s late (so that a writer that stops
@@ -187,7 +187,7 @@ def test_full_duplex_echo(serve, mode, path, client):
     with bytes queued and a wait for input that sent nothing) deadlocked until the body timeout.
     The bound, 10 s, is far below the body timeout (60 s) and above the time taken (the pauses,
     1 s, and well under a second more here)."""
-    srv = serve("output_app:app", *MODES[mode], "--body-buffer-size", "0")
+    srv = serve_shared("output_app:app", *MODES[mode], "--body-buffer-size", "0")
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # output queues in the server
         s.settimeout(10)
@@ -271,14 +271,14 @@ def test_a_list_result_mutated_while_it_is_sent(serve, mode):
 
 @pytest.mark.parametrize("path", ["/gen", "/list", "/file"])
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_slow_readers_hold_no_thread(serve, mode, path):
+def test_slow_readers_hold_no_thread(serve_shared, mode, path):
     """--blocking-threads 2 and four clients that ask for 8 MiB and read nothing: their responses
     are set aside (a generator's with its iterator, resumed by whichever thread is free once the
     peer reads; a list's queued whole; a wsgi.file_wrapper's sendfile continued when the socket
     drains) and a bystander is served at once (the control: every thread waited on a hog, the
     bystander timed out after 5 s). The bound is 1 s (the goal is 50 ms; a shared machine
     sometimes takes longer to schedule the server). Then each hog reads its whole response."""
-    srv = serve("output_app:big_app", *MODES[mode])
+    srv = serve_shared("output_app:big_app", *MODES[mode])
     n = 8 << 20
     timed_hello(srv)
     hogs = []
