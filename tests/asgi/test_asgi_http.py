@@ -269,14 +269,14 @@ def test_pathsend(srv):
 def test_disconnect_while_waiting_for_body(srv_own):
     with srv_own.connect() as sock:
         sock.sendall(b"POST /partial-body HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the 10 bytes reach the app before the disconnect
     srv_own.wait_log(r"DISCONNECT-IN-BODY 10", timeout=5)
 
 
 def test_disconnect_after_body(srv_own):
     with srv_own.connect() as sock:
         sock.sendall(b"POST /wait-disconnect HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the app awaits receive() before the disconnect
         sock.shutdown(socket.SHUT_RDWR)
     srv_own.wait_log(r"DISCONNECT-AFTER-BODY http.disconnect", timeout=5)
 
@@ -406,7 +406,7 @@ def test_app_declared_chunked(srv):
 def test_receive_cancelled_by_timeout_then_read(srv):
     with srv.connect() as sock:
         sock.sendall(b"POST /receive-timeout HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
-        time.sleep(0.4)
+        time.sleep(0.4)  # pacing under test: past the app's receive() timeout
         sock.sendall(b"hello")
         status, _, body, _ = read_response(sock)
     assert status == 200 and body == b"hello"

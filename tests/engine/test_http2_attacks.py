@@ -137,7 +137,7 @@ def test_rapid_reset_ends_with_enhance_your_calm(target):
         except (BrokenPipeError, ConnectionResetError):
             pass
         code = read_goaway(sock)
-        time.sleep(0.3)
+        time.sleep(0.3)  # the server's frees settle before RSS is read
     assert code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, code
     b.check("rapid reset")
 
@@ -165,7 +165,7 @@ def test_continuation_flood_is_cut(target):
         except (BrokenPipeError, ConnectionResetError):
             pass
         code = read_goaway(sock, 5)
-        time.sleep(0.3)
+        time.sleep(0.3)  # the server's frees settle before RSS is read
     after = rss_kb(pid)
     print(f"\nCONTINUATION flood: GOAWAY {code}, RSS {before} -> {after} kB")
     assert code is not None and code != 0, code
@@ -193,7 +193,7 @@ def test_hpack_bomb_gets_431(target):
             frames += frame(0x9, 0x4 if i == len(chunks) - 1 else 0, 1, ch)
         sock.sendall(frames)
         status = _read_status(sock)
-        time.sleep(0.3)
+        time.sleep(0.3)  # the server's frees settle before RSS is read
     after = rss_kb(pid)
     print(f"\nHPACK bomb: status {status}, RSS {before} -> {after} kB")
     assert status == 431 or status is None
@@ -255,7 +255,7 @@ def test_ping_flood_is_bounded(target):
                 sock.sendall(ping)
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             pass
-        time.sleep(0.2)
+        time.sleep(0.2)  # the server's frees settle before RSS is read
     after = rss_kb(pid)
     print(f"\nPING flood: RSS {before} -> {after} kB")
     assert after - before < 20_000, (before, after)
@@ -276,7 +276,7 @@ def test_settings_flood_is_bounded(target):
                 sock.sendall(settings)
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             pass
-        time.sleep(0.2)
+        time.sleep(0.2)  # the server's frees settle before RSS is read
     after = rss_kb(pid)
     print(f"\nSETTINGS flood: RSS {before} -> {after} kB")
     assert after - before < 20_000, (before, after)

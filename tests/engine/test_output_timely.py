@@ -71,7 +71,7 @@ def test_streamed_events_leave_at_their_yield_under_keep_alive_load(serve, mode)
         wait_until(lambda: hammer.count >= 6, 5, "the keep-alive clients to loop")
         with srv.connect(timeout=10) as s, srv.connect(timeout=10) as busy, srv.connect(timeout=10) as other:
             busy.sendall(get("/sleep?ms=300"))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the slow view is running
             s.sendall(get("/sse?n=4&ms=500"))
             other.sendall(get("/"))
             buf = b""
@@ -243,7 +243,7 @@ def test_expect_100_continue_body_is_buffered_by_the_loop(serve, mode):
         s.settimeout(5)
         interim = s.recv(4096)
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
-        time.sleep(0.1)
+        time.sleep(0.1)  # the loop waits for the body
         took = [timed_hello(srv) for _ in range(3)]
         assert max(took) < 1.0, took
         s.sendall(b"x" * 1000)
@@ -290,7 +290,7 @@ def test_slow_readers_hold_no_thread(serve_shared, mode, path):
         h.sendall(get(f"{path}?n={n}"))
         hogs.append(h)
     try:
-        time.sleep(0.5)
+        time.sleep(0.5)  # the hogs' responses fill their sockets and are set aside
         took = [timed_hello(srv, timeout=5) for _ in range(5)]
         assert max(took) < 1.0, took
         # Then they all read at once (one after the other, the last would meet --send-timeout).

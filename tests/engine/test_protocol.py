@@ -630,7 +630,7 @@ def test_header_timeout_slow_client_gets_408(serve_shared, backend):
             latencies.append(time.monotonic() - t0)
             check_ok(status, body, backend, f"/fast/{served}")
             served += 1
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing of the fast client
     t.join()
     assert "error" not in result, result
     assert result["status"] == 408, result

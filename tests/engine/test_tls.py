@@ -202,7 +202,7 @@ def test_plain_http_to_the_tls_port_gets_a_clear_text_400(serve, pki):
     assert data.endswith(b"\r\n\r\nThis port speaks HTTPS: use https:// to reach it.\n")
     with httpx.Client(verify=client_ctx(pki)) as c:  # the server still serves
         assert c.get(f"{s.url}/").text == "ok"
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log and "Traceback" not in s.log
 
 
@@ -488,7 +488,7 @@ def test_proxy_protocol_header_before_the_client_hello(serve, pki, mode):
     # ... and in a segment of its own.
     with socket.create_connection((s.host, s.port), timeout=10) as raw:
         raw.sendall(header)
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing under test: the PROXY header in a segment of its own
         with client_ctx(pki).wrap_socket(raw, server_hostname="127.0.0.1") as t:
             t.sendall(req)
             assert json.loads(read_response(t)[2])["client"] == "203.0.113.7"
@@ -524,7 +524,7 @@ def test_openssl_s_client_sees_no_compression_no_renegotiation_and_no_tls_1_1(se
     assert "ALPN protocol: h2" in r.stdout.decode()  # --http auto prefers HTTP/2 (tests/test_http2.py)
     r = _s_client(s, "-alpn", "spdy/3,http/1.1", pki=pki)
     assert "ALPN protocol: http/1.1" in r.stdout.decode()
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log
 
 
@@ -566,7 +566,7 @@ def test_a_client_that_vanishes_mid_handshake_or_trickles_it(serve, pki):
         assert buf.startswith(b"HTTP/1.1 200")
     with httpx.Client(verify=client_ctx(pki)) as c:
         assert c.get(f"{s.url}/").text == "ok"
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log and "Traceback" not in s.log
 
 
@@ -583,7 +583,7 @@ def test_a_peer_gone_mid_response_does_not_kill_a_worker_without_sig_ign(serve, 
         assert t.recv(100)
         t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
         t.close()
-        time.sleep(0.3)
+        time.sleep(0.3)  # time for the reset to reach the server
     assert s.proc.poll() is None, s.log
     with httpx.Client(verify=client_ctx(pki)) as c:
         assert c.get(f"{s.url}/").text == "ok"

@@ -257,7 +257,7 @@ def test_slow_upload_does_not_stall(serve, mode):
         h = srv.connect(timeout=10)
         h.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\nabc")
         hogs.append(h)
-    time.sleep(0.3)
+    time.sleep(0.3)  # the hogs' heads are read
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow upload stalled the worker ({max(lat):.3f}s)"
     for h in hogs:
@@ -336,7 +336,7 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
         h.connect((srv.host, srv.port))
         h.sendall(get(path))
         hogs.append(h)
-    time.sleep(0.5)
+    time.sleep(0.5)  # the slow readers' sockets fill
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
     if not path.startswith("/big"):
@@ -400,7 +400,7 @@ def test_declared_length_is_not_allocated_up_front(serve, mode):
     before = rss_kb(pid)
     with srv.connect(timeout=10) as s:
         s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000000\r\n\r\nabc")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the 3 bytes are read before the half-close
         s.shutdown(socket.SHUT_WR)
         s.settimeout(10)
         try:
@@ -408,7 +408,7 @@ def test_declared_length_is_not_allocated_up_front(serve, mode):
                 pass
         except ConnectionResetError:
             pass
-    time.sleep(0.3)
+    time.sleep(0.3)  # time for a MemoryError to be logged, were there one
     assert "MemoryError" not in srv.log, srv.log
     assert rss_kb(pid) - before < 16 * 1024
     assert timed_get(srv, "/")[1] == 200
@@ -588,7 +588,7 @@ def test_drain_and_rolling_restart_lose_no_slow_request(serve, sig):
     ts = [threading.Thread(target=one) for _ in range(6)]
     for t in ts:
         t.start()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the six requests are in flight when the signal comes
     srv.proc.send_signal(getattr(signal, "SIG" + sig))
     for t in ts:
         t.join(20)
@@ -646,7 +646,7 @@ def test_framework_slow_view_under_the_pool(serve, app, marker):
     ts = [threading.Thread(target=one) for _ in range(2)]
     for t in ts:
         t.start()
-    time.sleep(0.4)
+    time.sleep(0.4)  # both requests are in flight
     for _ in range(10):
         took, status, _ = timed_get(srv, "/")
         assert status == 200 and took < 0.2, took
@@ -731,7 +731,7 @@ def drive():
         c = socket.create_connection(lsock.getsockname())
         c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
         clients.append(c)
-        time.sleep(0.2)
+        time.sleep(0.2)  # pacing under test: the first is in a view, the second queued
     os.close(srv.fileno())  # the next epoll_wait fails: EBADF
 
 threading.Thread(target=drive).start()
@@ -793,7 +793,7 @@ def drive():
         c = socket.create_connection(lsock.getsockname())
         c.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         views.append(c)
-    time.sleep(0.5)
+    time.sleep(0.5)  # both views are running
     t0 = time.monotonic()
     h = socket.create_connection(lsock.getsockname())
     h.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
