@@ -426,3 +426,4 @@ def test_rolling_restart_under_haproxy_loses_nothing(serve, iface, tmp_path, sto
     assert counts["errors"] == 0, errors[:10]
     assert counts["ok"] > 50
     assert app1.proc.returncode == 0
+    app2.stop(signal.SIGQUIT)  # its drain is not under test: no --shutdown-delay at teardown
