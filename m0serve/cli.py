@@ -99,9 +99,6 @@ def main(argv=None):
     if cfg.check_config or cfg.print_config:
         return showconfig.main(cfg)
     check_start(cfg)
-    if cfg.http == "2" and cfg.blocking_threads > 0:
-        config.die("argument --http: 2 is not served with --blocking-threads (the WSGI pool) yet; use --http auto "
-                   "(HTTP/2 clients then get HTTP/1.1 from the pool) or drop --blocking-threads")
     # The engine (src/net/loop.c) and the supervisor read the backend from the
     # environment, which the workers inherit.
     if cfg.io_backend == "auto":

@@ -231,8 +231,7 @@ OPTIONS = [
            "http", "on|off"),
     Option("--http", "value", _choice("auto", "1", "2"), "auto",
            "HTTP versions served: auto (HTTP/1.1, and HTTP/2 to a client that starts with its preface: h2c with "
-           "prior knowledge, or ALPN h2 over TLS), 1 (HTTP/1.1 only), 2 (HTTP/2 only); WSGI with --blocking-threads "
-           "serves HTTP/1.1 only", "http", "auto|1|2"),
+           "prior knowledge, or ALPN h2 over TLS), 1 (HTTP/1.1 only), 2 (HTTP/2 only)", "http", "auto|1|2"),
     Option("--http2-max-concurrent-streams", "value", _int_in(1, 2**31 - 1), 100,
            "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open on one connection", "http", "N"),
     Option("--http2-max-resets", "value", _int_in(0, 2**31 - 1), 200,

@@ -27,6 +27,7 @@ static int opt_uint(PyObject *opts, const char *key, long lo, long hi, uint32_t 
 int m0_http2_options(PyObject *opts, int pool, int concurrent, m0_server_config *cfg)
 {
     cfg->http2 = 0;
+    cfg->http2_pool = 0;
     cfg->http2_concurrent = concurrent;
     int given = m0_options_check(opts, "http2", known);
     if (given <= 0)
@@ -47,13 +48,10 @@ int m0_http2_options(PyObject *opts, int pool, int concurrent, m0_server_config 
             return -1;
         }
     }
-    if (pool && mode == 2) {
-        PyErr_SetString(PyExc_ValueError, "HTTP/2 is not served with blocking_threads (the WSGI pool) yet");
-        return -1;
-    }
     if (opt_uint(opts, "max_concurrent_streams", 1, INT32_MAX, &cfg->http2_max_concurrent_streams) < 0 ||
         opt_uint(opts, "max_resets", 0, INT32_MAX, &cfg->http2_max_resets) < 0)
         return -1;
-    cfg->http2 = pool ? 0 : mode;
+    cfg->http2 = mode;
+    cfg->http2_pool = pool && mode != 0;
     return 0;
 }

@@ -17,8 +17,8 @@
  *   max_concurrent_streams (int >= 1, default 100),
  *   max_resets (int >= 0: RST_STREAM frames a second before GOAWAY
  *   ENHANCE_YOUR_CALM; 0 no limit; default 200).
- * pool: the WSGI blocking pool serves the requests, which is not offered
- * HTTP/2 yet: mode "2" is then a ValueError, "auto" means HTTP/1.1.
+ * pool: the WSGI blocking pool serves the requests: each stream goes to a
+ * pool thread (cfg.http2_pool, net/h2_pool.c).
  * concurrent: the handler runs a connection's streams at once (ASGI).
  * Unknown keys are a TypeError, bad values a ValueError naming the key. */
 int m0_http2_options(PyObject *opts, int pool, int concurrent, m0_server_config *cfg);

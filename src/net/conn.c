@@ -98,6 +98,10 @@ __attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
     m0_conn_buffers_release(c);
+    free(c->h2_fields);
+    free(c->h2_hdr);
+    c->h2_fields = NULL;
+    c->h2_hdr = NULL;
     if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
         c->next = srv->freelist;
         srv->freelist = c;

@@ -49,9 +49,10 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished
      * keep-alive exchange waits for the client's next request, whose arrival
-     * wakes the loop anyway (conn_io_cb), or for the loop's next pass. */
+     * wakes the loop anyway (conn_io_cb), or for the loop's next pass. An
+     * HTTP/2 stream's end is sent when the loop takes it back: at once. */
     size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-    int urgent = !keep_alive || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
+    int urgent = !keep_alive || c->is_h2s || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
                  __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     conn_hand_back(c, urgent);
@@ -101,6 +102,8 @@ void m0_conn_take_completed(m0_server *srv)
     m0_conn *c = srv->done_head;
     srv->done_head = srv->done_tail = NULL;
     pthread_mutex_unlock(&srv->done_lock);
+    if (srv->cfg.http2_pool)
+        m0_h2p_absorb(srv); /* the streams' last output, before their completions end them */
     conn_finish_completed(c);
 }
 
@@ -120,6 +123,8 @@ int m0_conn_take_completed_or_mute(m0_conn *c)
     if (!found)
         c->muted = 1;
     pthread_mutex_unlock(&srv->done_lock);
+    if (srv->cfg.http2_pool)
+        m0_h2p_absorb(srv);
     conn_finish_completed(list);
     return !found;
 }

@@ -322,7 +322,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         end_ns = m0_conn_clock_ns();
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
+        m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
     }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;

@@ -467,7 +467,8 @@ static void h2_dispatch(m0_h2 *h2)
         return;
     h2->dispatching = 1;
     m0_server *srv = c->srv;
-    while (h2->ready != NULL && c->state == M0_CS_H2 && (!h2->busy || srv->cfg.http2_concurrent)) {
+    while (h2->ready != NULL && c->state == M0_CS_H2 &&
+           (!h2->busy || srv->cfg.http2_concurrent || srv->cfg.http2_pool)) {
         m0_h2_stream *s = h2->ready;
         h2->ready = s->ready_next;
         if (h2->ready == NULL)
@@ -486,6 +487,7 @@ static void h2_dispatch(m0_h2 *h2)
         memset(sc, 0, sizeof(*sc) + m0_conn_log_slot_size(srv));
         sc->srv = srv;
         sc->io.fd = -1;
+        m0_timer_init(&sc->timer, NULL); /* never armed; m0_conn_detach stops it */
         sc->is_h2s = 1;
         sc->h2s = s;
         sc->state = M0_CS_REQUEST;

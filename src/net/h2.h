@@ -27,11 +27,13 @@
  *    data provider as flow control allows; m0_conn_finish ends the stream.
  *
  * ASGI streams run concurrently (the handler returns 1 and finishes later);
- * WSGI inline streams run in order, each to its end inside on_request. The
- * WSGI blocking pool (m0_conn_detach) is not offered HTTP/2
- * (cfg.http2 is off for it).
+ * WSGI inline streams run in order, each to its end inside on_request. With
+ * the WSGI blocking pool (cfg.http2_pool) every complete stream is
+ * dispatched at once and detached (m0_conn_detach) to a pool thread, which
+ * writes and reads through h2_pool.c: the thread rule is there.
  *
- * Loop thread only. Error convention: 0 or -errno, as in net/.
+ * Loop thread only, but for the functions h2_pool.c lets a stream
+ * connection's owning thread call. Error convention: 0 or -errno, as in net/.
  */
 #ifndef M0_NET_H2_H
 #define M0_NET_H2_H
@@ -51,6 +53,9 @@ int m0_h2_preface(const char *buf, size_t len);
 /* c's buffered input [rpos, rlen) starts with the preface: switch c to
  * HTTP/2 and process that input. c may be closed when this returns. */
 void m0_h2_start(m0_conn *c);
+/* Loop thread (cfg.http2_pool): move the output the threads wrote to
+ * detached stream connections into their streams, and send it. */
+void m0_h2p_absorb(m0_server *srv);
 /* Readable (state M0_CS_H2). */
 void m0_h2_readable(m0_conn *c, uint32_t events);
 /* The connection's queued output drained below the low-water mark. */

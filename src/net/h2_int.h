@@ -37,9 +37,11 @@ typedef struct m0_h2 {
                       * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
     uint32_t open;   /* streams dispatched and not finished */
     uint64_t reset_window_ms;
-    uint32_t resets;     /* RST_STREAM frames received in the current window */
-    uint64_t data_sent;  /* response body bytes handed to nghttp2 so far */
-    uint64_t stall_mark; /* data_sent when the stall's send timeout was armed */
+    uint32_t resets;         /* RST_STREAM frames received in the current window */
+    uint64_t data_sent;      /* response body bytes handed to nghttp2 so far */
+    uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
+    struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
+    int kicked;
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
 
@@ -89,6 +91,12 @@ struct m0_h2_stream {
     nghttp2_nv *trl_nv;
     size_t trl_n;
     int ng_closed; /* nghttp2 closed the stream */
+    /* Output of a detached stream connection (h2_pool.c), under srv->h2_lock:
+     * the bytes its thread wrote, which the loop moves into head/out. */
+    char *stage;
+    size_t stage_len, stage_cap;
+    int kicked; /* in srv->h2_kicks */
+    m0_h2_stream *kick_prev, *kick_next;
 };
 
 /* --- growable buffers --- */
@@ -143,5 +151,27 @@ int m0_h2_fields_alloc(m0_h2_stream *s);
 void m0_h2_request_build(m0_h2_stream *s, m0_request *req);
 /* A response the stream answers itself (431, 413): status only. */
 void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
+/* Loop thread: the response bytes of s's stream connection c (its head,
+ * then body bytes) into s->head and s->out, submitting the head once it is
+ * whole; no nghttp2 call that sends (safe under srv->h2_lock). 0, -EPIPE,
+ * -ENOMEM, or -EPROTO (a head HTTP/2 cannot carry: the caller resets). */
+int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt);
+
+/* --- streams owned by another thread (h2_pool.c; cfg.http2_pool) --- */
+
+/* The detached stream connection c's functions (its owning thread). */
+int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0_h2p_body_read(m0_conn *c, char *dst, size_t cap);
+size_t m0_h2p_write_pending(const m0_conn *c);
+int m0_h2p_keep_alive(const m0_conn *c);
+/* Loop thread: s's stream ends while its stream connection is detached
+ * (running on a thread, or handed to one): the connection stays, orphaned
+ * (c->h2s NULL, broken, closed), until it comes back. */
+void m0_h2p_orphan(m0_h2_stream *s);
+/* Loop thread: s is freed (out of srv->h2_kicks). */
+void m0_h2p_forget(m0_h2_stream *s);
+/* Loop thread, cfg.http2_pool: around the data provider's use of s->out. */
+void m0_h2p_lock(m0_server *srv);
+void m0_h2p_unlock(m0_server *srv, int moved);
 
 #endif

@@ -35,6 +35,9 @@ static void stream_free(m0_h2_stream *s)
         s->next->prev = s->prev;
     if (h2->ses != NULL)
         nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
+    if (h2->c->srv->cfg.http2_pool)
+        m0_h2p_forget(s);
+    free(s->stage);
     free(s->f);
     free(s->hdr);
     free(s->in);
@@ -52,6 +55,11 @@ static void stream_conn_drop(m0_h2_stream *s)
     m0_conn *sc = s->sc;
     if (sc == NULL)
         return;
+    if (sc->detached) { /* another thread's: it stays until it comes back */
+        m0_h2p_orphan(s);
+        s->sc = NULL;
+        return;
+    }
     s->sc = NULL;
     sc->h2s = NULL;
     sc->state = M0_CS_CLOSED;
@@ -79,7 +87,14 @@ void m0_h2_stream_end(m0_h2_stream *s)
                 h2->ready_tail = prev;
         }
     }
-    if (sc != NULL && (sc->pending || sc->data != NULL)) {
+    if (sc != NULL && sc->detached) {
+        /* A thread runs its request: the session stops counting it, the
+         * request ends when the thread hands it back (m0_h2s_finish). */
+        if (sc->pending) {
+            h2->open--;
+            h2->busy = 0;
+        }
+    } else if (sc != NULL && (sc->pending || sc->data != NULL)) {
         m0_server *srv = sc->srv;
         if (sc->pending) {
             sc->pending = 0;
@@ -244,7 +259,10 @@ void m0_h2_request_build(m0_h2_stream *s, m0_request *req)
         req->flags |= M0_REQ_CHUNKED; /* a body of unknown length follows: read it to its end */
 }
 
-/* A response the stream answers itself (431, 413): status only. */
+/* A response the stream answers itself (431, 413): status only, and its
+ * access log line, as the HTTP/1.1 connection logs its own 431 and 413: the
+ * request's method and path when they were received (a :path past the limit
+ * was not kept: no request then). */
 void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
 {
     char code[4];
@@ -260,9 +278,19 @@ void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
     if (nghttp2_submit_response(h2->ses, s->id, nv, 2, NULL) != 0)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     m0_metrics_engine_status(h2->c->srv->cfg.metrics, status);
+    if (h2->c->srv->cfg.access_log_fd >= 0) {
+        m0_request req;
+        int known = s->has_method && s->has_path && s->path[1] > 0 && s->f != NULL && m0_h2_fields_alloc(s) == 0;
+        if (known)
+            m0_h2_request_build(s, &req);
+        m0_conn_log(h2->c, known ? &req : NULL, status, 0, 0);
+    }
 }
 
 /* --- the stream connection --- */
+
+static ssize_t data_take(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, size_t length, uint32_t *data_flags,
+                         m0_h2_stream *s);
 
 /* The data provider of a submitted response: the body bytes queued for s, as
  * flow control lets them go, then the end of the stream (or the trailers). */
@@ -271,6 +299,20 @@ static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
 {
     (void)user;
     m0_h2_stream *s = source->ptr;
+    m0_server *srv = s->h2->c->srv;
+    if (srv->cfg.http2_pool)
+        m0_h2p_lock(srv);
+    ssize_t r = data_take(ses, stream_id, buf, length, data_flags, s);
+    if (srv->cfg.http2_pool)
+        m0_h2p_unlock(srv, r > 0 || (*data_flags & NGHTTP2_DATA_FLAG_EOF));
+    return r;
+}
+
+/* data_read's work (under srv->h2_lock in pool mode: a thread reads out_len
+ * and out_pos to know how much of its response is still queued). */
+static ssize_t data_take(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, size_t length, uint32_t *data_flags,
+                         m0_h2_stream *s)
+{
     size_t avail = s->out_len - s->out_pos;
     size_t n = avail < length ? avail : length;
     if (n > 0) {
@@ -366,7 +408,25 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
 
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
-    (void)blocking;
+    if (c->detached)
+        return m0_h2p_writev(c, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
+    int r = m0_h2_stream_write(c, iov, iovcnt);
+    if (r == -EPROTO) {
+        m0_h2s_abort(c);
+        return -EPIPE;
+    }
+    if (r < 0)
+        return r;
+    m0_h2 *h2 = c->h2s->h2;
+    if (!h2->in_ng && !h2->dispatching)
+        m0_h2_after(h2);
+    else if (!h2->in_ng)
+        m0_h2_send(h2);
+    return 0;
+}
+
+int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
     m0_h2_stream *s = c->h2s;
     if (s == NULL || c->broken || s->ng_closed)
         return -EPIPE;
@@ -390,10 +450,8 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
             size_t head_end = (size_t)(end - s->head) + 4;
             size_t used = head_end - old;
             int r = response_submit(h2, s, head_end);
-            if (r < 0) {
-                m0_h2s_abort(c);
-                return -EPIPE;
-            }
+            if (r < 0)
+                return -EPROTO;
             s->head_len = 0;
             p += used;
             n -= used;
@@ -405,16 +463,14 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
         s->deferred = 0;
         nghttp2_session_resume_data(h2->ses, s->id);
     }
-    if (!h2->in_ng && !h2->dispatching)
-        m0_h2_after(h2);
-    else if (!h2->in_ng)
-        m0_h2_send(h2);
     return 0;
 }
 
 ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     (void)blocking;
+    if (c->detached)
+        return m0_h2p_body_read(c, dst, cap);
     m0_h2_stream *s = c->h2s;
     if (s == NULL || s->ng_closed)
         return -ECONNRESET;
@@ -442,20 +498,37 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 
 size_t m0_h2s_write_pending(const m0_conn *c)
 {
+    if (c->detached)
+        return m0_h2p_write_pending(c);
     const m0_h2_stream *s = c->h2s;
     return s == NULL ? 0 : s->out_len - s->out_pos;
 }
 
 int m0_h2s_keep_alive(const m0_conn *c)
 {
+    if (c->detached)
+        return m0_h2p_keep_alive(c);
     return c->h2s != NULL && !c->broken;
 }
 
 void m0_h2s_park(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
-    if (s != NULL)
+    if (s != NULL) {
         s->want_writable = 1;
+        return;
+    }
+    if (!c->srv->cfg.http2_pool)
+        return;
+    /* A thread set aside the response of a stream that ended meanwhile
+     * (h2_pool.c): its request ends here, and the handler is told, as a
+     * set-aside response whose stream ends is (m0_h2_stream_end). */
+    if (c->pending) {
+        c->pending = 0;
+        m0_gate_done(c);
+        m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+    }
+    m0_conn_notify(c, M0_CONN_CLOSED);
 }
 
 void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
@@ -466,20 +539,27 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_server *srv = c->srv;
     m0_h2_stream *s = c->h2s;
     c->pending = 0;
-    uint64_t end_ns = 0;
-    if (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0)
+    /* A pool thread's response ended when it completed, not when the loop took it. */
+    uint64_t end_ns = c->done_ns;
+    c->done_ns = 0;
+    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
         end_ns = m0_conn_clock_ns();
     m0_gate_done(c);
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, c->req.method, status, end_ns - c->start_ns);
+        m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
     }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
         m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
-    if (s == NULL)
+    if (s == NULL) {
+        /* A thread's request whose stream ended while it ran (h2_pool.c): the
+         * orphaned stream connection goes with it. */
+        if (srv->cfg.http2_pool && c->state == M0_CS_CLOSED && c->refs == 0)
+            m0_conn_destroy(c);
         return;
+    }
     m0_h2 *h2 = s->h2;
     h2->open--;
     if (!srv->cfg.http2_concurrent)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+static const char *const VERSIONS[M0_METRICS_VERSIONS] = {"1.0", "1.1", "2"};
 static const char *const METHODS[M0_METRICS_METHODS] = {"GET",    "HEAD",  "POST",    "PUT",
                                                         "DELETE", "PATCH", "OPTIONS", "other"};
 /* Upper bounds of the duration buckets, in ns (the last is +Inf). */
@@ -22,17 +23,19 @@ static int method_index(m0_span m)
     return M0_METRICS_METHODS - 1;
 }
 
-void m0_metrics_request_end(m0_metrics *m, m0_span method, int status, uint64_t ns)
+void m0_metrics_request_end(m0_metrics *m, const m0_request *req, int status, uint64_t ns)
 {
     if (m == NULL)
         return;
+    int v = (req->flags & M0_REQ_HTTP2) ? 2 : req->minor_version ? 1 : 0;
     int cls = status / 100 - 1;
     if (cls < 0 || cls >= M0_METRICS_CLASSES)
         cls = M0_METRICS_CLASSES - 1;
     int b = 0;
     while (b < M0_METRICS_BUCKETS - 1 && ns > BUCKET_NS[b])
         b++;
-    m0_metrics_add(m, M0_MET_REQUESTS + method_index(method) * M0_METRICS_CLASSES + cls, 1);
+    m0_metrics_add(m, M0_MET_REQUESTS + (v * M0_METRICS_METHODS + method_index(req->method)) * M0_METRICS_CLASSES + cls,
+                   1);
     m0_metrics_add(m, M0_MET_DURATION + b, 1);
     m0_metrics_add(m, M0_MET_DURATION_SUM_NS, (int64_t)ns);
     m0_metrics_add(m, M0_MET_DURATION_COUNT, 1);
@@ -58,8 +61,9 @@ const char *m0_metrics_field_name(size_t i, char *buf, size_t cap)
                                          "timeouts_total{kind=\"body\"}",
                                          "timeouts_total{kind=\"send\"}"};
     if (i < M0_MET_DURATION) {
-        snprintf(buf, cap, "requests_total{method=\"%s\",status=\"%dxx\"}", METHODS[i / M0_METRICS_CLASSES],
-                 (int)(i % M0_METRICS_CLASSES) + 1);
+        snprintf(buf, cap, "requests_total{method=\"%s\",status=\"%dxx\",version=\"%s\"}",
+                 METHODS[i / M0_METRICS_CLASSES % M0_METRICS_METHODS], (int)(i % M0_METRICS_CLASSES) + 1,
+                 VERSIONS[i / (M0_METRICS_CLASSES * M0_METRICS_METHODS)]);
     } else if (i < M0_MET_DURATION_SUM_NS) {
         snprintf(buf, cap, "request_duration_seconds_bucket{le=\"%s\"}", BUCKET_LE[i - M0_MET_DURATION]);
     } else if (i < M0_MET_ENGINE) {

@@ -9,7 +9,9 @@
  * one test per call site.
  *
  * Layout (cell indices):
- *   requests by method x status class      M0_MET_REQUESTS + method * 5 + class
+ *   requests by HTTP version x method x status class
+ *                                          M0_MET_REQUESTS + (version * 8 + method) * 5 + class
+ *                                          (version 0: "1.0", 1: "1.1", 2: "2")
  *   request duration histogram, per bucket M0_MET_DURATION + bucket (not cumulative;
  *                                          upper bounds in M0_METRICS_BUCKETS_S)
  *   sum of durations (ns), count
@@ -28,14 +30,15 @@
 
 #include "../http/parser.h"
 
-#define M0_METRICS_METHODS 8 /* GET HEAD POST PUT DELETE PATCH OPTIONS, then other */
-#define M0_METRICS_CLASSES 5 /* 1xx .. 5xx */
+#define M0_METRICS_METHODS 8  /* GET HEAD POST PUT DELETE PATCH OPTIONS, then other */
+#define M0_METRICS_CLASSES 5  /* 1xx .. 5xx */
+#define M0_METRICS_VERSIONS 3 /* HTTP/1.0, HTTP/1.1, HTTP/2 */
 #define M0_METRICS_BUCKETS 12
 #define M0_METRICS_ENGINE 8 /* 400 408 413 414 431 501 505, then other */
 
 enum {
     M0_MET_REQUESTS = 0,
-    M0_MET_DURATION = M0_MET_REQUESTS + M0_METRICS_METHODS * M0_METRICS_CLASSES,
+    M0_MET_DURATION = M0_MET_REQUESTS + M0_METRICS_VERSIONS * M0_METRICS_METHODS * M0_METRICS_CLASSES,
     M0_MET_DURATION_SUM_NS = M0_MET_DURATION + M0_METRICS_BUCKETS,
     M0_MET_DURATION_COUNT,
     M0_MET_IN_FLIGHT,
@@ -59,12 +62,13 @@ static inline void m0_metrics_add(m0_metrics *m, int index, int64_t n)
         __atomic_fetch_add(&m->cell[index], n, __ATOMIC_RELAXED);
 }
 
-/* A response is complete: its method, status and server-side duration. */
-void m0_metrics_request_end(m0_metrics *m, m0_span method, int status, uint64_t ns);
+/* A response to req is complete: its HTTP version (M0_REQ_HTTP2, else
+ * minor_version), method, status and server-side duration. */
+void m0_metrics_request_end(m0_metrics *m, const m0_request *req, int status, uint64_t ns);
 /* A canned response of the engine (400, 408, 413, ...). */
 void m0_metrics_engine_status(m0_metrics *m, int status);
 
-/* The Prometheus name and labels of cell i ("requests_total{method=\"GET\",status=\"2xx\"}"),
+/* The Prometheus name and labels of cell i ("requests_total{method=\"GET\",status=\"2xx\",version=\"1.1\"}"),
  * for checking the layout; NULL past the end. */
 const char *m0_metrics_field_name(size_t i, char *buf, size_t cap);
 

@@ -111,12 +111,20 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_pace_init(srv);
     m0_conn_ring_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
+    pthread_mutex_init(&srv->h2_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* h2_pool.c waits on monotonic deadlines */
+    pthread_cond_init(&srv->h2_cond, &ca);
+    pthread_condattr_destroy(&ca);
     int r = cfg->access_log_fd >= 0 ? m0_access_log_buf_new(&srv->log_buf, cfg->access_log_fd) : 0;
     if (r == 0)
         r = m0_async_init(loop, &srv->wake, server_wake);
     if (r < 0) {
         m0_access_log_buf_free(srv->log_buf);
         pthread_mutex_destroy(&srv->done_lock);
+        pthread_mutex_destroy(&srv->h2_lock);
+        pthread_cond_destroy(&srv->h2_cond);
         free(srv);
         return r;
     }
@@ -180,6 +188,8 @@ void m0_server_free(m0_server *srv)
     m0_async_close(srv->loop, &srv->wake);
     m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);
+    pthread_mutex_destroy(&srv->h2_lock);
+    pthread_cond_destroy(&srv->h2_cond);
     while (srv->freelist != NULL) {
         m0_conn *c = srv->freelist;
         srv->freelist = c->next;

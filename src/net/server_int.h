@@ -269,6 +269,10 @@ struct m0_conn {
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
     int is_h2s;
+    /* An orphaned stream connection (h2_pool.c): its request's fields and
+     * header array, taken from the stream that ended, freed with it. */
+    char *h2_fields;
+    void *h2_hdr;
 };
 
 struct m0_server {
@@ -306,6 +310,17 @@ struct m0_server {
     pthread_mutex_t done_lock;
     m0_conn *done_head;
     m0_conn *done_tail;
+    /* h2_pool.c (cfg.http2_pool): what the threads that own stream
+     * connections share with the loop. h2_lock guards the streams' staged
+     * output (h2_kicks: the streams that have some), the stream of a detached
+     * stream connection (c->h2s, c->broken, c->state), and a stream's queued
+     * body (out_pos, out_len) and request body (h2_kicks is stored atomically:
+     * m0_h2p_absorb looks at it without the lock); h2_cond is signalled when a
+     * queued body moved or a stream ended (h2_waiters: threads waiting). */
+    pthread_mutex_t h2_lock;
+    pthread_cond_t h2_cond;
+    struct m0_h2_stream *h2_kicks;
+    int h2_waiters;
     int posted;  /* M0_POSTED_* bits, atomic */
     int unready; /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
     /* gate.c: requests dispatched and not finished (with a concurrency

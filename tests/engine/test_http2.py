@@ -2,6 +2,7 @@
 protocol, the same WSGI and ASGI probes as HTTP/1.1 (tests/apps/proto_app.py), the --http modes,
 and real clients (curl, nghttp, h2load). Each case names the RFC 9113 rule it checks."""
 import json
+import re
 import shutil
 import signal
 import socket
@@ -148,6 +149,22 @@ def test_access_log_line_per_stream(serve):
     s.wait_log(r'"GET /a2 HTTP/2.0" 200')
 
 
+def test_access_log_line_per_rejected_stream(serve):
+    """The 431 and 413 the stream layer answers itself are logged as HTTP/1.1 logs its own: one
+    line each, with the request's method and path when they were received."""
+    s = serve("proto_app:app", "--access-log", "--limit-request-body", "1000", "--limit-request-fields", "10",
+              "--limit-request-line", "100")
+    c = h2(s)
+    assert c.get("/many", headers=[(f"x-f{i}", "v") for i in range(20)]).status == 431
+    assert c.get("/up", method="POST", body=b"x" * 5000).status == 413
+    assert c.get("/" + "p" * 200).status == 431  # a :path past the limit is not kept
+    assert c.get("/after").status == 200
+    s.wait_log(r'"GET /after HTTP/2.0" 200')
+    assert len(re.findall(r'"GET /many HTTP/2.0" 431 ', s.log)) == 1
+    assert len(re.findall(r'"POST /up HTTP/2.0" 413 ', s.log)) == 1
+    assert len(re.findall(r'" 431 ', s.log)) == 2, s.log
+
+
 def test_http_1_answers_the_preface_as_http11(serve):
     s = serve("proto_app:app", "--http", "1")
     sock = s.connect()
@@ -162,14 +179,6 @@ def test_http_2_refuses_http11(serve):
     sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert sock.recv(4096).startswith(b"HTTP/1.1 505")
     assert echo(h2(s).get("/"))["method"] == "GET"
-
-
-def test_http_2_with_blocking_threads_is_refused():
-    from helpers import run_cli
-
-    r = run_cli("proto_app:app", "--http", "2", "--blocking-threads", "2")
-    assert r.returncode == 2
-    assert "--blocking-threads" in r.stderr
 
 
 def test_upgrade_h2c_is_answered_over_http11(serve):
@@ -210,11 +219,13 @@ def tls_h2(s, ca, alpn=("h2", "http/1.1")):
     return tls
 
 
-@pytest.mark.parametrize("app,iface", BRIDGES, ids=["wsgi", "asgi"])
-def test_alpn_h2_over_tls(serve, pki, app, iface):
+@pytest.mark.parametrize("app,iface,extra", [("proto_app:app", "wsgi", ()), ("proto_app:asgi_app", "asgi", ()),
+                                              ("proto_app:app", "wsgi", ("--blocking-threads", "2"))],
+                         ids=["wsgi", "asgi", "wsgi-pool"])
+def test_alpn_h2_over_tls(serve, pki, app, iface, extra):
     """RFC 9113 3.2: "h2" selected by ALPN, then the preface over TLS."""
     ca, cert, key, _ = pki
-    s = serve(app, "--interface", iface, "--ssl-certfile", cert, "--ssl-keyfile", key)
+    s = serve(app, "--interface", iface, "--ssl-certfile", cert, "--ssl-keyfile", key, *extra)
     tls = tls_h2(s, ca)
     assert tls.selected_alpn_protocol() == "h2"
     c = H2(s.host, s.port, sock=tls)

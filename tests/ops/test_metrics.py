@@ -1,12 +1,14 @@
 """--metrics-port: the Prometheus endpoint of the supervisor, read with prometheus_client's
 text parser, before and after a known number of requests (WSGI and ASGI), across worker
-restarts, and with the engine's own 400 and 408."""
+restarts, with the engine's own 400 and 408, and by HTTP version (1.0, 1.1, 2)."""
 import socket
 import threading
 import time
 import urllib.request
 
 import pytest
+
+from h2client import H2
 from helpers import Loop, get, run_cli, scrape, value, wait_until
 
 APPS = ["sup_app:app", "sup_asgi:app"]
@@ -49,8 +51,8 @@ def test_scrape_before_and_after_known_requests(serve, app):
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("m0serve_requests_total", method="GET", status="2xx") == 31
-    assert delta("m0serve_requests_total", method="POST", status="2xx") == 4
+    assert delta("m0serve_requests_total", method="GET", status="2xx", version="1.1") == 31
+    assert delta("m0serve_requests_total", method="POST", status="2xx", version="1.1") == 4
     assert delta("m0serve_request_duration_seconds_count") == 35
     assert delta("m0serve_request_duration_seconds_bucket", le="+Inf") == 35
     assert delta("m0serve_request_duration_seconds_bucket", le="0.5") == 34  # all but the 1.5 s sleep
@@ -79,8 +81,29 @@ def test_counters_survive_worker_restarts(serve, app):
     # A worker that reached its max as the clients stopped is replaced new-first: two for a moment.
     wait_until(lambda: value(scrape(s), "m0serve_workers") == 1, 10, "one worker")
     after = scrape(s)
-    assert value(after, "m0serve_requests_total", method="GET", status="2xx") == n
+    assert value(after, "m0serve_requests_total", method="GET", status="2xx", version="1.1") == n
     assert value(after, "m0serve_request_duration_seconds_count") == n
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_requests_are_labelled_by_http_version(serve, app):
+    s = serve(app, "--metrics-port", "0", "--limit-request-field-size", "200")
+    c = H2(s.host, s.port)
+    for _ in range(3):
+        assert c.get("/").status == 200
+    assert c.get("/", headers=[("x-big", "y" * 300)]).status == 431  # answered by the stream layer
+    c.close()
+    for _ in range(2):
+        assert get(s.host, s.port, "/")[0] == 200
+    assert raw(s, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
+    wait_until(lambda: value(scrape(s), "m0serve_request_duration_seconds_count") == 6, 5, "six requests")
+    after = scrape(s)
+    assert value(after, "m0serve_requests_total", method="GET", status="2xx", version="2") == 3
+    assert value(after, "m0serve_requests_total", method="GET", status="4xx", version="2") == 0  # an engine response
+    assert value(after, "m0serve_engine_responses_total", status="431") == 1
+    assert value(after, "m0serve_requests_total", method="GET", status="2xx", version="1.1") == 2
+    assert value(after, "m0serve_requests_total", method="GET", status="2xx", version="1.0") == 1
+    assert s.stop() == 0
 
 
 def test_only_metrics_is_served(serve):

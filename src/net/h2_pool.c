@@ -1,0 +1,276 @@
+/* HTTP/2 streams owned by another thread (cfg.http2_pool: the WSGI blocking
+ * pool). The handler detaches a stream connection (m0_conn_detach) and a
+ * pool thread runs its request; the session, nghttp2 and the stream's
+ * queues stay the loop's. What crosses threads, under srv->h2_lock:
+ *
+ *  - Output: the thread appends its bytes to the stream's stage and puts
+ *    the stream on srv->h2_kicks, waking the loop when the list was empty;
+ *    the loop (m0_h2p_absorb, on its wake-up, before it takes completions
+ *    back) moves each stage into the stream's head and body queue and sends.
+ *  - Backpressure: what is queued for the stream (stage and body queue)
+ *    is what the thread waits on. A write that must be sent (M0_WRITE_SENT)
+ *    waits until nothing is queued, within the send timeout of no progress;
+ *    an iterator's write (M0_WRITE_PARK) waits while the client keeps
+ *    reading (M0_H2P_STALL_MS without progress, M0_H2P_FLUSH_MS in all) and
+ *    returns with the rest queued: the bridge then sets the response aside
+ *    (m0_conn_set_aside), the loop parks it, and M0_CONN_WRITABLE hands it
+ *    to a free thread once the stream's queue is below the low-water mark.
+ *    Flow control is the client's: the data provider takes from the queue
+ *    what the windows allow, and signals h2_cond as it does.
+ *  - The request body is whole before the dispatch (as for WSGI inline);
+ *    the thread reads it from memory.
+ *  - The end of the stream while a thread has it (a reset, the connection
+ *    closing): the stream connection is orphaned (c->h2s NULL, broken,
+ *    closed): the thread's I/O fails at once, its waits end, and the
+ *    connection is freed when the thread hands it back (m0_h2s_finish).
+ *
+ * The thread never calls nghttp2 and never holds h2_lock while it waits for
+ * the GIL (the GIL is released before a wait and taken back after the
+ * lock); the loop holds h2_lock only around its own short work (no handler
+ * call, no nghttp2 send under it). */
+#include "h2_int.h"
+
+#include <pthread.h>
+#include <time.h>
+
+/* M0_WRITE_PARK: the longest wait without progress, and in all (the same
+ * bounds as an HTTP/1.1 pool thread's, conn_write.c). */
+#define M0_H2P_STALL_MS 200
+#define M0_H2P_FLUSH_MS 1000
+
+void m0_h2p_lock(m0_server *srv)
+{
+    pthread_mutex_lock(&srv->h2_lock);
+}
+
+void m0_h2p_unlock(m0_server *srv, int moved)
+{
+    if (moved && srv->h2_waiters > 0)
+        pthread_cond_broadcast(&srv->h2_cond);
+    pthread_mutex_unlock(&srv->h2_lock);
+}
+
+/* Under h2_lock. */
+static void kick_unlink(m0_server *srv, m0_h2_stream *s)
+{
+    if (s->kick_prev != NULL)
+        s->kick_prev->kick_next = s->kick_next;
+    else
+        __atomic_store_n(&srv->h2_kicks, s->kick_next, __ATOMIC_RELEASE);
+    if (s->kick_next != NULL)
+        s->kick_next->kick_prev = s->kick_prev;
+    s->kick_prev = s->kick_next = NULL;
+    s->kicked = 0;
+}
+
+void m0_h2p_forget(m0_h2_stream *s)
+{
+    m0_server *srv = s->h2->c->srv;
+    pthread_mutex_lock(&srv->h2_lock);
+    if (s->kicked)
+        kick_unlink(srv, s);
+    pthread_mutex_unlock(&srv->h2_lock);
+}
+
+void m0_h2p_orphan(m0_h2_stream *s)
+{
+    m0_conn *sc = s->sc;
+    m0_server *srv = sc->srv;
+    /* The request's spans point into the stream's fields: they go with the
+     * connection, which the thread and its completion still read. */
+    sc->h2_fields = s->f;
+    sc->h2_hdr = s->hdr;
+    s->f = NULL;
+    s->hdr = NULL;
+    pthread_mutex_lock(&srv->h2_lock);
+    sc->h2s = NULL;
+    sc->broken = 1;
+    sc->state = M0_CS_CLOSED;
+    if (s->kicked)
+        kick_unlink(srv, s);
+    m0_h2p_unlock(srv, 1);
+}
+
+/* Under h2_lock: the bytes of c's response not handed to nghttp2 yet. */
+static size_t queued(const m0_conn *c)
+{
+    const m0_h2_stream *s = c->h2s;
+    return s == NULL ? 0 : s->stage_len + (s->out_len - s->out_pos);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The owning thread waits, without the GIL, as `blocking` says (top of
+ * this file). 0, -EPIPE (the stream ended), -ETIMEDOUT. */
+static int h2p_wait(m0_conn *c, int blocking)
+{
+    m0_server *srv = c->srv;
+    const m0_server_config *cfg = &srv->cfg;
+    void *token = cfg->block_release != NULL ? cfg->block_release() : NULL;
+    pthread_mutex_lock(&srv->h2_lock);
+    uint64_t now = now_ms(), progress_at = now;
+    uint64_t stall = M0_H2P_STALL_MS, until = UINT64_MAX;
+    if (blocking == M0_WRITE_SENT) {
+        uint32_t t = m0_conn_send_timeout(c);
+        stall = t != 0 ? t : UINT64_MAX / 2;
+    } else {
+        until = now + M0_H2P_FLUSH_MS;
+    }
+    size_t last = queued(c);
+    int r = 0;
+    while (c->h2s != NULL && !c->broken) {
+        size_t left = queued(c);
+        if (left == 0)
+            break;
+        if (left < last) {
+            last = left;
+            progress_at = now;
+        }
+        uint64_t deadline = progress_at + stall < until ? progress_at + stall : until;
+        if (now >= deadline) {
+            r = blocking == M0_WRITE_SENT ? -ETIMEDOUT : 0;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t wait_ms = deadline - now;
+        if (wait_ms > 1000)
+            wait_ms = 1000; /* looked at again at least every second */
+        ts.tv_sec += (time_t)(wait_ms / 1000);
+        ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        srv->h2_waiters++;
+        pthread_cond_timedwait(&srv->h2_cond, &srv->h2_lock, &ts);
+        srv->h2_waiters--;
+        now = now_ms();
+    }
+    if (r == 0 && (c->h2s == NULL || c->broken))
+        r = -EPIPE;
+    pthread_mutex_unlock(&srv->h2_lock);
+    if (cfg->block_acquire != NULL)
+        cfg->block_acquire(token);
+    return r;
+}
+
+int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->h2_lock);
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || c->broken) {
+        pthread_mutex_unlock(&srv->h2_lock);
+        return -EPIPE;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        if (m0_h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, iov[i].iov_base, iov[i].iov_len) < 0) {
+            pthread_mutex_unlock(&srv->h2_lock);
+            return -ENOMEM;
+        }
+    }
+    /* One wake-up while the list is not empty: the loop takes it whole. */
+    int wake = srv->h2_kicks == NULL;
+    if (!s->kicked && s->stage_len > 0) {
+        s->kicked = 1;
+        s->kick_prev = NULL;
+        s->kick_next = srv->h2_kicks;
+        if (srv->h2_kicks != NULL)
+            srv->h2_kicks->kick_prev = s;
+        __atomic_store_n(&srv->h2_kicks, s, __ATOMIC_RELEASE);
+    } else {
+        wake = 0;
+    }
+    pthread_mutex_unlock(&srv->h2_lock);
+    if (wake)
+        m0_async_send(&srv->wake);
+    if (blocking == M0_WRITE_NOWAIT)
+        return 0;
+    return h2p_wait(c, blocking);
+}
+
+ssize_t m0_h2p_body_read(m0_conn *c, char *dst, size_t cap)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->h2_lock);
+    m0_h2_stream *s = c->h2s;
+    ssize_t r;
+    if (s == NULL) {
+        r = -ECONNRESET;
+    } else {
+        size_t avail = s->in_len - s->in_pos;
+        size_t n = avail < cap ? avail : cap;
+        if (n > 0)
+            memcpy(dst, s->in + s->in_pos, n);
+        s->in_pos += n;
+        r = n > 0 ? (ssize_t)n : s->body_too_large ? -EFBIG : 0; /* whole before the dispatch */
+    }
+    pthread_mutex_unlock(&srv->h2_lock);
+    return r;
+}
+
+size_t m0_h2p_write_pending(const m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->h2_lock);
+    size_t n = queued(c);
+    pthread_mutex_unlock(&srv->h2_lock);
+    return n;
+}
+
+int m0_h2p_keep_alive(const m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    pthread_mutex_lock(&srv->h2_lock);
+    int r = c->h2s != NULL && !c->broken;
+    pthread_mutex_unlock(&srv->h2_lock);
+    return r;
+}
+
+void m0_h2p_absorb(m0_server *srv)
+{
+    /* Most wake-ups bring none (HTTP/1.1 completions): no lock for them. A
+     * stream put on the list after this look woke the loop again. */
+    if (__atomic_load_n(&srv->h2_kicks, __ATOMIC_ACQUIRE) == NULL)
+        return;
+    m0_h2 *run = NULL;
+    pthread_mutex_lock(&srv->h2_lock);
+    while (srv->h2_kicks != NULL) {
+        m0_h2_stream *s = srv->h2_kicks;
+        kick_unlink(srv, s);
+        m0_conn *sc = s->sc;
+        if (sc != NULL && s->stage_len > 0) {
+            struct iovec iov = {s->stage, s->stage_len};
+            int r = m0_h2_stream_write(sc, &iov, 1);
+            if (r < 0 && !sc->broken) {
+                /* A head HTTP/2 cannot carry, or no memory: the stream is
+                 * reset, the thread's next write fails. */
+                sc->broken = 1;
+                s->out_done = 1;
+                if (!s->ng_closed)
+                    nghttp2_submit_rst_stream(s->h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+            }
+        }
+        s->stage_len = 0;
+        if (!s->h2->kicked) {
+            s->h2->kicked = 1;
+            s->h2->kick_next = run;
+            run = s->h2;
+        }
+    }
+    pthread_mutex_unlock(&srv->h2_lock);
+    while (run != NULL) {
+        m0_h2 *h2 = run;
+        run = h2->kick_next;
+        h2->kick_next = NULL;
+        h2->kicked = 0;
+        if (!h2->in_ng && !h2->dispatching)
+            m0_h2_after(h2);
+    }
+}
