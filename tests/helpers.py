@@ -36,6 +36,21 @@ def worker_pids(server, n, timeout=10):
     return [int(p) for p in re.findall(r"worker (\d+) ready", server.log)[:n]]
 
 
+def worker_pid(s):
+    """The pid of the server's worker: the one its log names ("in process N"), else the server's own."""
+    m = re.search(r"in process (\d+)", s.log)
+    return int(m.group(1)) if m else s.proc.pid
+
+
+def rss_kb(pid):
+    """The resident set of process pid, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
 # --- the CLI and one-request clients -----------------------------------------------------
 
 

@@ -5,7 +5,6 @@ server's memory must stay bounded.
 The bystander bound: the goal is 100 ms; the machine these tests run on is shared and slow, so
 the assertion is 1 s (a server that is stuck behind the attack takes the attack's whole length,
 several seconds, or never answers), and the measured worst latency is printed (-s shows it)."""
-import re
 import socket
 import threading
 import time
@@ -16,21 +15,9 @@ import h2.settings
 import pytest
 
 from h2client import H2, PREFACE, frame
+from helpers import rss_kb, worker_pid
 
 BYSTANDER_BOUND = 1.0
-
-
-def worker_pid(s):
-    m = re.search(r"in process (\d+)", s.log)
-    return int(m.group(1)) if m else s.proc.pid
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class Bystander:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import header, read_response
-from helpers import wait_until
+from helpers import rss_kb, wait_until
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -70,14 +70,6 @@ def hold_slow(srv, ms, n, entered=None):
 
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 # --- slow views -------------------------------------------------------------------
