@@ -82,13 +82,27 @@ class Server:
     def stop(self, sig=signal.SIGTERM, timeout=10):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        return self._reap(timeout)
+
+    def _reap(self, timeout):
+        """Wait for the process to exit (killed after `timeout` seconds); its exit code."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self._reader.join(2)
         return self.proc.returncode
+
+
+def stop_all(servers, timeout=10):
+    """Stop servers together: TERM to each still running, then wait for each, so that their
+    graceful stops overlap instead of adding up (a fixture's teardown of many servers)."""
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+    for s in servers:
+        s._reap(timeout)
 
 
 def server_env(extra=None):
@@ -118,8 +132,7 @@ def serve():
     """Start m0serve on an ephemeral port: serve("module:app", "--flag", ...)."""
     started = []
     yield _starter(started)
-    for s in started:
-        s.stop()
+    stop_all(started)
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +141,7 @@ def serve_module():
     parametrized tests that share one server)."""
     started = []
     yield _starter(started)
-    for s in started:
-        s.stop()
+    stop_all(started)
 
 @pytest.fixture(scope="module")
 def serve_shared():
@@ -148,8 +160,7 @@ def serve_shared():
         return s
 
     yield start
-    for s in servers.values():
-        s.stop()
+    stop_all(list(servers.values()))
 
 
 @pytest.fixture
