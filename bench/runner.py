@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -132,8 +133,82 @@ def wait_ready(proc, port, path, timeout_s, scheme="http", fetcher=None):
     return f"did not answer within {timeout_s:.0f} s ({last})"
 
 
+class RawClient:
+    """One keep-alive HTTP/1.1 connection with a request's bytes built once: get() sends them and
+    reads the response (Content-Length framed), reconnecting when the server closed the previous
+    exchange. Blocking calls with kernel timeouts (SO_RCVTIMEO): no poll per call, no getaddrinfo,
+    no http.client parsing; about a tenth of http.client's CPU per request."""
+
+    def __init__(self, port, request, timeout_s=30):
+        self.port, self.request, self.timeout_s = port, request, timeout_s
+        self.sock = None
+
+    def _connect(self):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tv = struct.pack("ll", int(self.timeout_s), 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        try:
+            sock.connect((procs_host(), self.port))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def get(self):
+        """The response's status (0: no status line), or OSError / ValueError."""
+        if self.sock is None:
+            self._connect()
+        try:
+            return self._exchange()
+        except (OSError, ValueError):
+            self.close()
+            raise
+
+    def _exchange(self):
+        sock = self.sock
+        sock.sendall(self.request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed before the response head")
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length, close = 0, False
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                close = True
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed inside the response body")
+            body += chunk
+        if close:
+            self.close()
+        parts = lines[0].split()
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
 class SlowLoad:
-    """Keep `n` requests to /slow?ms=M in flight (each on its own connection, re-sent when answered)."""
+    """Keep `n` requests to /slow?ms=M in flight (each client on its own keep-alive connection,
+    re-sent when answered; a server that closes after each response gets a new connection each).
+
+    The clients are load generators, as wrk is: their threads run on wrk's CPU (never the server's),
+    and each request costs them one send and one receive (RawClient). With http.client and a new
+    connection per request they took ~0.4-0.6 ms of CPU per request, in slices that landed on the
+    server's or wrk's core at random; at 10 slow requests a second those slices were most of what
+    two slow views added to the fast route's p99 (bench/pool_trace.py)."""
 
     def __init__(self, port, n, ms):
         self.port, self.n, self.ms = port, n, ms
@@ -141,18 +216,27 @@ class SlowLoad:
         self.completed = 0
         self.errors = 0
         self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(n)]
+        headers = "".join(f"{k}: {v}\r\n" for k, v in wrk.BROWSER_HEADERS)
+        self.request = f"GET /slow?ms={ms} HTTP/1.1\r\nHost: {procs_host()}:{port}\r\n{headers}\r\n".encode()
 
     def _loop(self):
-        while not self.stop.is_set():
-            try:
-                status, _ = fetch(self.port, f"/slow?ms={self.ms}", timeout=30.0)
-                if status == 200:
-                    self.completed += 1
-                else:
+        try:
+            os.sched_setaffinity(0, {WRK_CPU})  # this thread only (Linux)
+        except (AttributeError, OSError):
+            pass  # a host without that CPU: wherever the scheduler puts it
+        client = RawClient(self.port, self.request)
+        try:
+            while not self.stop.is_set():
+                try:
+                    if client.get() == 200:
+                        self.completed += 1
+                    else:
+                        self.errors += 1
+                except (OSError, ValueError):
                     self.errors += 1
-            except (OSError, http.client.HTTPException):
-                self.errors += 1
-                time.sleep(0.05)
+                    time.sleep(0.05)
+        finally:
+            client.close()
 
     def __enter__(self):
         for t in self.threads:

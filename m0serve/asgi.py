@@ -15,8 +15,10 @@ Entry point for m0serve.worker::
 ``lifespan`` (auto|on|off, default auto), ``graceful_timeout``, and, for WebSockets,
 ``ws`` / ``ws_max_size`` / ``ws_ping_interval`` / ``ws_ping_timeout`` when present.
 ``on_ready(server)`` is called once the server serves (after lifespan startup) with an
-object offering ``shutdown(graceful=True)``, ``connections`` and ``requests``; the signal
-handlers it installs are moved onto the asyncio loop so they run at once on any loop.
+object offering ``shutdown(graceful=True)``, ``connections`` and ``requests``, from a
+callback of the loop: the signal handlers it installs go on that loop
+(``loop.add_signal_handler``), so they run at once on any loop, before it announces the
+server.
 
 Returns after shutdown: stop accepting, in-flight requests finish within
 ``--graceful-timeout``, then the still-streaming get ``http.disconnect`` (their send()
@@ -28,7 +30,6 @@ should not respawn it in a loop.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 
 from . import _core, logs
@@ -226,7 +227,6 @@ class Worker:
             handle = ServerHandle(self.server, self)
             if self.on_ready is not None:
                 self.on_ready(handle)
-            self.move_signal_handlers()
             await self.done
         finally:
             if self.server is not None:
@@ -237,16 +237,6 @@ class Worker:
             if self.tick_handle is not None:
                 self.tick_handle.cancel()
             await lifespan.shutdown()
-
-    def move_signal_handlers(self):
-        """Run the Python signal handlers installed by on_ready from the loop itself."""
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGALRM, signal.SIGUSR1, signal.SIGHUP):
-            handler = signal.getsignal(sig)
-            if callable(handler):
-                try:
-                    self.loop.add_signal_handler(sig, handler, sig, None)
-                except (RuntimeError, ValueError, NotImplementedError):
-                    pass
 
     def tick(self):
         try:

@@ -34,6 +34,50 @@ DATEFMT = "%Y-%m-%d %H:%M:%S %z"
 log = logging.getLogger(ERROR_LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
 
+
+class SignalLog:
+    """A logger's calls for the code a Python signal handler runs.
+
+    Such a handler runs on the main thread between two bytecodes of whatever it was doing,
+    which may be a log call of its own: the "serving" line, an access-log batch, the app's
+    logging. Python 3.13.4 and later drop, without a trace, a record logged while another is
+    being handled on the same thread (Logger.handle refuses to nest, whichever the logger),
+    so a signal's only effect, its line, could be lost. Here such a record goes to the
+    handlers directly, nested in the interrupted call as on every earlier Python (a
+    Handler's lock is reentrant; the interrupted line is written whole, before or after it).
+    Otherwise it is an ordinary call of the logger."""
+
+    def __init__(self, logger):
+        self.logger = logger
+
+    def log(self, level, msg, *args):
+        logger = self.logger
+        if logger.isEnabledFor(level):
+            logger.log(level, msg, *args)
+            return
+        # Not enabled: below the level, or this thread is inside a log call (3.13.4+).
+        if logger.disabled or logger.manager.disable >= level or level < logger.getEffectiveLevel():
+            return
+        record = logger.makeRecord(logger.name, level, "(signal handler)", 0, msg, args, None)
+        kept = logger.filter(record)  # a bool, or (3.12+) the record to log
+        if kept:
+            logger.callHandlers(kept if isinstance(kept, logging.LogRecord) else record)
+
+    def debug(self, msg, *args):
+        self.log(logging.DEBUG, msg, *args)
+
+    def info(self, msg, *args):
+        self.log(logging.INFO, msg, *args)
+
+    def warning(self, msg, *args):
+        self.log(logging.WARNING, msg, *args)
+
+    def error(self, msg, *args):
+        self.log(logging.ERROR, msg, *args)
+
+
+signal_log = SignalLog(log)  # the error log, from a signal handler
+
 _log_file = None
 _settings = ("info", None)  # (level, log_config) of the last setup(), for reapply()
 
@@ -133,7 +177,8 @@ def access_log_writer():
 
 
 def reopen():
-    """Reopen --log-file and the FileHandlers of --log-config (after rotation)."""
+    """Reopen --log-file and the FileHandlers of --log-config (after rotation). USR1's signal
+    handler runs it: it logs through signal_log."""
     if configured():
         _reopen_file_handlers()
     if not _log_file:
@@ -142,9 +187,9 @@ def reopen():
         sys.stderr.flush()
         _attach_file(_log_file)
     except OSError as e:
-        log.error("could not reopen log file %s: %s", _log_file, e)
+        signal_log.error("could not reopen log file %s: %s", _log_file, e)
         return
-    log.info("reopened log file %s", _log_file)
+    signal_log.info("reopened log file %s", _log_file)
 
 
 def _reopen_file_handlers():
@@ -168,6 +213,6 @@ def _reopen_file_handlers():
             finally:
                 h.release()
             if error is None:
-                log.info("reopened %s", h.baseFilename)
+                signal_log.info("reopened %s", h.baseFilename)
             else:
-                log.error("could not reopen %s: %s", h.baseFilename, error)
+                signal_log.error("could not reopen %s: %s", h.baseFilename, error)

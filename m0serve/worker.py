@@ -17,10 +17,10 @@ Worker signals:
 
 ASGI: m0serve.asgi provides `run_worker(server_kwargs, app, config, on_ready)`. It builds
 the Server (`_core.Server(app, "asgi", server_kwargs["listeners"], **rest)`) inside its
-event loop, runs lifespan startup, calls `on_ready(server)` once it serves (that installs
-the signal handlers above, which call server.shutdown(graceful), and reports readiness to
-the supervisor), returns when the server has shut down (after lifespan shutdown), and
-raises when start-up fails.
+event loop, runs lifespan startup, calls `on_ready(server)` once it serves, from a callback
+of that loop (it installs the signal handlers above on the loop, which call
+server.shutdown(graceful), and reports readiness to the supervisor), returns when the
+server has shut down (after lifespan shutdown), and raises when start-up fails.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from . import hooks, logs
 from .config import server_options
 
 log = logs.log
+slog = logs.signal_log  # in signal handlers: a handler may interrupt a log call
 
 
 class UnsupportedInterface(Exception):
@@ -79,7 +80,7 @@ def log_stray_signal(signum, role):
     # A worker shares its supervisor's process group (Ctrl-C, a terminal resize, `kill -- -PGID`):
     # the supervisor's line says it once. A terminal's resize is no news either.
     quiet = role == "worker" or (name == "SIGWINCH" and os.isatty(0))
-    log.log(logging.DEBUG if quiet else logging.INFO, "%s ignored%s", name, f": {hint}" if hint else "")
+    slog.log(logging.DEBUG if quiet else logging.INFO, "%s ignored%s", name, f": {hint}" if hint else "")
 
 
 def ignore_stray_signals(handler, signals=STRAY_SIGNALS):
@@ -121,7 +122,7 @@ def asgi_driver():
 
 
 class SignalPolicy:
-    """Installs the worker's signal handlers once its server serves."""
+    """Installs the worker's signal handlers once its server serves. They log through slog."""
 
     def __init__(self, cfg, *, listeners_to_close=(), supervised=False, on_drain=None, worker=None):
         self.cfg = cfg
@@ -134,16 +135,36 @@ class SignalPolicy:
         self.listeners_to_close = listeners_to_close  # in-process: refuse new connections at once on TERM
         self.supervised = supervised
 
-    def install(self, server):
+    def install(self, server, loop=None):
+        """loop (ASGI): its handlers run from that running event loop (add_signal_handler),
+        between two of its callbacks. Installed there at once, before the server is announced:
+        a handler first installed with signal.signal and moved onto the loop later runs twice
+        for a signal that comes in between (once in place, once more from the loop, which
+        reads the signal's byte from its wakeup fd after the move): a TERM right after
+        "serving" was a graceful stop and then a second TERM's close of every connection.
+        ABRT stays a plain handler: it is sent to a worker whose loop is stuck."""
         self.server = server
-        signal.signal(signal.SIGTERM, self._on_term)
+
+        def on(sig, handler):
+            if loop is not None:
+                try:
+                    loop.add_signal_handler(sig, handler, sig, None)
+                    return
+                except (RuntimeError, ValueError, NotImplementedError):
+                    pass  # not the main thread, or a loop without signal support
+            signal.signal(sig, handler)
+
+        on(signal.SIGTERM, self._on_term)
         # Supervised, Ctrl-C reaches the whole process group: the supervisor turns it
         # into one TERM per worker, so the worker itself ignores INT.
-        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self._on_term)
-        signal.signal(signal.SIGQUIT, self._on_quit)
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-        signal.signal(signal.SIGHUP, self._on_hup)
-        signal.signal(signal.SIGALRM, self._on_alarm)
+        if self.supervised:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            on(signal.SIGINT, self._on_term)
+        on(signal.SIGQUIT, self._on_quit)
+        on(signal.SIGUSR1, self._on_usr1)
+        on(signal.SIGHUP, self._on_hup)
+        on(signal.SIGALRM, self._on_alarm)
         if self.hooks.has("worker_abort"):
             signal.signal(signal.SIGABRT, self._on_abort)
 
@@ -151,7 +172,7 @@ class SignalPolicy:
         if signum == signal.SIGINT:
             self.hooks.run("worker_int", self.worker)
         if self.stopping:
-            log.info("second %s: closing every connection now", signal.Signals(signum).name)
+            slog.info("second %s: closing every connection now", signal.Signals(signum).name)
             self.server.shutdown(graceful=False)
             if self.delaying:  # it had not stopped accepting yet
                 self.delaying = False
@@ -165,7 +186,7 @@ class SignalPolicy:
             # Keep serving while the balancer sees the health path fail and stops sending. The line
             # is logged once the server is not ready, so that it can be waited for.
             self.server.set_ready(False)
-            log.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
+            slog.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
             self.delaying = True
             signal.setitimer(signal.ITIMER_REAL, delay)
             return
@@ -174,8 +195,8 @@ class SignalPolicy:
     def _drain(self, signum):
         graceful = self.cfg.graceful_timeout > 0  # --graceful-timeout 0: close at once
         if not self.supervised:
-            log.info("%s: shutting down %s", signal.Signals(signum).name,
-                     f"gracefully (up to {self.cfg.graceful_timeout:g}s)" if graceful else "now")
+            slog.info("%s: shutting down %s", signal.Signals(signum).name,
+                      f"gracefully (up to {self.cfg.graceful_timeout:g}s)" if graceful else "now")
         self.server.shutdown(graceful=graceful)
         self._stop_listening()
         if self.on_drain is not None:
@@ -199,8 +220,8 @@ class SignalPolicy:
             self._drain(signal.SIGTERM)
             return
         if self.stopping:
-            log.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
-                        self.server.connections)
+            slog.warning("graceful timeout (%gs) expired: closing %d connection(s)", self.cfg.graceful_timeout,
+                         self.server.connections)
             self.server.shutdown(graceful=False)
 
     def _on_quit(self, signum, frame):
@@ -231,7 +252,7 @@ class SignalPolicy:
 
     def _on_hup(self, signum, frame):
         if not self.supervised:
-            log.warning("SIGHUP ignored: a rolling restart needs a supervisor (--workers 2 or more, or --reload)")
+            slog.warning("SIGHUP ignored: a rolling restart needs a supervisor (--workers 2 or more, or --reload)")
 
 
 def register_stack_dump():
@@ -282,7 +303,12 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
               kwargs.get("max_requests") or "-", kwargs.get("limit_connections") or "-")
 
     def ready(server):
-        policy.install(server)
+        if interface == "asgi":
+            import asyncio
+
+            policy.install(server, loop=asyncio.get_running_loop())
+        else:
+            policy.install(server)
         if loop_beat is not None:
             _start_loop_beat(*loop_beat, interval=min(1.0, max(0.05, cfg.worker_timeout / 4)))
         if on_ready is not None:

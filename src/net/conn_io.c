@@ -16,13 +16,18 @@
 #include "conn_int.h"
 #include "portable.h"
 #include "tls.h"
+#include "trace.h"
 
 ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len)
 {
     /* A PROXY protocol header comes before the ClientHello, in clear. */
     if (c->tls != NULL && !(c->flags & M0_CF_PP_WAIT))
         return m0_tls_recv(c->tls, buf, len);
+#ifdef M0_POOL_TRACE
+    return m0_trace_recv(c, c->io.fd, buf, len); /* read(2), and when its bytes arrived */
+#else
     return read(c->io.fd, buf, len);
+#endif
 }
 
 ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
@@ -30,7 +35,10 @@ ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
     if (c->tls != NULL)
         return m0_tls_sendv(c->tls, iov, iovcnt);
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    return sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
+    ssize_t n = sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
+    if (n > 0)
+        M0_TRACE(M0_TR_SENT, c, n, 0);
+    return n;
 }
 
 ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "portable.h"
+#include "trace.h"
 
 #ifdef M0_WORKQ_DEBUG
 #include <stdio.h>
@@ -147,6 +148,24 @@ static uint64_t workq_ns(clockid_t clock)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The GIL taken back, and a pass run, through the caller's callbacks
+ * (traced in a -Dpool_trace build: trace.h). */
+static void workq_gil_take(const m0_workq_ops *ops, void *token, int why)
+{
+    M0_TRACE(M0_TR_GIL_WANT, 0, why, 0);
+    ops->gil_acquire(ops->arg, token);
+    M0_TRACE(M0_TR_GIL_GOT, 0, why, 0);
+    (void)why;
+}
+
+static int workq_pass(const m0_workq_ops *ops, int gil)
+{
+    M0_TRACE(M0_TR_PASS, 0, gil, 0);
+    int r = ops->run_pass(ops->arg, gil);
+    M0_TRACE(M0_TR_PASS_END, 0, gil, r);
+    return r;
+}
+
 static int workq_grow(m0_workq *q)
 {
     size_t cap = q->cap * 2;
@@ -172,6 +191,7 @@ int m0_workq_push(m0_workq *q, void *item)
     q->ring[(q->head + q->len) & (q->cap - 1)] = item;
     q->len++;
     pthread_mutex_unlock(&q->lock);
+    M0_TRACE(M0_TR_PUSH, item, 0, 0);
     return 0;
 }
 
@@ -192,6 +212,9 @@ int m0_workq_join(m0_workq *q, m0_workq_role *role)
         ws->schedstat_fd = -1; /* the thread's CPU clock (has_clock) instead */
 #endif
         r = 0;
+#ifdef M0_POOL_TRACE
+        m0_trace_set_slot(role->slot);
+#endif
     }
     pthread_mutex_unlock(&q->lock);
     return r;
@@ -244,6 +267,7 @@ static void workq_make_leader(m0_workq *q, int slot, int gil)
  * which takes the loop or the queue once the running view lets the GIL go. */
 static void workq_promote_follower(m0_workq *q, int slot, int watch)
 {
+    M0_TRACE(M0_TR_PROMOTE, 0, slot, q->running >= workq_max_running(q));
     if (q->running >= workq_max_running(q))
         workq_make_leader(q, slot, 0);
     else
@@ -479,7 +503,7 @@ static void workq_standby_regain(m0_workq *q, m0_workq_role *role, const m0_work
         nanosleep(&pause, NULL);
     }
     workq_standby_look(q, role);
-    ops->gil_acquire(ops->arg, token);
+    workq_gil_take(ops, token, M0_WORKQ_STANDBY);
 }
 
 /* --- leading --- */
@@ -505,7 +529,7 @@ static int workq_keep_leading(m0_workq *q)
 static int workq_passes_nogil(m0_workq *q, const m0_workq_ops *ops)
 {
     for (;;) {
-        int r = ops->run_pass(ops->arg, 0);
+        int r = workq_pass(ops, 0);
         if (r != 0)
             return r;
         pthread_mutex_lock(&q->lock);
@@ -539,11 +563,11 @@ static int workq_lead(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
     pthread_mutex_unlock(&q->lock);
     int r;
     if (gil) {
-        r = ops->run_pass(ops->arg, 1);
+        r = workq_pass(ops, 1);
     } else {
         void *token = ops->gil_release(ops->arg);
         r = workq_passes_nogil(q, ops);
-        ops->gil_acquire(ops->arg, token);
+        workq_gil_take(ops, token, M0_WORKQ_LEADER);
     }
     return workq_lead_end(q, role, ops, r);
 }
@@ -558,13 +582,25 @@ static int workq_end(m0_workq *q, int r)
 int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
 {
     for (;;) {
-        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->switch_interval_ns))
+        while (role->state == M0_WORKQ_STANDBY && workq_standby_yields(q, role, ops->switch_interval_ns)) {
+            M0_TRACE(M0_TR_YIELD, 0, 0, 0);
             workq_standby_regain(q, role, ops, M0_WORKQ_PAUSE_NS);
+        }
         void *item = NULL;
         switch (workq_next(q, role, &item)) {
-        case WORKQ_RUN:
+        case WORKQ_RUN: {
+#ifdef M0_POOL_TRACE
+            uint64_t cpu0, sw0, cpu1, sw1;
+            m0_trace_thread_usage(&cpu0, &sw0);
+            M0_TRACE(M0_TR_TAKE, item, 0, 0);
+#endif
             ops->run_item(ops->arg, item);
+#ifdef M0_POOL_TRACE
+            m0_trace_thread_usage(&cpu1, &sw1);
+            M0_TRACE(M0_TR_DONE, item, cpu1 - cpu0, sw1 - sw0);
+#endif
             break;
+        }
         case WORKQ_STAND_BY: /* wait for the GIL, as a promoted standby does */
             workq_standby_regain(q, role, ops, 0);
             break;
@@ -586,7 +622,7 @@ int m0_workq_serve(m0_workq *q, m0_workq_role *role, const m0_workq_ops *ops)
             if (w == 0)
                 workq_standby_look(q, role);
             int r = w == 2 ? workq_passes_nogil(q, ops) : 0; /* promoted to lead: no GIL needed */
-            ops->gil_acquire(ops->arg, token);
+            workq_gil_take(ops, token, w == 0 ? M0_WORKQ_STANDBY : M0_WORKQ_FOLLOWER);
             if (w == 2) {
                 r = workq_lead_end(q, role, ops, r);
                 if (r != 0)

@@ -200,7 +200,10 @@ def test_proxy_protocol_then_preface(serve):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    trustme = pytest.importorskip("trustme")
+    try:
+        import trustme
+    except ImportError:  # a free-threaded build: the same certificates from openssl (tests/openssl_pki.py)
+        import openssl_pki as trustme
     d = tmp_path_factory.mktemp("pki")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")

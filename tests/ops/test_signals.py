@@ -2,6 +2,7 @@
 process) or by accident: every one whose default action would end or stop the process
 (signal(7)) is logged and ignored, by the supervisor, a worker and a single process alike;
 the service keeps serving."""
+import json
 import os
 import re
 import signal
@@ -72,6 +73,36 @@ def test_single_process_is_neither_stopped_nor_killed(serve, app):
     s.wait_log(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)")
     assert_alive(s, s.proc.pid)
     assert s.stop() == 0
+
+
+@pytest.mark.parametrize("app", ["sup_app:app", "sup_asgi:app"])
+@pytest.mark.parametrize("name, line", [
+    ("SIGTTIN", "[INFO] SIGTTIN ignored: a worker more needs a supervisor"),
+    ("SIGHUP", "[WARNING] SIGHUP ignored: a rolling restart needs a supervisor"),
+    ("SIGTERM", "[INFO] SIGTERM: shutting down gracefully"),
+])
+def test_a_signal_right_after_serving_is_handled_once(serve, tmp_path, app, name, line):
+    # The signal arrives while "serving" is being logged, as one sent right after that line can,
+    # every time here. Its handler ran inside that log call, where Python 3.13.4+ drops a record
+    # logged (the line was lost); in an ASGI server, it then ran a second time from the event
+    # loop its handlers were moved to after the line (a TERM became a graceful stop and then a
+    # second TERM's close of every connection).
+    conf = tmp_path / "log.json"
+    conf.write_text(json.dumps({
+        "version": 1,
+        "formatters": {"plain": {"format": "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"}},
+        "handlers": {"out": {"()": "signal_in_log.SignalWhileServingIsLogged", "signame": name,
+                             "stream": "ext://sys.stderr", "formatter": "plain"}},
+        "root": {"level": "INFO", "handlers": ["out"]},
+    }))
+    s = serve(app, "--log-config", str(conf))
+    s.wait_log(re.escape(line))
+    if name == "SIGTERM":
+        assert s.proc.wait(10) == 0, s.log
+    else:
+        assert_alive(s, s.proc.pid)
+    assert s.stop() == 0
+    assert s.log.count(line) == 1 and "second SIGTERM" not in s.log, s.log
 
 
 def test_a_worker_is_neither_stopped_nor_killed(serve):
