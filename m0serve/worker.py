@@ -183,9 +183,10 @@ class SignalPolicy:
         self.stopping = True
         delay = self.cfg.shutdown_delay
         if delay > 0:
-            # Keep serving while the balancer sees the health path fail and stops sending.
-            slog.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
+            # Keep serving while the balancer sees the health path fail and stops sending. The line
+            # is logged once the server is not ready, so that it can be waited for.
             self.server.set_ready(False)
+            slog.info("%s: not ready; draining in %gs", signal.Signals(signum).name, delay)
             self.delaying = True
             signal.setitimer(signal.ITIMER_REAL, delay)
             return

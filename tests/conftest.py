@@ -21,14 +21,6 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 APPS_DIR = TESTS_DIR / "apps"
 ROOT_DIR = TESTS_DIR.parent
-# The tests, by subject: the engine on the wire (both bridges), each bridge, and operations (CLI,
-# configuration, supervisor, logs, metrics, release). Some share helpers defined in a test module
-# of another subject (test_cli.run_cli, test_supervisor.wait_until...): every subject directory
-# is importable, whichever file pytest collects first.
-SUBJECT_DIRS = [TESTS_DIR / name for name in ("engine", "wsgi", "asgi", "ops")]
-for _subject in SUBJECT_DIRS:
-    if str(_subject) not in sys.path:
-        sys.path.insert(0, str(_subject))
 LISTEN_RE = re.compile(r"Listening on https?://([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 
 # The suites run again over TLS (make test-tls-py; M0_TEST_TLS=1 in the test process): every
@@ -155,13 +147,27 @@ class Server:
     def stop(self, sig=signal.SIGTERM, timeout=10):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        return self._reap(timeout)
+
+    def _reap(self, timeout):
+        """Wait for the process to exit (killed after `timeout` seconds); its exit code."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self._reader.join(2)
         return self.proc.returncode
+
+
+def stop_all(servers, timeout=10):
+    """Stop servers together: TERM to each still running, then wait for each, so that their
+    graceful stops overlap instead of adding up (a fixture's teardown of many servers)."""
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+    for s in servers:
+        s._reap(timeout)
 
 
 def server_env(extra=None):
@@ -191,8 +197,7 @@ def serve():
     """Start m0serve on an ephemeral port: serve("module:app", "--flag", ...)."""
     started = []
     yield _starter(started)
-    for s in started:
-        s.stop()
+    stop_all(started)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +206,7 @@ def serve_module():
     parametrized tests that share one server)."""
     started = []
     yield _starter(started)
-    for s in started:
-        s.stop()
+    stop_all(started)
 
 @pytest.fixture(scope="module")
 def serve_shared():
@@ -221,8 +225,7 @@ def serve_shared():
         return s
 
     yield start
-    for s in servers.values():
-        s.stop()
+    stop_all(list(servers.values()))
 
 
 @pytest.fixture

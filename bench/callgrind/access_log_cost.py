@@ -32,7 +32,8 @@ ARMS = {"off": [], "on": ["--access-log"], "json": ["--access-log-json"]}
 def start(prefix, workdir, extra):
     argv = [*prefix, sys.executable, "-m", "m0serve", "cli_hello:app", "--host", "127.0.0.1", "--port", "0",
             "--log-file", os.path.join(workdir, "server.log"), *extra]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"))
+    # A fixed hash seed: the same Python work (dict and set layouts) in every arm and every run.
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"), PYTHONHASHSEED="0")
     if os.path.exists(os.path.join(workdir, "server.log")):
         os.unlink(os.path.join(workdir, "server.log"))
     # Not from the source tree, whose m0serve/ has no built _core.

@@ -133,7 +133,9 @@ def measure(python, app, request, n, workdir):
     out = os.path.join(workdir, f"cg.{label}")
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "m0serve", app,
             "--interface", "asgi", "--host", "127.0.0.1", "--port", "0"]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps") + os.pathsep + os.path.join(ROOT, "tests", "apps"))
+    # A fixed hash seed: the same Python work (dict and set layouts) in every arm and every run.
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps") + os.pathsep + os.path.join(ROOT, "tests", "apps"),
+               PYTHONHASHSEED="0")
     proc, port = start_server(argv, env, workdir, label)
     try:
         sock = socket.create_connection(("127.0.0.1", port))

@@ -27,7 +27,8 @@ def per_request(workdir, label, app_args, extra, n):
     out = os.path.join(workdir, f"cg.{label}")
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=conn_io_cb", f"--callgrind-out-file={out}",
             sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0", *extra]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"))
+    # A fixed hash seed: the same Python work (dict and set layouts) in every arm and every run.
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"), PYTHONHASHSEED="0")
     proc, port = start_server(argv, env, workdir, label)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.settimeout(120)

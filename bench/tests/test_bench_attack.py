@@ -13,6 +13,7 @@ sys.path.append(str(ROOT / "tests"))  # the server fixtures of tests/conftest.py
 
 from bench import attack, render  # noqa: E402
 from conftest import read_response, serve  # noqa: E402, F401 (serve: the fixture)
+from helpers import wait_until  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["slowloris", "slowbody"])
@@ -54,9 +55,9 @@ def test_slow_readers_leave_their_responses_unread_and_the_server_still_answers(
                           "--conns", "4", "--interval", "0.05"], cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready 4"
-        time.sleep(1.0)
         # Each reader's response stands in the server's send queue: its 4 KiB window took the first bytes
         # and nothing since (a reader that read would have emptied the queue long before 8 MiB's rest).
+        wait_until(lambda: sum(q > 1_000_000 for q in _send_queues(srv.port)) >= 4, 10, "four full send queues")
         queued = _send_queues(srv.port)
         assert len(queued) == 4 and all(q > 1_000_000 for q in queued), queued
         s = srv.connect()

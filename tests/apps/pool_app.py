@@ -1,7 +1,7 @@
 """Slow-view isolation test app (tests/wsgi/test_wsgi_pool.py).
 
 /            13-byte hello
-/slow?ms=N   sleeps N ms in the view, then answers
+/slow?ms=N   says "slow view entered" on stderr, sleeps N ms in the view, then answers
 /echo        POST: the body back, read with read(), readline() or by iteration (?how=)
 /big?n=N     N bytes (a list of 64 KiB pieces), Content-Length known
 /gen?n=N     N pieces of 1 KiB from a generator whose close() is counted
@@ -12,6 +12,7 @@
 /iter?n=N    N pieces (b"i0", b"i1", ...) from an iterator over a list, no Content-Length
 """
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -41,6 +42,7 @@ def app(environ, start_response):
     with LOCK:
         THREADS.add(threading.current_thread().name)
     if path == "/slow":
+        print("slow view entered", file=sys.stderr, flush=True)
         time.sleep(int(q.get("ms", "200")) / 1000)
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"slow"]

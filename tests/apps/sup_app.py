@@ -1,10 +1,13 @@
-"""Supervisor test app: reports the worker pid; /sleep?s=N sleeps in the view."""
+"""Supervisor test app: reports the worker pid; /sleep?s=N sleeps in the view (and says so on
+stderr first, "sleep view entered", so that a test can wait for a request to be inside it)."""
 import os
+import sys
 import time
 from urllib.parse import parse_qs
 
 
 def slow_view(seconds):
+    print("sleep view entered", file=sys.stderr, flush=True)
     time.sleep(seconds)
     return b"slept"
 

@@ -1,14 +1,16 @@
 """Supervisor test app, ASGI flavour (auto-detected): "/" answers the worker pid,
-/sleep?s=N awaits asyncio.sleep(N) in the view, /block?s=N blocks the event loop with
-time.sleep(N)."""
+/sleep?s=N awaits asyncio.sleep(N) in the view (saying "sleep view entered" on stderr first),
+/block?s=N blocks the event loop with time.sleep(N)."""
 import asyncio
 import os
+import sys
 import time
 from urllib.parse import parse_qs
 from lifespan_helper import serve_lifespan
 
 
 async def slow_view(seconds):
+    print("sleep view entered", file=sys.stderr, flush=True)
     await asyncio.sleep(seconds)
     return b"slept"
 

@@ -12,6 +12,12 @@ def srv(serve):
     return serve(APP, "--interface", "asgi")
 
 
+@pytest.fixture
+def shared_srv(serve_shared):
+    """One server for the module, for the tests that read no log (their answers say it all)."""
+    return serve_shared(APP, "--interface", "asgi")
+
+
 def still_serving(srv):
     r = httpx.get(srv.url + "/sleep?s=0", timeout=5)
     assert r.status_code == 200 and r.text == "slept"
@@ -84,16 +90,16 @@ def test_content_length_too_short_closes(srv):
         ("status-1xx", "ValueError: ASGI response status 103 is informational (1xx)"),
     ],
 )
-def test_malformed_message_raises_in_app(srv, case, expect):
-    r = httpx.get(srv.url + f"/bad?case={case}", timeout=5)
+def test_malformed_message_raises_in_app(shared_srv, case, expect):
+    r = httpx.get(shared_srv.url + f"/bad?case={case}", timeout=5)
     assert r.status_code == 200, r.text
     assert r.text.startswith(expect), r.text
     assert "x-evil" not in r.headers
 
 
-def test_bad_request_never_reaches_app(srv):
-    with srv.connect() as sock:
+def test_bad_request_never_reaches_app(shared_srv):
+    with shared_srv.connect() as sock:
         sock.sendall(b"GET /scope HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
         status, _, _, _ = read_response(sock)
     assert status == 400
-    still_serving(srv)
+    still_serving(shared_srv)

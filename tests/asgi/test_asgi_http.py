@@ -17,7 +17,14 @@ APP = "asgi_app:app"
 
 
 @pytest.fixture
-def srv(serve):
+def srv(serve_shared):
+    """One server for the module: these tests only exchange requests on connections of their own."""
+    return serve_shared(APP, "--interface", "asgi")
+
+
+@pytest.fixture
+def srv_own(serve):
+    """A server of the test's own, for a test that reads the log (another test's lines must not count)."""
     return serve(APP, "--interface", "asgi")
 
 
@@ -83,7 +90,7 @@ def test_receive_does_not_allocate_the_declared_length(srv):
     body = os.urandom(4_000_000)
     with srv.connect(timeout=10) as s:
         s.sendall(b"POST /receive-peak HTTP/1.1\r\nHost: t\r\nContent-Length: 4000000\r\n\r\n" + body[:100])
-        time.sleep(0.3)
+        time.sleep(0.3)  # pacing under test: the first 100 bytes arrive alone
         s.sendall(body[100:])
         status, _, rbody, _ = read_response(s, timeout=10)
     r = json.loads(rbody)
@@ -260,29 +267,29 @@ def test_pathsend(srv):
     assert r.headers["content-length"] == str(os.path.getsize(here))
 
 
-def test_disconnect_while_waiting_for_body(srv):
-    with srv.connect() as sock:
+def test_disconnect_while_waiting_for_body(srv_own):
+    with srv_own.connect() as sock:
         sock.sendall(b"POST /partial-body HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
-        time.sleep(0.3)
-    srv.wait_log(r"DISCONNECT-IN-BODY 10", timeout=5)
+        time.sleep(0.3)  # the 10 bytes reach the app before the disconnect
+    srv_own.wait_log(r"DISCONNECT-IN-BODY 10", timeout=5)
 
 
-def test_disconnect_after_body(srv):
-    with srv.connect() as sock:
+def test_disconnect_after_body(srv_own):
+    with srv_own.connect() as sock:
         sock.sendall(b"POST /wait-disconnect HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the app awaits receive() before the disconnect
         sock.shutdown(socket.SHUT_RDWR)
-    srv.wait_log(r"DISCONNECT-AFTER-BODY http.disconnect", timeout=5)
+    srv_own.wait_log(r"DISCONNECT-AFTER-BODY http.disconnect", timeout=5)
 
 
-def test_send_after_disconnect_raises_oserror(srv):
-    with srv.connect() as sock:
+def test_send_after_disconnect_raises_oserror(srv_own):
+    with srv_own.connect() as sock:
         sock.sendall(b"GET /stream-forever HTTP/1.1\r\nHost: t\r\n\r\n")
         sock.settimeout(5)
         assert sock.recv(65536)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    srv.wait_log(r"SEND-FAILED ClientDisconnected True", timeout=5)
-    r = httpx.get(srv.url + "/sleep?s=0", timeout=5)  # the worker keeps serving
+    srv_own.wait_log(r"SEND-FAILED ClientDisconnected True", timeout=5)
+    r = httpx.get(srv_own.url + "/sleep?s=0", timeout=5)  # the worker keeps serving
     assert r.text == "slept"
 
 
@@ -318,18 +325,18 @@ def test_read_backpressure(srv):
 
 
 @pytest.mark.slow
-def test_write_backpressure(srv):
+def test_write_backpressure(srv_own):
     # A client that does not read: send() must wait (the app cannot finish 32 MB into
     # buffers), and everything arrives once the client reads.
     size = 32 * 1024 * 1024
-    with srv.connect() as sock:
+    with srv_own.connect() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         sock.sendall(b"GET /big?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % size)
         time.sleep(1.0)
-        assert "BIG-DONE" not in srv.log
+        assert "BIG-DONE" not in srv_own.log
         status, headers, body, _ = read_response(sock, timeout=30)
     assert status == 200 and len(body) == size
-    srv.wait_log(r"BIG-DONE %d" % size)
+    srv_own.wait_log(r"BIG-DONE %d" % size)
 
 
 def test_pathsend_large_file_slow_client(srv, tmp_path):
@@ -401,7 +408,7 @@ def test_app_declared_chunked(srv):
 def test_receive_cancelled_by_timeout_then_read(srv):
     with srv.connect() as sock:
         sock.sendall(b"POST /receive-timeout HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
-        time.sleep(0.4)
+        time.sleep(0.4)  # pacing under test: past the app's receive() timeout
         sock.sendall(b"hello")
         status, _, body, _ = read_response(sock)
     assert status == 200 and body == b"hello"

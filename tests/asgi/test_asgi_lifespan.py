@@ -89,7 +89,7 @@ def test_graceful_shutdown_lets_inflight_finish(serve):
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.3)
+    time.sleep(0.3)  # the request is in the view when TERM comes
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
     t.join(10)

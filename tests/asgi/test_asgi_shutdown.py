@@ -2,7 +2,7 @@
 (issue 23, item 11): no "Task was destroyed but it is pending!", and each task's cleanup runs."""
 import pytest
 
-from test_cli import exchange
+from helpers import exchange
 
 GET = b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
 

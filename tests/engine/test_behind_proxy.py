@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_response, header
+from helpers import wait_until
 from proxies import HAProxy, Nginx, client_socket
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "DEPLOYMENT.md"
@@ -411,12 +412,13 @@ def test_rolling_restart_under_haproxy_loses_nothing(serve, iface, tmp_path, sto
     threads = [threading.Thread(target=client) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(1.0)
+    wait_until(lambda: counts["ok"] >= 20, 10, "requests through the proxy")
     app1.proc.send_signal(signal.SIGTERM)
     ha.wait_status("app1", "DOWN", timeout=3)  # its health path answers 503 at once
     assert app1.proc.poll() is None  # still serving during the delay
     app1.proc.wait(15)
-    time.sleep(1.0)
+    after = counts["ok"]  # requests go on through app2 alone
+    wait_until(lambda: counts["ok"] >= max(after + 20, 60), 10, "requests after app1 exited")
     stop.set()
     for t in threads:
         t.join(15)
@@ -424,3 +426,4 @@ def test_rolling_restart_under_haproxy_loses_nothing(serve, iface, tmp_path, sto
     assert counts["errors"] == 0, errors[:10]
     assert counts["ok"] > 50
     assert app1.proc.returncode == 0
+    app2.stop(signal.SIGQUIT)  # its drain is not under test: no --shutdown-delay at teardown

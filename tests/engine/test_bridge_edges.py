@@ -85,7 +85,7 @@ def test_asgi_send_reentered_from_the_message_is_refused(serve, path):
     with server.connect() as s:
         s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\n" + HOST + b"\r\n")
         status, headers, body, head = read_response(s)
-    time.sleep(0.2)
+    time.sleep(0.2)  # time for a crash after the response to show
     alive(server)
     want = b"firstouter" if path == "/reenter-more" else b"outer"
     assert (status, body) == (200, want), (head, body, server.log)
@@ -246,7 +246,7 @@ def test_file_wrapper_sends_its_own_file_when_the_app_closes_it(serve, tmp_path,
     with s:
         s.sendall(b"GET /wrapper-race?path=" + str(f).encode() + b" HTTP/1.1\r\n" + HOST + b"\r\n")
         server.wait_log(r"WRAPPER closed and reopened")
-        time.sleep(0.2)
+        time.sleep(0.2)  # time for the server to act on the reopen
         head, body = read_big(s)
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert len(body) == size and body.count(b"B") == 0, (len(body), body.count(b"B"))
@@ -270,11 +270,11 @@ def test_wsgi_input_read_from_a_second_thread_meanwhile_is_refused(serve):
     with server.connect() as s:
         s.sendall(b"POST /input-race HTTP/1.1\r\n" + HOST + b"Content-Length: %d\r\n\r\n" % len(body))
         server.wait_log(r"INPUT second reader started")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the second reader waits on the input
         s.sendall(line1)
         server.wait_log(r"INPUT first reader done")
         s.sendall(line2)
-        time.sleep(0.3)
+        time.sleep(0.3)  # pacing under test: line2 and line3 arrive apart
         s.sendall(line3)
         status, _, out, head = read_response(s, timeout=10)
     assert status == 200, (head, out)
@@ -287,7 +287,7 @@ def test_wsgi_input_read_from_a_second_thread_meanwhile_is_refused(serve):
 
 @pytest.mark.parametrize("call", ["write", "start", "hints"])
 @pytest.mark.parametrize("mode", ["inline", "pool"])
-def test_wsgi_callables_from_another_thread_are_refused(serve, call, mode):
+def test_wsgi_callables_from_another_thread_are_refused(serve_shared, call, mode):
     """write(), start_response and wsgi.early_hints called from a thread other than the
     request's (here one the view starts and joins) raise RuntimeError, on every build: on a
     free-threaded one nothing serialises them against the request's own thread, which may be
@@ -295,7 +295,7 @@ def test_wsgi_callables_from_another_thread_are_refused(serve, call, mode):
     normally (a refused start_response set nothing). Before: the thread's write() reached the
     client, its start_response took the response (the view's own then failed: a 500) and its
     early hints were sent (a 103 first)."""
-    server = start(serve, "wsgi", "--early-hints", "on", *(("--blocking-threads", "2") if mode == "pool" else ()))
+    server = start(serve_shared, "wsgi", "--early-hints", "on", *(("--blocking-threads", "2") if mode == "pool" else ()))
     with server.connect() as s:
         s.sendall(b"GET /foreign?call=" + call.encode() + b" HTTP/1.1\r\n" + HOST + b"\r\n")
         status, _, body, head = read_response(s)  # a 103 from the thread would come first

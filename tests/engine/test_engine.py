@@ -6,12 +6,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import APPS_DIR, TESTS_DIR, Server, _take_leftover, header, read_response, recv_until_eof, server_env
+from conftest import Server, _take_leftover, header, read_response, recv_until_eof
+from helpers import run_python
 
 HELLO = b"Hello, world!"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -270,7 +270,7 @@ def test_sigterm_shutdown_finishes_in_flight_request(engine):
     assert_hello(read_response(idle))
     with srv.connect() as busy:
         busy.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # head in flight
-        time.sleep(0.2)
+        time.sleep(0.2)  # the head is read: the request is in flight when TERM comes
         srv.proc.send_signal(signal.SIGTERM)
         srv.wait_log("shutdown requested")
         assert recv_until_eof(idle) == b""  # the idle connection is closed at once
@@ -312,18 +312,6 @@ def test_max_requests_fd_tells_once_and_serves_on(engine):
     assert srv.proc.wait(5) == 0
     srv.wait_log(r"served 6 requests, 0 connections")
     assert srv.log.count("M") == 1, srv.log
-
-
-def run_python(code, timeout=30):
-    """Run code in a fresh interpreter outside the source tree (the installed package)."""
-    import subprocess
-
-    env = server_env()
-    env["PYTHONPATH"] = str(TESTS_DIR) + os.pathsep + env["PYTHONPATH"]
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(APPS_DIR), env=env, capture_output=True,
-                       text=True, timeout=timeout)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
 
 
 def test_server_api_in_process():
@@ -495,7 +483,7 @@ def test_out_of_fds_pauses_accepting_and_recovers(engine):
 
     clients = [srv.connect(timeout=10) for _ in range(45)]  # the rest waits in the backlog
     try:
-        time.sleep(0.3)
+        time.sleep(0.3)  # every connection accepted before the CPU baseline
         before = cpu_seconds()
         time.sleep(1.0)  # out of fds all along
         assert cpu_seconds() - before < 0.3, "accepting spins while out of fds"
@@ -556,7 +544,7 @@ def test_peer_gone_during_sendfile_with_default_sigpipe(serve):
         while got < 256 * 1024:
             got += len(s.recv(65536))
         s.close()  # unread data: the kernel answers the server's next bytes with a reset
-        time.sleep(0.3)
+        time.sleep(0.3)  # time for the reset to reach the server
     assert srv.proc.poll() is None, f"the server died: {srv.log}"
     with srv.connect() as s:
         s.sendall(b"GET /small HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -71,7 +71,7 @@ def trickle_and_count(server, conns=20, seconds=2.0, body=False):
         s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2000\r\n\r\n" if body
                   else b"GET /trickled HTTP/1.1\r\nHost: t\r\nX-T: ")
         socks.append(s)
-    time.sleep(0.3)
+    time.sleep(0.3)  # every connection accepted and idle before the count starts
     before = loop_wakeups(server.proc.pid)
     end, i = time.monotonic() + seconds, 0
     while time.monotonic() < end:

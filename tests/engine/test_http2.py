@@ -294,7 +294,7 @@ def test_drain_sends_goaway_and_finishes_streams_in_flight(serve):
     s = serve("proto_app:asgi_app", "--interface", "asgi")
     c = h2(s)
     sid = c.request("/sleep?s=1")
-    time.sleep(0.3)
+    time.sleep(0.3)  # the stream is in flight when TERM comes
     s.proc.send_signal(signal.SIGTERM)
     r = c.wait(sid)
     assert r.body == b"slept" and r.reset is None

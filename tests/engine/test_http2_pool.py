@@ -9,7 +9,7 @@ import time
 import h2.settings
 
 from h2client import H2
-from test_http2_attacks import rss_kb, worker_pid
+from helpers import rss_kb, worker_pid
 
 APP = ("proto_app:app", "--interface", "wsgi")
 

@@ -52,9 +52,9 @@ def _behind_a_busy_loop(srv, first, *others):
     rest = [srv.connect() for _ in others]
     time.sleep(0.05)  # all accepted: idle connections of the loop
     busy.sendall(_request("/sleep?ms=200"))
-    time.sleep(0.05)
+    time.sleep(0.05)  # the slow view is running
     s.sendall(first)
-    time.sleep(0.01)
+    time.sleep(0.01)  # pacing under test: the two sends arrive apart
     for c, req in zip(rest, others):
         c.sendall(req)
     return busy, s, rest

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import header, read_response
+from helpers import scrape, value, wait_until
 
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
 
@@ -67,10 +68,10 @@ def test_streamed_events_leave_at_their_yield_under_keep_alive_load(serve, mode)
     srv = serve("output_app:app", *MODES[mode])
     hammer = Hammer(srv, 6)
     try:
-        time.sleep(0.2)
+        wait_until(lambda: hammer.count >= 6, 5, "the keep-alive clients to loop")
         with srv.connect(timeout=10) as s, srv.connect(timeout=10) as busy, srv.connect(timeout=10) as other:
             busy.sendall(get("/sleep?ms=300"))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the slow view is running
             s.sendall(get("/sse?n=4&ms=500"))
             other.sendall(get("/"))
             buf = b""
@@ -175,7 +176,7 @@ MARKS = b"ghijklmnopqrstuvxyz"  # never in a chunk-size line, nor in the head (l
 @pytest.mark.parametrize("client", ["lockstep", "concurrent"])
 @pytest.mark.parametrize("path", ["/duplex", "/duplex-yield"])
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_full_duplex_echo(serve, mode, path, client):
+def test_full_duplex_echo(serve_shared, mode, path, client):
     """The app echoes the body as it reads it, through write() or by yielding each piece; 8 MiB
     (32 x 256 KiB). lockstep: the client sends a block and waits for its echo before it sends the
     next, and now and then starts reading an echo 0.25 s late (so that a writer that stops
@@ -186,7 +187,7 @@ def test_full_duplex_echo(serve, mode, path, client):
     with bytes queued and a wait for input that sent nothing) deadlocked until the body timeout.
     The bound, 10 s, is far below the body timeout (60 s) and above the time taken (the pauses,
     1 s, and well under a second more here)."""
-    srv = serve("output_app:app", *MODES[mode], "--body-buffer-size", "0")
+    srv = serve_shared("output_app:app", *MODES[mode], "--body-buffer-size", "0")
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # output queues in the server
         s.settimeout(10)
@@ -242,7 +243,7 @@ def test_expect_100_continue_body_is_buffered_by_the_loop(serve, mode):
         s.settimeout(5)
         interim = s.recv(4096)
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
-        time.sleep(0.1)
+        time.sleep(0.1)  # the loop waits for the body
         took = [timed_hello(srv) for _ in range(3)]
         assert max(took) < 1.0, took
         s.sendall(b"x" * 1000)
@@ -270,14 +271,14 @@ def test_a_list_result_mutated_while_it_is_sent(serve, mode):
 
 @pytest.mark.parametrize("path", ["/gen", "/list", "/file"])
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_slow_readers_hold_no_thread(serve, mode, path):
+def test_slow_readers_hold_no_thread(serve_shared, mode, path):
     """--blocking-threads 2 and four clients that ask for 8 MiB and read nothing: their responses
     are set aside (a generator's with its iterator, resumed by whichever thread is free once the
     peer reads; a list's queued whole; a wsgi.file_wrapper's sendfile continued when the socket
     drains) and a bystander is served at once (the control: every thread waited on a hog, the
     bystander timed out after 5 s). The bound is 1 s (the goal is 50 ms; a shared machine
     sometimes takes longer to schedule the server). Then each hog reads its whole response."""
-    srv = serve("output_app:big_app", *MODES[mode])
+    srv = serve_shared("output_app:big_app", *MODES[mode])
     n = 8 << 20
     timed_hello(srv)
     hogs = []
@@ -289,7 +290,7 @@ def test_slow_readers_hold_no_thread(serve, mode, path):
         h.sendall(get(f"{path}?n={n}"))
         hogs.append(h)
     try:
-        time.sleep(0.5)
+        time.sleep(0.5)  # the hogs' responses fill their sockets and are set aside
         took = [timed_hello(srv, timeout=5) for _ in range(5)]
         assert max(took) < 1.0, took
         # Then they all read at once (one after the other, the last would meet --send-timeout).
@@ -316,8 +317,6 @@ def test_every_byte_sent_is_counted(serve, mode):
     """m0serve_sent_bytes_total counts exactly the bytes the clients received, whichever path sent
     them: here a small response held for the pass's end and then sent ahead of a larger pipelined
     one (the control sent held output uncounted: the total fell short by the held response)."""
-    from test_metrics import scrape, value
-
     srv = serve("output_app:big_app", *MODES[mode], "--metrics-port", "0")
     before = value(scrape(srv), "m0serve_sent_bytes_total")
     received = 0
@@ -330,6 +329,8 @@ def test_every_byte_sent_is_counted(serve, mode):
                 if not b:
                     break
                 received += len(b)
-    time.sleep(0.5)
-    after = value(scrape(srv), "m0serve_sent_bytes_total")
-    assert after - before == received
+    # The counter moves once the loop has accounted for the last send: poll for it.
+    sent = []
+    wait_until(lambda: sent.append(value(scrape(srv), "m0serve_sent_bytes_total") - before) or sent[-1] >= received,
+               5, "the sent-bytes counter to reach what the clients received")
+    assert sent[-1] == received

@@ -51,7 +51,7 @@ def test_a_peer_gone_mid_response_does_not_kill_the_worker(serve, route):
     for _ in range(3):
         with srv.connect(timeout=10) as s:
             s.sendall(b"GET " + route + b"?size=%d HTTP/1.1\r\nHost: t\r\n\r\n" % SIZE)
-        time.sleep(0.3)
+        time.sleep(0.3)  # a peer gone mid-response: time for the server to meet the reset
     assert srv.proc.poll() is None, srv.log
     assert int(_get(srv, b"/pid")) == pid
     assert "SIGPIPE" not in srv.log

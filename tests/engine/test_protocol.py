@@ -114,8 +114,8 @@ def check_ok(status, body, backend, path=None, headers=None):
 # --- keep-alive and pipelining -------------------------------------------------
 
 
-def test_keep_alive_several_requests(serve, backend):
-    server = start(serve, backend)
+def test_keep_alive_several_requests(serve_shared, backend):
+    server = start(serve_shared, backend)
     with connect(server) as s:
         ports = set()
         for i in range(6):
@@ -306,8 +306,8 @@ def test_head_same_headers_no_body(serve_shared, bridge, path):
         assert header(h_headers, "content-length") in (None, str(len(g_body))), h_head
 
 
-def test_head_native(serve):
-    server = serve(APP, "--native", "hello")
+def test_head_native(serve_shared):
+    server = serve_shared(APP, "--native", "hello")
     with connect(server) as s:
         s.sendall(get("/", method=b"HEAD") + get("/"))
         h_status, h_headers, h_body, _ = read_response(s, method="HEAD")
@@ -358,9 +358,9 @@ def test_expect_continue_chunked(serve_shared, bridge):
 STREAMED = ("--body-buffer-size", "2")
 
 
-def test_expect_continue_sent_only_when_app_starts_reading(serve, bridge):
+def test_expect_continue_sent_only_when_app_starts_reading(serve_shared, bridge):
     """The app sleeps 1 s before it reads: no 100 before that."""
-    server = start(serve, bridge, *(STREAMED if bridge == "wsgi" else ()))
+    server = start(serve_shared, bridge, *(STREAMED if bridge == "wsgi" else ()))
     with connect(server) as s:
         s.sendall(b"POST /expect?delay=1.0 HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 4\r\n\r\n")
         t0 = time.monotonic()
@@ -373,9 +373,9 @@ def test_expect_continue_sent_only_when_app_starts_reading(serve, bridge):
         assert status == 200 and echo(body)["body"] == "data"
 
 
-def test_expect_continue_app_ignores_body(serve, bridge):
+def test_expect_continue_app_ignores_body(serve_shared, bridge):
     """An app that never reads the body: no 100, the final response directly."""
-    server = start(serve, bridge, *(STREAMED if bridge == "wsgi" else ()))
+    server = start(serve_shared, bridge, *(STREAMED if bridge == "wsgi" else ()))
     with connect(server) as s:
         s.sendall(b"POST /ignore-body HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
         status, headers, body, head = read_response(s)
@@ -393,9 +393,9 @@ def test_expect_continue_ignored_for_http10(serve_shared, bridge):
         assert echo(body)["body"] == "abcd"
 
 
-def test_expect_continue_body_over_limit(serve, backend):
+def test_expect_continue_body_over_limit(serve_shared, backend):
     """A declared body over the limit gets 413 at once, never a 100."""
-    server = start(serve, backend, "--limit-request-body", "100")
+    server = start(serve_shared, backend, "--limit-request-body", "100")
     with connect(server) as s:
         s.sendall(b"POST /expect HTTP/1.1\r\n" + HOST + b"Expect: 100-continue\r\nContent-Length: 101\r\n\r\n")
         status, headers, body, head = read_response(s)
@@ -553,13 +553,13 @@ def _limit_case_meanwhile(server, backend, case):
 
 
 @pytest.mark.parametrize("name", HEAD_LIMIT_CASES)
-def test_limit_status_and_others_served(serve, backend, name):
-    server = start(serve, backend, *LIMIT_ARGS)
+def test_limit_status_and_others_served(serve_shared, backend, name):
+    server = start(serve_shared, backend, *LIMIT_ARGS)
     _limit_case_meanwhile(server, backend, LIMIT_CASES[name])
 
 
-def test_chunked_body_limit_and_others_served(serve, bridge):
-    server = start(serve, bridge, *LIMIT_ARGS)
+def test_chunked_body_limit_and_others_served(serve_shared, bridge):
+    server = start(serve_shared, bridge, *LIMIT_ARGS)
     _limit_case_meanwhile(server, bridge, LIMIT_CASES["chunked-over-body-limit"])
 
 
@@ -576,10 +576,10 @@ def test_chunked_body_limit_and_others_served(serve, bridge):
     ],
     ids=["line", "fields", "field-size", "body"],
 )  # fmt: skip
-def test_limit_flags_take_effect(serve, backend, flag, value, ok, bad, status):
+def test_limit_flags_take_effect(serve_shared, backend, flag, value, ok, bad, status):
     """Each limit flag moves the boundary: just under it is served, over it
     answers its status and closes."""
-    server = start(serve, backend, flag, value)
+    server = start(serve_shared, backend, flag, value)
     with connect(server) as s:
         s.sendall(ok)
         st, _, body, head = read_response(s)
@@ -595,11 +595,11 @@ def test_limit_flags_take_effect(serve, backend, flag, value, ok, bad, status):
 # --- timeouts and the per-connection cap ------------------------------------------------------
 
 
-def test_header_timeout_slow_client_gets_408(serve, backend):
+def test_header_timeout_slow_client_gets_408(serve_shared, backend):
     """A head trickling in slower than --header-timeout 2 gets 408 and is
     disconnected; a fast client on another connection is served meanwhile
     (well under the 2 s a server blocked by the slow head would take)."""
-    server = start(serve, backend, "--header-timeout", "2")
+    server = start(serve_shared, backend, "--header-timeout", "2")
     slow_head = get("/slow", b"X-Padding: " + b"p" * 60 + b"\r\n")
     result = {}
 
@@ -630,7 +630,7 @@ def test_header_timeout_slow_client_gets_408(serve, backend):
             latencies.append(time.monotonic() - t0)
             check_ok(status, body, backend, f"/fast/{served}")
             served += 1
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing of the fast client
     t.join()
     assert "error" not in result, result
     assert result["status"] == 408, result
@@ -640,8 +640,8 @@ def test_header_timeout_slow_client_gets_408(serve, backend):
     assert served >= 5 and max(latencies) < 1.0, (served, latencies)
 
 
-def test_header_timeout_stalled_partial_head(serve, backend):
-    server = start(serve, backend, "--header-timeout", "1")
+def test_header_timeout_stalled_partial_head(serve_shared, backend):
+    server = start(serve_shared, backend, "--header-timeout", "1")
     with connect(server) as s:
         s.sendall(b"GET /stalled HTTP/1.1\r\nHost: exa")
         t0 = time.monotonic()
@@ -651,9 +651,9 @@ def test_header_timeout_stalled_partial_head(serve, backend):
         assert_clean_eof(s, what="408")
 
 
-def test_header_timeout_slow_but_in_time(serve, backend):
+def test_header_timeout_slow_but_in_time(serve_shared, backend):
     """A head that takes 0.5 s in all, under --header-timeout 2, is served."""
-    server = start(serve, backend, "--header-timeout", "2")
+    server = start(serve_shared, backend, "--header-timeout", "2")
     raw = get("/in-time")
     with connect(server) as s:
         step = 0.5 / len(raw)
@@ -664,8 +664,8 @@ def test_header_timeout_slow_but_in_time(serve, backend):
         check_ok(status, body, backend, "/in-time")
 
 
-def test_keep_alive_idle_timeout(serve, backend):
-    server = start(serve, backend, "--keep-alive-timeout", "1")
+def test_keep_alive_idle_timeout(serve_shared, backend):
+    server = start(serve_shared, backend, "--keep-alive-timeout", "1")
     with connect(server) as s:
         s.sendall(get("/idle"))
         status, _, body, _ = read_response(s)
@@ -680,8 +680,8 @@ def test_keep_alive_idle_timeout(serve, backend):
         assert 0.7 <= time.monotonic() - t0 <= 3.0, time.monotonic() - t0
 
 
-def test_max_keepalive_requests(serve, backend):
-    server = start(serve, backend, "--max-keepalive-requests", "3")
+def test_max_keepalive_requests(serve_shared, backend):
+    server = start(serve_shared, backend, "--max-keepalive-requests", "3")
     with connect(server) as s:
         for i in range(3):
             s.sendall(get(f"/cap/{i}"))
@@ -691,10 +691,10 @@ def test_max_keepalive_requests(serve, backend):
         assert_clean_eof(s, what="after the last allowed request")
 
 
-def test_max_keepalive_requests_http10(serve, backend):
+def test_max_keepalive_requests_http10(serve_shared, backend):
     """An HTTP/1.0 keep-alive client at the cap: the last response does not
     promise keep-alive, and the connection closes."""
-    server = start(serve, backend, "--max-keepalive-requests", "2")
+    server = start(serve_shared, backend, "--max-keepalive-requests", "2")
     with connect(server) as s:
         for i in range(2):
             s.sendall(get(f"/cap10/{i}", b"Connection: keep-alive\r\n", version=b"HTTP/1.0"))
@@ -704,8 +704,8 @@ def test_max_keepalive_requests_http10(serve, backend):
         assert_clean_eof(s, what="HTTP/1.0 keep-alive at the cap")
 
 
-def test_max_keepalive_requests_pipelined(serve, backend):
-    server = start(serve, backend, "--max-keepalive-requests", "3")
+def test_max_keepalive_requests_pipelined(serve_shared, backend):
+    server = start(serve_shared, backend, "--max-keepalive-requests", "3")
     with connect(server) as s:
         s.sendall(b"".join(get(f"/capp/{i}") for i in range(5)))
         for i in range(3):
@@ -791,9 +791,9 @@ def test_bad_request_behind_good_ones(serve_shared, backend):
         assert_clean_eof(s, what="400 behind good pipelined requests")
 
 
-def test_idle_connection_without_a_request_is_closed(serve, backend):
+def test_idle_connection_without_a_request_is_closed(serve_shared, backend):
     """A connection that never sends a byte does not stay open forever."""
-    server = start(serve, backend, "--keep-alive-timeout", "1", "--header-timeout", "2")
+    server = start(serve_shared, backend, "--keep-alive-timeout", "1", "--header-timeout", "2")
     with connect(server) as s:
         t0 = time.monotonic()
         try:
@@ -806,8 +806,8 @@ def test_idle_connection_without_a_request_is_closed(serve, backend):
         assert rest == b"" or rest.startswith(b"HTTP/1.1 408 "), rest[:200]
 
 
-def test_keep_alive_timeout_does_not_cut_a_running_request(serve, bridge):
-    server = start(serve, bridge, "--keep-alive-timeout", "1")
+def test_keep_alive_timeout_does_not_cut_a_running_request(serve_shared, bridge):
+    server = start(serve_shared, bridge, "--keep-alive-timeout", "1")
     with connect(server) as s:
         s.sendall(get("/sleep?s=1.5"))
         status, headers, body, head = read_response(s)
@@ -817,10 +817,10 @@ def test_keep_alive_timeout_does_not_cut_a_running_request(serve, bridge):
         assert echo(read_response(s)[2])["path"] == "/after"
 
 
-def test_header_timeout_on_a_later_request(serve, backend):
+def test_header_timeout_on_a_later_request(serve_shared, backend):
     """The header timeout also guards the second request of a keep-alive
     connection: its head stalls and gets 408."""
-    server = start(serve, backend, "--header-timeout", "1", "--keep-alive-timeout", "10")
+    server = start(serve_shared, backend, "--header-timeout", "1", "--keep-alive-timeout", "10")
     with connect(server) as s:
         s.sendall(get("/first"))
         status, _, body, _ = read_response(s)
@@ -887,11 +887,11 @@ def test_half_close_after_pipelined_requests(serve_shared, backend):
         assert_clean_eof(s, what="after the answers to a half-closed client")
 
 
-def test_header_timeout_does_not_cover_the_body(serve, backend):
+def test_header_timeout_does_not_cover_the_body(serve_shared, backend):
     """--header-timeout bounds the head only: a body trickling in over 2 s
     after a fast head is read whole (the keep-alive timer does not fire
     either while a request is in progress)."""
-    server = start(serve, backend, "--header-timeout", "1", "--keep-alive-timeout", "1")
+    server = start(serve_shared, backend, "--header-timeout", "1", "--keep-alive-timeout", "1")
     body = b"0123456789"
     with connect(server) as s:
         s.sendall(b"POST /slow-body HTTP/1.1\r\n" + HOST + b"Content-Length: %d\r\n\r\n" % len(body))
@@ -904,10 +904,10 @@ def test_header_timeout_does_not_cover_the_body(serve, backend):
             assert echo(rbody)["body"] == body.decode()
 
 
-def test_content_length_list_of_equal_values(serve):
+def test_content_length_list_of_equal_values(serve_shared):
     """RFC 9110 8.6: "Content-Length: 3, 3" may be rejected (400) or taken as
     3; when taken, the app sees a valid CONTENT_LENGTH and the 3 bytes."""
-    server = serve(APP)
+    server = serve_shared(APP)
     with connect(server) as s:
         s.sendall(b"POST /p HTTP/1.1\r\n" + HOST + b"Content-Length: 3, 3\r\n\r\nabc" + get("/after"))
         status, headers, body, head = read_response(s)
@@ -957,12 +957,12 @@ def test_head_frames_like_get_or_not_at_all(serve_shared, bridge):
 
 
 @pytest.mark.parametrize("root", ["", "/api"])
-def test_options_asterisk_has_path_asterisk(serve, bridge, root):
+def test_options_asterisk_has_path_asterisk(serve_shared, bridge, root):
     """OPTIONS * reaches the app with the path "*" (WSGI PATH_INFO and
     RAW_URI, ASGI path and raw_path), never prefixed with the root path: the
     app answers for the server as a whole (as under gunicorn and Werkzeug)
     instead of seeing a request for its root (Flask answered 308 to "/")."""
-    server = start(serve, bridge, *(("--root-path", root) if root else ()))
+    server = start(serve_shared, bridge, *(("--root-path", root) if root else ()))
     with connect(server) as s:
         s.sendall(b"OPTIONS * HTTP/1.1\r\n" + HOST + b"\r\n")
         status, headers, body, head = read_response(s)
@@ -1078,7 +1078,7 @@ def test_hop_by_hop_headers_from_the_app_are_dropped_with_one_warning(serve, bri
             assert "close" not in conn_tokens(headers)
     for name, _ in HOP_BY_HOP:
         server.wait_log(r"hop-by-hop response header " + re.escape(name) + ":")
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for a second warning, which must not come (an absence cannot be polled)
     assert {name: len(hop_warnings(server, name)) for name, _ in HOP_BY_HOP} == {name: 1 for name, _ in HOP_BY_HOP}
 
 
@@ -1108,15 +1108,15 @@ def test_upgrade_is_kept_on_a_101(serve, bridge):
         status, headers, _, head = read_response(s)
         assert status == 200 and header(headers, "upgrade") is None, head
     server.wait_log(r"hop-by-hop response header Upgrade:")
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for a second warning, which must not come
     assert len(hop_warnings(server, "Upgrade")) == 1
 
 
 @pytest.mark.parametrize("server_header", [True, False])
-def test_app_date_and_server_are_kept_ours_otherwise(serve, bridge, server_header):
+def test_app_date_and_server_are_kept_ours_otherwise(serve_shared, bridge, server_header):
     """The server sends Date (and Server, unless --no-server-header) only when
     the app did not: an app's own Date and Server are kept, once each."""
-    server = start(serve, bridge, *(() if server_header else ("--no-server-header",)))
+    server = start(serve_shared, bridge, *(() if server_header else ("--no-server-header",)))
     with connect(server) as s:
         s.sendall(get("/own-headers"))
         status, headers, body, head = read_response(s)

@@ -264,7 +264,7 @@ def test_unix_socket_peer_untrusted(serve, tmp_path):
         if os.path.exists(path):
             break
         time.sleep(0.05)
-    time.sleep(0.2)
+    time.sleep(0.2)  # the socket file exists before listen(); give the server the moment
     s = socket.socket(socket.AF_UNIX)
     s.connect(path)
     s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n")

@@ -21,8 +21,7 @@ except ImportError:
     # certificates are made with the openssl command line.
     import openssl_pki as trustme
 
-from test_cli import run_cli
-from test_operator_errors import one_line
+from helpers import one_line, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -70,20 +69,23 @@ def tls_socket(s, ctx, timeout=10):
 
 
 def read_response(sock, buf=b""):
-    """(status, headers dict, body, rest) of one Content-Length response from sock."""
+    """(status, headers dict, body, rest) of one Content-Length response from sock (read into a
+    bytearray: linear in the body's size, where bytes concatenation copied the whole body once per
+    TLS record, tens of seconds for 24 MiB in small records)."""
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)
         assert chunk, buf
         buf += chunk
-    head, _, buf = buf.partition(b"\r\n\r\n")
+    head, _, rest = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
     n = int(headers.get("content-length", "0"))
-    while len(buf) < n:
+    body = bytearray(rest)
+    while len(body) < n:
         chunk = sock.recv(65536)
         assert chunk
-        buf += chunk
-    return int(lines[0].split()[1]), headers, buf[:n], buf[n:]
+        body += chunk
+    return int(lines[0].split()[1]), headers, bytes(body[:n]), bytes(body[n:])
 
 
 @pytest.mark.parametrize("app, scheme_key", [("tls_app:app", "https"), ("tls_app:asgi_app", "tls")])
@@ -224,7 +226,7 @@ def test_plain_http_to_the_tls_port_gets_a_clear_text_400(serve, pki):
     assert re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n").group(1) == str(len(body)).encode()
     with httpx.Client(verify=client_ctx(pki)) as c:  # the server still serves
         assert c.get(f"{s.url}/").text == "ok"
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log and "Traceback" not in s.log
 
 
@@ -513,7 +515,7 @@ def test_proxy_protocol_header_before_the_client_hello(serve, pki, mode):
     # ... and in a segment of its own.
     with socket.create_connection((s.host, s.port), timeout=10) as raw:
         raw.sendall(header)
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing under test: the PROXY header in a segment of its own
         with client_ctx(pki).wrap_socket(raw, server_hostname="127.0.0.1") as t:
             t.sendall(req)
             assert json.loads(read_response(t)[2])["client"] == "203.0.113.7"
@@ -549,7 +551,7 @@ def test_openssl_s_client_sees_no_compression_no_renegotiation_and_no_tls_1_1(se
     assert "ALPN protocol: h2" in r.stdout.decode()  # --http auto prefers HTTP/2 (tests/test_http2.py)
     r = _s_client(s, "-alpn", "spdy/3,http/1.1", pki=pki)
     assert "ALPN protocol: http/1.1" in r.stdout.decode()
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log
 
 
@@ -591,7 +593,7 @@ def test_a_client_that_vanishes_mid_handshake_or_trickles_it(serve, pki):
         assert buf.startswith(b"HTTP/1.1 200")
     with httpx.Client(verify=client_ctx(pki)) as c:
         assert c.get(f"{s.url}/").text == "ok"
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for an error line, which must not come
     assert "ERROR" not in s.log and "Traceback" not in s.log
 
 
@@ -608,7 +610,7 @@ def test_a_peer_gone_mid_response_does_not_kill_a_worker_without_sig_ign(serve, 
         assert t.recv(100)
         t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
         t.close()
-        time.sleep(0.3)
+        time.sleep(0.3)  # time for the reset to reach the server
     assert s.proc.poll() is None, s.log
     with httpx.Client(verify=client_ctx(pki)) as c:
         assert c.get(f"{s.url}/").text == "ok"

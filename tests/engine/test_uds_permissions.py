@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from conftest import APPS_DIR, server_env
-from test_cli import exchange
+from helpers import exchange
 
 
 def _with_umask(mask, fn):

@@ -10,26 +10,12 @@ import time
 import pytest
 
 from conftest import read_response
-from test_cli import run_cli
-from test_supervisor import wait_until
+from helpers import ACCESS_LOG_APPS as APPS
+from helpers import ACCESS_LOG_REQUEST as REQUEST
+from helpers import access_lines, run_cli, send, wait_until
 
-APPS = ["alog_app:app", "alog_app:asgi"]
 ALL_ATOMS = ("%(h)s|%(l)s|%(u)s|%(t)s|%(r)s|%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(b)s|%(B)s|%(f)s|%(a)s|%(T)s|"
              "%(D)s|%(M)s|%(L)s|%(p)s|%({x-req}i)s|%({X-Resp}o)s|%({missing}i)s|%({missing}o)s|100%%")
-REQUEST = (b"GET /p/a?x=1&y=2 HTTP/1.1\r\nHost: h\r\nUser-Agent: UA/1.0\r\nReferer: http://ref/\r\n"
-           b"Authorization: Basic Ym9iOnB3\r\nX-Req: rv\r\n\r\n")
-
-
-def send(s, data, responses=1, method="GET"):
-    with socket.create_connection((s.host, s.port), timeout=5) as c:
-        c.sendall(data)
-        return [read_response(c, method=method) for _ in range(responses)]
-
-
-def access_lines(s, marker, n=1, timeout=5):
-    """The first n lines of the server's output that contain marker."""
-    wait_until(lambda: sum(marker in line for line in s.lines) >= n, timeout, f"{n} line(s) with {marker!r}")
-    return [line.rstrip("\n") for line in s.lines if marker in line][:n]
 
 
 @pytest.mark.parametrize("app", APPS)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import read_response
-from test_supervisor import wait_until, worker_pids
+from helpers import wait_until, worker_pids
 
 LINE = re.compile(r'\[[^]]+\] 127\.0\.0\.1:\d+ - "GET (/\S*) HTTP/1\.1" 200 \d+ \d+\.\d{3}ms')
 
@@ -143,7 +143,7 @@ def test_pool_mode_keep_alive_lines_time_the_response_not_the_loops_wake_up(serv
             c.sendall(request(f"/ka/{i}"))
             assert read_response(c)[0] == 200
             wait_until(lambda: f"/ka/{i} " in log_file.read_text(), 2.5, f"the line of /ka/{i}")
-            time.sleep(0.3)
+            time.sleep(0.3)  # pacing under test: requests spread over time on one connection
     ms = [float(m) for m in re.findall(r'"GET /ka/\d+ HTTP/1\.1" 200 \d+ (\d+\.\d+)ms', log_file.read_text())]
     assert len(ms) == 5 and max(ms) < 200, ms
     assert s.stop() == 0

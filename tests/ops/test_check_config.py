@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from test_cli import run_cli
+from helpers import run_cli
 
 import m0serve
 from m0serve import showconfig

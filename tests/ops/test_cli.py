@@ -12,60 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import APPS_DIR, LISTEN_RE, Server, server_env
+from helpers import exchange, get, run_cli
 
 from m0serve.config import OPTIONS, resolve
 from m0serve.loader import AppLoadError, detect_interface, load
-
-
-def run_cli(*args, env=None, timeout=20):
-    return subprocess.run(
-        [sys.executable, "-m", "m0serve", *args],
-        env=server_env(env),
-        cwd=str(APPS_DIR),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def exchange(sock, raw, timeout=5):
-    """Send one request with `Connection: close`; return (status, headers dict, body)."""
-    sock.settimeout(timeout)
-    sock.sendall(raw)
-    data = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        raise ConnectionError(f"incomplete response: {data!r}")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        out = b""
-        while True:
-            size_line, _, body = body.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            if size == 0:
-                break
-            out, body = out + body[:size], body[size + 2 :]
-        body = out
-    elif "content-length" in headers:
-        n = int(headers["content-length"])
-        if len(body) < n:
-            raise ConnectionError(f"short body: {len(body)} < {n}")
-        body = body[:n]
-    return int(lines[0].split(" ")[1]), headers, body
-
-
-def get(host, port, path="/", timeout=5):
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        return exchange(s, f"GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode(), timeout)
 
 
 # --- bad flags and values: one line naming them, exit 2 ------------------------------

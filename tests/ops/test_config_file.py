@@ -11,8 +11,7 @@ import threading
 import pytest
 
 from m0serve.config import resolve
-from test_cli import get, run_cli
-from test_supervisor import wait_until, worker_pids
+from helpers import get, run_cli, wait_until, worker_pids
 
 ALL_HOOKS = textwrap.dedent("""\
     import os

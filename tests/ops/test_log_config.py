@@ -13,8 +13,7 @@ import threading
 import pytest
 
 from conftest import read_response
-from test_cli import get, run_cli
-from test_supervisor import Loop, wait_until, worker_pids
+from helpers import Loop, get, run_cli, wait_until, worker_pids
 
 JSON_CONFIG = {
     "version": 1,

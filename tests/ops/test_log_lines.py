@@ -13,8 +13,9 @@ import time
 import pytest
 
 from conftest import APPS_DIR, read_response, server_env
-from test_access_log import APPS, REQUEST, access_lines, send
-from test_supervisor import worker_pids
+from helpers import ACCESS_LOG_APPS as APPS
+from helpers import ACCESS_LOG_REQUEST as REQUEST
+from helpers import access_lines, send, worker_pids
 
 STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4})\] "
 

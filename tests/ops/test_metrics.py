@@ -7,29 +7,11 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from h2client import H2
-from test_cli import get, run_cli
-from test_supervisor import Loop, wait_until
+from helpers import Loop, get, run_cli, scrape, value, wait_until
 
 APPS = ["sup_app:app", "sup_asgi:app"]
-
-
-def scrape(s):
-    url = s.wait_log(r"Metrics on (http://\S+/metrics)").group(1)
-    with urllib.request.urlopen(url, timeout=5) as r:
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))), 0)
 
 
 def raw(s, data, timeout=5):

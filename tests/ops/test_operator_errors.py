@@ -7,19 +7,12 @@ import textwrap
 
 import pytest
 
-from test_cli import get, run_cli
+from helpers import get, one_line, run_cli
 
 try:
     import tomllib
 except ImportError:  # Python 3.10
     import tomli as tomllib
-
-
-def one_line(r, code):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = (r.stdout + r.stderr).strip().splitlines()
-    assert len(lines) == 1, r.stdout + r.stderr
-    return lines[0]
 
 
 # --- files the server writes: one line, exit 2 ------------------------------------------

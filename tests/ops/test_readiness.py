@@ -7,6 +7,7 @@ import time
 import pytest
 
 from conftest import header, read_response
+from helpers import wait_until
 
 IFACES = [("proxy_app:app", "wsgi"), ("proxy_app:asgi_app", "asgi")]
 
@@ -64,7 +65,7 @@ def test_shutdown_delay_serves_not_ready_then_drains(serve, iface, workers):
         srv.wait_log(r"worker \d+ ready(.|\n)*worker \d+ ready")
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    wait_until(lambda: srv.log.count("not ready; draining") >= int(workers), 10, "every worker to turn not ready")
     # Still accepting and serving, not ready.
     s = srv.connect()
     status, hdrs, body = ask(s, "/healthz")
@@ -110,7 +111,7 @@ def test_limit_concurrency_answers_503_with_retry_after(serve, iface):
     s.close()
     srv.wait_log(r"\"GET / HTTP/1.1\" 503 ")
     srv.wait_log(r"APP-CALLED /\n")  # the admitted one (the reader thread may lag)
-    time.sleep(0.2)
+    time.sleep(0.2)  # a grace period for a second line, which must not come
     assert srv.log.count("APP-CALLED /\n") == 1  # the refused request never reached the app
 
 
@@ -143,7 +144,7 @@ def test_shutdown_delay_with_threads(serve):
     """--threads 2: every event loop of the worker turns not ready."""
     srv = serve("proxy_app:app", "--threads", "2", "--health-path", "/healthz", "--shutdown-delay", "1.5")
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    srv.wait_log(r"not ready; draining")
     for _ in range(6):  # the two loops share the listener: both answer some of these
         s = srv.connect()
         status, hdrs, body = ask(s, "/healthz")

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from conftest import APPS_DIR
-from test_cli import get
-from test_supervisor import wait_until
+from helpers import get, wait_until
 
 # The servers' PYTHONPATH (conftest.server_env) with the stub that hides watchfiles first.
 NO_WATCHFILES = {"PYTHONPATH": os.pathsep.join([str(APPS_DIR / "no_watchfiles"), str(APPS_DIR),

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from test_cli import get
-from test_supervisor import wait_until, worker_pids
+from helpers import get, wait_until, worker_pids
 
 # Default action Term or Stop in signal(7), and no meaning in m0serve. Not here: those it gives
 # a meaning (TERM, INT, QUIT, HUP, USR1; TTIN/TTOU in the supervisor, ALRM and USR2 in a worker),
@@ -111,7 +110,7 @@ def test_a_worker_is_neither_stopped_nor_killed(serve):
     pid = worker_pids(s, 2)[0]
     for name in ["SIGTTIN", "SIGTTOU", "SIGWINCH", "SIGPROF", "SIGIO", "SIGRTMIN+2"]:
         os.kill(pid, signum(name))  # the worker alone, not its supervisor
-        time.sleep(0.3)
+        time.sleep(0.3)  # time for a stop the signal might cause to show in the state
         assert state(pid) not in (None, "T", "t"), f"worker {pid} after {name}: {state(pid)}\n{s.log}"
     assert not re.search(rf"worker {pid} (exited|was killed)", s.log), s.log
     # It still takes its share of the requests (a stopped one would hold its connections).

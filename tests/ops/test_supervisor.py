@@ -15,57 +15,8 @@ import time
 import pytest
 
 from conftest import APPS_DIR, server_env
-from test_cli import get
+from helpers import Loop, get, wait_until, worker_pids
 
-
-class Loop:
-    """Clients sending GET / in a loop on fresh connections; records (start, end, pid or error)."""
-
-    def __init__(self, server, clients=1, path="/"):
-        self.server = server
-        self.path = path
-        self.results = []
-        self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self):
-        while not self.stop_flag.is_set():
-            t0 = time.monotonic()
-            try:
-                status, _, body = get(self.server.host, self.server.port, self.path, timeout=10)
-                outcome = int(body) if status == 200 else f"status {status}"
-            except (OSError, ValueError) as e:
-                outcome = e
-            self.results.append((t0, time.monotonic(), outcome))
-
-    def stop(self):
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(15)
-        return self.results
-
-    def failures(self, after=None):
-        return [r for r in self.results if not isinstance(r[2], int) and (after is None or r[0] >= after)]
-
-    def pids(self, after=0.0):
-        return {r[2] for r in self.results if isinstance(r[2], int) and r[0] >= after}
-
-
-def worker_pids(server, n, timeout=10):
-    """The pids of the first n workers that reported ready."""
-    wait_until(lambda: len(re.findall(r"worker \d+ ready", server.log)) >= n, timeout, f"{n} workers ready")
-    return [int(p) for p in re.findall(r"worker (\d+) ready", server.log)[:n]]
-
-
-def wait_until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_killed_worker_is_replaced_while_requests_continue(serve):
@@ -81,7 +32,8 @@ def test_killed_worker_is_replaced_while_requests_continue(serve):
     new_pid = int(m.group(1))
     assert re.search(rf"worker {new_pid} started \(slot \d+, replacing {victim}\)", s.log), s.log
     wait_until(lambda: new_pid in loop.pids(), 10, "the replacement to serve")
-    time.sleep(0.3)
+    served = len(loop.results)
+    wait_until(lambda: len(loop.results) >= served + 10, 10, "more requests after the replacement")
     loop.stop()
     # Only a request in flight on the killed worker may fail: one per client at most,
     # and none that started after the kill.
@@ -107,12 +59,10 @@ def test_term_finishes_the_request_in_flight_then_refuses(serve, app, workers):
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.5)  # the request is inside the view
+    s.wait_log(r"sleep view entered")
     t_term = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection((s.host, s.port), timeout=2).close()
+    wait_until(lambda: refused(s), 5, "the listener to close")
     t.join(10)
     status, _, body = result["r"]
     assert (status, body) == (200, b"slept")
@@ -152,7 +102,7 @@ def test_stuck_worker_stack_is_logged_then_replaced(serve):
 
     t = threading.Thread(target=stuck, daemon=True)
     t.start()
-    time.sleep(0.3)  # inside the view: this worker accepts nothing more
+    s.wait_log(r"sleep view entered")  # inside the view: this worker accepts nothing more
     loop = Loop(s, clients=1)
     m = s.wait_log(r"worker (\d+) has been stuck for", timeout=10)
     stuck_pid = int(m.group(1))
@@ -254,7 +204,7 @@ def test_quit_stops_at_once(serve):
     t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
                          daemon=True)
     t.start()
-    time.sleep(0.3)
+    s.wait_log(r"sleep view entered")
     t0 = time.monotonic()
     s.proc.send_signal(signal.SIGQUIT)
     assert s.proc.wait(5) == 0
@@ -267,9 +217,10 @@ def test_second_term_forces_exit(serve):
     t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
                          daemon=True)
     t.start()
-    time.sleep(0.3)
+    s.wait_log(r"sleep view entered")
     s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    s.wait_log(r"SIGTERM: graceful stop")
+    time.sleep(0.5)  # long enough for a supervisor that did not drain to have exited
     assert s.proc.poll() is None  # draining the 20 s request
     t0 = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
@@ -283,7 +234,7 @@ def test_graceful_timeout_bounds_the_drain(serve):
     t = threading.Thread(target=lambda: _swallow(lambda: get(s.host, s.port, "/sleep?s=20", timeout=25)),
                          daemon=True)
     t.start()
-    time.sleep(0.3)
+    s.wait_log(r"sleep view entered")
     t0 = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
     s.proc.wait(6)
@@ -314,6 +265,15 @@ def test_reuse_port_workers(serve):
     assert loop.failures() == []
     assert len(loop.pids()) == 2  # the kernel spreads connections over both sockets
     assert s.stop() == 0
+
+
+def refused(s):
+    """True once a connection to the server is refused (its listener closed)."""
+    try:
+        socket.create_connection((s.host, s.port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def _swallow(fn):

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from conftest import read_response
+from helpers import rss_kb
 
 pytestmark = pytest.mark.slow
 
@@ -13,14 +14,6 @@ BROWSER = (
     "Accept-Language: en-US,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCache-Control: max-age=0\r\n"
     "Sec-Fetch-Mode: navigate\r\nX-Custom-Header: v\r\nCookie: a=1\r\nCookie: b=2\r\n"
 )
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def batch(i):

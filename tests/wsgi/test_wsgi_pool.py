@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import header, read_response
+from helpers import rss_kb, wait_until
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -48,10 +49,12 @@ def fast_latencies(srv, n=20):
     return out
 
 
-def hold_slow(srv, ms, n):
-    """n background requests to /slow?ms=ms, each on its own connection."""
+def hold_slow(srv, ms, n, entered=None):
+    """n background requests to /slow?ms=ms, each on its own connection; returns once `entered`
+    of them (all by default) are inside the view."""
     threads = []
     results = []
+    before = srv.log.count("slow view entered")
 
     def one():
         results.append(timed_get(srv, f"/slow?ms={ms}", timeout=30))
@@ -60,20 +63,13 @@ def hold_slow(srv, ms, n):
         t = threading.Thread(target=one, daemon=True)
         t.start()
         threads.append(t)
-    time.sleep(0.3)  # inside the views
+    want = before + (n if entered is None else entered)
+    wait_until(lambda: srv.log.count("slow view entered") >= want, 10, f"{want - before} request(s) in the view")
     return threads, results
 
 
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 # --- slow views -------------------------------------------------------------------
@@ -100,7 +96,8 @@ def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
     srv = serve("pool_app:app", "--blocking-threads", "2", "--health-path", "/healthz",
                 "--limit-concurrency", "4", "--header-timeout", "1")
     fast_latencies(srv, 3)
-    threads, results = hold_slow(srv, 5000, 4)
+    threads, results = hold_slow(srv, 5000, 4, entered=2)
+    time.sleep(0.3)  # the two views that wait for a thread are in flight too
     probes = {}
 
     def probe(name, path):
@@ -252,7 +249,7 @@ def test_slow_upload_does_not_stall(serve, mode):
         h = srv.connect(timeout=10)
         h.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\nabc")
         hogs.append(h)
-    time.sleep(0.3)
+    time.sleep(0.3)  # the hogs' heads are read
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow upload stalled the worker ({max(lat):.3f}s)"
     for h in hogs:
@@ -329,7 +326,7 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
         h = srv.connect(timeout=30, rcvbuf=4096)
         h.sendall(get(path))
         hogs.append(h)
-    time.sleep(0.5)
+    time.sleep(0.5)  # the slow readers' sockets fill
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
     if not path.startswith("/big"):
@@ -391,7 +388,7 @@ def test_declared_length_is_not_allocated_up_front(serve, mode):
     before = rss_kb(pid)
     with srv.connect(timeout=10) as s:
         s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000000\r\n\r\nabc")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the 3 bytes are read before the half-close
         s.shutdown(socket.SHUT_WR)
         s.settimeout(10)
         try:
@@ -399,7 +396,7 @@ def test_declared_length_is_not_allocated_up_front(serve, mode):
                 pass
         except ConnectionResetError:
             pass
-    time.sleep(0.3)
+    time.sleep(0.3)  # time for a MemoryError to be logged, were there one
     assert "MemoryError" not in srv.log, srv.log
     assert rss_kb(pid) - before < 16 * 1024
     assert timed_get(srv, "/")[1] == 200
@@ -577,7 +574,7 @@ def test_drain_and_rolling_restart_lose_no_slow_request(serve, sig):
     ts = [threading.Thread(target=one) for _ in range(6)]
     for t in ts:
         t.start()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the six requests are in flight when the signal comes
     srv.proc.send_signal(getattr(signal, "SIG" + sig))
     for t in ts:
         t.join(20)
@@ -635,7 +632,7 @@ def test_framework_slow_view_under_the_pool(serve, app, marker):
     ts = [threading.Thread(target=one) for _ in range(2)]
     for t in ts:
         t.start()
-    time.sleep(0.4)
+    time.sleep(0.4)  # both requests are in flight
     for _ in range(10):
         took, status, _ = timed_get(srv, "/")
         assert status == 200 and took < 0.2, took
@@ -648,7 +645,7 @@ def test_a_pool_server_gives_its_queue_back():
     """Each pool-mode Server frees its queue when it goes: the ring, the locks and the
     /proc/thread-self/schedstat fd each of its threads opened (on c060683 every Server
     left B + 1 fds behind)."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import gc, os, socket, threading
@@ -695,7 +692,7 @@ def test_a_failed_pass_still_ends_its_requests():
     another waits in the queue: serve() raises, and both requests end with their connections
     closed, none left open for a loop that no longer runs (on c060683 they stayed counted open,
     their completions never taken)."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import os, socket, threading, time
@@ -720,7 +717,7 @@ def drive():
         c = socket.create_connection(lsock.getsockname())
         c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
         clients.append(c)
-        time.sleep(0.2)
+        time.sleep(0.2)  # pacing under test: the first is in a view, the second queued
     os.close(srv.fileno())  # the next epoll_wait fails: EBADF
 
 threading.Thread(target=drive).start()
@@ -754,7 +751,7 @@ def test_access_log_lines_reach_the_callable_while_the_leader_has_no_gil():
     """Every pool thread but the leader in a view: the leader runs its passes without the GIL and
     hands the access-log lines to the callable at least once a second (M0_WORKQ_PASS_DUTIES), not
     only when a view ends."""
-    from test_engine import run_python
+    from helpers import run_python
 
     out = run_python(r"""
 import socket, threading, time
@@ -782,7 +779,7 @@ def drive():
         c = socket.create_connection(lsock.getsockname())
         c.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         views.append(c)
-    time.sleep(0.5)
+    time.sleep(0.5)  # both views are running
     t0 = time.monotonic()
     h = socket.create_connection(lsock.getsockname())
     h.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")

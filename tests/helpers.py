@@ -1,0 +1,194 @@
+"""Helpers shared by test modules of more than one subject (fixtures stay in conftest.py).
+
+No test module imports another test module: what two of them use lives here.
+"""
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import APPS_DIR, TESTS_DIR, read_response, server_env
+
+
+# --- waiting for a condition -------------------------------------------------------------
+
+
+def wait_until(pred, timeout, what, interval=0.02):
+    """Poll pred() until it is true; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def worker_pids(server, n, timeout=10):
+    """The pids of the first n workers that reported ready."""
+    wait_until(lambda: len(re.findall(r"worker \d+ ready", server.log)) >= n, timeout, f"{n} workers ready")
+    return [int(p) for p in re.findall(r"worker (\d+) ready", server.log)[:n]]
+
+
+def worker_pid(s):
+    """The pid of the server's worker: the one its log names ("in process N"), else the server's own."""
+    m = re.search(r"in process (\d+)", s.log)
+    return int(m.group(1)) if m else s.proc.pid
+
+
+def rss_kb(pid):
+    """The resident set of process pid, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+# --- the CLI and one-request clients -----------------------------------------------------
+
+
+def run_cli(*args, env=None, timeout=20):
+    return subprocess.run(
+        [sys.executable, "-m", "m0serve", *args],
+        env=server_env(env),
+        cwd=str(APPS_DIR),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line(r, code):
+    """The CLI exited with `code` and printed exactly one line; return it."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert len(lines) == 1, r.stdout + r.stderr
+    return lines[0]
+
+
+def run_python(code, timeout=30):
+    """Run code in a fresh interpreter outside the source tree (the installed package)."""
+    env = server_env()
+    env["PYTHONPATH"] = str(TESTS_DIR) + os.pathsep + env["PYTHONPATH"]
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(APPS_DIR), env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def exchange(sock, raw, timeout=5):
+    """Send one request with `Connection: close`; return (status, headers dict, body)."""
+    sock.settimeout(timeout)
+    sock.sendall(raw)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise ConnectionError(f"incomplete response: {data!r}")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        out = b""
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out, body = out + body[:size], body[size + 2 :]
+        body = out
+    elif "content-length" in headers:
+        n = int(headers["content-length"])
+        if len(body) < n:
+            raise ConnectionError(f"short body: {len(body)} < {n}")
+        body = body[:n]
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+def get(host, port, path="/", timeout=5):
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        return exchange(s, f"GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode(), timeout)
+
+
+class Loop:
+    """Clients sending GET / in a loop on fresh connections; records (start, end, pid or error)."""
+
+    def __init__(self, server, clients=1, path="/"):
+        self.server = server
+        self.path = path
+        self.results = []
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            t0 = time.monotonic()
+            try:
+                status, _, body = get(self.server.host, self.server.port, self.path, timeout=10)
+                outcome = int(body) if status == 200 else f"status {status}"
+            except (OSError, ValueError) as e:
+                outcome = e
+            self.results.append((t0, time.monotonic(), outcome))
+
+    def stop(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(15)
+        return self.results
+
+    def failures(self, after=None):
+        return [r for r in self.results if not isinstance(r[2], int) and (after is None or r[0] >= after)]
+
+    def pids(self, after=0.0):
+        return {r[2] for r in self.results if isinstance(r[2], int) and r[0] >= after}
+
+
+# --- the access log and metrics ---------------------------------------------------------
+
+
+ACCESS_LOG_APPS = ["alog_app:app", "alog_app:asgi"]
+ACCESS_LOG_REQUEST = (b"GET /p/a?x=1&y=2 HTTP/1.1\r\nHost: h\r\nUser-Agent: UA/1.0\r\nReferer: http://ref/\r\n"
+                      b"Authorization: Basic Ym9iOnB3\r\nX-Req: rv\r\n\r\n")
+
+
+def send(s, data, responses=1, method="GET"):
+    with socket.create_connection((s.host, s.port), timeout=5) as c:
+        c.sendall(data)
+        return [read_response(c, method=method) for _ in range(responses)]
+
+
+def access_lines(s, marker, n=1, timeout=5):
+    """The first n lines of the server's output that contain marker."""
+    wait_until(lambda: sum(marker in line for line in s.lines) >= n, timeout, f"{n} line(s) with {marker!r}")
+    return [line.rstrip("\n") for line in s.lines if marker in line][:n]
+
+
+def scrape(s):
+    url = s.wait_log(r"Metrics on (http://\S+/metrics)").group(1)
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0)
