@@ -1,0 +1,67 @@
+/* The accept hand-off: where the I/O backend cannot wake one loop of many
+ * for a connection on a shared listening socket (EPOLLEXCLUSIVE is epoll's;
+ * poll and kqueue wake every loop watching it), one thread accepts for all
+ * of them and hands each connection, as an fd passed over a Unix stream
+ * socket (SCM_RIGHTS), to one loop: its "outlet" here, its "inlet" in the
+ * loop's server (m0_server_listen takes either). The supervisor runs the
+ * acceptor, with one outlet per loop of each ready worker; a single worker
+ * with several loops (--threads) runs it in-process.
+ *
+ * Which outlet: the next one, round-robin, whose loop has read everything it
+ * was sent (m0_sock_outq() == 0: a loop inside a slow view does not read its
+ * inlet, so it is passed over), else the one with the least unread. An
+ * outlet whose peer is gone (EPIPE) is dropped. When every outlet is full,
+ * the acceptor stops accepting until one has room: the connections wait in
+ * the kernel's queue, not here.
+ *
+ * Removing an outlet closes the acceptor's end: the loop reads the records
+ * still queued, then end-of-file, so a worker that retires (a drain, a
+ * rolling restart, --max-requests) serves every connection it was handed,
+ * and the next ones go to the others. No connection waits in a socket that
+ * closes: the listening socket stays one, shared, and open.
+ *
+ * No Python.h here; 0 or -errno, as the rest of net/. */
+#ifndef M0_NET_ACCEPTOR_H
+#define M0_NET_ACCEPTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* One handed-off connection: its peer's address, sent with its fd. */
+typedef struct {
+    uint32_t magic; /* M0_HANDOFF_MAGIC */
+    uint32_t peerlen;
+    struct sockaddr_storage peer;
+} m0_handoff_record;
+#define M0_HANDOFF_MAGIC 0x6d30686fu /* "m0ho" */
+
+typedef struct m0_acceptor m0_acceptor;
+
+/* Start the thread over the listening sockets listen_fds (not owned; they
+ * are made non-blocking). It accepts nothing until an outlet is added. */
+int m0_acceptor_new(m0_acceptor **out, const int *listen_fds, size_t n);
+/* Add an outlet: one end of a Unix stream socket pair whose other end is a
+ * loop's inlet. The acceptor owns fd from now on (even on failure). */
+int m0_acceptor_add(m0_acceptor *a, int fd);
+/* Close the outlet fd (as given to m0_acceptor_add); -ENOENT when it is not
+ * one (dropped already: its peer went away). Returns once the thread no
+ * longer uses it. */
+int m0_acceptor_remove(m0_acceptor *a, int fd);
+/* Connections handed off so far, and outlets open. */
+uint64_t m0_acceptor_handed(m0_acceptor *a);
+size_t m0_acceptor_outlets(m0_acceptor *a);
+/* Stop and join the thread, close every outlet, free. */
+void m0_acceptor_free(m0_acceptor *a);
+/* In a child forked while the thread ran (it did not survive the fork):
+ * close the child's copies of the outlets and the wake-up pipe, so that a
+ * worker never holds another loop's outlet open. Touches no lock. The
+ * memory is left as it is (it may be held by a copied lock). */
+void m0_acceptor_forget(m0_acceptor *a);
+
+/* The loop's side: receive one record and its fd from an inlet. Returns 1
+ * with *fd set (-1 when the record came without one: skip it), 0 at
+ * end-of-file, or -errno (-EAGAIN: nothing queued). */
+int m0_handoff_recv(int inlet, m0_handoff_record *rec, int *fd);
+
+#endif
