@@ -483,15 +483,22 @@ class Supervisor:
             raise
         sys.stdout.flush()
         sys.stderr.flush()
+        if self.acceptor is not None:
+            # No accepted client socket may be copied into the child (handoff.py).
+            self.acceptor.hold()
         try:
             pid = os.fork()
         except OSError:
+            if self.acceptor is not None:
+                self.acceptor.release()
             self.free_slots.append(slot)
             os.close(status_r)
             os.close(status_w)
             if w.route is not None:
                 w.route.close(None)
             raise
+        if pid != 0 and self.acceptor is not None:
+            self.acceptor.release()
         if pid == 0:
             code = 1
             w.pid = os.getpid()
@@ -584,7 +591,8 @@ class Supervisor:
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
                    max_requests=max_requests, max_requests_fd=status_w, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2,
-                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot)
+                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot,
+                   inlets=w.route is not None)
         return 0
 
     def _reap(self):

@@ -253,8 +253,12 @@ def loop_threads(blocking):
     return blocking + 1 if blocking else 1
 
 
-def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0, **kw):
+def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0,
+        inlets=False, **kw):
     """Serve until shutdown. on_ready() runs once the server is built and serving.
+
+    inlets: listener_socks are the inlets of the supervisor's accept hand-off (m0serve/handoff.py),
+    one per loop: loop i is given listener_socks[i] alone.
 
     heartbeat: the supervisor's buffer; this worker owns heartbeat_threads(cfg) sub-slots
     from int64 index heartbeat_index on, two int64 each: the monotonic ns at which the
@@ -321,7 +325,12 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
                 # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
                 kw_i.update(heartbeat=heartbeat,
                             heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
-            own = [route.inlets[i].fileno()] if route is not None else listeners
+            if inlets:
+                own = [listeners[i]]
+            elif route is not None:
+                own = [route.inlets[i].fileno()]
+            else:
+                own = listeners
             group.servers.append(_core.Server(app, interface, own, **kw_i))
         if route is not None:
             group.acceptor = handoff.start(listener_socks)

@@ -140,6 +140,22 @@ static PyObject *Acceptor_forget(AcceptorObject *self, PyObject *Py_UNUSED(ignor
     Py_RETURN_NONE;
 }
 
+static PyObject *Acceptor_hold(AcceptorObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (acceptor_open(self) < 0)
+        return NULL;
+    m0_acceptor_hold(self->acc); /* never held long: the thread takes no GIL */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Acceptor_release(AcceptorObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (acceptor_open(self) < 0)
+        return NULL;
+    m0_acceptor_release(self->acc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Acceptor_get_handed(AcceptorObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLongLong(self->acc != NULL ? m0_acceptor_handed(self->acc) : 0);
@@ -157,6 +173,10 @@ static PyMethodDef Acceptor_methods[] = {
     {"remove", (PyCFunction)Acceptor_remove, METH_O,
      "remove(fd)\n--\n\nClose the outlet fd (its loop reads what was sent, then end-of-file). False when it "
      "was dropped already (its peer went away)."},
+    {"hold", (PyCFunction)Acceptor_hold, METH_NOARGS,
+     "hold()\n--\n\nBefore a fork: keep the thread from holding a client's socket (release() after, in the "
+     "parent; forget() in the child)."},
+    {"release", (PyCFunction)Acceptor_release, METH_NOARGS, "release()\n--\n\nAfter a fork, in the parent."},
     {"close", (PyCFunction)Acceptor_close, METH_NOARGS, "close()\n--\n\nStop the thread and close every outlet."},
     {"forget", (PyCFunction)Acceptor_forget, METH_NOARGS,
      "forget()\n--\n\nIn a forked child: close this process's copies of the outlets, without the thread."},

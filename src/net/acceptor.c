@@ -296,6 +296,16 @@ int m0_acceptor_remove(m0_acceptor *a, int fd)
     return r;
 }
 
+void m0_acceptor_hold(m0_acceptor *a)
+{
+    pthread_mutex_lock(&a->lock);
+}
+
+void m0_acceptor_release(m0_acceptor *a)
+{
+    pthread_mutex_unlock(&a->lock);
+}
+
 uint64_t m0_acceptor_handed(m0_acceptor *a)
 {
     pthread_mutex_lock(&a->lock);

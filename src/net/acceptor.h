@@ -48,6 +48,15 @@ int m0_acceptor_add(m0_acceptor *a, int fd);
  * one (dropped already: its peer went away). Returns once the thread no
  * longer uses it. */
 int m0_acceptor_remove(m0_acceptor *a, int fd);
+/* Around a fork: hold keeps the thread out of the section in which it
+ * holds an accepted connection's fd (from accept to the close after its
+ * hand-off), release lets it go on. A child forked in between gets no copy
+ * of a client's socket (such a copy would keep the connection open after
+ * the loop that served it closed it: the client would wait for an
+ * end-of-file that never comes); m0_acceptor_forget closes the one left
+ * pending for want of room. */
+void m0_acceptor_hold(m0_acceptor *a);
+void m0_acceptor_release(m0_acceptor *a);
 /* Connections handed off so far, and outlets open. */
 uint64_t m0_acceptor_handed(m0_acceptor *a);
 size_t m0_acceptor_outlets(m0_acceptor *a);
