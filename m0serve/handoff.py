@@ -39,6 +39,8 @@ class Route:
         self.outlets = [p[0] for p in pairs]
         self.inlets = [p[1] for p in pairs]
         self.added = []  # outlet fds the acceptor owns
+        self.spares = []  # the supervisor's copies of the worker's inlets (in_parent(keep=True))
+        self.closed = False  # close() ran: never opened again
 
     def in_child(self):
         """In the worker: its ends only."""
@@ -46,11 +48,27 @@ class Route:
             s.close()
         self.outlets = []
 
-    def in_parent(self):
-        """In the supervisor, once forked: the worker's ends are its own."""
-        for s in self.inlets:
-            s.close()
+    def in_parent(self, keep=False):
+        """In the supervisor, once forked: the worker's ends are its own. keep: the supervisor keeps a
+        copy of each (`spares`), to hand off again what the worker leaves unread if it dies."""
+        if keep:
+            self.spares = self.inlets
+        else:
+            for s in self.inlets:
+                s.close()
         self.inlets = []
+
+    def reclaim(self, acceptor):
+        """The worker is gone: what its loops left unread in their inlets goes to other loops
+        (a worker killed inside a slow view had been sent a connection or two it never read)."""
+        n = 0
+        for s in self.spares:
+            s.setblocking(False)
+            if acceptor is not None:
+                n += acceptor.reclaim(s.fileno())
+            s.close()
+        self.spares = []
+        return n
 
     def open(self, acceptor):
         for s in self.outlets:
@@ -60,6 +78,7 @@ class Route:
         self.outlets = []
 
     def close(self, acceptor):
+        self.closed = True
         for fd in self.added:
             if acceptor is not None:
                 acceptor.remove(fd)
@@ -68,3 +87,8 @@ class Route:
             s.close()
         self.outlets = []
         self.inlets = []
+
+    def close_spares(self):
+        for s in self.spares:
+            s.close()
+        self.spares = []

@@ -232,6 +232,8 @@ class Supervisor:
             except ChildProcessError:
                 pass
             self._unroute(w)
+            if w.route is not None:
+                w.route.close_spares()
         if self.acceptor is not None:
             self.acceptor.close()  # before the listeners it polls
         for listener in self.listeners:
@@ -303,7 +305,7 @@ class Supervisor:
             return
         if b"R" in data and not w.ready:
             w.ready = True
-            if w.route is not None and not w.stopping and self.acceptor is not None:
+            if w.route is not None and not w.stopping and self.acceptor is not None and not w.route.closed:
                 w.route.open(self.acceptor)  # its loops serve: hand it connections
             log.info("worker %d ready (boot took %.2fs)", w.pid, _now() - w.started)
             if self.reopened_at is not None and w.started < self.reopened_at:
@@ -438,10 +440,10 @@ class Supervisor:
             pass
 
     def _unroute(self, w):
-        """Hand w no more connections; its loops serve those sent already, then see end-of-file."""
+        """Hand w no more connections; its loops serve those sent already, then see end-of-file.
+        w.route stays until w is reaped (its spares: what it leaves unread goes to another)."""
         if w.route is not None:
             w.route.close(self.acceptor)
-            w.route = None
 
     def _stop_worker(self, w, reason, sig=signal.SIGTERM):
         self._unroute(w)
@@ -519,7 +521,7 @@ class Supervisor:
                     os._exit(code)
         os.close(status_w)
         if w.route is not None:
-            w.route.in_parent()
+            w.route.in_parent(keep=True)
         os.set_blocking(status_r, False)
         w.pid = pid
         w.status_fd = status_r
@@ -560,6 +562,7 @@ class Supervisor:
             for other in self.workers.values():
                 if other.route is not None:
                     other.route.close(None)
+                    other.route.close_spares()
             w.route.in_child()
             for listener in self.listeners:
                 listener.sock.close()
@@ -607,6 +610,11 @@ class Supervisor:
             if w is None:
                 continue
             self._unroute(w)
+            if w.route is not None:
+                n = w.route.reclaim(self.acceptor)
+                if n:
+                    log.info("worker %d left %d connection(s) unread: handed to other workers", w.pid, n)
+                w.route = None
             if w.status_fd is not None:
                 # Read what the worker wrote before it died (its ready byte).
                 try:

@@ -140,6 +140,16 @@ static PyObject *Acceptor_forget(AcceptorObject *self, PyObject *Py_UNUSED(ignor
     Py_RETURN_NONE;
 }
 
+static PyObject *Acceptor_reclaim(AcceptorObject *self, PyObject *arg)
+{
+    int fd = acceptor_fd(arg);
+    if (fd < 0)
+        return NULL;
+    if (acceptor_open(self) < 0)
+        return NULL;
+    return PyLong_FromLong(m0_acceptor_reclaim(self->acc, fd));
+}
+
 static PyObject *Acceptor_hold(AcceptorObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (acceptor_open(self) < 0)
@@ -173,6 +183,9 @@ static PyMethodDef Acceptor_methods[] = {
     {"remove", (PyCFunction)Acceptor_remove, METH_O,
      "remove(fd)\n--\n\nClose the outlet fd (its loop reads what was sent, then end-of-file). False when it "
      "was dropped already (its peer went away)."},
+    {"reclaim", (PyCFunction)Acceptor_reclaim, METH_O,
+     "reclaim(fd)\n--\n\nfd: a copy of the inlet of a loop that is gone: hand off again what it left unread. "
+     "Returns how many."},
     {"hold", (PyCFunction)Acceptor_hold, METH_NOARGS,
      "hold()\n--\n\nBefore a fork: keep the thread from holding a client's socket (release() after, in the "
      "parent; forget() in the child)."},

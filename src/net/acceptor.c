@@ -296,6 +296,32 @@ int m0_acceptor_remove(m0_acceptor *a, int fd)
     return r;
 }
 
+int m0_acceptor_reclaim(m0_acceptor *a, int inlet)
+{
+    int n = 0;
+    pthread_mutex_lock(&a->lock);
+    for (;;) {
+        m0_handoff_record rec;
+        int fd;
+        if (m0_handoff_recv(inlet, &rec, &fd) <= 0)
+            break; /* nothing left (EAGAIN), end-of-file or an error */
+        if (fd < 0)
+            continue;
+        if (acceptor_hand(a, fd, &rec) == 0) {
+            n++;
+        } else if (a->pending_fd < 0) {
+            a->pending_fd = fd; /* sent first once an outlet has room */
+            a->pending = rec;
+            n++;
+        } else {
+            close(fd);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    acceptor_wake(a);
+    return n;
+}
+
 void m0_acceptor_hold(m0_acceptor *a)
 {
     pthread_mutex_lock(&a->lock);

@@ -57,6 +57,12 @@ int m0_acceptor_remove(m0_acceptor *a, int fd);
  * pending for want of room. */
 void m0_acceptor_hold(m0_acceptor *a);
 void m0_acceptor_release(m0_acceptor *a);
+/* Hand off again what a loop that is gone left unread in its inlet: inlet
+ * is a copy of that loop's end (the supervisor keeps one until the worker
+ * is reaped); each record's connection goes to another outlet, as a new one
+ * would. Returns how many were handed (a connection with nowhere to go is
+ * closed). */
+int m0_acceptor_reclaim(m0_acceptor *a, int inlet);
 /* Connections handed off so far, and outlets open. */
 uint64_t m0_acceptor_handed(m0_acceptor *a);
 size_t m0_acceptor_outlets(m0_acceptor *a);

@@ -194,3 +194,33 @@ def test_connections_handed_to_a_draining_worker_are_served(serve):
     assert s.proc.wait(15) == 0
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((s.host, s.port), timeout=2).close()
+
+
+def test_what_a_killed_worker_left_unread_goes_to_another(serve):
+    """A worker stuck in a view is killed (--worker-timeout): the connection it was handed but never
+    read (it sat in its inlet) is handed to the other worker by the supervisor, which keeps a copy
+    of every inlet until the worker is reaped, instead of dying with it."""
+    s = serve("sup_app:app", "--workers", "2", "--worker-timeout", "1", env=POLL)
+    worker_pids(s, 2)
+    results = {}
+
+    def fetch(key, path, timeout=15):
+        try:
+            results[key] = get(s.host, s.port, path, timeout=timeout)
+        except OSError as e:
+            results[key] = e
+
+    stuck = threading.Thread(target=fetch, args=("stuck", "/sleep?s=30"), daemon=True)
+    stuck.start()
+    time.sleep(0.3)
+    quick = []
+    for i in range(6):
+        t = threading.Thread(target=fetch, args=(i, "/"))
+        t.start()
+        quick.append(t)
+        time.sleep(0.02)
+    for t in quick:
+        t.join(20)
+    assert all(not isinstance(results[i], OSError) and results[i][0] == 200 for i in range(6)), results
+    s.wait_log(r"worker \d+ left [1-9]\d* connection\(s\) unread: handed to other workers", timeout=5)
+    assert s.stop() == 0
