@@ -71,10 +71,12 @@ class Route:
         return n
 
     def open(self, acceptor):
-        for s in self.outlets:
+        """Hand the worker connections. With spares, the acceptor gets a copy of each inlet too: how
+        much a loop left unread (FIONREAD) is how it passes over a loop inside a slow view."""
+        for i, s in enumerate(self.outlets):
             fd = s.detach()
             self.added.append(fd)
-            acceptor.add(fd)
+            acceptor.add(fd, os.dup(self.spares[i].fileno()) if i < len(self.spares) else None)
         self.outlets = []
 
     def close(self, acceptor):

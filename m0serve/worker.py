@@ -334,8 +334,9 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
             group.servers.append(_core.Server(app, interface, own, **kw_i))
         if route is not None:
             group.acceptor = handoff.start(listener_socks)
-            route.in_parent()  # each Server holds its own copy of its inlet
-            route.open(group.acceptor)
+            route.in_parent(keep=True)  # each Server holds its own copy of its inlet
+            route.open(group.acceptor)  # the acceptor a copy of each, to see what a loop left unread
+            route.close_spares()
     except BaseException:
         if route is not None:
             route.close(group.acceptor)

@@ -97,14 +97,20 @@ static int acceptor_fd(PyObject *arg)
     return (int)fd;
 }
 
-static PyObject *Acceptor_add(AcceptorObject *self, PyObject *arg)
+static PyObject *Acceptor_add(AcceptorObject *self, PyObject *args)
 {
-    int fd = acceptor_fd(arg);
+    PyObject *fd_obj, *peer_obj = NULL;
+    if (!PyArg_ParseTuple(args, "O|O:add", &fd_obj, &peer_obj))
+        return NULL;
+    int fd = acceptor_fd(fd_obj);
     if (fd < 0)
+        return NULL;
+    int peer = -1;
+    if (peer_obj != NULL && peer_obj != Py_None && (peer = acceptor_fd(peer_obj)) < 0)
         return NULL;
     if (acceptor_open(self) < 0)
         return NULL;
-    int r = m0_acceptor_add(self->acc, fd);
+    int r = m0_acceptor_add(self->acc, fd, peer);
     if (r < 0)
         return acceptor_errno(r);
     Py_RETURN_NONE;
@@ -177,9 +183,10 @@ static PyObject *Acceptor_get_outlets(AcceptorObject *self, void *Py_UNUSED(clos
 }
 
 static PyMethodDef Acceptor_methods[] = {
-    {"add", (PyCFunction)Acceptor_add, METH_O,
-     "add(fd)\n--\n\nAn outlet: one end of a Unix stream socket pair whose other end a loop serves. The "
-     "acceptor owns fd from now on."},
+    {"add", (PyCFunction)Acceptor_add, METH_VARARGS,
+     "add(fd, peer=None)\n--\n\nAn outlet: one end of a Unix stream socket pair whose other end a loop serves; "
+     "peer: a copy of that other end, through which the acceptor sees how much the loop left unread. The "
+     "acceptor owns both from now on."},
     {"remove", (PyCFunction)Acceptor_remove, METH_O,
      "remove(fd)\n--\n\nClose the outlet fd (its loop reads what was sent, then end-of-file). False when it "
      "was dropped already (its peer went away)."},

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct m0_acceptor {
     int *listen_fds;
     size_t nlisten;
     int *outlets;
+    int *peers; /* per outlet: a copy of its inlet (FIONREAD), or -1 */
     size_t nout;
     size_t cap;
     size_t next; /* round-robin start */
@@ -47,7 +49,10 @@ static void acceptor_wake(m0_acceptor *a)
 static void outlet_drop(m0_acceptor *a, size_t i)
 {
     close(a->outlets[i]);
+    if (a->peers[i] >= 0)
+        close(a->peers[i]);
     a->outlets[i] = a->outlets[--a->nout];
+    a->peers[i] = a->peers[a->nout];
     if (a->next >= a->nout)
         a->next = 0;
 }
@@ -78,6 +83,16 @@ static int outlet_send(int out, int fd, const m0_handoff_record *rec)
     return n < 0 ? -errno : -EPIPE;
 }
 
+/* Bytes the loop of outlet i has not read yet (0 also when unknown). */
+static int outlet_unread(const m0_acceptor *a, size_t i)
+{
+    int n = 0;
+    if (a->peers[i] >= 0 && ioctl(a->peers[i], FIONREAD, &n) == 0)
+        return n;
+    n = m0_sock_outq(a->outlets[i]);
+    return n > 0 ? n : 0;
+}
+
 /* Under the lock: hand fd to an outlet. 0 (fd is closed here: the loop has
  * its own copy), or -EAGAIN when no outlet has room (or none is left). */
 static int acceptor_hand(m0_acceptor *a, int fd, const m0_handoff_record *rec)
@@ -88,8 +103,8 @@ static int acceptor_hand(m0_acceptor *a, int fd, const m0_handoff_record *rec)
         int best_q = 0;
         for (size_t k = 0; k < a->nout; k++) {
             size_t i = (a->next + k) % a->nout;
-            int q = m0_sock_outq(a->outlets[i]);
-            if (q <= 0) {
+            int q = outlet_unread(a, i);
+            if (q == 0) {
                 best = i;
                 break;
             }
@@ -248,11 +263,15 @@ int m0_acceptor_new(m0_acceptor **out, const int *listen_fds, size_t n)
     return 0;
 }
 
-int m0_acceptor_add(m0_acceptor *a, int fd)
+int m0_acceptor_add(m0_acceptor *a, int fd, int peer)
 {
     int r = m0_fd_set_nb_cloexec(fd);
+    if (r == 0 && peer >= 0)
+        r = m0_fd_set_nb_cloexec(peer);
     if (r < 0) {
         close(fd);
+        if (peer >= 0)
+            close(peer);
         return r;
     }
     int sz = ACCEPTOR_SNDBUF;
@@ -265,15 +284,21 @@ int m0_acceptor_add(m0_acceptor *a, int fd)
     if (a->nout == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 8;
         int *outs = realloc(a->outlets, cap * sizeof(int));
-        if (outs == NULL) {
+        if (outs != NULL)
+            a->outlets = outs;
+        int *peers = outs != NULL ? realloc(a->peers, cap * sizeof(int)) : NULL;
+        if (peers == NULL) {
             pthread_mutex_unlock(&a->lock);
             close(fd);
+            if (peer >= 0)
+                close(peer);
             return -ENOMEM;
         }
-        a->outlets = outs;
+        a->peers = peers;
         a->cap = cap;
     }
-    a->outlets[a->nout++] = fd;
+    a->outlets[a->nout] = fd;
+    a->peers[a->nout++] = peer;
     pthread_mutex_unlock(&a->lock);
     acceptor_wake(a);
     return 0;
@@ -365,6 +390,7 @@ void m0_acceptor_free(m0_acceptor *a)
     close(a->wake[1]);
     pthread_mutex_destroy(&a->lock);
     free(a->outlets);
+    free(a->peers);
     free(a->listen_fds);
     free(a);
 }
@@ -373,8 +399,11 @@ void m0_acceptor_forget(m0_acceptor *a)
 {
     if (a == NULL)
         return;
-    for (size_t i = 0; i < a->nout; i++)
+    for (size_t i = 0; i < a->nout; i++) {
         close(a->outlets[i]);
+        if (a->peers[i] >= 0)
+            close(a->peers[i]);
+    }
     if (a->pending_fd >= 0)
         close(a->pending_fd);
     close(a->wake[0]);

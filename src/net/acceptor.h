@@ -8,8 +8,10 @@
  * with several loops (--threads) runs it in-process.
  *
  * Which outlet: the next one, round-robin, whose loop has read everything it
- * was sent (m0_sock_outq() == 0: a loop inside a slow view does not read its
- * inlet, so it is passed over), else the one with the least unread. An
+ * was sent (a loop inside a slow view does not read its inlet, so it is
+ * passed over), else the one with the least unread. Unread is FIONREAD on a
+ * copy of the loop's inlet when the outlet was added with one (the
+ * supervisor keeps them), else the outlet's send queue (m0_sock_outq). An
  * outlet whose peer is gone (EPIPE) is dropped. When every outlet is full,
  * the acceptor stops accepting until one has room: the connections wait in
  * the kernel's queue, not here.
@@ -42,8 +44,9 @@ typedef struct m0_acceptor m0_acceptor;
  * are made non-blocking). It accepts nothing until an outlet is added. */
 int m0_acceptor_new(m0_acceptor **out, const int *listen_fds, size_t n);
 /* Add an outlet: one end of a Unix stream socket pair whose other end is a
- * loop's inlet. The acceptor owns fd from now on (even on failure). */
-int m0_acceptor_add(m0_acceptor *a, int fd);
+ * loop's inlet; peer: a copy of that inlet, to read how much is unread, or
+ * -1. The acceptor owns both from now on (even on failure). */
+int m0_acceptor_add(m0_acceptor *a, int fd, int peer);
 /* Close the outlet fd (as given to m0_acceptor_add); -ENOENT when it is not
  * one (dropped already: its peer went away). Returns once the thread no
  * longer uses it. */

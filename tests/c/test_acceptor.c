@@ -72,8 +72,8 @@ int main(void)
 
     int p0[2], p1[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, p0) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, p1) == 0);
-    CHECK(m0_acceptor_add(a, p0[0]) == 0);
-    CHECK(m0_acceptor_add(a, p1[0]) == 0);
+    CHECK(m0_acceptor_add(a, p0[0], dup(p0[1])) == 0); /* with a copy of its inlet: FIONREAD */
+    CHECK(m0_acceptor_add(a, p1[0], dup(p1[1])) == 0);
     CHECK(m0_acceptor_outlets(a) == 2);
 
     /* The waiting one, then four more: each in exactly one inlet, with the
