@@ -130,12 +130,16 @@ test-c: deps
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
 	./tests/c/build/test_handoff
 	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
+	clang $(CFLAGS_TEST) -o tests/c/build/test_acceptor tests/c/test_acceptor.c src/net/acceptor.c -lpthread
+	./tests/c/build/test_acceptor
+	clang $(CFLAGS_TSAN) -o tests/c/build/test_acceptor_tsan tests/c/test_acceptor.c src/net/acceptor.c
+	./tests/c/build/test_acceptor_tsan
 
 # The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
 # both backends) and these suites once more on it.
 POLL_TESTS := engine/test_io_backend.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_pool.py \
 	asgi/test_asgi_http.py engine/test_protocol_corpus.py engine/test_head_trickle.py engine/test_net_limits.py ../bench/tests/test_bench_attack.py \
-	ops/test_supervisor.py ops/test_asgi_supervisor.py
+	ops/test_supervisor.py ops/test_asgi_supervisor.py ops/test_accept_handoff.py
 test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
@@ -153,11 +157,13 @@ test-tls-py: build
 # PYTHONPATH).
 PORTABLE_DIR := build-portable
 PORTABLE_TESTS := engine/test_portable.py engine/test_io_backend.py wsgi/test_wsgi_pool.py asgi/test_asgi_http.py \
-	engine/test_protocol_corpus.py ops/test_supervisor.py
+	engine/test_protocol_corpus.py ops/test_supervisor.py ops/test_accept_handoff.py
 test-portable: venv
 	mkdir -p tests/c/build
 	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_loop_portable tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./tests/c/build/test_loop_portable
+	clang $(CFLAGS_TEST) -DM0_PORTABLE -o tests/c/build/test_acceptor_portable tests/c/test_acceptor.c src/net/acceptor.c -lpthread
+	./tests/c/build/test_acceptor_portable
 	clang $(CFLAGS_TEST) -DM0_PORTABLE -DM0_NO_EPOLL -o tests/c/build/test_conn_portable tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	./tests/c/build/test_conn_portable
 	rm -rf $(PORTABLE_DIR)

@@ -295,7 +295,8 @@ class Worker:
                 self.deadline = time.monotonic() + self.graceful_timeout  # 0: close at once
             else:
                 return
-        if self.server.connections > 0:
+        # Inlets of the accept hand-off (m0serve/handoff.py) may still hold connections.
+        if self.server.connections > 0 or self.server.inlets > 0:
             if self.deadline is not None and time.monotonic() >= self.deadline and not self.aborted:
                 log.debug("graceful timeout (%gs) expired: closing %d connection(s)", self.graceful_timeout,
                           self.server.connections)

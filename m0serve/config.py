@@ -190,7 +190,8 @@ OPTIONS = [
            "sockets"),
     Option("--io-backend", "value", _choice("auto", "epoll", "kqueue", "poll"), "auto",
            "the event loop's I/O backend: epoll (Linux), kqueue (macOS, the BSDs) or poll (poll(2), any POSIX system; "
-           "with kqueue and poll every worker on a shared listener wakes for each connection); auto: epoll, else "
+           "with kqueue and poll one thread accepts for every loop and hands each connection to one, since those "
+           "backends cannot wake one loop of several on a shared socket); auto: epoll, else "
            "kqueue, where the system has it", "sockets", "NAME"),
     Option("--uds-permissions", "value", _octal_mode, None,
            "the --uds socket file's mode in octal, e.g. 660 (default: what the umask leaves)", "sockets", "MODE"),

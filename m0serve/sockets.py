@@ -1,7 +1,9 @@
 """Listening sockets: TCP (--host/--port), Unix (--uds), inherited (--fd), systemd
 socket activation (LISTEN_FDS/LISTEN_PID). They are bound once, before any fork, so
 every worker shares one accept queue; with --reuse-port the supervisor only reserves
-the address and each worker binds its own SO_REUSEPORT socket.
+the address and each worker binds its own SO_REUSEPORT socket. On an I/O backend without
+EPOLLEXCLUSIVE (poll, kqueue) the workers do not accept from them at all: the supervisor's
+accept hand-off does, and passes each connection to one loop (m0serve/handoff.py).
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ import struct
 import sys
 import time
 
-from . import hooks, logs, metrics, pidfile, sockets, worker
+from . import handoff, hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
 from . import portable, proctitle
 
@@ -109,6 +109,7 @@ class Worker(hooks.WorkerInfo):
         self.retiring = ""  # why it is being replaced; it serves until its replacement is ready
         self.retire_kind = ""  # the restart reason of the metrics: "max_rss" or "max_requests"
         self.max_requests = 0
+        self.route = None  # handoff.Route: its loops' socket pairs, when connections are handed off
 
 
 class Supervisor:
@@ -137,6 +138,7 @@ class Supervisor:
         self.app = None
         self.interface = None
         self.listeners = []
+        self.acceptor = None  # _core.Acceptor: the accept hand-off (handoff.wanted)
         self.heartbeat = None
         self.reloader = None
         self.metrics = None  # --metrics-port: metrics.Metrics
@@ -169,6 +171,11 @@ class Supervisor:
         if cfg.preload and not cfg.reload:
             self.app, self.interface = resolve_app(cfg)  # exits 1 with the traceback on failure
         self.listeners = sockets.open_listeners_or_exit(cfg)
+        if handoff.wanted(cfg):
+            # No EPOLLEXCLUSIVE on this backend: one thread accepts and hands each
+            # connection to a loop of a ready worker (m0serve/handoff.py).
+            self.acceptor = handoff.start(self.listeners)
+            log.debug("accept hand-off: the supervisor accepts for every worker's loops")
         if cfg.pid_file:
             pidfile.write_or_exit(cfg.pid_file)
         # anonymous, MAP_SHARED: survives fork. Per worker slot, one (start ns, thread ident)
@@ -224,6 +231,11 @@ class Supervisor:
                 os.waitpid(w.pid, 0)
             except ChildProcessError:
                 pass
+            self._unroute(w)
+            if w.route is not None:
+                w.route.close_spares()
+        if self.acceptor is not None:
+            self.acceptor.close()  # before the listeners it polls
         for listener in self.listeners:
             listener.close()
         if self.reloader is not None:
@@ -293,6 +305,8 @@ class Supervisor:
             return
         if b"R" in data and not w.ready:
             w.ready = True
+            if w.route is not None and not w.stopping and self.acceptor is not None and not w.route.closed:
+                w.route.open(self.acceptor)  # its loops serve: hand it connections
             log.info("worker %d ready (boot took %.2fs)", w.pid, _now() - w.started)
             if self.reopened_at is not None and w.started < self.reopened_at:
                 self._kill(w, signal.SIGUSR1)  # it booted across a USR1: reopen what it inherited
@@ -303,6 +317,7 @@ class Supervisor:
             self._progress_rollout()
         if b"D" in data:
             w.drained = True
+            self._unroute(w)  # it stopped accepting (on its own, too): no more connections for it
         if b"M" in data and w.ready and not w.stopping and not w.retiring and self.stopping is Stopping.NO:
             self._retire(w, "served its max requests", "max_requests")
             log.info("worker %d served its %d requests (--max-requests); it is replaced once its replacement is "
@@ -389,6 +404,7 @@ class Supervisor:
             for w in self.workers.values():
                 w.stopping = True
                 w.kill_at = min(w.kill_at or self.stop_deadline, self.stop_deadline)
+                self._unroute(w)
                 self._kill(w, signal.SIGQUIT)
             return
         self.stopping = Stopping.GRACEFUL
@@ -423,7 +439,14 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
+    def _unroute(self, w):
+        """Hand w no more connections; its loops serve those sent already, then see end-of-file.
+        w.route stays until w is reaped (its spares: what it leaves unread goes to another)."""
+        if w.route is not None:
+            w.route.close(self.acceptor)
+
     def _stop_worker(self, w, reason, sig=signal.SIGTERM):
+        self._unroute(w)
         w.stopping = True
         w.stop_reason = reason
         if w.kill_at is None:
@@ -452,15 +475,32 @@ class Supervisor:
         except OSError:
             self.free_slots.append(slot)
             raise
-        sys.stdout.flush()
-        sys.stderr.flush()
         try:
-            pid = os.fork()
+            # One socket pair per loop (ASGI: one loop; --threads with ASGI fails in the worker).
+            w.route = handoff.Route(max(1, self.cfg.threads)) if self.acceptor is not None else None
         except OSError:
             self.free_slots.append(slot)
             os.close(status_r)
             os.close(status_w)
             raise
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.acceptor is not None:
+            # No accepted client socket may be copied into the child (handoff.py).
+            self.acceptor.hold()
+        try:
+            pid = os.fork()
+        except OSError:
+            if self.acceptor is not None:
+                self.acceptor.release()
+            self.free_slots.append(slot)
+            os.close(status_r)
+            os.close(status_w)
+            if w.route is not None:
+                w.route.close(None)
+            raise
+        if pid != 0 and self.acceptor is not None:
+            self.acceptor.release()
         if pid == 0:
             code = 1
             w.pid = os.getpid()
@@ -480,6 +520,8 @@ class Supervisor:
                 finally:
                     os._exit(code)
         os.close(status_w)
+        if w.route is not None:
+            w.route.in_parent(keep=True)
         os.set_blocking(status_r, False)
         w.pid = pid
         w.status_fd = status_r
@@ -513,6 +555,17 @@ class Supervisor:
         if self.metrics_endpoint is not None:
             for sock in [self.metrics_endpoint.sock, *self.metrics_endpoint.clients]:
                 sock.close()
+        if self.acceptor is not None:
+            # The other workers' outlets must not stay open here (their loops would never
+            # see end-of-file), nor the listeners: this worker is handed its connections.
+            self.acceptor.forget()
+            for other in self.workers.values():
+                if other.route is not None:
+                    other.route.close(None)
+                    other.route.close_spares()
+            w.route.in_child()
+            for listener in self.listeners:
+                listener.sock.close()
         self.workers = {}
         logs.reapply()  # --log-config: this process's own handlers
         if not self.hooks.run("post_fork", self, w):
@@ -524,8 +577,11 @@ class Supervisor:
         w.app = app
         if not self.hooks.run("post_worker_init", w):
             return 1
-        socks = [listener.worker_socket() for listener in self.listeners]
-        private = [s for listener, s in zip(self.listeners, socks) if s is not listener.sock]
+        if w.route is not None:
+            socks, private = w.route.inlets, []
+        else:
+            socks = [listener.worker_socket() for listener in self.listeners]
+            private = [s for listener, s in zip(self.listeners, socks) if s is not listener.sock]
 
         def notify(byte):
             try:
@@ -538,7 +594,8 @@ class Supervisor:
         worker.run(self.cfg, app, interface, socks, policy=policy, on_ready=lambda: notify(b"R"),
                    max_requests=max_requests, max_requests_fd=status_w, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2,
-                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot)
+                   metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot,
+                   inlets=w.route is not None)
         return 0
 
     def _reap(self):
@@ -552,6 +609,12 @@ class Supervisor:
             w = self.workers.pop(pid, None)
             if w is None:
                 continue
+            self._unroute(w)
+            if w.route is not None:
+                n = w.route.reclaim(self.acceptor)
+                if n:
+                    log.info("worker %d left %d connection(s) unread: handed to other workers", w.pid, n)
+                w.route = None
             if w.status_fd is not None:
                 # Read what the worker wrote before it died (its ready byte).
                 try:
@@ -748,6 +811,7 @@ class Supervisor:
                 w.dumped_at = _now()
                 w.stopping = True
                 w.stop_reason = "worker timeout"
+                self._unroute(w)
                 self.replacing.append(w.pid)  # its replacement starts now
                 self._kill(w, signal.SIGUSR2)
                 if self.hooks.has("worker_abort"):

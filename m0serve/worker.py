@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 
-from . import hooks, logs
+from . import handoff, hooks, logs
 from .config import server_options
 
 log = logs.log
@@ -275,8 +275,12 @@ def loop_threads(blocking):
     return blocking + 1 if blocking else 1
 
 
-def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0, **kw):
+def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat=None, heartbeat_index=0,
+        inlets=False, **kw):
     """Serve until shutdown. on_ready() runs once the server is built and serving.
+
+    inlets: listener_socks are the inlets of the supervisor's accept hand-off (m0serve/handoff.py),
+    one per loop: loop i is given listener_socks[i] alone.
 
     heartbeat: the supervisor's buffer; this worker owns heartbeat_threads(cfg) sub-slots
     from int64 index heartbeat_index on, two int64 each: the monotonic ns at which the
@@ -336,14 +340,42 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
 
         kwargs["inflight_counter"] = mmap.mmap(-1, mmap.PAGESIZE)  # one count for the worker's loops
     group = ServerGroup()
-    for i in range(threads):
-        kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
-        if heartbeat is not None:
-            # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
-            kw_i.update(heartbeat=heartbeat,
-                        heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
-        group.servers.append(_core.Server(app, interface, listeners, **kw_i))
-    group.serve(blocking, heartbeat, heartbeat_index, ready)
+    route = None
+    if threads > 1 and not policy.supervised and handoff.wanted(cfg):
+        # The loops of this one process would all wake for each connection (no EPOLLEXCLUSIVE):
+        # one thread accepts and hands each to one loop (the supervisor does it for its workers).
+        route = handoff.Route(threads)
+    try:
+        for i in range(threads):
+            kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
+            if heartbeat is not None:
+                # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
+                kw_i.update(heartbeat=heartbeat,
+                            heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
+            if inlets:
+                own = [listeners[i]]
+            elif route is not None:
+                own = [route.inlets[i].fileno()]
+            else:
+                own = listeners
+            group.servers.append(_core.Server(app, interface, own, **kw_i))
+        if route is not None:
+            group.acceptor = handoff.start(listener_socks)
+            route.in_parent(keep=True)  # each Server holds its own copy of its inlet
+            route.open(group.acceptor)  # the acceptor a copy of each, to see what a loop left unread
+            route.close_spares()
+    except BaseException:
+        if route is not None:
+            route.close(group.acceptor)
+        group.close_acceptor()
+        raise
+    # One loop leaving on its own drains the others: tell the supervisor, which then hands
+    # this worker no more connections (the inlets' end-of-file lets the loops finish).
+    group.on_leave = policy.on_drain if policy.supervised else None
+    try:
+        group.serve(blocking, heartbeat, heartbeat_index, ready)
+    finally:
+        group.close_acceptor()
 
 
 def _beat_ident(buf, index):
@@ -363,8 +395,18 @@ class ServerGroup:
 
     def __init__(self):
         self.servers = []
+        self.acceptor = None  # in-process accept hand-off (m0serve/handoff.py), or None
+        self.on_leave = None
+
+    def close_acceptor(self):
+        """No more connections for the loops: they serve what they were handed, then their
+        inlets read end-of-file."""
+        if self.acceptor is not None:
+            self.acceptor.close()
+            self.acceptor = None
 
     def shutdown(self, graceful=True):
+        self.close_acceptor()
         for srv in self.servers:
             srv.shutdown(graceful=graceful)
 
@@ -395,6 +437,8 @@ class ServerGroup:
             finally:
                 # One loop leaving on its own (max requests, an error) retires the worker.
                 self.shutdown(graceful=True)
+                if self.on_leave is not None:
+                    self.on_leave()
 
         def pool_main(srv, beat_index):
             if heartbeat is not None:

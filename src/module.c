@@ -2,6 +2,7 @@
  * module state (bridge/state.h), and the exec slot that lets each bridge
  * create its own types. No logic lives here. */
 #include "bridge/serve.h"
+#include "bridge/acceptor.h"
 #include "bridge/access_log_format.h"
 #include "bridge/metrics.h"
 #include "bridge/tls_options.h"
@@ -28,6 +29,8 @@ static int core_exec(PyObject *module)
     if (m0_tls_options_module_init(module) < 0)
         return -1;
     if (m0_metrics_module_init(module) < 0)
+        return -1;
+    if (m0_acceptor_module_init(module) < 0)
         return -1;
     /* "epoll,poll" or "poll": what --io-backend may choose in this build. */
     if (PyModule_AddStringConstant(module, "io_backends", m0_loop_backends()) < 0)

@@ -337,6 +337,11 @@ static PyObject *Server_get_connections(ServerObject *self, void *Py_UNUSED(clos
     return PyLong_FromSize_t(m0_server_connections(self->srv));
 }
 
+static PyObject *Server_get_inlets(ServerObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(self->srv != NULL ? m0_server_inlets(self->srv) : 0);
+}
+
 static PyObject *Server_set_ready(ServerObject *self, PyObject *arg)
 {
     int ready = PyObject_IsTrue(arg);
@@ -367,6 +372,7 @@ static PyMethodDef Server_methods[] = {
 static PyGetSetDef Server_getset[] = {
     {"requests", (getter)Server_get_requests, NULL, "requests dispatched so far", NULL},
     {"connections", (getter)Server_get_connections, NULL, "open connections", NULL},
+    {"inlets", (getter)Server_get_inlets, NULL, "accept hand-off inlets still open (a drain waits for them)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -83,11 +83,12 @@ static inline PyObject *serve_errno(int r)
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
-/* shutdown() was asked for, or the server drains, and no connection is left. */
+/* shutdown() was asked for, or the server drains, and no connection is left
+ * (nor an inlet of the accept hand-off, which may still hold some). */
 static inline int serve_should_stop(ServerObject *self)
 {
     return (__atomic_load_n(&self->shutdown_requested, __ATOMIC_ACQUIRE) || m0_server_draining(self->srv)) &&
-           m0_server_connections(self->srv) == 0;
+           m0_server_connections(self->srv) == 0 && m0_server_inlets(self->srv) == 0;
 }
 
 /* --- serve_config.c --- */

@@ -1,7 +1,10 @@
 /* Listeners: non-blocking listening sockets registered with M0_IO_EXCLUSIVE
  * (EPOLLEXCLUSIVE: one shared accept queue across pre-forked workers without
- * a thundering herd; the poll backend wakes every worker, and those that find
- * no connection get EAGAIN), accept4 (or its fallback) in a loop. */
+ * a thundering herd), accept4 (or its fallback) in a loop. Where the backend
+ * has no such flag (poll, kqueue), the loops are given inlets instead: the
+ * ends of Unix stream sockets over which the accept hand-off (acceptor.h)
+ * passes them the connections it accepted, so that one thread wakes per
+ * connection, not every loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -10,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "portable.h"
 #include "server_int.h"
 
@@ -19,8 +23,59 @@
 /* Out of fds or memory: stop accepting this long. */
 #define M0_ACCEPT_PAUSE_MS 100
 
+/* An inlet is a connected Unix stream socket (a listening one accepts). */
+static int listener_is_inlet(int fd)
+{
+    int acc = 0;
+    socklen_t len = sizeof(acc);
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) < 0 || acc)
+        return 0;
+    return getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0 && ss.ss_family == AF_UNIX;
+}
+
+/* What a listener is registered for now: a listener accepts unless the
+ * server drains, paused or is at its connection limit; an inlet is read
+ * while draining too (what was handed to this loop is served: the acceptor
+ * sends no more once it closed its end, and end-of-file closes the inlet). */
+static uint32_t listener_interest(const m0_server *srv, const m0_listener *l)
+{
+    if (l->io.fd < 0 || srv->accept_paused || srv->at_limit)
+        return 0;
+    if (l->inlet)
+        return M0_IO_IN;
+    return srv->draining ? 0 : M0_IO_IN | M0_IO_EXCLUSIVE;
+}
+
 int m0_server_listen(m0_server *srv, int fd)
 {
+    if (listener_is_inlet(fd)) {
+        /* The server owns its inlet (end-of-file closes it): a copy. */
+        int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (own < 0)
+            return -errno;
+        int r = m0_fd_set_nb_cloexec(own);
+        m0_listener *l = r == 0 ? calloc(1, sizeof(*l)) : NULL;
+        if (l == NULL) {
+            close(own);
+            return r < 0 ? r : -ENOMEM;
+        }
+        l->io.fd = own;
+        l->io.cb = m0_listener_io;
+        l->srv = srv;
+        l->inlet = 1;
+        r = m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
+        if (r < 0) {
+            close(own);
+            free(l);
+            return r;
+        }
+        srv->inlets++;
+        l->next = srv->listeners;
+        srv->listeners = l;
+        return 0;
+    }
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
         return -errno;
@@ -51,11 +106,56 @@ int m0_server_listen(m0_server *srv, int fd)
 void m0_listeners_update(m0_server *srv)
 {
     int on = !srv->draining && !srv->accept_paused && !srv->at_limit;
-    if (on == srv->listening)
+    if (on == srv->listening && srv->inlets == 0)
         return;
     srv->listening = on;
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next)
-        m0_io_set(srv->loop, &l->io, on ? M0_IO_IN | M0_IO_EXCLUSIVE : 0);
+        m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
+}
+
+void m0_inlets_close(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (l->inlet && l->io.fd >= 0) {
+            m0_io_close(srv->loop, &l->io);
+            srv->inlets--;
+        }
+    }
+}
+
+size_t m0_server_inlets(const m0_server *srv)
+{
+    return srv->inlets;
+}
+
+/* Connections handed to this loop: each comes with its peer's address. */
+static void inlet_io(m0_loop *loop, m0_listener *l)
+{
+    m0_server *srv = l->srv;
+    for (int i = 0; i < M0_ACCEPT_BATCH && !srv->accept_paused && !srv->at_limit && l->io.fd >= 0; i++) {
+        m0_handoff_record rec;
+        int fd;
+        int r = m0_handoff_recv(l->io.fd, &rec, &fd);
+        if (r == -EAGAIN || r == -EWOULDBLOCK)
+            return;
+        if (r <= 0) {
+            /* End-of-file (the acceptor closed its end: nothing more comes)
+             * or an error: this inlet is done. */
+            m0_io_close(loop, &l->io);
+            srv->inlets--;
+            return;
+        }
+        if (fd < 0)
+            continue;
+        if (m0_conn_new(srv, fd, (struct sockaddr *)&rec.peer, rec.peerlen) == NULL) {
+            close(fd);
+            continue;
+        }
+        if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
+            srv->at_limit = 1;
+            m0_listeners_update(srv);
+        }
+    }
 }
 
 void m0_listeners_pause(m0_server *srv, int paused)
@@ -69,6 +169,10 @@ void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
     (void)events;
     m0_listener *l = (m0_listener *)io;
     m0_server *srv = l->srv;
+    if (l->inlet) {
+        inlet_io(loop, l);
+        return;
+    }
     for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused && !srv->at_limit; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);

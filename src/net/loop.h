@@ -28,7 +28,9 @@ typedef void (*m0_timer_cb)(m0_loop *loop, m0_timer *timer);
  * M0_IO_ET: edge-triggered; the poll backend emulates it by muting the fd
  * after it reported an event, until its interest changes.
  * M0_IO_EXCLUSIVE: wake one waiter of several loops (EPOLLEXCLUSIVE); other
- * backends ignore it, so every loop wakes (accept answers EAGAIN). */
+ * backends ignore it, so every loop would wake (accept answers EAGAIN): there
+ * the loops are given the inlets of the accept hand-off (acceptor.h) instead
+ * of the shared listener. */
 #define M0_IO_IN 0x001u
 #define M0_IO_OUT 0x004u
 #define M0_IO_ERR 0x008u

@@ -21,8 +21,9 @@
  *   connection paced or muted this way must not wake the loop per byte its
  *   peer sends (pace.c). A half-close is not reported, as epoll reports no
  *   EPOLLHUP for it.
- * - M0_IO_EXCLUSIVE is ignored: every loop watching a shared listener wakes,
- *   and those that find no connection get EAGAIN from accept (as with poll).
+ * - M0_IO_EXCLUSIVE is ignored: every loop watching a shared listener would
+ *   wake, and those that find no connection get EAGAIN from accept (as with
+ *   poll); the accept hand-off (acceptor.h) accepts for the loops instead.
  * The mode of a read filter travels in the low bits of its udata (an m0_io
  * is aligned to 8), so a wait never dereferences a watcher another thread may
  * have removed and freed meanwhile (loop.c scrubs those from the batch).

@@ -9,8 +9,10 @@
  * - M0_IO_ET is emulated for the interest-free registration conn.c uses
  *   (errors and hang-ups reported once): a slot that reported an event while
  *   its interest has M0_IO_ET is muted until its interest changes.
- * - M0_IO_EXCLUSIVE is ignored: every loop polling a shared listener wakes,
- *   and those that find no connection get EAGAIN from accept.
+ * - M0_IO_EXCLUSIVE is ignored: every loop polling a shared listener would
+ *   wake, and those that find no connection get EAGAIN from accept. So on
+ *   this backend a server's loops are not given the shared listener: the
+ *   accept hand-off (acceptor.h) accepts for them.
  * - M0_IO_RDHUP is POLLRDHUP where the system has it (Linux), else dropped
  *   (a hang-up is then seen by the read that returns 0).
  * - A microsecond timeout is rounded up to a millisecond.

@@ -167,6 +167,7 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
 
 static void server_listeners_close(m0_server *srv)
 {
+    m0_inlets_close(srv);
     m0_listener *l = srv->listeners;
     while (l != NULL) {
         m0_listener *next = l->next;
@@ -211,8 +212,11 @@ void m0_server_drain(m0_server *srv)
 {
     if (!srv->draining) {
         __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
-        m0_listeners_pause(srv, 1);
+        /* The listeners leave the set; inlets are still read (listener.c),
+         * so a pause for want of fds ends with the drain. */
         m0_timer_stop(srv->loop, &srv->accept_timer);
+        srv->accept_paused = 0;
+        m0_listeners_update(srv);
     }
     /* Idle keep-alive connections close now; each other one closes after its
      * current response (m0_conn_keep_alive answers 0 from now on). A
@@ -271,6 +275,7 @@ int m0_server_draining(const m0_server *srv)
 
 void m0_server_abort(m0_server *srv)
 {
+    m0_inlets_close(srv); /* what they still hold is dropped with the rest */
     /* A connection another thread owns cannot be freed under it: its socket
      * is shut down so that the owner's I/O fails at once, and it closes when
      * it comes back (m0_conn_take_completed). */

@@ -125,8 +125,13 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
 void m0_server_free(m0_server *srv);
 
 /* Start accepting on a bound, listening socket (made non-blocking here,
- * registered with EPOLLEXCLUSIVE). The server does not own fd. */
+ * registered with EPOLLEXCLUSIVE). The server does not own fd. A connected
+ * Unix stream socket is taken as an inlet of the accept hand-off
+ * (acceptor.h) instead: the server reads connections from a copy of it, and
+ * closes that copy at its end-of-file. */
 int m0_server_listen(m0_server *srv, int fd);
+/* Inlets still open: a drained server is done once this is 0 too. */
+size_t m0_server_inlets(const m0_server *srv);
 
 /* Graceful drain: stop accepting, close idle connections now, close every
  * other connection as soon as its current response is finished. */

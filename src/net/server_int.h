@@ -92,8 +92,9 @@ enum {
 };
 
 typedef struct m0_listener {
-    m0_io io;
+    m0_io io; /* fd -1 once an inlet closed */
     m0_server *srv;
+    int inlet; /* an accept hand-off's inlet (acceptor.h), not a listening socket */
     struct m0_listener *next;
 } m0_listener;
 
@@ -288,6 +289,7 @@ struct m0_server {
     int accept_paused; /* out of fds or memory: until accept_timer */
     int at_limit;      /* cfg.limit_connections connections are open */
     int listening;     /* the listeners are in the epoll set */
+    size_t inlets;     /* inlets open (listener.c): a drain ends when they are closed too */
     m0_timer accept_timer;
     m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
     m0_timer pace_timer;     /* armed while `paced` is not empty */
@@ -345,6 +347,8 @@ void m0_listeners_pause(m0_server *srv, int paused);
 /* Put the listeners in the epoll set or take them out, as draining,
  * accept_paused and at_limit say. */
 void m0_listeners_update(m0_server *srv);
+/* Close the inlets now (an abort: what they still hold is dropped). */
+void m0_inlets_close(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);

@@ -1,7 +1,9 @@
 """Supervisor test app: reports the worker pid; /sleep?s=N sleeps in the view (and says so on
-stderr first, "sleep view entered", so that a test can wait for a request to be inside it)."""
+stderr first, "sleep view entered", so that a test can wait for a request to be inside it);
+/thread reports the pid and the thread (with --threads, the loop that served it)."""
 import os
 import sys
+import threading
 import time
 from urllib.parse import parse_qs
 
@@ -17,6 +19,8 @@ def app(environ, start_response):
     if path == "/sleep":
         seconds = float(parse_qs(environ.get("QUERY_STRING", "")).get("s", ["1"])[0])
         body = slow_view(seconds)
+    elif path == "/thread":
+        body = f"{os.getpid()} {threading.get_ident()}".encode()
     else:
         body = str(os.getpid()).encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
