@@ -16,8 +16,7 @@ import time
 import pytest
 
 from m0serve import _core
-from test_cli import get
-from test_supervisor import Loop, wait_until, worker_pids
+from helpers import Loop, get, wait_until, worker_pids
 
 POLL = {"M0_IO_BACKEND": "poll"}
 
