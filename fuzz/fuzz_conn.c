@@ -409,7 +409,7 @@ static int s_open(s_world *w)
     memset(sc, 0, sizeof(*sc));
     sc->w = w;
     sc->peer = sv[1];
-    sc->conn = m0_conn_new(w->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
+    sc->conn = m0__conn_new(w->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
     if (sc->conn == NULL)
         abort();
     m0_conn_set_data(sc->conn, sc);

@@ -6,8 +6,8 @@
  * (parked, handed to a thread) conn_handoff.c.
  *
  * Lifetime: every net-layer frame that may call a handler holds a reference
- * (c->refs). m0_conn_close() takes the connection out of the server at once;
- * the memory is released by the last m0_conn_release(). */
+ * (c->refs). m0__conn_close() takes the connection out of the server at once;
+ * the memory is released by the last m0__conn_release(). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@
 
 static void conn_timer_cb(m0_loop *loop, m0_timer *t);
 
-uint64_t m0_conn_clock_ns(void)
+uint64_t m0__conn_clock_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -44,7 +44,7 @@ static void addr_format(const struct sockaddr *sa, char *host, size_t hostcap, i
     }
 }
 
-m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen)
+m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen)
 {
     (void)peerlen;
     m0_conn *c = srv->freelist;
@@ -52,13 +52,13 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
         srv->freelist = c->next;
         srv->nfree--;
     } else {
-        c = malloc(sizeof(*c) + m0_conn_log_slot_size(srv));
+        c = malloc(sizeof(*c) + m0__conn_log_slot_size(srv));
         if (c == NULL)
             return NULL;
     }
-    /* No buffers yet: they are taken when input arrives (m0_conn_fill);
+    /* No buffers yet: they are taken when input arrives (m0__conn_fill);
      * the access log's slot after the struct starts empty too. */
-    memset(c, 0, sizeof(*c) + m0_conn_log_slot_size(srv));
+    memset(c, 0, sizeof(*c) + m0__conn_log_slot_size(srv));
     c->srv = srv;
     c->io.fd = fd;
     c->io.cb = m0_conn_io_cb;
@@ -66,23 +66,23 @@ m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockle
     c->family = peer->sa_family;
     c->local_port = -1;
     addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
-    if (m0_conn_start_tls(c) < 0 || m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
-        m0_conn_end_tls(c, 0);
+    if (m0__conn_start_tls(c) < 0 || m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        m0__conn_end_tls(c, 0);
         c->io.fd = -1;
         c->srv = srv;
         c->state = M0_CS_CLOSED;
-        m0_conn_destroy(c);
+        m0__conn_destroy(c);
         return NULL;
     }
-    m0_server_link(srv, c);
+    m0__server_link(srv, c);
     /* The first head must start within the header timeout (a TLS handshake
      * included: it reads no byte of a head). */
-    m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
-    m0_proxy_conn_start(c);
+    m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    m0__proxy_conn_start(c);
     return c;
 }
 
-void m0_conn_wbuf_release(m0_conn *c)
+void m0__conn_wbuf_release(m0_conn *c)
 {
     if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
         m0_recycle_put(&c->srv->wbufs, c->wbuf);
@@ -94,10 +94,10 @@ void m0_conn_wbuf_release(m0_conn *c)
 
 /* Not inlined: callers hold references the compiler cannot count, and a
  * visible free() makes it warn about uses that happen only while refs > 0. */
-__attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
+__attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    m0_conn_buffers_release(c);
+    m0__conn_buffers_release(c);
     free(c->h2_fields);
     free(c->h2_hdr);
     c->h2_fields = NULL;
@@ -111,7 +111,7 @@ __attribute__((noinline)) void m0_conn_destroy(m0_conn *c)
     free(c);
 }
 
-void m0_conn_close(m0_conn *c, int notify)
+void m0__conn_close(m0_conn *c, int notify)
 {
     if (c->state == M0_CS_CLOSED)
         return;
@@ -119,14 +119,14 @@ void m0_conn_close(m0_conn *c, int notify)
     c->state = M0_CS_CLOSED;
     if (c->h2 != NULL)
         m0_h2_close(c); /* its streams get M0_CONN_CLOSED */
-    m0_pace_stop(c);
+    m0__pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
-    m0_conn_end_tls(c, 0);
+    m0__conn_end_tls(c, 0);
     m0_io_close(srv->loop, &c->io);
-    m0_conn_unhold(c);
-    m0_server_unlink(srv, c);
+    m0__conn_unhold(c);
+    m0__server_unlink(srv, c);
     int was_pending = c->pending;
-    m0_gate_done(c);
+    m0__gate_done(c);
     if (c->pending) {
         c->pending = 0;
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
@@ -134,9 +134,9 @@ void m0_conn_close(m0_conn *c, int notify)
             *srv->heartbeat = 0;
     }
     if (notify && (was_pending || c->data != NULL))
-        m0_conn_notify(c, M0_CONN_CLOSED); /* frees c unless a frame holds it */
+        m0__conn_notify(c, M0_CONN_CLOSED); /* frees c unless a frame holds it */
     else if (c->refs == 0)
-        m0_conn_destroy(c);
+        m0__conn_destroy(c);
 }
 
 void m0_conn_abort(m0_conn *c)
@@ -145,25 +145,25 @@ void m0_conn_abort(m0_conn *c)
         m0_h2s_abort(c);
         return;
     }
-    m0_conn_close(c, 0);
+    m0__conn_close(c, 0);
 }
 
 /* --- timers (lazy: re-arming later than the armed deadline costs nothing) --- */
 
 /* How long queued output may make no progress before the connection closes. */
-uint32_t m0_conn_send_timeout(const m0_conn *c)
+uint32_t m0__conn_send_timeout(const m0_conn *c)
 {
     return c->srv->cfg.send_timeout_ms ? c->srv->cfg.send_timeout_ms : 30000;
 }
 
-int m0_conn_outq(const m0_conn *c)
+int m0__conn_outq(const m0_conn *c)
 {
     return m0_sock_outq(c->io.fd);
 }
 
-int m0_conn_peer_progressed(const m0_conn *c)
+int m0__conn_peer_progressed(const m0_conn *c)
 {
-    int q = m0_conn_outq(c);
+    int q = m0__conn_outq(c);
     return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
 }
 
@@ -178,10 +178,10 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         return;
     }
     m0_timer_kind kind = c->timer_kind;
-    if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0_conn_peer_progressed(c))) {
+    if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0__conn_peer_progressed(c))) {
         /* Not idle, not stalled: the peer is still reading responses (our
          * queue waits for the kernel's, which it drains). */
-        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
         return;
     }
     c->timer_kind = M0_TIMER_NONE;
@@ -193,21 +193,21 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
                                                : M0_MET_TIMEOUT_SEND,
                        1);
     if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !(c->flags & M0_CF_CLOSE_AFTER))
-        m0_conn_error(c, 408);
+        m0__conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !(c->flags & M0_CF_CLOSE_AFTER))
-        m0_conn_error(c, 408);
+        m0__conn_error(c, 408);
     else if (kind == M0_TIMER_IDLE && c->state == M0_CS_H2)
         m0_h2_idle(c); /* GOAWAY, then close */
     else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || (c->flags & M0_CF_CLOSE_AFTER))
-        m0_conn_close(c, 1); /* the bounds of flushing and of lingering */
+        m0__conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
-        m0_conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
-    m0_conn_release(c);
+        m0__conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
+    m0__conn_release(c);
 }
 
 /* --- interest --- */
 
-void m0_conn_interest(m0_conn *c)
+void m0__conn_interest(m0_conn *c)
 {
     if (c->state == M0_CS_CLOSED)
         return;
@@ -216,7 +216,7 @@ void m0_conn_interest(m0_conn *c)
     if (c->detached)
         return;
     uint32_t ev = 0;
-    /* Held output is sent at the pass's end (m0_server_flush_held), which
+    /* Held output is sent at the pass's end (m0__server_flush_held), which
      * asks for EPOLLOUT only if the socket did not take it all. */
     unsigned flags = c->flags;
     int out = (c->wlen > c->wpos && !c->held) || (flags & M0_CF_WRITABLE_WANTED);
@@ -242,7 +242,7 @@ void m0_conn_interest(m0_conn *c)
     if (out)
         ev |= EPOLLOUT;
     if (c->tls != NULL)
-        m0_conn_tls_interest(c, &ev);
+        m0__conn_tls_interest(c, &ev);
     if (ev == 0 && c->io.events != 0) {
         /* Keep the fd registered for nothing rather than DEL+ADD churn:
          * EPOLLERR/EPOLLHUP are still reported, which we want. */
@@ -250,7 +250,7 @@ void m0_conn_interest(m0_conn *c)
     }
     if (ev != 0 || c->io.events != 0) {
         if (m0_io_set(c->srv->loop, &c->io, ev) < 0)
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
     }
 }
 
@@ -259,7 +259,7 @@ void m0_conn_interest(m0_conn *c)
 /* Close once the write buffer is flushed. linger: shut down output and
  * discard input for a while first, so that input the peer is still sending
  * does not turn into an RST that destroys the response on its side. */
-void m0_conn_close_after(m0_conn *c, int linger)
+void m0__conn_close_after(m0_conn *c, int linger)
 {
     if (c->state == M0_CS_CLOSED)
         return;
@@ -267,21 +267,21 @@ void m0_conn_close_after(m0_conn *c, int linger)
         c->flags |= M0_CF_CLOSE_AFTER;
         if (linger)
             c->flags |= M0_CF_LINGER_AFTER;
-        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
-        m0_conn_interest(c);
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+        m0__conn_interest(c);
         return;
     }
     if (!linger || c->peer_eof || c->broken) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
-    m0_conn_end_tls(c, 1);
+    m0__conn_end_tls(c, 1);
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
     c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
     c->rlen = c->rpos = 0;
-    m0_conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
-    m0_conn_interest(c);
+    m0__conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
+    m0__conn_interest(c);
 }
 
 /* The request a canned error answers, for its access-log line: in state
@@ -301,30 +301,30 @@ static const m0_request *conn_error_request(m0_conn *c)
 }
 
 /* A protocol error: the canned response, then a lingering close. */
-void m0_conn_error(m0_conn *c, int status)
+void m0__conn_error(m0_conn *c, int status)
 {
-    m0_conn_error_of(c, status, conn_error_request(c));
+    m0__conn_error_of(c, status, conn_error_request(c));
 }
 
 /* The same for a request whose head was parsed (req, logged), or NULL. */
-void m0_conn_error_of(m0_conn *c, int status, const m0_request *req)
+void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 {
     char buf[512];
     int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
     if (n > 0) {
         struct iovec iov = {buf, (size_t)n};
         if (m0_conn_writev(c, &iov, 1, 0) < 0) {
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
             return;
         }
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0) {
             const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0_conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
+            m0__conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
         }
     }
     c->timer_kind = M0_TIMER_NONE;
-    m0_conn_close_after(c, 1);
+    m0__conn_close_after(c, 1);
 }
 
 /* --- accessors --- */

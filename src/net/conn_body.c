@@ -100,7 +100,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
          * see m0_conn_keep_alive). */
         c->continue_sent = 1;
         if (c->rlen <= c->rpos + c->head_len) {
-            int r = m0_conn_send_continue(c, blocking);
+            int r = m0__conn_send_continue(c, blocking);
             if (r < 0)
                 return r;
         }
@@ -119,7 +119,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             /* Nothing buffered and the caller's buffer is the larger one:
              * read straight into it, never past the body. */
             size_t want = cap < c->body_left ? cap : (size_t)c->body_left;
-            n = m0_conn_recv(c, dst, want);
+            n = m0__conn_recv(c, dst, want);
             if (n > 0) {
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->body_left -= (size_t)n;
@@ -130,7 +130,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         } else if (room == 0) {
             return -EBADMSG; /* a chunk size line longer than the buffer */
         } else {
-            n = m0_conn_recv(c, c->rbuf + c->rlen, room);
+            n = m0__conn_recv(c, c->rbuf + c->rlen, room);
             if (n > 0) {
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
                 c->rlen += (size_t)n;
@@ -146,13 +146,13 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             continue;
         if (err == EAGAIN || err == EWOULDBLOCK) {
             if (blocking) {
-                int w = m0_conn_wait(c, POLLIN, c->body_deadline_ms);
+                int w = m0__conn_wait(c, POLLIN, c->body_deadline_ms);
                 if (w < 0)
                     return w;
                 continue;
             }
             c->flags |= M0_CF_WANT_BODY;
-            m0_conn_interest(c);
+            m0__conn_interest(c);
             return -EAGAIN;
         }
         c->broken = 1;
@@ -160,7 +160,7 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
     }
 }
 
-int m0_conn_discard(m0_conn *c)
+int m0__conn_discard(m0_conn *c)
 {
     if (c->body_mode == M0_BODY_LENGTH) {
         size_t avail = c->rlen - c->body_rd;
@@ -233,7 +233,7 @@ static int conn_rbuf_reserve(m0_conn *c, size_t cap)
  * rest. 1 when the body is complete, or when it outgrew body_buffer_size
  * (the rest is streamed), 0 when more input is needed, or minus the HTTP
  * status of a framing error. */
-int m0_conn_body_buffer(m0_conn *c)
+int m0__conn_body_buffer(m0_conn *c)
 {
     const m0_server_config *cfg = &c->srv->cfg;
     size_t head_end = c->rpos + c->head_len;

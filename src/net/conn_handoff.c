@@ -19,8 +19,8 @@ void m0_conn_park(m0_conn *c)
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     c->flags |= M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED;
-    m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
-    m0_conn_interest(c);
+    m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+    m0__conn_interest(c);
 }
 
 static void conn_finish_completed(m0_conn *c);
@@ -32,7 +32,7 @@ void m0_conn_detach(m0_conn *c)
      * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
      * end goes now: the loop must not touch the buffer the owner appends to. */
     if (c->held)
-        (void)m0_conn_release_held(c); /* a gone peer fails the owner's first write */
+        (void)m0__conn_release_held(c); /* a gone peer fails the owner's first write */
     c->detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);
@@ -44,7 +44,7 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     c->done_keep = keep_alive;
     c->done_status = status;
     c->done_bytes = body_bytes;
-    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0_conn_clock_ns() : 0;
+    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0__conn_clock_ns() : 0;
     c->done_next = NULL;
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished
@@ -96,7 +96,7 @@ static void conn_hand_back(m0_conn *c, int urgent)
 }
 
 /* Loop thread: finish the responses other threads completed. */
-void m0_conn_take_completed(m0_server *srv)
+void m0__conn_take_completed(m0_server *srv)
 {
     pthread_mutex_lock(&srv->done_lock);
     m0_conn *c = srv->done_head;
@@ -111,7 +111,7 @@ void m0_conn_take_completed(m0_server *srv)
  * responses; when c is not among them, mark it muted (under the same lock
  * its owner completes it with, so that the owner then wakes the loop).
  * Returns 1 when c is still away. */
-int m0_conn_take_completed_or_mute(m0_conn *c)
+int m0__conn_take_completed_or_mute(m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->done_lock);
@@ -139,7 +139,7 @@ static void conn_finish_completed(m0_conn *c)
         if (c->done_closed) {
             /* Closed while a thread released its handler state: free now. */
             c->done_closed = c->done_parked = 0;
-            m0_conn_release(c);
+            m0__conn_release(c);
         } else if (c->done_parked && !c->abort_after) {
             /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
             c->done_parked = 0;
@@ -153,9 +153,9 @@ static void conn_finish_completed(m0_conn *c)
             m0_conn_finish(c, 0, c->done_status, c->done_bytes);
         } else {
             if (c->pool_held && c->wlen > c->wpos)
-                m0_conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
+                m0__conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
             else if (c->wlen > c->wpos)
-                m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+                m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
             c->pool_held = 0;
             m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
         }

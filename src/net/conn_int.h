@@ -11,32 +11,32 @@
 #include "h2.h"
 #include "server_int.h"
 
-uint64_t m0_conn_clock_ns(void);
-uint32_t m0_conn_send_timeout(const m0_conn *c);
+uint64_t m0__conn_clock_ns(void);
+uint32_t m0__conn_send_timeout(const m0_conn *c);
 /* Bytes the kernel holds in c's send queue, not yet acknowledged by the
  * peer (SIOCOUTQ), or -1. */
-int m0_conn_outq(const m0_conn *c);
+int m0__conn_outq(const m0_conn *c);
 /* Whether the peer acknowledged output since c->send_outq was taken: the
  * send timeout measures the peer's progress, which up to the kernel's send
  * buffer (megabytes with autotuning) never shows in our own queue. */
-int m0_conn_peer_progressed(const m0_conn *c);
+int m0__conn_peer_progressed(const m0_conn *c);
 /* Recompute the epoll interest from the connection state. */
-void m0_conn_interest(m0_conn *c);
-void m0_conn_close_after(m0_conn *c, int linger);
-void m0_conn_error(m0_conn *c, int status);
-void m0_conn_error_of(m0_conn *c, int status, const m0_request *req);
+void m0__conn_interest(m0_conn *c);
+void m0__conn_close_after(m0_conn *c, int linger);
+void m0__conn_error(m0_conn *c, int status);
+void m0__conn_error_of(m0_conn *c, int status, const m0_request *req);
 /* Give the (empty) write buffer back; loop thread only (conn.c). */
-void m0_conn_wbuf_release(m0_conn *c);
+void m0__conn_wbuf_release(m0_conn *c);
 
-/* Inline, with m0_conn_release (server_int.h): each runs on every
+/* Inline, with m0__conn_release (server_int.h): each runs on every
  * keep-alive request, from conn_process.c and conn_read.c. */
 /* Arm the connection's timer for `kind` (lazy: re-arming later than the
  * armed deadline costs nothing). */
-static inline void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
+static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
     if (kind == M0_TIMER_SEND)
-        c->send_outq = m0_conn_outq(c);
+        c->send_outq = m0__conn_outq(c);
     c->timer_kind = kind;
     c->deadline_ms = m0_loop_now(loop) + timeout_ms;
     if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
@@ -45,7 +45,7 @@ static inline void m0_conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_
 
 /* Give the read buffer and the header array back (the recycle allocators
  * keep the common sizes): nothing is buffered and no request is pending. */
-static inline void m0_conn_input_release(m0_conn *c)
+static inline void m0__conn_input_release(m0_conn *c)
 {
     m0_server *srv = c->srv;
     if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
@@ -63,24 +63,24 @@ static inline void m0_conn_input_release(m0_conn *c)
 }
 
 /* The same, and the write buffer (nothing is queued). */
-static inline void m0_conn_buffers_release(m0_conn *c)
+static inline void m0__conn_buffers_release(m0_conn *c)
 {
-    m0_conn_input_release(c);
-    m0_conn_wbuf_release(c);
+    m0__conn_input_release(c);
+    m0__conn_wbuf_release(c);
 }
 /* conn_read.c: one read into the read buffer (see there), and the
  * connection's epoll callback. */
-ssize_t m0_conn_fill(m0_conn *c);
+ssize_t m0__conn_fill(m0_conn *c);
 extern void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
 /* conn_process.c: parse and dispatch the buffered requests in order;
- * m0_conn_dispatch: hand the parsed request (its body buffered, or to be
+ * m0__conn_dispatch: hand the parsed request (its body buffered, or to be
  * streamed) to the handler. */
 void m0_conn_process(m0_conn *c);
-void m0_conn_dispatch(m0_conn *c);
+void m0__conn_dispatch(m0_conn *c);
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
  * the call: c may be closed when this returns, and is freed then unless
  * another frame still holds it. */
-static inline void m0_conn_notify(m0_conn *c, int what)
+static inline void m0__conn_notify(m0_conn *c, int what)
 {
     m0_server *srv = c->srv;
     if (c->h2 != NULL) {
@@ -91,79 +91,79 @@ static inline void m0_conn_notify(m0_conn *c, int what)
     c->refs++;
     if (srv->handler.on_event != NULL)
         srv->handler.on_event(srv->handler_ctx, c, what);
-    m0_conn_release(c);
+    m0__conn_release(c);
 }
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
  * before a request was parsed). */
-void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
+void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
 /* Bytes after each m0_conn (allocated with it, zeroed with it) holding the
  * response header values the access-log format asks for; 0 when it asks for
  * none. */
-size_t m0_conn_log_slot_size(const m0_server *srv);
+size_t m0__conn_log_slot_size(const m0_server *srv);
 /* A response's bytes are being written: record the header values the format
  * asks for from its head. Only called when cfg.access_log_format is set. */
-void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
+void m0__conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
 
 /* conn_write.c: the output. Every byte leaves through one routine
  * (conn_send), called only by the owner of the connection's queued output:
  * the rule is beside the write buffer's fields (server_int.h).
- * m0_conn_flush: send the write buffer without blocking (EPOLLOUT). */
-void m0_conn_flush(m0_conn *c);
-void m0_conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
-void m0_conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
-int m0_conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
+ * m0__conn_flush: send the write buffer without blocking (EPOLLOUT). */
+void m0__conn_flush(m0_conn *c);
+void m0__conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
+void m0__conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
+int m0__conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
  * server's block hooks around the wait: 0, -ETIMEDOUT, -EINTR (a signal
  * handler raised) or -errno. */
-int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
-uint64_t m0_conn_now_ms(void);
+int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
+uint64_t m0__conn_now_ms(void);
 /* Send "100 Continue" now (the response has not started). */
-int m0_conn_send_continue(m0_conn *c, int blocking);
+int m0__conn_send_continue(m0_conn *c, int blocking);
 
 /* conn_io.c: the connection's byte transport, plaintext or TLS, with the
  * contracts of read(2), sendmsg(2)/send(2) (MSG_NOSIGNAL) and sendfile(2):
  * bytes, 0 (end of input, end of file), or -1 with errno. Every read and
  * write of a connection's socket goes through these. */
-ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len);
-ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt);
-ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len);
-ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
+ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len);
+ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt);
+ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len);
+ssize_t m0__conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
 /* At accept: a TLS session when the server has cfg.tls (-ENOMEM). */
-int m0_conn_start_tls(m0_conn *c);
+int m0__conn_start_tls(m0_conn *c);
 /* The PROXY header was read: the bytes after it in the read buffer are the
  * handshake's, handed to the session (0, or -ENOMEM). */
-int m0_conn_tls_preface(m0_conn *c);
+int m0__conn_tls_preface(m0_conn *c);
 /* notify_peer: send close_notify (before a lingering close's SHUT_WR);
  * else free the session (at close). */
-void m0_conn_end_tls(m0_conn *c, int notify_peer);
-/* For m0_conn_interest on a TLS connection: EPOLLOUT while a read waits on
+void m0__conn_end_tls(m0_conn *c, int notify_peer);
+/* For m0__conn_interest on a TLS connection: EPOLLOUT while a read waits on
  * the socket's write side, and a ring when the session holds input. */
-void m0_conn_tls_interest(m0_conn *c, uint32_t *ev);
+void m0__conn_tls_interest(m0_conn *c, uint32_t *ev);
 /* On EPOLLOUT: whether a read was waiting for it (cleared). */
-int m0_conn_tls_take_want_write(m0_conn *c);
-void m0_conn_ring_init(m0_server *srv);
-void m0_conn_ring_stop(m0_server *srv);
+int m0__conn_tls_take_want_write(m0_conn *c);
+void m0__conn_ring_init(m0_server *srv);
+void m0__conn_ring_stop(m0_server *srv);
 
 /* pace.c: read pacing for peers that trickle a head or a buffered body.
- * m0_pace_note: after a read of n bytes (n may be 0) that left c's head or
+ * m0__pace_note: after a read of n bytes (n may be 0) that left c's head or
  * buffered body incomplete; may stop reading c on EPOLLIN until the pace
- * timer. m0_pace_stop: c leaves pacing (dispatch, close); the caller
+ * timer. m0__pace_stop: c leaves pacing (dispatch, close); the caller
  * recomputes the interest. */
-void m0_pace_init(m0_server *srv);
-void m0_pace_note(m0_conn *c, size_t n);
-void m0_pace_stop(m0_conn *c);
+void m0__pace_init(m0_server *srv);
+void m0__pace_note(m0_conn *c, size_t n);
+void m0__pace_stop(m0_conn *c);
 /* conn.c: one read of c as on EPOLLIN (the pace timer's read). */
-void m0_conn_read_now(m0_conn *c);
+void m0__conn_read_now(m0_conn *c);
 
 /* conn_body.c: skip the rest of a finished request's body from what is
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is
  * needed, negative when the connection must close. */
-int m0_conn_discard(m0_conn *c);
+int m0__conn_discard(m0_conn *c);
 /* conn_body.c: the loop's read-ahead of a body it buffers before the
  * dispatch (state BODY). 1 when the body is complete, or outgrew
  * body_buffer_size (the rest streams), 0 when more input is needed, or minus
  * the HTTP status of a framing error. */
-int m0_conn_body_buffer(m0_conn *c);
+int m0__conn_body_buffer(m0_conn *c);
 
 #endif

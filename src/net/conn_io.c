@@ -18,7 +18,7 @@
 #include "tls.h"
 #include "trace.h"
 
-ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len)
+ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len)
 {
     /* A PROXY protocol header comes before the ClientHello, in clear. */
     if (c->tls != NULL && !(c->flags & M0_CF_PP_WAIT))
@@ -30,7 +30,7 @@ ssize_t m0_conn_recv(m0_conn *c, void *buf, size_t len)
 #endif
 }
 
-ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
+ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     if (c->tls != NULL)
         return m0_tls_sendv(c->tls, iov, iovcnt);
@@ -41,7 +41,7 @@ ssize_t m0_conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
     return n;
 }
 
-ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)
+ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len)
 {
     if (c->tls != NULL) {
         struct iovec iov = {(void *)buf, len};
@@ -54,7 +54,7 @@ ssize_t m0_conn_send(m0_conn *c, const void *buf, size_t len)
  * (yet): the record layer is OpenSSL's, in user space. */
 #define M0_TLS_FILE_CHUNK 16384
 
-ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count)
+ssize_t m0__conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count)
 {
     if (c->tls == NULL)
         return m0_sendfile_some(c->io.fd, fd, off, count);
@@ -76,7 +76,7 @@ ssize_t m0_conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count)
     return n;
 }
 
-int m0_conn_start_tls(m0_conn *c)
+int m0__conn_start_tls(m0_conn *c)
 {
     if (c->srv->cfg.tls == NULL)
         return 0;
@@ -84,7 +84,7 @@ int m0_conn_start_tls(m0_conn *c)
     return c->tls != NULL ? 0 : -ENOMEM;
 }
 
-void m0_conn_end_tls(m0_conn *c, int notify_peer)
+void m0__conn_end_tls(m0_conn *c, int notify_peer)
 {
     if (c->tls == NULL)
         return;
@@ -96,7 +96,7 @@ void m0_conn_end_tls(m0_conn *c, int notify_peer)
     c->tls = NULL;
 }
 
-int m0_conn_tls_preface(m0_conn *c)
+int m0__conn_tls_preface(m0_conn *c)
 {
     if (c->tls == NULL || c->rpos == c->rlen)
         return 0;
@@ -118,17 +118,17 @@ static void conn_ring_cb(m0_loop *loop, m0_timer *t)
         c->tls_ringing = 0;
         if (c->state != M0_CS_CLOSED && !c->detached && c->tls != NULL && (c->io.events & EPOLLIN) &&
             m0_tls_pending(c->tls))
-            m0_conn_read_now(c);
-        m0_conn_release(c);
+            m0__conn_read_now(c);
+        m0__conn_release(c);
     }
 }
 
-void m0_conn_ring_init(m0_server *srv)
+void m0__conn_ring_init(m0_server *srv)
 {
     m0_timer_init(&srv->tls_ring_timer, conn_ring_cb);
 }
 
-void m0_conn_ring_stop(m0_server *srv)
+void m0__conn_ring_stop(m0_server *srv)
 {
     m0_timer_stop(srv->loop, &srv->tls_ring_timer);
     while (srv->tls_ring != NULL) {
@@ -136,11 +136,11 @@ void m0_conn_ring_stop(m0_server *srv)
         srv->tls_ring = c->tls_ring_next;
         c->tls_ring_next = NULL;
         c->tls_ringing = 0;
-        m0_conn_release(c);
+        m0__conn_release(c);
     }
 }
 
-void m0_conn_tls_interest(m0_conn *c, uint32_t *ev)
+void m0__conn_tls_interest(m0_conn *c, uint32_t *ev)
 {
     if (m0_tls_want_write(c->tls))
         *ev |= EPOLLOUT;
@@ -155,7 +155,7 @@ void m0_conn_tls_interest(m0_conn *c, uint32_t *ev)
     }
 }
 
-int m0_conn_tls_take_want_write(m0_conn *c)
+int m0__conn_tls_take_want_write(m0_conn *c)
 {
     return c->tls != NULL && m0_tls_take_want_write(c->tls);
 }

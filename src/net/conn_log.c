@@ -24,14 +24,14 @@
 #include "access_log.h"
 #include "conn_int.h"
 
-size_t m0_conn_log_slot_size(const m0_server *srv)
+size_t m0__conn_log_slot_size(const m0_server *srv)
 {
     return m0_access_log_slot_size(srv->cfg.access_log_format);
 }
 
 static m0_access_log_slot *conn_slot(m0_conn *c)
 {
-    if (m0_conn_log_slot_size(c->srv) == 0)
+    if (m0__conn_log_slot_size(c->srv) == 0)
         return NULL;
     return (m0_access_log_slot *)(void *)(c + 1); /* m0_conn's alignment suits the slot */
 }
@@ -42,14 +42,14 @@ static uint64_t conn_tag(const m0_conn *c)
     return c->start_ns ^ ((uint64_t)c->nreq << 40);
 }
 
-void m0_conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt)
+void m0__conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     m0_access_log_slot *slot = conn_slot(c);
     if (slot != NULL && c->pending)
         m0_access_log_record_head(c->srv->cfg.access_log_format, slot, conn_tag(c), iov, iovcnt);
 }
 
-void m0_conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
+void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
 {
     const m0_server_config *cfg = &c->srv->cfg;
     const char *client = m0_conn_client_host(c); /* the peer, or the client a trusted proxy names */

@@ -48,7 +48,7 @@ static int conn_prepare_body(m0_conn *c)
 }
 
 /* Grow the read buffer to cap bytes (never shrinks). */
-void m0_conn_dispatch(m0_conn *c)
+void m0__conn_dispatch(m0_conn *c)
 {
     m0_server *srv = c->srv;
     c->timer_kind = M0_TIMER_NONE;
@@ -56,12 +56,12 @@ void m0_conn_dispatch(m0_conn *c)
         /* The buffer moved or grew since the parse: the spans follow. */
         int r = m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &srv->cfg.limits);
         if (r != (int)c->head_len) {
-            m0_conn_error(c, 500);
+            m0__conn_error(c, 500);
             return;
         }
         c->head_base = c->rbuf + c->rpos;
     }
-    m0_pace_stop(c);
+    m0__pace_stop(c);
     c->state = M0_CS_REQUEST;
     c->pending = 1;
     c->resp_started = 0;
@@ -70,13 +70,13 @@ void m0_conn_dispatch(m0_conn *c)
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
     m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
     if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
-        c->start_ns = m0_conn_clock_ns();
+        c->start_ns = m0__conn_clock_ns();
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->start_ns;
     }
     if (srv->cfg.proxy.headers)
-        m0_proxy_headers_resolve(c);
-    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(c);
+        m0__proxy_headers_resolve(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(c);
     if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
         m0_server_max_requests(srv); /* after the gate: the health path does not count */
     int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
@@ -86,11 +86,11 @@ void m0_conn_dispatch(m0_conn *c)
         /* -1, or a synchronous handler that did not finish: no response. */
         if (c->detached)
             return; /* a handler bug: the owner still holds it */
-        m0_conn_close(c, 0);
+        m0__conn_close(c, 0);
         return;
     }
     if (c->pending)
-        m0_conn_interest(c);
+        m0__conn_interest(c);
 }
 
 /* A head was parsed: prepare its body framing, then either read a body that
@@ -101,17 +101,17 @@ static void conn_begin(m0_conn *c)
     const m0_server_config *cfg = &srv->cfg;
     c->timer_kind = M0_TIMER_NONE;
     if (conn_prepare_body(c) < 0) {
-        m0_conn_error(c, 500);
+        m0__conn_error(c, 500);
         return;
     }
-    c->body_deadline_ms = m0_conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+    c->body_deadline_ms = m0__conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
                  (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
     if (!buffer) {
         /* A larger body streams to the app. With Expect: 100-continue the
          * choice is then the app's: it may answer without the body, and the
          * 100 goes out only when it starts reading (conn_body.c). */
-        m0_conn_dispatch(c);
+        m0__conn_dispatch(c);
         return;
     }
     if (c->expect_continue) {
@@ -119,22 +119,22 @@ static void conn_begin(m0_conn *c)
          * the client sent body bytes without waiting for it), so that the
          * app never waits for the client. */
         c->continue_sent = 1;
-        if (c->rlen <= c->rpos + c->head_len && m0_conn_send_continue(c, 0) < 0) {
-            m0_conn_close(c, 1);
+        if (c->rlen <= c->rpos + c->head_len && m0__conn_send_continue(c, 0) < 0) {
+            m0__conn_close(c, 1);
             return;
         }
     }
     c->state = M0_CS_BODY;
-    int r = m0_conn_body_buffer(c);
+    int r = m0__conn_body_buffer(c);
     if (r < 0) {
-        m0_conn_error(c, -r);
+        m0__conn_error(c, -r);
         return;
     }
     if (r == 1) {
-        m0_conn_dispatch(c);
+        m0__conn_dispatch(c);
         return;
     }
-    m0_conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+    m0__conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
 }
 
 /* Whether a parse of the buffered head can give anything but
@@ -170,24 +170,24 @@ void m0_conn_process(m0_conn *c)
     m0_server *srv = c->srv;
     c->flags |= M0_CF_PROCESSING;
     c->refs++;
-    if ((c->flags & M0_CF_PP_WAIT) && m0_proxy_protocol_read(c) <= 0) {
+    if ((c->flags & M0_CF_PP_WAIT) && m0__proxy_protocol_read(c) <= 0) {
         c->flags &= ~M0_CF_PROCESSING;
-        m0_conn_interest(c);
-        m0_conn_release(c);
+        m0__conn_interest(c);
+        m0__conn_release(c);
         return;
     }
     while (c->state != M0_CS_CLOSED && !(c->flags & M0_CF_CLOSE_AFTER)) {
         if (c->state == M0_CS_DISCARD) {
-            int r = m0_conn_discard(c);
+            int r = m0__conn_discard(c);
             if (r < 0) {
-                m0_conn_close_after(c, 1);
+                m0__conn_close_after(c, 1);
                 break;
             }
             if (r == 0) {
                 if (c->peer_eof)
-                    m0_conn_close_after(c, 0); /* the body never ends: flush, then close */
+                    m0__conn_close_after(c, 0); /* the body never ends: flush, then close */
                 else
-                    m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+                    m0__conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
                 break;
             }
             continue; /* state is HEAD again */
@@ -196,23 +196,23 @@ void m0_conn_process(m0_conn *c)
             break;
         if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
             /* A peer that pipelines without reading: parse on once the
-             * responses drain (m0_conn_flush resumes), or give up. */
+             * responses drain (m0__conn_flush resumes), or give up. */
             c->flags |= M0_CF_OUT_BLOCKED;
-            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
             break;
         }
         if (c->rpos == c->rlen) {
             /* Idle (or between pipelined requests): the buffers are only
              * needed mid-request, and an idle connection holds none. */
             if (c->wlen == c->wpos)
-                m0_conn_buffers_release(c);
+                m0__conn_buffers_release(c);
             else
-                m0_conn_input_release(c);
+                m0__conn_input_release(c);
             if (c->peer_eof || (srv->draining && c->nreq > 0)) {
-                m0_conn_close_after(c, 0); /* the responses queued so far go out first */
+                m0__conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
-                m0_conn_arm(c, M0_TIMER_IDLE, idle);
+                m0__conn_arm(c, M0_TIMER_IDLE, idle);
             }
             break;
         }
@@ -220,7 +220,7 @@ void m0_conn_process(m0_conn *c)
         if (c->headers == NULL) {
             c->headers = m0_recycle_get(&srv->hdrs);
             if (c->headers == NULL) {
-                m0_conn_close(c, 1);
+                m0__conn_close(c, 1);
                 break;
             }
             c->req.headers = c->headers;
@@ -230,15 +230,15 @@ void m0_conn_process(m0_conn *c)
         c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
         if (r == M0_PARSE_INCOMPLETE) {
             if (c->peer_eof) {
-                m0_conn_close_after(c, 0);
+                m0__conn_close_after(c, 0);
                 break;
             }
             if (c->rlen - c->rpos >= srv->head_cap) {
-                m0_conn_error(c, 431);
+                m0__conn_error(c, 431);
                 break;
             }
             if (c->timer_kind != M0_TIMER_HEADER)
-                m0_conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
+                m0__conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
             break;
         }
         if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
@@ -248,20 +248,20 @@ void m0_conn_process(m0_conn *c)
         }
         if (r < 0) {
             /* A declared body over the limit: the head was parsed, its request line is logged. */
-            m0_conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
+            m0__conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
             break;
         }
         c->head_len = (size_t)r;
         c->head_base = c->rbuf + c->rpos;
         if (srv->cfg.http2 == 2) {
-            m0_conn_error(c, 505); /* --http 2: HTTP/1.x is not served */
+            m0__conn_error(c, 505); /* --http 2: HTTP/1.x is not served */
             break;
         }
         conn_begin(c);
     }
     c->flags &= ~M0_CF_PROCESSING;
-    m0_conn_interest(c);
-    m0_conn_release(c);
+    m0__conn_interest(c);
+    m0__conn_release(c);
 }
 
 /* --- finishing a response --- */
@@ -314,12 +314,12 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;
-    m0_gate_done(c);
+    m0__gate_done(c);
     /* A pool thread's response ended when it completed, not when the loop took it. */
     uint64_t end_ns = c->done_ns;
     c->done_ns = 0;
     if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
-        end_ns = m0_conn_clock_ns();
+        end_ns = m0__conn_clock_ns();
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
@@ -327,9 +327,9 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
-        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+        m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
     if (c->abort_after) { /* the server aborted while a pool thread had it */
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
@@ -340,13 +340,13 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         /* Half-close and read the peer's last bytes away (a WebSocket close
          * frame answering ours) so that the close is a FIN, not a reset that
          * could destroy our last frame unread (RFC 6455 section 7.1.1). */
-        m0_conn_close_after(c, 1);
+        m0__conn_close_after(c, 1);
     } else if (!keep) {
         /* Unread input (a body, pipelined requests) makes the close linger. */
         size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
         int unread = !c->body_done || c->rlen > next;
         c->state = M0_CS_HEAD;
-        m0_conn_close_after(c, unread);
+        m0__conn_close_after(c, unread);
     } else {
         if (!c->body_done) {
             c->state = M0_CS_DISCARD;
@@ -359,9 +359,9 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         if (!(c->flags & M0_CF_PROCESSING))
             m0_conn_process(c);
         else
-            m0_conn_interest(c);
+            m0__conn_interest(c);
     }
-    m0_conn_release(c);
+    m0__conn_release(c);
 }
 
 void m0_conn_upgrade(m0_conn *c)

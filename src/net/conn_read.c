@@ -1,5 +1,5 @@
 /* Reading a connection's socket: one read into the read buffer
- * (m0_conn_fill), what a readiness event does in each state, and the
+ * (m0__conn_fill), what a readiness event does in each state, and the
  * connection's epoll callback. */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 /* One read into the free end of the read buffer, growing it (up to the head
  * limit) only while waiting for a head. Returns bytes read, 0 at EOF (sets
  * peer_eof), -EAGAIN, -ENOBUFS when there is no room, or -errno. */
-ssize_t m0_conn_fill(m0_conn *c)
+ssize_t m0__conn_fill(m0_conn *c)
 {
     if (c->rbuf == NULL) {
         c->rbuf = m0_recycle_get(&c->srv->rbufs);
@@ -42,7 +42,7 @@ ssize_t m0_conn_fill(m0_conn *c)
     if (c->rlen == c->rcap)
         return -ENOBUFS;
     for (;;) {
-        ssize_t n = m0_conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
+        ssize_t n = m0__conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
             c->rlen += (size_t)n;
@@ -65,58 +65,58 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_DISCARD: {
         size_t got = 0;
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
-            ssize_t n = m0_conn_fill(c);
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
+            ssize_t n = m0__conn_fill(c);
             if (n > 0 && (size_t)n < room && (events & EPOLLRDHUP))
-                (void)m0_conn_fill(c); /* its EOF, before the answers (the last one says close) */
+                (void)m0__conn_fill(c); /* its EOF, before the answers (the last one says close) */
             if (n == -EAGAIN)
                 break;
             if (n < 0 && n != -ENOBUFS) {
-                m0_conn_close(c, 1);
+                m0__conn_close(c, 1);
                 return;
             }
             if (n > 0)
                 got += (size_t)n;
             if (n == 0)
-                m0_conn_interest(c); /* stop reading; answer what is buffered */
+                m0__conn_interest(c); /* stop reading; answer what is buffered */
             m0_conn_process(c);
             /* One read per readiness unless it filled the buffer. */
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
                 break;
         }
-        m0_pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
+        m0__pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
         return;
     }
     case M0_CS_BODY: {
         size_t got = 0;
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0_conn_fill takes one */
-            ssize_t n = m0_conn_fill(c);
+            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
+            ssize_t n = m0__conn_fill(c);
             if (n == -EAGAIN)
                 break;
             if (n == 0) {
                 /* A half-close before the body ended: this request cannot
                  * be answered, the responses queued before it still are. */
-                m0_conn_close_after(c, 0);
+                m0__conn_close_after(c, 0);
                 return;
             }
             if (n < 0 && n != -ENOBUFS) {
-                m0_conn_close(c, 1); /* gone */
+                m0__conn_close(c, 1); /* gone */
                 return;
             }
-            int r = m0_conn_body_buffer(c);
+            int r = m0__conn_body_buffer(c);
             if (r < 0) {
-                m0_conn_error(c, -r);
+                m0__conn_error(c, -r);
                 return;
             }
             if (r == 1) {
                 c->refs++;
-                m0_conn_dispatch(c);
+                m0__conn_dispatch(c);
                 if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD)
                     m0_conn_process(c);
                 else
-                    m0_conn_interest(c);
-                m0_conn_release(c);
+                    m0__conn_interest(c);
+                m0__conn_release(c);
                 return;
             }
             if (n > 0)
@@ -124,22 +124,22 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room)
                 break;
         }
-        m0_pace_note(c, got);
-        m0_conn_interest(c);
+        m0__pace_note(c, got);
+        m0__conn_interest(c);
         return;
     }
     case M0_CS_REQUEST:
     case M0_CS_RAW: {
         ssize_t n = -ENOBUFS;
         if (c->rlen < c->rcap && !(c->flags & M0_CF_WANT_BODY))
-            n = m0_conn_fill(c);
+            n = m0__conn_fill(c);
         if ((c->flags & M0_CF_WANT_BODY) || c->state == M0_CS_RAW) {
             /* The handler reads from the socket itself through body_read. */
             c->flags &= ~M0_CF_WANT_BODY;
             if (n == 0)
                 c->peer_eof = 1;
-            m0_conn_interest(c);
-            m0_conn_notify(c, M0_CONN_BODY);
+            m0__conn_interest(c);
+            m0__conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == 0 && c->state == M0_CS_REQUEST) {
@@ -147,12 +147,12 @@ static void conn_readable(m0_conn *c, uint32_t events)
              * write can tell). Its requests still get their answers, in order:
              * stop reading and tell the handler (M0_CONN_BODY), which may
              * treat the end of input as a disconnect notice. */
-            m0_conn_interest(c);
-            m0_conn_notify(c, M0_CONN_BODY);
+            m0__conn_interest(c);
+            m0__conn_notify(c, M0_CONN_BODY);
             return;
         }
         if (n == -ENOBUFS && (events & (EPOLLHUP | EPOLLERR))) {
-            m0_conn_close(c, 1); /* the peer went away while a request is pending */
+            m0__conn_close(c, 1); /* the peer went away while a request is pending */
             return;
         }
         if (n == -ENOBUFS && (events & EPOLLRDHUP)) {
@@ -161,10 +161,10 @@ static void conn_readable(m0_conn *c, uint32_t events)
              * its turn; until then RDHUP, which stays set, is not watched. */
             c->flags |= M0_CF_RDHUP;
         } else if (n < 0 && n != -EAGAIN && n != -ENOBUFS) {
-            m0_conn_close(c, 1); /* the peer went away while a request is pending */
+            m0__conn_close(c, 1); /* the peer went away while a request is pending */
             return;
         }
-        m0_conn_interest(c);
+        m0__conn_interest(c);
         return;
     }
     case M0_CS_H2:
@@ -173,11 +173,11 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_LINGER:
         for (;;) {
             c->rlen = c->rpos = 0;
-            ssize_t n = m0_conn_fill(c);
+            ssize_t n = m0__conn_fill(c);
             if (n == -EAGAIN)
                 return;
             if (n <= 0) {
-                m0_conn_close(c, 1);
+                m0__conn_close(c, 1);
                 return;
             }
         }
@@ -186,11 +186,11 @@ static void conn_readable(m0_conn *c, uint32_t events)
     }
 }
 
-void m0_conn_read_now(m0_conn *c)
+void m0__conn_read_now(m0_conn *c)
 {
     c->refs++;
     conn_readable(c, EPOLLIN);
-    m0_conn_release(c);
+    m0__conn_release(c);
 }
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
@@ -201,35 +201,35 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
         /* Its interest was left as it was at the hand-off, so the next
          * request of a keep-alive client is what wakes the loop: finish the
          * responses other threads completed first (this one's, likely). */
-        if (m0_conn_take_completed_or_mute(c) && c->state != M0_CS_CLOSED) {
+        if (m0__conn_take_completed_or_mute(c) && c->state != M0_CS_CLOSED) {
             /* Still another thread's (the client was quicker than the
              * hand-back, pipelined input, a hang-up): mute it until it comes
              * back, or a level-triggered event repeats. */
             m0_io_set(loop, io, EPOLLET);
         }
         if (c->detached || c->state == M0_CS_CLOSED) {
-            m0_conn_release(c);
+            m0__conn_release(c);
             return;
         }
     }
-    if ((events & EPOLLOUT) && m0_conn_tls_take_want_write(c))
+    if ((events & EPOLLOUT) && m0__conn_tls_take_want_write(c))
         events |= EPOLLIN; /* a TLS read waited for the socket to take output */
     if (events & EPOLLOUT)
-        m0_conn_flush(c);
+        m0__conn_flush(c);
     if (c->detached) {
-        m0_conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */
+        m0__conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */
         return;
     }
     if (c->state != M0_CS_CLOSED && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         if ((c->flags & M0_CF_CLOSE_AFTER) && !(events & (EPOLLHUP | EPOLLERR))) {
             /* flushing before a close: input waits */
         } else if (c->flags & M0_CF_CLOSE_AFTER) {
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
         } else {
             conn_readable(c, events);
         }
     }
-    m0_conn_release(c);
+    m0__conn_release(c);
 }
 
 /* Named conn_io_cb in the binary: bench/callgrind counts inside it. */

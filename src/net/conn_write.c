@@ -23,7 +23,7 @@
 /* Output written by the loop's own thread during a pass (WSGI inline, the
  * native handler, the engine's canned responses) is held in the connection's
  * write buffer, up to this much per connection, and sent when the pass ends
- * (m0_server_flush_held): the responses of one batch of ready requests leave
+ * (m0__server_flush_held): the responses of one batch of ready requests leave
  * back to back, so a client waiting in epoll is woken once per batch rather
  * than once per response (a wake-up of another CPU's thread is paid by the
  * sender, and costs more than a small request on a virtual machine). */
@@ -45,14 +45,14 @@ static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *do
 /* Leave the held list and send what the socket takes now (no wait); what
  * it does not take stays queued for the usual paths (EPOLLOUT, a blocking
  * writer's flush). 0 or -errno (the peer is gone: c->broken). */
-int m0_conn_release_held(m0_conn *c)
+int m0__conn_release_held(m0_conn *c)
 {
-    m0_conn_unhold(c);
+    m0__conn_unhold(c);
     int r = conn_send(c, NULL, 0, NULL);
     return r == -EAGAIN ? 0 : r;
 }
 
-void m0_conn_unhold(m0_conn *c)
+void m0__conn_unhold(m0_conn *c)
 {
     if (!c->held)
         return;
@@ -66,16 +66,16 @@ void m0_conn_unhold(m0_conn *c)
     c->held_prev = c->held_next = NULL;
 }
 
-uint64_t m0_conn_now_ms(void)
+uint64_t m0__conn_now_ms(void)
 {
-    return m0_conn_clock_ns() / 1000000u;
+    return m0__conn_clock_ns() / 1000000u;
 }
 
-int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
+int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
 {
     const m0_server_config *cfg = &c->srv->cfg;
     if (c->held && (events & POLLIN))
-        m0_conn_unhold(c); /* a peer may wait for our response before it sends more: sent below */
+        m0__conn_unhold(c); /* a peer may wait for our response before it sends more: sent below */
     for (;;) {
         /* Waiting for input, the caller owns the connection's queued output
          * and is the only one who can send it: a peer may wait for those
@@ -92,7 +92,7 @@ int m0_conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
         struct pollfd p = {.fd = c->io.fd, .events = want};
         int timeout = -1;
         if (deadline_ms != 0) {
-            uint64_t now = m0_conn_now_ms();
+            uint64_t now = m0__conn_now_ms();
             if (now >= deadline_ms)
                 return -ETIMEDOUT;
             uint64_t left = deadline_ms - now;
@@ -165,9 +165,9 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
 static uint64_t conn_send_deadline(m0_conn *c)
 {
     if (c->send_deadline_ms == 0) {
-        uint32_t t = m0_conn_send_timeout(c);
-        c->send_deadline_ms = m0_conn_now_ms() + t;
-        c->send_outq = m0_conn_outq(c);
+        uint32_t t = m0__conn_send_timeout(c);
+        c->send_deadline_ms = m0__conn_now_ms() + t;
+        c->send_outq = m0__conn_outq(c);
     }
     return c->send_deadline_ms;
 }
@@ -177,8 +177,8 @@ static uint64_t conn_send_deadline(m0_conn *c)
 static int conn_wait_writable(m0_conn *c)
 {
     for (;;) {
-        int w = m0_conn_wait(c, POLLOUT, conn_send_deadline(c));
-        if (w != -ETIMEDOUT || !m0_conn_peer_progressed(c))
+        int w = m0__conn_wait(c, POLLOUT, conn_send_deadline(c));
+        if (w != -ETIMEDOUT || !m0__conn_peer_progressed(c))
             return w;
         c->send_deadline_ms = 0; /* it reads, slowly: a new period */
     }
@@ -217,7 +217,7 @@ static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *do
         }
         if (wn == 0)
             break;
-        ssize_t n = m0_conn_sendv(c, win, wn); /* plaintext or through the TLS session (conn_io.c) */
+        ssize_t n = m0__conn_sendv(c, win, wn); /* plaintext or through the TLS session (conn_io.c) */
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             c->send_deadline_ms = 0; /* progress */
@@ -281,11 +281,11 @@ static int conn_flush_until(m0_conn *c, size_t keep)
  * waiting: c->out_stalled is set), -EINTR, -errno. */
 static int conn_wait_keeping_up(m0_conn *c, uint64_t *until)
 {
-    uint64_t now = m0_conn_now_ms();
+    uint64_t now = m0__conn_now_ms();
     if (*until == 0)
         *until = now + M0_WRITE_FLUSH_MS;
     uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
-    int w = now < *until ? m0_conn_wait(c, POLLOUT, stall < *until ? stall : *until) : -ETIMEDOUT;
+    int w = now < *until ? m0__conn_wait(c, POLLOUT, stall < *until ? stall : *until) : -ETIMEDOUT;
     if (w == -ETIMEDOUT)
         c->out_stalled = 1; /* until the peer catches up with the whole queue (conn_send) */
     return w;
@@ -316,12 +316,12 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
 
 /* Never held: the client waits for it before it sends the body the app is
  * about to read. */
-int m0_conn_send_continue(m0_conn *c, int blocking)
+int m0__conn_send_continue(m0_conn *c, int blocking)
 {
     static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
     struct iovec iov = {(void *)line, sizeof(line) - 1};
     int started = c->resp_started;
-    m0_conn_unhold(c);
+    m0__conn_unhold(c);
     int r = conn_writev(c, &iov, 1, blocking, HOLD_NONE);
     if (r == 0 && blocking)
         r = conn_flush_until(c, 0);
@@ -347,7 +347,7 @@ int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int bl
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
-void m0_conn_hold(m0_conn *c)
+void m0__conn_hold(m0_conn *c)
 {
     if (!c->held)
         conn_hold(c);
@@ -363,7 +363,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     if (total == 0)
         return 0;
     if (c->srv->cfg.access_log_format != NULL)
-        m0_conn_log_head(c, iov, iovcnt);
+        m0__conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
     if (hold == HOLD_FINAL && c->detached && c->wlen == c->wpos && total <= M0_HOLD_MAX) {
         /* A pool thread's last bytes of a response: left in the write buffer
@@ -387,7 +387,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     }
     /* Not held: what is queued (held or not) goes first, then these bytes,
      * as far as the socket takes them now. */
-    m0_conn_unhold(c);
+    m0__conn_unhold(c);
     size_t done = 0;
     int r = conn_send(c, iov, iovcnt, &done);
     if (r == 0)
@@ -405,10 +405,10 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     c->flags |= M0_CF_WRITABLE_WANTED;
     if (c->pending && c->timer_kind == M0_TIMER_NONE) {
         /* A response waits on its peer: it must keep reading
-         * (m0_conn_flush re-arms on progress, disarms once drained). */
-        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+         * (m0__conn_flush re-arms on progress, disarms once drained). */
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
     }
-    m0_conn_interest(c);
+    m0__conn_interest(c);
     return 0;
 }
 
@@ -421,7 +421,7 @@ static void conn_sendfile_blocked(m0_conn *c)
     if (c->detached)
         return;
     c->flags |= M0_CF_WRITABLE_WANTED;
-    m0_conn_interest(c);
+    m0__conn_interest(c);
 }
 
 static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
@@ -442,7 +442,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = m0_conn_sendfile_some(c, fd, &off, count - sent);
+        ssize_t n = m0__conn_sendfile_some(c, fd, &off, count - sent);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
@@ -502,25 +502,25 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     return r;
 }
 
-void m0_server_flush_held(void *arg)
+void m0__server_flush_held(void *arg)
 {
     m0_server *srv = arg;
     while (srv->held != NULL) {
         m0_conn *c = srv->held;
-        m0_conn_unhold(c);
+        m0__conn_unhold(c);
         if (c->state == M0_CS_CLOSED)
             continue;
         c->refs++;
-        m0_conn_flush(c);
+        m0__conn_flush(c);
         if (c->detached) {
-            m0_conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
+            m0__conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
             continue;
         }
         if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
-            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* as a write that found the socket full */
+            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c)); /* as a write that found the socket full */
         if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
-            m0_conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
-        m0_conn_release(c);
+            m0__conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
+        m0__conn_release(c);
     }
 }
 
@@ -538,29 +538,29 @@ size_t m0_conn_write_pending(const m0_conn *c)
     return c->wlen - c->wpos;
 }
 
-void m0_conn_flush(m0_conn *c)
+void m0__conn_flush(m0_conn *c)
 {
     m0_server *srv = c->srv;
     size_t before = c->wlen - c->wpos;
     int r = conn_send(c, NULL, 0, NULL);
     if (r < 0 && r != -EAGAIN) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     if (c->timer_kind == M0_TIMER_SEND && c->wlen - c->wpos < before)
-        m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c)); /* progress */
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c)); /* progress */
     if (c->wpos == c->wlen) {
         c->wpos = c->wlen = 0;
         if (c->timer_kind == M0_TIMER_SEND && !(c->flags & (M0_CF_CLOSE_AFTER | M0_CF_OUT_BLOCKED)) &&
             c->state == M0_CS_HEAD && c->rpos == c->rlen)
-            m0_conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
+            m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
         else if (c->timer_kind == M0_TIMER_SEND && !(c->flags & M0_CF_CLOSE_AFTER) &&
                  ((c->pending && (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW)) || c->state == M0_CS_H2))
             c->timer_kind = M0_TIMER_NONE; /* drained: the response waits on its app, not its peer */
         if (c->flags & M0_CF_CLOSE_AFTER) {
             int linger = (c->flags & M0_CF_LINGER_AFTER) != 0;
             c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_LINGER_AFTER);
-            m0_conn_close_after(c, linger);
+            m0__conn_close_after(c, linger);
             return;
         }
     }
@@ -577,10 +577,10 @@ void m0_conn_flush(m0_conn *c)
     if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < below) {
         c->flags &= ~(M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
         if (c->pending || c->state == M0_CS_RAW || c->state == M0_CS_H2) {
-            m0_conn_notify(c, M0_CONN_WRITABLE);
+            m0__conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)
                 return;
         }
     }
-    m0_conn_interest(c);
+    m0__conn_interest(c);
 }

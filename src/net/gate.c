@@ -22,7 +22,7 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
                  : c->req.minor_version == 0 ? "Connection: keep-alive\r\n"
                                              : "");
     if (n <= 0 || (size_t)n + blen > sizeof(buf)) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     if (!(c->req.flags & M0_REQ_HEAD)) {
@@ -31,13 +31,13 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
     }
     struct iovec iov = {buf, (size_t)n};
     if (m0_conn_writev(c, &iov, 1, 0) < 0) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     m0_conn_finish(c, keep, status, (c->req.flags & M0_REQ_HEAD) ? 0 : blen);
 }
 
-int m0_gate(m0_conn *c)
+int m0__gate(m0_conn *c)
 {
     m0_server *srv = c->srv;
     const m0_proxy_config *pc = &srv->cfg.proxy;

@@ -21,7 +21,7 @@ static int on_begin_headers(nghttp2_session *ses, const nghttp2_frame *frame, vo
     m0_h2 *h2 = user;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    m0_h2_stream *s = m0_h2_stream_new(h2, frame->hd.stream_id);
+    m0_h2_stream *s = m0__h2_stream_new(h2, frame->hd.stream_id);
     if (s == NULL)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     nghttp2_session_set_stream_user_data(ses, frame->hd.stream_id, s);
@@ -40,7 +40,7 @@ static int on_header(nghttp2_session *ses, const nghttp2_frame *frame, const uin
         return 0;
     if (s->headers_done)
         return 0; /* request trailers: not passed on */
-    return m0_h2_stream_field(s, name, nlen, value, vlen) < 0 ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE : 0;
+    return m0__h2_stream_field(s, name, nlen, value, vlen) < 0 ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE : 0;
 }
 
 /* Queue s for the handler: at END_STREAM with its whole body for a serial
@@ -52,11 +52,11 @@ static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
         return;
     s->queued = 1;
     if (s->too_large) {
-        m0_h2_stream_answer(h2, s, 431);
+        m0__h2_stream_answer(h2, s, 431);
         return;
     }
     if (s->body_too_large) {
-        m0_h2_stream_answer(h2, s, 413);
+        m0__h2_stream_answer(h2, s, 413);
         return;
     }
     if (h2->goaway) {
@@ -139,7 +139,7 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
     }
     if (s->in_pos == s->in_len)
         s->in_pos = s->in_len = 0;
-    if (m0_h2_buf_add(&s->in, &s->in_len, &s->in_cap, data, len) < 0)
+    if (m0__h2_buf_add(&s->in, &s->in_len, &s->in_cap, data, len) < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     s->in_got += len;
     s->body_event = s->want_body;
@@ -152,7 +152,7 @@ static int on_stream_close(nghttp2_session *ses, int32_t stream_id, uint32_t err
     (void)user;
     m0_h2_stream *s = nghttp2_session_get_stream_user_data(ses, stream_id);
     if (s != NULL)
-        s->ng_closed = 1; /* ended by m0_h2_after, outside nghttp2 */
+        s->ng_closed = 1; /* ended by m0__h2_after, outside nghttp2 */
     return 0;
 }
 
@@ -217,14 +217,14 @@ void m0_h2_start(m0_conn *c)
 {
     m0_h2 *h2 = calloc(1, sizeof(*h2));
     if (h2 == NULL) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     h2->c = c;
     h2->reset_window_ms = m0_loop_now(c->srv->loop);
     c->h2 = h2;
     if (h2_session_new(h2) < 0) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return;
     }
     c->state = M0_CS_H2;
@@ -236,8 +236,8 @@ void m0_h2_start(m0_conn *c)
     c->rpos = c->rlen = 0;
     if (r < 0)
         nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
-    m0_h2_after(h2);
-    m0_conn_release(c);
+    m0__h2_after(h2);
+    m0__conn_release(c);
 }
 
 void m0_h2_readable(m0_conn *c, uint32_t events)
@@ -251,11 +251,11 @@ void m0_h2_readable(m0_conn *c, uint32_t events)
         if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER)
             break;
         c->rpos = c->rlen = 0;
-        ssize_t n = m0_conn_fill(c);
+        ssize_t n = m0__conn_fill(c);
         if (n == -EAGAIN)
             break;
         if (n <= 0) {
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
             goto out;
         }
         if (h2_recv(h2, c->rbuf, (size_t)n) < 0) {
@@ -267,9 +267,9 @@ void m0_h2_readable(m0_conn *c, uint32_t events)
     }
     c->rpos = c->rlen = 0;
     if (c->state == M0_CS_H2)
-        m0_h2_after(h2);
+        m0__h2_after(h2);
 out:
-    m0_conn_release(c);
+    m0__conn_release(c);
 }
 
 /* Whether a response waits on flow control: body bytes queued for a stream
@@ -295,7 +295,7 @@ static void h2_stall_check(m0_h2 *h2)
     if (h2_stalled(h2)) {
         if (c->timer_kind != M0_TIMER_SEND || h2->data_sent != h2->stall_mark) {
             h2->stall_mark = h2->data_sent;
-            m0_conn_arm(c, M0_TIMER_SEND, m0_conn_send_timeout(c));
+            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
         }
     } else if (c->timer_kind == M0_TIMER_SEND && c->wlen == c->wpos) {
         c->timer_kind = M0_TIMER_NONE;
@@ -306,7 +306,7 @@ static void h2_stall_check(m0_h2 *h2)
  * and close the connection when the session is over: a lingering close, so
  * that frames the client is still sending (WINDOW_UPDATE, SETTINGS ACK) do
  * not turn into a reset that destroys the last responses on its side. */
-void m0_h2_after(m0_h2 *h2)
+void m0__h2_after(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
     if (c->state != M0_CS_H2)
@@ -323,29 +323,29 @@ void m0_h2_after(m0_h2 *h2)
     }
     h2_dispatch(h2);
     if (c->state == M0_CS_H2)
-        m0_h2_send(h2);
+        m0__h2_send(h2);
     if (c->state == M0_CS_H2) {
         if (!nghttp2_session_want_read(h2->ses) && !nghttp2_session_want_write(h2->ses)) {
-            m0_conn_close_after(c, 1);
+            m0__conn_close_after(c, 1);
         } else if (h2->streams == NULL && h2->open == 0) {
             if (h2->goaway) {
-                m0_conn_close_after(c, 1);
+                m0__conn_close_after(c, 1);
             } else if (c->timer_kind != M0_TIMER_IDLE) {
-                m0_conn_arm(c, M0_TIMER_IDLE, c->srv->cfg.keep_alive_timeout_ms);
+                m0__conn_arm(c, M0_TIMER_IDLE, c->srv->cfg.keep_alive_timeout_ms);
             }
         }
     }
     if (c->state == M0_CS_H2)
         h2_stall_check(h2);
     if (c->state == M0_CS_H2)
-        m0_conn_interest(c);
-    m0_conn_release(c);
+        m0__conn_interest(c);
+    m0__conn_release(c);
 }
 
 /* Send what the session has, through the connection's write queue (which
  * holds it for the pass's end), up to the high-water mark. Calls into no
  * handler: safe from inside one (a body read giving a window back). */
-void m0_h2_write(m0_h2 *h2)
+void m0__h2_write(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
     if (h2->in_ng || c->state != M0_CS_H2)
@@ -372,7 +372,7 @@ void m0_h2_write(m0_h2 *h2)
                 struct iovec iov[2] = {{h2->scratch, got}, {(void *)data, (size_t)n}};
                 h2->in_ng = 0;
                 if (m0_conn_writev(c, iov, 2, 0) < 0) {
-                    m0_conn_close(c, 1);
+                    m0__conn_close(c, 1);
                     return;
                 }
                 h2->in_ng = 1;
@@ -383,7 +383,7 @@ void m0_h2_write(m0_h2 *h2)
                 struct iovec iov = {(void *)data, (size_t)n};
                 h2->in_ng = 0;
                 if (m0_conn_writev(c, &iov, 1, 0) < 0) {
-                    m0_conn_close(c, 1);
+                    m0__conn_close(c, 1);
                     return;
                 }
                 h2->in_ng = 1;
@@ -396,34 +396,34 @@ void m0_h2_write(m0_h2 *h2)
         if (got > 0) {
             struct iovec iov = {h2->scratch, got};
             if (m0_conn_writev(c, &iov, 1, 0) < 0) {
-                m0_conn_close(c, 1);
+                m0__conn_close(c, 1);
                 return;
             }
         }
         if (fail) {
-            m0_conn_close_after(c, 1);
+            m0__conn_close_after(c, 1);
             return;
         }
         if (got < H2_SEND_CHUNK)
             break;
     }
     if (c->wlen > c->wpos)
-        c->flags |= M0_CF_WRITABLE_WANTED; /* m0_h2_after again once it drains (idle timer, more output) */
+        c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_after again once it drains (idle timer, more output) */
 }
 
-/* m0_h2_write, then what the streams are due: ended ones end (a handler that
+/* m0__h2_write, then what the streams are due: ended ones end (a handler that
  * still has one gets M0_CONN_CLOSED), and handlers get M0_CONN_BODY and
  * M0_CONN_WRITABLE. */
-void m0_h2_send(m0_h2 *h2)
+void m0__h2_send(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
     if (h2->in_ng || c->state != M0_CS_H2)
         return;
-    m0_h2_write(h2);
+    m0__h2_write(h2);
     if (c->state != M0_CS_H2)
         return;
     /* Streams nghttp2 closed as it sent, and handlers waiting for room. A
-     * handler told here may come back (a finish, an abort): its m0_h2_send only
+     * handler told here may come back (a finish, an abort): its m0__h2_send only
      * writes and asks for another round, so that no stream is ended under
      * this walk. */
     if (h2->polling) {
@@ -437,20 +437,20 @@ again:
     while (s != NULL && c->state == M0_CS_H2) {
         m0_h2_stream *next = s->next;
         if (s->ng_closed) {
-            m0_h2_stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
+            m0__h2_stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
         } else if (s->body_event && s->sc != NULL && s->sc->pending) {
             s->body_event = s->want_body = 0;
-            m0_conn_notify(s->sc, M0_CONN_BODY);
+            m0__conn_notify(s->sc, M0_CONN_BODY);
         } else if (s->want_writable && s->sc != NULL && s->out_len - s->out_pos < M0_WRITE_LOW_WATER) {
             s->want_writable = 0;
-            m0_conn_notify(s->sc, M0_CONN_WRITABLE);
+            m0__conn_notify(s->sc, M0_CONN_WRITABLE);
         }
         s = next;
     }
     if (c->state != M0_CS_H2)
         return; /* closed under the walk: h2 is freed */
     if (h2->repoll) {
-        m0_h2_write(h2);
+        m0__h2_write(h2);
         if (c->state == M0_CS_H2)
             goto again;
         return;
@@ -474,17 +474,17 @@ static void h2_dispatch(m0_h2 *h2)
         if (h2->ready == NULL)
             h2->ready_tail = NULL;
         if (s->ng_closed)
-            continue; /* reset before its turn: ended by m0_h2_send */
-        if (!s->has_method || !s->has_path || m0_h2_fields_alloc(s) < 0) {
+            continue; /* reset before its turn: ended by m0__h2_send */
+        if (!s->has_method || !s->has_path || m0__h2_fields_alloc(s) < 0) {
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
             continue;
         }
-        m0_conn *sc = malloc(sizeof(*sc) + m0_conn_log_slot_size(srv));
+        m0_conn *sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
         if (sc == NULL) {
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
             continue;
         }
-        memset(sc, 0, sizeof(*sc) + m0_conn_log_slot_size(srv));
+        memset(sc, 0, sizeof(*sc) + m0__conn_log_slot_size(srv));
         sc->srv = srv;
         sc->io.fd = -1;
         m0_timer_init(&sc->timer, NULL); /* never armed; m0_conn_detach stops it */
@@ -509,7 +509,7 @@ static void h2_dispatch(m0_h2 *h2)
         sc->fwd_scheme = c->fwd_scheme;
         sc->fwd_port = -1;
         s->sc = sc;
-        m0_h2_request_build(s, &sc->req);
+        m0__h2_request_build(s, &sc->req);
         sc->headers = NULL; /* s->hdr is the stream's */
         sc->pending = 1;
         sc->nreq = 1;
@@ -519,13 +519,13 @@ static void h2_dispatch(m0_h2 *h2)
         __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
         if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
-            sc->start_ns = m0_conn_clock_ns();
+            sc->start_ns = m0__conn_clock_ns();
             if (srv->heartbeat != NULL)
                 *srv->heartbeat = (int64_t)sc->start_ns;
         }
         if (srv->cfg.proxy.headers)
-            m0_proxy_headers_resolve(sc);
-        int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0_gate(sc);
+            m0__proxy_headers_resolve(sc);
+        int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(sc);
         if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
             m0_server_max_requests(srv);
         sc->refs++;
@@ -534,14 +534,14 @@ static void h2_dispatch(m0_h2 *h2)
             /* no response: the stream is reset */
             m0_h2s_abort(sc);
         }
-        m0_conn_release(sc);
+        m0__conn_release(sc);
     }
     h2->dispatching = 0;
 }
 
 void m0_h2_writable(m0_conn *c)
 {
-    m0_h2_after(h2_of(c));
+    m0__h2_after(h2_of(c));
 }
 
 void m0_h2_close(m0_conn *c)
@@ -551,7 +551,7 @@ void m0_h2_close(m0_conn *c)
         return;
     h2->goaway = 1;
     while (h2->streams != NULL)
-        m0_h2_stream_end(h2->streams);
+        m0__h2_stream_end(h2->streams);
     nghttp2_session_del(h2->ses);
     h2->ses = NULL;
     c->h2 = NULL;
@@ -568,7 +568,7 @@ void m0_h2_drain(m0_conn *c)
      * which ones (RFC 9113 6.8). */
     nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
                           NGHTTP2_NO_ERROR, NULL, 0);
-    m0_h2_after(h2);
+    m0__h2_after(h2);
 }
 
 void m0_h2_idle(m0_conn *c)
@@ -578,7 +578,7 @@ void m0_h2_idle(m0_conn *c)
         return;
     h2->goaway = 1;
     nghttp2_session_terminate_session(h2->ses, NGHTTP2_NO_ERROR);
-    m0_h2_after(h2);
+    m0__h2_after(h2);
     if (c->state == M0_CS_H2)
-        m0_conn_close_after(c, 1);
+        m0__conn_close_after(c, 1);
 }

@@ -30,7 +30,7 @@ typedef struct m0_h2 {
     int in_ng;       /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
     int dispatching; /* h2_dispatch is on the stack */
     int busy;        /* serial handlers (WSGI): a stream is dispatched and not finished */
-    int polling;     /* m0_h2_send walks the streams (handlers are told things) */
+    int polling;     /* m0__h2_send walks the streams (handlers are told things) */
     int repoll;      /* ... and was asked for another walk meanwhile */
     int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
     int notice;      /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
@@ -71,7 +71,7 @@ struct m0_h2_stream {
     int body_too_large; /* past limits.max_body: 413, or -EFBIG to a reading app */
     uint64_t in_got;    /* body bytes received */
     int want_body;      /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
-    int body_event;     /* ... which is due (told outside nghttp2 calls, by m0_h2_send) */
+    int body_event;     /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
     /* The response: its head as the bridge framed it, then the body bytes. */
     char *head;
     size_t head_len, head_cap;
@@ -103,7 +103,7 @@ struct m0_h2_stream {
 
 /* Append n bytes of p (p NULL: n bytes left unset) to *b, growing it by
  * doubling. 0, or -ENOMEM (*b unchanged). */
-static inline int m0_h2_buf_add(char **b, size_t *len, size_t *cap, const void *p, size_t n)
+static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void *p, size_t n)
 {
     if (*len + n > *cap) {
         size_t nc = *cap ? *cap : 256;
@@ -125,53 +125,53 @@ static inline int m0_h2_buf_add(char **b, size_t *len, size_t *cap, const void *
 
 /* After input or output: dispatch what is ready, send, end closed streams,
  * close the connection when the session is over. */
-void m0_h2_after(m0_h2 *h2);
+void m0__h2_after(m0_h2 *h2);
 /* Send what the session has through the connection's write queue; calls
  * into no handler (safe from inside one). */
-void m0_h2_write(m0_h2 *h2);
-/* m0_h2_write, then what the streams are due: ended ones end, handlers get
+void m0__h2_write(m0_h2 *h2);
+/* m0__h2_write, then what the streams are due: ended ones end, handlers get
  * M0_CONN_BODY and M0_CONN_WRITABLE. */
-void m0_h2_send(m0_h2 *h2);
+void m0__h2_send(m0_h2 *h2);
 
 /* --- the streams (h2_stream.c) --- */
 
 /* A stream of h2, linked into h2->streams; NULL when out of memory. */
-m0_h2_stream *m0_h2_stream_new(m0_h2 *h2, int32_t id);
+m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id);
 /* nghttp2 closed the stream, or the connection closes: a handler that still
  * has it is told M0_CONN_CLOSED, then it is freed. Outside nghttp2 calls. */
-void m0_h2_stream_end(m0_h2_stream *s);
+void m0__h2_stream_end(m0_h2_stream *s);
 /* One decoded field of s's request head (a pseudo-header or a field line),
  * counted against the limits of an HTTP/1.1 head: past them s->too_large
  * (answered 431). 0, or -ENOMEM. */
-int m0_h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen);
+int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen);
 /* The header array of s (the limit's count, and one for the Host that
  * :authority becomes): 0, or -ENOMEM. */
-int m0_h2_fields_alloc(m0_h2_stream *s);
+int m0__h2_fields_alloc(m0_h2_stream *s);
 /* Build the m0_request of s in its stream connection (spans into s->f). */
-void m0_h2_request_build(m0_h2_stream *s, m0_request *req);
+void m0__h2_request_build(m0_h2_stream *s, m0_request *req);
 /* A response the stream answers itself (431, 413): status only. */
-void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
+void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
 /* Loop thread: the response bytes of s's stream connection c (its head,
  * then body bytes) into s->head and s->out, submitting the head once it is
  * whole; no nghttp2 call that sends (safe under srv->h2_lock). 0, -EPIPE,
  * -ENOMEM, or -EPROTO (a head HTTP/2 cannot carry: the caller resets). */
-int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt);
 
 /* --- streams owned by another thread (h2_pool.c; cfg.http2_pool) --- */
 
 /* The detached stream connection c's functions (its owning thread). */
-int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
-ssize_t m0_h2p_body_read(m0_conn *c, char *dst, size_t cap);
-size_t m0_h2p_write_pending(const m0_conn *c);
-int m0_h2p_keep_alive(const m0_conn *c);
+int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap);
+size_t m0__h2p_write_pending(const m0_conn *c);
+int m0__h2p_keep_alive(const m0_conn *c);
 /* Loop thread: s's stream ends while its stream connection is detached
  * (running on a thread, or handed to one): the connection stays, orphaned
  * (c->h2s NULL, broken, closed), until it comes back. */
-void m0_h2p_orphan(m0_h2_stream *s);
+void m0__h2p_orphan(m0_h2_stream *s);
 /* Loop thread: s is freed (out of srv->h2_kicks). */
-void m0_h2p_forget(m0_h2_stream *s);
+void m0__h2p_forget(m0_h2_stream *s);
 /* Loop thread, cfg.http2_pool: around the data provider's use of s->out. */
-void m0_h2p_lock(m0_server *srv);
-void m0_h2p_unlock(m0_server *srv, int moved);
+void m0__h2p_lock(m0_server *srv);
+void m0__h2p_unlock(m0_server *srv, int moved);
 
 #endif

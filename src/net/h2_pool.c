@@ -38,12 +38,12 @@
 #define M0_H2P_STALL_MS 200
 #define M0_H2P_FLUSH_MS 1000
 
-void m0_h2p_lock(m0_server *srv)
+void m0__h2p_lock(m0_server *srv)
 {
     pthread_mutex_lock(&srv->h2_lock);
 }
 
-void m0_h2p_unlock(m0_server *srv, int moved)
+void m0__h2p_unlock(m0_server *srv, int moved)
 {
     if (moved && srv->h2_waiters > 0)
         pthread_cond_broadcast(&srv->h2_cond);
@@ -63,7 +63,7 @@ static void kick_unlink(m0_server *srv, m0_h2_stream *s)
     s->kicked = 0;
 }
 
-void m0_h2p_forget(m0_h2_stream *s)
+void m0__h2p_forget(m0_h2_stream *s)
 {
     m0_server *srv = s->h2->c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -72,7 +72,7 @@ void m0_h2p_forget(m0_h2_stream *s)
     pthread_mutex_unlock(&srv->h2_lock);
 }
 
-void m0_h2p_orphan(m0_h2_stream *s)
+void m0__h2p_orphan(m0_h2_stream *s)
 {
     m0_conn *sc = s->sc;
     m0_server *srv = sc->srv;
@@ -88,7 +88,7 @@ void m0_h2p_orphan(m0_h2_stream *s)
     sc->state = M0_CS_CLOSED;
     if (s->kicked)
         kick_unlink(srv, s);
-    m0_h2p_unlock(srv, 1);
+    m0__h2p_unlock(srv, 1);
 }
 
 /* Under h2_lock: the bytes of c's response not handed to nghttp2 yet. */
@@ -116,7 +116,7 @@ static int h2p_wait(m0_conn *c, int blocking)
     uint64_t now = now_ms(), progress_at = now;
     uint64_t stall = M0_H2P_STALL_MS, until = UINT64_MAX;
     if (blocking == M0_WRITE_SENT) {
-        uint32_t t = m0_conn_send_timeout(c);
+        uint32_t t = m0__conn_send_timeout(c);
         stall = t != 0 ? t : UINT64_MAX / 2;
     } else {
         until = now + M0_H2P_FLUSH_MS;
@@ -160,7 +160,7 @@ static int h2p_wait(m0_conn *c, int blocking)
     return r;
 }
 
-int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -170,7 +170,7 @@ int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
         return -EPIPE;
     }
     for (int i = 0; i < iovcnt; i++) {
-        if (m0_h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, iov[i].iov_base, iov[i].iov_len) < 0) {
+        if (m0__h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, iov[i].iov_base, iov[i].iov_len) < 0) {
             pthread_mutex_unlock(&srv->h2_lock);
             return -ENOMEM;
         }
@@ -195,7 +195,7 @@ int m0_h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     return h2p_wait(c, blocking);
 }
 
-ssize_t m0_h2p_body_read(m0_conn *c, char *dst, size_t cap)
+ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -215,7 +215,7 @@ ssize_t m0_h2p_body_read(m0_conn *c, char *dst, size_t cap)
     return r;
 }
 
-size_t m0_h2p_write_pending(const m0_conn *c)
+size_t m0__h2p_write_pending(const m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -224,7 +224,7 @@ size_t m0_h2p_write_pending(const m0_conn *c)
     return n;
 }
 
-int m0_h2p_keep_alive(const m0_conn *c)
+int m0__h2p_keep_alive(const m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -247,7 +247,7 @@ void m0_h2p_absorb(m0_server *srv)
         m0_conn *sc = s->sc;
         if (sc != NULL && s->stage_len > 0) {
             struct iovec iov = {s->stage, s->stage_len};
-            int r = m0_h2_stream_write(sc, &iov, 1);
+            int r = m0__h2_stream_write(sc, &iov, 1);
             if (r < 0 && !sc->broken) {
                 /* A head HTTP/2 cannot carry, or no memory: the stream is
                  * reset, the thread's next write fails. */
@@ -271,6 +271,6 @@ void m0_h2p_absorb(m0_server *srv)
         h2->kick_next = NULL;
         h2->kicked = 0;
         if (!h2->in_ng && !h2->dispatching)
-            m0_h2_after(h2);
+            m0__h2_after(h2);
     }
 }

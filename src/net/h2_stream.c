@@ -9,7 +9,7 @@
 
 /* --- streams --- */
 
-m0_h2_stream *m0_h2_stream_new(m0_h2 *h2, int32_t id)
+m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 {
     m0_h2_stream *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -36,7 +36,7 @@ static void stream_free(m0_h2_stream *s)
     if (h2->ses != NULL)
         nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
     if (h2->c->srv->cfg.http2_pool)
-        m0_h2p_forget(s);
+        m0__h2p_forget(s);
     free(s->stage);
     free(s->f);
     free(s->hdr);
@@ -56,7 +56,7 @@ static void stream_conn_drop(m0_h2_stream *s)
     if (sc == NULL)
         return;
     if (sc->detached) { /* another thread's: it stays until it comes back */
-        m0_h2p_orphan(s);
+        m0__h2p_orphan(s);
         s->sc = NULL;
         return;
     }
@@ -65,12 +65,12 @@ static void stream_conn_drop(m0_h2_stream *s)
     sc->state = M0_CS_CLOSED;
     sc->broken = 1;
     if (sc->refs == 0)
-        m0_conn_destroy(sc);
+        m0__conn_destroy(sc);
 }
 
 /* nghttp2 closed the stream, or the connection closes: tell a handler that
  * still has it, then free it. Outside nghttp2 calls only. */
-void m0_h2_stream_end(m0_h2_stream *s)
+void m0__h2_stream_end(m0_h2_stream *s)
 {
     m0_conn *sc = s->sc;
     m0_h2 *h2 = s->h2;
@@ -99,7 +99,7 @@ void m0_h2_stream_end(m0_h2_stream *s)
         if (sc->pending) {
             sc->pending = 0;
             h2->open--;
-            m0_gate_done(sc);
+            m0__gate_done(sc);
             m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
             if (!srv->cfg.http2_concurrent)
                 h2->busy = 0;
@@ -119,7 +119,7 @@ void m0_h2_stream_end(m0_h2_stream *s)
 
 /* The header array: the limit's count, and one more for the Host that
  * :authority becomes. */
-int m0_h2_fields_alloc(m0_h2_stream *s)
+int m0__h2_fields_alloc(m0_h2_stream *s)
 {
     if (s->hdr == NULL)
         s->hdr = malloc((s->h2->c->srv->cfg.limits.max_header_count + 1) * sizeof(m0_header));
@@ -129,7 +129,7 @@ int m0_h2_fields_alloc(m0_h2_stream *s)
 static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
 {
     const m0_limits *lim = &s->h2->c->srv->cfg.limits;
-    if (m0_h2_fields_alloc(s) < 0)
+    if (m0__h2_fields_alloc(s) < 0)
         return -ENOMEM;
     /* RFC 9113 8.2.3: cookie crumbs are joined with "; " for HTTP/1.1. */
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && s->cookie_at != 0) {
@@ -137,13 +137,13 @@ static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const ui
         if ((size_t)h->value.base + h->value.len != s->flen) {
             /* Not the last bytes: move the value to the end first. */
             size_t off = s->flen;
-            if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, NULL, h->value.len) < 0)
+            if (m0__h2_buf_add(&s->f, &s->flen, &s->fcap, NULL, h->value.len) < 0)
                 return -ENOMEM;
             memcpy(s->f + off, s->f + (size_t)h->value.base, h->value.len);
             h->value.base = (const char *)(uintptr_t)off;
         }
-        if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, "; ", 2) < 0 ||
-            m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
+        if (m0__h2_buf_add(&s->f, &s->flen, &s->fcap, "; ", 2) < 0 ||
+            m0__h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
             return -ENOMEM;
         h->value.len += 2 + vlen;
         return 0;
@@ -152,8 +152,8 @@ static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const ui
         return -E2BIG;
     m0_header *h = &s->hdr[s->nhdr];
     size_t off = s->flen;
-    if (m0_h2_buf_add(&s->f, &s->flen, &s->fcap, name, nlen) < 0 ||
-        m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
+    if (m0__h2_buf_add(&s->f, &s->flen, &s->fcap, name, nlen) < 0 ||
+        m0__h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen) < 0)
         return -ENOMEM;
     h->name.base = (const char *)(uintptr_t)off;
     h->name.len = nlen;
@@ -169,11 +169,11 @@ static int pseudo_set(m0_h2_stream *s, size_t slot[2], const uint8_t *value, siz
 {
     slot[0] = s->flen;
     slot[1] = vlen;
-    return m0_h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen);
+    return m0__h2_buf_add(&s->f, &s->flen, &s->fcap, value, vlen);
 }
 
 /* A field of the request head, as nghttp2 decoded it (see h2_int.h). */
-int m0_h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
+int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
 {
     const m0_limits *lim = &s->h2->c->srv->cfg.limits;
     /* The limits of an HTTP/1.1 head, counted on the decoded list: an HPACK
@@ -212,7 +212,7 @@ int m0_h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const 
 #define SPAN_AT(s, slot) ((m0_span){(s)->f + (slot)[0], (slot)[1]})
 
 /* Build the m0_request of s in its stream connection (spans into s->f). */
-void m0_h2_request_build(m0_h2_stream *s, m0_request *req)
+void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
 {
     memset(req, 0, sizeof(*req));
     req->method = SPAN_AT(s, s->method);
@@ -263,7 +263,7 @@ void m0_h2_request_build(m0_h2_stream *s, m0_request *req)
  * access log line, as the HTTP/1.1 connection logs its own 431 and 413: the
  * request's method and path when they were received (a :path past the limit
  * was not kept: no request then). */
-void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
+void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
 {
     char code[4];
     code[0] = (char)('0' + status / 100);
@@ -280,10 +280,10 @@ void m0_h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
     m0_metrics_engine_status(h2->c->srv->cfg.metrics, status);
     if (h2->c->srv->cfg.access_log_fd >= 0) {
         m0_request req;
-        int known = s->has_method && s->has_path && s->path[1] > 0 && s->f != NULL && m0_h2_fields_alloc(s) == 0;
+        int known = s->has_method && s->has_path && s->path[1] > 0 && s->f != NULL && m0__h2_fields_alloc(s) == 0;
         if (known)
-            m0_h2_request_build(s, &req);
-        m0_conn_log(h2->c, known ? &req : NULL, status, 0, 0);
+            m0__h2_request_build(s, &req);
+        m0__conn_log(h2->c, known ? &req : NULL, status, 0, 0);
     }
 }
 
@@ -301,10 +301,10 @@ static ssize_t data_read(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
     m0_h2_stream *s = source->ptr;
     m0_server *srv = s->h2->c->srv;
     if (srv->cfg.http2_pool)
-        m0_h2p_lock(srv);
+        m0__h2p_lock(srv);
     ssize_t r = data_take(ses, stream_id, buf, length, data_flags, s);
     if (srv->cfg.http2_pool)
-        m0_h2p_unlock(srv, r > 0 || (*data_flags & NGHTTP2_DATA_FLAG_EOF));
+        m0__h2p_unlock(srv, r > 0 || (*data_flags & NGHTTP2_DATA_FLAG_EOF));
     return r;
 }
 
@@ -409,8 +409,8 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->detached)
-        return m0_h2p_writev(c, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
-    int r = m0_h2_stream_write(c, iov, iovcnt);
+        return m0__h2p_writev(c, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
+    int r = m0__h2_stream_write(c, iov, iovcnt);
     if (r == -EPROTO) {
         m0_h2s_abort(c);
         return -EPIPE;
@@ -419,20 +419,20 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
         return r;
     m0_h2 *h2 = c->h2s->h2;
     if (!h2->in_ng && !h2->dispatching)
-        m0_h2_after(h2);
+        m0__h2_after(h2);
     else if (!h2->in_ng)
-        m0_h2_send(h2);
+        m0__h2_send(h2);
     return 0;
 }
 
-int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     m0_h2_stream *s = c->h2s;
     if (s == NULL || c->broken || s->ng_closed)
         return -EPIPE;
     m0_h2 *h2 = s->h2;
     if (h2->c->srv->cfg.access_log_format != NULL && !s->submitted)
-        m0_conn_log_head(c, iov, iovcnt);
+        m0__conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
     for (int i = 0; i < iovcnt; i++) {
         const char *p = iov[i].iov_base;
@@ -440,7 +440,7 @@ int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
         while (n > 0 && !s->submitted) {
             /* The head, up to its blank line (it may come in pieces). */
             size_t old = s->head_len;
-            if (m0_h2_buf_add(&s->head, &s->head_len, &s->head_cap, p, n) < 0)
+            if (m0__h2_buf_add(&s->head, &s->head_len, &s->head_cap, p, n) < 0)
                 return -ENOMEM;
             char *end = NULL;
             size_t from = old > 3 ? old - 3 : 0;
@@ -456,7 +456,7 @@ int m0_h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
             p += used;
             n -= used;
         }
-        if (n > 0 && !s->no_body && m0_h2_buf_add(&s->out, &s->out_len, &s->out_cap, p, n) < 0)
+        if (n > 0 && !s->no_body && m0__h2_buf_add(&s->out, &s->out_len, &s->out_cap, p, n) < 0)
             return -ENOMEM;
     }
     if (s->deferred && s->out_len > s->out_pos) {
@@ -470,7 +470,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     (void)blocking;
     if (c->detached)
-        return m0_h2p_body_read(c, dst, cap);
+        return m0__h2p_body_read(c, dst, cap);
     m0_h2_stream *s = c->h2s;
     if (s == NULL || s->ng_closed)
         return -ECONNRESET;
@@ -484,7 +484,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             /* The app took it: the client may send as much again. */
             nghttp2_session_consume_stream(h2->ses, s->id, n);
             if (!h2->in_ng)
-                m0_h2_write(h2);
+                m0__h2_write(h2);
         }
         return (ssize_t)n;
     }
@@ -499,7 +499,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 size_t m0_h2s_write_pending(const m0_conn *c)
 {
     if (c->detached)
-        return m0_h2p_write_pending(c);
+        return m0__h2p_write_pending(c);
     const m0_h2_stream *s = c->h2s;
     return s == NULL ? 0 : s->out_len - s->out_pos;
 }
@@ -507,7 +507,7 @@ size_t m0_h2s_write_pending(const m0_conn *c)
 int m0_h2s_keep_alive(const m0_conn *c)
 {
     if (c->detached)
-        return m0_h2p_keep_alive(c);
+        return m0__h2p_keep_alive(c);
     return c->h2s != NULL && !c->broken;
 }
 
@@ -522,13 +522,13 @@ void m0_h2s_park(m0_conn *c)
         return;
     /* A thread set aside the response of a stream that ended meanwhile
      * (h2_pool.c): its request ends here, and the handler is told, as a
-     * set-aside response whose stream ends is (m0_h2_stream_end). */
+     * set-aside response whose stream ends is (m0__h2_stream_end). */
     if (c->pending) {
         c->pending = 0;
-        m0_gate_done(c);
+        m0__gate_done(c);
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
     }
-    m0_conn_notify(c, M0_CONN_CLOSED);
+    m0__conn_notify(c, M0_CONN_CLOSED);
 }
 
 void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
@@ -543,8 +543,8 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     uint64_t end_ns = c->done_ns;
     c->done_ns = 0;
     if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
-        end_ns = m0_conn_clock_ns();
-    m0_gate_done(c);
+        end_ns = m0__conn_clock_ns();
+    m0__gate_done(c);
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
@@ -552,12 +552,12 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
-        m0_conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+        m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
     if (s == NULL) {
         /* A thread's request whose stream ended while it ran (h2_pool.c): the
          * orphaned stream connection goes with it. */
         if (srv->cfg.http2_pool && c->state == M0_CS_CLOSED && c->refs == 0)
-            m0_conn_destroy(c);
+            m0__conn_destroy(c);
         return;
     }
     m0_h2 *h2 = s->h2;
@@ -575,7 +575,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         nghttp2_session_resume_data(h2->ses, s->id);
     }
     if (!h2->in_ng && !h2->dispatching)
-        m0_h2_after(h2);
+        m0__h2_after(h2);
 }
 
 void m0_h2s_abort(m0_conn *c)
@@ -584,7 +584,7 @@ void m0_h2s_abort(m0_conn *c)
     if (c->pending) {
         c->pending = 0;
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_gate_done(c);
+        m0__gate_done(c);
         if (s != NULL) {
             s->h2->open--;
             if (!c->srv->cfg.http2_concurrent)
@@ -599,7 +599,7 @@ void m0_h2s_abort(m0_conn *c)
     if (!s->ng_closed)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     if (!h2->in_ng && !h2->dispatching)
-        m0_h2_after(h2);
+        m0__h2_after(h2);
 }
 
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
@@ -631,7 +631,7 @@ int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
     if (s == NULL || c->broken || s->ng_closed)
         return -EPIPE;
     for (int i = 0; i < iovcnt; i++)
-        if (m0_h2_buf_add(&s->trl, &s->trl_len, &s->trl_cap, iov[i].iov_base, iov[i].iov_len) < 0)
+        if (m0__h2_buf_add(&s->trl, &s->trl_len, &s->trl_cap, iov[i].iov_base, iov[i].iov_len) < 0)
             return -ENOMEM;
     /* "0\r\n", then field lines up to the blank line: the fields point
      * into s->trl, which no longer grows. */

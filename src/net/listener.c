@@ -62,7 +62,7 @@ int m0_server_listen(m0_server *srv, int fd)
             return r < 0 ? r : -ENOMEM;
         }
         l->io.fd = own;
-        l->io.cb = m0_listener_io;
+        l->io.cb = m0__listener_io;
         l->srv = srv;
         l->inlet = 1;
         r = m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
@@ -88,7 +88,7 @@ int m0_server_listen(m0_server *srv, int fd)
         return -ENOMEM;
     l->io.fd = fd;
     l->io.events = 0;
-    l->io.cb = m0_listener_io;
+    l->io.cb = m0__listener_io;
     l->srv = srv;
     if (!srv->draining && !srv->accept_paused && !srv->at_limit) {
         int r = m0_io_set(srv->loop, &l->io, M0_IO_IN | M0_IO_EXCLUSIVE);
@@ -103,7 +103,7 @@ int m0_server_listen(m0_server *srv, int fd)
     return 0;
 }
 
-void m0_listeners_update(m0_server *srv)
+void m0__listeners_update(m0_server *srv)
 {
     int on = !srv->draining && !srv->accept_paused && !srv->at_limit;
     if (on == srv->listening && srv->inlets == 0)
@@ -113,7 +113,7 @@ void m0_listeners_update(m0_server *srv)
         m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
 }
 
-void m0_inlets_close(m0_server *srv)
+void m0__inlets_close(m0_server *srv)
 {
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
         if (l->inlet && l->io.fd >= 0) {
@@ -147,24 +147,24 @@ static void inlet_io(m0_loop *loop, m0_listener *l)
         }
         if (fd < 0)
             continue;
-        if (m0_conn_new(srv, fd, (struct sockaddr *)&rec.peer, rec.peerlen) == NULL) {
+        if (m0__conn_new(srv, fd, (struct sockaddr *)&rec.peer, rec.peerlen) == NULL) {
             close(fd);
             continue;
         }
         if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
             srv->at_limit = 1;
-            m0_listeners_update(srv);
+            m0__listeners_update(srv);
         }
     }
 }
 
-void m0_listeners_pause(m0_server *srv, int paused)
+void m0__listeners_pause(m0_server *srv, int paused)
 {
     srv->accept_paused = paused;
-    m0_listeners_update(srv);
+    m0__listeners_update(srv);
 }
 
-void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
+void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
 {
     (void)events;
     m0_listener *l = (m0_listener *)io;
@@ -182,20 +182,20 @@ void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events)
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return;
             if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-                m0_listeners_pause(srv, 1);
+                m0__listeners_pause(srv, 1);
                 m0_timer_start(loop, &srv->accept_timer, M0_ACCEPT_PAUSE_MS);
                 return;
             }
             /* ECONNABORTED, EINTR, EPROTO, network errors: the next one. */
             continue;
         }
-        if (m0_conn_new(srv, fd, (struct sockaddr *)&peer, peerlen) == NULL) {
+        if (m0__conn_new(srv, fd, (struct sockaddr *)&peer, peerlen) == NULL) {
             close(fd);
             continue;
         }
         if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
-            srv->at_limit = 1; /* until a connection closes (m0_server_unlink) */
-            m0_listeners_update(srv);
+            srv->at_limit = 1; /* until a connection closes (m0__server_unlink) */
+            m0__listeners_update(srv);
         }
     }
 }

@@ -56,7 +56,7 @@ static void pace_window_restart(m0_conn *c, uint64_t now)
     c->pace_bytes = 0;
 }
 
-void m0_pace_note(m0_conn *c, size_t n)
+void m0__pace_note(m0_conn *c, size_t n)
 {
     m0_server *srv = c->srv;
     if (srv->cfg.pace_window_ms == 0 || !pace_incomplete(c))
@@ -75,10 +75,10 @@ void m0_pace_note(m0_conn *c, size_t n)
         return; /* fast enough: a new window */
     c->flags |= M0_CF_PACED;
     pace_link(srv, c);
-    m0_conn_interest(c);
+    m0__conn_interest(c);
 }
 
-void m0_pace_stop(m0_conn *c)
+void m0__pace_stop(m0_conn *c)
 {
     pace_window_restart(c, 0); /* none: the next read starts one */
     if (!(c->flags & M0_CF_PACED))
@@ -106,7 +106,7 @@ static void pace_tick(m0_loop *loop, m0_timer *t)
         batch = c->pace_next;
         c->pace_prev = c->pace_next = NULL;
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && pace_incomplete(c))
-            m0_conn_read_now(c);
+            m0__conn_read_now(c);
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED)) {
             int slow = pace_incomplete(c) && c->pace_bytes < srv->cfg.pace_min_bytes;
             pace_window_restart(c, m0_loop_now(loop));
@@ -114,14 +114,14 @@ static void pace_tick(m0_loop *loop, m0_timer *t)
                 pace_link(srv, c);
             } else {
                 c->flags &= ~M0_CF_PACED;
-                m0_conn_interest(c);
+                m0__conn_interest(c);
             }
         }
-        m0_conn_release(c);
+        m0__conn_release(c);
     }
 }
 
-void m0_pace_init(m0_server *srv)
+void m0__pace_init(m0_server *srv)
 {
     srv->paced = NULL;
     m0_timer_init(&srv->pace_timer, pace_tick);

@@ -28,7 +28,7 @@ static int conn_peer_trusted(m0_conn *c)
 
 /* --- the PROXY protocol --- */
 
-void m0_proxy_conn_start(m0_conn *c)
+void m0__proxy_conn_start(m0_conn *c)
 {
     const m0_proxy_config *pc = &c->srv->cfg.proxy;
     if (pc->protocol == 0)
@@ -36,14 +36,14 @@ void m0_proxy_conn_start(m0_conn *c)
     c->flags |= M0_CF_PP_WAIT;
     /* The header comes first and at once, or the connection is not one of
      * the balancer's: its own deadline, whatever the header timeout. */
-    m0_conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
+    m0__conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
 }
 
 /* Before the first request: consume the PROXY header from the read buffer.
  * 1 when it was read (or, optional, is absent) and parsing may go on, 0 when
  * more bytes are needed, -1 when the connection was closed (an invalid
  * header, a missing required one, a header from an untrusted peer). */
-int m0_proxy_protocol_read(m0_conn *c)
+int m0__proxy_protocol_read(m0_conn *c)
 {
     const m0_server_config *cfg = &c->srv->cfg;
     const m0_proxy_config *pc = &cfg->proxy;
@@ -53,21 +53,21 @@ int m0_proxy_protocol_read(m0_conn *c)
         return 0;
     if (r == M0_PP_ABSENT && pc->protocol_optional) {
         c->flags &= ~M0_CF_PP_WAIT;
-        if (m0_conn_tls_preface(c) < 0) {
-            m0_conn_close(c, 1);
+        if (m0__conn_tls_preface(c) < 0) {
+            m0__conn_close(c, 1);
             return -1;
         }
-        m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
+        m0__conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
         return 1;
     }
     if (r <= 0 || !conn_peer_trusted(c)) {
-        m0_conn_close(c, 1);
+        m0__conn_close(c, 1);
         return -1;
     }
     c->rpos += (size_t)r;
     c->flags &= ~M0_CF_PP_WAIT;
-    if (m0_conn_tls_preface(c) < 0) { /* a TLS listener: what follows is the handshake's */
-        m0_conn_close(c, 1);
+    if (m0__conn_tls_preface(c) < 0) { /* a TLS listener: what follows is the handshake's */
+        m0__conn_close(c, 1);
         return -1;
     }
     if (pp.unknown) {
@@ -78,14 +78,14 @@ int m0_proxy_protocol_read(m0_conn *c)
     } else if (!pp.local) {
         int af = pp.family == 4 ? AF_INET : AF_INET6;
         if (inet_ntop(af, pp.src, c->peer_host, sizeof(c->peer_host)) == NULL) {
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
             return -1;
         }
         c->family = af;
         c->peer_port = pp.src_port;
         c->peer_trust = 0; /* forwarded headers are judged against the client the balancer names */
     }
-    m0_conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
+    m0__conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
     return 1;
 }
 
@@ -149,7 +149,7 @@ static void conn_forwarded_host_set(m0_conn *c, m0_span host, int fwd_port)
     c->fwd_hostname_len = hlen;
 }
 
-void m0_proxy_headers_resolve(m0_conn *c)
+void m0__proxy_headers_resolve(m0_conn *c)
 {
     const m0_proxy_config *pc = &c->srv->cfg.proxy;
     c->fwd_client = 0;

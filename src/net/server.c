@@ -46,7 +46,7 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
     (void)loop;
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, accept_timer));
     if (!srv->draining)
-        m0_listeners_pause(srv, 0);
+        m0__listeners_pause(srv, 0);
 }
 
 /* Loop thread: what other threads posted (completions, drain, abort). */
@@ -56,11 +56,11 @@ static void server_wake(m0_loop *loop, m0_async *async)
     m0_server *srv = (m0_server *)((char *)async - offsetof(m0_server, wake));
     int posted = __atomic_exchange_n(&srv->posted, 0, __ATOMIC_ACQ_REL);
     srv->log_batch = 1; /* the lines of the completions go in one write, below */
-    m0_conn_take_completed(srv);
+    m0__conn_take_completed(srv);
     srv->log_batch = 0;
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
-    m0_server_flush_held(srv); /* the completions' held output, after their lines */
+    m0__server_flush_held(srv); /* the completions' held output, after their lines */
     if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
         m0_server_drain(srv);
     if (posted & M0_POSTED_ABORT)
@@ -85,7 +85,7 @@ static void server_pass_end(void *arg)
     m0_server *srv = arg;
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
-    m0_server_flush_held(srv);
+    m0__server_flush_held(srv);
 }
 
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
@@ -108,9 +108,9 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
-    m0_pace_init(srv);
-    m0_conn_ring_init(srv);
-    m0_trim_init(srv);
+    m0__pace_init(srv);
+    m0__conn_ring_init(srv);
+    m0__trim_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
     pthread_mutex_init(&srv->h2_lock, NULL);
     pthread_condattr_t ca;
@@ -136,18 +136,18 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     return 0;
 }
 
-void m0_server_link(m0_server *srv, m0_conn *c)
+void m0__server_link(m0_server *srv, m0_conn *c)
 {
     c->prev = NULL;
     c->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    m0_trim_note(srv, __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED));
+    m0__trim_note(srv, __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED));
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
-void m0_server_unlink(m0_server *srv, m0_conn *c)
+void m0__server_unlink(m0_server *srv, m0_conn *c)
 {
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -158,16 +158,16 @@ void m0_server_unlink(m0_server *srv, m0_conn *c)
     c->prev = c->next = NULL;
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
-    m0_trim_note(srv, n);
+    m0__trim_note(srv, n);
     if (srv->at_limit && n < srv->cfg.limit_connections) {
         srv->at_limit = 0;
-        m0_listeners_update(srv); /* room again: accept */
+        m0__listeners_update(srv); /* room again: accept */
     }
 }
 
 static void server_listeners_close(m0_server *srv)
 {
-    m0_inlets_close(srv);
+    m0__inlets_close(srv);
     m0_listener *l = srv->listeners;
     while (l != NULL) {
         m0_listener *next = l->next;
@@ -187,8 +187,8 @@ void m0_server_free(m0_server *srv)
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
-    m0_conn_ring_stop(srv);
-    m0_trim_stop(srv);
+    m0__conn_ring_stop(srv);
+    m0__trim_stop(srv);
     m0_async_close(srv->loop, &srv->wake);
     m0_loop_set_pass_end(srv->loop, NULL, NULL);
     pthread_mutex_destroy(&srv->done_lock);
@@ -199,7 +199,7 @@ void m0_server_free(m0_server *srv)
         srv->freelist = c->next;
         srv->nfree--;
         c->srv = NULL;
-        m0_conn_destroy(c);
+        m0__conn_destroy(c);
     }
     m0_recycle_clear(&srv->rbufs);
     m0_recycle_clear(&srv->hdrs);
@@ -216,7 +216,7 @@ void m0_server_drain(m0_server *srv)
          * so a pause for want of fds ends with the drain. */
         m0_timer_stop(srv->loop, &srv->accept_timer);
         srv->accept_paused = 0;
-        m0_listeners_update(srv);
+        m0__listeners_update(srv);
     }
     /* Idle keep-alive connections close now; each other one closes after its
      * current response (m0_conn_keep_alive answers 0 from now on). A
@@ -241,12 +241,12 @@ void m0_server_drain(m0_server *srv)
         if (c->state == M0_CS_H2)
             m0_h2_drain(c); /* GOAWAY; the streams in flight finish */
         else if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0_conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
+            m0__conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
         else if (idle && c->wlen == c->wpos)
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
         else if (idle && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0_conn_close_after(c, 0);
-        m0_conn_release(c);
+            m0__conn_close_after(c, 0);
+        m0__conn_release(c);
         c = next;
     }
 }
@@ -275,10 +275,10 @@ int m0_server_draining(const m0_server *srv)
 
 void m0_server_abort(m0_server *srv)
 {
-    m0_inlets_close(srv); /* what they still hold is dropped with the rest */
+    m0__inlets_close(srv); /* what they still hold is dropped with the rest */
     /* A connection another thread owns cannot be freed under it: its socket
      * is shut down so that the owner's I/O fails at once, and it closes when
-     * it comes back (m0_conn_take_completed). */
+     * it comes back (m0__conn_take_completed). */
     m0_conn *c = srv->conns;
     while (c != NULL) {
         m0_conn *next = c->next;
@@ -291,11 +291,11 @@ void m0_server_abort(m0_server *srv)
         } else {
             if (next != NULL)
                 next->refs++;
-            m0_conn_close(c, 1);
+            m0__conn_close(c, 1);
             if (next != NULL) {
                 /* closing c may have closed next too (a handler callback) */
                 int gone = next->state == M0_CS_CLOSED;
-                m0_conn_release(next);
+                m0__conn_release(next);
                 if (gone) {
                     c = srv->conns;
                     continue;

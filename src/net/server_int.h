@@ -68,8 +68,8 @@ enum {
  * race (tests/c/test_handoff.c runs the hand-off under ThreadSanitizer). */
 enum {
     M0_CF_PROCESSING = 1u << 0,      /* m0_conn_process() is on the stack: set and cleared by it */
-    M0_CF_CLOSE_AFTER = 1u << 1,     /* close once the write buffer is flushed: set by m0_conn_close_after,
-                                      * cleared by m0_conn_flush once it is, or by a lingering close */
+    M0_CF_CLOSE_AFTER = 1u << 1,     /* close once the write buffer is flushed: set by m0__conn_close_after,
+                                      * cleared by m0__conn_flush once it is, or by a lingering close */
     M0_CF_LINGER_AFTER = 1u << 2,    /* ... with a lingering close (cleared with CLOSE_AFTER by the flush) */
     M0_CF_WANT_BODY = 1u << 3,       /* a non-blocking body read returned -EAGAIN: M0_CONN_BODY on input;
                                       * cleared then, at the next dispatch and by finish */
@@ -77,14 +77,14 @@ enum {
                                       * follows): RDHUP is no longer watched; never cleared */
     M0_CF_WRITABLE_WANTED = 1u << 5, /* notify M0_CONN_WRITABLE below the low-water mark: set by a write or
                                       * sendfile that queued without blocking and by m0_conn_park, cleared by
-                                      * m0_conn_flush as it notifies and by a lingering close */
+                                      * m0__conn_flush as it notifies and by a lingering close */
     M0_CF_OUT_BLOCKED = 1u << 6,     /* pipelined requests wait, too many responses unsent: set by
-                                      * m0_conn_process, cleared by m0_conn_flush below the low-water mark */
+                                      * m0_conn_process, cleared by m0__conn_flush below the low-water mark */
     M0_CF_PP_WAIT = 1u << 7,         /* proxy.c: a PROXY protocol header is expected before the first
                                       * request (set at accept, cleared once it is read) */
-    M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0_gate, cleared by
-                                      * m0_gate_done at finish and close) */
-    M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0_pace_note,
+    M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0__gate, cleared by
+                                      * m0__gate_done at finish and close) */
+    M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0__pace_note,
                                       * cleared by the timer, dispatch and close) */
     M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
     M0_CF_DRAIN_WANTED = 1u << 11,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
@@ -105,7 +105,7 @@ typedef struct m0_listener {
  * back (m0_conn_complete, m0_conn_set_aside, m0_conn_hand_closed), the thread
  * running its request (a pool thread). The owner alone reads and writes the
  * input, body and output groups and the handler's data; meanwhile the loop
- * thread reads none of them (conn_io_cb, m0_conn_interest and the timer
+ * thread reads none of them (conn_io_cb, m0__conn_interest and the timer
  * return first for a detached connection) and touches only the lifetime
  * fields marked "loop" and the hand-off group, each with the rule beside
  * it. A field the loop sets for each request (at dispatch, before the
@@ -137,7 +137,7 @@ struct m0_conn {
                       * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
     int pending;     /* a request is dispatched and not finished: set at dispatch, cleared by finish,
                       * close and the hand-back of an aborted one (loop); read by the loop after the
-                      * hand-off and by the owner (m0_conn_log_head) */
+                      * hand-off and by the owner (m0__conn_log_head) */
     int pool_held;   /* the owner left the response's last bytes queued for the loop to send
                       * (m0_conn_writev_final): set by the owner, cleared by the loop when it takes the
                       * connection back */
@@ -154,7 +154,7 @@ struct m0_conn {
     uint64_t done_bytes;
     uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
 
-    /* --- input: the owner's (m0_conn_fill, conn_read.c; a blocking body
+    /* --- input: the owner's (m0__conn_fill, conn_read.c; a blocking body
      * read on the owning thread reads the socket too) ---
      * read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
      * request is pending, [rpos, rpos + head_len) is its head. NULL (and
@@ -197,11 +197,11 @@ struct m0_conn {
      * conn_send, the one routine that sends):
      *  - the loop thread while the connection is attached: the loop's own
      *    writes and those of a view it runs (inline), the EPOLLOUT flush
-     *    (m0_conn_flush) and the pass-end flush of held output;
+     *    (m0__conn_flush) and the pass-end flush of held output;
      *  - from m0_conn_detach (which sends held output first) until the loop
      *    takes the connection back (m0_conn_complete, m0_conn_set_aside),
      *    the thread that owns the request: its writes, its waits for input
-     *    (m0_conn_wait sends while it waits) and its final bytes left for
+     *    (m0__conn_wait sends while it waits) and its final bytes left for
      *    the loop (pool_held), which the loop sends once it has it back.
      * Hence the rule of the writers (M0_WRITE_*, server.h): only the owner
      * sends this queue, so bytes stay queued when a write returns only if
@@ -342,37 +342,37 @@ struct m0_server {
 };
 
 /* listener.c */
-void m0_listener_io(m0_loop *loop, m0_io *io, uint32_t events);
-void m0_listeners_pause(m0_server *srv, int paused);
+void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events);
+void m0__listeners_pause(m0_server *srv, int paused);
 /* Put the listeners in the epoll set or take them out, as draining,
  * accept_paused and at_limit say. */
-void m0_listeners_update(m0_server *srv);
+void m0__listeners_update(m0_server *srv);
 /* Close the inlets now (an abort: what they still hold is dropped). */
-void m0_inlets_close(m0_server *srv);
+void m0__inlets_close(m0_server *srv);
 
 /* conn.c */
-m0_conn *m0_conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
-void m0_conn_close(m0_conn *c, int notify);
-void m0_conn_destroy(m0_conn *c);
+m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
+void m0__conn_close(m0_conn *c, int notify);
+void m0__conn_destroy(m0_conn *c);
 /* Drop a frame's reference: the last one frees a closed connection. */
-static inline void m0_conn_release(m0_conn *c)
+static inline void m0__conn_release(m0_conn *c)
 {
     if (--c->refs == 0 && c->state == M0_CS_CLOSED)
-        m0_conn_destroy(c);
+        m0__conn_destroy(c);
 }
 /* conn_handoff.c */
-void m0_conn_take_completed(m0_server *srv);
-int m0_conn_take_completed_or_mute(m0_conn *c);
+void m0__conn_take_completed(m0_server *srv);
+int m0__conn_take_completed_or_mute(m0_conn *c);
 
 /* proxy.c */
-void m0_proxy_conn_start(m0_conn *c);
-int m0_proxy_protocol_read(m0_conn *c);
-void m0_proxy_headers_resolve(m0_conn *c);
+void m0__proxy_conn_start(m0_conn *c);
+int m0__proxy_protocol_read(m0_conn *c);
+void m0__proxy_headers_resolve(m0_conn *c);
 /* gate.c: answer the health path or refuse past the concurrency limit from
  * the loop: 1 when the request was answered (and finished), 0 to dispatch. */
-int m0_gate(m0_conn *c);
+int m0__gate(m0_conn *c);
 /* The request of c is no longer in flight (inline: on every finish and close). */
-static inline void m0_gate_done(m0_conn *c)
+static inline void m0__gate_done(m0_conn *c)
 {
     if (c->flags & M0_CF_COUNTED) {
         c->flags &= ~M0_CF_COUNTED;
@@ -381,15 +381,15 @@ static inline void m0_gate_done(m0_conn *c)
 }
 
 /* server.c */
-void m0_server_link(m0_server *srv, m0_conn *c);
+void m0__server_link(m0_server *srv, m0_conn *c);
 /* Send the output held back during the loop's pass (conn_write.c); called
  * by the pass-end hook (server.c) after the access log's flush. */
-void m0_server_flush_held(void *srv);
-void m0_server_unlink(m0_server *srv, m0_conn *c);
-/* trim.c: m0_trim_note(srv, open) after each link and unlink, with the
+void m0__server_flush_held(void *srv);
+void m0__server_unlink(m0_server *srv, m0_conn *c);
+/* trim.c: m0__trim_note(srv, open) after each link and unlink, with the
  * connections then open; a fall from their peak schedules malloc_trim. */
-void m0_trim_init(m0_server *srv);
-void m0_trim_stop(m0_server *srv);
-void m0_trim_note(m0_server *srv, size_t open);
+void m0__trim_init(m0_server *srv);
+void m0__trim_stop(m0_server *srv);
+void m0__trim_note(m0_server *srv, size_t open);
 
 #endif

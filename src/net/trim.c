@@ -29,18 +29,18 @@ static void trim_tick(m0_loop *loop, m0_timer *t)
     srv->trim_peak = __atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
 }
 
-void m0_trim_init(m0_server *srv)
+void m0__trim_init(m0_server *srv)
 {
     srv->trim_peak = 0;
     m0_timer_init(&srv->trim_timer, trim_tick);
 }
 
-void m0_trim_stop(m0_server *srv)
+void m0__trim_stop(m0_server *srv)
 {
     m0_timer_stop(srv->loop, &srv->trim_timer);
 }
 
-void m0_trim_note(m0_server *srv, size_t open)
+void m0__trim_note(m0_server *srv, size_t open)
 {
     if (open > srv->trim_peak) {
         srv->trim_peak = open;

@@ -168,7 +168,7 @@ static int h_open(harness *h, const m0_server_config *cfg)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
     struct sockaddr_un peer = {.sun_family = AF_UNIX};
-    h->conn = m0_conn_new(h->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
+    h->conn = m0__conn_new(h->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
     if (h->conn == NULL)
         return -1;
     h->peer = sv[1];

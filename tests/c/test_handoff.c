@@ -138,7 +138,7 @@ static int run_pass(void *arg, int held)
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
             abort();
         struct sockaddr_un peer = {.sun_family = AF_UNIX};
-        if (m0_conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) == NULL)
+        if (m0__conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) == NULL)
             abort();
         __atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
         static const char held_get[] = "GET /held HTTP/1.1\r\nHost: t\r\n\r\n";
@@ -246,7 +246,7 @@ int main(void)
     m0_server_config_defaults(&cfg);
     cfg.body_buffer_size = 0; /* every body is read by the pool thread */
     /* An access-log format with a response field: the pool thread records it
-     * from the head it writes (m0_conn_log_head), the loop writes the line. */
+     * from the head it writes (m0__conn_log_head), the loop writes the line. */
     static const char fmt[] = "%(s)s %({content-length}o)s";
     char err[128];
     m0_access_log *alog = NULL;
@@ -270,7 +270,7 @@ int main(void)
         CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
         CHECK(fcntl(sv[0], F_SETFL, O_NONBLOCK) == 0); /* the server's end */
         struct sockaddr_un peer = {.sun_family = AF_UNIX};
-        CHECK(m0_conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) != NULL);
+        CHECK(m0__conn_new(srv, sv[0], (struct sockaddr *)&peer, sizeof(peer)) != NULL);
         clients[i].fd = sv[1];
     }
     for (int i = 0; i < POOL; i++)
