@@ -192,3 +192,14 @@ def scrape(s):
 
 def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+
+def listen_inode(port):
+    """The inode of the TCP socket listening on 127.0.0.1:port (/proc/net/tcp), to tell which
+    processes hold that listener among their descriptors."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
+                return cols[9]
+    raise AssertionError(f"no listening socket on port {port}")

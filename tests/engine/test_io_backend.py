@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from conftest import read_response
+from helpers import listen_inode
 from m0serve import _core
 
 # "epoll,poll" on Linux; "poll" in the build with every portable fallback (meson -Dportable=true);
@@ -27,21 +28,12 @@ def _tree(pid):
     return pids
 
 
-def _listen_inode(port):
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            cols = line.split()
-            if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
-                return cols[9]
-    raise AssertionError(f"no listening socket on port {port}")
-
-
 def _epolls_on_listener(pid, port):
     """How many epoll sets in the server's processes watch its listening socket: one per
     worker on the epoll backend, none on poll (asyncio's own loop, which may use epoll,
     watches the engine's fd, not the listener); on kqueue over libkqueue (make test-kqueue),
     which emulates it with epoll, the single process's loop."""
-    target = f"socket:[{_listen_inode(port)}]"
+    target = f"socket:[{listen_inode(port)}]"
     n = 0
     for p in _tree(pid):
         try:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from m0serve import _core
-from helpers import Loop, get, wait_until, worker_pids
+from helpers import Loop, get, listen_inode, wait_until, worker_pids
 
 POLL = {"M0_IO_BACKEND": "poll"}
 
@@ -29,15 +29,6 @@ def _fds(pid):
         except OSError:
             pass
     return links
-
-
-def _listen_inode(port):
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            cols = line.split()
-            if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
-                return cols[9]
-    raise AssertionError(f"no listening socket on port {port}")
 
 
 def _unix_inodes():
@@ -65,7 +56,7 @@ def test_workers_hold_inlets_not_the_listener(serve, backend):
         pytest.skip(f"{backend} is not in this build")
     s = serve("sup_app:app", "--workers", "2", "--threads", "2", env={"M0_IO_BACKEND": backend})
     pids = worker_pids(s, 2)
-    listener = f"socket:[{_listen_inode(s.port)}]"
+    listener = f"socket:[{listen_inode(s.port)}]"
     unix = _unix_inodes()
     assert listener in _fds(s.proc.pid)
     for pid in pids:
