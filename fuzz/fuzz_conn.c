@@ -520,6 +520,9 @@ static void fuzz_script(const uint8_t *data, size_t size, uint8_t flags)
 {
     m0_server_config cfg;
     m0_server_config_defaults(&cfg);
+    /* The script checks HTTP/1.1 responses on every connection; a connection that opens with
+     * HTTP/2's preface would answer in frames (fuzz_h2's subject), so HTTP/2 is off here. */
+    cfg.http2 = 0;
     if (flags & 1)
         cfg.body_buffer_size = 0;
     if (flags & 2)
@@ -650,8 +653,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     h_run(&h, 0);
     h_run(&h, 0);
 
+    /* A connection that opens with HTTP/2's preface line is HTTP/2 from there (--http auto,
+     * net/h2.h): its output is frames (a bad preface gets SETTINGS and GOAWAY), whose framing
+     * is fuzz_h2's to check, not HTTP/1.1 responses. */
+    static const char h2_line[] = "PRI * HTTP/2.0\r\n";
+    int h2 = cfg.http2 && size >= sizeof(h2_line) - 1 && memcmp(data, h2_line, sizeof(h2_line) - 1) == 0;
     const char *why = "";
-    if (h_responses(h.out, h.out_len, &why) < 0) {
+    if (!h2 && h_responses(h.out, h.out_len, &why) < 0) {
         fprintf(stderr, "fuzz_conn: %s in %zu bytes of output:\n%.*s\n", why, h.out_len,
                 (int)(h.out_len < 2000 ? h.out_len : 2000), h.out);
         abort();
