@@ -203,3 +203,15 @@ def listen_inode(port):
             if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
                 return cols[9]
     raise AssertionError(f"no listening socket on port {port}")
+
+
+def send_and_read_to_close(s, data, timeout=5):
+    """Sends data on a new connection to server s and returns every byte it answers, up to its close."""
+    with socket.create_connection((s.host, s.port), timeout=timeout) as c:
+        c.sendall(data)
+        out = b""
+        while True:
+            b = c.recv(65536)
+            if not b:
+                return out
+            out += b

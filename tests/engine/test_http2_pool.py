@@ -3,13 +3,12 @@ streams run on the pool's threads at once, a slow stream holds no other, request
 by the thread, and response bodies follow the client's flow control and the send queue's
 high-water mark without holding a thread for a client that does not read."""
 import json
-import socket
 import time
 
 import h2.settings
 
 from h2client import H2
-from helpers import rss_kb, worker_pid
+from helpers import rss_kb, send_and_read_to_close, worker_pid
 
 APP = ("proto_app:app", "--interface", "wsgi")
 
@@ -19,14 +18,7 @@ def h2c(s, **kw):
 
 
 def http11_get(s, path, timeout=5):
-    with socket.create_connection((s.host, s.port), timeout=timeout) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                return data
-            data += b
+    return send_and_read_to_close(s, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode(), timeout)
 
 
 def test_slow_stream_holds_no_other(serve):

@@ -9,20 +9,9 @@ import urllib.request
 import pytest
 
 from h2client import H2
-from helpers import Loop, get, run_cli, scrape, value, wait_until
+from helpers import Loop, get, run_cli, scrape, send_and_read_to_close, value, wait_until
 
 APPS = ["sup_app:app", "sup_asgi:app"]
-
-
-def raw(s, data, timeout=5):
-    with socket.create_connection((s.host, s.port), timeout=timeout) as c:
-        c.sendall(data)
-        out = b""
-        while True:
-            b = c.recv(65536)
-            if not b:
-                return out
-            out += b
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -36,8 +25,8 @@ def test_scrape_before_and_after_known_requests(serve, app):
         with socket.create_connection((s.host, s.port), timeout=5) as c:
             c.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
             assert c.recv(100).startswith(b"HTTP/1.1 200")
-    assert raw(s, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n").startswith(b"HTTP/1.1 400")
-    assert raw(s, b"GET / HTTP/1.1\r\nHost: x\r\n").startswith(b"HTTP/1.1 408")  # head never completed
+    assert send_and_read_to_close(s, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert send_and_read_to_close(s, b"GET / HTTP/1.1\r\nHost: x\r\n").startswith(b"HTTP/1.1 408")  # head never completed
     # one request in flight, on an open connection
     slow = threading.Thread(target=get, args=(s.host, s.port, "/sleep?s=1.5"), daemon=True)
     slow.start()
@@ -95,7 +84,7 @@ def test_requests_are_labelled_by_http_version(serve, app):
     c.close()
     for _ in range(2):
         assert get(s.host, s.port, "/")[0] == 200
-    assert raw(s, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
+    assert send_and_read_to_close(s, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
     wait_until(lambda: value(scrape(s), "m0serve_request_duration_seconds_count") == 6, 5, "six requests")
     after = scrape(s)
     assert value(after, "m0serve_requests_total", method="GET", status="2xx", version="2") == 3
