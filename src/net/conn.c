@@ -82,16 +82,6 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
     return c;
 }
 
-void m0__conn_wbuf_release(m0_conn *c)
-{
-    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
-        m0_recycle_put(&c->srv->wbufs, c->wbuf);
-    else
-        free(c->wbuf);
-    c->wbuf = NULL;
-    c->wcap = c->wlen = c->wpos = 0;
-}
-
 /* Not inlined: callers hold references the compiler cannot count, and a
  * visible free() makes it warn about uses that happen only while refs > 0. */
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)

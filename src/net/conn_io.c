@@ -18,27 +18,16 @@
 #include "tls.h"
 #include "trace.h"
 
-ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len)
+/* The TLS halves of m0__conn_recv and m0__conn_sendv (conn_int.h), out of
+ * line: a plaintext connection's read and write inline the syscall. */
+ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len)
 {
-    /* A PROXY protocol header comes before the ClientHello, in clear. */
-    if (c->tls != NULL && !(c->flags & M0_CF_PP_WAIT))
-        return m0_tls_recv(c->tls, buf, len);
-#ifdef M0_POOL_TRACE
-    return m0_trace_recv(c, c->io.fd, buf, len); /* read(2), and when its bytes arrived */
-#else
-    return read(c->io.fd, buf, len);
-#endif
+    return m0_tls_recv(c->tls, buf, len);
 }
 
-ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
+ssize_t m0__conn_tls_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
-    if (c->tls != NULL)
-        return m0_tls_sendv(c->tls, iov, iovcnt);
-    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    ssize_t n = sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
-    if (n > 0)
-        M0_TRACE(M0_TR_SENT, c, n, 0);
-    return n;
+    return m0_tls_sendv(c->tls, iov, iovcnt);
 }
 
 ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len)
