@@ -98,7 +98,7 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     sr->c = c;
     sr->input = in;
     sr->write = wr;
-    __atomic_store_n(&sr->owner, PyThread_get_thread_ident(), __ATOMIC_RELAXED);
+    __atomic_store_n(&sr->owner, m0_wsgi_thread(), __ATOMIC_RELAXED);
     __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
@@ -135,14 +135,8 @@ static void sr_own(m0_wsgi_sr *sr, unsigned long owner)
     __atomic_store_n(&sr->owner, owner, __ATOMIC_RELAXED);
 }
 
-int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what)
+int m0_wsgi_sr_refused(const m0_wsgi_sr *sr, const char *what)
 {
-    /* Relaxed loads: the owner field only ever equals this thread's ident
-     * when this thread stored it (sr_begin, a resume); a stale value read
-     * from another thread is another thread's or 0, refused either way. */
-    if (__atomic_load_n(&sr->owner, __ATOMIC_RELAXED) == PyThread_get_thread_ident() &&
-        __atomic_load_n(&sr->active, __ATOMIC_RELAXED))
-        return 0;
     if (!__atomic_load_n(&sr->active, __ATOMIC_RELAXED))
         PyErr_Format(PyExc_RuntimeError, "%s called after its request finished", what);
     else
@@ -441,6 +435,18 @@ error:
     return -1;
 }
 
+/* Drop result_send's snapshot of a list or tuple result: the tuple, or
+ * (snap NULL) the n item references it holds. */
+static void snapshot_release(PyObject *snap, PyObject *const *held, Py_ssize_t n)
+{
+    if (snap != NULL) {
+        Py_DECREF(snap);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(held[i]);
+}
+
 /* Send the app's result. 0 when sent, 1 when sending waits for a slow peer
  * (park says how to go on), -1 with an exception when the app failed (raised
  * while iterating, yielded a non-bytes, never called start_response); a
@@ -454,15 +460,29 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
          * then change the list (a cache refreshed): the pieces are sent from
          * a snapshot that holds its own references (a tuple, which nothing
          * can change; a tuple result is one already, held by the caller), so
-         * the response is the list as the app returned it. */
-        PyObject *snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
-        if (snap == NULL)
-            return -1;
-        Py_ssize_t n = PyTuple_GET_SIZE(snap);
+         * the response is the list as the app returned it. A list that one
+         * writev takes whole (the common one item) needs no tuple: its items'
+         * own references, taken before any write, are the snapshot. */
+        PyObject *held[M0_WSGI_SEND_PIECES_MAX];
+        PyObject *snap = NULL;
+        PyObject *const *items;
+        Py_ssize_t n;
+        if (PyList_CheckExact(result) && PyList_GET_SIZE(result) <= M0_WSGI_SEND_PIECES_MAX) {
+            n = PyList_GET_SIZE(result);
+            for (Py_ssize_t i = 0; i < n; i++)
+                held[i] = Py_NewRef(PyList_GET_ITEM(result, i));
+            items = held;
+        } else {
+            snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
+            if (snap == NULL)
+                return -1;
+            n = PyTuple_GET_SIZE(snap);
+            items = &PyTuple_GET_ITEM(snap, 0);
+        }
         size_t total = 0;
         int all_bytes = 1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
+            PyObject *b = items[i]; // borrowed from the snapshot
             if (!PyBytes_Check(b)) {
                 all_bytes = 0;
                 break;
@@ -477,7 +497,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 !(sr->status < 200 || sr->status == 204 || sr->status == 304))
                 m0_wsgi_declare_length(sr, total);
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
+                PyObject *b = items[i]; // borrowed from the snapshot
                 size_t blen = (size_t)PyBytes_GET_SIZE(b);
                 if (blen) {
                     iov[k].iov_base = PyBytes_AS_STRING(b);
@@ -486,8 +506,9 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
+                    /* only a tuple snapshot has more than one group */
                     if (m0_wsgi_send(sr, iov, k, len, 0, M0_WRITE_PARK) < 0 || sr->overflow) {
-                        Py_DECREF(snap);
+                        snapshot_release(snap, held, n);
                         return 0;
                     }
                     k = 0;
@@ -495,10 +516,10 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 }
             }
             m0_wsgi_send(sr, iov, k, len, 1, M0_WRITE_PARK);
-            Py_DECREF(snap);
+            snapshot_release(snap, held, n);
             return 0;
         }
-        Py_DECREF(snap);
+        snapshot_release(snap, held, n);
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
         int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result, park);
         if (rc != 0)
@@ -701,7 +722,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
     w->active = sr;
-    sr_own(sr, PyThread_get_thread_ident());
+    sr_own(sr, m0_wsgi_thread());
     p->running = 1;
     int rc = p->resume.it != NULL ? iter_send(sr, p->resume.it) : m0_wsgi_file_send_more(sr, &p->resume);
     p->running = 0;
