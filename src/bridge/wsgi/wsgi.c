@@ -45,7 +45,8 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
  * that kept one must never see a later request through it).
  *
  * With the GIL, the refcounts prove it: the bridge holds sr three times
- * (w->sr, write's and early_hints') and the others once, and no other thread can take a reference
+ * (w->sr, write's and early_hints'), early_hints twice (w->hints and the
+ * environ template's wsgi.early_hints) and the others once, and no other thread can take a reference
  * while this one holds the GIL. On a free-threaded build a refcount read is
  * no proof of ownership (another thread may be taking a reference from a
  * container, or the count is split between the owner thread's local field
@@ -60,14 +61,15 @@ static int trio_reusable(const m0_wsgi *w)
 #else
     /* The start_response is held by the server and by its wsgi.early_hints. */
     return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 3 && Py_REFCNT(w->write) == 1 &&
-           Py_REFCNT(w->hints) == 1 && Py_REFCNT(w->input) == 1;
+           Py_REFCNT(w->hints) == 2 && Py_REFCNT(w->input) == 1;
 #endif
 }
 
 /* New references to a start_response, its write() and a wsgi.input for one
  * request: the server's own trio when trio_reusable, else a new one (which
  * becomes the server's). Its wsgi.early_hints (w->hints, which holds the
- * start_response too) goes with it; the environ takes it from w->hints. */
+ * start_response too) goes with it, and into the environ template: every
+ * environ copied from it has the new one, with no per-request insert. */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
     if (!trio_reusable(w)) {
@@ -75,7 +77,8 @@ static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_inpu
         PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
         PyObject *nh = nwr != NULL ? m0_wsgi_hints_new(w->st, nsr) : NULL;
         m0_wsgi_input *nin = nh != NULL ? input_new(w->st) : NULL;
-        if (nin == NULL) {
+        if (nin == NULL || PyDict_SetItem(w->template, M0_WSGI_STR(w->st, wsgi_early_hints), nh) < 0) {
+            Py_XDECREF(nin);
             Py_XDECREF(nh);
             Py_XDECREF(nwr);
             Py_XDECREF(nsr);
@@ -238,7 +241,10 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
      * free-threaded build copying one dict from several threads at once
      * serialises them on the dict's lock. */
     w->template = PyDict_Copy(src->template);
-    if (w->template == NULL) {
+    /* Not src's wsgi.early_hints: this one's first trio puts its own there
+     * (trio_acquire), and src's stays reusable (trio_reusable). */
+    if (w->template == NULL ||
+        PyDict_SetItem(w->template, M0_WSGI_STR(w->st, wsgi_early_hints), M0_WSGI_STR(w->st, empty)) < 0) {
         m0_wsgi_free(w);
         return NULL;
     }
