@@ -231,8 +231,8 @@ void m0__conn_interest(m0_conn *c)
     }
     if (out)
         ev |= EPOLLOUT;
-    if (c->tls != NULL)
-        m0__conn_tls_interest(c, &ev);
+    if (__builtin_expect(c->tls != NULL, 0))
+        ev = m0__conn_tls_interest(c, ev); /* by value: ev stays in a register */
     if (ev == 0 && c->io.events != 0) {
         /* Keep the fd registered for nothing rather than DEL+ADD churn:
          * EPOLLERR/EPOLLHUP are still reported, which we want. */

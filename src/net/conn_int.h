@@ -176,7 +176,7 @@ int m0__conn_tls_preface(m0_conn *c);
 void m0__conn_end_tls(m0_conn *c, int notify_peer);
 /* For m0__conn_interest on a TLS connection: EPOLLOUT while a read waits on
  * the socket's write side, and a ring when the session holds input. */
-void m0__conn_tls_interest(m0_conn *c, uint32_t *ev);
+uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev); /* ev, and what the session adds */
 /* On EPOLLOUT: whether a read was waiting for it (cleared). */
 int m0__conn_tls_take_want_write(m0_conn *c);
 void m0__conn_ring_init(m0_server *srv);

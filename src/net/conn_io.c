@@ -129,11 +129,11 @@ void m0__conn_ring_stop(m0_server *srv)
     }
 }
 
-void m0__conn_tls_interest(m0_conn *c, uint32_t *ev)
+uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev)
 {
     if (m0_tls_want_write(c->tls))
-        *ev |= EPOLLOUT;
-    if ((*ev & EPOLLIN) && !c->tls_ringing && m0_tls_pending(c->tls)) {
+        ev |= EPOLLOUT;
+    if ((ev & EPOLLIN) && !c->tls_ringing && m0_tls_pending(c->tls)) {
         m0_server *srv = c->srv;
         c->tls_ringing = 1;
         c->refs++; /* released by the ring */
@@ -142,6 +142,7 @@ void m0__conn_tls_interest(m0_conn *c, uint32_t *ev)
         if (!m0_timer_armed(&srv->tls_ring_timer))
             m0_timer_start(srv->loop, &srv->tls_ring_timer, 0);
     }
+    return ev;
 }
 
 int m0__conn_tls_take_want_write(m0_conn *c)
