@@ -417,12 +417,20 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     }
     if (r < 0)
         return r;
-    m0_h2 *h2 = c->h2s->h2;
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
-    else if (!h2->in_ng)
-        m0__h2_send(h2);
+    m0__h2_kick(c->h2s->h2, 0);
     return 0;
+}
+
+int m0_h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    if (c->detached)
+        return m0__h2p_writev(c, iov, iovcnt, blocking);
+    int r = m0__h2_stream_write(c, iov, iovcnt);
+    if (r == -EPROTO) {
+        m0_h2s_abort(c);
+        return -EPIPE;
+    }
+    return r; /* sent by the finish that follows (m0__h2_kick) */
 }
 
 int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
@@ -574,8 +582,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         s->deferred = 0;
         nghttp2_session_resume_data(h2->ses, s->id);
     }
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
+    m0__h2_kick(h2, 1);
 }
 
 void m0_h2s_abort(m0_conn *c)
@@ -598,8 +605,7 @@ void m0_h2s_abort(m0_conn *c)
     s->out_done = 1;
     if (!s->ng_closed)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
+    m0__h2_kick(h2, 1);
 }
 
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
