@@ -535,7 +535,15 @@ static void h2_dispatch(m0_h2 *h2)
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
             continue;
         }
-        m0_conn *sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
+        /* A stream connection ends in the server's freelist (m0__conn_destroy):
+         * taken from there first, as m0__conn_new does. */
+        m0_conn *sc = srv->freelist;
+        if (sc != NULL) {
+            srv->freelist = sc->next;
+            srv->nfree--;
+        } else {
+            sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
+        }
         if (sc == NULL) {
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
             continue;
@@ -609,6 +617,11 @@ void m0_h2_close(m0_conn *c)
     h2->goaway = 1;
     while (h2->streams != NULL)
         m0__h2_stream_end(h2->streams);
+    while (h2->spare != NULL) {
+        m0_h2_stream *s = h2->spare;
+        h2->spare = s->next;
+        m0__h2_stream_release(s);
+    }
     nghttp2_session_del(h2->ses);
     h2->ses = NULL;
     c->h2 = NULL;

@@ -44,6 +44,8 @@ typedef struct m0_h2 {
     int kicked;
     struct m0_h2 *defer_prev, *defer_next; /* in srv->h2_deferred */
     int deferred;
+    m0_h2_stream *spare; /* ended streams kept with their buffers for the next ones */
+    uint32_t nspare;
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
 
@@ -145,6 +147,8 @@ void m0__h2_send(m0_h2 *h2);
 
 /* A stream of h2, linked into h2->streams; NULL when out of memory. */
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id);
+/* Free a stream kept in h2->spare (the session ends). */
+void m0__h2_stream_release(m0_h2_stream *s);
 /* nghttp2 closed the stream, or the connection closes: a handler that still
  * has it is told M0_CONN_CLOSED, then it is freed. Outside nghttp2 calls. */
 void m0__h2_stream_end(m0_h2_stream *s);

@@ -9,11 +9,30 @@
 
 /* --- streams --- */
 
+/* Ended streams a session keeps, with their buffers (fields, header array,
+ * body and response queues), so that a stream costs no allocation once the
+ * session has run as many at once. */
+#define H2_SPARE_MAX 32
+
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 {
-    m0_h2_stream *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return NULL;
+    m0_h2_stream *s = h2->spare;
+    if (s != NULL) {
+        h2->spare = s->next;
+        h2->nspare--;
+        /* Everything but the buffers (kept with their capacities, empty) is zero. */
+        char *f = s->f, *in = s->in, *head = s->head, *out = s->out;
+        size_t fcap = s->fcap, in_cap = s->in_cap, head_cap = s->head_cap, out_cap = s->out_cap;
+        m0_header *hdr = s->hdr;
+        memset(s, 0, sizeof(*s));
+        s->f = f, s->fcap = fcap, s->in = in, s->in_cap = in_cap;
+        s->head = head, s->head_cap = head_cap, s->out = out, s->out_cap = out_cap;
+        s->hdr = hdr;
+    } else {
+        s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            return NULL;
+    }
     s->h2 = h2;
     s->id = id;
     s->resp_length = -1;
@@ -38,13 +57,25 @@ static void stream_free(m0_h2_stream *s)
     if (h2->c->srv->cfg.http2_pool)
         m0__h2p_forget(s);
     free(s->stage);
+    free(s->trl);
+    free(s->trl_nv);
+    if (h2->ses != NULL && h2->nspare < H2_SPARE_MAX && s->in_cap <= 64 * 1024 && s->out_cap <= 64 * 1024 &&
+        s->fcap <= 16 * 1024) {
+        s->next = h2->spare; /* m0__h2_stream_new resets it */
+        h2->spare = s;
+        h2->nspare++;
+        return;
+    }
+    m0__h2_stream_release(s);
+}
+
+void m0__h2_stream_release(m0_h2_stream *s)
+{
     free(s->f);
     free(s->hdr);
     free(s->in);
     free(s->head);
     free(s->out);
-    free(s->trl);
-    free(s->trl_nv);
     free(s);
 }
 
@@ -351,7 +382,8 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
     size_t cap = 8;
     for (char *q = p; q < stop; q++)
         cap += *q == '\n';
-    nghttp2_nv *nv = malloc(cap * sizeof(*nv));
+    nghttp2_nv local[32];
+    nghttp2_nv *nv = cap <= 32 ? local : malloc(cap * sizeof(*nv));
     if (nv == NULL)
         return -ENOMEM;
     size_t n = 0;
@@ -393,13 +425,15 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
     if (status < 200) {
         /* 1xx: informational headers; the final head follows. */
         r = status == 101 ? -EPROTO : nghttp2_submit_headers(h2->ses, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
-        free(nv);
+        if (nv != local)
+            free(nv);
         return r != 0 ? -EPROTO : 1;
     }
     s->no_body = (s->sc->req.flags & M0_REQ_HEAD) || status == 204 || status == 304;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd);
-    free(nv);
+    if (nv != local)
+        free(nv);
     if (r != 0)
         return -EPROTO;
     s->submitted = 1;
