@@ -19,6 +19,8 @@ def main(argv=None):
     ap.add_argument("--bare-request", action="store_true",
                     help="send wrk's Host-only request instead of the twelve-header browser request")
     ap.add_argument("--arms", help="comma-separated arm names to keep (default: all); rows left with none are not run")
+    ap.add_argument("--rows", help="comma-separated row ids to keep (default: all), e.g. wsgi-idle5000; a smoke "
+                    "run of one row, its artifact marked as a subset")
     ap.add_argument("--results", default=str(env.RESULTS_DIR), help="artifact directory")
     ap.add_argument("--no-install", action="store_true", help="do not create the venv or apt-get install")
     ap.add_argument("--note", default="", help="free text stored in the artifact")
@@ -51,6 +53,7 @@ def main(argv=None):
                                cooldown_s=args.cooldown, nice=args.nice,
                                bare_request=args.bare_request)
     keep = set(args.arms.split(",")) if args.arms else None
+    keep_rows = set(args.rows.split(",")) if args.rows else None
     status = 0
     for name in names:
         rows = suites.SUITES[name]()
@@ -58,12 +61,17 @@ def main(argv=None):
             for row in rows:
                 row.arms = [a for a in row.arms if a.name in keep]
             rows = [row for row in rows if row.arms]  # a row none of whose arms is kept is not run
+        if keep_rows:
+            rows = [row for row in rows if row.id in keep_rows]
         env.log(f"suite {name}: {len(rows)} row(s)")
         artifact = runner.run_suite(name, rows, settings, note=args.note)
         suites.validate(artifact)
         if args.rounds < 3:
             artifact["valid"] = False
             artifact["invalid_reasons"].append(f"only {args.rounds} round(s)")
+        if keep_rows:
+            artifact["valid"] = False
+            artifact["invalid_reasons"].append(f"only the row(s) {sorted(keep_rows)}")
         path = runner.write_artifact(artifact, args.results)
         env.log(f"suite {name}: wrote {path}" + ("" if artifact["valid"] else
                                                   f" (INVALID: {'; '.join(artifact['invalid_reasons'])})"))

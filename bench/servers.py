@@ -124,9 +124,19 @@ TLS_M0SERVE = ["--ssl-certfile", "{certfile}", "--ssl-keyfile", "{keyfile}"]
 
 # Idle keep-alive connections held for the whole of a measurement (the tls suite's idle rows): each
 # server's own bound on an idle keep-alive connection raised (Granian's is its header-read timeout, at
-# most 60 s; the others' default is 5 s).
-HOLD_IDLE = {"m0serve": ["--keep-alive-timeout", "600"], "granian": ["--http1-header-read-timeout", "60000"],
-             "uvicorn": ["--timeout-keep-alive", "600"]}
+# most 60 s; the others' default is 5 s), and every server admitting `conns` connections at once with
+# the same listen backlog. Granian serves at most --backpressure connections per worker at a time
+# (default backlog/workers, 1,024 with its default backlog of 1,024): the others wait in the accept
+# queue, their handshakes unanswered, until an open one closes. At 5,000 connections that left 256
+# of the client's handshakes timing out and the row without a number.
+IDLE_BACKLOG = 2048
+
+
+def hold_idle(conns):
+    backlog = ["--backlog", str(IDLE_BACKLOG)]
+    return {"m0serve": ["--keep-alive-timeout", "600", *backlog],
+            "granian": ["--http1-header-read-timeout", "60000", *backlog, "--backpressure", str(conns)],
+            "uvicorn": ["--timeout-keep-alive", "600", *backlog]}
 
 
 def m0serve_tls(interface="wsgi", extra=()):
@@ -204,6 +214,11 @@ def off_defaults(command):
                        f"backpressure: 512 threads with the default backlog)")
         if value("--runtime-threads") not in (None, "1"):
             out.append(f"--runtime-threads {value('--runtime-threads')} (default 1)")
+        if value("--backlog") is not None:
+            out.append(f"--backlog {value('--backlog')} (default 1024)")
+        if value("--backpressure") is not None:
+            out.append(f"--backpressure {value('--backpressure')} (default backlog/workers connections "
+                       f"served at a time per worker, the others left unanswered in the accept queue)")
         if value("--http1-header-read-timeout") is not None:
             out.append(f"--http1-header-read-timeout {value('--http1-header-read-timeout')} (default 30000 ms, "
                        f"which also closes an idle keep-alive connection)")
@@ -212,6 +227,8 @@ def off_defaults(command):
             out.append("--no-access-log (uvicorn logs every request by default)")
         if value("--loop") == "asyncio":
             out.append("--loop asyncio (the default, auto, picks uvloop when it is installed)")
+        if value("--backlog") not in (None, "2048"):
+            out.append(f"--backlog {value('--backlog')} (default 2048)")
         if value("--timeout-keep-alive") is not None:
             out.append(f"--timeout-keep-alive {value('--timeout-keep-alive')} (default 5 s)")
         if value("--http") == "h11":

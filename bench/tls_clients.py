@@ -8,7 +8,8 @@
         not resume is counted as a failure: a row that claims resumption measures only resumed ones.
 
     python -m bench.tls_clients idle --port P [--tls] --conns N
-        Opens N keep-alive connections, each with a completed handshake and one request answered, prints
+        Opens N keep-alive connections (64 at a time), each with a completed handshake and one request answered
+        (failures counted by exception and phase: connect or handshake, response), prints
         "ready N" and holds them, idle, until its standard input closes (a line "count" on it: it prints
         "open N", those the server has not closed); then prints
         one JSON line. The runner reads the server's RSS while they are held.
@@ -127,10 +128,14 @@ async def _open_idle(args, ctx, req, conns, errors):
 
     async def one():
         async with sem:
+            # The phase a failure is counted under: a connection the server never accepts (it is left in the
+            # accept queue, as a server at its connection limit leaves it) times out in the handshake.
+            phase = "handshake" if ctx else "connect"
             try:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(HOST, args.port, ssl=ctx, server_hostname="localhost" if ctx else None),
                     30)
+                phase = "response"
                 writer.write(req)
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
                 m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
@@ -139,7 +144,7 @@ async def _open_idle(args, ctx, req, conns, errors):
                     raise ValueError(head[:40])
                 conns.append((reader, writer))
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as e:
-                key = type(e).__name__
+                key = f"{type(e).__name__} ({phase})"
                 errors[key] = errors.get(key, 0) + 1
 
     await asyncio.gather(*(one() for _ in range(args.conns)))

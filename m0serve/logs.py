@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.config
 import os
 import sys
 
@@ -138,6 +137,8 @@ def _configure(level, log_config):
 def _apply_file(path):
     if not os.path.isfile(path):
         raise LogConfigError(f"{path}: no such file")
+    import logging.config  # here, not at the top: only --log-config needs it (about 30 ms of a start)
+
     try:
         if path.lower().endswith(".json"):
             with open(path, encoding="utf-8") as f:

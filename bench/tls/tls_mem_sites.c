@@ -14,7 +14,7 @@
  *
  * Environment: M0_NO_RELEASE_BUFFERS=1 clears SSL_MODE_RELEASE_BUFFERS (what
  * an idle session would hold without it). */
-#include "../src/net/tls.c"
+#include "../../src/net/tls.c"
 
 #include <fcntl.h>
 

@@ -7,6 +7,7 @@
 #include "acceptor.h"
 
 #include "../net/acceptor.h"
+#include "listener_fds.h"
 
 typedef struct {
     PyObject_HEAD m0_acceptor *acc;
@@ -24,43 +25,20 @@ static PyObject *Acceptor_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     PyObject *listeners;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Acceptor", kwlist, &listeners))
         return NULL;
-    PyObject *fast = PySequence_Fast(listeners, "listeners must be a sequence of socket fds");
-    if (fast == NULL)
+    Py_ssize_t n;
+    int *fds = m0_listener_fds(listeners, &n);
+    if (fds == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    int *fds = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int));
-    AcceptorObject *self = NULL;
-    if (fds == NULL) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i)); // borrowed item
-        if (fd == -1 && PyErr_Occurred())
-            goto error;
-        if (fd < 0 || fd > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "invalid listener fd %ld", fd);
-            goto error;
+    AcceptorObject *self = (AcceptorObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        int r = m0_acceptor_new(&self->acc, fds, (size_t)n);
+        if (r < 0) {
+            acceptor_errno(r);
+            Py_CLEAR(self);
         }
-        fds[i] = (int)fd;
-    }
-    self = (AcceptorObject *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        goto error;
-    int r = m0_acceptor_new(&self->acc, fds, (size_t)n);
-    if (r < 0) {
-        acceptor_errno(r);
-        Py_CLEAR(self);
-        goto error;
     }
     PyMem_Free(fds);
-    Py_DECREF(fast);
     return (PyObject *)self;
-
-error:
-    PyMem_Free(fds);
-    Py_DECREF(fast);
-    return NULL;
 }
 
 static void Acceptor_dealloc(AcceptorObject *self)

@@ -141,8 +141,10 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     void *ctx = NULL;
     if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
         goto error;
-    if (self->workq != NULL) /* the pool's standby waits for the GIL: not at every pass */
-        m0_loop_set_look_first(self->loop, 1);
+    if (self->workq != NULL) {
+        m0_loop_set_look_first(self->loop, 1); /* the pool's standby waits for the GIL: not at every pass */
+        m0_loop_set_own_waits(self->loop, 1);  /* a completion wakes the loop only when a pass waits */
+    }
     r = m0_server_new(&self->srv, self->loop, &cfg, handler, ctx);
     if (r < 0) {
         errno = -r;

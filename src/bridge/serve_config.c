@@ -10,6 +10,7 @@
 #include "access_log_format.h"
 #include "metrics.h"
 #include "http2_options.h"
+#include "listener_fds.h"
 #include "proxy_options.h"
 #include "tls_options.h"
 
@@ -158,8 +159,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                limit_request_field_size = 8190, heartbeat_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None,
-             *http2 = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None, *http2 = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -270,28 +270,19 @@ int m0_serve_config_apply(ServerObject *self, const m0_serve_late_args *late)
     if (heartbeat_init(self, late->heartbeat, late->heartbeat_index) < 0 ||
         inflight_init(self, late->inflight_counter) < 0)
         return -1;
-    PyObject *fast = PySequence_Fast(late->listeners, "listeners must be a sequence of socket fds");
-    if (fast == NULL)
+    Py_ssize_t n;
+    int *fds = m0_listener_fds(late->listeners, &n);
+    if (fds == NULL)
         return -1;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
-        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i)); // borrowed item
-        if (fd == -1 && PyErr_Occurred())
-            goto error;
-        if (fd < 0 || fd > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "invalid listener fd %ld", fd);
-            goto error;
-        }
-        int r = m0_server_listen(self->srv, (int)fd);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = m0_server_listen(self->srv, fds[i]);
         if (r < 0) {
             errno = -r;
             PyErr_SetFromErrno(PyExc_OSError);
-            goto error;
+            PyMem_Free(fds);
+            return -1;
         }
     }
-    Py_DECREF(fast);
+    PyMem_Free(fds);
     return 0;
-
-error:
-    Py_DECREF(fast);
-    return -1;
 }

@@ -82,16 +82,6 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
     return c;
 }
 
-void m0__conn_wbuf_release(m0_conn *c)
-{
-    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
-        m0_recycle_put(&c->srv->wbufs, c->wbuf);
-    else
-        free(c->wbuf);
-    c->wbuf = NULL;
-    c->wcap = c->wlen = c->wpos = 0;
-}
-
 /* Not inlined: callers hold references the compiler cannot count, and a
  * visible free() makes it warn about uses that happen only while refs > 0. */
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
@@ -241,8 +231,8 @@ void m0__conn_interest(m0_conn *c)
     }
     if (out)
         ev |= EPOLLOUT;
-    if (c->tls != NULL)
-        m0__conn_tls_interest(c, &ev);
+    if (__builtin_expect(c->tls != NULL, 0))
+        ev = m0__conn_tls_interest(c, ev); /* by value: ev stays in a register */
     if (ev == 0 && c->io.events != 0) {
         /* Keep the fd registered for nothing rather than DEL+ADD churn:
          * EPOLLERR/EPOLLHUP are still reported, which we want. */

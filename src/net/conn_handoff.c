@@ -33,6 +33,15 @@ void m0_conn_detach(m0_conn *c)
      * end goes now: the loop must not touch the buffer the owner appends to. */
     if (c->held)
         (void)m0__conn_release_held(c); /* a gone peer fails the owner's first write */
+    /* A response's last bytes are left in the write buffer by its thread
+     * (m0_conn_writev_final), which may not take a block from the loop's
+     * recycle allocator: give it one kept there now, so that it does not
+     * malloc one per request (the loop frees or keeps it when the connection
+     * idles; conn_finish_completed gives an unused one back). */
+    if (c->wbuf == NULL && !c->is_h2s && c->srv->wbufs.n > 0) {
+        c->wbuf = m0_recycle_get(&c->srv->wbufs);
+        c->wcap = M0_WBUF_INITIAL;
+    }
     c->detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);
@@ -156,6 +165,8 @@ static void conn_finish_completed(m0_conn *c)
                 m0__conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
             else if (c->wlen > c->wpos)
                 m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+            else if (c->wlen == 0 && c->wbuf != NULL)
+                m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_conn_detach) */
             c->pool_held = 0;
             m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
         }

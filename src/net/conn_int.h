@@ -7,9 +7,14 @@
 #define M0_NET_CONN_INT_H
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "h2.h"
+#include "portable.h"
+#include "recycle.h"
 #include "server_int.h"
+#include "trace.h"
 
 uint64_t m0__conn_clock_ns(void);
 uint32_t m0__conn_send_timeout(const m0_conn *c);
@@ -25,8 +30,17 @@ void m0__conn_interest(m0_conn *c);
 void m0__conn_close_after(m0_conn *c, int linger);
 void m0__conn_error(m0_conn *c, int status);
 void m0__conn_error_of(m0_conn *c, int status, const m0_request *req);
-/* Give the (empty) write buffer back; loop thread only (conn.c). */
-void m0__conn_wbuf_release(m0_conn *c);
+/* Give the (empty) write buffer back; loop thread only. Inline: it runs
+ * whenever a keep-alive connection goes idle (conn_process.c). */
+static inline void m0__conn_wbuf_release(m0_conn *c)
+{
+    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
+        m0_recycle_put(&c->srv->wbufs, c->wbuf);
+    else
+        free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wpos = 0;
+}
 
 /* Inline, with m0__conn_release (server_int.h): each runs on every
  * keep-alive request, from conn_process.c and conn_read.c. */
@@ -125,8 +139,31 @@ int m0__conn_send_continue(m0_conn *c, int blocking);
  * contracts of read(2), sendmsg(2)/send(2) (MSG_NOSIGNAL) and sendfile(2):
  * bytes, 0 (end of input, end of file), or -1 with errno. Every read and
  * write of a connection's socket goes through these. */
-ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len);
-ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt);
+ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len);
+ssize_t m0__conn_tls_sendv(m0_conn *c, const struct iovec *iov, int iovcnt);
+/* Inline, as every request reads and writes through them: a plaintext
+ * connection pays one test of c->tls. */
+static inline ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len)
+{
+    /* A PROXY protocol header comes before the ClientHello, in clear. */
+    if (__builtin_expect(c->tls != NULL, 0) && !(c->flags & M0_CF_PP_WAIT))
+        return m0__conn_tls_recv(c, buf, len);
+#ifdef M0_POOL_TRACE
+    return m0_trace_recv(c, c->io.fd, buf, len); /* read(2), and when its bytes arrived */
+#else
+    return read(c->io.fd, buf, len);
+#endif
+}
+static inline ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    if (__builtin_expect(c->tls != NULL, 0))
+        return m0__conn_tls_sendv(c, iov, iovcnt);
+    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+    ssize_t n = sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
+    if (n > 0)
+        M0_TRACE(M0_TR_SENT, c, n, 0);
+    return n;
+}
 ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len);
 ssize_t m0__conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
 /* At accept: a TLS session when the server has cfg.tls (-ENOMEM). */
@@ -139,7 +176,7 @@ int m0__conn_tls_preface(m0_conn *c);
 void m0__conn_end_tls(m0_conn *c, int notify_peer);
 /* For m0__conn_interest on a TLS connection: EPOLLOUT while a read waits on
  * the socket's write side, and a ring when the session holds input. */
-void m0__conn_tls_interest(m0_conn *c, uint32_t *ev);
+uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev); /* ev, and what the session adds */
 /* On EPOLLOUT: whether a read was waiting for it (cleared). */
 int m0__conn_tls_take_want_write(m0_conn *c);
 void m0__conn_ring_init(m0_server *srv);

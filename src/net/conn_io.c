@@ -18,27 +18,16 @@
 #include "tls.h"
 #include "trace.h"
 
-ssize_t m0__conn_recv(m0_conn *c, void *buf, size_t len)
+/* The TLS halves of m0__conn_recv and m0__conn_sendv (conn_int.h), out of
+ * line: a plaintext connection's read and write inline the syscall. */
+ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len)
 {
-    /* A PROXY protocol header comes before the ClientHello, in clear. */
-    if (c->tls != NULL && !(c->flags & M0_CF_PP_WAIT))
-        return m0_tls_recv(c->tls, buf, len);
-#ifdef M0_POOL_TRACE
-    return m0_trace_recv(c, c->io.fd, buf, len); /* read(2), and when its bytes arrived */
-#else
-    return read(c->io.fd, buf, len);
-#endif
+    return m0_tls_recv(c->tls, buf, len);
 }
 
-ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
+ssize_t m0__conn_tls_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
-    if (c->tls != NULL)
-        return m0_tls_sendv(c->tls, iov, iovcnt);
-    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    ssize_t n = sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
-    if (n > 0)
-        M0_TRACE(M0_TR_SENT, c, n, 0);
-    return n;
+    return m0_tls_sendv(c->tls, iov, iovcnt);
 }
 
 ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len)
@@ -140,11 +129,11 @@ void m0__conn_ring_stop(m0_server *srv)
     }
 }
 
-void m0__conn_tls_interest(m0_conn *c, uint32_t *ev)
+uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev)
 {
     if (m0_tls_want_write(c->tls))
-        *ev |= EPOLLOUT;
-    if ((*ev & EPOLLIN) && !c->tls_ringing && m0_tls_pending(c->tls)) {
+        ev |= EPOLLOUT;
+    if ((ev & EPOLLIN) && !c->tls_ringing && m0_tls_pending(c->tls)) {
         m0_server *srv = c->srv;
         c->tls_ringing = 1;
         c->refs++; /* released by the ring */
@@ -153,6 +142,7 @@ void m0__conn_tls_interest(m0_conn *c, uint32_t *ev)
         if (!m0_timer_armed(&srv->tls_ring_timer))
             m0_timer_start(srv->loop, &srv->tls_ring_timer, 0);
     }
+    return ev;
 }
 
 int m0__conn_tls_take_want_write(m0_conn *c)

@@ -241,12 +241,12 @@ void m0_conn_process(m0_conn *c)
                 m0__conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
             break;
         }
-        if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
-            m0_h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
-            m0_h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
-            break;
-        }
         if (r < 0) {
+            if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
+                m0_h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
+                m0_h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
+                break;
+            }
             /* A declared body over the limit: the head was parsed, its request line is logged. */
             m0__conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
             break;
@@ -266,11 +266,11 @@ void m0_conn_process(m0_conn *c)
 
 /* --- finishing a response --- */
 
-int m0_conn_keep_alive(const m0_conn *c)
+/* m0_conn_keep_alive of an HTTP/1.x connection (not an HTTP/2 stream):
+ * m0_conn_finish, which has told the two apart already, asks it directly. */
+static int conn_keep_alive_h1(const m0_conn *c)
 {
     const m0_server *srv = c->srv;
-    if (c->is_h2s)
-        return m0_h2s_keep_alive(c);
     if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
         __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
         return 0;
@@ -301,6 +301,13 @@ int m0_conn_keep_alive(const m0_conn *c)
         }
     }
     return 1;
+}
+
+int m0_conn_keep_alive(const m0_conn *c)
+{
+    if (c->is_h2s)
+        return m0_h2s_keep_alive(c);
+    return conn_keep_alive_h1(c);
 }
 
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
@@ -334,7 +341,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     }
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
-    int keep = keep_alive && m0_conn_keep_alive(c);
+    int keep = keep_alive && conn_keep_alive_h1(c);
     c->flags &= ~M0_CF_WANT_BODY;
     if (c->state == M0_CS_RAW) {
         /* Half-close and read the peer's last bytes away (a WebSocket close

@@ -240,9 +240,17 @@ void m0_async_post(m0_async *async)
 
 void m0_async_send(m0_async *async)
 {
+    m0_loop *loop = async->loop;
     __atomic_store_n(&async->pending, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&async->loop->awake, __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(&loop->own_waits, __ATOMIC_RELAXED)) {
+        /* Nobody blocked in the loop's wait: the next pass looks at pending
+         * before it blocks (m0_loop_run_once; the two sides' seq_cst
+         * store-then-load pairs cannot both miss each other). */
+        if (!__atomic_load_n(&loop->blocked, __ATOMIC_SEQ_CST))
+            return;
+    } else if (__atomic_load_n(&loop->awake, __ATOMIC_SEQ_CST)) {
         return; /* the pass in progress looks at pending before it ends */
+    }
     if (__atomic_exchange_n(&async->signaled, 1, __ATOMIC_SEQ_CST))
         return; /* a wake-up is on its way already (a burst of completions: one write) */
     uint64_t one = 1;
@@ -371,6 +379,20 @@ void m0_loop_set_look_first(m0_loop *loop, int on)
     loop->look_first = on;
 }
 
+void m0_loop_set_own_waits(m0_loop *loop, int on)
+{
+    __atomic_store_n(&loop->own_waits, on, __ATOMIC_RELAXED);
+}
+
+/* An async sent or posted, its callback not run yet. */
+static int loop_asyncs_pending(const m0_loop *loop)
+{
+    for (const m0_async *a = loop->asyncs; a != NULL; a = a->next)
+        if (__atomic_load_n(&a->pending, __ATOMIC_SEQ_CST))
+            return 1;
+    return 0;
+}
+
 void m0_loop_set_pass_end(m0_loop *loop, void (*cb)(void *), void *arg)
 {
     loop->pass_end = cb;
@@ -409,6 +431,14 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
         if (next >= 0 && (wait < 0 || next < wait))
             wait = next;
     }
+    int own_waits = __atomic_load_n(&loop->own_waits, __ATOMIC_RELAXED);
+    if (wait != 0 && own_waits) {
+        /* A send that saw blocked = 0 wrote no wake-up fd: look at the
+         * asyncs after saying we may block, and do not block for one. */
+        __atomic_store_n(&loop->blocked, 1, __ATOMIC_SEQ_CST);
+        if (loop_asyncs_pending(loop))
+            wait = 0;
+    }
     int n;
     if (wait != 0 && loop->before != NULL) {
         /* With look_first, the hooks (which drop the GIL) run only around a
@@ -437,6 +467,8 @@ int m0_loop_run_once(m0_loop *loop, int timeout_ms)
     } else {
         n = loop->be->wait(loop, wait);
     }
+    if (own_waits)
+        __atomic_store_n(&loop->blocked, 0, __ATOMIC_SEQ_CST);
     if (n < 0) {
         int err = errno;
         loop->now_ms = loop_clock_ms();

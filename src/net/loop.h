@@ -84,7 +84,8 @@ int m0_loop_next_timeout(const m0_loop *loop);
  * pass. Several sends before it coalesce into one callback. A send while the
  * loop is inside a pass costs no syscall: the pass looks at the flag before
  * it ends; otherwise the eventfd (a pipe where there is none) wakes the loop
- * (or whoever watches its fd). */
+ * (or whoever watches its fd), unless the loop owns its waits and none is
+ * blocked (m0_loop_set_own_waits). */
 typedef struct m0_async m0_async;
 typedef void (*m0_async_cb)(m0_loop *loop, m0_async *async);
 struct m0_async {
@@ -113,6 +114,16 @@ void m0_loop_set_wait_hooks(m0_loop *loop, void (*before)(void *), void (*after)
  * hooks only when it must block (for a loop whose threads queue for the
  * GIL: the blocking-pool mode). Off by default: a syscall less per pass. */
 void m0_loop_set_look_first(m0_loop *loop, int on);
+/* on: every wait for this loop's events is inside m0_loop_run_once (no
+ * outer loop watches its fd; the blocking-pool mode). A send then writes the
+ * wake-up fd only while a pass is blocked in its wait (or about to block):
+ * a pass that may block first looks at the asyncs sent, and does not block
+ * while one is pending (nor while one is posted: its callback then runs at
+ * the end of that pass). So a pool thread that completes a request while
+ * nobody waits in the loop costs no syscall, and neither does the read of
+ * that wake-up by the next pass. Off by default (ASGI: the asyncio loop
+ * watches the loop's fd). */
+void m0_loop_set_own_waits(m0_loop *loop, int on);
 /* A hook run at the end of each pass, after its ready events were
  * dispatched and before timers expire: the server flushes the output it
  * held back during the pass (net/conn_write.c). */

@@ -99,6 +99,8 @@ struct m0_loop {
     m0_async *asyncs;
     int awake;      /* atomic: inside a pass, before its last look at the asyncs */
     int look_first; /* m0_loop_set_look_first */
+    int own_waits;  /* m0_loop_set_own_waits; set before other threads see the loop */
+    int blocked;    /* atomic, with own_waits: from the decision to block in a wait to its end */
     m0_loop_event batch[M0_LOOP_BATCH];
 };
 

@@ -3,7 +3,8 @@
  *
  * The context: TLS 1.2 and newer by default (1.3 with min_version 13), no
  * renegotiation, no compression, forward-secret AEAD suites for TLS 1.2
- * unless told otherwise, the server's cipher order, ALPN offering
+ * unless told otherwise, AES-128-GCM first in TLS 1.3, the server's cipher
+ * order, ALPN offering
  * http/1.1. Sessions release their buffers when idle
  * (SSL_MODE_RELEASE_BUFFERS: an idle keep-alive connection keeps no 2x16 KiB
  * of record buffers), accept partial writes and a moved write buffer (the
@@ -71,6 +72,14 @@ static const unsigned char alpn_h2_http11[] = "\x02h2\x08http/1.1";
 static const char default_ciphers[] = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
                                       "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
                                       "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+/* The TLS 1.3 suites in Mozilla's order, AES-128-GCM first (OpenSSL's own
+ * order puts AES-256-GCM-SHA384 first, and the server's preference decides):
+ * fewer AES rounds per record, and a session keeps two SHA-256 transcript
+ * hashes (the handshake's and the copy kept for post-handshake
+ * authentication) instead of two SHA-384 ones, 208 bytes less per idle
+ * connection (bench/tls/tls_mem_sites.c). */
+static const char default_ciphersuites[] = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
                        unsigned int inlen, void *arg)
@@ -207,6 +216,10 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
         }
     } else if (!SSL_CTX_set_cipher_list(ctx, default_ciphers)) {
         tls_fail(err, errcap, "cannot set the default cipher list", NULL);
+        goto error;
+    }
+    if (!SSL_CTX_set_ciphersuites(ctx, default_ciphersuites)) {
+        tls_fail(err, errcap, "cannot set the TLS 1.3 cipher suites", NULL);
         goto error;
     }
     SSL_CTX_set_default_passwd_cb(ctx, password_cb);

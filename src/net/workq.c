@@ -275,18 +275,23 @@ static void workq_promote_follower(m0_workq *q, int slot, int watch)
 }
 
 /* Nobody would poll the loop should the running view block: promote a
- * follower (workq_promote_follower). */
-static void workq_promote(m0_workq *q, int watch)
+ * follower (workq_promote_follower). Returns its slot, which the caller
+ * signals once it has let the lock go (-1: none promoted): signalled under
+ * the lock, the follower would wake only to wait for the lock, a second
+ * sleep and wake-up per promotion. The promotion is the state change, so a
+ * signal that comes late (or to a thread that is not asleep yet) loses
+ * nothing. */
+static int workq_promote(m0_workq *q, int watch)
 {
     if (q->standby >= 0 || q->leader >= 0)
-        return;
+        return -1;
     for (size_t i = 0; i < q->joined; i++) {
         if (q->slot[i].state == M0_WORKQ_FOLLOWER && (int)i != watch) {
             workq_promote_follower(q, (int)i, watch);
-            pthread_cond_signal(&q->slot[i].wake);
-            return;
+            return (int)i;
         }
     }
+    return -1;
 }
 
 /* Another thread that competes for the GIL: one that runs a request, or a
@@ -327,7 +332,7 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
     int was_running = me->state == M0_WORKQ_RUNNING;
     uint64_t now = workq_ns(CLOCK_MONOTONIC);
     workq_leave(q, role);
-    int next = WORKQ_FOLLOW;
+    int next = WORKQ_FOLLOW, promoted = -1;
     int other = was_running && now - me->started_ns >= M0_WORKQ_FORCED_NS ? workq_other_active(q, role->slot) : -1;
     if (other >= 0) {
         if (q->standby < 0) {
@@ -341,7 +346,7 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
         me->state = M0_WORKQ_RUNNING;
         me->started_ns = now;
         q->running++;
-        workq_promote(q, role->slot);
+        promoted = workq_promote(q, role->slot);
         next = WORKQ_RUN;
     } else if (q->closed) {
         next = q->len == 0 ? WORKQ_DONE : WORKQ_FOLLOW;
@@ -358,6 +363,8 @@ static int workq_next(m0_workq *q, m0_workq_role *role, void **item)
     WORKQ_ASSERT(next != WORKQ_FOLLOW || q->closed || q->leader >= 0 || q->standby >= 0 || q->running == 0);
     workq_check(q);
     pthread_mutex_unlock(&q->lock);
+    if (promoted >= 0)
+        pthread_cond_signal(&q->slot[promoted].wake);
     return next;
 }
 

@@ -280,6 +280,17 @@ def app(environ, start_response):
             sr = f"refused: {e}"
         body = environ["wsgi.input"].read(-1)
         return _json(start_response, {"old_input": old_input.decode("latin-1"), "old_sr": sr, "body": body.decode()})
+    if path == "/stash-hints":
+        STASH["hints"] = environ["wsgi.early_hints"]
+        return _plain(start_response, b"stashed")
+    if path == "/stale-hints":
+        try:
+            STASH["hints"]([("Link", "</a.css>; rel=preload")])
+            old = "accepted"
+        except RuntimeError as e:
+            old = f"refused: {e}"
+        same = environ["wsgi.early_hints"] is STASH["hints"]
+        return _json(start_response, {"old_hints": old, "same": same})
     if path == "/status":
         code = q.get("code", "204 No Content")
         start_response(code, [("X-Status", "yes")])

@@ -262,6 +262,7 @@ int main(void)
     CHECK(m0_workq_new(&q, POOL + 1) == 0); /* + the thread inside serve() */
     m0_loop_set_wait_hooks(loop, gil_hook_release, gil_hook_acquire, NULL);
     m0_loop_set_look_first(loop, 1); /* as serve.c does in the pool mode */
+    m0_loop_set_own_waits(loop, 1);  /* likewise: completions wake only a pass blocked in its wait */
 
     static client clients[CLIENTS];
     pthread_t ct[CLIENTS], pt[POOL];

@@ -409,6 +409,72 @@ static void test_add_from_thread(void)
     m0_loop_free(loop);
 }
 
+/* m0_loop_set_own_waits: a send writes the wake-up fd only while a pass
+ * blocks in its wait; otherwise the next pass sees it before it blocks. */
+static int own_cb_runs;
+static void own_cb(m0_loop *loop, m0_async *async)
+{
+    (void)loop;
+    (void)async;
+    __atomic_add_fetch(&own_cb_runs, 1, __ATOMIC_SEQ_CST);
+}
+
+#define OWN_SENDS 2000
+static void *own_sender(void *arg)
+{
+    m0_async *a = arg;
+    unsigned seed = 7;
+    for (int i = 1; i <= OWN_SENDS; i++) {
+        /* Vary the moment: before, at and after the loop decides to block. */
+        struct timespec pause = {0, (long)(rand_r(&seed) % 40) * 1000};
+        nanosleep(&pause, NULL);
+        m0_async_send(a);
+        while (__atomic_load_n(&own_cb_runs, __ATOMIC_SEQ_CST) < i)
+            ;
+    }
+    return NULL;
+}
+
+static void test_own_waits(void)
+{
+    m0_loop *loop;
+    CHECK(m0_loop_new(&loop) == 0);
+    m0_async a;
+    CHECK(m0_async_init(loop, &a, own_cb) == 0);
+    /* Off: a send outside a pass writes the fd (an outer loop may watch it). */
+    m0_async_send(&a);
+    CHECK(fd_readable(a.io.fd, 0));
+    CHECK(m0_loop_run_once(loop, 1000) >= 1 && own_cb_runs == 1);
+    CHECK(!fd_readable(a.io.fd, 0));
+    m0_loop_set_own_waits(loop, 1);
+    /* On, nobody blocked: no write, and the next pass does not block for it. */
+    uint64_t t0 = mono_ms();
+    m0_async_send(&a);
+    CHECK(!fd_readable(a.io.fd, 0));
+    CHECK(m0_loop_run_once(loop, 10000) >= 0 && own_cb_runs == 2);
+    m0_async_post(&a); /* a posted one too: its callback runs at the end of that pass */
+    CHECK(m0_loop_run_once(loop, 10000) >= 0 && own_cb_runs == 3);
+    CHECK(mono_ms() - t0 < 5000);
+    /* On, blocked: another thread's send ends the wait, whenever it comes
+     * (a lost wake-up would leave a pass asleep for its 10 s). */
+    own_cb_runs = 0;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, own_sender, &a) == 0);
+    uint64_t longest = 0;
+    t0 = mono_ms();
+    while (__atomic_load_n(&own_cb_runs, __ATOMIC_SEQ_CST) < OWN_SENDS && mono_ms() - t0 < 60000) {
+        uint64_t p0 = mono_ms();
+        CHECK(m0_loop_run_once(loop, 10000) >= 0);
+        if (mono_ms() - p0 > longest)
+            longest = mono_ms() - p0;
+    }
+    pthread_join(th, NULL);
+    CHECK(own_cb_runs == OWN_SENDS);
+    CHECK(longest < 5000);
+    m0_async_close(loop, &a);
+    m0_loop_free(loop);
+}
+
 /* An fd closed under its watcher (no m0_io_close) and its number reused:
  * a new watcher registers it and gets its events, as epoll, which forgets a
  * closed fd by itself, allows. */
@@ -449,6 +515,7 @@ int main(void)
     test_hup_once();
     test_add_from_thread();
     test_fd_reused();
+    test_own_waits();
     printf("test_loop: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

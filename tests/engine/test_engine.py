@@ -358,6 +358,10 @@ print("ok")
         ("heartbeat=bytearray(8), heartbeat_index=1", "ValueError"),
         ('heartbeat=b"12345678"', "BufferError"),
         ("listeners=[10**6]", "OSError"),
+        ("listeners=[-1]", "ValueError"),
+        ("listeners=[2**40]", "ValueError"),
+        ('listeners=["3"]', "TypeError"),
+        ("listeners=3", "TypeError"),
         ('interface="wsgi", app=42', "TypeError"),
     ],
 )
@@ -372,6 +376,22 @@ except Exception as e:
     print(type(e).__name__)
 """)
     assert out.strip() == exc
+
+
+@pytest.mark.parametrize(
+    "listeners, exc",
+    [("[-1]", "ValueError"), ("[2**40]", "ValueError"), ('["3"]', "TypeError"), ("3", "TypeError")],
+)
+def test_acceptor_rejects_bad_listeners(listeners, exc):
+    """The accept hand-off reads its listeners as _core.Server does (bridge/listener_fds.h)."""
+    out = run_python(f"""
+from m0serve import _core
+try:
+    _core.Acceptor({listeners})
+except Exception as e:
+    print(type(e).__name__, e)
+""")
+    assert out.split()[0] == exc, out
 
 
 def test_pipelined_flood_with_a_slow_reader(engine):

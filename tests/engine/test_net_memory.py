@@ -75,7 +75,7 @@ def test_idle_keep_alive_connections_cost_under_2_kb_each(engine):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_idle_tls_keep_alive_connections_cost_under_24_kb_each(engine, tmp_path):
+def test_idle_tls_keep_alive_connections_cost_under_20_kb_each(engine, tmp_path):
     """An idle TLS keep-alive connection keeps OpenSSL's session and no record buffers
     (SSL_MODE_RELEASE_BUFFERS) on top of the plaintext connection; closed, its memory goes back."""
     try:
@@ -103,12 +103,14 @@ def test_idle_tls_keep_alive_connections_cost_under_24_kb_each(engine, tmp_path)
         socks += open_idle(srv, n, ctx)
         time.sleep(0.3)
         per_conn = (rss(srv.proc.pid) - before) / n
-        # Measured (OpenSSL 3.0, TLS 1.3, AES-GCM, X25519): about 15.3 KB, of which 13.9 KB are
+        # Measured (OpenSSL 3.0, TLS 1.3, AES-128-GCM, X25519): about 15.1 KB, of which 13.7 KB are
         # OpenSSL's live session (7.6 KB of it the SSL object itself; bench/tls/tls_mem_sites.c splits
-        # it by allocation site) and 1.1 KB the connection as in plaintext. Without
-        # SSL_MODE_RELEASE_BUFFERS an idle session keeps its record buffers: about 30 KB per
-        # connection.
-        assert per_conn < 24 * 1024, f"{per_conn:.0f} bytes of RSS per idle TLS connection"
+        # it by allocation site) and 1.2 KB the connection as in plaintext; 15.3 KB with the
+        # AES-256-GCM-SHA384 OpenSSL picks by default (its SHA-384 transcript hashes are larger:
+        # test_tls.py checks the suite). Without SSL_MODE_RELEASE_BUFFERS an idle session keeps its
+        # record buffers: about 30 KB more per connection. The bound leaves room for a busier host's
+        # allocator; test_tls.py holds the suite's 200 bytes.
+        assert per_conn < 20 * 1024, f"{per_conn:.0f} bytes of RSS per idle TLS connection"
         for s in socks[::500]:
             s.sendall(GET)
             got = b""

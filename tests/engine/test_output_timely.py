@@ -2,6 +2,7 @@
 client holds the loop or a pool thread (DESIGN.md section 2). Each test runs inline and with
 --blocking-threads; each bound sits far below what the defect it guards against produced
 (seconds), so a slow shared machine does not turn it red while the defect would."""
+import signal
 import socket
 import threading
 import time
@@ -151,6 +152,7 @@ def test_bytes_written_leave_while_the_view_sleeps(serve, mode, path, late):
         time.sleep(late)
         got = read_counted(s, n, t0 + 2.0)
         took = time.monotonic() - t0
+    srv.stop(signal.SIGKILL)  # not its shutdown under test: a graceful stop waits out the 3 s view
     assert got >= n, f"{got} of {n} bytes in {took:.3f}s"
 
 

@@ -298,6 +298,19 @@ def test_min_version_1_3_refuses_a_1_2_client(serve, pki):
         assert read_response(t)[2] == b"ok"
 
 
+def test_tls_1_3_picks_aes_128_gcm_before_the_clients_aes_256(serve, pki):
+    """The server's TLS 1.3 order puts AES-128-GCM-SHA256 first (a client at OpenSSL's defaults lists
+    AES-256-GCM-SHA384 first): fewer AES rounds, and an idle session keeps SHA-256 transcript hashes
+    instead of SHA-384 ones (src/net/tls.c, default_ciphersuites)."""
+    s = serve("tls_app:app", *tls_args(pki))
+    with tls_socket(s, client_ctx(pki)) as t:
+        assert t.version() == "TLSv1.3"
+        assert t.cipher()[0] == "TLS_AES_128_GCM_SHA256"
+        assert [c["name"] for c in client_ctx(pki).get_ciphers()][0] != "TLS_AES_128_GCM_SHA256"
+        t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(t)[2] == b"ok"
+
+
 def test_websocket_over_tls(serve, pki):
     # websockets' asyncio client, not its threaded one: the threaded client reads the socket on one
     # thread while it writes the upgrade request on another, and one SSL object used by two threads

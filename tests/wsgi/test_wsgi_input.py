@@ -161,6 +161,24 @@ def test_input_and_start_response_stale_after_request(serve_shared):
     assert report["body"] == "fresh"
 
 
+def test_early_hints_stale_after_request(serve_shared):
+    """An app that keeps environ['wsgi.early_hints'] past its request gets an
+    error from it, and each later request its own (the server reuses its
+    objects only when nothing else holds them)."""
+    srv = serve_shared(RAW_APP)
+    with srv.connect() as s:
+        s.sendall(b"GET /stash-hints HTTP/1.1\r\nHost: h\r\n\r\n")
+        status, _, body, _ = read_response(s)
+        assert (status, body) == (200, b"stashed")
+        for _ in range(2):
+            s.sendall(b"GET /stale-hints HTTP/1.1\r\nHost: h\r\n\r\n")
+            status, _, body, _ = read_response(s)
+            assert status == 200
+            report = json.loads(body)
+            assert report["old_hints"].startswith("refused:")
+            assert report["same"] is False
+
+
 def test_unread_body_then_keep_alive(serve_shared):
     """A body the app does not read is skipped; the next request parses."""
     srv = serve_shared(APP)

@@ -414,12 +414,17 @@ static int asgi_bind_loop(m0_asgi *a)
     if (asyncio == NULL)
         return -1;
     a->task_type = PyObject_GetAttrString(asyncio, "Task");
+    /* Looked up here, not when the module is imported: a WSGI server never imports asyncio (about
+     * 60 ms of its start). ASGI runs one loop per process (--threads is refused), so one thread
+     * sets it. */
+    if (a->st->cancelled_error == NULL)
+        a->st->cancelled_error = PyObject_GetAttrString(asyncio, "CancelledError");
 #if PY_VERSION_HEX >= 0x030C0000
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
-    int ok = a->task_type != NULL && a->eager_kwnames != NULL;
+    int ok = a->task_type != NULL && a->eager_kwnames != NULL && a->st->cancelled_error != NULL;
 #else
     a->running_loop = PyObject_GetAttrString(asyncio, "_get_running_loop");
-    int ok = a->task_type != NULL && a->running_loop != NULL;
+    int ok = a->task_type != NULL && a->running_loop != NULL && a->st->cancelled_error != NULL;
 #endif
     Py_DECREF(asyncio);
     return ok ? 0 : -1;

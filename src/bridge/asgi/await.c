@@ -357,13 +357,6 @@ static PyType_Spec runner_spec = {
 
 static int runner_module_init(PyObject *module, m0_asgi_state *st)
 {
-    PyObject *asyncio = PyImport_ImportModule("asyncio");
-    if (asyncio == NULL)
-        return -1;
-    st->cancelled_error = PyObject_GetAttrString(asyncio, "CancelledError");
-    Py_DECREF(asyncio);
-    if (st->cancelled_error == NULL)
-        return -1;
     st->runner_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &runner_spec, NULL);
     return st->runner_type == NULL ? -1 : 0;
 }

@@ -97,7 +97,7 @@ struct m0_asgi_state {
     PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
     PyTypeObject *http_type;   /* per-request HTTP object (http.c) */
     PyTypeObject *runner_type; /* the coroutine wrapper a request task runs */
-    PyObject *cancelled_error; /* asyncio.CancelledError */
+    PyObject *cancelled_error; /* asyncio.CancelledError, set when the first app binds its loop */
     PyObject *disconnected;    /* m0serve._core.ClientDisconnected(OSError) */
     PyObject *asgi_version;    /* {"version": "3.0", "spec_version": "2.4"} */
     PyObject *http_10, *http_11, *http_2;

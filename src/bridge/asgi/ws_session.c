@@ -182,9 +182,10 @@ static void ws_timer_cancel(PyObject **timer)
 
 /* --- writing frames --- */
 
-/* Write one frame (non-blocking; the rest is buffered by the net layer).
+/* Write one frame, its payload compressed when rsv1 is set (RFC 7692
+ * section 6) (non-blocking; the rest is buffered by the net layer).
  * Returns 0, or -1 when the connection is gone (no exception set). */
-static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t len)
+static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *data, size_t len)
 {
     uint8_t hdr[M0_WS_MAX_HEADER];
     struct iovec iov[2];
@@ -193,9 +194,16 @@ static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t le
         return -1;
     iov[0].iov_base = hdr;
     iov[0].iov_len = m0_ws_frame_header(hdr, 1, opcode, len, NULL);
+    if (rsv1)
+        hdr[0] |= 0x40;
     iov[1].iov_base = (void *)data;
     iov[1].iov_len = len;
     return m0_conn_writev(c, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+}
+
+static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t len)
+{
+    return ws_write_frame_rsv1(w, opcode, 0, data, len);
 }
 
 static void ws_zbuf_trim(m0_asgi_ws *w);
@@ -210,17 +218,7 @@ static int ws_write_data(m0_asgi_ws *w, int opcode, const void *data, size_t len
     int64_t n = m0_ws_deflate_message(w->deflate, data, len, &w->zbuf, &w->zcap);
     if (n < 0)
         return -1;
-    uint8_t hdr[M0_WS_MAX_HEADER];
-    struct iovec iov[2];
-    m0_conn *c = ws_conn(w);
-    if (c == NULL)
-        return -1;
-    iov[0].iov_base = hdr;
-    iov[0].iov_len = m0_ws_frame_header(hdr, 1, opcode, (uint64_t)n, NULL);
-    hdr[0] |= 0x40; /* RSV1: compressed (RFC 7692 section 6) */
-    iov[1].iov_base = w->zbuf;
-    iov[1].iov_len = (size_t)n;
-    int r = m0_conn_writev(c, iov, n > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+    int r = ws_write_frame_rsv1(w, opcode, 1, w->zbuf, (size_t)n);
     ws_zbuf_trim(w);
     return r;
 }

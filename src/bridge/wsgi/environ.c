@@ -466,7 +466,8 @@ PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_
     PyObject *software = PyUnicode_FromString("m0serve");
     if (set_steal(d, M0_WSGI_STR(st, SERVER_SOFTWARE), software) < 0)
         goto error;
-    /* placeholders, overwritten by every m0_wsgi_environ_build */
+    /* placeholders, overwritten by every m0_wsgi_environ_build (but
+     * wsgi.early_hints: set here by the bridge's trio_acquire, wsgi.c) */
     static const int per_request[] = {
         M0_WSGI_S_REQUEST_METHOD,  M0_WSGI_S_PATH_INFO,   M0_WSGI_S_QUERY_STRING,     M0_WSGI_S_RAW_URI,
         M0_WSGI_S_SERVER_PROTOCOL, M0_WSGI_S_SERVER_NAME, M0_WSGI_S_SERVER_PORT,      M0_WSGI_S_REMOTE_ADDR,
@@ -543,8 +544,7 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         set_steal(env, M0_WSGI_STR(st, REMOTE_PORT),
                   port_cached(&w->peer_port_val[(unsigned)peer_port % M0_WSGI_PORT_CACHE],
                               &w->peer_port[(unsigned)peer_port % M0_WSGI_PORT_CACHE], peer_port)) < 0 ||
-        PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_input), input) < 0 ||
-        PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_early_hints), w->hints) < 0)
+        PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_input), input) < 0)
         goto error;
     if (add_headers(w, env, req) < 0)
         goto error;

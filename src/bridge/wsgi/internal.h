@@ -18,6 +18,7 @@
 #ifndef M0_BRIDGE_WSGI_INTERNAL_H
 #define M0_BRIDGE_WSGI_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -153,7 +154,7 @@ struct m0_wsgi_sr {
     m0_wsgi_input *input;   /* borrowed, valid while active */
     PyObject *write;        /* borrowed, valid while active */
     int active;             /* the request is being served (atomic: read by any thread) */
-    unsigned long owner;    /* PyThread_get_thread_ident() of the thread running the request, 0 while
+    unsigned long owner;    /* m0_wsgi_thread() of the thread running the request, 0 while
                                its response waits set aside (atomic: read by any thread) */
     int minor_version;      /* of the request */
     int is_head;            /* HEAD request */
@@ -268,6 +269,25 @@ void m0_wsgi_resume_release(m0_wsgi_resume *park);
  * gives them to the request's thread): on a free-threaded build a second
  * thread would run them at the same instant as the request's own, so every
  * build refuses them from any other thread, even one the view joins. */
-int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what);
+int m0_wsgi_sr_refused(const m0_wsgi_sr *sr, const char *what); /* the -1 */
+
+/* The calling thread, as sr->owner holds it: pthread_self(), which is what
+ * PyThread_get_thread_ident() returns on every pthreads build, without its
+ * call (it runs twice per request). */
+static inline unsigned long m0_wsgi_thread(void)
+{
+    return (unsigned long)pthread_self();
+}
+
+static inline int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what)
+{
+    /* Relaxed loads: the owner field only ever equals this thread's ident
+     * when this thread stored it (sr_begin, a resume); a stale value read
+     * from another thread is another thread's or 0, refused either way. */
+    if (__atomic_load_n(&sr->owner, __ATOMIC_RELAXED) == m0_wsgi_thread() &&
+        __atomic_load_n(&sr->active, __ATOMIC_RELAXED))
+        return 0;
+    return m0_wsgi_sr_refused(sr, what);
+}
 
 #endif

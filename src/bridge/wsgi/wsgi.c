@@ -45,7 +45,8 @@ static m0_wsgi_input *input_new(m0_wsgi_state *st)
  * that kept one must never see a later request through it).
  *
  * With the GIL, the refcounts prove it: the bridge holds sr three times
- * (w->sr, write's and early_hints') and the others once, and no other thread can take a reference
+ * (w->sr, write's and early_hints'), early_hints twice (w->hints and the
+ * environ template's wsgi.early_hints) and the others once, and no other thread can take a reference
  * while this one holds the GIL. On a free-threaded build a refcount read is
  * no proof of ownership (another thread may be taking a reference from a
  * container, or the count is split between the owner thread's local field
@@ -60,14 +61,15 @@ static int trio_reusable(const m0_wsgi *w)
 #else
     /* The start_response is held by the server and by its wsgi.early_hints. */
     return w->sr != NULL && !w->sr->active && Py_REFCNT(w->sr) == 3 && Py_REFCNT(w->write) == 1 &&
-           Py_REFCNT(w->hints) == 1 && Py_REFCNT(w->input) == 1;
+           Py_REFCNT(w->hints) == 2 && Py_REFCNT(w->input) == 1;
 #endif
 }
 
 /* New references to a start_response, its write() and a wsgi.input for one
  * request: the server's own trio when trio_reusable, else a new one (which
  * becomes the server's). Its wsgi.early_hints (w->hints, which holds the
- * start_response too) goes with it; the environ takes it from w->hints. */
+ * start_response too) goes with it, and into the environ template: every
+ * environ copied from it has the new one, with no per-request insert. */
 static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_input **in)
 {
     if (!trio_reusable(w)) {
@@ -75,7 +77,8 @@ static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_inpu
         PyObject *nwr = nsr != NULL ? m0_wsgi_write_new(w->st, nsr) : NULL;
         PyObject *nh = nwr != NULL ? m0_wsgi_hints_new(w->st, nsr) : NULL;
         m0_wsgi_input *nin = nh != NULL ? input_new(w->st) : NULL;
-        if (nin == NULL) {
+        if (nin == NULL || PyDict_SetItem(w->template, M0_WSGI_STR(w->st, wsgi_early_hints), nh) < 0) {
+            Py_XDECREF(nin);
             Py_XDECREF(nh);
             Py_XDECREF(nwr);
             Py_XDECREF(nsr);
@@ -98,7 +101,7 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     sr->c = c;
     sr->input = in;
     sr->write = wr;
-    __atomic_store_n(&sr->owner, PyThread_get_thread_ident(), __ATOMIC_RELAXED);
+    __atomic_store_n(&sr->owner, m0_wsgi_thread(), __ATOMIC_RELAXED);
     __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
@@ -135,14 +138,8 @@ static void sr_own(m0_wsgi_sr *sr, unsigned long owner)
     __atomic_store_n(&sr->owner, owner, __ATOMIC_RELAXED);
 }
 
-int m0_wsgi_sr_owned(const m0_wsgi_sr *sr, const char *what)
+int m0_wsgi_sr_refused(const m0_wsgi_sr *sr, const char *what)
 {
-    /* Relaxed loads: the owner field only ever equals this thread's ident
-     * when this thread stored it (sr_begin, a resume); a stale value read
-     * from another thread is another thread's or 0, refused either way. */
-    if (__atomic_load_n(&sr->owner, __ATOMIC_RELAXED) == PyThread_get_thread_ident() &&
-        __atomic_load_n(&sr->active, __ATOMIC_RELAXED))
-        return 0;
     if (!__atomic_load_n(&sr->active, __ATOMIC_RELAXED))
         PyErr_Format(PyExc_RuntimeError, "%s called after its request finished", what);
     else
@@ -244,7 +241,10 @@ m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
      * free-threaded build copying one dict from several threads at once
      * serialises them on the dict's lock. */
     w->template = PyDict_Copy(src->template);
-    if (w->template == NULL) {
+    /* Not src's wsgi.early_hints: this one's first trio puts its own there
+     * (trio_acquire), and src's stays reusable (trio_reusable). */
+    if (w->template == NULL ||
+        PyDict_SetItem(w->template, M0_WSGI_STR(w->st, wsgi_early_hints), M0_WSGI_STR(w->st, empty)) < 0) {
         m0_wsgi_free(w);
         return NULL;
     }
@@ -441,6 +441,18 @@ error:
     return -1;
 }
 
+/* Drop result_send's snapshot of a list or tuple result: the tuple, or
+ * (snap NULL) the n item references it holds. */
+static void snapshot_release(PyObject *snap, PyObject *const *held, Py_ssize_t n)
+{
+    if (snap != NULL) {
+        Py_DECREF(snap);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(held[i]);
+}
+
 /* Send the app's result. 0 when sent, 1 when sending waits for a slow peer
  * (park says how to go on), -1 with an exception when the app failed (raised
  * while iterating, yielded a non-bytes, never called start_response); a
@@ -454,15 +466,29 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
          * then change the list (a cache refreshed): the pieces are sent from
          * a snapshot that holds its own references (a tuple, which nothing
          * can change; a tuple result is one already, held by the caller), so
-         * the response is the list as the app returned it. */
-        PyObject *snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
-        if (snap == NULL)
-            return -1;
-        Py_ssize_t n = PyTuple_GET_SIZE(snap);
+         * the response is the list as the app returned it. A list that one
+         * writev takes whole (the common one item) needs no tuple: its items'
+         * own references, taken before any write, are the snapshot. */
+        PyObject *held[M0_WSGI_SEND_PIECES_MAX];
+        PyObject *snap = NULL;
+        PyObject *const *items;
+        Py_ssize_t n;
+        if (PyList_CheckExact(result) && PyList_GET_SIZE(result) <= M0_WSGI_SEND_PIECES_MAX) {
+            n = PyList_GET_SIZE(result);
+            for (Py_ssize_t i = 0; i < n; i++)
+                held[i] = Py_NewRef(PyList_GET_ITEM(result, i));
+            items = held;
+        } else {
+            snap = PyList_CheckExact(result) ? PyList_AsTuple(result) : Py_NewRef(result);
+            if (snap == NULL)
+                return -1;
+            n = PyTuple_GET_SIZE(snap);
+            items = &PyTuple_GET_ITEM(snap, 0);
+        }
         size_t total = 0;
         int all_bytes = 1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
+            PyObject *b = items[i]; // borrowed from the snapshot
             if (!PyBytes_Check(b)) {
                 all_bytes = 0;
                 break;
@@ -477,7 +503,7 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 !(sr->status < 200 || sr->status == 204 || sr->status == 304))
                 m0_wsgi_declare_length(sr, total);
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *b = PyTuple_GET_ITEM(snap, i); // borrowed from snap
+                PyObject *b = items[i]; // borrowed from the snapshot
                 size_t blen = (size_t)PyBytes_GET_SIZE(b);
                 if (blen) {
                     iov[k].iov_base = PyBytes_AS_STRING(b);
@@ -486,8 +512,9 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                     len += blen;
                 }
                 if (k == M0_WSGI_SEND_PIECES_MAX && i + 1 < n) {
+                    /* only a tuple snapshot has more than one group */
                     if (m0_wsgi_send(sr, iov, k, len, 0, M0_WRITE_PARK) < 0 || sr->overflow) {
-                        Py_DECREF(snap);
+                        snapshot_release(snap, held, n);
                         return 0;
                     }
                     k = 0;
@@ -495,10 +522,10 @@ static int result_send(m0_wsgi *w, m0_wsgi_sr *sr, PyObject *result, m0_wsgi_res
                 }
             }
             m0_wsgi_send(sr, iov, k, len, 1, M0_WRITE_PARK);
-            Py_DECREF(snap);
+            snapshot_release(snap, held, n);
             return 0;
         }
-        Py_DECREF(snap);
+        snapshot_release(snap, held, n);
     } else if (Py_IS_TYPE(result, w->st->file_wrapper_type)) {
         int rc = m0_wsgi_file_wrapper_send(sr, (m0_wsgi_file_wrapper *)result, park);
         if (rc != 0)
@@ -701,7 +728,7 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
     w->active = sr;
-    sr_own(sr, PyThread_get_thread_ident());
+    sr_own(sr, m0_wsgi_thread());
     p->running = 1;
     int rc = p->resume.it != NULL ? iter_send(sr, p->resume.it) : m0_wsgi_file_send_more(sr, &p->resume);
     p->running = 0;
