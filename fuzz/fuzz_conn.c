@@ -347,7 +347,7 @@ static void s_on_event(void *ctx, m0_conn *c, int what)
         s_sendfile_some(sc, c);
 }
 
-static const m0_handler s_handler = {s_on_request, s_on_event};
+static const m0_handler s_handler = {s_on_request, s_on_event, NULL};
 
 /* The pool: the owner of each detached request reads its body and answers,
  * blocking, then completes it. */

@@ -2,8 +2,8 @@
 
 A count, not a time: it does not depend on what else the machine is doing. One server process
 (in-process worker, uvloop, as the benchmarks run it) serves an app under callgrind; after a
-warm-up the counters are zeroed (callgrind_control -z), N browser-shaped requests are sent one
-at a time on one keep-alive connection, and the counters are dumped (callgrind_control -d). The
+warm-up the counters are zeroed (vgdb zero), N browser-shaped requests are sent one
+at a time on one keep-alive connection, and the counters are dumped (vgdb dump). The
 inclusive count of a few functions, divided by N, splits the request:
 
   engine: read, parse, dispatch   conn_io_cb without the bridge's request start (m0_asgi_http_request)
@@ -43,7 +43,7 @@ call, no content-length), echo_asgi (a 1 KB POST read with receive() and echoed)
 
 usage: python bench/callgrind/asgi_parts.py [--python PY ...] [--apps hello,percall,echo] [-n N]
        (default: the worktree's .venv-3.11 and .venv-3.13, all three apps, N = 2000; needs valgrind,
-       callgrind_annotate, callgrind_control and built venvs; about a minute per interpreter)
+       callgrind_annotate, vgdb and built venvs; about a minute per interpreter)
 """
 import argparse
 import os
@@ -79,8 +79,12 @@ FUNCS = ["conn_io_cb", "m0_asgi_http_request", "m0_asgi_scope_new", "asgi_header
 WARMUP = 300
 
 
-def control(*args):
-    subprocess.run(["callgrind_control", *args], check=True, stdout=subprocess.DEVNULL, timeout=300)
+def control(flag, pid):
+    """callgrind_control -z / -d, through vgdb: callgrind_control finds its targets by a command line
+    naming --tool=callgrind, which the server's process title (m0serve/proctitle.py) replaces."""
+    cmd = {"-z": "zero", "-d": "dump"}[flag]
+    subprocess.run(["vgdb", f"--pid={pid}", cmd], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
 
 
 def wait_for_dump(path, proc, timeout=300):
@@ -197,7 +201,7 @@ def main():
     ap.add_argument("--apps", default="hello,percall,echo")
     ap.add_argument("-n", type=int, default=2000)
     args = ap.parse_args()
-    for tool in ("valgrind", "callgrind_annotate", "callgrind_control"):
+    for tool in ("valgrind", "callgrind_annotate", "vgdb"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed")
     pythons = [os.path.abspath(p) for p in args.python or

@@ -369,7 +369,7 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)
-        return m0_h2s_writev(c, iov, iovcnt, blocking);
+        return m0_h2s_writev_final(c, iov, iovcnt, blocking);
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 

@@ -302,6 +302,61 @@ static void h2_stall_check(m0_h2 *h2)
     }
 }
 
+static void h2_defer_unlink(m0_h2 *h2)
+{
+    if (!h2->deferred)
+        return;
+    m0_server *srv = h2->c->srv;
+    if (h2->defer_prev != NULL)
+        h2->defer_prev->defer_next = h2->defer_next;
+    else
+        srv->h2_deferred = h2->defer_next;
+    if (h2->defer_next != NULL)
+        h2->defer_next->defer_prev = h2->defer_prev;
+    h2->defer_prev = h2->defer_next = NULL;
+    h2->deferred = 0;
+}
+
+/* The final bytes of a response wait to leave with the other streams' that
+ * end in the same batch (DESIGN.md: only a response's final bytes may wait):
+ * one write per session, where each stream's end would cost a walk of the
+ * session, a write and a wake-up of the client. In a pass they wait for its
+ * end (server_pass_end); outside one, for the flush the handler schedules
+ * after the work it has ready (the ASGI tasks of the streams dispatched
+ * together). A non-final write (a streamed chunk) leaves at once. */
+void m0__h2_kick(m0_h2 *h2, int final)
+{
+    m0_conn *c = h2->c;
+    if (h2->in_ng || h2->dispatching || c->state != M0_CS_H2)
+        return; /* the caller of nghttp2 or of h2_dispatch sends after it */
+    m0_server *srv = c->srv;
+    if (final && srv->handler.on_defer != NULL) {
+        if (!h2->deferred) {
+            h2->deferred = 1;
+            h2->defer_prev = NULL;
+            h2->defer_next = srv->h2_deferred;
+            if (srv->h2_deferred != NULL)
+                srv->h2_deferred->defer_prev = h2;
+            srv->h2_deferred = h2;
+        }
+        if (m0_loop_in_events(srv->loop) || srv->h2_flush_asked)
+            return;
+        if (srv->handler.on_defer(srv->handler_ctx, srv) == 0) {
+            srv->h2_flush_asked = 1;
+            return;
+        }
+    }
+    m0__h2_after(h2);
+}
+
+void m0_h2_flush_deferred(m0_server *srv)
+{
+    /* m0__h2_after takes each session off the list (and a session that
+     * closes meanwhile leaves it in m0_h2_close). */
+    while (srv->h2_deferred != NULL)
+        m0__h2_after(srv->h2_deferred);
+}
+
 /* After input or output: dispatch what is ready, send, end closed streams,
  * and close the connection when the session is over: a lingering close, so
  * that frames the client is still sending (WINDOW_UPDATE, SETTINGS ACK) do
@@ -309,6 +364,7 @@ static void h2_stall_check(m0_h2 *h2)
 void m0__h2_after(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
+    h2_defer_unlink(h2); /* what it waited for is sent below */
     if (c->state != M0_CS_H2)
         return;
     c->refs++;
@@ -479,7 +535,15 @@ static void h2_dispatch(m0_h2 *h2)
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
             continue;
         }
-        m0_conn *sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
+        /* A stream connection ends in the server's freelist (m0__conn_destroy):
+         * taken from there first, as m0__conn_new does. */
+        m0_conn *sc = srv->freelist;
+        if (sc != NULL) {
+            srv->freelist = sc->next;
+            srv->nfree--;
+        } else {
+            sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
+        }
         if (sc == NULL) {
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
             continue;
@@ -549,9 +613,15 @@ void m0_h2_close(m0_conn *c)
     m0_h2 *h2 = c->h2;
     if (h2 == NULL)
         return;
+    h2_defer_unlink(h2);
     h2->goaway = 1;
     while (h2->streams != NULL)
         m0__h2_stream_end(h2->streams);
+    while (h2->spare != NULL) {
+        m0_h2_stream *s = h2->spare;
+        h2->spare = s->next;
+        m0__h2_stream_release(s);
+    }
     nghttp2_session_del(h2->ses);
     h2->ses = NULL;
     c->h2 = NULL;

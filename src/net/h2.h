@@ -68,10 +68,16 @@ void m0_h2_close(m0_conn *c);
 void m0_h2_drain(m0_conn *c);
 /* The connection's idle timer expired (no stream open): GOAWAY and close. */
 void m0_h2_idle(m0_conn *c);
+/* Send what the sessions held back (the final bytes of their streams'
+ * responses, gathered for one write per session): the pass's end, and
+ * m0_server_flush_deferred. */
+void m0_h2_flush_deferred(m0_server *srv);
 
 /* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+/* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
+int m0_h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);

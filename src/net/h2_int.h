@@ -42,6 +42,10 @@ typedef struct m0_h2 {
     uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
     struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
     int kicked;
+    struct m0_h2 *defer_prev, *defer_next; /* in srv->h2_deferred */
+    int deferred;
+    m0_h2_stream *spare; /* ended streams kept with their buffers for the next ones */
+    uint32_t nspare;
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
 
@@ -126,6 +130,12 @@ static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void 
 /* After input or output: dispatch what is ready, send, end closed streams,
  * close the connection when the session is over. */
 void m0__h2_after(m0_h2 *h2);
+/* A stream's response changed what the session has to send (final: the
+ * response ended). Nothing while nghttp2 or the dispatch is on the stack
+ * (their caller sends after them); a final change waits for the pass's end
+ * or, outside a pass, for m0_server_flush_deferred when the handler offers
+ * on_defer; otherwise m0__h2_after now. */
+void m0__h2_kick(m0_h2 *h2, int final);
 /* Send what the session has through the connection's write queue; calls
  * into no handler (safe from inside one). */
 void m0__h2_write(m0_h2 *h2);
@@ -137,6 +147,8 @@ void m0__h2_send(m0_h2 *h2);
 
 /* A stream of h2, linked into h2->streams; NULL when out of memory. */
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id);
+/* Free a stream kept in h2->spare (the session ends). */
+void m0__h2_stream_release(m0_h2_stream *s);
 /* nghttp2 closed the stream, or the connection closes: a handler that still
  * has it is told M0_CONN_CLOSED, then it is freed. Outside nghttp2 calls. */
 void m0__h2_stream_end(m0_h2_stream *s);

@@ -81,6 +81,7 @@ void m0__h2p_orphan(m0_h2_stream *s)
     sc->h2_fields = s->f;
     sc->h2_hdr = s->hdr;
     s->f = NULL;
+    s->flen = s->fcap = 0;
     s->hdr = NULL;
     pthread_mutex_lock(&srv->h2_lock);
     sc->h2s = NULL;

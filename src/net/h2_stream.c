@@ -9,11 +9,30 @@
 
 /* --- streams --- */
 
+/* Ended streams a session keeps, with their buffers (fields, header array,
+ * body and response queues), so that a stream costs no allocation once the
+ * session has run as many at once. */
+#define H2_SPARE_MAX 32
+
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 {
-    m0_h2_stream *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return NULL;
+    m0_h2_stream *s = h2->spare;
+    if (s != NULL) {
+        h2->spare = s->next;
+        h2->nspare--;
+        /* Everything but the buffers (kept with their capacities, empty) is zero. */
+        char *f = s->f, *in = s->in, *head = s->head, *out = s->out;
+        size_t fcap = s->fcap, in_cap = s->in_cap, head_cap = s->head_cap, out_cap = s->out_cap;
+        m0_header *hdr = s->hdr;
+        memset(s, 0, sizeof(*s));
+        s->f = f, s->fcap = fcap, s->in = in, s->in_cap = in_cap;
+        s->head = head, s->head_cap = head_cap, s->out = out, s->out_cap = out_cap;
+        s->hdr = hdr;
+    } else {
+        s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            return NULL;
+    }
     s->h2 = h2;
     s->id = id;
     s->resp_length = -1;
@@ -38,13 +57,25 @@ static void stream_free(m0_h2_stream *s)
     if (h2->c->srv->cfg.http2_pool)
         m0__h2p_forget(s);
     free(s->stage);
+    free(s->trl);
+    free(s->trl_nv);
+    if (h2->ses != NULL && h2->nspare < H2_SPARE_MAX && s->in_cap <= 64 * 1024 && s->out_cap <= 64 * 1024 &&
+        s->fcap <= 16 * 1024) {
+        s->next = h2->spare; /* m0__h2_stream_new resets it */
+        h2->spare = s;
+        h2->nspare++;
+        return;
+    }
+    m0__h2_stream_release(s);
+}
+
+void m0__h2_stream_release(m0_h2_stream *s)
+{
     free(s->f);
     free(s->hdr);
     free(s->in);
     free(s->head);
     free(s->out);
-    free(s->trl);
-    free(s->trl_nv);
     free(s);
 }
 
@@ -349,9 +380,10 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
         return -EPROTO;
     p = eol + 1;
     size_t cap = 8;
-    for (char *q = p; q < stop; q++)
-        cap += *q == '\n';
-    nghttp2_nv *nv = malloc(cap * sizeof(*nv));
+    for (const char *q = p; (q = memchr(q, '\n', (size_t)(stop - q))) != NULL; q++)
+        cap++;
+    nghttp2_nv local[32];
+    nghttp2_nv *nv = cap <= 32 ? local : malloc(cap * sizeof(*nv));
     if (nv == NULL)
         return -ENOMEM;
     size_t n = 0;
@@ -393,13 +425,15 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
     if (status < 200) {
         /* 1xx: informational headers; the final head follows. */
         r = status == 101 ? -EPROTO : nghttp2_submit_headers(h2->ses, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
-        free(nv);
+        if (nv != local)
+            free(nv);
         return r != 0 ? -EPROTO : 1;
     }
     s->no_body = (s->sc->req.flags & M0_REQ_HEAD) || status == 204 || status == 304;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd);
-    free(nv);
+    if (nv != local)
+        free(nv);
     if (r != 0)
         return -EPROTO;
     s->submitted = 1;
@@ -417,11 +451,32 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     }
     if (r < 0)
         return r;
-    m0_h2 *h2 = c->h2s->h2;
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
-    else if (!h2->in_ng)
-        m0__h2_send(h2);
+    m0__h2_kick(c->h2s->h2, 0);
+    return 0;
+}
+
+int m0_h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+{
+    if (c->detached)
+        return m0__h2p_writev(c, iov, iovcnt, blocking);
+    int r = m0__h2_stream_write(c, iov, iovcnt);
+    if (r == -EPROTO) {
+        m0_h2s_abort(c);
+        return -EPIPE;
+    }
+    return r; /* sent by the finish that follows (m0__h2_kick) */
+}
+
+/* The end of the first blank line ("\r\n\r\n") in b[from..len), 0 when there
+ * is none: a line at a time (memchr), where memmem costs more on a head. */
+static size_t head_end_find(const char *b, size_t from, size_t len)
+{
+    const char *q = b + from, *stop = b + len;
+    while (q < stop && (q = memchr(q, '\n', (size_t)(stop - q))) != NULL) {
+        if (q - b >= 3 && q[-1] == '\r' && q[-2] == '\n' && q[-3] == '\r')
+            return (size_t)(q - b) + 1;
+        q++;
+    }
     return 0;
 }
 
@@ -442,12 +497,9 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
             size_t old = s->head_len;
             if (m0__h2_buf_add(&s->head, &s->head_len, &s->head_cap, p, n) < 0)
                 return -ENOMEM;
-            char *end = NULL;
-            size_t from = old > 3 ? old - 3 : 0;
-            end = memmem(s->head + from, s->head_len - from, "\r\n\r\n", 4);
-            if (end == NULL)
+            size_t head_end = head_end_find(s->head, old > 3 ? old - 3 : 0, s->head_len);
+            if (head_end == 0)
                 return 0;
-            size_t head_end = (size_t)(end - s->head) + 4;
             size_t used = head_end - old;
             int r = response_submit(h2, s, head_end);
             if (r < 0)
@@ -574,8 +626,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         s->deferred = 0;
         nghttp2_session_resume_data(h2->ses, s->id);
     }
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
+    m0__h2_kick(h2, 1);
 }
 
 void m0_h2s_abort(m0_conn *c)
@@ -598,8 +649,7 @@ void m0_h2s_abort(m0_conn *c)
     s->out_done = 1;
     if (!s->ng_closed)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-    if (!h2->in_ng && !h2->dispatching)
-        m0__h2_after(h2);
+    m0__h2_kick(h2, 1);
 }
 
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)

@@ -58,4 +58,4 @@ static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
     return 0;
 }
 
-const m0_handler m0_native_hello_handler = {hello_on_request, NULL};
+const m0_handler m0_native_hello_handler = {hello_on_request, NULL, NULL};

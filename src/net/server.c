@@ -85,7 +85,18 @@ static void server_pass_end(void *arg)
     m0_server *srv = arg;
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
+    if (srv->h2_deferred != NULL) {
+        m0_h2_flush_deferred(srv); /* the streams that ended in this pass, a write per session */
+        if (srv->log_buf != NULL)
+            m0_access_log_buf_flush(srv->log_buf);
+    }
     m0__server_flush_held(srv);
+}
+
+void m0_server_flush_deferred(m0_server *srv)
+{
+    srv->h2_flush_asked = 0;
+    m0_h2_flush_deferred(srv);
 }
 
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,

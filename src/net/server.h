@@ -60,6 +60,14 @@ typedef struct {
     int (*on_request)(void *ctx, m0_conn *c, const m0_request *req);
     /* Asynchronous handlers only (may be NULL for synchronous ones). */
     void (*on_event)(void *ctx, m0_conn *c, int what);
+    /* Optional (NULL: output is sent as it comes). Called outside the loop's
+     * passes when the engine holds back the final bytes of responses to send
+     * them together (HTTP/2: the streams of one connection in one write);
+     * the handler must call m0_server_flush_deferred(srv) soon, after the
+     * other work that is ready now (asyncio: loop.call_soon). It is not
+     * called again until that flush. 0, or -1 when it cannot: the engine
+     * sends at once. */
+    int (*on_defer)(void *ctx, m0_server *srv);
 } m0_handler;
 
 typedef struct {
@@ -123,6 +131,9 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
                   void *handler_ctx);
 /* Closes every connection (handlers get M0_CONN_CLOSED) and listener. */
 void m0_server_free(m0_server *srv);
+/* Send the output held back since the handler's on_defer (loop thread,
+ * outside a pass; calls into handlers as a pass does). */
+void m0_server_flush_deferred(m0_server *srv);
 
 /* Start accepting on a bound, listening socket (made non-blocking here,
  * registered with EPOLLEXCLUSIVE). The server does not own fd. A connected

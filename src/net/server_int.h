@@ -325,6 +325,11 @@ struct m0_server {
     pthread_cond_t h2_cond;
     struct m0_h2_stream *h2_kicks;
     int h2_waiters;
+    /* h2.c: sessions whose responses' final bytes wait for the pass's end or
+     * for m0_server_flush_deferred (handler.on_defer), and whether that flush
+     * was asked for. Loop thread only. */
+    struct m0_h2 *h2_deferred;
+    int h2_flush_asked;
     int posted;  /* M0_POSTED_* bits, atomic */
     int unready; /* m0_server_set_ready(0): health 503, no keep-alive; atomic */
     /* gate.c: requests dispatched and not finished (with a concurrency

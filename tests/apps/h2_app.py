@@ -4,10 +4,13 @@
   /trailers  a body, then the trailers x-checksum: abc (http.response.trailers)
   /big?n=N   N bytes in 64 KiB chunks
   /slowread  reads one body message, sleeps 1 s, reads the rest; answers the body's length
+  /chunk     "first" (more_body), then blocks the loop 0.6 s (time.sleep), then "last"
+  /later     awaits 0.2 s, then answers "later" (its end comes outside the pass that started it)
   anything   "ok"
 """
 import asyncio
 import json
+import time
 
 
 async def app(scope, receive, send):
@@ -25,6 +28,17 @@ async def app(scope, receive, send):
             more = m.get("more_body")
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"%d" % n})
+        return
+    if path == "/chunk":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        time.sleep(0.6)  # the app runs on without yielding: the chunk must be out already
+        await send({"type": "http.response.body", "body": b"last"})
+        return
+    if path == "/later":
+        await asyncio.sleep(0.2)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"later"})
         return
     body = b""
     while True:

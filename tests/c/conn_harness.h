@@ -149,7 +149,7 @@ static void h_on_event(void *ctx, m0_conn *c, int what)
         h_read_body(c, r);
 }
 
-static const m0_handler h_handler = {h_on_request, h_on_event};
+static const m0_handler h_handler = {h_on_request, h_on_event, NULL};
 
 /* A server with cfg (NULL: defaults) and one connection over a socketpair. */
 static int h_open(harness *h, const m0_server_config *cfg)

@@ -61,7 +61,7 @@ static int pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
     return 1;
 }
 
-static const m0_handler pool_handler = {pool_on_request, NULL};
+static const m0_handler pool_handler = {pool_on_request, NULL, NULL};
 
 /* A pool thread's request: read the body, answer "n=<body bytes>". */
 static void serve_detached(m0_conn *c)

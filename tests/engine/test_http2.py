@@ -119,6 +119,37 @@ def test_asgi_streams_run_concurrently(serve_module):
     assert c.wait(slow).body == b"slept"
 
 
+def test_asgi_streamed_chunk_leaves_before_the_app_runs_on(serve_module):
+    """A response's end may wait to leave with the other streams' (one write per session), but
+    a streamed chunk leaves at once: a client sees it while the app still runs."""
+    s = serve_module("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    sid = c.request("/chunk")
+    r = c.responses[sid]
+    deadline = time.monotonic() + 5
+    while r.body != b"first" and time.monotonic() < deadline:
+        assert c.pump(0.05)
+    t_first = time.monotonic()
+    assert r.body == b"first" and not r.ended
+    assert c.wait(sid).body == b"firstlast"
+    assert time.monotonic() - t_first > 0.3
+
+
+def test_asgi_stream_ends_after_the_pass_that_started_it(serve_module):
+    """Responses that end later (after an await) than the pass their streams arrived in are sent
+    too, beside streams that end at once in every pass."""
+    s = serve_module("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    later = [c.request("/later") for _ in range(5)]
+    quick = [c.request("/quick") for _ in range(20)]
+    for sid in quick:
+        assert c.wait(sid, timeout=5).body == b"ok"
+    for sid in later:
+        r = c.wait(sid, timeout=5)
+        assert r.ended and r.body == b"later"
+    c.close()
+
+
 def test_wsgi_streams_run_in_order(serve_module):
     s = serve_module("proto_app:app", "--interface", "wsgi")
     c = h2(s)

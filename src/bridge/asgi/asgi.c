@@ -357,6 +357,14 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->eager_kwnames);
     Py_CLEAR(a->running_loop);
     Py_CLEAR(a->create_future);
+    Py_CLEAR(a->call_soon);
+    if (a->flusher != NULL) {
+        PyObject *cap = PyCFunction_GET_SELF(a->flusher); // borrowed
+        if (PyCapsule_SetContext(cap, NULL) < 0)
+            PyErr_Clear();
+        Py_CLEAR(a->flusher);
+    }
+    a->defer_srv = NULL;
     Py_CLEAR(a->http_extensions);
     Py_CLEAR(a->http_template);
     Py_CLEAR(a->tasks);
@@ -375,6 +383,8 @@ int m0_asgi_traverse(m0_asgi *a, visitproc visit, void *arg)
     Py_VISIT(a->loop);
     Py_VISIT(a->create_task);
     Py_VISIT(a->create_future);
+    Py_VISIT(a->call_soon);
+    Py_VISIT(a->flusher);
     Py_VISIT(a->tasks);
     return 0;
 }
@@ -396,6 +406,9 @@ static int asgi_bind_loop(m0_asgi *a)
         return -1;
     a->create_future = PyObject_GetAttr(a->loop, a->st->s_create_future);
     if (a->create_future == NULL)
+        return -1;
+    a->call_soon = PyObject_GetAttrString(a->loop, "call_soon");
+    if (a->call_soon == NULL)
         return -1;
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     if (asyncio == NULL)
@@ -635,4 +648,46 @@ static void asgi_on_event(void *ctx, m0_conn *c, int what)
     Py_DECREF(b);
 }
 
-const m0_handler m0_asgi_handler = {asgi_on_request, asgi_on_event};
+/* The deferred flush, run by the asyncio loop after the callbacks that were
+ * ready when it was scheduled (the request tasks of a pass). */
+static PyObject *asgi_flush(PyObject *cap, PyObject *Py_UNUSED(ignored))
+{
+    m0_asgi *a = PyCapsule_GetContext(cap);
+    if (a != NULL && a->defer_srv != NULL)
+        m0_server_flush_deferred(a->defer_srv);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef asgi_flush_def = {"_flush_deferred", asgi_flush, METH_NOARGS, NULL};
+
+/* m0_handler.on_defer: responses' final bytes wait (HTTP/2 streams) until
+ * the tasks that are ready have run; loop.call_soon puts the flush behind
+ * them. */
+static int asgi_on_defer(void *ctx, m0_server *srv)
+{
+    m0_asgi *a = ctx;
+    if (a->call_soon == NULL)
+        return -1;
+    if (a->flusher == NULL) {
+        PyObject *cap = PyCapsule_New(a, "m0serve._core.asgi_flush", NULL);
+        if (cap == NULL || PyCapsule_SetContext(cap, a) < 0) {
+            Py_XDECREF(cap);
+            goto error;
+        }
+        a->flusher = PyCFunction_New(&asgi_flush_def, cap);
+        Py_DECREF(cap);
+        if (a->flusher == NULL)
+            goto error;
+    }
+    a->defer_srv = srv;
+    PyObject *h = PyObject_CallOneArg(a->call_soon, a->flusher);
+    if (h == NULL)
+        goto error;
+    Py_DECREF(h);
+    return 0;
+error:
+    m0_asgi_log_error(a, "ASGI bridge error (deferred flush)");
+    return -1;
+}
+
+const m0_handler m0_asgi_handler = {asgi_on_request, asgi_on_event, asgi_on_defer};

@@ -138,15 +138,22 @@ struct m0_asgi {
     PyObject *logger;    /* strong, Py_None when none */
     PyObject *root_path; /* strong str */
     PyObject *root_path_bytes;
-    PyObject *scheme;          /* strong str: "http"/"https" */
-    PyObject *ws_scheme;       /* strong str: "ws"/"wss" */
-    PyObject *state;           /* strong dict or NULL: lifespan state */
-    PyObject *loop;            /* strong or NULL until the first request */
-    PyObject *create_task;     /* bound loop.create_task */
-    PyObject *task_type;       /* asyncio.Task */
-    PyObject *eager_kwnames;   /* ("loop", "eager_start") on 3.12+, else NULL */
-    PyObject *running_loop;    /* asyncio._get_running_loop before 3.12, else NULL */
-    PyObject *create_future;   /* bound loop.create_future */
+    PyObject *scheme;        /* strong str: "http"/"https" */
+    PyObject *ws_scheme;     /* strong str: "ws"/"wss" */
+    PyObject *state;         /* strong dict or NULL: lifespan state */
+    PyObject *loop;          /* strong or NULL until the first request */
+    PyObject *create_task;   /* bound loop.create_task */
+    PyObject *task_type;     /* asyncio.Task */
+    PyObject *eager_kwnames; /* ("loop", "eager_start") on 3.12+, else NULL */
+    PyObject *running_loop;  /* asyncio._get_running_loop before 3.12, else NULL */
+    PyObject *create_future; /* bound loop.create_future */
+    PyObject *call_soon;     /* bound loop.call_soon */
+    /* The engine's deferred flush (m0_handler.on_defer): a callable whose
+     * self is a capsule naming this bridge (its context, cleared when the
+     * bridge is freed: a callback still scheduled then does nothing), and the
+     * server it flushes. */
+    PyObject *flusher;
+    m0_server *defer_srv;
     PyObject *http_extensions; /* {"http.response.pathsend": {}, "http.response.early_hint": {} when on} */
     PyObject *http_template;   /* every HTTP scope key, in order, constants filled: copied per request */
     PyObject *tasks;           /* strong set or NULL: the running request tasks */

@@ -782,7 +782,7 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
     }
 }
 
-const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event};
+const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event, NULL};
 
 /* A pool thread: a queued request, or a set-aside response whose peer read
  * its queue (resumed by whichever thread is free) or went away (its
@@ -849,4 +849,4 @@ static void wsgi_pool_on_event(void *ctx, m0_conn *c, int what)
     }
 }
 
-const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, wsgi_pool_on_event};
+const m0_handler m0_wsgi_pool_handler = {wsgi_pool_on_request, wsgi_pool_on_event, NULL};
