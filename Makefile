@@ -5,7 +5,7 @@
 #   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
-#   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/conftest.py)
+#   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/servers.py)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
 #                         (built outside the repository; not in CI): the C tests and the test-poll suites
@@ -144,7 +144,7 @@ test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
 
-# The WSGI and ASGI probes again over TLS (tests/conftest.py: M0_TEST_TLS=1): every server they
+# The WSGI and ASGI probes again over TLS (tests/servers.py: M0_TEST_TLS=1): every server they
 # start serves HTTPS on a certificate made at test time, and their clients speak https and wss.
 TLS_TESTS := wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py \
 	wsgi/test_wsgi_pool.py wsgi/test_wsgi_frameworks.py wsgi/test_wsgi_memory.py asgi/test_asgi_http.py \

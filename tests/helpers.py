@@ -1,4 +1,5 @@
-"""Helpers shared by test modules of more than one subject (fixtures stay in conftest.py).
+"""Helpers shared by test modules of more than one subject (fixtures stay in conftest.py, server
+processes are in servers.py, reading HTTP/1.x responses in http1.py).
 
 No test module imports another test module: what two of them use lives here.
 """
@@ -13,7 +14,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import APPS_DIR, TESTS_DIR, read_response, server_env
+from http1 import read_response
+from servers import APPS_DIR, TESTS_DIR, server_env
 
 
 # --- waiting for a condition -------------------------------------------------------------

@@ -12,7 +12,8 @@ sys.path.append(str(ROOT))  # after site-packages: m0serve is the installed one
 sys.path.append(str(ROOT / "tests"))  # the server fixtures of tests/conftest.py
 
 from bench import attack, render  # noqa: E402
-from conftest import read_response, serve  # noqa: E402, F401 (serve: the fixture)
+from conftest import serve  # noqa: E402, F401 (serve: the fixture)
+from http1 import read_response  # noqa: E402
 from helpers import wait_until  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 import httpx
 import pytest
 
-from conftest import read_response, recv_all
+from http1 import read_response, recv_all
 
 APP = "asgi_app:app"
 

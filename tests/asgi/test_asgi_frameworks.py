@@ -4,7 +4,7 @@ import time
 
 import httpx
 
-from conftest import plaintext_only
+from servers import plaintext_only
 
 
 def test_starlette(serve):

@@ -11,7 +11,7 @@ import ssl
 import httpx
 import pytest
 
-from conftest import read_response, recv_all
+from http1 import read_response, recv_all
 
 APP = "asgi_app:app"
 

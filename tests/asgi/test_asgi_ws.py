@@ -16,7 +16,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import APPS_DIR, Server, recv_until_eof, server_env
+from http1 import recv_until_eof
+from servers import APPS_DIR, Server, server_env
 
 APP = "ws_app:app"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_response, header
+from http1 import read_response
 from helpers import wait_until
 from proxies import HAProxy, Nginx, client_socket
 

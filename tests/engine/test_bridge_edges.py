@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import read_response, recv_all
+from http1 import read_response, recv_all
 
 WSGI = "edges_app:app"
 ASGI = "edges_app:asgi_app"

@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-from conftest import read_response, recv_all
+from http1 import read_response, recv_all
 
 APP = "header_mutate_app:app"
 BUFFER_PROTOCOL = sys.version_info >= (3, 12)  # __buffer__ makes a Python class bytes-like

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from conftest import header, read_response
+from http1 import header, read_response
 
 WSGI = "early_hints_app:wsgi"
 ASGI = "early_hints_app:asgi"

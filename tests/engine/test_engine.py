@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Server, _take_leftover, header, read_response, recv_until_eof
+from http1 import _take_leftover, header, read_response, recv_until_eof
 from helpers import run_python
 
 HELLO = b"Hello, world!"
@@ -318,7 +318,7 @@ def test_server_api_in_process():
     out = run_python(r"""
 import socket, time
 from m0serve import _core
-from conftest import read_response, header
+from http1 import read_response, header
 
 lsock = socket.socket()
 lsock.bind(("127.0.0.1", 0))
@@ -461,7 +461,7 @@ def test_heartbeat_slot_holds_the_start_of_the_running_request():
     out = run_python(r"""
 import socket, threading, time
 from m0serve import _core
-from conftest import read_response
+from http1 import read_response
 
 hb = bytearray(24)
 seen = []

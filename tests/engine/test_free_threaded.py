@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 
 FREE_THREADED = hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled()
 pytestmark = pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded interpreter (PY=3.13t)")

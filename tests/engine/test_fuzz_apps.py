@@ -51,7 +51,7 @@ import sys
 import time
 
 import pytest
-from conftest import APPS_DIR, Server, server_env
+from servers import APPS_DIR, Server, server_env
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test

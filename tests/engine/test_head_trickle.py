@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 
 APP = "proto_app:app"
 HEAD_BYTES = 8 << 20  # one field; a parse of it takes about a millisecond

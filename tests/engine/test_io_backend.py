@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from helpers import listen_inode
 from m0serve import _core
 

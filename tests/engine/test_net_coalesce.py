@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 
 
 def _request(path, extra=b""):

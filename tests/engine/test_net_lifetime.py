@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, Server, header, read_response, server_env
+from http1 import header, read_response
 
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 HELLO = b"Hello, world!"

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, Server, read_response, server_env
+from http1 import read_response
+from servers import APPS_DIR, server_env
 
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, Server, server_env
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import header, read_response
+from http1 import header, read_response
 from helpers import scrape, value, wait_until
 
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}

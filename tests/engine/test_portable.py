@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from m0serve import _core, portable
 
 SIZE = 8 << 20  # far beyond the socket buffers: the server keeps sending after the peer left

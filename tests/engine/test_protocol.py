@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import PeerReset, header, read_response, recv_until_eof
+from http1 import PeerReset, header, read_response, recv_until_eof
 from corpus import LIMIT_ARGS, MALFORMED
 
 APP = "proto_app:app"

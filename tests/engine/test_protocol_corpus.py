@@ -14,7 +14,7 @@ import socket
 
 import pytest
 
-from conftest import PeerReset, header, read_response, recv_until_eof
+from http1 import PeerReset, read_response, recv_until_eof
 from corpus import LIMIT_ARGS, MALFORMED, VALID
 
 APP = "proto_app:app"

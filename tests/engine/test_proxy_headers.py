@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from conftest import read_response, header
+from http1 import read_response
 
 IFACES = [("proxy_app:app", "wsgi"), ("proxy_app:asgi_app", "asgi")]
 
@@ -161,7 +161,7 @@ def test_forwarded_style_from_environment_and_config_file(serve, tmp_path):
 def test_bad_forwarded_style_is_one_line_naming_the_flag(args, env, name):
     import subprocess
     import sys
-    from conftest import server_env, APPS_DIR
+    from servers import server_env, APPS_DIR
     p = subprocess.run([sys.executable, "-m", "m0serve", "proxy_app:app", "--proxy-headers", *args],
                        env=server_env(env), cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert p.returncode == 2, p.stderr
@@ -275,7 +275,7 @@ def test_unix_socket_peer_untrusted(serve, tmp_path):
 
 def ws_text_frame(s):
     """The payload of the first (unmasked, server-sent) WebSocket frame."""
-    from conftest import _take_leftover
+    from http1 import _take_leftover
     data = _take_leftover(s)
     s.settimeout(5)
 
@@ -321,7 +321,7 @@ def test_access_log_shows_resolved_client(serve, iface):
 def test_bad_allow_list_is_one_line_naming_the_flag(serve):
     import subprocess
     import sys
-    from conftest import server_env, APPS_DIR
+    from servers import server_env, APPS_DIR
     p = subprocess.run([sys.executable, "-m", "m0serve", "proxy_app:app", "--forwarded-allow-ips", "10.0.0.0/8,nope"],
                        env=server_env(), cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert p.returncode == 2

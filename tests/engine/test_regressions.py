@@ -2,7 +2,7 @@
 request shape that exposed it."""
 import json
 
-from conftest import read_response
+from http1 import read_response
 
 
 def chunked(body, size):

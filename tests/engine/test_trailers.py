@@ -3,7 +3,7 @@ socket: sent after the last chunk when the request said "TE: trailers",
 dropped otherwise (RFC 9110 section 6.5), forbidden fields refused."""
 import httpx
 
-from conftest import header, read_response, recv_until_eof
+from http1 import header, read_response, recv_until_eof
 
 APP = "trailers_app:app"
 

@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from conftest import APPS_DIR, server_env
+from servers import APPS_DIR, server_env
 from helpers import exchange
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from helpers import ACCESS_LOG_APPS as APPS
 from helpers import ACCESS_LOG_REQUEST as REQUEST
 from helpers import access_lines, run_cli, send, wait_until

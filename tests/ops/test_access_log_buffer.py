@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from helpers import wait_until, worker_pids
 
 LINE = re.compile(r'\[[^]]+\] 127\.0\.0\.1:\d+ - "GET (/\S*) HTTP/1\.1" 200 \d+ \d+\.\d{3}ms')

@@ -2,7 +2,7 @@
 new file would silently not be compiled (or a removed one break the build)."""
 import re
 
-from conftest import TESTS_DIR
+from servers import TESTS_DIR
 
 ROOT = TESTS_DIR.parent
 

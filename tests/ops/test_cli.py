@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import APPS_DIR, LISTEN_RE, Server, server_env
+from servers import APPS_DIR, LISTEN_RE, Server, server_env
 from helpers import exchange, get, run_cli
 
 from m0serve.config import OPTIONS, resolve
@@ -275,7 +275,7 @@ def test_systemd_socket_activation(workers):
 
 
 def _adopt(proc, argv):
-    """A conftest.Server around an already started process."""
+    """A servers.Server around an already started process."""
     import threading
 
     s = Server.__new__(Server)

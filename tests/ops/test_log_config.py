@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from helpers import Loop, get, run_cli, wait_until, worker_pids
 
 JSON_CONFIG = {

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, read_response, server_env
+from http1 import read_response
+from servers import APPS_DIR, server_env
 from helpers import ACCESS_LOG_APPS as APPS
 from helpers import ACCESS_LOG_REQUEST as REQUEST
 from helpers import access_lines, send, worker_pids

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import header, read_response
+from http1 import header, read_response
 from helpers import wait_until
 
 IFACES = [("proxy_app:app", "wsgi"), ("proxy_app:asgi_app", "asgi")]
@@ -182,7 +182,7 @@ def test_access_log_error_after_forwarded_request_names_the_peer(serve):
 def test_bad_values_are_one_line_naming_the_flag(args, env, flag):
     import subprocess
     import sys
-    from conftest import APPS_DIR, server_env
+    from servers import APPS_DIR, server_env
     p = subprocess.run([sys.executable, "-m", "m0serve", "proxy_app:app", *args], env=server_env(env),
                        cwd=str(APPS_DIR), capture_output=True, text=True, timeout=30)
     assert p.returncode == 2, p.stderr

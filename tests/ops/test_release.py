@@ -24,7 +24,7 @@ import tarfile
 
 import pytest
 
-from conftest import TESTS_DIR
+from servers import TESTS_DIR
 
 ROOT = TESTS_DIR.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "wheels.yml"

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR
+from servers import APPS_DIR
 from helpers import get, wait_until
 
-# The servers' PYTHONPATH (conftest.server_env) with the stub that hides watchfiles first.
+# The servers' PYTHONPATH (servers.server_env) with the stub that hides watchfiles first.
 NO_WATCHFILES = {"PYTHONPATH": os.pathsep.join([str(APPS_DIR / "no_watchfiles"), str(APPS_DIR),
                                                 os.environ.get("PYTHONPATH", "")])}
 

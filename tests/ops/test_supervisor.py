@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import APPS_DIR, server_env
+from servers import APPS_DIR, server_env
 from helpers import Loop, get, wait_until, worker_pids
 
 

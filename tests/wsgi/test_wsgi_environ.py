@@ -1,7 +1,7 @@
 """The WSGI environ the bridge builds in C (PEP 3333, issue 2)."""
 import json
 
-from conftest import header, read_response
+from http1 import header, read_response
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"

@@ -7,7 +7,8 @@ import re
 import sys
 import time
 
-from conftest import APPS_DIR, Server, header, read_response, recv_until_eof, server_env
+from http1 import header, read_response, recv_until_eof
+from servers import APPS_DIR, Server, server_env
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"

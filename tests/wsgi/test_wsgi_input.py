@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"

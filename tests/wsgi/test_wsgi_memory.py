@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import read_response
+from http1 import read_response
 from helpers import rss_kb
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import header, read_response
+from http1 import header, read_response
 from helpers import rss_kb, wait_until
 
 POOL = ("--blocking-threads", "4")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import header, parse_head, read_response, recv_all, recv_until_eof
+from http1 import header, parse_head, read_response, recv_all, recv_until_eof
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"
