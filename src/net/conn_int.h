@@ -134,6 +134,9 @@ int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
 uint64_t m0__conn_now_ms(void);
 /* Send "100 Continue" now (the response has not started). */
 int m0__conn_send_continue(m0_conn *c, int blocking);
+/* m0_conn_writev, non-blocking, never held for the pass (an HTTP/2 session's
+ * frames that carry a streamed chunk). */
+int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt);
 
 /* conn_io.c: the connection's byte transport, plaintext or TLS, with the
  * contracts of read(2), sendmsg(2)/send(2) (MSG_NOSIGNAL) and sendfile(2):

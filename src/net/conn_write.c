@@ -366,6 +366,18 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
+int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    if (c->is_h2s)
+        return m0_h2s_writev(c, iov, iovcnt, 0); /* a stream's chunk is never held either */
+    return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
+}
+
+int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
+{
+    return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
+}
+
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)

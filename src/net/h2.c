@@ -327,8 +327,22 @@ static void h2_defer_unlink(m0_h2 *h2)
 void m0__h2_kick(m0_h2 *h2, int final)
 {
     m0_conn *c = h2->c;
-    if (h2->in_ng || h2->dispatching || c->state != M0_CS_H2)
-        return; /* the caller of nghttp2 or of h2_dispatch sends after it */
+    if (h2->in_ng || c->state != M0_CS_H2)
+        return; /* the caller of nghttp2 sends after it */
+    if (!final) {
+        /* A streamed chunk leaves now, unheld: its app may block the thread
+         * before it writes again (a WSGI view inside the dispatch; an ASGI
+         * task started eagerly inside it, Python 3.12+). */
+        h2->write_now++;
+        if (h2->dispatching)
+            m0__h2_send(h2); /* h2_dispatch's caller runs m0__h2_after after it */
+        else
+            m0__h2_after(h2);
+        h2->write_now--;
+        return;
+    }
+    if (h2->dispatching)
+        return; /* sent after the dispatch, with the other streams' ends */
     m0_server *srv = c->srv;
     if (final && srv->handler.on_defer != NULL) {
         if (!h2->deferred) {
@@ -401,6 +415,14 @@ void m0__h2_after(m0_h2 *h2)
 /* Send what the session has, through the connection's write queue (which
  * holds it for the pass's end), up to the high-water mark. Calls into no
  * handler: safe from inside one (a body read giving a window back). */
+/* The session's frames into its connection: held for the pass's end like
+ * any loop-thread write, but not those that carry a streamed chunk
+ * (h2->write_now, m0__h2_kick). */
+static int h2_conn_writev(m0_h2 *h2, const struct iovec *iov, int iovcnt)
+{
+    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, iov, iovcnt, 0);
+}
+
 void m0__h2_write(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
@@ -427,7 +449,7 @@ void m0__h2_write(m0_h2 *h2)
                 /* Write what is gathered, then this frame on its own. */
                 struct iovec iov[2] = {{h2->scratch, got}, {(void *)data, (size_t)n}};
                 h2->in_ng = 0;
-                if (m0_conn_writev(c, iov, 2, 0) < 0) {
+                if (h2_conn_writev(h2, iov, 2) < 0) {
                     m0__conn_close(c, 1);
                     return;
                 }
@@ -438,7 +460,7 @@ void m0__h2_write(m0_h2 *h2)
             if ((size_t)n > H2_SEND_CHUNK) {
                 struct iovec iov = {(void *)data, (size_t)n};
                 h2->in_ng = 0;
-                if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+                if (h2_conn_writev(h2, &iov, 1) < 0) {
                     m0__conn_close(c, 1);
                     return;
                 }
@@ -451,7 +473,7 @@ void m0__h2_write(m0_h2 *h2)
         h2->in_ng = 0;
         if (got > 0) {
             struct iovec iov = {h2->scratch, got};
-            if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+            if (h2_conn_writev(h2, &iov, 1) < 0) {
                 m0__conn_close(c, 1);
                 return;
             }

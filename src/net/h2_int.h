@@ -29,6 +29,7 @@ typedef struct m0_h2 {
     m0_h2_stream *ready_tail;
     int in_ng;       /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
     int dispatching; /* h2_dispatch is on the stack */
+    int write_now;   /* m0__h2_write sends unheld (a streamed chunk's frames) */
     int busy;        /* serial handlers (WSGI): a stream is dispatched and not finished */
     int polling;     /* m0__h2_send walks the streams (handlers are told things) */
     int repoll;      /* ... and was asked for another walk meanwhile */

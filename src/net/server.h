@@ -257,6 +257,11 @@ enum {
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+/* A streamed chunk written on the loop's thread (ASGI; non-blocking): never
+ * held for the pass's end, as m0_conn_writev's are while the pass dispatches.
+ * An app may block the thread before it yields again (an eager task runs
+ * inside the pass, Python 3.12+), and only what ends a response may wait. */
+int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt);
 /* The same for the last bytes of a response. On a thread that owns a
  * detached connection, small final bytes are left queued for the loop to send
  * when it takes the completion back (with the other completions of its pass);

@@ -4,12 +4,14 @@
   /trailers  a body, then the trailers x-checksum: abc (http.response.trailers)
   /big?n=N   N bytes in 64 KiB chunks
   /slowread  reads one body message, sleeps 1 s, reads the rest; answers the body's length
-  /chunk     "first" (more_body), then blocks the loop 0.6 s (time.sleep), then "last"
+  /chunk?flag=PATH  "first" (more_body), then blocks the loop (time.sleep) until the file PATH
+             exists (at most 10 s), then "last"
   /later     awaits 0.2 s, then answers "later" (its end comes outside the pass that started it)
   anything   "ok"
 """
 import asyncio
 import json
+import os
 import time
 
 
@@ -32,7 +34,12 @@ async def app(scope, receive, send):
     if path == "/chunk":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"first", "more_body": True})
-        time.sleep(0.6)  # the app runs on without yielding: the chunk must be out already
+        # The app runs on without yielding until the client, having seen the chunk, says so: the
+        # chunk must be out already.
+        flag = scope["query_string"].decode().partition("flag=")[2]
+        deadline = time.monotonic() + 10
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
         await send({"type": "http.response.body", "body": b"last"})
         return
     if path == "/later":

@@ -436,10 +436,12 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         iov[n].iov_base = M0_LAST_CHUNK;
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
-    /* The response's end (no trailers follow): its finish comes next, below. */
+    /* The response's end (no trailers follow): its finish comes next, below.
+     * Anything else is a streamed chunk, which is never held for the pass (the
+     * app may block the thread next: m0_conn_writev_chunk). */
     int final = !more && !h->trailers;
     if (n > 0 &&
-        (final ? m0_conn_writev_final(h->base.conn, iov, n, 0) : m0_conn_writev(h->base.conn, iov, n, 0)) < 0) {
+        (final ? m0_conn_writev_final(h->base.conn, iov, n, 0) : m0_conn_writev_chunk(h->base.conn, iov, n)) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto done;
