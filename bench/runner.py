@@ -59,6 +59,14 @@ class Row:
     extra: dict = field(default_factory=dict)
 
 
+def row_fresh_per_round(row):
+    """A memory row (the RSS that held connections add: the websocket suite's open connections, the
+    idle client's) runs each round on a freshly started server: a server that kept the memory its
+    last round's connections freed (an allocator's free lists) would count them as almost free, and
+    one that gave it back to the system (m0serve's trim) would not, which is no comparison."""
+    return bool((row.ws and row.ws.get("open")) or row.extra.get("client") == "idle")
+
+
 @dataclass
 class Settings:
     duration_s: float = 5.0
@@ -635,7 +643,7 @@ class RowRunner:
                     for st in order:
                         time.sleep(s.pause_s)
                         try:
-                            if row.ws and row.ws.get("open") and r > 0:
+                            if row_fresh_per_round(row) and r > 0:
                                 self.restart(st)  # a fresh process: memory the last round freed is not reused
                             rec = self.measure(st, s.duration_s)
                         except RuntimeError as e:
