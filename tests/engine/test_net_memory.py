@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from http1 import recv_until_eof
+
 
 pytestmark = pytest.mark.slow
 
@@ -147,12 +149,7 @@ def send_malformed(srv, count):
     for i in range(count):
         with socket.create_connection((srv.host, srv.port), timeout=10) as s:
             s.sendall(MALFORMED[i % len(MALFORMED)])
-            got = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                got += b
+            got = recv_until_eof(s, 10)
             assert got.startswith(b"HTTP/1.1 4"), got[:100]
 
 

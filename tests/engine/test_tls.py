@@ -23,6 +23,7 @@ except ImportError:
     import openssl_pki as trustme
 
 from helpers import one_line, run_cli
+from http1 import recv_until_eof
 
 
 @pytest.fixture(scope="module")
@@ -215,12 +216,7 @@ def test_plain_http_to_the_tls_port_gets_a_clear_text_400(serve, pki):
     s = serve("tls_app:app", *tls_args(pki))
     with socket.create_connection((s.host, s.port), timeout=5) as raw:
         raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while True:
-            chunk = raw.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = recv_until_eof(raw, 5)
     assert data.startswith(b"HTTP/1.1 400 Bad Request\r\n"), data
     head, _, body = data.partition(b"\r\n\r\n")
     assert body == b"This port speaks HTTPS: use https:// to reach it.\n"

@@ -13,6 +13,7 @@ import pytest
 
 from servers import APPS_DIR, LISTEN_RE, Server, server_env
 from helpers import exchange, get, run_cli
+from http1 import recv_until_eof
 
 from m0serve.config import OPTIONS, resolve
 from m0serve.loader import AppLoadError, detect_interface, load
@@ -389,10 +390,5 @@ def test_keep_alive_timeout_flag(serve):
         c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         c.settimeout(5)
         t0 = time.monotonic()
-        data = b""
-        while True:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = recv_until_eof(c, 5)
         assert data.startswith(b"HTTP/1.1 200") and 0.2 < time.monotonic() - t0 < 3

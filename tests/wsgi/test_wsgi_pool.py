@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from http1 import header, read_response
+from http1 import header, read_response, recv_until_eof
 from helpers import rss_kb, wait_until
 
 POOL = ("--blocking-threads", "4")
@@ -107,12 +107,7 @@ def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
         with srv.connect(timeout=10) as s:
             t0 = time.monotonic()
             s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
-            data = b""
-            while True:
-                piece = s.recv(4096)
-                if not piece:
-                    break
-                data += piece
+            data = recv_until_eof(s, 10)
             probes["head"] = (time.monotonic() - t0, data)
 
     workers = [threading.Thread(target=probe, args=("health", "/healthz")),
