@@ -5,7 +5,7 @@ Then `python -m bench.render` renders docs/BENCHMARKS.md and the README summary 
 import argparse
 import sys
 
-from . import env, procs, runner, suites, wsload
+from . import env, procs, reference, runner, suites, wsload
 
 
 def main(argv=None):
@@ -24,7 +24,20 @@ def main(argv=None):
     ap.add_argument("--results", default=str(env.RESULTS_DIR), help="artifact directory")
     ap.add_argument("--no-install", action="store_true", help="do not create the venv or apt-get install")
     ap.add_argument("--note", default="", help="free text stored in the artifact")
+    ap.add_argument("--ref-build", help="a `pip install --target` directory of an earlier m0serve: every m0serve arm "
+                    "also runs on it, in the same rounds (bench/reference.py); the artifact goes to "
+                    "bench/results/ab unless --results says otherwise")
+    ap.add_argument("--ref-name", help="what the reference build is (its commit), with --ref-build")
     args = ap.parse_args(argv)
+    if bool(args.ref_build) != bool(args.ref_name):
+        ap.error("--ref-build and --ref-name go together")
+    if args.ref_build:
+        try:
+            args.ref_build = reference.check_reference(args.ref_build, env.m0serve_python())
+        except reference.ReferenceError as e:
+            ap.error(str(e))
+        if args.results == str(env.RESULTS_DIR):
+            args.results = str(env.RESULTS_DIR / "ab")
 
     names = args.suites or list(suites.SUITES)
     unknown = [n for n in names if n not in suites.SUITES]
@@ -63,8 +76,12 @@ def main(argv=None):
             rows = [row for row in rows if row.arms]  # a row none of whose arms is kept is not run
         if keep_rows:
             rows = [row for row in rows if row.id in keep_rows]
+        if args.ref_build:
+            rows = reference.with_reference_arms(rows, args.ref_build, args.ref_name)
         env.log(f"suite {name}: {len(rows)} row(s)")
         artifact = runner.run_suite(name, rows, settings, note=args.note)
+        if args.ref_build:
+            artifact["provenance"]["reference"] = {"name": args.ref_name, "path": str(args.ref_build)}
         suites.validate(artifact)
         if args.rounds < 3:
             artifact["valid"] = False
