@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 
 
 def wanted(cfg):
@@ -27,6 +28,38 @@ def start(listeners):
     from . import _core
 
     return _core.Acceptor([s.fileno() for s in listeners])
+
+
+# Python 3.12+ warns at a fork of a process that runs more than one thread (the child gets only the
+# forking one, and any lock another held stays locked in it).
+_FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
+
+
+def _threads():
+    """How many threads this process runs (None: cannot tell here)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def fork(acceptor):
+    """os.fork() with the acceptor held (acceptor.hold(): its thread is then outside the section
+    in which it holds an accepted client's fd, and outside every lock it takes, its one allocation
+    included; it may only be waiting for the acceptor's own lock, which the child never touches:
+    m0_acceptor_forget). When that thread is the only other one the process runs, Python's warning
+    about forking with threads is about nothing, and it is not shown; with any other thread (one an
+    app's hook started, say) it is. The caller releases the acceptor after the fork, in the parent."""
+    acceptor.hold()
+    quiet = _threads() == 2
+    try:
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
+            return os.fork()
+    except BaseException:
+        acceptor.release()
+        raise
 
 
 class Route:

@@ -485,14 +485,10 @@ class Supervisor:
             raise
         sys.stdout.flush()
         sys.stderr.flush()
-        if self.acceptor is not None:
-            # No accepted client socket may be copied into the child (handoff.py).
-            self.acceptor.hold()
         try:
-            pid = os.fork()
+            # With the acceptor, no accepted client socket may be copied into the child (handoff.py).
+            pid = os.fork() if self.acceptor is None else handoff.fork(self.acceptor)
         except OSError:
-            if self.acceptor is not None:
-                self.acceptor.release()
             self.free_slots.append(slot)
             os.close(status_r)
             os.close(status_w)

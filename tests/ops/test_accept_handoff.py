@@ -10,6 +10,7 @@ import collections
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -213,4 +214,31 @@ def test_what_a_killed_worker_left_unread_goes_to_another(serve):
         t.join(20)
     assert all(not isinstance(results[i], OSError) and results[i][0] == 200 for i in range(6)), results
     s.wait_log(r"worker \d+ left [1-9]\d* connection\(s\) unread: handed to other workers", timeout=5)
+    assert s.stop() == 0
+
+
+FORK_WARNING = "is multi-threaded, use of fork() may lead to deadlocks"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Python warns at a fork with threads from 3.12 on")
+def test_a_fork_beside_the_held_acceptor_is_not_warned_about(serve, tmp_path):
+    """The supervisor forks each worker with the acceptor's thread running, held outside every lock
+    it takes (handoff.fork): Python's warning about forking with threads would be about nothing.
+    Control: with one more thread (started by an on_starting hook) the warning is still given."""
+    env = {**POLL, "PYTHONWARNINGS": "always::DeprecationWarning"}
+    s = serve("sup_app:app", "--workers", "2", env=env)
+    worker_pids(s, 2)
+    assert get(s.host, s.port, "/")[0] == 200
+    s.proc.send_signal(signal.SIGHUP)  # two forks more, while the acceptor serves
+    s.wait_log(r"worker \d+ exited with code 0 \(replaced by the rolling restart\)", timeout=20)
+    assert FORK_WARNING not in s.log
+    assert s.stop() == 0
+
+    conf = tmp_path / "conf.py"
+    conf.write_text("import threading, time\n\n"
+                    "def on_starting(server):\n"
+                    "    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    s = serve("sup_app:app", "--workers", "2", "-c", str(conf), env=env)
+    worker_pids(s, 2)
+    assert FORK_WARNING in s.log
     assert s.stop() == 0
