@@ -32,6 +32,15 @@ def wait_until(pred, timeout, what, interval=0.02):
         time.sleep(interval)
 
 
+def tool_env():
+    """The environment for an outside client (curl, nghttp, h2load, openssl, gdb): this one without
+    the sanitizer runtimes tests/asan_pytest.sh preloads for the server processes (an uninstrumented
+    tool started under them can hang at its first call)."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
 def worker_pids(server, n, timeout=10):
     """The pids of the first n workers that reported ready."""
     wait_until(lambda: len(re.findall(r"worker \d+ ready", server.log)) >= n, timeout, f"{n} workers ready")

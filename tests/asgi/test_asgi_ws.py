@@ -654,6 +654,7 @@ def _rss_kb(pid):
 
 
 @pytest.mark.slow
+@pytest.mark.rss
 def test_no_memory_growth_over_connections_and_messages(serve):
     s = serve(APP, "--interface", "asgi")
 
@@ -753,6 +754,7 @@ def test_fastapi_websocket_route(serve):
     assert closed == [1000]
 
 
+@pytest.mark.rss
 def test_flood_to_an_app_that_does_not_receive_is_bounded_in_bytes(serve):
     """Read backpressure counts bytes, not only messages: 40 messages of 1 MiB (text with one
     emoji, so each is a str of 4 MiB in the worker) sent to an app that does not receive. Reading

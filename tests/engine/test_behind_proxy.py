@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from http1 import read_response
-from helpers import wait_until
+from helpers import tool_env, wait_until
 from proxies import HAProxy, Nginx, client_socket
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "DEPLOYMENT.md"
@@ -120,7 +120,7 @@ def test_nginx_tls_sends_forwarded(serve, iface, tmp_path, stop_later):
     srv = serve(app, "--interface", kind, *flags)
     key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
-                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True, env=tool_env())
     conf = (snippet("nginx-tls").replace("127.0.0.1:8000", f"127.0.0.1:{srv.port}")
             .replace("listen 443 ssl;", "listen LISTEN ssl;")
             .replace("/etc/ssl/myapp.crt", str(crt)).replace("/etc/ssl/myapp.key", str(key)))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from http1 import _take_leftover, header, read_response, recv_until_eof
-from helpers import run_python
+from helpers import run_python, tool_env
 
 HELLO = b"Hello, world!"
 GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -442,7 +442,7 @@ def test_exception_from_a_signal_handler_propagates_out_of_serve(engine):
             code = srv.proc.wait(5)
         except subprocess.TimeoutExpired:
             stacks = subprocess.run(["gdb", "-batch", "-p", str(srv.proc.pid), "-ex", "thread apply all bt"],
-                                    capture_output=True, text=True).stdout
+                                    capture_output=True, env=tool_env(), text=True).stdout
             status = open(f"/proc/{srv.proc.pid}/status").read()
             raise AssertionError(f"no exit 5 s after SIGINT:\n{srv.log}\n{status}\n{stacks}")
         assert code == 3

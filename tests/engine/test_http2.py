@@ -13,6 +13,7 @@ import time
 import pytest
 
 from h2client import H2, PREFACE
+from helpers import tool_env
 
 BRIDGES = [("proto_app:app", "wsgi"), ("proto_app:asgi_app", "asgi")]
 
@@ -283,7 +284,7 @@ curl = shutil.which("curl")
 
 
 def curl_supports_http2():
-    return curl is not None and "HTTP2" in subprocess.run([curl, "-V"], capture_output=True, text=True).stdout
+    return curl is not None and "HTTP2" in subprocess.run([curl, "-V"], capture_output=True, env=tool_env(), text=True).stdout
 
 
 @pytest.mark.skipif(not curl_supports_http2(), reason="curl with HTTP/2 is a SYSTEM_PACKAGES dependency")
@@ -291,12 +292,12 @@ def test_curl_prior_knowledge_and_tls(serve, pki):
     ca, cert, key, ca_file = pki
     s = serve("proto_app:app")
     out = subprocess.run([curl, "-s", "--http2-prior-knowledge", "-w", "\n%{http_version}", "-d", "body!",
-                          f"http://{s.host}:{s.port}/c"], capture_output=True, text=True, timeout=20).stdout
+                          f"http://{s.host}:{s.port}/c"], capture_output=True, env=tool_env(), text=True, timeout=20).stdout
     body, version = out.rsplit("\n", 1)
     assert version == "2" and json.loads(body)["body"] == "body!"
     t = serve("proto_app:asgi_app", "--interface", "asgi", "--ssl-certfile", cert, "--ssl-keyfile", key)
     out = subprocess.run([curl, "-s", "--http2", "--cacert", ca_file, "-w", "\n%{http_version}",
-                          f"https://127.0.0.1:{t.port}/t"], capture_output=True, text=True, timeout=20).stdout
+                          f"https://127.0.0.1:{t.port}/t"], capture_output=True, env=tool_env(), text=True, timeout=20).stdout
     body, version = out.rsplit("\n", 1)
     assert version == "2" and json.loads(body)["path"] == "/t"
 
@@ -308,7 +309,7 @@ h2load = shutil.which("h2load")
 @pytest.mark.skipif(nghttp is None, reason="nghttp2-client is a SYSTEM_PACKAGES dependency")
 def test_nghttp_multiplexed(srv):
     out = subprocess.run([nghttp, "-n", "-s", f"http://{srv.host}:{srv.port}/a", f"http://{srv.host}:{srv.port}/b",
-                          f"http://{srv.host}:{srv.port}/c"], capture_output=True, text=True, timeout=20)
+                          f"http://{srv.host}:{srv.port}/c"], capture_output=True, env=tool_env(), text=True, timeout=20)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(" 200 ") == 3, out.stdout
 
@@ -316,7 +317,7 @@ def test_nghttp_multiplexed(srv):
 @pytest.mark.skipif(h2load is None, reason="nghttp2-client is a SYSTEM_PACKAGES dependency")
 def test_h2load_all_succeed(srv):
     out = subprocess.run([h2load, "-n", "400", "-c", "4", "-m", "10", f"http://{srv.host}:{srv.port}/fixed"],
-                         capture_output=True, text=True, timeout=60).stdout
+                         capture_output=True, env=tool_env(), text=True, timeout=60).stdout
     assert "400 succeeded, 0 failed, 0 errored" in out, out
     assert "status codes: 400 2xx" in out, out
 

@@ -226,6 +226,7 @@ def test_body_over_the_limit_gets_413(serve):
     assert c.get("/", method="POST", body=b"x" * 500).status == 200
 
 
+@pytest.mark.rss
 def test_ping_flood_is_bounded(target):
     """PINGs sent without reading the answers: the server stops reading (its output queue is
     full) or ends the connection; it never queues without bound."""

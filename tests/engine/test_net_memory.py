@@ -76,6 +76,7 @@ def test_idle_keep_alive_connections_cost_under_2_kb_each(engine):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.rss
 def test_idle_tls_keep_alive_connections_cost_under_20_kb_each(engine, tmp_path):
     """An idle TLS keep-alive connection keeps OpenSSL's session and no record buffers
     (SSL_MODE_RELEASE_BUFFERS) on top of the plaintext connection; closed, its memory goes back."""
@@ -153,6 +154,7 @@ def send_malformed(srv, count):
             assert got.startswith(b"HTTP/1.1 4"), got[:100]
 
 
+@pytest.mark.rss
 def test_malformed_requests_leave_no_memory_behind(engine):
     """RSS after 2,000 and after 12,000 malformed requests is the same (up to
     a page or so of allocator noise). 100,000 were measured the same way."""

@@ -3,7 +3,6 @@ httpx, websockets), certificates made at test time with trustme."""
 import asyncio
 import hashlib
 import json
-import os
 import re
 import signal
 import socket
@@ -22,7 +21,7 @@ except ImportError:
     # certificates are made with the openssl command line.
     import openssl_pki as trustme
 
-from helpers import one_line, run_cli
+from helpers import one_line, run_cli, tool_env
 from http1 import recv_until_eof
 
 
@@ -259,11 +258,8 @@ def test_mutual_tls_optional(serve, pki):
 def _curl(s, pki, *args, path="/"):
     import subprocess
 
-    # A client, not the engine: without the sanitizer runtimes tests/asan_pytest.sh preloads for the
-    # servers (curl hangs under them).
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     return subprocess.run(["curl", "-sS", "--max-time", "20", "--cacert", pki.ca_file, *args,
-                           f"https://127.0.0.1:{s.port}{path}"], capture_output=True, timeout=30, env=env)
+                           f"https://127.0.0.1:{s.port}{path}"], capture_output=True, env=tool_env(), timeout=30)
 
 
 def test_curl_server_only_and_mutual_tls(serve, pki):
@@ -551,7 +547,7 @@ def _s_client(s, *args, stdin=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", pki=None):
     argv = ["openssl", "s_client", "-connect", f"{s.host}:{s.port}", "-servername", "localhost", *args]
     if pki is not None:
         argv += ["-CAfile", pki.ca_file]
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=20)
+    return subprocess.run(argv, input=stdin, capture_output=True, env=tool_env(), timeout=20)
 
 
 def test_openssl_s_client_sees_no_compression_no_renegotiation_and_no_tls_1_1(serve, pki):

@@ -50,6 +50,7 @@ def expect(report, body):
     assert report["after_end"] == ""
 
 
+@pytest.mark.rss
 def test_10mb_upload_read_n_streams(serve):
     srv = serve(APP)
     body = os.urandom(10 * MB)

@@ -47,6 +47,7 @@ def run(srv, rounds):
             assert read_response(s)[0] == 500
 
 
+@pytest.mark.rss
 def test_rss_flat_over_many_requests(serve):
     srv = serve("wsgi_bridge_app:leak_app")
     run(srv, 1000)  # warm-up: 8,000 requests

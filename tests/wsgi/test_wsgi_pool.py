@@ -494,6 +494,7 @@ def test_client_gone_mid_body_and_mid_response(serve, mode):
     assert max(fast_latencies(srv, 5)) < 1
 
 
+@pytest.mark.rss
 def test_pool_memory_returns_to_baseline(serve):
     """Identical bursts of large uploads leave RSS where the first bursts left it.
 
