@@ -27,6 +27,7 @@ cp "$BUILD"/_core*.so "$PKG/m0serve/"
 export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export PYTHONMALLOC=malloc  # every Python object from malloc, so that ASan sees its use after free too
 export M0_TEST_SANITIZED=1  # conftest.py: the RSS-bound tests (marker rss) do not run here
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 cd tests

@@ -190,6 +190,31 @@ class _EvilBuffer:
         return memoryview(b"v")
 
 
+class _VanishingBody:
+    """A body whose __buffer__ (PEP 688) takes it out of its message and raises: its last reference
+    is then the one the raised exception's traceback holds (through the method's frame)."""
+
+    def __init__(self, msg):
+        self.msg = msg
+
+    def __buffer__(self, flags):
+        msg, self.msg = self.msg, None
+        del msg["body"]
+        raise RuntimeError("no buffer")
+
+
+async def _send_vanishing_body(send, type_):
+    """A body send() refuses with TypeError (logged as VANISH), then the body the client reads."""
+    msg = {"type": type_, "more_body": False}
+    msg["body"] = _VanishingBody(msg)
+    try:
+        await send(msg)
+    except TypeError as e:
+        print("VANISH", e, file=sys.stderr, flush=True)
+    del msg
+    await send({"type": type_, "body": b"after"})
+
+
 _pending_send = []
 
 
@@ -222,6 +247,10 @@ def _ws_queue_len(receive):
 async def _ws(scope, receive, send):
     m = await receive()
     assert m["type"] == "websocket.connect"
+    if scope["path"] == "/ws-deny-vanishing-body":
+        await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+        await _send_vanishing_body(send, "websocket.http.response.body")
+        return
     if scope["path"] == "/ws-deny-reenter":
         await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
         await send({"type": "websocket.http.response.body", "body": b"first", "more_body": True})
@@ -266,6 +295,10 @@ async def asgi_app(scope, receive, send):
         headers = [(b"content-type", b"text/plain"), (b"keep-alive", b"timeout=5")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"outer"})
+        return
+    if path == "/vanishing-body":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+        await _send_vanishing_body(send, "http.response.body")
         return
     if path == "/reenter-start-buffer":
         headers = [(b"content-type", b"text/plain"), (b"x-evil", _EvilBuffer(send))]

@@ -111,6 +111,28 @@ def test_asgi_websocket_denial_send_reentered_is_refused(serve):
     alive(server)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ in Python code is 3.12+")
+@pytest.mark.parametrize("path", ["/vanishing-body", "/ws-deny-vanishing-body"])
+def test_a_body_whose_buffer_export_drops_it_is_refused_by_its_type_name(serve, path):
+    """A body whose __buffer__ takes it out of its message and raises: send() raises TypeError
+    naming the body's type, and the response goes on. The body's last reference was the raised
+    exception's (its traceback's frame); the WebSocket denial's path used to clear that exception,
+    then read the freed body's type for its message (ASan, with PYTHONMALLOC=malloc as
+    tests/asan_pytest.sh runs, reports the use after free)."""
+    server = start(serve, "asgi")
+    extra = b""
+    if path.startswith("/ws"):
+        extra = (b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " +
+                 base64.b64encode(os.urandom(16)) + b"\r\nSec-WebSocket-Version: 13\r\n")
+    with server.connect() as s:
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\n" + HOST + extra + b"\r\n")
+        status, _, body, head = read_response(s)
+    assert (status, body) == (403 if extra else 200, b"after"), (head, body, server.log)
+    m = server.wait_log(r"VANISH (.*)")
+    assert m.group(1).endswith("'body' must be bytes, got _VanishingBody"), server.log
+    alive(server)
+
+
 # --- defect 3: a cancelled pathsend ---
 
 

@@ -511,6 +511,24 @@ int m0_asgi_future_resolve(m0_asgi *a, PyObject *fut, PyObject *value)
     return r == NULL ? -1 : 0;
 }
 
+int m0_asgi_msg_body(m0_asgi_state *st, PyObject *msg, const char *what, Py_buffer *view)
+{
+    PyObject *body = PyDict_GetItemWithError(msg, st->s_body); // borrowed
+    if (body == NULL && PyErr_Occurred())
+        return -1;
+    if (body == NULL)
+        body = st->empty_bytes;
+    Py_INCREF(body);
+    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* (its traceback may have held the body's last reference: ours is left) */
+        PyErr_Format(PyExc_TypeError, "%s 'body' must be bytes, got %.100s", what, Py_TYPE(body)->tp_name);
+        Py_DECREF(body);
+        return -1;
+    }
+    Py_DECREF(body); /* the view holds it now */
+    return 0;
+}
+
 int m0_asgi_future_fail(m0_asgi *a, PyObject *fut, PyObject *exc)
 {
     int done = m0_asgi_future_done(a, fut);

@@ -367,22 +367,11 @@ static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
 static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
 {
     m0_asgi_state *st = h->base.asgi->st;
-    PyObject *body = PyDict_GetItemWithError(msg, st->s_body); // borrowed
     PyObject *more_o;
     Py_buffer view = {0};
     int more = 0, r = -1;
-    if (body == NULL && PyErr_Occurred())
+    if (m0_asgi_msg_body(st, msg, "http.response.body", &view) < 0)
         return -1;
-    if (body == NULL)
-        body = st->empty_bytes;
-    Py_INCREF(body); /* a __buffer__ is Python: it may take body out of msg */
-    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "http.response.body 'body' must be bytes, got %.100s", Py_TYPE(body)->tp_name);
-        Py_DECREF(body);
-        return -1;
-    }
-    Py_DECREF(body);                                        /* the view holds it now */
     more_o = PyDict_GetItemWithError(msg, st->s_more_body); // borrowed
     if (more_o == NULL && PyErr_Occurred())
         goto done;

@@ -192,6 +192,12 @@ void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_conn *c);
  * its own reference across the call. No-op when already detached. */
 void m0_asgi_detach(m0_asgi_base *obj);
 
+/* The 'body' of a send() message msg (a dict) as a buffer view; an absent
+ * body is empty. what: the message type, for the TypeError. Python may run
+ * (a __buffer__, PEP 688), and may take the body out of msg: the body is held
+ * until the view holds it. 0 (release the view), or -1 with an exception set. */
+int m0_asgi_msg_body(m0_asgi_state *st, PyObject *msg, const char *what, Py_buffer *view);
+
 /* loop.create_future() (new reference). */
 PyObject *m0_asgi_future_new(m0_asgi *a);
 /* fut.done(): 1 or 0, -1 with an exception set. Calls Python (a future

@@ -184,19 +184,10 @@ int m0_asgi_ws_response_start(m0_asgi_ws *w, PyObject *msg)
 int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
 {
     m0_asgi_state *st = w->base.asgi->st;
-    PyObject *body = ws_msg_get(msg, st->s_body);
     Py_buffer view = {0};
     int more = 0, r = -1;
-    if (body == NULL && PyErr_Occurred())
+    if (m0_asgi_msg_body(st, msg, "websocket.http.response.body", &view) < 0)
         return -1;
-    if (body == NULL)
-        body = st->empty_bytes;
-    if (PyUnicode_Check(body) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "websocket.http.response.body 'body' must be bytes, got %.100s",
-                     Py_TYPE(body)->tp_name);
-        return -1;
-    }
     PyObject *more_o = ws_msg_get(msg, st->s_more_body);
     if (more_o == NULL && PyErr_Occurred())
         goto done;
