@@ -62,35 +62,33 @@ typedef struct {
     int armed, polling, notified, ctl_sent, stop;
 } poll_state;
 
+/* The loop's event bits and poll(2)'s (POLLERR and POLLHUP are reported
+ * whether asked for or not). */
+static const struct {
+    uint32_t io;
+    short poll;
+} poll_bits[] = {
+    {M0_IO_IN, POLLIN},       {M0_IO_OUT, POLLOUT}, {M0_IO_ERR, POLLERR}, {M0_IO_HUP, POLLHUP},
+#ifdef POLLRDHUP
+    {M0_IO_RDHUP, POLLRDHUP},
+#endif
+};
+
 static short poll_mask_of(uint32_t ev)
 {
     short e = 0;
-    if (ev & M0_IO_IN)
-        e |= POLLIN;
-    if (ev & M0_IO_OUT)
-        e |= POLLOUT;
-#ifdef POLLRDHUP
-    if (ev & M0_IO_RDHUP)
-        e |= POLLRDHUP;
-#endif
+    for (size_t i = 0; i < sizeof(poll_bits) / sizeof(poll_bits[0]); i++)
+        if (ev & poll_bits[i].io)
+            e |= poll_bits[i].poll;
     return e;
 }
 
 static uint32_t poll_events_of(short re)
 {
     uint32_t ev = 0;
-    if (re & POLLIN)
-        ev |= M0_IO_IN;
-    if (re & POLLOUT)
-        ev |= M0_IO_OUT;
-    if (re & POLLERR)
-        ev |= M0_IO_ERR;
-    if (re & POLLHUP)
-        ev |= M0_IO_HUP;
-#ifdef POLLRDHUP
-    if (re & POLLRDHUP)
-        ev |= M0_IO_RDHUP;
-#endif
+    for (size_t i = 0; i < sizeof(poll_bits) / sizeof(poll_bits[0]); i++)
+        if (re & poll_bits[i].poll)
+            ev |= poll_bits[i].io;
     return ev;
 }
 

@@ -599,6 +599,22 @@ static int pem_append(BIO *bio, X509 *cert)
     return PEM_write_bio_X509(bio, cert) == 1 ? 0 : -1;
 }
 
+/* A memory BIO's contents as a NUL-terminated malloc'd string (NULL: out
+ * of memory); its length in *len when len is not NULL. */
+static char *bio_text(BIO *bio, size_t *len)
+{
+    char *data = NULL;
+    long n = BIO_get_mem_data(bio, &data);
+    char *out = malloc((size_t)n + 1);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, data, (size_t)n);
+    out[n] = '\0';
+    if (len != NULL)
+        *len = (size_t)n;
+    return out;
+}
+
 char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len)
 {
     X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
@@ -614,14 +630,7 @@ char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len)
     for (int i = 0; chain != NULL && i < sk_X509_num(chain); i++)
         if (X509_cmp(sk_X509_value(chain, i), leaf) != 0 && pem_append(bio, sk_X509_value(chain, i)) < 0)
             goto done;
-    char *data = NULL;
-    long n = BIO_get_mem_data(bio, &data);
-    out = malloc((size_t)n + 1);
-    if (out != NULL) {
-        memcpy(out, data, (size_t)n);
-        out[n] = '\0';
-        *len = (size_t)n;
-    }
+    out = bio_text(bio, len);
 done:
     BIO_free(bio);
     X509_free(leaf);
@@ -636,15 +645,8 @@ char *m0_tls_peer_subject(const m0_tls_conn *tc)
         return NULL;
     char *out = NULL;
     BIO *bio = BIO_new(BIO_s_mem());
-    if (bio != NULL && X509_NAME_print_ex(bio, X509_get_subject_name(leaf), 0, XN_FLAG_RFC2253) >= 0) {
-        char *data = NULL;
-        long n = BIO_get_mem_data(bio, &data);
-        out = malloc((size_t)n + 1);
-        if (out != NULL) {
-            memcpy(out, data, (size_t)n);
-            out[n] = '\0';
-        }
-    }
+    if (bio != NULL && X509_NAME_print_ex(bio, X509_get_subject_name(leaf), 0, XN_FLAG_RFC2253) >= 0)
+        out = bio_text(bio, NULL);
     BIO_free(bio);
     X509_free(leaf);
     return out;
