@@ -37,6 +37,7 @@ PYTHON := $(shell if [ -x "$(PY)" ]; then echo "$(PY)"; \
 endif
 VENV ?= .venv-$(PY)
 VPY := $(VENV)/bin/python
+BUILD_PACKAGES := gcc pkg-config libssl-dev zlib1g-dev libnghttp2-dev
 SYSTEM_PACKAGES := wrk clang clang-format pkg-config openssl curl libclang-rt-14-dev libfuzzer-14-dev libev-dev nginx libnginx-mod-stream haproxy libssl-dev zlib1g-dev libnghttp2-dev nghttp2-client
 CFLAGS_TEST := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -65,18 +66,28 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
-# System packages the tests and benchmarks need (installed only when missing).
-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# Installs the Debian packages named in $(1) that are missing (apt-get; sudo when not root).
+define install_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+endef
+
+# System packages the tests and benchmarks need (installed only when missing).
+deps:
+	$(call install_missing,$(SYSTEM_PACKAGES) $(BUILD_PACKAGES))
+
+# What building the extension needs (make build and make serve on a fresh machine): a C compiler,
+# pkg-config and the headers of OpenSSL, libnghttp2 and zlib.
+build-deps:
+	$(call install_missing,$(BUILD_PACKAGES))
 
 # CPython's build dependencies (the modules the tests use: ssl, sqlite3, ctypes...).
 python-ft: SYSTEM_PACKAGES += gcc make libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev \
@@ -92,7 +103,7 @@ $(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 
 venv: $(VENV)/.ok
 
-build: venv
+build: build-deps venv
 	$(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 
 serve: build
