@@ -145,7 +145,7 @@ struct m0_asgi {
     PyObject *create_task;   /* bound loop.create_task */
     PyObject *task_type;     /* asyncio.Task */
     PyObject *eager_kwnames; /* ("loop", "eager_start") on 3.12+, else NULL */
-    PyObject *running_loop;  /* asyncio._get_running_loop before 3.12, else NULL */
+    PyObject *task_kwargs;   /* {"loop": loop} before 3.12, else NULL */
     PyObject *create_future; /* bound loop.create_future */
     PyObject *call_soon;     /* bound loop.call_soon */
     /* The engine's deferred flush (m0_handler.on_defer): a callable whose
@@ -219,9 +219,9 @@ void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
  * 3.12+ it is an eager task: its first step runs now, inside this call, so a
  * request whose app never waits completes without any loop scheduling (the
  * runner's done function may then run before this returns). Before 3.12 it is
- * asyncio.Task(runner), its first step scheduled with call_soon: called
- * without keywords (the Task finds the running loop itself, which is checked
- * to be the bridge's), it skips loop.create_task and a keyword dict. */
+ * asyncio.Task(runner, loop=loop), its first step scheduled with call_soon:
+ * it skips loop.create_task, and, given the loop, the running-loop lookup
+ * (a getpid() system call per request on 3.11). */
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:
