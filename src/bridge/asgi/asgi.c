@@ -369,6 +369,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->http_template);
     Py_CLEAR(a->tasks);
     Py_CLEAR(a->server_addr);
+    m0_asgi_tls_cache_clear(a);
     Py_CLEAR(a->module);
     PyMem_Free(a);
 }
