@@ -38,7 +38,7 @@ def start_server(argv, env, cwd, label):
     where it listens. Run it outside the source tree, whose m0serve/ has no built _core."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     for line in proc.stdout:
-        m = re.search(r"Listening on http://127.0.0.1:(\d+)", line)
+        m = re.search(r"Listening on https?://127.0.0.1:(\d+)", line)
         if m:
             return proc, int(m.group(1))
     raise SystemExit(f"{label}: the server did not start:\n{proc.communicate(timeout=60)[0]}")

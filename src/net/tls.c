@@ -47,7 +47,8 @@ struct m0_tls {
 
 struct m0_tls_conn {
     SSL *ssl;
-    char *preface; /* m0_tls_conn_preface's bytes, read before the socket */
+    uint64_t serial; /* m0_tls_conn_serial */
+    char *preface;   /* m0_tls_conn_preface's bytes, read before the socket */
     size_t preface_len;
     size_t preface_pos;
     int fd;
@@ -363,6 +364,7 @@ static int conn_bio_create(BIO *b)
 }
 
 static BIO_METHOD *conn_bio_method; /* made once (conn_bio_method_make), never freed */
+static uint64_t conn_serial_last;   /* the last m0_tls_conn_serial given (every loop thread makes sessions) */
 static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
 
 static void conn_bio_method_make(void)
@@ -387,6 +389,7 @@ m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd)
     if (tc == NULL)
         return NULL;
     tc->fd = fd;
+    tc->serial = __atomic_add_fetch(&conn_serial_last, 1, __ATOMIC_RELAXED);
     tc->ssl = SSL_new(t->ctx);
     BIO *bio = tc->ssl != NULL ? BIO_new(conn_bio_method) : NULL;
     if (bio == NULL) {
@@ -650,6 +653,11 @@ char *m0_tls_peer_subject(const m0_tls_conn *tc)
     BIO_free(bio);
     X509_free(leaf);
     return out;
+}
+
+uint64_t m0_tls_conn_serial(const m0_tls_conn *tc)
+{
+    return tc->serial;
 }
 
 void m0_tls_set_http2(m0_tls *t, int mode)

@@ -15,6 +15,7 @@
 #define M0_NET_TLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -87,5 +88,10 @@ int m0_tls_version_id(const m0_tls_conn *tc);
 char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len);
 /* The client certificate's subject as RFC 4514 text (malloc'd), or NULL. */
 char *m0_tls_peer_subject(const m0_tls_conn *tc);
+/* The session's serial: 1, 2, ... in the order sessions were made, never
+ * given to two sessions of the process. What a bridge keeps per session
+ * (the ASGI `tls` extension's values) is keyed by it, not by an address: a
+ * new connection may reuse a closed one's memory. */
+uint64_t m0_tls_conn_serial(const m0_tls_conn *tc);
 
 #endif

@@ -1,6 +1,7 @@
 """WSGI (`app`) and ASGI (`asgi_app`) apps for the TLS tests (tests/engine/test_tls.py). Routes:
   /scope            JSON: the scheme the app sees (WSGI: wsgi.url_scheme and HTTPS; ASGI: scope's
-                    scheme and its `tls` extension, if any)
+                    scheme and its `tls` extension, if any); ASGI, with ?mutate=1: the extension is
+                    then changed in place (a key added, a value replaced, its chain's list grown)
   /big?size=N       a body of N bytes, in 64 KiB pieces
   /pid              (WSGI) the worker's pid
   /upload           reads the whole request body, answers "LENGTH SHA256"
@@ -89,6 +90,11 @@ async def asgi_app(scope, receive, send):
     if path == "/scope":
         tls = scope.get("extensions", {}).get("tls")
         body = json.dumps({"scheme": scope["scheme"], "tls": tls}).encode()
+        if q.get("mutate") and tls is not None:
+            tls["mutated"] = True
+            tls["tls_version"] = -1
+            tls["client_cert_chain"].append("not a certificate")
+            scope["extensions"]["mutated"] = {}
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -3,7 +3,11 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import tempfile
 import time
 
 import ssl
@@ -11,6 +15,7 @@ import ssl
 import httpx
 import pytest
 
+from helpers import tool_env, worker_pid
 from http1 import read_response, recv_all
 
 APP = "asgi_app:app"
@@ -440,3 +445,34 @@ def test_a_streamed_chunk_leaves_before_the_app_blocks(serve, tmp_path):
             assert piece, data
             data += piece
     assert b"\r\n\r\n5\r\nfirst\r\n4\r\nlast\r\n0\r\n\r\n" in data, data
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_request_task_asks_no_getpid(srv_own):
+    """The request's Task is made with the bridge's loop: made without one (Python 3.11), asyncio
+    looked up the running loop, whose fork check is a getpid() system call, and did so twice per
+    request (the Task, and the bridge's check that the running loop was its own). strace counts
+    the server's getpid calls over N requests on one keep-alive connection."""
+    n = 500
+    pid = worker_pid(srv_own)
+    out = tempfile.NamedTemporaryFile(prefix="m0serve-strace", delete=False)
+    out.close()
+    tracer = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=getpid", "-o", out.name, "-p", str(pid)],
+                              stderr=subprocess.PIPE, text=True, env=tool_env())
+    try:
+        first = tracer.stderr.readline()  # "strace: Process PID attached": tracing from here on
+        if "attached" not in first:
+            tracer.wait(10)
+            pytest.skip(f"strace cannot attach here: {first.strip()}")
+        with srv_own.connect() as sock:
+            for _ in range(n):
+                sock.sendall(b"GET /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert read_response(sock)[0] == 200
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.communicate(timeout=20)
+    with open(out.name) as f:
+        summary = f.read()
+    os.unlink(out.name)
+    calls = [int(line.split()[3]) for line in summary.splitlines() if line.split()[-1:] == ["getpid"]]
+    assert sum(calls) < n // 10, summary

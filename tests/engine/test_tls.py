@@ -21,6 +21,7 @@ except ImportError:
     # certificates are made with the openssl command line.
     import openssl_pki as trustme
 
+from h2client import H2
 from helpers import one_line, run_cli, tool_env
 from http1 import recv_until_eof
 
@@ -245,6 +246,55 @@ def test_mutual_tls_required(serve, pki, app):
     for cert in (None, pki.stranger):  # no certificate; one of another CA
         with pytest.raises((ssl.SSLError, ConnectionResetError, AssertionError)):
             _mtls_get(s, client_ctx(pki, cert))
+
+
+
+def test_each_scope_gets_its_own_sessions_tls_extension(serve, pki):
+    """The ASGI `tls` extension is built once per TLS session and kept (src/bridge/asgi/tls_scope.c):
+    each scope still gets a dict (and a chain list) of its own, so an app that changes its scope's
+    extension changes no other request's, on the same connection or another; and a new connection
+    gets its own session's values (its own client certificate, or none), never another's."""
+    s = serve("tls_app:asgi_app", *tls_args(pki, "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "optional"))
+    two = pki.ca.issue_cert("two@example.com", common_name="client-two")
+
+    def scopes(cert, n):
+        with tls_socket(s, client_ctx(pki, cert)) as t:
+            out = []
+            for i in range(n):
+                t.sendall(f"GET /scope?mutate={i + 1} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                status, _, body, rest = read_response(t)
+                assert status == 200 and rest == b""
+                out.append(json.loads(body)["tls"])
+            return out
+
+    for cert, name in ((pki.client, "CN=client-one"), (None, None), (two, "CN=client-two"), (pki.client, "CN=client-one")):
+        first, *others = scopes(cert, 3)
+        assert all(o == first for o in others), (first, others)  # the mutations of the first two were theirs
+        assert "mutated" not in first and first["tls_version"] in (0x0303, 0x0304)
+        if name is None:
+            assert first["client_cert_chain"] == [] and first["client_cert_name"] is None
+        else:
+            leaf = (pki.client if name.endswith("one") else two).cert_chain_pems[0].bytes().decode()
+            assert first["client_cert_chain"][0] == leaf and name in first["client_cert_name"]  # leaf first
+    # More sessions than the bridge keeps (64, one per serial modulo 64) after the last one with a
+    # certificate: the one that takes its place builds its own.
+    for _ in range(70):
+        assert scopes(None, 1)[0]["client_cert_chain"] == []
+    # Over HTTP/2: streams of one connection, one after the other and side by side.
+    ctx = client_ctx(pki, two)
+    ctx.set_alpn_protocols(["h2"])
+    c = H2(s.host, s.port, sock=tls_socket(s, ctx))
+    try:
+        got = [c.get(f"/scope?mutate={i}") for i in (1, 2)]
+        sids = [c.request(f"/scope?mutate={i}") for i in (1, 2, 3)]
+        got += [c.wait(sid) for sid in sids]
+    finally:
+        c.close()
+    tls = [json.loads(r.body)["tls"] for r in got]
+    assert all(t == tls[0] for t in tls[1:]), tls
+    assert "mutated" not in tls[0] and tls[0]["client_cert_chain"][0] == two.cert_chain_pems[0].bytes().decode()
+    assert "CN=client-two" in tls[0]["client_cert_name"]
+    assert "ERROR" not in s.log
 
 
 def test_mutual_tls_optional(serve, pki):

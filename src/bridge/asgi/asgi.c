@@ -355,7 +355,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->create_task);
     Py_CLEAR(a->task_type);
     Py_CLEAR(a->eager_kwnames);
-    Py_CLEAR(a->running_loop);
+    Py_CLEAR(a->task_kwargs);
     Py_CLEAR(a->create_future);
     Py_CLEAR(a->call_soon);
     if (a->flusher != NULL) {
@@ -369,6 +369,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->http_template);
     Py_CLEAR(a->tasks);
     Py_CLEAR(a->server_addr);
+    m0_asgi_tls_cache_clear(a);
     Py_CLEAR(a->module);
     PyMem_Free(a);
 }
@@ -382,6 +383,7 @@ int m0_asgi_traverse(m0_asgi *a, visitproc visit, void *arg)
     Py_VISIT(a->state);
     Py_VISIT(a->loop);
     Py_VISIT(a->create_task);
+    Py_VISIT(a->task_kwargs);
     Py_VISIT(a->create_future);
     Py_VISIT(a->call_soon);
     Py_VISIT(a->flusher);
@@ -423,8 +425,8 @@ static int asgi_bind_loop(m0_asgi *a)
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
     int ok = a->task_type != NULL && a->eager_kwnames != NULL && a->st->cancelled_error != NULL;
 #else
-    a->running_loop = PyObject_GetAttrString(asyncio, "_get_running_loop");
-    int ok = a->task_type != NULL && a->running_loop != NULL && a->st->cancelled_error != NULL;
+    a->task_kwargs = Py_BuildValue("{sO}", "loop", a->loop);
+    int ok = a->task_type != NULL && a->task_kwargs != NULL && a->st->cancelled_error != NULL;
 #endif
     Py_DECREF(asyncio);
     return ok ? 0 : -1;
@@ -560,12 +562,15 @@ PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner)
     PyObject *args[3] = {runner, a->loop, Py_True};
     return PyObject_Vectorcall(a->task_type, args, 1, a->eager_kwnames);
 #else
-    PyObject *running = PyObject_CallNoArgs(a->running_loop);
-    if (running == NULL)
+    /* The loop given: a Task without one asks for the running loop, and
+     * asyncio's C lookup of it calls getpid() (a fork check), a system call
+     * per request. The keyword dict is made once (the Task only reads it). */
+    PyObject *args = PyTuple_Pack(1, runner);
+    if (args == NULL)
         return NULL;
-    int ours = running == a->loop;
-    Py_DECREF(running);
-    return PyObject_CallOneArg(ours ? a->task_type : a->create_task, runner);
+    PyObject *task = PyObject_Call(a->task_type, args, a->task_kwargs);
+    Py_DECREF(args);
+    return task;
 #endif
 }
 

@@ -87,7 +87,9 @@
     X(cancel)                                                                                                          \
     X(error)                                                                                                           \
     X(exc_info)                                                                                                        \
-    X(copy)
+    X(copy)                                                                                                            \
+    X(tls)                                                                                                             \
+    X(client_cert_chain)
 
 #define M0_ASGI_COMMON_HEADERS 40
 #define M0_ASGI_COMMON_NAME_MAX 32 /* longer than any common header name */
@@ -131,6 +133,14 @@ struct m0_asgi_base {
     m0_asgi_base *prev, *next;               /* the bridge's list of attached objects */
 };
 
+/* The `tls` extension of one TLS session, built once (tls_scope.c). */
+typedef struct {
+    uint64_t serial; /* m0_tls_conn_serial of the session, 0: empty */
+    PyObject *tls;   /* strong: the dict each of its scopes gets a copy of */
+} m0_asgi_tls_entry;
+
+#define M0_ASGI_TLS_CACHE 64 /* sessions whose extension is kept: one slot per serial % this */
+
 struct m0_asgi {
     PyObject *module;    /* strong */
     m0_asgi_state *st;   /* borrowed from the module state */
@@ -145,7 +155,7 @@ struct m0_asgi {
     PyObject *create_task;   /* bound loop.create_task */
     PyObject *task_type;     /* asyncio.Task */
     PyObject *eager_kwnames; /* ("loop", "eager_start") on 3.12+, else NULL */
-    PyObject *running_loop;  /* asyncio._get_running_loop before 3.12, else NULL */
+    PyObject *task_kwargs;   /* {"loop": loop} before 3.12, else NULL */
     PyObject *create_future; /* bound loop.create_future */
     PyObject *call_soon;     /* bound loop.call_soon */
     /* The engine's deferred flush (m0_handler.on_defer): a callable whose
@@ -169,6 +179,7 @@ struct m0_asgi {
     PyObject *server_addr;
     int server_port;
     char server_host[64];
+    m0_asgi_tls_entry tls_cache[M0_ASGI_TLS_CACHE];
 };
 
 /* --- asgi.c --- */
@@ -182,8 +193,11 @@ struct m0_asgi {
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
 PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket); /* scope.c */
-/* tls_scope.c: the `tls` extension's dict for c, None when c is plaintext, NULL on error. */
-PyObject *m0_asgi_tls_extension(m0_conn *c);
+/* tls_scope.c: the `tls` extension's dict for c (a new dict, its chain a new
+ * list: the app may change them), None when c is plaintext, NULL on error.
+ * Built once per TLS session and kept in a->tls_cache; _clear empties it. */
+PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_conn *c);
+void m0_asgi_tls_cache_clear(m0_asgi *a);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
  * its data, taking a reference for the connection. */
@@ -219,9 +233,9 @@ void m0_asgi_task_forget(m0_asgi *a, PyObject *task);
  * 3.12+ it is an eager task: its first step runs now, inside this call, so a
  * request whose app never waits completes without any loop scheduling (the
  * runner's done function may then run before this returns). Before 3.12 it is
- * asyncio.Task(runner), its first step scheduled with call_soon: called
- * without keywords (the Task finds the running loop itself, which is checked
- * to be the bridge's), it skips loop.create_task and a keyword dict. */
+ * asyncio.Task(runner, loop=loop), its first step scheduled with call_soon:
+ * it skips loop.create_task, and, given the loop, the running-loop lookup
+ * (a getpid() system call per request on 3.11). */
 PyObject *m0_asgi_task_new(m0_asgi *a, PyObject *runner);
 
 /* Log msg with the current exception (PyErr_GetRaisedException semantics:

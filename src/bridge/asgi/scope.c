@@ -259,8 +259,8 @@ static int asgi_scope_tls(m0_asgi *a, PyObject *scope, m0_conn *c, int websocket
     PyObject *ext = websocket ? PyDict_New() : PyDict_Copy(a->http_extensions);
     if (ext == NULL)
         return -1;
-    PyObject *tls = m0_asgi_tls_extension(c);
-    if (tls == NULL || PyDict_SetItemString(ext, "tls", tls) < 0 ||
+    PyObject *tls = m0_asgi_tls_extension(a, c);
+    if (tls == NULL || PyDict_SetItem(ext, a->st->s_tls, tls) < 0 ||
         PyDict_SetItem(scope, a->st->s_extensions, ext) < 0) {
         Py_XDECREF(tls);
         Py_DECREF(ext);
