@@ -1,0 +1,140 @@
+"""WSGI over HTTP/2 (src/net/h2*.c with src/bridge/wsgi): a streamed chunk leaves before the view
+runs on, a request body larger than --body-buffer-size streams to the view under flow control, a
+Content-Length past --limit-request-body is answered 413 at the head, and a body the view does
+not read does not stall the connection. Inline and with the blocking pool. Timing is by handshake: the view and the client wait for each other's flag file."""
+import time
+
+import h2.exceptions
+import pytest
+
+from h2client import H2
+
+APP = "h2_wsgi_app:app"
+MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request):
+    return MODES[request.param]
+
+
+def h2c(s, **kw):
+    return H2(s.host, s.port, **kw)
+
+
+def wait_file(path, bound):
+    deadline = time.monotonic() + bound
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.exists()
+
+
+@pytest.mark.parametrize("route", ["gen", "write"])
+def test_streamed_chunk_leaves_before_the_view_runs_on(serve, tmp_path, mode, route):
+    """The view produces "first", then blocks until the client, having read it, makes a file: a
+    chunk held until the view went on would reach the client only after the view's 10 s bound."""
+    s = serve(APP, "--interface", "wsgi", *mode)
+    flag = tmp_path / "seen"
+    c = h2c(s)
+    sid = c.request(f"/{route}?flag={flag}")
+    r = c.responses[sid]
+    deadline = time.monotonic() + 8
+    while r.body != b"first" and time.monotonic() < deadline:
+        assert c.pump(0.05)
+    assert r.status == 200 and r.body == b"first" and not r.ended
+    flag.touch()
+    assert c.wait(sid).body == b"firstlast"
+
+
+def test_large_body_streams_to_the_view(serve, tmp_path, mode):
+    """A 4 MB body with a 64 KiB body buffer: the view starts reading it before the client sent
+    it all. The client sends half, waits until the view says it read some, then sends the rest;
+    a server that read the whole body before the view would leave the view's file unmade."""
+    s = serve(APP, "--interface", "wsgi", "--body-buffer-size", "65536", *mode)
+    flag = tmp_path / "read"
+    body = bytes(range(256)) * (4 * 4096)
+    c = h2c(s)
+    sid = c.request(f"/upload?flag={flag}&chunk=65536", method="POST", end=False,
+                    headers=[("content-length", str(len(body)))])
+    half = len(body) // 2
+    # The server gives the window back only up to its buffer (plus a window): send what it opens.
+    view = memoryview(body)[:half]
+    deadline = time.monotonic() + 10
+    while len(view) > 0 and not flag.exists() and time.monotonic() < deadline:
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size, len(view))
+        if room <= 0:
+            c.flush()
+            c.pump(0.05)
+            continue
+        c.conn.send_data(sid, bytes(view[:room]))
+        view = view[room:]
+        c.flush()
+    assert wait_file(flag, 8), "the view did not see the body before the client sent all of it"
+    c.send_body(sid, bytes(view) + body[half:])
+    r = c.wait(sid)
+    assert r.status == 200 and r.body == str(len(body)).encode()
+
+
+def test_large_body_window_is_bounded(serve, tmp_path):
+    """While the view is busy elsewhere (it waits for the client's file before it reads), the
+    client can send no more than the body buffer and one window ahead of it."""
+    s = serve(APP, "--interface", "wsgi", "--body-buffer-size", "65536")
+    flag = tmp_path / "go"
+    c = h2c(s)
+    sid = c.request(f"/slowupload?flag={flag}", method="POST", end=False, headers=[("content-length", "4194304")])
+    sent = 0
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size)
+        if room <= 0:
+            c.pump(0.05)
+            continue
+        c.conn.send_data(sid, b"x" * room)
+        c.flush()
+        sent += room
+    assert sent <= 65536 + 65535, sent
+    flag.touch()
+    c.send_body(sid, b"x" * (4194304 - sent))
+    r = c.wait(sid)
+    assert r.status == 200 and r.body == b"4194304"
+
+
+@pytest.mark.parametrize("app,iface", [(APP, "wsgi"), ("h2_app:app", "asgi")])
+def test_content_length_past_the_limit_is_413_at_the_head(serve, app, iface):
+    """The head says more than --limit-request-body: 413 before any body byte is sent."""
+    s = serve(app, "--interface", iface, "--limit-request-body", "100000")
+    c = h2c(s)
+    sid = c.request("/upload", method="POST", end=False, headers=[("content-length", "1000000")])
+    r = c.wait(sid, timeout=5)
+    assert r.status == 413
+    assert c.get("/").status == 200  # the connection goes on
+
+
+def test_unread_body_does_not_stall_the_connection(serve, mode):
+    """A view that answers without reading a large body: once the response is complete the stream
+    is reset with NO_ERROR (RFC 9113 8.1) rather than left with its window shut, and the
+    connection's other streams go on, bodies included."""
+    s = serve(APP, "--interface", "wsgi", "--body-buffer-size", "65536", *mode)
+    c = h2c(s)
+    sid = c.request("/noread", method="POST", end=False, headers=[("content-length", "4194304")])
+    r = c.responses[sid]
+    left = 4194304
+    deadline = time.monotonic() + 10
+    while not r.ended and left > 0 and time.monotonic() < deadline:
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size, left)
+        if room <= 0:
+            c.flush()
+            c.pump(0.05)
+            continue
+        try:
+            c.conn.send_data(sid, b"y" * room, end_stream=room == left)
+        except h2.exceptions.StreamClosedError:
+            break
+        left -= room
+        c.flush()
+    r = c.wait(sid)
+    assert r.status == 200 and r.body == b"noread"
+    assert left == 0 or r.reset == 0, (left, r.reset)  # the rest was not waited for: reset, NO_ERROR
+    body = b"z" * 1_000_000
+    r2 = c.get("/", method="POST", body=body, headers=[("content-length", str(len(body)))])
+    assert r2.status == 200 and r2.body == b"ok" + body
