@@ -469,6 +469,40 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
     return 0;
 }
 
+/* An inline write that must be sent (WSGI write()): it returns once the
+ * stream's bytes and the connection's queue are below the high-water mark,
+ * moving the connection's I/O meanwhile (the client's window updates come
+ * in as it reads), within the send timeout of no progress; the response is
+ * then not queued whole in memory ahead of a slow client. */
+static int stream_wait_sent(m0_conn *c)
+{
+    uint32_t t = m0__conn_send_timeout(c);
+    uint64_t last = UINT64_MAX, deadline = 0;
+    for (;;) {
+        m0_h2_stream *s = c->h2s;
+        if (s == NULL || c->broken || s->ng_closed)
+            return -EPIPE;
+        m0_h2 *h2 = s->h2;
+        m0_conn *hc = h2->c;
+        if (hc->state != M0_CS_H2)
+            return -EPIPE;
+        if (h2->in_ng)
+            return 0; /* inside nghttp2 (not a view's write): the loop sends it */
+        size_t left = (s->out_len - s->out_pos) + (hc->wlen - hc->wpos);
+        if (left <= M0_WRITE_HIGH_WATER)
+            return 0;
+        if (left < last) {
+            last = left;
+            deadline = t != 0 ? m0__conn_now_ms() + t : 0;
+        }
+        int r = m0__h2_pump(h2, deadline);
+        if (r == -ETIMEDOUT)
+            return -ETIMEDOUT;
+        if (r < 0)
+            return -EPIPE;
+    }
+}
+
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->detached)
@@ -481,6 +515,8 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     if (r < 0)
         return r;
     m0__h2_kick(c->h2s->h2, 0);
+    if (blocking == M0_WRITE_SENT && !c->srv->cfg.http2_concurrent)
+        return stream_wait_sent(c);
     return 0;
 }
 
@@ -536,6 +572,13 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
             s->head_len = 0;
             p += used;
             n -= used;
+        }
+        if (n > 0 && !s->no_body && s->out_pos > 0 && s->out_len + n > s->out_cap) {
+            /* Room from the bytes sent before the queue grows: a writer that
+             * waits for the queue to fall below a mark keeps it that size. */
+            memmove(s->out, s->out + s->out_pos, s->out_len - s->out_pos);
+            s->out_len -= s->out_pos;
+            s->out_pos = 0;
         }
         if (n > 0 && !s->no_body && m0__h2_buf_add(&s->out, &s->out_len, &s->out_cap, p, n) < 0)
             return -ENOMEM;

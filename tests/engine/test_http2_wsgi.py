@@ -1,13 +1,15 @@
 """WSGI over HTTP/2 (src/net/h2*.c with src/bridge/wsgi): a streamed chunk leaves before the view
 runs on, a request body larger than --body-buffer-size streams to the view under flow control, a
-Content-Length past --limit-request-body is answered 413 at the head, and a body the view does
-not read does not stall the connection. Inline and with the blocking pool. Timing is by handshake: the view and the client wait for each other's flag file."""
+Content-Length past --limit-request-body is answered 413 at the head, and an inline view's write()
+waits for the client instead of queueing the response in memory. Inline and with the blocking
+pool. Timing is by handshake: the view and the client wait for each other's flag file."""
 import time
 
 import h2.exceptions
 import pytest
 
 from h2client import H2
+from helpers import rss_kb, worker_pid
 
 APP = "h2_wsgi_app:app"
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
@@ -138,3 +140,33 @@ def test_unread_body_does_not_stall_the_connection(serve, mode):
     body = b"z" * 1_000_000
     r2 = c.get("/", method="POST", body=body, headers=[("content-length", str(len(body)))])
     assert r2.status == 200 and r2.body == b"ok" + body
+
+
+@pytest.mark.rss
+def test_inline_write_waits_for_a_slow_client(serve, tmp_path):
+    """64 MB in 1 MB write() calls to a client that reads slowly: each write() returns once its
+    bytes are on their way, not once they are queued in the server's memory, so the server's
+    resident set stays within a few MB of where it started."""
+    s = serve(APP, "--interface", "wsgi")
+    pid = worker_pid(s)
+    c = h2c(s)
+    assert c.get("/").status == 200
+    before = rss_kb(pid)
+    flag = tmp_path / "done"
+    sid = c.request(f"/bigwrite?n=64&size=1048576&flag={flag}")
+    # The client reads nothing for a while: the view must not run ahead of it.
+    early = wait_file(flag, 2)
+    peak = rss_kb(pid)
+    r = c.responses[sid]
+    got = 0
+    deadline = time.monotonic() + 60
+    while not r.ended and time.monotonic() < deadline:
+        if not c.pump(0.5):
+            break
+        got += len(r.body)
+        r.body = b""  # counted, not kept (64 MB joined a frame at a time costs the client minutes)
+        peak = max(peak, rss_kb(pid))
+    got += len(r.body)
+    assert r.ended and got == 64 * 1048576
+    assert not early, "the view wrote 64 MB before the client read any"
+    assert peak - before < 16 * 1024, (before, peak)
