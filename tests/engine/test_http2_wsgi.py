@@ -3,13 +3,14 @@ runs on, a request body larger than --body-buffer-size streams to the view under
 Content-Length past --limit-request-body is answered 413 at the head, and an inline view's write()
 waits for the client instead of queueing the response in memory. Inline and with the blocking
 pool. Timing is by handshake: the view and the client wait for each other's flag file."""
+import os
 import time
 
 import h2.exceptions
 import pytest
 
 from h2client import H2
-from helpers import rss_kb, worker_pid
+from helpers import rss_kb, wait_until, worker_pid
 
 APP = "h2_wsgi_app:app"
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
@@ -99,6 +100,32 @@ def test_large_body_window_is_bounded(serve, tmp_path):
     c.send_body(sid, b"x" * (4194304 - sent))
     r = c.wait(sid)
     assert r.status == 200 and r.body == b"4194304"
+
+
+def test_client_gone_while_the_view_reads_its_body(serve, tmp_path, mode):
+    """The client closes its connection halfway through a streamed body while the view reads it:
+    the view's read fails, and the server closes the connection (its socket is not kept)."""
+    s = serve(APP, "--interface", "wsgi", "--body-buffer-size", "65536", *mode)
+    pid = worker_pid(s)
+    assert h2c(s).get("/").status == 200
+    fds = lambda: len(os.listdir(f"/proc/{pid}/fd"))
+    flag = tmp_path / "read"
+    c = h2c(s)
+    wait_until(lambda: fds() >= 1, 5, "fds")
+    with_conn = fds()
+    sid = c.request(f"/upload?flag={flag}", method="POST", end=False, headers=[("content-length", "4194304")])
+    deadline = time.monotonic() + 8
+    while not flag.exists() and time.monotonic() < deadline:
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size)
+        if room <= 0:
+            c.pump(0.05)
+            continue
+        c.conn.send_data(sid, b"x" * room)
+        c.flush()
+    assert flag.exists()
+    c.close()
+    wait_until(lambda: fds() < with_conn, 5, "the server to close the connection")
+    assert h2c(s).get("/").status == 200
 
 
 @pytest.mark.parametrize("app,iface", [(APP, "wsgi"), ("h2_app:app", "asgi")])
