@@ -11,6 +11,7 @@ import pytest
 
 from h2client import H2
 from helpers import rss_kb, wait_until, worker_pid
+from test_http2 import pki, tls_h2  # noqa: F401 (pki is a fixture)
 
 APP = "h2_wsgi_app:app"
 MODES = {"inline": (), "pool": ("--blocking-threads", "2")}
@@ -75,6 +76,18 @@ def test_large_body_streams_to_the_view(serve, tmp_path, mode):
     assert wait_file(flag, 8), "the view did not see the body before the client sent all of it"
     c.send_body(sid, bytes(view) + body[half:])
     r = c.wait(sid)
+    assert r.status == 200 and r.body == str(len(body)).encode()
+
+
+def test_large_body_streams_over_tls(serve, pki, mode):  # noqa: F811
+    """The same over TLS (ALPN h2): the inline view's read takes what the TLS layer holds."""
+    ca, cert, key, _ = pki
+    s = serve(APP, "--interface", "wsgi", "--body-buffer-size", "65536", "--ssl-certfile", cert,
+              "--ssl-keyfile", key, *mode)
+    c = H2(s.host, s.port, sock=tls_h2(s, ca))
+    body = bytes(range(256)) * (4 * 4096)
+    r = c.get("/upload?flag=/dev/null&chunk=10000", method="POST", body=body,
+              headers=[("content-length", str(len(body)))])
     assert r.status == 200 and r.body == str(len(body)).encode()
 
 
