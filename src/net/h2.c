@@ -330,9 +330,9 @@ int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms)
         return -ECONNRESET;
     h2->write_now++; /* what the handler waits on leaves now */
     m0__h2_write(h2);
-    h2->write_now--;
     if (c->state != M0_CS_H2)
-        return -ECONNRESET;
+        return -ECONNRESET; /* a write failed: the connection closed, h2 is freed */
+    h2->write_now--;
     c->rpos = c->rlen = 0;        /* the loop's input was fed before the dispatch */
     ssize_t n = m0__conn_fill(c); /* first without waiting: TLS may hold bytes already */
     if (n == -EAGAIN) {
