@@ -141,6 +141,9 @@ test-c: deps
 	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
 	./tests/c/build/test_handoff
 	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
+	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_h2_pool tests/c/test_h2_pool.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
+	./tests/c/build/test_h2_pool
+	M0_IO_BACKEND=poll ./tests/c/build/test_h2_pool
 	clang $(CFLAGS_TEST) -o tests/c/build/test_acceptor tests/c/test_acceptor.c src/net/acceptor.c -lpthread
 	./tests/c/build/test_acceptor
 	clang $(CFLAGS_TSAN) -o tests/c/build/test_acceptor_tsan tests/c/test_acceptor.c src/net/acceptor.c

@@ -3,6 +3,8 @@
  * in h2.h; the streams and their connections are h2_stream.c's). */
 #include "h2_int.h"
 
+#include <poll.h>
+
 #define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"
 /* The window over which resets are counted (rapid reset, CVE-2023-44487). */
 #define H2_RESET_WINDOW_MS 1000
@@ -43,9 +45,13 @@ static int on_header(nghttp2_session *ses, const nghttp2_frame *frame, const uin
     return m0__h2_stream_field(s, name, nlen, value, vlen) < 0 ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE : 0;
 }
 
-/* Queue s for the handler: at END_STREAM with its whole body for a serial
- * handler (WSGI reads its body without waiting), at the end of its head for
- * a concurrent one (ASGI awaits each chunk, as flow control lets it come). */
+/* Queue s for the handler: for a serial handler (WSGI) at END_STREAM with
+ * its whole body when it fits the body buffer (the view reads memory), else
+ * once it is known not to (a Content-Length past it, or more bytes than it
+ * holds): the view then reads the body as it comes, and flow control holds
+ * the client to the buffer and one window ahead (m0__h2_stream_window). For
+ * a concurrent handler (ASGI) at the end of its head: it awaits each chunk.
+ * A Content-Length past limits.max_body is answered 413 at the head. */
 static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
 {
     if (s->queued)
@@ -96,11 +102,25 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
         return 0;
     if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_HEADERS) && !s->headers_done) {
         s->headers_done = 1;
-        if (h2->c->srv->cfg.http2_concurrent && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        const m0_server_config *cfg = &h2->c->srv->cfg;
+        int64_t cl = s->too_large ? -1 : m0__h2_stream_content_length(s);
+        if (cfg->limits.max_body != 0 && cl > 0 && (uint64_t)cl > cfg->limits.max_body) {
+            s->body_too_large = 1; /* 413 now: the client need not send the body */
             stream_ready(h2, s);
+        } else if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+                   (cfg->http2_concurrent ||
+                    (cl < 0 ? cfg->body_buffer_size == 0 : (uint64_t)cl > cfg->body_buffer_size))) {
+            stream_ready(h2, s);
+        }
     }
     if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->headers_done) {
-        s->in_done = 1;
+        if (h2->c->srv->cfg.http2_pool) {
+            m0__h2p_lock(h2->c->srv); /* a pool thread may wait for the body's end */
+            s->in_done = 1;
+            m0__h2p_unlock(h2->c->srv, 1);
+        } else {
+            s->in_done = 1;
+        }
         s->body_event = s->want_body;
         stream_ready(h2, s);
     }
@@ -113,36 +133,66 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
     (void)flags;
     m0_h2 *h2 = user;
     m0_h2_stream *s = nghttp2_session_get_stream_user_data(ses, stream_id);
+    const m0_server_config *cfg = &h2->c->srv->cfg;
     /* Flow control (automatic window updates are off): the connection's
      * window is given back at once, so that one stream whose app does not
-     * read holds no other; a stream's own window when its app reads it
-     * (m0_h2s_body_read), so a client sends at most a window ahead of a
-     * concurrent handler. A serial handler's body is whole before it runs:
-     * its window is given back as it arrives, up to the body limit. */
+     * read holds no other; a stream's own window as its bytes leave what the
+     * stream may buffer (m0__h2_stream_window): as the app reads them past
+     * the body buffer. Bytes nobody will read are dropped, their window
+     * given back. */
     nghttp2_session_consume_connection(ses, len);
-    int stream_now = s == NULL || !h2->c->srv->cfg.http2_concurrent || s->body_too_large ||
-                     (s->sc != NULL && !s->sc->pending) || s->ng_closed;
-    if (stream_now)
+    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending) || s->ng_closed) {
         nghttp2_session_consume_stream(ses, stream_id, len);
-    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending))
-        return 0; /* the app is done with it: dropped */
-    uint64_t max = h2->c->srv->cfg.limits.max_body;
+        return 0;
+    }
+    int locked = cfg->http2_pool; /* a pool thread reads s->in */
+    if (locked)
+        m0__h2p_lock(h2->c->srv);
+    int r = 0;
+    uint64_t max = cfg->limits.max_body;
     if (max != 0 && s->in_got + len > max) {
         s->body_too_large = 1;
         s->body_event = s->want_body;
-        if (!h2->c->srv->cfg.http2_concurrent) {
+        nghttp2_session_consume_stream(ses, stream_id, len + s->in_held);
+        s->in_held = 0;
+        if (!cfg->http2_concurrent) {
             free(s->in);
             s->in = NULL;
             s->in_len = s->in_pos = s->in_cap = 0;
         }
-        return 0;
+        goto out;
     }
     if (s->in_pos == s->in_len)
         s->in_pos = s->in_len = 0;
-    if (m0__h2_buf_add(&s->in, &s->in_len, &s->in_cap, data, len) < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (m0__h2_buf_add(&s->in, &s->in_len, &s->in_cap, data, len) < 0) {
+        r = NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        goto out;
+    }
     s->in_got += len;
+    s->in_held += len;
+    m0__h2_stream_window(s);
     s->body_event = s->want_body;
+out:
+    if (locked)
+        m0__h2p_unlock(h2->c->srv, 1);
+    /* A serial handler's body past the buffer: the view reads the rest as it comes. */
+    if (r == 0 && !s->queued && !cfg->http2_concurrent && s->headers_done && s->in_got > cfg->body_buffer_size)
+        stream_ready(h2, s);
+    return r;
+}
+
+/* A response's last frame (END_STREAM) went while the request's body is
+ * still open: the client is told to stop sending it (RFC 9113 8.1,
+ * RST_STREAM with NO_ERROR after a complete response), so that a body the
+ * app did not read holds no window and no client waits to send it. */
+static int on_frame_send(nghttp2_session *ses, const nghttp2_frame *frame, void *user)
+{
+    (void)user;
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if (nghttp2_session_get_stream_remote_close(ses, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(ses, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -170,6 +220,7 @@ static int h2_session_new(m0_h2 *h2)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     if (nghttp2_option_new(&opt) != 0) {
         nghttp2_session_callbacks_del(cb);
         return -ENOMEM;
@@ -270,6 +321,37 @@ void m0_h2_readable(m0_conn *c, uint32_t events)
         m0__h2_after(h2);
 out:
     m0__conn_release(c);
+}
+
+int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms)
+{
+    m0_conn *c = h2->c;
+    if (c->state != M0_CS_H2 || h2->in_ng)
+        return -ECONNRESET;
+    h2->write_now++; /* what the handler waits on leaves now */
+    m0__h2_write(h2);
+    if (c->state != M0_CS_H2)
+        return -ECONNRESET; /* a write failed: the connection closed, h2 is freed */
+    h2->write_now--;
+    c->rpos = c->rlen = 0;        /* the loop's input was fed before the dispatch */
+    ssize_t n = m0__conn_fill(c); /* first without waiting: TLS may hold bytes already */
+    if (n == -EAGAIN) {
+        int r = m0__conn_wait(c, (short)(POLLIN | (c->wlen > c->wpos ? POLLOUT : 0)), deadline_ms);
+        if (r < 0)
+            return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
+        n = m0__conn_fill(c);
+        if (n == -EAGAIN)
+            return 0; /* writable only: the caller looks again */
+    }
+    if (n <= 0)
+        return -ECONNRESET; /* the loop sees the end too, and closes */
+    int r = h2_recv(h2, c->rbuf, (size_t)n);
+    c->rpos = c->rlen = 0;
+    if (r < 0) {
+        nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
+        return -ECONNRESET;
+    }
+    return 0;
 }
 
 /* Whether a response waits on flow control: body bytes queued for a stream
@@ -586,6 +668,7 @@ static void h2_dispatch(m0_h2 *h2)
         sc->peer_trust = c->peer_trust;
         sc->body_done = 1;
         sc->continue_sent = 1;
+        sc->body_deadline_ms = m0__conn_now_ms() + (srv->cfg.body_timeout_ms ? srv->cfg.body_timeout_ms : 60000);
         /* The PROXY protocol's client is the connection's, for each stream. */
         if (c->fwd_client) {
             sc->fwd_client = 1;

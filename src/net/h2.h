@@ -15,8 +15,13 @@
  * connection. The handler uses the m0_conn functions of server.h as for
  * HTTP/1.1; those of a stream connection come here (the m0_h2s_* functions):
  *
- *  - The request is complete (END_STREAM) when it is dispatched: its body,
- *    bounded by limits.max_body (413), is read from memory.
+ *  - A serial or pool handler's (WSGI) request is dispatched complete
+ *    (END_STREAM) when its body fits cfg.body_buffer_size, else once it is
+ *    known not to: the body then streams (an inline view's blocking read
+ *    moves the connection's I/O, a pool thread waits for the loop), the
+ *    stream's window given back as the view reads past the buffer. A
+ *    concurrent handler's (ASGI) is dispatched at the end of its head. A
+ *    Content-Length past limits.max_body is answered 413 at the head.
  *  - The request says HTTP/1.0 framing to the bridges (minor_version 0, no
  *    chunked coding: the end of the stream delimits the body) and HTTP/2 to
  *    everything that names the protocol (M0_REQ_HTTP2).

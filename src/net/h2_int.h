@@ -69,9 +69,12 @@ struct m0_h2_stream {
     int too_large;    /* past the header limits: answered 431 */
     int headers_done;
     int queued; /* in the ready list, or dispatched */
-    /* The request body, whole before the dispatch. */
+    /* The request body: whole before the dispatch when it fits the body
+     * buffer, else streamed to the handler as it reads. */
     char *in;
     size_t in_len, in_pos, in_cap;
+    size_t in_held;     /* body bytes received whose stream window is not given back yet */
+    int in_kick;        /* a pool thread read body bytes: the loop gives their window back */
     int in_done;        /* END_STREAM received */
     int body_too_large; /* past limits.max_body: 413, or -EFBIG to a reading app */
     uint64_t in_got;    /* body bytes received */
@@ -144,6 +147,14 @@ void m0__h2_write(m0_h2 *h2);
  * M0_CONN_BODY and M0_CONN_WRITABLE. */
 void m0__h2_send(m0_h2 *h2);
 
+/* Loop thread, inline inside a handler (a WSGI view waiting for its
+ * request body or for room): move the connection's I/O once, sending what
+ * is queued, waiting (without the GIL) until the socket is readable or
+ * writable and feeding what arrives to nghttp2. It dispatches nothing and
+ * ends no stream (m0__h2_after does, after the handler). 0, -ETIMEDOUT at
+ * deadline_ms, -EINTR, or -ECONNRESET (the connection is over). */
+int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms);
+
 /* --- the streams (h2_stream.c) --- */
 
 /* A stream of h2, linked into h2->streams; NULL when out of memory. */
@@ -162,6 +173,14 @@ int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const
 int m0__h2_fields_alloc(m0_h2_stream *s);
 /* Build the m0_request of s in its stream connection (spans into s->f). */
 void m0__h2_request_build(m0_h2_stream *s, m0_request *req);
+/* The Content-Length of s's request head, before the dispatch (the fields
+ * are offsets then): -1 when there is none. */
+int64_t m0__h2_stream_content_length(const m0_h2_stream *s);
+/* Give back the stream window of the body bytes s holds past what it may
+ * buffer (the body buffer for a serial handler, nothing for a concurrent
+ * one): a client sends at most that buffer and one window ahead of the
+ * handler. No nghttp2 call that sends (safe under srv->h2_lock). */
+void m0__h2_stream_window(m0_h2_stream *s);
 /* A response the stream answers itself (431, 413): status only. */
 void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
 /* Loop thread: the response bytes of s's stream connection c (its head,
@@ -174,7 +193,7 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt);
 
 /* The detached stream connection c's functions (its owning thread). */
 int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
-ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap);
+ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 size_t m0__h2p_write_pending(const m0_conn *c);
 int m0__h2p_keep_alive(const m0_conn *c);
 /* Loop thread: s's stream ends while its stream connection is detached

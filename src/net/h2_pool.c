@@ -17,8 +17,11 @@
  *    to a free thread once the stream's queue is below the low-water mark.
  *    Flow control is the client's: the data provider takes from the queue
  *    what the windows allow, and signals h2_cond as it does.
- *  - The request body is whole before the dispatch (as for WSGI inline);
- *    the thread reads it from memory.
+ *  - The request body: the stream's queue, which the loop fills as DATA
+ *    arrives; a body past the body buffer streams (the stream is dispatched
+ *    before its end): the thread waits for bytes on h2_cond, and what it
+ *    reads is put on srv->h2_kicks (in_kick) for the loop to give the
+ *    window back.
  *  - The end of the stream while a thread has it (a reset, the connection
  *    closing): the stream connection is orphaned (c->h2s NULL, broken,
  *    closed): the thread's I/O fails at once, its waits end, and the
@@ -161,6 +164,22 @@ static int h2p_wait(m0_conn *c, int blocking)
     return r;
 }
 
+/* Under h2_lock: put s on srv->h2_kicks for the loop. Whether the loop is
+ * to be woken (the list was empty: one wake-up while it is not). */
+static int kick_add(m0_server *srv, m0_h2_stream *s)
+{
+    if (s->kicked)
+        return 0;
+    int wake = srv->h2_kicks == NULL;
+    s->kicked = 1;
+    s->kick_prev = NULL;
+    s->kick_next = srv->h2_kicks;
+    if (srv->h2_kicks != NULL)
+        srv->h2_kicks->kick_prev = s;
+    __atomic_store_n(&srv->h2_kicks, s, __ATOMIC_RELEASE);
+    return wake;
+}
+
 int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     m0_server *srv = c->srv;
@@ -176,18 +195,7 @@ int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
             return -ENOMEM;
         }
     }
-    /* One wake-up while the list is not empty: the loop takes it whole. */
-    int wake = srv->h2_kicks == NULL;
-    if (!s->kicked && s->stage_len > 0) {
-        s->kicked = 1;
-        s->kick_prev = NULL;
-        s->kick_next = srv->h2_kicks;
-        if (srv->h2_kicks != NULL)
-            srv->h2_kicks->kick_prev = s;
-        __atomic_store_n(&srv->h2_kicks, s, __ATOMIC_RELEASE);
-    } else {
-        wake = 0;
-    }
+    int wake = s->stage_len > 0 && kick_add(srv, s);
     pthread_mutex_unlock(&srv->h2_lock);
     if (wake)
         m0_async_send(&srv->wake);
@@ -196,24 +204,81 @@ int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return h2p_wait(c, blocking);
 }
 
-ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap)
+/* The body is read from the stream's queue, which the loop fills as DATA
+ * arrives (on_data_chunk_recv, under h2_lock) and whose window it gives
+ * back once told (in_kick, m0_h2p_absorb). A blocking read waits for bytes
+ * without the GIL until the body's deadline; the copy is made with it. */
+ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     m0_server *srv = c->srv;
-    pthread_mutex_lock(&srv->h2_lock);
-    m0_h2_stream *s = c->h2s;
-    ssize_t r;
-    if (s == NULL) {
-        r = -ECONNRESET;
-    } else {
-        size_t avail = s->in_len - s->in_pos;
-        size_t n = avail < cap ? avail : cap;
-        if (n > 0)
-            memcpy(dst, s->in + s->in_pos, n);
-        s->in_pos += n;
-        r = n > 0 ? (ssize_t)n : s->body_too_large ? -EFBIG : 0; /* whole before the dispatch */
+    const m0_server_config *cfg = &srv->cfg;
+    for (;;) {
+        pthread_mutex_lock(&srv->h2_lock);
+        m0_h2_stream *s = c->h2s;
+        ssize_t r = 0;
+        int wake = 0, wait = 0;
+        if (s == NULL) {
+            r = -ECONNRESET;
+        } else {
+            size_t avail = s->in_len - s->in_pos;
+            size_t n = avail < cap ? avail : cap;
+            if (n > 0) {
+                memcpy(dst, s->in + s->in_pos, n);
+                s->in_pos += n;
+                r = (ssize_t)n;
+                if (!s->in_done && s->in_held > 0) {
+                    s->in_kick = 1; /* its window, past the buffer */
+                    wake = kick_add(srv, s);
+                }
+            } else if (s->body_too_large) {
+                r = -EFBIG;
+            } else if (s->in_done || cap == 0) {
+                r = 0;
+            } else if (!blocking) {
+                r = -EAGAIN;
+            } else {
+                wait = 1;
+            }
+        }
+        if (!wait) {
+            pthread_mutex_unlock(&srv->h2_lock);
+            if (wake)
+                m0_async_send(&srv->wake);
+            return r;
+        }
+        /* Nothing yet: wait for the loop, without the GIL (released before
+         * the lock is taken again). */
+        pthread_mutex_unlock(&srv->h2_lock);
+        void *token = cfg->block_release != NULL ? cfg->block_release() : NULL;
+        pthread_mutex_lock(&srv->h2_lock);
+        int timed_out = 0;
+        while (c->h2s != NULL && c->h2s->in_len == c->h2s->in_pos && !c->h2s->in_done && !c->h2s->body_too_large) {
+            uint64_t now = now_ms();
+            if (c->body_deadline_ms != 0 && now >= c->body_deadline_ms) {
+                timed_out = 1;
+                break;
+            }
+            uint64_t wait_ms = c->body_deadline_ms != 0 ? c->body_deadline_ms - now : 1000;
+            if (wait_ms > 1000)
+                wait_ms = 1000;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (time_t)(wait_ms / 1000);
+            ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            srv->h2_waiters++;
+            pthread_cond_timedwait(&srv->h2_cond, &srv->h2_lock, &ts);
+            srv->h2_waiters--;
+        }
+        pthread_mutex_unlock(&srv->h2_lock);
+        if (cfg->block_acquire != NULL)
+            cfg->block_acquire(token);
+        if (timed_out)
+            return -ETIMEDOUT;
     }
-    pthread_mutex_unlock(&srv->h2_lock);
-    return r;
 }
 
 size_t m0__h2p_write_pending(const m0_conn *c)
@@ -259,6 +324,11 @@ void m0_h2p_absorb(m0_server *srv)
             }
         }
         s->stage_len = 0;
+        if (s->in_kick) {
+            s->in_kick = 0;
+            if (sc != NULL)
+                m0__h2_stream_window(s); /* a thread read body bytes: their window */
+        }
         if (!s->h2->kicked) {
             s->h2->kicked = 1;
             s->h2->kick_next = run;

@@ -290,6 +290,35 @@ void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
         req->flags |= M0_REQ_CHUNKED; /* a body of unknown length follows: read it to its end */
 }
 
+int64_t m0__h2_stream_content_length(const m0_h2_stream *s)
+{
+    for (size_t i = 0; i < s->nhdr; i++) {
+        const m0_header *h = &s->hdr[i];
+        m0_span name = {s->f + (size_t)h->name.base, h->name.len};
+        if (!m0_span_ieq(name, "content-length", 14))
+            continue;
+        /* nghttp2 checked the value: digits only, one value per stream. */
+        const char *v = s->f + (size_t)h->value.base;
+        int64_t cl = 0;
+        for (size_t k = 0; k < h->value.len && k < 18; k++)
+            cl = cl * 10 + (v[k] - '0');
+        return cl;
+    }
+    return -1;
+}
+
+void m0__h2_stream_window(m0_h2_stream *s)
+{
+    const m0_server_config *cfg = &s->h2->c->srv->cfg;
+    size_t keep = cfg->http2_concurrent ? 0 : (size_t)cfg->body_buffer_size;
+    size_t buffered = s->in_len - s->in_pos;
+    size_t hold = buffered > keep ? buffered - keep : 0;
+    if (s->in_held > hold) {
+        nghttp2_session_consume_stream(s->h2->ses, s->id, s->in_held - hold);
+        s->in_held = hold;
+    }
+}
+
 /* A response the stream answers itself (431, 413): status only, and its
  * access log line, as the HTTP/1.1 connection logs its own 431 and 413: the
  * request's method and path when they were received (a :path past the limit
@@ -440,6 +469,40 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
     return 0;
 }
 
+/* An inline write that must be sent (WSGI write()): it returns once the
+ * stream's bytes and the connection's queue are below the high-water mark,
+ * moving the connection's I/O meanwhile (the client's window updates come
+ * in as it reads), within the send timeout of no progress; the response is
+ * then not queued whole in memory ahead of a slow client. */
+static int stream_wait_sent(m0_conn *c)
+{
+    uint32_t t = m0__conn_send_timeout(c);
+    uint64_t last = UINT64_MAX, deadline = 0;
+    for (;;) {
+        m0_h2_stream *s = c->h2s;
+        if (s == NULL || c->broken || s->ng_closed)
+            return -EPIPE;
+        m0_h2 *h2 = s->h2;
+        m0_conn *hc = h2->c;
+        if (hc->state != M0_CS_H2)
+            return -EPIPE;
+        if (h2->in_ng)
+            return 0; /* inside nghttp2 (not a view's write): the loop sends it */
+        size_t left = (s->out_len - s->out_pos) + (hc->wlen - hc->wpos);
+        if (left <= M0_WRITE_HIGH_WATER)
+            return 0;
+        if (left < last) {
+            last = left;
+            deadline = t != 0 ? m0__conn_now_ms() + t : 0;
+        }
+        int r = m0__h2_pump(h2, deadline);
+        if (r == -ETIMEDOUT)
+            return -ETIMEDOUT;
+        if (r < 0)
+            return -EPIPE;
+    }
+}
+
 int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->detached)
@@ -452,6 +515,8 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     if (r < 0)
         return r;
     m0__h2_kick(c->h2s->h2, 0);
+    if (blocking == M0_WRITE_SENT && !c->srv->cfg.http2_concurrent)
+        return stream_wait_sent(c);
     return 0;
 }
 
@@ -508,6 +573,13 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
             p += used;
             n -= used;
         }
+        if (n > 0 && !s->no_body && s->out_pos > 0 && s->out_len + n > s->out_cap) {
+            /* Room from the bytes sent before the queue grows: a writer that
+             * waits for the queue to fall below a mark keeps it that size. */
+            memmove(s->out, s->out + s->out_pos, s->out_len - s->out_pos);
+            s->out_len -= s->out_pos;
+            s->out_pos = 0;
+        }
         if (n > 0 && !s->no_body && m0__h2_buf_add(&s->out, &s->out_len, &s->out_cap, p, n) < 0)
             return -ENOMEM;
     }
@@ -520,32 +592,38 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
 
 ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
-    (void)blocking;
     if (c->detached)
-        return m0__h2p_body_read(c, dst, cap);
-    m0_h2_stream *s = c->h2s;
-    if (s == NULL || s->ng_closed)
-        return -ECONNRESET;
-    size_t avail = s->in_len - s->in_pos;
-    size_t n = avail < cap ? avail : cap;
-    if (n > 0) {
-        memcpy(dst, s->in + s->in_pos, n);
-        s->in_pos += n;
+        return m0__h2p_body_read(c, dst, cap, blocking);
+    for (;;) {
+        m0_h2_stream *s = c->h2s;
+        if (s == NULL || s->ng_closed)
+            return -ECONNRESET;
         m0_h2 *h2 = s->h2;
-        if (c->srv->cfg.http2_concurrent) {
+        size_t avail = s->in_len - s->in_pos;
+        size_t n = avail < cap ? avail : cap;
+        if (n > 0) {
+            memcpy(dst, s->in + s->in_pos, n);
+            s->in_pos += n;
             /* The app took it: the client may send as much again. */
-            nghttp2_session_consume_stream(h2->ses, s->id, n);
+            m0__h2_stream_window(s);
             if (!h2->in_ng)
                 m0__h2_write(h2);
+            return (ssize_t)n;
         }
-        return (ssize_t)n;
+        if (s->body_too_large)
+            return -EFBIG;
+        if (s->in_done || cap == 0)
+            return 0;
+        if (!blocking || c->srv->cfg.http2_concurrent || h2->in_ng) {
+            s->want_body = 1;
+            return -EAGAIN;
+        }
+        /* An inline view reads a body that streams: the connection's input
+         * is read here, for its deadline. */
+        int r = m0__h2_pump(h2, c->body_deadline_ms);
+        if (r < 0)
+            return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
     }
-    if (s->body_too_large)
-        return -EFBIG;
-    if (s->in_done || cap == 0)
-        return 0;
-    s->want_body = 1;
-    return -EAGAIN;
 }
 
 size_t m0_h2s_write_pending(const m0_conn *c)
