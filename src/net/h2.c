@@ -415,12 +415,15 @@ void m0__h2_kick(m0_h2 *h2, int final)
         /* A streamed chunk leaves now, unheld: its app may block the thread
          * before it writes again (a WSGI view inside the dispatch; an ASGI
          * task started eagerly inside it, Python 3.12+). */
+        c->refs++; /* a failed write closes c, which frees h2: c is looked at after */
         h2->write_now++;
         if (h2->dispatching)
             m0__h2_send(h2); /* h2_dispatch's caller runs m0__h2_after after it */
         else
             m0__h2_after(h2);
-        h2->write_now--;
+        if (c->state == M0_CS_H2)
+            h2->write_now--;
+        m0__conn_release(c);
         return;
     }
     if (h2->dispatching)
@@ -627,7 +630,9 @@ static void h2_dispatch(m0_h2 *h2)
         return;
     h2->dispatching = 1;
     m0_server *srv = c->srv;
-    while (h2->ready != NULL && c->state == M0_CS_H2 &&
+    /* c->state first: a handler's write that fails closes c and frees h2 (the
+     * caller, m0__h2_after, holds c). */
+    while (c->state == M0_CS_H2 && h2->ready != NULL &&
            (!h2->busy || srv->cfg.http2_concurrent || srv->cfg.http2_pool)) {
         m0_h2_stream *s = h2->ready;
         h2->ready = s->ready_next;
@@ -705,7 +710,8 @@ static void h2_dispatch(m0_h2 *h2)
         }
         m0__conn_release(sc);
     }
-    h2->dispatching = 0;
+    if (c->state == M0_CS_H2)
+        h2->dispatching = 0;
 }
 
 void m0_h2_writable(m0_conn *c)

@@ -210,3 +210,28 @@ def test_inline_write_waits_for_a_slow_client(serve, tmp_path):
     assert r.ended and got == 64 * 1048576
     assert not early, "the view wrote 64 MB before the client read any"
     assert peak - before < 16 * 1024, (before, peak)
+
+
+def test_a_chunk_written_after_the_client_reset_closes_only_its_connection(serve, tmp_path, mode):
+    """The client reads "first", then resets the connection (RST) and makes the view's file: the
+    view's next chunk meets the reset socket, which closes the connection (and frees its session)
+    inside the chunk's write. The write must not touch the session after that (a use after free
+    under ASan, tests/asan_pytest.sh); the server goes on serving."""
+    import socket
+    import struct
+
+    s = serve(APP, "--interface", "wsgi", *mode)
+    flag = tmp_path / "seen"
+    c = h2c(s)
+    sid = c.request(f"/gen?flag={flag}")
+    r = c.responses[sid]
+    deadline = time.monotonic() + 8
+    while r.body != b"first" and time.monotonic() < deadline:
+        assert c.pump(0.05)
+    assert r.body == b"first"
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    c.sock.close()
+    flag.touch()
+    c2 = h2c(s)
+    assert c2.wait(c2.request("/")).status == 200, s.log
+    assert s.proc.poll() is None, s.log
