@@ -13,8 +13,11 @@ response back as HTTP/1.1 for http1.read_response, as it arrives:
 - a stream the server resets, or a connection it closes, ends the client's connection after what
   was written (HTTP/1.1's truncated response); a GOAWAY ends it once the stream in flight ends;
 - requests are sent one at a time (a pipelined request is parsed once the response before it
-  ended); Host becomes :authority, an absolute-form target becomes :authority and :path, the
+  ended); a request that asks for the connection's end (Connection: close, or HTTP/1.0 without
+  keep-alive) has it once its response ended, as the HTTP/1.1 client would close it then;
+  Host becomes :authority, an absolute-form target becomes :authority and :path, the
   HTTP/1.1 connection headers (Connection, Keep-Alive, Transfer-Encoding, Upgrade) are left out;
+- the DATA the server sends is acknowledged (its window given back) as the client reads it;
 - the client closing its end closes the HTTP/2 connection (a half-close waits for the response
   in flight); SO_LINGER set on the client's end is set on the HTTP/2 connection's socket too, and
   getsockname()/getpeername() are those of that socket (the address the server sees).
@@ -156,6 +159,8 @@ class _Translator:
         self.goaway = False
         self.client_eof = False
         self.up_eof = False
+        self.close_after_response = False
+        self.unacked = []  # (flow-controlled length, stream id) of DATA not yet read by the client
 
     # -- the upstream connection --------------------------------------------------------------
 
@@ -215,7 +220,7 @@ class _Translator:
         parts = lines[0].split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
             raise _BadRequest(lines[0])
-        method, target, _ = parts
+        method, target, version = parts
         fields = []
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
@@ -234,6 +239,8 @@ class _Translator:
             authority, target = rest[:cut], rest[cut:] or b"/"
             if target.startswith(b"?"):
                 target = b"/" + target
+        tokens = {t.strip().lower() for n, v in fields if n == b"connection" for t in v.split(b",")}
+        self.close_after_response = b"close" in tokens or (version == b"HTTP/1.0" and b"keep-alive" not in tokens)
         te = [v for n, v in fields if n == b"transfer-encoding"]
         chunked = bool(te) and te[-1].split(b",")[-1].strip().lower() == b"chunked"
         length = 0
@@ -353,10 +360,12 @@ class _Translator:
                 has_length = True
             out.append(f"{_title(name.decode('latin-1'))}: {value.decode('latin-1')}\r\n")
         if not informational:
-            bodyless = status in (204, 304) or self.method == b"HEAD"
-            self.resp_chunked = not has_length and not bodyless
+            # HEAD: framed as GET would be, no body (read_response(method="HEAD") reads none)
+            self.resp_chunked = not has_length and status not in (204, 304)
             if self.resp_chunked:
                 out.append("Transfer-Encoding: chunked\r\n")
+            if self.method == b"HEAD":
+                self.resp_chunked = False
         out.append("\r\n")
         self.out_client += "".join(out).encode("latin-1")
 
@@ -368,7 +377,7 @@ class _Translator:
             elif isinstance(ev, h2.events.ResponseReceived) and sid == self.sid:
                 self._write_head(int(dict(ev.headers)[b":status"]), ev.headers)
             elif isinstance(ev, h2.events.DataReceived):
-                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                self.unacked.append((ev.flow_controlled_length, ev.stream_id))
                 if sid == self.sid and ev.data:
                     if self.resp_chunked:
                         self.out_client += b"%x\r\n" % len(ev.data) + ev.data + b"\r\n"
@@ -409,7 +418,7 @@ class _Translator:
                 pass
         self.sid = None
         self.body = None
-        if self.goaway:
+        if self.goaway or self.close_after_response:
             self.close_after_flush = True
 
     # -- the loop -----------------------------------------------------------------------------
@@ -447,6 +456,15 @@ class _Translator:
                 self.close_after_flush = True
             if not self._flush(self.inner, self.out_client):
                 return  # the client is gone
+            if self.unacked and len(self.out_client) < 65536:
+                for n, sid in self.unacked:
+                    try:
+                        self.conn.acknowledge_received_data(n, sid)
+                    except h2.exceptions.H2Error:
+                        pass  # the stream is gone: its share of the connection's window was given back
+                self.unacked = []
+                self._queue_up()
+                self._flush(self.up, self.out_up)
             if self.close_after_flush and not self.out_client:
                 return
             if self.up_eof and not self.out_up:
