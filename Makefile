@@ -166,6 +166,17 @@ TLS_TESTS := wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi
 	asgi/test_asgi_soak.py asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py
 test-tls-py: build
 	cd tests && M0_TEST_TLS=1 ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(TLS_TESTS)
+
+# The WSGI and ASGI probes again over HTTP/2 (tests/servers.py, tests/h2bridge.py): M0_TEST_H2=h2c
+# (prior knowledge on plaintext), then M0_TEST_H2=h2 (TLS, ALPN h2, the TLS mode's certificates).
+# Raw requests go through a translator to one HTTP/2 stream each, httpx speaks HTTP/2 itself. The
+# TLS files less the WebSocket ones: WebSocket over HTTP/2 (RFC 8441, extended CONNECT) is not served.
+.PHONY: test-h2-py
+H2_TESTS := $(filter-out asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py,$(TLS_TESTS))
+test-h2-py: build
+	cd tests && M0_TEST_H2=h2c ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(H2_TESTS); c=$$?; \
+	M0_TEST_H2=h2 ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(H2_TESTS); t=$$?; \
+	[ $$c -eq 0 ] && [ $$t -eq 0 ]
 # The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
 # the loop's C tests, then a few suites against that build (installed apart, first on
 # PYTHONPATH).

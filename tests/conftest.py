@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from servers import APPS_DIR, Server, server_env, stop_all
+from servers import APPS_DIR, TEST_H2, Server, httpx_over_h2, server_env, stop_all
+
+if TEST_H2:
+    httpx_over_h2()  # the HTTP/2 mode: httpx speaks HTTP/2 too (servers.py)
 
 
 def _starter(started):

@@ -1,7 +1,7 @@
 """m0serve processes for the tests: a Server started on an ephemeral port (`python -m m0serve APP
 --port 0 ...` with tests/apps on the app path, ready once it logs "Listening on http://HOST:PORT"),
-stopped alone or together, and the TLS mode of the suites (make test-tls-py). The fixtures that
-start them are in conftest.py."""
+stopped alone or together, and the TLS and HTTP/2 modes of the suites (make test-tls-py, make
+test-h2-py). The fixtures that start them are in conftest.py."""
 import os
 import re
 import signal
@@ -23,8 +23,46 @@ LISTEN_RE = re.compile(r"Listening on https?://([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 # its command line names one), Server.connect() speaks TLS to it, and httpx, websockets and
 # ssl.create_default_context() trust the test CA (SSL_CERT_FILE). A test whose subject is the
 # plaintext wire itself says so with `plaintext_only`.
-TEST_TLS = os.environ.get("M0_TEST_TLS") == "1"
-plaintext_only = pytest.mark.skipif(TEST_TLS, reason="about the plaintext wire (M0_TEST_TLS=1)")
+#
+# The suites run again over HTTP/2 (make test-h2-py; M0_TEST_H2=h2c or M0_TEST_H2=h2 in the test
+# process). h2c: HTTP/2 with prior knowledge on plaintext; h2: HTTP/2 over TLS chosen by ALPN, on the
+# TLS mode's certificates (the TLS mode is on with it: TEST_TLS, plaintext_only). Server.connect()
+# then returns one end of a socket pair whose other end a thread translates (tests/h2bridge.py):
+# each HTTP/1.1 request written to it goes to the server as one stream of a real HTTP/2 connection,
+# and the response comes back as HTTP/1.1 for http1.read_response (chunked where the HTTP/2
+# response has no content-length). httpx speaks HTTP/2 itself: conftest.py calls httpx_over_h2()
+# in this mode, which makes every httpx.Client and httpx.AsyncClient (httpx.get and the like too)
+# http1=False, http2=True (prior knowledge on http:// URLs, ALPN h2 on https://). A test whose
+# subject is the HTTP/1.1 wire itself (pipelining, chunked framing, Connection, 100-continue,
+# HTTP/1.0, exact bytes) says so with `http1_only`; a value that differs by protocol (SERVER_PROTOCOL,
+# the ASGI http_version) is asserted per mode (HTTP_VERSION).
+TEST_H2 = os.environ.get("M0_TEST_H2") or None
+if TEST_H2 not in (None, "h2", "h2c"):
+    raise RuntimeError(f"M0_TEST_H2={TEST_H2!r}: h2 or h2c")
+TEST_TLS = os.environ.get("M0_TEST_TLS") == "1" or TEST_H2 == "h2"
+plaintext_only = pytest.mark.skipif(TEST_TLS, reason="about the plaintext wire (M0_TEST_TLS=1 or M0_TEST_H2=h2)")
+http1_only = pytest.mark.skipif(TEST_H2 is not None, reason="about the HTTP/1.1 wire (M0_TEST_H2)")
+# The request's protocol version as the server reports it (ASGI's http_version; WSGI's SERVER_PROTOCOL
+# is "HTTP/" + it).
+HTTP_VERSION = "2" if TEST_H2 else "1.1"
+
+
+def httpx_over_h2():
+    """Make every httpx client speak HTTP/2 only (the HTTP/2 mode; see above)."""
+    import httpx
+
+    for cls in (httpx.Client, httpx.AsyncClient):
+        if getattr(cls.__init__, "_m0_h2", False):
+            continue
+        init = cls.__init__
+
+        def forced(self, *args, _init=init, **kwargs):
+            kwargs["http1"] = False
+            kwargs["http2"] = True
+            _init(self, *args, **kwargs)
+
+        forced._m0_h2 = True
+        cls.__init__ = forced
 _TEST_PKI = None
 
 
@@ -129,7 +167,10 @@ class Server:
 
     def connect(self, timeout=5, rcvbuf=None):
         """A client connection, over TLS when the server serves https; rcvbuf: its SO_RCVBUF,
-        set before it connects (a small window, for a client that reads slowly)."""
+        set before it connects (a small window, for a client that reads slowly). In the HTTP/2 mode:
+        the client's end of a translator to an HTTP/2 connection (see above)."""
+        if TEST_H2:
+            return self._connect_h2(timeout, rcvbuf)
         if rcvbuf is None:
             raw = socket.create_connection((self.host, self.port), timeout=timeout)
         else:
@@ -138,6 +179,11 @@ class Server:
             raw.settimeout(timeout)
             raw.connect((self.host, self.port))
         return tls_wrap(raw, self.scheme)
+
+    def _connect_h2(self, timeout, rcvbuf):
+        import h2bridge
+
+        return h2bridge.connect(self.host, self.port, self.scheme, timeout=timeout, rcvbuf=rcvbuf)
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
         if self.proc.poll() is None:

@@ -2,7 +2,7 @@
 reach options the CLI always sets (logger=None, a custom wsgi.errors,
 url_scheme, server_header=False).
 
-    python wsgi_launcher.py MODULE:APP ERRORS_PATH [--no-server-header] [--https]
+    python wsgi_launcher.py MODULE:APP ERRORS_PATH [--no-server-header] [--https] [--http2]
 
 Prints "Listening on http://127.0.0.1:PORT" once serving; SIGTERM stops it.
 """
@@ -32,6 +32,7 @@ def main():
         errors=errors,
         server_header="--no-server-header" not in flags,
         url_scheme="https" if "--https" in flags else "http",
+        **({"http2": dict(mode="auto")} if "--http2" in flags else {}),
     )
     signal.signal(signal.SIGTERM, lambda *a: srv.shutdown(graceful=False))
     print(f"Listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)

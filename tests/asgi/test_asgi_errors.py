@@ -3,6 +3,7 @@ import httpx
 import pytest
 
 from http1 import read_response, recv_all
+from servers import http1_only
 
 APP = "asgi_app:app"
 
@@ -97,6 +98,7 @@ def test_malformed_message_raises_in_app(shared_srv, case, expect):
     assert "x-evil" not in r.headers
 
 
+@http1_only  # Content-Length with Transfer-Encoding: HTTP/1.1 framing
 def test_bad_request_never_reaches_app(shared_srv):
     with shared_srv.connect() as sock:
         sock.sendall(b"GET /scope HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from http1 import read_response
+from servers import http1_only
 
 APP = "wsgi_bridge_app:validated"
 RAW_APP = "wsgi_bridge_app:app"
@@ -126,6 +127,7 @@ def test_empty_body_reads_empty(serve_shared):
     assert report["total"] == 0
 
 
+@http1_only
 def test_expect_100_continue_sent_when_app_reads(serve):
     """A body larger than --body-buffer-size streams: the 100 goes out when the app reads (a
     smaller one gets its 100 from the loop, test_output_timely.py)."""
@@ -205,6 +207,7 @@ def test_body_over_limit_chunked_gives_413(serve):
         assert read_response(s)[0] == 200
 
 
+@http1_only
 def test_expect_continue_unread_body_closes_without_100(serve_shared):
     """The app answers without reading: no 100 is ever sent, and since the
     client still holds the body, the response says Connection: close. (A body larger than

@@ -13,6 +13,7 @@ import pytest
 
 from http1 import header, read_response, recv_until_eof
 from helpers import rss_kb, wait_until
+from servers import TEST_H2, http1_only
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -111,8 +112,9 @@ def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
             probes["head"] = (time.monotonic() - t0, data)
 
     workers = [threading.Thread(target=probe, args=("health", "/healthz")),
-               threading.Thread(target=probe, args=("fifth", "/")),
-               threading.Thread(target=unfinished_head)]
+               threading.Thread(target=probe, args=("fifth", "/"))]
+    if not TEST_H2:  # an unfinished HTTP/1.1 head (the HTTP/2 mode's translator sends whole heads)
+        workers.append(threading.Thread(target=unfinished_head))
     for w in workers:
         w.start()
     for w in workers:
@@ -121,6 +123,8 @@ def test_the_loop_answers_while_every_pool_thread_is_in_a_view(serve):
     assert status == 200 and took < 1.5, f"health answered {status} after {took:.3f}s"
     took, status, _ = probes["fifth"]
     assert status == 503 and took < 1.5, f"the 5th request in flight got {status} after {took:.3f}s"
+    if TEST_H2:
+        return
     took, data = probes["head"]
     assert data.startswith(b"HTTP/1.1 408"), data[:100]
     assert took < 3.0, f"the 1 s header timeout fired after {took:.3f}s"
@@ -349,6 +353,7 @@ def test_reader_that_never_reads_is_cut_at_the_send_timeout(serve):
     h.close()
 
 
+@http1_only
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_no_100_continue_inside_a_started_response(serve, mode):
     """The app writes part of its response, then reads the body of an Expect: 100-continue
