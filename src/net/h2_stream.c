@@ -732,7 +732,21 @@ void m0_h2s_abort(m0_conn *c)
 
 ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
-    /* The file's bytes go through the stream's queue like any body bytes. */
+    /* The file's bytes go through the stream's queue like any body bytes.
+     * On the loop's thread without a wait (M0_WRITE_NOWAIT, M0_WRITE_PARK) a
+     * stream is a socket that takes at most M0_WRITE_HIGH_WATER at a time:
+     * -EAGAIN while anything is queued, so that the caller sets the response
+     * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
+     * the whole file into memory ahead of a slow client. */
+    int loop_nowait = !c->detached && blocking != M0_WRITE_SENT;
+    if (loop_nowait) {
+        if (c->h2s == NULL || c->broken)
+            return -EPIPE;
+        if (m0_h2s_write_pending(c) > 0)
+            return -EAGAIN;
+        if (count > M0_WRITE_HIGH_WATER)
+            count = M0_WRITE_HIGH_WATER;
+    }
     char buf[16384];
     size_t done = 0;
     while (done < count) {
