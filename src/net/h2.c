@@ -710,8 +710,15 @@ static void h2_dispatch(m0_h2 *h2)
         }
         m0__conn_release(sc);
     }
-    if (c->state == M0_CS_H2)
-        h2->dispatching = 0;
+    if (c->state != M0_CS_H2)
+        return;
+    h2->dispatching = 0;
+    if (h2->drain_first && nghttp2_session_get_last_proc_stream_id(h2->ses) != 0) {
+        h2->drain_first = 0; /* the drain's GOAWAY, after the first request (m0_h2_drain) */
+        h2->goaway = 1;
+        nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+    }
 }
 
 void m0_h2_writable(m0_conn *c)
@@ -742,8 +749,23 @@ void m0_h2_close(m0_conn *c)
 void m0_h2_drain(m0_conn *c)
 {
     m0_h2 *h2 = h2_of(c);
-    if (h2 == NULL || h2->goaway)
+    if (h2 == NULL || h2->goaway || h2->drain_first)
         return;
+    if (nghttp2_session_get_last_proc_stream_id(h2->ses) == 0) {
+        /* Accepted, its first request not here yet: answered, as an HTTP/1.1
+         * connection in that state is (m0_server_drain), so that recycling a
+         * worker loses no request. The client is told a GOAWAY is coming (the
+         * shutdown notice); the GOAWAY naming the last stream follows the
+         * first request's dispatch (h2_dispatch), and the keep-alive timeout
+         * bounds a client that sends none. */
+        h2->drain_first = 1;
+        if (!h2->notice) {
+            h2->notice = 1;
+            nghttp2_submit_shutdown_notice(h2->ses);
+        }
+        m0__h2_after(h2);
+        return;
+    }
     h2->goaway = 1;
     /* The streams accepted so far are answered; the last id tells the client
      * which ones (RFC 9113 6.8). */

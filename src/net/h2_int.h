@@ -36,6 +36,7 @@ typedef struct m0_h2 {
     int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
     int notice;      /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
                       * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
+    int drain_first; /* drained before its first stream came: the GOAWAY follows that stream (m0_h2_drain) */
     uint32_t open;   /* streams dispatched and not finished */
     uint64_t reset_window_ms;
     uint32_t resets;         /* RST_STREAM frames received in the current window */

@@ -336,6 +336,28 @@ def test_drain_sends_goaway_and_finishes_streams_in_flight(serve):
     assert c.goaway is not None and c.goaway[0] == 0 and c.goaway[1] == sid
 
 
+@pytest.mark.parametrize("app", ["proto_app:app", "proto_app:asgi_app"])
+def test_drain_answers_a_connection_whose_first_request_is_on_its_way(serve, app):
+    """A connection that has sent its preface but no request yet when the drain begins is answered,
+    as an HTTP/1.1 connection in that state is (so that recycling a worker loses no request): it
+    gets the shutdown notice (GOAWAY with the largest stream id), its request is served, and the
+    GOAWAY naming that stream follows. A GOAWAY naming stream 0 at once would refuse it."""
+    s = serve(app)
+    c = h2(s)
+    deadline = time.monotonic() + 5
+    while not c.remote_settings and time.monotonic() < deadline:
+        assert c.pump(0.05)
+    s.proc.send_signal(signal.SIGTERM)
+    while c.goaway is None and time.monotonic() < deadline + 5:
+        assert c.pump(0.05)
+    assert c.goaway == (0, 2**31 - 1), c.goaway
+    sid = c.request("/")
+    r = c.wait(sid)
+    assert r.status == 200 and r.reset is None
+    c.wait_closed(5)
+    assert c.goaway == (0, sid)
+
+
 def test_max_requests_sends_goaway(serve):
     s = serve("proto_app:app", "--max-requests", "2")
     c = h2(s)
