@@ -517,6 +517,15 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     m0__h2_kick(c->h2s->h2, 0);
     if (blocking == M0_WRITE_SENT && !c->srv->cfg.http2_concurrent)
         return stream_wait_sent(c);
+    /* Bytes left queued: M0_CONN_WRITABLE follows once the stream's queue
+     * drains below the low-water mark (m0__h2_send), as a socket's does
+     * (conn_writev). The queue drains as the client's WINDOW_UPDATEs let the
+     * data provider take it, not only when the connection's socket becomes
+     * writable: an async handler waiting for room (ASGI send()) is woken
+     * there. */
+    m0_h2_stream *s = c->h2s; /* the kick may have ended the stream */
+    if (s != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER)
+        s->want_writable = 1;
     return 0;
 }
 

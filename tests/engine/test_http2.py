@@ -436,3 +436,17 @@ def test_frameworks_answer_the_same_over_http2(serve, app, iface, path):
     conn.request("GET", path)
     one = conn.getresponse()
     assert one.status == 200 and one.read() == r.body
+
+
+def test_asgi_streamed_response_follows_the_window_updates(serve_module):
+    """A 10 MB response sent in 64 KiB chunks: send() waits above the high-water mark while the
+    stream's queue is full, and is woken as the client's WINDOW_UPDATEs drain it (no socket
+    writability is involved then); a send never woken would stall the stream after 5 chunks."""
+    s = serve_module("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    n = 10 * 1024 * 1024
+    r = c.wait(c.request(f"/big?n={n}"), timeout=30)
+    assert r.status == 200 and r.reset is None and r.ended, (len(r.body), r.reset)
+    assert len(r.body) == n
+    c.close()
+
