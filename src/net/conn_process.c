@@ -65,6 +65,7 @@ void m0__conn_dispatch(m0_conn *c)
     c->state = M0_CS_REQUEST;
     c->pending = 1;
     c->resp_started = 0;
+    c->resp_cut = 0;
     c->send_deadline_ms = 0;
     c->nreq++;
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
@@ -310,6 +311,11 @@ int m0_conn_keep_alive(const m0_conn *c)
     return conn_keep_alive_h1(c);
 }
 
+void m0_conn_cut(m0_conn *c)
+{
+    c->resp_cut = 1;
+}
+
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     if (!c->pending)
@@ -318,6 +324,8 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         m0_h2s_finish(c, keep_alive, status, body_bytes);
         return;
     }
+    if (c->resp_cut)
+        keep_alive = 0; /* the close is what tells the client */
     m0_server *srv = c->srv;
     c->pending = 0;
     c->send_deadline_ms = 0;

@@ -89,6 +89,8 @@ struct m0_h2_stream {
     char *out;
     size_t out_len, out_pos, out_cap;
     int out_done;      /* m0_conn_finish */
+    int cut;           /* ... of a response the handler could not finish (m0_conn_cut): the data
+                        * provider resets the stream (INTERNAL_ERROR) after the queued bytes */
     int deferred;      /* the data provider ran out: resume it on more output */
     int want_writable; /* the handler waits for M0_CONN_WRITABLE */
     int64_t resp_length;

@@ -383,6 +383,12 @@ static ssize_t data_take(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
         if (s->out_pos == s->out_len)
             s->out_pos = s->out_len = 0;
     }
+    if (s->out_done && s->out_pos == s->out_len && s->cut) {
+        /* RFC 9113 8.1: a response the server cannot finish is reset, not
+         * ended (nghttp2 sends RST_STREAM with INTERNAL_ERROR for this
+         * return), once the bytes before the cut left. */
+        return n > 0 ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     if (s->out_done && s->out_pos == s->out_len) {
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
         if (s->trl_n > 0 && nghttp2_submit_trailer(ses, stream_id, s->trl_nv, s->trl_n) == 0)
@@ -517,6 +523,15 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     m0__h2_kick(c->h2s->h2, 0);
     if (blocking == M0_WRITE_SENT && !c->srv->cfg.http2_concurrent)
         return stream_wait_sent(c);
+    /* Bytes left queued: M0_CONN_WRITABLE follows once the stream's queue
+     * drains below the low-water mark (m0__h2_send), as a socket's does
+     * (conn_writev). The queue drains as the client's WINDOW_UPDATEs let the
+     * data provider take it, not only when the connection's socket becomes
+     * writable: an async handler waiting for room (ASGI send()) is woken
+     * there. */
+    m0_h2_stream *s = c->h2s; /* the kick may have ended the stream */
+    if (s != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER)
+        s->want_writable = 1;
     return 0;
 }
 
@@ -661,6 +676,10 @@ void m0_h2s_park(m0_conn *c)
     m0__conn_notify(c, M0_CONN_CLOSED);
 }
 
+/* keep_alive is not the stream's: 0 may be graceful (the app's Connection:
+ * close, --max-requests, a drain), and the stream then ends as any other; the
+ * session's GOAWAY is the connection's business. A response the handler
+ * could not finish says so with m0_conn_cut, and its stream is reset. */
 void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     (void)keep_alive;
@@ -700,9 +719,14 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     } else if (s->resp_length >= 0 && s->sent + (s->out_len - s->out_pos) != (uint64_t)s->resp_length && !s->no_body) {
         /* Fewer (or more) bytes than the Content-Length: the response is cut. */
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-    } else if (s->deferred) {
-        s->deferred = 0;
-        nghttp2_session_resume_data(h2->ses, s->id);
+    } else {
+        /* Cut: the data provider resets the stream after the queued bytes (a
+         * HEAD's, 204's or 304's ended with its HEADERS: nothing is missing). */
+        s->cut = c->resp_cut && !s->no_body;
+        if (s->deferred) {
+            s->deferred = 0;
+            nghttp2_session_resume_data(h2->ses, s->id);
+        }
     }
     m0__h2_kick(h2, 1);
 }

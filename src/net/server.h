@@ -291,6 +291,12 @@ int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
  * head). status and body_bytes feed the access log. Then the next pipelined
  * request is dispatched. */
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+/* The response the handler finishes next is incomplete (the app failed after
+ * its head): called before m0_conn_finish or m0_conn_complete, by the thread
+ * that owns c. keep_alive = 0 alone may be graceful (the app's "Connection:
+ * close"); a cut is not: HTTP/1.1 closes the connection, an HTTP/2 stream is
+ * reset with INTERNAL_ERROR after the bytes written before (RFC 9113 8.1). */
+void m0_conn_cut(m0_conn *c);
 
 /* The handler's response waits for the peer to read (a write left bytes
  * queued, or a sendfile found the socket full): the request stays pending,

@@ -218,6 +218,8 @@ struct m0_conn {
                                 * queue */
     int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
                                 * (loop), set by the owner's writes */
+    int resp_cut;              /* the pending request's response is incomplete (m0_conn_cut): cleared at
+                                * dispatch (loop), set by the owner before it finishes */
     int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
     int send_outq;             /* bytes in the kernel's send queue when the send timeout was last

@@ -7,6 +7,8 @@
   /chunk?flag=PATH  "first" (more_body), then blocks the loop (time.sleep) until the file PATH
              exists (at most 10 s), then "last"
   /later     awaits 0.2 s, then answers "later" (its end comes outside the pass that started it)
+  /cut?how=raise|return  "part" (more_body), then raises, or returns without completing
+  /closehdr  a response with Connection: close, streamed in two chunks ("a", "b")
   anything   "ok"
 """
 import asyncio
@@ -41,6 +43,17 @@ async def app(scope, receive, send):
         while not os.path.exists(flag) and time.monotonic() < deadline:
             time.sleep(0.01)
         await send({"type": "http.response.body", "body": b"last"})
+        return
+    if path == "/cut":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        if scope["query_string"] == b"how=raise":
+            raise RuntimeError("after the head")
+        return
+    if path == "/closehdr":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"b"})
         return
     if path == "/later":
         await asyncio.sleep(0.2)

@@ -10,9 +10,13 @@
                      N write() calls of S bytes each, then creates PATH
   /slowupload?flag=PATH  waits for PATH, then reads the whole body; answers its length
   /noread            answers "noread" without reading the body
+  /cut?how=raise|excinfo  yields "part", then raises (or calls start_response with exc_info, which
+                     re-raises after the head)
+  /closehdr          a response with Connection: close, yielded in two chunks ("a", "b")
   anything           "ok", the body read
 """
 import os
+import sys
 import time
 from urllib.parse import parse_qs
 
@@ -66,6 +70,22 @@ def app(environ, start_response):
         n = len(environ["wsgi.input"].read())
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"%d" % n]
+    if path == "/cut":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+
+        def cut():
+            yield b"part"
+            try:
+                raise RuntimeError("after the head")
+            except RuntimeError:
+                if q.get("how") != "excinfo":
+                    raise
+                start_response("500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info())
+
+        return cut()
+    if path == "/closehdr":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Connection", "close")])
+        return (b for b in (b"a", b"b"))
     if path == "/noread":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"noread"]

@@ -458,3 +458,45 @@ def test_frameworks_answer_the_same_over_http2(serve, app, iface, path):
     conn.request("GET", path)
     one = conn.getresponse()
     assert one.status == 200 and one.read() == r.body
+
+
+def test_asgi_streamed_response_follows_the_window_updates(serve_module):
+    """A 10 MB response sent in 64 KiB chunks: send() waits above the high-water mark while the
+    stream's queue is full, and is woken as the client's WINDOW_UPDATEs drain it (no socket
+    writability is involved then); a send never woken would stall the stream after 5 chunks."""
+    s = serve_module("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    n = 10 * 1024 * 1024
+    r = c.wait(c.request(f"/big?n={n}"), timeout=30)
+    assert r.status == 200 and r.reset is None and r.ended, (len(r.body), r.reset)
+    assert len(r.body) == n
+    c.close()
+
+
+@pytest.mark.parametrize("how", ["raise", "return"])
+def test_asgi_response_cut_after_its_head_is_reset(serve_module, how):
+    """RFC 9113 8.1: a response the server cannot finish (the app raised after
+    http.response.start, or returned without more_body=False) ends with RST_STREAM
+    (INTERNAL_ERROR), not END_STREAM: the client must not take the part for the whole. The bytes
+    sent before come first; the connection serves the next stream."""
+    s = serve_module("h2_app:app", "--interface", "asgi")
+    c = h2(s)
+    r = c.wait(c.request(f"/cut?how={how}"))
+    assert r.status == 200 and r.reset == 2, (r.reset, r.body)  # INTERNAL_ERROR
+    assert r.body == b"part"  # the bytes before the cut, then the reset
+    assert c.get("/").body == b"ok"
+    c.close()
+
+
+def test_asgi_graceful_close_still_ends_the_stream(serve_module):
+    """keep-alive off for a graceful reason (the app's Connection: close, --max-requests) is no
+    error: the stream ends with END_STREAM."""
+    s = serve_module("h2_app:app", "--interface", "asgi", "--max-requests", "3")
+    c = h2(s)
+    r = c.wait(c.request("/closehdr"))
+    assert r.status == 200 and r.ended and r.reset is None and r.body == b"ab"
+    a, b = c.request("/"), c.request("/")
+    for sid in (a, b):
+        r = c.wait(sid)
+        assert r.ended and r.reset is None and r.body == b"ok"
+    c.close()

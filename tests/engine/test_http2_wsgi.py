@@ -235,3 +235,30 @@ def test_a_chunk_written_after_the_client_reset_closes_only_its_connection(serve
     c2 = h2c(s)
     assert c2.wait(c2.request("/")).status == 200, s.log
     assert s.proc.poll() is None, s.log
+
+
+@pytest.mark.parametrize("how", ["raise", "excinfo"])
+def test_response_cut_after_its_head_is_reset(serve, mode, how):
+    """RFC 9113 8.1: the iterator raised after the first chunk (or start_response re-raised its
+    exc_info after the head): the stream ends with RST_STREAM (INTERNAL_ERROR), not END_STREAM,
+    as HTTP/1.1 closes the connection; the connection serves the next stream."""
+    s = serve(APP, "--interface", "wsgi", *mode)
+    c = h2c(s)
+    r = c.wait(c.request(f"/cut?how={how}"))
+    assert r.status == 200 and r.reset == 2, (r.reset, r.body)  # INTERNAL_ERROR
+    assert r.body == b"part"  # the bytes before the cut, then the reset
+    assert c.get("/").body == b"ok"
+    c.close()
+
+
+def test_graceful_close_still_ends_the_stream(serve, mode):
+    """keep-alive off for a graceful reason (the app's Connection: close, --max-requests) is no
+    error: the stream ends with END_STREAM."""
+    s = serve(APP, "--interface", "wsgi", "--max-requests", "3", *mode)
+    c = h2c(s)
+    r = c.wait(c.request("/closehdr"))
+    assert r.status == 200 and r.ended and r.reset is None and r.body == b"ab"
+    for _ in range(2):
+        r = c.get("/")
+        assert r.ended and r.reset is None and r.body == b"ok"
+    c.close()

@@ -713,7 +713,10 @@ static void http_app_done(PyObject *self, PyObject *exc)
         } else {
             if (exc == NULL)
                 m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
-            m0_asgi_http_complete(h, 0); /* the client sees a truncated body and the close */
+            /* The client sees a truncated body and the close (HTTP/1.1), or
+             * the stream's reset (HTTP/2). */
+            m0_conn_cut(h->base.conn);
+            m0_asgi_http_complete(h, 0);
         }
     } else if (h->base.conn != NULL) {
         m0_asgi_detach(&h->base);

@@ -584,7 +584,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
                         PyObject *result, int failed, m0_wsgi_sr *outer)
 {
     PyObject *exc = NULL, *close_exc = NULL;
-    int keep_alive = 0, status = 500, interrupted = 0;
+    int keep_alive = 0, status = 500, interrupted = 0, cut = 0;
 
     if (!failed) {
         if (result_close(w, result) < 0) {
@@ -627,6 +627,7 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             }
         }
         keep_alive = 0;
+        cut = sr->head_sent; /* the body stops short: not a response's end (m0_conn_cut) */
     }
     uint64_t body_bytes = sr->no_body ? 0 : sr->sent;
     Py_CLEAR(exc);
@@ -642,8 +643,12 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
     if (w->pooled) {
         /* The connection is this thread's until it is handed back, closed
          * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
+        if (cut)
+            m0_conn_cut(c);
         m0_conn_complete(c, live != NULL ? keep_alive : 0, status, body_bytes);
     } else if (live != NULL) {
+        if (cut)
+            m0_conn_cut(live);
         m0_conn_finish(live, keep_alive, status, body_bytes);
     }
 }
