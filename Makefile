@@ -102,7 +102,7 @@ venv: $(VENV)/.ok
 # meson-python builds in a directory of its own per interpreter, kept between builds: a rebuild
 # compiles only what changed.
 build: venv
-	$(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps -Cbuild-dir=build/py-$(PY) .
+	MAKEFLAGS= $(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps -Cbuild-dir=build/py-$(PY) .
 
 serve: build
 	$(VENV)/bin/m0serve m0serve.demo:app --host 127.0.0.1 --port 8000
@@ -254,7 +254,8 @@ test-docs:
 # interpreter): the engine's TLS paths in real server processes under the sanitizers (test-c runs
 # tests/c/test_tls.c under them too).
 # asan-build: that build alone (make test starts it beside the others).
-ASAN_ENV = VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY)
+# (MAKEFLAGS emptied: ninja 1.13 would look for the job server of a `make -j` it was not given)
+ASAN_ENV = MAKEFLAGS= VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY)
 asan-build: venv
 	$(ASAN_ENV) $(NICE) tests/asan_pytest.sh --build-only
 test-asan-tls: build asan-build

@@ -321,6 +321,10 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
         h = srv.connect(timeout=30, rcvbuf=4096)
         h.sendall(get(path))
         hogs.append(h)
+    for h in hogs:
+        # the view has returned (/file writes its 30 MB first, inline on the loop's thread): the
+        # response's first bytes are there, unread
+        assert h.recv(1, socket.MSG_PEEK)
     time.sleep(0.5)  # the slow readers' sockets fill
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
