@@ -1,8 +1,10 @@
 # m0serve build, test, serve and benchmark entry points.
 #   make serve            build and serve the demo app on 127.0.0.1:8000
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, the TLS suite
-#                         against an ASan/UBSan build of the extension: test-asan-tls, docs check)
-#   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
+#                         against an ASan/UBSan build of the extension: test-asan-tls, docs check), side
+#                         by side (make -j$(TEST_JOBS): test-all)
+#   make test-c           the C tests only: each is built here, one clang line per test, and each test is
+#                         a target of its own (test-c-conn, ...; make -j test-c; fuzz: one line per driver)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
 #   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/servers.py)
@@ -72,7 +74,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-all test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps python-ft tsan-threads test-ft venv build serve test test-all test-all-py test-all-asan-tls test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -100,7 +102,7 @@ $(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 venv: $(VENV)/.ok
 
 # meson-python builds in a directory of its own per interpreter, kept between builds: a rebuild
-# compiles only what changed.
+# compiles only what changed. (MAKEFLAGS emptied: see ASAN_ENV.)
 build: venv
 	MAKEFLAGS= $(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps -Cbuild-dir=build/py-$(PY) .
 
@@ -243,8 +245,9 @@ tsan-threads: SYSTEM_PACKAGES += libtsan2
 tsan-threads: deps build
 	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
 
+PYTEST_PY = cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) $(XDIST) $(or $(PYTEST_ARGS),. ../bench/tests)
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) $(XDIST) $(or $(PYTEST_ARGS),. ../bench/tests)
+	$(PYTEST_PY)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:
@@ -257,16 +260,25 @@ test-docs:
 # (MAKEFLAGS emptied: ninja 1.13 would look for the job server of a `make -j` it was not given)
 ASAN_ENV = MAKEFLAGS= VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY)
 asan-build: venv
-	$(ASAN_ENV) $(NICE) tests/asan_pytest.sh --build-only
+	$(ASAN_ENV) tests/asan_pytest.sh --build-only
+ASAN_TLS = $(ASAN_ENV) tests/asan_pytest.sh -x -n 0 engine/test_tls.py
 test-asan-tls: build asan-build
-	$(ASAN_ENV) tests/asan_pytest.sh -x -n 0 engine/test_tls.py
+	$(ASAN_TLS)
 
-# Every test: the system packages first, then the rest side by side (the C tests, the pytest suite,
-# the ASan build and its TLS suite, the docs check), each target's output printed when it ends.
+# Every test: the system packages and the extension first, then the rest side by side (the pytest
+# suite, the longest, first; the ASan build and its TLS suite, the C tests, the docs check), each
+# target's output printed when it ends. The extension is built before, and test-all's pytest runs
+# depend on nothing else: with -j, make starts a target whose prerequisite is still building only
+# once it has started every later target that can start.
 TEST_JOBS ?= 4
 test: deps
+	$(MAKE) build
 	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-all
-test-all: build test-py asan-build $(C_TEST_TARGETS) test-asan-tls test-docs
+test-all: test-all-py asan-build test-all-asan-tls $(C_TEST_TARGETS) test-docs
+test-all-py:
+	$(PYTEST_PY)
+test-all-asan-tls: asan-build
+	$(ASAN_TLS)
 
 # The engine, WSGI and ASGI suites against the ASan/UBSan build (about 9 minutes here): every
 # server process the tests start runs the sanitized engine and bridges; the RSS-bound tests (marker
