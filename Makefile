@@ -268,16 +268,16 @@ test-asan-tls: build asan-build
 # Every test: the system packages and the extension first, then the rest side by side (the pytest
 # suite, the longest, first; the ASan build and its TLS suite, the C tests, the docs check), each
 # target's output printed when it ends. The extension is built before, and test-all's pytest runs
-# depend on nothing else: with -j, make starts a target whose prerequisite is still building only
-# once it has started every later target that can start.
+# depend on nothing else (tests/asan_pytest.sh builds the ASan build itself): with -j, make starts a
+# target whose prerequisite is still building only once it has started every later target that can.
 TEST_JOBS ?= 4
 test: deps
 	$(MAKE) build
 	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-all
-test-all: test-all-py asan-build test-all-asan-tls $(C_TEST_TARGETS) test-docs
+test-all: test-all-py test-all-asan-tls $(C_TEST_TARGETS) test-docs
 test-all-py:
 	$(PYTEST_PY)
-test-all-asan-tls: asan-build
+test-all-asan-tls:
 	$(ASAN_TLS)
 
 # The engine, WSGI and ASGI suites against the ASan/UBSan build (about 9 minutes here): every
