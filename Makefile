@@ -1,8 +1,10 @@
 # m0serve build, test, serve and benchmark entry points.
 #   make serve            build and serve the demo app on 127.0.0.1:8000
 #   make test             build and run every test (C tests under ASan/UBSan or TSan, pytest, the TLS suite
-#                         against an ASan/UBSan build of the extension: test-asan-tls, docs check)
-#   make test-c           the C tests only: each is built here, one clang line per test (fuzz: the same for drivers)
+#                         against an ASan/UBSan build of the extension: test-asan-tls, docs check), side
+#                         by side (make -j$(TEST_JOBS): test-all)
+#   make test-c           the C tests only: each is built here, one clang line per test, and each test is
+#                         a target of its own (test-c-conn, ...; make -j test-c; fuzz: one line per driver)
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
 #   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/servers.py)
@@ -54,8 +56,15 @@ LOOP_SRCS := src/net/loop.c src/net/loop_epoll.c src/net/loop_kqueue.c src/net/l
 
 PYTEST_ARGS ?=
 # The suite runs its files on this many processes (pytest-xdist; a file stays on one, so that
-# its module-scoped servers are started once); PYTEST_JOBS=0 runs it in this process alone.
-PYTEST_JOBS ?= 2
+# its module-scoped servers are started once); PYTEST_JOBS=0 runs it in this process alone. More
+# processes than cores: most tests wait on their server processes. The TLS probes (test-tls-py) and
+# the suites under the sanitizers (test-asan) keep two: their servers use the CPU.
+PYTEST_JOBS ?= 4
+PYTEST_JOBS_TLS ?= 2
+PYTEST_JOBS_ASAN ?= 2
+# Files go to the processes in the order tests/conftest.py gives them (the slowest first, so that
+# none of them starts last), not by their number of tests (xdist's default).
+XDIST := --dist loadfile --no-loadscope-reorder
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
 # --threads / --blocking-threads test, and the request's callables used from another thread.
@@ -66,7 +75,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-c test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-all test-all-py test-all-asan-tls test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -103,51 +112,80 @@ $(VENV)/.ok: $(REQUIREMENTS) | $(FT_DEP)
 
 venv: $(VENV)/.ok
 
+# meson-python builds in a directory of its own per interpreter, kept between builds: a rebuild
+# compiles only what changed. (MAKEFLAGS emptied: see ASAN_ENV.)
 build: build-deps venv
-	$(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+	MAKEFLAGS= $(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps -Cbuild-dir=build/py-$(PY) .
 
 serve: build
 	$(VENV)/bin/m0serve m0serve.demo:app --host 127.0.0.1 --port 8000
 
-test-c: deps
-	mkdir -p tests/c/build
-	clang $(CFLAGS_TEST) -o tests/c/build/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
-	./tests/c/build/test_http
-	clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o tests/c/build/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
-	./tests/c/build/test_http_nosimd
-	clang $(CFLAGS_TEST) -o tests/c/build/test_loop tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
-	./tests/c/build/test_loop
-	M0_IO_BACKEND=poll ./tests/c/build/test_loop
-	clang $(CFLAGS_TEST) -o tests/c/build/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
-	./tests/c/build/test_ws
-	clang $(CFLAGS_TEST) -o tests/c/build/test_ws_deflate tests/c/test_ws_deflate.c src/http/ws_deflate.c src/http/ws.c src/http/parser.c -lz
-	./tests/c/build/test_ws_deflate
-	clang $(CFLAGS_TEST) -o tests/c/build/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
-	./tests/c/build/test_proxy
-	clang $(CFLAGS_TEST) -o tests/c/build/test_access_log tests/c/test_access_log.c src/net/access_log.c
-	./tests/c/build/test_access_log
-	clang $(CFLAGS_TEST) -o tests/c/build/test_metrics tests/c/test_metrics.c src/net/metrics.c
-	./tests/c/build/test_metrics
-	clang $(CFLAGS_TEST) -o tests/c/build/test_conn tests/c/test_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
-	./tests/c/build/test_conn
-	M0_IO_BACKEND=poll ./tests/c/build/test_conn
-	clang $(CFLAGS_TEST) -o tests/c/build/test_tls tests/c/test_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
-	./tests/c/build/test_tls
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_workq tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c
-	./tests/c/build/test_workq
-	M0_IO_BACKEND=poll ./tests/c/build/test_workq
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o tests/c/build/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
-	./tests/c/build/test_workq_wakeup
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_handoff tests/c/test_handoff.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
-	./tests/c/build/test_handoff
-	M0_IO_BACKEND=poll ./tests/c/build/test_handoff
-	clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o tests/c/build/test_h2_pool tests/c/test_h2_pool.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c $(NET_LIBS)
-	./tests/c/build/test_h2_pool
-	M0_IO_BACKEND=poll ./tests/c/build/test_h2_pool
-	clang $(CFLAGS_TEST) -o tests/c/build/test_acceptor tests/c/test_acceptor.c src/net/acceptor.c -lpthread
-	./tests/c/build/test_acceptor
-	clang $(CFLAGS_TSAN) -o tests/c/build/test_acceptor_tsan tests/c/test_acceptor.c src/net/acceptor.c
-	./tests/c/build/test_acceptor_tsan
+# Each C test is a target of its own (build, then run), so that `make -j` (make test) builds and runs
+# them side by side; `make test-c` runs them all. The compilers run niced: the tests beside them wait
+# on their servers, not on the CPU.
+NICE ?= nice -n 10
+C_BUILD := tests/c/build
+# (longest first: the connection and TLS tests take about 13 s each here, most of it clang)
+C_TESTS := conn tls handoff h2_pool workq loop http http_nosimd ws ws_deflate proxy workq_wakeup acceptor acceptor_tsan \
+	access_log metrics
+C_TEST_TARGETS := $(addprefix test-c-,$(C_TESTS))
+CONN_SRCS := $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
+test-c: $(C_TEST_TARGETS)
+$(C_BUILD): ; mkdir -p $@
+$(C_TEST_TARGETS): | deps $(C_BUILD)
+test-c-http:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_http tests/c/test_http.c src/http/parser.c src/http/response.c
+	./$(C_BUILD)/test_http
+test-c-http_nosimd:
+	$(NICE) clang $(CFLAGS_TEST) -DM0_PARSER_NO_SIMD -o $(C_BUILD)/test_http_nosimd tests/c/test_http.c src/http/parser.c src/http/response.c
+	./$(C_BUILD)/test_http_nosimd
+test-c-loop:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_loop tests/c/test_loop.c $(LOOP_SRCS) src/http/response.c -lpthread
+	./$(C_BUILD)/test_loop
+	M0_IO_BACKEND=poll ./$(C_BUILD)/test_loop
+test-c-ws:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_ws tests/c/test_ws.c src/http/ws.c src/http/parser.c
+	./$(C_BUILD)/test_ws
+test-c-ws_deflate:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_ws_deflate tests/c/test_ws_deflate.c src/http/ws_deflate.c src/http/ws.c src/http/parser.c -lz
+	./$(C_BUILD)/test_ws_deflate
+test-c-proxy:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
+	./$(C_BUILD)/test_proxy
+test-c-access_log:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c
+	./$(C_BUILD)/test_access_log
+test-c-metrics:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_metrics tests/c/test_metrics.c src/net/metrics.c
+	./$(C_BUILD)/test_metrics
+test-c-conn:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_conn tests/c/test_conn.c $(CONN_SRCS) -lpthread $(NET_LIBS)
+	./$(C_BUILD)/test_conn
+	M0_IO_BACKEND=poll ./$(C_BUILD)/test_conn
+test-c-tls:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_tls tests/c/test_tls.c $(CONN_SRCS) -lpthread $(NET_LIBS)
+	./$(C_BUILD)/test_tls
+test-c-workq:
+	$(NICE) clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o $(C_BUILD)/test_workq tests/c/test_workq.c src/net/workq.c $(LOOP_SRCS) src/http/response.c
+	./$(C_BUILD)/test_workq
+	M0_IO_BACKEND=poll ./$(C_BUILD)/test_workq
+test-c-workq_wakeup:
+	$(NICE) clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -DM0_WORKQ_TEST_HOOKS -o $(C_BUILD)/test_workq_wakeup tests/c/test_workq_wakeup.c src/net/workq.c
+	./$(C_BUILD)/test_workq_wakeup
+test-c-handoff:
+	$(NICE) clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o $(C_BUILD)/test_handoff tests/c/test_handoff.c $(CONN_SRCS) $(NET_LIBS)
+	./$(C_BUILD)/test_handoff
+	M0_IO_BACKEND=poll ./$(C_BUILD)/test_handoff
+test-c-h2_pool:
+	$(NICE) clang $(CFLAGS_TSAN) -DM0_WORKQ_DEBUG -o $(C_BUILD)/test_h2_pool tests/c/test_h2_pool.c $(CONN_SRCS) $(NET_LIBS)
+	./$(C_BUILD)/test_h2_pool
+	M0_IO_BACKEND=poll ./$(C_BUILD)/test_h2_pool
+test-c-acceptor:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_acceptor tests/c/test_acceptor.c src/net/acceptor.c -lpthread
+	./$(C_BUILD)/test_acceptor
+test-c-acceptor_tsan:
+	$(NICE) clang $(CFLAGS_TSAN) -o $(C_BUILD)/test_acceptor_tsan tests/c/test_acceptor.c src/net/acceptor.c
+	./$(C_BUILD)/test_acceptor_tsan
 
 # The poll(2) backend (M0_IO_BACKEND=poll): the C tests (test-c runs the loop's on
 # both backends) and these suites once more on it.
@@ -165,7 +203,7 @@ TLS_TESTS := wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi
 	asgi/test_asgi_errors.py asgi/test_asgi_lifespan.py asgi/test_asgi_shutdown.py asgi/test_asgi_frameworks.py \
 	asgi/test_asgi_soak.py asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py
 test-tls-py: build
-	cd tests && M0_TEST_TLS=1 ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(TLS_TESTS)
+	cd tests && M0_TEST_TLS=1 ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS_TLS) $(XDIST) $(TLS_TESTS)
 
 # The WSGI and ASGI probes again over HTTP/2 (tests/servers.py, tests/h2bridge.py): M0_TEST_H2=h2c
 # (prior knowledge on plaintext), then M0_TEST_H2=h2 (TLS, ALPN h2, the TLS mode's certificates).
@@ -174,8 +212,8 @@ test-tls-py: build
 .PHONY: test-h2-py
 H2_TESTS := $(filter-out asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py,$(TLS_TESTS))
 test-h2-py: build
-	cd tests && M0_TEST_H2=h2c ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(H2_TESTS); c=$$?; \
-	M0_TEST_H2=h2 ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(H2_TESTS); t=$$?; \
+	cd tests && M0_TEST_H2=h2c ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) $(XDIST) $(H2_TESTS); c=$$?; \
+	M0_TEST_H2=h2 ../$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) $(XDIST) $(H2_TESTS); t=$$?; \
 	[ $$c -eq 0 ] && [ $$t -eq 0 ]
 # The build with every portable fallback (meson -Dportable=true, src/net/portable.h):
 # the loop's C tests, then a few suites against that build (installed apart, first on
@@ -233,8 +271,9 @@ tsan-threads: SYSTEM_PACKAGES += libtsan2
 tsan-threads: deps build
 	tools/tsan_threads.sh $(PYTHON) $(TSAN_SECONDS)
 
+PYTEST_PY = cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) $(XDIST) $(or $(PYTEST_ARGS),. ../bench/tests)
 test-py: build
-	cd tests && ../$(VPY) -m pytest -q -x -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(or $(PYTEST_ARGS),. ../bench/tests)
+	$(PYTEST_PY)
 
 # The benchmark tables in docs/ and the README must match their newest artifacts (stdlib only).
 test-docs:
@@ -243,15 +282,35 @@ test-docs:
 # The TLS suite against the extension built with ASan/UBSan (tests/asan_pytest.sh, a build per
 # interpreter): the engine's TLS paths in real server processes under the sanitizers (test-c runs
 # tests/c/test_tls.c under them too).
-test-asan-tls: build
-	VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY) tests/asan_pytest.sh -x -n 0 engine/test_tls.py
-test: deps test-c test-py test-asan-tls test-docs
+# asan-build: that build alone (make test starts it beside the others).
+# (MAKEFLAGS emptied: ninja 1.13 would look for the job server of a `make -j` it was not given)
+ASAN_ENV = MAKEFLAGS= VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY)
+asan-build: venv
+	$(ASAN_ENV) tests/asan_pytest.sh --build-only
+ASAN_TLS = $(ASAN_ENV) tests/asan_pytest.sh -x -n 0 engine/test_tls.py
+test-asan-tls: build asan-build
+	$(ASAN_TLS)
+
+# Every test: the system packages and the extension first, then the rest side by side (the pytest
+# suite, the longest, first; the ASan build and its TLS suite, the C tests, the docs check), each
+# target's output printed when it ends. The extension is built before, and test-all's pytest runs
+# depend on nothing else (tests/asan_pytest.sh builds the ASan build itself): with -j, make starts a
+# target whose prerequisite is still building only once it has started every later target that can.
+TEST_JOBS ?= 4
+test: deps
+	$(MAKE) build
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-all
+test-all: test-all-py test-all-asan-tls $(C_TEST_TARGETS) test-docs
+test-all-py:
+	$(PYTEST_PY)
+test-all-asan-tls:
+	$(ASAN_TLS)
 
 # The engine, WSGI and ASGI suites against the ASan/UBSan build (about 9 minutes here): every
 # server process the tests start runs the sanitized engine and bridges; the RSS-bound tests (marker
 # rss) are left out there (tests/conftest.py).
-test-asan: build
-	VENV=$(CURDIR)/$(VENV) ASAN_BUILD=$(CURDIR)/build/asan-$(PY) tests/asan_pytest.sh -n $(PYTEST_JOBS) --dist loadfile engine wsgi asgi
+test-asan: build asan-build
+	$(ASAN_ENV) tests/asan_pytest.sh -n $(PYTEST_JOBS_ASAN) $(XDIST) engine wsgi asgi
 
 # Each libFuzzer driver runs FUZZ_SECONDS over its checked-in seeds (fuzz/run.sh
 # prints its executions), then the stateful fuzzer of misbehaving apps runs

@@ -3,6 +3,7 @@
 #
 #   tests/asan_pytest.sh [pytest args...]      (from the project root; default: the whole tests/)
 #   VENV=.venv-3.13 ASAN_BUILD=$PWD/build/asan-3.13 tests/asan_pytest.sh ...   (another interpreter)
+#   tests/asan_pytest.sh --build-only          (build, or bring the build up to date, and exit)
 #
 # Builds _core with -fsanitize=address,undefined in build/asan/ (meson, from the project venv),
 # overlays it on a copy of the installed m0serve package, and runs pytest with the sanitizer
@@ -20,6 +21,9 @@ if [ ! -f "$BUILD/build.ninja" ]; then
         -Db_lundef=false -Dc_args=-Wno-nonnull >/dev/null
 fi
 ninja -C "$BUILD" >/dev/null
+if [ "${1:-}" = --build-only ]; then
+    exit 0
+fi
 SITE=$("$VENV/bin/python" -c 'import m0serve, os; print(os.path.dirname(m0serve.__file__))')
 rm -rf "$PKG" && mkdir -p "$PKG"
 cp -r "$SITE" "$PKG/m0serve"

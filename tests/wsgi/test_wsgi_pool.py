@@ -4,6 +4,7 @@ control (a slow view must still stall its loop), the test asserts that too, so a
 harness that stopped producing the stall would fail rather than pass vacuously."""
 import os
 import re
+import select
 import signal
 import socket
 import threading
@@ -325,6 +326,10 @@ def test_slow_reader_does_not_stall(serve, mode, path, size):
         h = srv.connect(timeout=30, rcvbuf=4096)
         h.sendall(get(path))
         hogs.append(h)
+    for h in hogs:
+        # the view has returned (/file writes its 30 MB first, inline on the loop's thread): the
+        # response's first bytes are there, unread (TLS or not: nothing read from the socket yet)
+        assert select.select([h], [], [], 30)[0]
     time.sleep(0.5)  # the slow readers' sockets fill
     lat = fast_latencies(srv, 20)
     assert max(lat) < 0.1, f"{mode}: a slow reader stalled the worker ({max(lat):.3f}s)"
