@@ -157,10 +157,12 @@ int m0__conn_peer_progressed(const m0_conn *c)
     return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
 }
 
-static void conn_timer_cb(m0_loop *loop, m0_timer *t)
+/* The connection's timer kind, when its deadline is due (else the timer is
+ * armed for it again). */
+static void conn_timer_expire(m0_loop *loop, m0_conn *c)
 {
-    m0_conn *c = (m0_conn *)((char *)t - offsetof(m0_conn, timer));
-    if (c->timer_kind == M0_TIMER_NONE || c->state == M0_CS_CLOSED || c->detached)
+    m0_timer *t = &c->timer;
+    if (c->timer_kind == M0_TIMER_NONE)
         return;
     uint64_t now = m0_loop_now(loop);
     if (now < c->deadline_ms) {
@@ -192,6 +194,25 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
         m0__conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
         m0__conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
+    m0__conn_release(c);
+}
+
+static void conn_timer_cb(m0_loop *loop, m0_timer *t)
+{
+    m0_conn *c = (m0_conn *)((char *)t - offsetof(m0_conn, timer));
+    if (c->state == M0_CS_CLOSED || c->detached)
+        return;
+    if (c->state != M0_CS_H2) {
+        conn_timer_expire(loop, c);
+        return;
+    }
+    /* HTTP/2: the connection's kind first (it may close the connection),
+     * then its streams' body deadlines, which share the timer (h2.c, "the
+     * connection's timer"). */
+    c->refs++;
+    conn_timer_expire(loop, c);
+    if (c->state == M0_CS_H2)
+        m0_h2_timer(c);
     m0__conn_release(c);
 }
 

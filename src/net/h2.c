@@ -10,6 +10,7 @@
 #define H2_RESET_WINDOW_MS 1000
 
 static void h2_dispatch(m0_h2 *h2);
+static void h2_timer_at(m0_h2 *h2, uint64_t due_ms);
 
 int m0_h2_preface(const char *buf, size_t len)
 {
@@ -69,6 +70,8 @@ static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_REFUSED_STREAM);
         return;
     }
+    if (!s->in_done)
+        s->ready_ms = m0__conn_now_ms(); /* the body's deadline waits while the stream does (h2_dispatch) */
     if (h2->ready_tail != NULL)
         h2->ready_tail->ready_next = s;
     else
@@ -103,6 +106,8 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
     if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_HEADERS) && !s->headers_done) {
         s->headers_done = 1;
         const m0_server_config *cfg = &h2->c->srv->cfg;
+        if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            s->body_deadline_ms = m0__conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
         int64_t cl = s->too_large ? -1 : m0__h2_stream_content_length(s);
         if (cfg->limits.max_body != 0 && cl > 0 && (uint64_t)cl > cfg->limits.max_body) {
             s->body_too_large = 1; /* 413 now: the client need not send the body */
@@ -112,6 +117,8 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
                     (cl < 0 ? cfg->body_buffer_size == 0 : (uint64_t)cl > cfg->body_buffer_size))) {
             stream_ready(h2, s);
         }
+        if (!s->queued && s->body_deadline_ms != 0)
+            h2_timer_at(h2, s->body_deadline_ms); /* the loop buffers the body */
     }
     if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->headers_done) {
         if (h2->c->srv->cfg.http2_pool) {
@@ -141,7 +148,8 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
      * the body buffer. Bytes nobody will read are dropped, their window
      * given back. */
     nghttp2_session_consume_connection(ses, len);
-    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending) || s->ng_closed) {
+    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending) || s->ng_closed ||
+        (s->submitted && s->sc == NULL)) { /* ... or answered without the handler (a 408) */
         nghttp2_session_consume_stream(ses, stream_id, len);
         return 0;
     }
@@ -673,7 +681,13 @@ static void h2_dispatch(m0_h2 *h2)
         sc->peer_trust = c->peer_trust;
         sc->body_done = 1;
         sc->continue_sent = 1;
-        sc->body_deadline_ms = m0__conn_now_ms() + (srv->cfg.body_timeout_ms ? srv->cfg.body_timeout_ms : 60000);
+        /* The body's deadline from the end of its head, as the loop counted
+         * it while buffering, plus the time the stream waited for a busy
+         * handler (its client held to the body buffer by flow control). */
+        uint64_t now_ms = m0__conn_now_ms();
+        sc->body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done
+                                   ? s->body_deadline_ms + (now_ms - s->ready_ms)
+                                   : now_ms + (srv->cfg.body_timeout_ms ? srv->cfg.body_timeout_ms : 60000);
         /* The PROXY protocol's client is the connection's, for each stream. */
         if (c->fwd_client) {
             sc->fwd_client = 1;
@@ -719,6 +733,84 @@ static void h2_dispatch(m0_h2 *h2)
         nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
                               NGHTTP2_NO_ERROR, NULL, 0);
     }
+}
+
+/* --- the connection's timer ---
+ *
+ * An HTTP/2 connection has the one timer of every connection (c->timer).
+ * Its kind (c->timer_kind, c->deadline_ms) belongs to the connection: IDLE
+ * while no stream is open (the keep-alive timeout: GOAWAY, then close; a
+ * stream's head takes it away, on_begin_headers), SEND while a response
+ * waits on a client that does not read (h2_stall_check: the connection
+ * closes), or NONE. The streams' body deadlines share the timer without
+ * owning its kind: the timer is armed at the earliest of the connection's
+ * deadline and theirs (h2_timer_at), and when it fires conn.c handles the
+ * kind when its deadline is due (else re-arms for it), then m0_h2_timer
+ * answers the streams that are due and arms the timer for the next one. A
+ * stream's deadline never needs IDLE's slot (it has an open stream), and
+ * SEND and a body deadline each keep their own time.
+ *
+ * The deadlines the loop enforces are those of the bodies it buffers
+ * before the dispatch (a serial handler's request whose body fits the body
+ * buffer: h2_awaits_body). Once dispatched, a stream's reader bounds its
+ * own wait (an inline view's m0__h2_pump, a pool thread's wait in h2_pool.c:
+ * the bridge answers 408, or resets a started response); an ASGI receive()
+ * has no body deadline, on HTTP/2 as on HTTP/1.1. */
+
+/* Whether the loop waits for s's body before its dispatch. */
+static int h2_awaits_body(const m0_h2_stream *s)
+{
+    return s->body_deadline_ms != 0 && s->headers_done && !s->queued && !s->in_done && !s->ng_closed && s->sc == NULL;
+}
+
+/* The timer fires by due_ms at the latest (lazy: an earlier arming stays). */
+static void h2_timer_at(m0_h2 *h2, uint64_t due_ms)
+{
+    m0_conn *c = h2->c;
+    m0_loop *loop = c->srv->loop;
+    if (m0_timer_armed(&c->timer) && c->timer.deadline_ms <= due_ms)
+        return;
+    uint64_t now = m0_loop_now(loop);
+    m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
+}
+
+void m0_h2_timer(m0_conn *c)
+{
+    m0_h2 *h2 = c->h2;
+    if (h2 == NULL || c->state != M0_CS_H2 || (c->flags & M0_CF_CLOSE_AFTER))
+        return;
+    if (h2->in_ng || h2->dispatching) {
+        /* Not from inside nghttp2 or a dispatch: looked at again shortly. */
+        h2_timer_at(h2, m0_loop_now(c->srv->loop) + 10);
+        return;
+    }
+    uint64_t now = m0_loop_now(c->srv->loop), next = 0;
+    int answered = 0;
+    for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
+        if (!h2_awaits_body(s))
+            continue;
+        if (now < s->body_deadline_ms) {
+            if (next == 0 || s->body_deadline_ms < next)
+                next = s->body_deadline_ms;
+            continue;
+        }
+        /* The body stalled past its deadline before the dispatch: 408 (the
+         * head's END_STREAM then resets the client's side, on_frame_send),
+         * as HTTP/1.1 answers a body it buffers. Only this stream ends. */
+        m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
+        m0__h2_stream_answer(h2, s, 408);
+        answered = 1;
+    }
+    if (answered) {
+        c->refs++;
+        m0__h2_after(h2);
+        int gone = c->state != M0_CS_H2;
+        m0__conn_release(c);
+        if (gone)
+            return;
+    }
+    if (next != 0)
+        h2_timer_at(h2, next);
 }
 
 void m0_h2_writable(m0_conn *c)

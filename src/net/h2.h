@@ -73,6 +73,10 @@ void m0_h2_close(m0_conn *c);
 void m0_h2_drain(m0_conn *c);
 /* The connection's idle timer expired (no stream open): GOAWAY and close. */
 void m0_h2_idle(m0_conn *c);
+/* The connection's timer fired (conn.c, after it handled c->timer_kind):
+ * the streams whose body the loop buffers and that are past their body
+ * deadline are answered 408, and the timer is armed for the next deadline. */
+void m0_h2_timer(m0_conn *c);
 /* Send what the sessions held back (the final bytes of their streams'
  * responses, gathered for one write per session): the pass's end, and
  * m0_server_flush_deferred. */

@@ -79,8 +79,16 @@ struct m0_h2_stream {
     int in_done;        /* END_STREAM received */
     int body_too_large; /* past limits.max_body: 413, or -EFBIG to a reading app */
     uint64_t in_got;    /* body bytes received */
-    int want_body;      /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
-    int body_event;     /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
+    /* The body's deadline (monotonic ms, 0: none): body_timeout_ms from the
+     * end of the head, for the whole body, as on HTTP/1.1. The loop enforces
+     * it while it buffers the body before the dispatch (m0_h2_timer: 408);
+     * the stream connection's reader after (sc->body_deadline_ms, which
+     * leaves out the time the stream waited in the ready list for a busy
+     * handler: ready_ms, when it was queued). */
+    uint64_t body_deadline_ms;
+    uint64_t ready_ms;
+    int want_body;  /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
+    int body_event; /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
     /* The response: its head as the bridge framed it, then the body bytes. */
     char *head;
     size_t head_len, head_cap;
