@@ -612,8 +612,10 @@ again:
         } else if (s->body_event && s->sc != NULL && s->sc->pending) {
             s->body_event = s->want_body = 0;
             m0__conn_notify(s->sc, M0_CONN_BODY);
-        } else if (s->want_writable && s->sc != NULL && s->out_len - s->out_pos < M0_WRITE_LOW_WATER) {
-            s->want_writable = 0;
+        } else if (s->want_writable && s->sc != NULL &&
+                   (s->want_writable == H2_WAKE_EMPTY ? s->out_len == s->out_pos
+                                                      : s->out_len - s->out_pos < M0_WRITE_LOW_WATER)) {
+            s->want_writable = H2_WAKE_NONE;
             m0__conn_notify(s->sc, M0_CONN_WRITABLE);
         }
         s = next;

@@ -21,6 +21,12 @@
 
 typedef struct m0_h2_stream m0_h2_stream;
 
+/* When a stream's handler waiting for M0_CONN_WRITABLE is told (m0__h2_send):
+ * an async writer (ASGI send()) below the low-water mark; a response set
+ * aside (m0_h2s_park) and a file's next piece (m0_h2s_sendfile) once the
+ * stream's queue is empty, as over HTTP/1.1 (server.h, m0_conn_park). */
+enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2 };
+
 typedef struct m0_h2 {
     nghttp2_session *ses;
     m0_conn *c;
@@ -100,7 +106,7 @@ struct m0_h2_stream {
     int cut;           /* ... of a response the handler could not finish (m0_conn_cut): the data
                         * provider resets the stream (INTERNAL_ERROR) after the queued bytes */
     int deferred;      /* the data provider ran out: resume it on more output */
-    int want_writable; /* the handler waits for M0_CONN_WRITABLE */
+    int want_writable; /* the handler waits for M0_CONN_WRITABLE: H2_WAKE_* */
     int64_t resp_length;
     uint64_t sent;
     /* Trailers (m0_conn_write_trailers): their bytes and fields, sent by the

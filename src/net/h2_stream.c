@@ -530,8 +530,9 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
      * writable: an async handler waiting for room (ASGI send()) is woken
      * there. */
     m0_h2_stream *s = c->h2s; /* the kick may have ended the stream */
-    if (s != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER)
-        s->want_writable = 1;
+    if (s != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER &&
+        s->want_writable == H2_WAKE_NONE)
+        s->want_writable = H2_WAKE_LOW;
     return 0;
 }
 
@@ -660,7 +661,7 @@ void m0_h2s_park(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
     if (s != NULL) {
-        s->want_writable = 1;
+        s->want_writable = H2_WAKE_EMPTY;
         return;
     }
     if (!c->srv->cfg.http2_pool)
@@ -766,8 +767,10 @@ ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int bloc
     if (loop_nowait) {
         if (c->h2s == NULL || c->broken)
             return -EPIPE;
-        if (m0_h2s_write_pending(c) > 0)
+        if (m0_h2s_write_pending(c) > 0) {
+            c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
+        }
         if (count > M0_WRITE_HIGH_WATER)
             count = M0_WRITE_HIGH_WATER;
     }
@@ -788,6 +791,8 @@ ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int bloc
             return r;
         done += (size_t)n;
     }
+    if (loop_nowait && c->h2s != NULL && m0_h2s_write_pending(c) > 0)
+        c->h2s->want_writable = H2_WAKE_EMPTY; /* the writer waits for an empty queue (pathsend) */
     return done == 0 && !blocking ? 0 : (ssize_t)done;
 }
 
