@@ -8,6 +8,8 @@
 #   make test-poll        the C tests, then the protocol, WSGI, ASGI, slow-client, attack and supervisor
 #                         suites on the poll(2) backend (M0_IO_BACKEND=poll; test-poll-py: the suites only)
 #   make test-tls-py      the WSGI and ASGI probes again over TLS (https and wss; M0_TEST_TLS=1, tests/servers.py)
+#   make test-h2-py       the same probes over HTTP/2: h2c, then h2 over TLS (M0_TEST_H2, tests/h2bridge.py)
+#   make test-asan-h2     the HTTP/2 suites against the ASan/UBSan build (test-asan: engine, WSGI, ASGI)
 #   make test-portable    the build with every portable fallback (meson -Dportable=true), a few suites on it
 #   make test-kqueue LIBKQUEUE_PREFIX=DIR  the kqueue backend on Linux against libkqueue installed in DIR
 #                         (built outside the repository; not in CI): the C tests and the test-poll suites
@@ -75,7 +77,7 @@ FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_en
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
 	ops/test_readiness.py::test_shutdown_delay_with_threads
 
-.PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-all test-all-py test-all-asan-tls test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
+.PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-all test-all-py test-all-asan-tls test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan-h2 test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 
 all: build
 
@@ -305,6 +307,13 @@ test-all-py:
 	$(PYTEST_PY)
 test-all-asan-tls:
 	$(ASAN_TLS)
+
+# The HTTP/2 suites against the ASan/UBSan build (in CI: HTTP/2 is where a connection's close frees
+# a session that a stream's write still holds, the use after free this found).
+H2_ENGINE_TESTS := engine/test_http2.py engine/test_http2_wsgi.py engine/test_http2_pool.py engine/test_http2_attacks.py \
+	engine/test_http2_timeouts.py
+test-asan-h2: build asan-build
+	$(ASAN_ENV) tests/asan_pytest.sh -x -n $(PYTEST_JOBS_ASAN) $(XDIST) $(H2_ENGINE_TESTS)
 
 # The engine, WSGI and ASGI suites against the ASan/UBSan build (about 9 minutes here): every
 # server process the tests start runs the sanitized engine and bridges; the RSS-bound tests (marker
