@@ -9,6 +9,7 @@ WSGI inline, the app; not epoll_wait, not the kernel). Prints the per-request co
 with and without --proxy-headers for --native hello and a WSGI hello.
 
 usage: python bench/callgrind/proxy_cost.py [N]      (N = 2000; needs valgrind, a built venv)
+       PYTHONPATH=DIR python bench/callgrind/proxy_cost.py [N]   (the build installed in DIR)
 """
 import os
 import signal
@@ -28,7 +29,11 @@ def per_request(workdir, label, app_args, extra, n):
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=conn_io_cb", f"--callgrind-out-file={out}",
             sys.executable, "-m", "m0serve", *app_args, "--host", "127.0.0.1", "--port", "0", *extra]
     # A fixed hash seed: the same Python work (dict and set layouts) in every arm and every run.
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "apps"), PYTHONHASHSEED="0")
+    # A PYTHONPATH given comes first: another build's package (pip install --target DIR) is measured
+    # with the same apps and the same requests.
+    apps = os.path.join(ROOT, "tests", "apps")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), apps])),
+               PYTHONHASHSEED="0")
     proc, port = start_server(argv, env, workdir, label)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.settimeout(120)
