@@ -254,24 +254,55 @@ def test_reading_pauses_and_resumes_for_a_slow_app(srv):
 def test_ping_flood_from_a_client_that_does_not_read(srv):
     # The server stops reading while its answers pile up unread, and catches up once the
     # client reads: every ping gets its pong, in order, and the connection stays usable.
-    import threading
+    # One thread sends and reads (non-blocking, select): over TLS an SSL object used by two
+    # threads at once (a sender and a reader) loses data on the client's side.
+    import select
+    import ssl
 
     ws = RawWS(srv, "/echo", timeout=20)
     n = 100000  # 13 MB of pongs: more than the kernel buffers hold
-    frames = b"".join(client_frame(9, struct.pack(">I", i) + b"p" * 121) for i in range(n))
-    sender = threading.Thread(target=ws.send, args=(frames,))
+    frames = memoryview(b"".join(client_frame(9, struct.pack(">I", i) + b"p" * 121) for i in range(n)))
+    pong = 2 + 125  # an unmasked frame of 125 bytes: the 4-byte number and 121 bytes
+    sock = ws.sock
+    sock.setblocking(False)
+    would_block = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+    def send_some():
+        nonlocal frames
+        try:
+            frames = frames[sock.send(frames[:65536]):]
+        except would_block:
+            pass
+
     try:
-        sender.start()
-        time.sleep(1.0)  # the client does not read meanwhile
-        for i in range(n):
-            fin, op, payload = ws.recv_frame()
-            assert op == 10 and payload[:4] == struct.pack(">I", i)
-        sender.join(10)
+        quiet_until = time.monotonic() + 1.0  # the client does not read meanwhile
+        while len(frames) and time.monotonic() < quiet_until:
+            select.select([], [sock], [], 0.05)
+            send_some()
+        got, deadline = 0, time.monotonic() + 60
+        while got < n:
+            assert time.monotonic() < deadline, f"{got} of {n} pongs"
+            if len(frames):
+                send_some()
+            try:
+                chunk = sock.recv(65536)
+                assert chunk, f"closed after {got} pongs"
+                ws.buf += chunk
+            except would_block:
+                pending = getattr(sock, "pending", lambda: 0)()
+                if not pending:
+                    select.select([sock], [sock] if len(frames) else [], [], 0.05)
+            while len(ws.buf) >= pong and got < n:
+                assert ws.buf[0] == 0x8A and ws.buf[1] == 125, ws.buf[:8]
+                assert ws.buf[2:6] == struct.pack(">I", got)
+                ws.buf = ws.buf[pong:]
+                got += 1
+        assert not len(frames)
+        sock.settimeout(20)
         ws.send(client_frame(1, b"after the flood"))
         assert ws.recv_frame() == (True, 1, b"after the flood")
     finally:
         ws.close()
-        sender.join(10)
 
 
 # --- closing ---
