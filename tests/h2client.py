@@ -164,6 +164,14 @@ class H2:
                 break
         return r
 
+    def wait_body(self, sid, body, timeout=8):
+        """Read until stream sid has received exactly `body` so far (or timeout): its Response."""
+        deadline = time.monotonic() + timeout
+        r = self.responses[sid]
+        while r.body != body and time.monotonic() < deadline:
+            assert self.pump(0.05)
+        return r
+
     def wait_closed(self, timeout=10):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.pump(max(0.01, deadline - time.monotonic())):

@@ -30,6 +30,13 @@ void m0__conn_interest(m0_conn *c);
 void m0__conn_close_after(m0_conn *c, int linger);
 void m0__conn_error(m0_conn *c, int status);
 void m0__conn_error_of(m0_conn *c, int status, const m0_request *req);
+/* The request body's timeout: --body-timeout, or 60 s (every default's)
+ * when the configuration leaves it 0. */
+static inline uint32_t m0__conn_body_timeout(const m0_server_config *cfg)
+{
+    return cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000;
+}
+
 /* Give the (empty) write buffer back; loop thread only. Inline: it runs
  * whenever a keep-alive connection goes idle (conn_process.c). */
 static inline void m0__conn_wbuf_release(m0_conn *c)

@@ -105,7 +105,7 @@ static void conn_begin(m0_conn *c)
         m0__conn_error(c, 500);
         return;
     }
-    c->body_deadline_ms = m0__conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+    c->body_deadline_ms = m0__conn_now_ms() + m0__conn_body_timeout(cfg);
     int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
                  (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
     if (!buffer) {
@@ -135,7 +135,7 @@ static void conn_begin(m0_conn *c)
         m0__conn_dispatch(c);
         return;
     }
-    m0__conn_arm(c, M0_TIMER_BODY, cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+    m0__conn_arm(c, M0_TIMER_BODY, m0__conn_body_timeout(cfg));
 }
 
 /* Whether a parse of the buffered head can give anything but

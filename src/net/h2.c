@@ -107,7 +107,7 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
         s->headers_done = 1;
         const m0_server_config *cfg = &h2->c->srv->cfg;
         if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
-            s->body_deadline_ms = m0__conn_now_ms() + (cfg->body_timeout_ms ? cfg->body_timeout_ms : 60000);
+            s->body_deadline_ms = m0__conn_now_ms() + m0__conn_body_timeout(cfg);
         int64_t cl = s->too_large ? -1 : m0__h2_stream_content_length(s);
         if (cfg->limits.max_body != 0 && cl > 0 && (uint64_t)cl > cfg->limits.max_body) {
             s->body_too_large = 1; /* 413 now: the client need not send the body */
@@ -687,9 +687,8 @@ static void h2_dispatch(m0_h2 *h2)
          * it while buffering, plus the time the stream waited for a busy
          * handler (its client held to the body buffer by flow control). */
         uint64_t now_ms = m0__conn_now_ms();
-        sc->body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done
-                                   ? s->body_deadline_ms + (now_ms - s->ready_ms)
-                                   : now_ms + (srv->cfg.body_timeout_ms ? srv->cfg.body_timeout_ms : 60000);
+        sc->body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done ? s->body_deadline_ms + (now_ms - s->ready_ms)
+                                                                       : now_ms + m0__conn_body_timeout(&srv->cfg);
         /* The PROXY protocol's client is the connection's, for each stream. */
         if (c->fwd_client) {
             sc->fwd_client = 1;

@@ -109,6 +109,26 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Under h2_lock: wait on h2_cond for at most wait_ms, and never more than a
+ * second (the caller looks at its condition again at least that often),
+ * counted in h2_waiters so that the loop signals only when someone waits. */
+static void cond_wait_ms(m0_server *srv, uint64_t wait_ms)
+{
+    if (wait_ms > 1000)
+        wait_ms = 1000;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(wait_ms / 1000);
+    ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    srv->h2_waiters++;
+    pthread_cond_timedwait(&srv->h2_cond, &srv->h2_lock, &ts);
+    srv->h2_waiters--;
+}
+
 /* The owning thread waits, without the GIL, as `blocking` says (top of
  * this file). 0, -EPIPE (the stream ended), -ETIMEDOUT. */
 static int h2p_wait(m0_conn *c, int blocking)
@@ -140,20 +160,7 @@ static int h2p_wait(m0_conn *c, int blocking)
             r = blocking == M0_WRITE_SENT ? -ETIMEDOUT : 0;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t wait_ms = deadline - now;
-        if (wait_ms > 1000)
-            wait_ms = 1000; /* looked at again at least every second */
-        ts.tv_sec += (time_t)(wait_ms / 1000);
-        ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        srv->h2_waiters++;
-        pthread_cond_timedwait(&srv->h2_cond, &srv->h2_lock, &ts);
-        srv->h2_waiters--;
+        cond_wait_ms(srv, deadline - now);
         now = now_ms();
     }
     if (r == 0 && (c->h2s == NULL || c->broken))
@@ -258,20 +265,7 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
                 timed_out = 1;
                 break;
             }
-            uint64_t wait_ms = c->body_deadline_ms != 0 ? c->body_deadline_ms - now : 1000;
-            if (wait_ms > 1000)
-                wait_ms = 1000;
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += (time_t)(wait_ms / 1000);
-            ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            srv->h2_waiters++;
-            pthread_cond_timedwait(&srv->h2_cond, &srv->h2_lock, &ts);
-            srv->h2_waiters--;
+            cond_wait_ms(srv, c->body_deadline_ms != 0 ? c->body_deadline_ms - now : 1000);
         }
         pthread_mutex_unlock(&srv->h2_lock);
         if (cfg->block_acquire != NULL)
