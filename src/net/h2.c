@@ -10,7 +10,6 @@
 #define H2_RESET_WINDOW_MS 1000
 
 static void h2_dispatch(m0_h2 *h2);
-static void h2_timer_at(m0_h2 *h2, uint64_t due_ms);
 
 int m0_h2_preface(const char *buf, size_t len)
 {
@@ -112,13 +111,21 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
         if (cfg->limits.max_body != 0 && cl > 0 && (uint64_t)cl > cfg->limits.max_body) {
             s->body_too_large = 1; /* 413 now: the client need not send the body */
             stream_ready(h2, s);
-        } else if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-                   (cfg->http2_concurrent ||
-                    (cl < 0 ? cfg->body_buffer_size == 0 : (uint64_t)cl > cfg->body_buffer_size))) {
+        } else if (cl > 0 && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            /* Room for what the stream may buffer of the declared body, in
+             * one allocation, as HTTP/1.1 reserves it. Grown by doubling
+             * instead, each large body leaves a trail of freed sizes that the
+             * allocator's arenas keep (RSS grows across identical requests). */
+            size_t most = (cfg->http2_concurrent ? 0 : (size_t)cfg->body_buffer_size) + H2_STREAM_WINDOW;
+            if (m0__h2_buf_reserve(&s->in, &s->in_cap, (uint64_t)cl < most ? (size_t)cl : most) < 0)
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        if (!s->body_too_large && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+            (cfg->http2_concurrent || (cl < 0 ? cfg->body_buffer_size == 0 : (uint64_t)cl > cfg->body_buffer_size))) {
             stream_ready(h2, s);
         }
         if (!s->queued && s->body_deadline_ms != 0)
-            h2_timer_at(h2, s->body_deadline_ms); /* the loop buffers the body */
+            m0__h2_timer_at(h2, s->body_deadline_ms); /* the loop buffers the body */
     }
     if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->headers_done) {
         if (h2->c->srv->cfg.http2_pool) {
@@ -745,7 +752,7 @@ static void h2_dispatch(m0_h2 *h2)
  * waits on a client that does not read (h2_stall_check: the connection
  * closes), or NONE. The streams' body deadlines share the timer without
  * owning its kind: the timer is armed at the earliest of the connection's
- * deadline and theirs (h2_timer_at), and when it fires conn.c handles the
+ * deadline and theirs (m0__h2_timer_at), and when it fires conn.c handles the
  * kind when its deadline is due (else re-arms for it), then m0_h2_timer
  * answers the streams that are due and arms the timer for the next one. A
  * stream's deadline never needs IDLE's slot (it has an open stream), and
@@ -756,7 +763,8 @@ static void h2_dispatch(m0_h2 *h2)
  * buffer: h2_awaits_body). Once dispatched, a stream's reader bounds its
  * own wait (an inline view's m0__h2_pump, a pool thread's wait in h2_pool.c:
  * the bridge answers 408, or resets a started response); an ASGI receive()
- * has no body deadline, on HTTP/2 as on HTTP/1.1. */
+ * that found nothing to read (h2_stream.c, s->want_body) is woken at its
+ * deadline here to read again and fail (-ETIMEDOUT), as on HTTP/1.1. */
 
 /* Whether the loop waits for s's body before its dispatch. */
 static int h2_awaits_body(const m0_h2_stream *s)
@@ -765,7 +773,7 @@ static int h2_awaits_body(const m0_h2_stream *s)
 }
 
 /* The timer fires by due_ms at the latest (lazy: an earlier arming stays). */
-static void h2_timer_at(m0_h2 *h2, uint64_t due_ms)
+void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
 {
     m0_conn *c = h2->c;
     m0_loop *loop = c->srv->loop;
@@ -782,12 +790,22 @@ void m0_h2_timer(m0_conn *c)
         return;
     if (h2->in_ng || h2->dispatching) {
         /* Not from inside nghttp2 or a dispatch: looked at again shortly. */
-        h2_timer_at(h2, m0_loop_now(c->srv->loop) + 10);
+        m0__h2_timer_at(h2, m0_loop_now(c->srv->loop) + 10);
         return;
     }
     uint64_t now = m0_loop_now(c->srv->loop), next = 0;
     int answered = 0;
     for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
+        m0_conn *sc = s->sc;
+        if (s->want_body && sc != NULL && sc->pending && !sc->detached && sc->body_deadline_ms != 0 && !s->in_done) {
+            if (now >= sc->body_deadline_ms) {
+                s->body_event = 1; /* told by m0__h2_send: it reads, and fails */
+                answered = 1;
+            } else if (next == 0 || sc->body_deadline_ms < next) {
+                next = sc->body_deadline_ms;
+            }
+            continue;
+        }
         if (!h2_awaits_body(s))
             continue;
         if (now < s->body_deadline_ms) {
@@ -811,7 +829,7 @@ void m0_h2_timer(m0_conn *c)
             return;
     }
     if (next != 0)
-        h2_timer_at(h2, next);
+        m0__h2_timer_at(h2, next);
 }
 
 void m0_h2_writable(m0_conn *c)

@@ -124,16 +124,37 @@ struct m0_h2_stream {
     m0_h2_stream *kick_prev, *kick_next;
 };
 
+/* A stream's receive window: the SETTINGS the session sends leave
+ * SETTINGS_INITIAL_WINDOW_SIZE at its default, so a client may send this many
+ * body bytes past what the stream gave back. */
+#define H2_STREAM_WINDOW NGHTTP2_INITIAL_WINDOW_SIZE
+
 /* --- growable buffers --- */
 
+/* Capacity for at least n bytes in *b, in one allocation. 0, or -ENOMEM
+ * (*b unchanged). */
+static inline int m0__h2_buf_reserve(char **b, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    char *nb = realloc(*b, n);
+    if (nb == NULL)
+        return -ENOMEM;
+    *b = nb;
+    *cap = n;
+    return 0;
+}
+
 /* Append n bytes of p (p NULL: n bytes left unset) to *b, growing it by
- * doubling. 0, or -ENOMEM (*b unchanged). */
+ * doubling, or to the exact size when an append needs more than that (a
+ * large write in one piece: one allocation of its size, no trail of
+ * intermediate ones). 0, or -ENOMEM (*b unchanged). */
 static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void *p, size_t n)
 {
     if (*len + n > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n)
-            nc *= 2;
+        size_t nc = *cap ? *cap * 2 : 256;
+        if (nc < *len + n)
+            nc = *len + n;
         char *nb = realloc(*b, nc);
         if (nb == NULL)
             return -ENOMEM;
@@ -147,6 +168,10 @@ static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void 
 }
 
 /* --- the session (h2.c) --- */
+
+/* The connection's timer fires by due_ms at the latest (lazy: an earlier
+ * arming stays); m0_h2_timer then looks at the streams' deadlines. */
+void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms);
 
 /* After input or output: dispatch what is ready, send, end closed streams,
  * close the connection when the session is over. */
