@@ -177,6 +177,18 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
         return;
     }
     c->timer_kind = M0_TIMER_NONE;
+    if (kind == M0_TIMER_BODY && c->state == M0_CS_REQUEST) {
+        /* The deadline of a body the app reads as it comes: a reader waiting
+         * for it reads again and fails (-ETIMEDOUT, counted there). A
+         * response queued meanwhile gets the send deadline it could not. */
+        if (c->flags & M0_CF_WANT_BODY) {
+            c->flags &= ~M0_CF_WANT_BODY;
+            m0__conn_notify(c, M0_CONN_BODY);
+        } else if (c->pending && c->wlen > c->wpos) {
+            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+        }
+        return;
+    }
     c->refs++;
     if (kind == M0_TIMER_HEADER || kind == M0_TIMER_BODY || kind == M0_TIMER_SEND)
         m0_metrics_add(c->srv->cfg.metrics,

@@ -151,6 +151,18 @@ ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
                     return w;
                 continue;
             }
+            if (c->state == M0_CS_REQUEST && c->body_deadline_ms != 0) {
+                /* The deadline of a body the app reads as it comes (ASGI):
+                 * past it, the read fails; before it, the connection's timer
+                 * (when free) wakes the reader at it (conn.c). */
+                uint64_t now = m0__conn_now_ms();
+                if (now >= c->body_deadline_ms) {
+                    m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
+                    return -ETIMEDOUT;
+                }
+                if (c->timer_kind == M0_TIMER_NONE)
+                    m0__conn_arm(c, M0_TIMER_BODY, (uint32_t)(c->body_deadline_ms - now));
+            }
             c->flags |= M0_CF_WANT_BODY;
             m0__conn_interest(c);
             return -EAGAIN;

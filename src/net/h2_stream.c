@@ -630,6 +630,17 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             return -EFBIG;
         if (s->in_done || cap == 0)
             return 0;
+        if (!blocking && c->body_deadline_ms != 0) {
+            /* A reader that waits for M0_CONN_BODY (ASGI): past the body's
+             * deadline it fails; before, m0_h2_timer wakes it at it. */
+            uint64_t now = m0__conn_now_ms();
+            if (now >= c->body_deadline_ms) {
+                s->want_body = 0;
+                m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
+                return -ETIMEDOUT;
+            }
+            m0__h2_timer_at(h2, c->body_deadline_ms);
+        }
         if (!blocking || c->srv->cfg.http2_concurrent || h2->in_ng) {
             s->want_body = 1;
             return -EAGAIN;

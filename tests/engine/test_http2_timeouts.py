@@ -2,7 +2,8 @@
 the whole body from the end of its head (progress does not move it). A stream whose body stalls
 past it is answered 408 when no response started (the loop buffering the body before the
 dispatch, a WSGI view waiting in wsgi.input.read inline or on the pool), or reset when one did;
-only that stream ends. ASGI's receive() has no body deadline, on HTTP/2 as on HTTP/1.1."""
+only that stream ends. An ASGI app waiting in receive() gets http.disconnect at the deadline, on
+HTTP/2 as on HTTP/1.1 (408 when it did not respond)."""
 import os
 import socket
 import time
@@ -167,17 +168,47 @@ def test_idle_timer_waits_for_the_stalled_stream(serve, tmp_path):
 
 
 @pytest.mark.parametrize("proto", ["http/1.1", "h2"])
-def test_asgi_receive_has_no_body_deadline(serve, proto, tmp_path):
-    """ASGI bodies are not buffered and receive() has no deadline on HTTP/1.1: on HTTP/2 alike,
-    a body completed after --body-timeout reaches the app."""
+def test_asgi_receive_fails_at_the_body_deadline(serve, proto, tmp_path):
+    """An ASGI app waiting in receive() for a body that stalls gets http.disconnect at
+    --body-timeout (counted from the end of the head), and, as it returned without a response,
+    the client gets 408; on HTTP/2 a bystander stream on the same connection is served during the
+    stall and the connection serves on."""
     flag = tmp_path / "reading"
     s = serve("body_timeout_app:asgi_app", "--interface", "asgi", "--body-timeout", "1")
+    path = f"/read?flag={flag}"
+    t0 = time.monotonic()
+    if proto == "h2":
+        c = h2c(s)
+        sid = stalled(c, path)
+        wait_until(flag.exists, 5, "the app runs")
+        r, took = timed_get(c)
+        assert r.status == 200 and took < 0.1, (r.status, took)
+        r = c.wait(sid, timeout=6)
+        assert r.status == 408, (r.status, r.reset, r.body)
+        assert 0.9 < time.monotonic() - t0 < 4
+        r, _ = timed_get(c)
+        assert r.status == 200 and c.goaway is None
+        c.close()
+    else:
+        with socket.create_connection((s.host, s.port), timeout=6) as k:
+            k.sendall(f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc".encode())
+            data = k.recv(1000)
+            assert data.startswith(b"HTTP/1.1 408"), data
+            assert 0.9 < time.monotonic() - t0 < 4
+    wait_until(lambda: flag.read_text() == "disconnect", 5, "receive() returned http.disconnect")
+
+
+@pytest.mark.parametrize("proto", ["http/1.1", "h2"])
+def test_asgi_body_completed_within_the_deadline_reaches_the_app(serve, proto, tmp_path):
+    """The control: a body that pauses but ends before --body-timeout is received whole."""
+    flag = tmp_path / "reading"
+    s = serve("body_timeout_app:asgi_app", "--interface", "asgi", "--body-timeout", "3")
     path = f"/read?flag={flag}"
     if proto == "h2":
         c = h2c(s)
         sid = stalled(c, path)
         wait_until(flag.exists, 5, "the app runs")
-        pump_for(c, 1.5)
+        pump_for(c, 1.2)
         assert not c.responses[sid].ended
         c.conn.send_data(sid, b"x" * 97, end_stream=True)
         c.flush()
@@ -188,7 +219,7 @@ def test_asgi_receive_has_no_body_deadline(serve, proto, tmp_path):
         with socket.create_connection((s.host, s.port), timeout=5) as k:
             k.sendall(f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc".encode())
             wait_until(flag.exists, 5, "the app runs")
-            k.settimeout(1.5)
+            k.settimeout(1.2)
             with pytest.raises(socket.timeout):
                 k.recv(100)
             k.sendall(b"x" * 97)

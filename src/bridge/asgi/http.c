@@ -103,7 +103,7 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
         /* The body cannot be completed: the app sees a disconnect, and the
          * done callback answers 400/413 when it did not respond. */
         Py_DECREF(buf);
-        h->body_error = n == -EFBIG ? 413 : n == -EBADMSG ? 400 : 0;
+        h->body_error = n == -EFBIG ? 413 : n == -EBADMSG ? 400 : n == -ETIMEDOUT ? 408 : 0;
         h->disconnected = 1;
         *msg = http_disconnect_msg(st);
         return *msg == NULL ? -1 : 1;
