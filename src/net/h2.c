@@ -163,7 +163,7 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
     int locked = cfg->http2_pool; /* a pool thread reads s->in */
     if (locked)
         m0__h2p_lock(h2->c->srv);
-    int r = 0;
+    int r = 0, over = 0;
     uint64_t max = cfg->limits.max_body;
     if (max != 0 && s->in_got + len > max) {
         s->body_too_large = 1;
@@ -171,6 +171,7 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
         nghttp2_session_consume_stream(ses, stream_id, len + s->in_held);
         s->in_held = 0;
         if (!cfg->http2_concurrent) {
+            h2->in_buffered -= s->in_len - s->in_pos;
             free(s->in);
             s->in = NULL;
             s->in_len = s->in_pos = s->in_cap = 0;
@@ -185,13 +186,18 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
     }
     s->in_got += len;
     s->in_held += len;
+    h2->in_buffered += len;
     m0__h2_stream_window(s);
     s->body_event = s->want_body;
+    over = h2->in_buffered > cfg->body_buffer_size;
 out:
     if (locked)
         m0__h2p_unlock(h2->c->srv, 1);
-    /* A serial handler's body past the buffer: the view reads the rest as it comes. */
-    if (r == 0 && !s->queued && !cfg->http2_concurrent && s->headers_done && s->in_got > cfg->body_buffer_size)
+    /* A serial handler's body past the buffer, or past what the connection
+     * may buffer of all its streams' bodies (m0__h2_stream_keep: the stream's
+     * window is held): the view reads the rest as it comes. */
+    if (r == 0 && !s->queued && !cfg->http2_concurrent && s->headers_done &&
+        (s->in_got > cfg->body_buffer_size || over))
         stream_ready(h2, s);
     return r;
 }

@@ -44,6 +44,12 @@ typedef struct m0_h2 {
                       * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
     int drain_first; /* drained before its first stream came: the GOAWAY follows that stream (m0_h2_drain) */
     uint32_t open;   /* streams dispatched and not finished */
+    /* Request body bytes received and not read by their handlers, all
+     * streams together (under h2_lock with --blocking-threads: pool threads
+     * read bodies). A serial handler's streams buffer at most body_buffer_size
+     * of it, as an HTTP/1.1 connection buffers one request's
+     * (m0__h2_stream_window). */
+    size_t in_buffered;
     uint64_t reset_window_ms;
     uint32_t resets;         /* RST_STREAM frames received in the current window */
     uint64_t data_sent;      /* response body bytes handed to nghttp2 so far */
@@ -123,6 +129,22 @@ struct m0_h2_stream {
     int kicked; /* in srv->h2_kicks */
     m0_h2_stream *kick_prev, *kick_next;
 };
+
+/* How much of s's body (buffered of it unread now) the stream may hold
+ * unread with its window given back: nothing for a concurrent handler
+ * (ASGI: the window opens as the app reads); for a serial handler, the
+ * body buffer less what the connection's other streams hold unread, so that
+ * one connection buffers at most body_buffer_size of bodies whatever its
+ * number of streams (each then holds at most its window more). */
+static inline size_t m0__h2_stream_keep(const m0_h2_stream *s, size_t buffered)
+{
+    const m0_server_config *cfg = &s->h2->c->srv->cfg;
+    if (cfg->http2_concurrent)
+        return 0;
+    size_t others = s->h2->in_buffered - buffered;
+    size_t budget = (size_t)cfg->body_buffer_size;
+    return others >= budget ? 0 : budget - others;
+}
 
 /* A stream's receive window: the SETTINGS the session sends leave
  * SETTINGS_INITIAL_WINDOW_SIZE at its default, so a client may send this many
@@ -242,7 +264,8 @@ int m0__h2p_keep_alive(const m0_conn *c);
  * (running on a thread, or handed to one): the connection stays, orphaned
  * (c->h2s NULL, broken, closed), until it comes back. */
 void m0__h2p_orphan(m0_h2_stream *s);
-/* Loop thread: s is freed (out of srv->h2_kicks). */
+/* Loop thread: s is freed (out of srv->h2_kicks; its unread body out of
+ * h2->in_buffered). */
 void m0__h2p_forget(m0_h2_stream *s);
 /* Loop thread, cfg.http2_pool: around the data provider's use of s->out. */
 void m0__h2p_lock(m0_server *srv);

@@ -72,6 +72,7 @@ void m0__h2p_forget(m0_h2_stream *s)
     pthread_mutex_lock(&srv->h2_lock);
     if (s->kicked)
         kick_unlink(srv, s);
+    s->h2->in_buffered -= s->in_len - s->in_pos;
     pthread_mutex_unlock(&srv->h2_lock);
 }
 
@@ -232,6 +233,7 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             if (n > 0) {
                 memcpy(dst, s->in + s->in_pos, n);
                 s->in_pos += n;
+                s->h2->in_buffered -= n;
                 r = (ssize_t)n;
                 if (!s->in_done && s->in_held > 0) {
                     s->in_kick = 1; /* its window, past the buffer */

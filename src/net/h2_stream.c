@@ -55,7 +55,9 @@ static void stream_free(m0_h2_stream *s)
     if (h2->ses != NULL)
         nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
     if (h2->c->srv->cfg.http2_pool)
-        m0__h2p_forget(s);
+        m0__h2p_forget(s); /* and its unread body out of h2->in_buffered */
+    else
+        h2->in_buffered -= s->in_len - s->in_pos;
     free(s->stage);
     free(s->trl);
     free(s->trl_nv);
@@ -309,9 +311,8 @@ int64_t m0__h2_stream_content_length(const m0_h2_stream *s)
 
 void m0__h2_stream_window(m0_h2_stream *s)
 {
-    const m0_server_config *cfg = &s->h2->c->srv->cfg;
-    size_t keep = cfg->http2_concurrent ? 0 : (size_t)cfg->body_buffer_size;
     size_t buffered = s->in_len - s->in_pos;
+    size_t keep = m0__h2_stream_keep(s, buffered);
     size_t hold = buffered > keep ? buffered - keep : 0;
     if (s->in_held > hold) {
         nghttp2_session_consume_stream(s->h2->ses, s->id, s->in_held - hold);
@@ -620,6 +621,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         if (n > 0) {
             memcpy(dst, s->in + s->in_pos, n);
             s->in_pos += n;
+            h2->in_buffered -= n;
             /* The app took it: the client may send as much again. */
             m0__h2_stream_window(s);
             if (!h2->in_ng)

@@ -317,3 +317,47 @@ def test_max_concurrent_streams_refuses_past_the_setting(serve):
                 resets[sid] = int.from_bytes(payload, "big")
     assert resets.get(5) in (h2.errors.ErrorCodes.REFUSED_STREAM, h2.errors.ErrorCodes.PROTOCOL_ERROR), resets
     assert 1 not in resets and 3 not in resets
+
+
+def _send_bodies(c, sids, sent, size, seconds, until=None):
+    """Send each stream's body as its window allows, round robin, for `seconds` (or until
+    `until()` holds); the bytes sent so far per stream are kept in `sent`."""
+    chunk = b"x" * c.conn.max_outbound_frame_size
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds and not (until and until()):
+        for sid in sids:
+            room = min(c.conn.local_flow_control_window(sid), len(chunk), size - sent[sid])
+            if room > 0:
+                c.conn.send_data(sid, chunk[:room], end_stream=sent[sid] + room == size)
+                sent[sid] += room
+        c.flush()
+        c.pump(0.002)
+
+
+@pytest.mark.rss
+def test_one_connection_buffers_at_most_the_body_buffer(serve, tmp_path):
+    """100 streams on one connection, each declaring a 1 MiB body (within --body-buffer-size),
+    whose views (on the pool) wait before reading: the server buffers at most the body buffer of
+    all the streams' bodies together, as for one HTTP/1.1 connection, plus each stream's 64 KiB
+    window; it used to take every stream's whole body (100 MB). The control: once the views
+    read, every body is received and answered."""
+    flag = tmp_path / "go"
+    s = serve("h2_wsgi_app:app", "--blocking-threads", "2")
+    pid = s.proc.pid
+    c = H2(s.host, s.port, timeout=30)
+    assert c.get("/").status == 200
+    before = rss_kb(pid)
+    size, n = 1 << 20, 100
+    sids = [c.request(f"/slowupload?flag={flag}", method="POST", headers=[("content-length", str(size))], end=False)
+            for _ in range(n)]
+    sent = {sid: 0 for sid in sids}
+    _send_bodies(c, sids, sent, size, 3)
+    taken, grown = sum(sent.values()), rss_kb(pid) - before
+    print(f"\n{n} bodies of 1 MiB on one connection: the server took {taken >> 10} KiB, RSS +{grown} KiB")
+    assert taken <= (1 << 20) + n * 65535 + (1 << 20), taken  # the buffer, the windows, and slack
+    assert grown < 16 * 1024, grown
+    flag.write_text("")
+    _send_bodies(c, sids, sent, size, 30, until=lambda: all(c.responses[sid].ended for sid in sids))
+    bodies = [(c.responses[sid].status, c.responses[sid].body) for sid in sids]
+    assert bodies == [(200, str(size).encode())] * n, [b for b in bodies if b != (200, str(size).encode())][:3]
+    c.close()
