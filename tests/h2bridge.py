@@ -11,7 +11,9 @@ response back as HTTP/1.1 for http1.read_response, as it arrives:
   case HTTP/1.1 frames with chunked) is written chunked, one chunk per DATA frame, its trailers
   after the last chunk; 1xx responses are written as they come;
 - a stream the server resets, or a connection it closes, ends the client's connection after what
-  was written (HTTP/1.1's truncated response); a GOAWAY ends it once the stream in flight ends;
+  was written (HTTP/1.1's truncated response); a GOAWAY ends it once the stream in flight ends,
+  except a graceful GOAWAY before the connection's first request (a draining server's notice),
+  after which the next request goes on a new HTTP/2 connection, as a client's pool would send it;
 - requests are sent one at a time (a pipelined request is parsed once the response before it
   ended); a request that asks for the connection's end (Connection: close, or HTTP/1.0 without
   keep-alive) has it once its response ended, as the HTTP/1.1 client would close it then;
@@ -76,6 +78,24 @@ def _status_line(code):
 def connect(host, port, scheme, timeout=5, rcvbuf=None):
     """An H2Socket whose requests reach host:port over HTTP/2 (https: TLS with ALPN h2, trusting
     the default verify locations, which the suites point at their test CA)."""
+    up, tls = _open_upstream(host, port, scheme, timeout, rcvbuf)
+    a, b = socket.socketpair()
+    if rcvbuf is not None:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, rcvbuf)
+    client = H2Socket(a.family, a.type, a.proto, fileno=a.detach())
+    client._names = (up.getsockname(), up.getpeername())
+    client._upstream = up
+    client.settimeout(timeout)
+    t = _Translator(b, up, tls, scheme, f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
+                    reopen=lambda: _open_upstream(host, port, scheme, timeout, rcvbuf))
+    threading.Thread(target=t.run, daemon=True, name="h2-translator").start()
+    return client
+
+
+def _open_upstream(host, port, scheme, timeout, rcvbuf):
+    """A connected socket to the server and, for https, its TLS session ((object, incoming,
+    outgoing) memory BIOs after the handshake, ALPN h2), else None."""
     up = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     if rcvbuf is not None:
         up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -105,17 +125,7 @@ def connect(host, port, scheme, timeout=5, rcvbuf=None):
         if tls.selected_alpn_protocol() != "h2":
             raise ConnectionError(f"ALPN chose {tls.selected_alpn_protocol()!r}, not h2")
         tls = (tls, incoming, outgoing)
-    a, b = socket.socketpair()
-    if rcvbuf is not None:
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, rcvbuf)
-    client = H2Socket(a.family, a.type, a.proto, fileno=a.detach())
-    client._names = (up.getsockname(), up.getpeername())
-    client._upstream = up
-    client.settimeout(timeout)
-    t = _Translator(b, up, tls, scheme, f"{host}:{port}" if ":" not in host else f"[{host}]:{port}")
-    threading.Thread(target=t.run, daemon=True, name="h2-translator").start()
-    return client
+    return up, tls
 
 
 class _BadRequest(Exception):
@@ -123,14 +133,38 @@ class _BadRequest(Exception):
 
 
 class _Translator:
-    def __init__(self, inner, up, tls, scheme, authority):
+    def __init__(self, inner, up, tls, scheme, authority, reopen):
         self.inner = inner
-        self.up = up
-        self.tls = tls
         self.scheme = scheme.encode()
         self.authority = authority.encode()
+        self.reopen = reopen
         inner.setblocking(False)
+        self.inbuf = b""  # from the client, not yet handled
+        self.out_client = bytearray()
+        self.sid = None  # the stream in flight
+        self.method = None
+        self.body = None  # ("cl", remaining) | ("chunked", state) while the request body is forwarded
+        self.pending_body = b""  # request body decoded, waiting for the window
+        self.chunk = None  # the chunked decoder's state: None (size line) | int (data left) | "crlf" | "trailers"
+        self.trailers = []
+        self.resp_chunked = False
+        self.resp_done = False
+        self.close_after_flush = False
+        self.client_eof = False
+        self.close_after_response = False
+        self._use_upstream(up, tls)
+
+    def _use_upstream(self, up, tls):
+        """Speak HTTP/2 on `up` from now on (a new connection: its own session and state)."""
+        self.up = up
+        self.tls = tls
         up.setblocking(False)
+        self.out_up = bytearray()
+        self.in_up = b""  # from the server: the start of a frame not whole yet
+        self.goaway = False
+        self.up_eof = False
+        self.streams = 0  # requests sent on it
+        self.unacked = []  # (flow-controlled length, stream id) of DATA not yet read by the client
         self.conn = h2.connection.H2Connection(
             config=h2.config.H2Configuration(
                 client_side=True,
@@ -144,23 +178,7 @@ class _Translator:
             client=True, initial_values={h2.settings.SettingCodes.ENABLE_PUSH: 0}
         )
         self.conn.initiate_connection()
-        self.inbuf = b""  # from the client, not yet handled
-        self.out_client = bytearray()
-        self.out_up = bytearray()
-        self.sid = None  # the stream in flight
-        self.method = None
-        self.body = None  # ("cl", remaining) | ("chunked", state) while the request body is forwarded
-        self.pending_body = b""  # request body decoded, waiting for the window
-        self.chunk = None  # the chunked decoder's state: None (size line) | int (data left) | "crlf" | "trailers"
-        self.trailers = []
-        self.resp_chunked = False
-        self.resp_done = False
-        self.close_after_flush = False
-        self.goaway = False
-        self.client_eof = False
-        self.up_eof = False
-        self.close_after_response = False
-        self.unacked = []  # (flow-controlled length, stream id) of DATA not yet read by the client
+        self._queue_up()
 
     # -- the upstream connection --------------------------------------------------------------
 
@@ -261,6 +279,7 @@ class _Translator:
                 continue
             headers.append((name, value))
         self.sid = self.conn.get_next_available_stream_id()
+        self.streams += 1
         self.method = method
         self.resp_chunked = False
         self.resp_done = False
@@ -340,6 +359,13 @@ class _Translator:
     def _handle_client_data(self):
         while True:
             if self.sid is None:
+                if self.goaway and not self.close_after_flush and self.inbuf.lstrip(b"\r\n"):
+                    # A graceful GOAWAY came before the connection's first request (a draining
+                    # server's notice): RFC 9113 6.8 forbids a new stream on it, so the request
+                    # goes on a new connection, as an HTTP/2 client's pool sends it.
+                    old = self.up
+                    self._use_upstream(*self.reopen())
+                    old.close()
                 if self.goaway or self.close_after_flush or not self._start_request():
                     return
             if self.body is not None:
@@ -404,8 +430,8 @@ class _Translator:
                 elif ev.error_code == 0:
                     # RFC 9113 6.8: the streams up to last_stream_id complete after a graceful GOAWAY
                     self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
-                if self.sid is None:
-                    self.close_after_flush = True
+                if self.sid is None and (self.streams or ev.error_code != 0):
+                    self.close_after_flush = True  # as an HTTP/1.1 server's close between requests
 
     def _stream_done(self):
         if self.body is not None:
@@ -425,7 +451,6 @@ class _Translator:
 
     def run(self):
         try:
-            self._queue_up()
             self._loop()
         except Exception:
             pass
@@ -451,6 +476,13 @@ class _Translator:
         poller = select.poll()
         fi, fu = self.inner.fileno(), self.up.fileno()
         while True:
+            if not self.up_eof and self.up.fileno() != fu:  # a new connection (_handle_client_data)
+                if fu is not None:
+                    try:
+                        poller.unregister(fu)
+                    except KeyError:
+                        pass
+                fu = self.up.fileno()
             if not self._flush(self.up, self.out_up):
                 self.up_eof = True
                 self.close_after_flush = True
@@ -510,13 +542,22 @@ class _Translator:
                     self.up_eof = True
                     self.sid = None
                 elif data:
-                    try:
-                        events = self.conn.receive_data(data)
-                    except h2.exceptions.ProtocolError:
-                        self.up_eof = True
-                        self.close_after_flush = True
-                        events = []
-                    self._handle_events(events)
+                    # Frame by frame: a GOAWAY's events are handled (the graceful one puts the
+                    # connection back in CLIENT_OPEN, _handle_events) before the frames after it
+                    # in the same read, which hyper-h2 would refuse in its CLOSED state.
+                    self.in_up += data
+                    while len(self.in_up) >= 9 and not self.close_after_flush:
+                        n = 9 + int.from_bytes(self.in_up[:3], "big")
+                        if len(self.in_up) < n:
+                            break
+                        one, self.in_up = self.in_up[:n], self.in_up[n:]
+                        try:
+                            events = self.conn.receive_data(one)
+                        except h2.exceptions.ProtocolError:
+                            self.up_eof = True
+                            self.close_after_flush = True
+                            events = []
+                        self._handle_events(events)
                     if self.sid is None and not self.close_after_flush:
                         self._handle_client_data()
                     elif self.body is not None and self.pending_body:

@@ -512,7 +512,15 @@ def test_pool_memory_returns_to_baseline(serve):
     build, each thread's mimalloc heap), so the warm-up runs as many clients at once as
     there are pool threads: which thread takes a request is the scheduler's choice, and a
     thread first used after the baseline would add its cache to the growth. A leak of the
-    body (800 KB a request, 192 requests after the baseline) still fails by far."""
+    body (800 KB a request, 192 requests after the baseline) still fails by far.
+
+    RSS is read after each of the last two bursts and the lower reading counts: what an arena
+    caches goes up and down from one burst to the next, a leak only up. Over HTTP/2 each body
+    passes through more buffers (the stream's input, the thread's stage, the stream's output
+    queue), each freed in the arena of the thread that took it (the loop's owner changes), and
+    glibc keeps up to twice its mmap threshold (raised to the largest block freed) free at the top
+    of each arena: 9-10 MB of such cache were measured under the parallel suite, so the bound
+    there is 16 MB."""
     threads = int(POOL[1])
     srv = serve("pool_app:app", *POOL)
     pid = srv.proc.pid
@@ -539,10 +547,13 @@ def test_pool_memory_returns_to_baseline(serve):
     burst()
     burst()
     before = rss_kb(pid)
-    for _ in range(6):
+    for _ in range(5):
         burst()
-    grown = rss_kb(pid) - before
-    assert grown < 8 * 1024, f"RSS grew by {grown} KiB across identical bursts of 800 KB uploads"
+    after = rss_kb(pid)
+    burst()
+    grown = min(after, rss_kb(pid)) - before
+    bound = 16 if TEST_H2 else 8
+    assert grown < bound * 1024, f"RSS grew by {grown} KiB across identical bursts of 800 KB uploads"
 
 
 # --- operations: worker timeout, drain, rolling restart ------------------------------
