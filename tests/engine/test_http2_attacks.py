@@ -5,6 +5,7 @@ server's memory must stay bounded.
 The bystander bound: the goal is 100 ms; the machine these tests run on is shared and slow, so
 the assertion is 1 s (a server that is stuck behind the attack takes the attack's whole length,
 several seconds, or never answers), and the measured worst latency is printed (-s shows it)."""
+import os
 import socket
 import threading
 import time
@@ -334,13 +335,14 @@ def _send_bodies(c, sids, sent, size, seconds, until=None):
         c.pump(0.002)
 
 
-@pytest.mark.rss
 def test_one_connection_buffers_at_most_the_body_buffer(serve, tmp_path):
     """100 streams on one connection, each declaring a 1 MiB body (within --body-buffer-size),
     whose views (on the pool) wait before reading: the server buffers at most the body buffer of
     all the streams' bodies together, as for one HTTP/1.1 connection, plus each stream's 64 KiB
-    window; it used to take every stream's whole body (100 MB). The control: once the views
-    read, every body is received and answered."""
+    window; it used to take every stream's whole body (100 MB). The bound is on the bytes the
+    server let in (its flow-control windows: what it did not let in it cannot hold), and on RSS
+    (not under the sanitizer build, whose quarantine holds freed memory: the rest runs there). The
+    control: once the views read, every body is received and answered."""
     flag = tmp_path / "go"
     s = serve("h2_wsgi_app:app", "--blocking-threads", "2")
     pid = s.proc.pid
@@ -355,7 +357,8 @@ def test_one_connection_buffers_at_most_the_body_buffer(serve, tmp_path):
     taken, grown = sum(sent.values()), rss_kb(pid) - before
     print(f"\n{n} bodies of 1 MiB on one connection: the server took {taken >> 10} KiB, RSS +{grown} KiB")
     assert taken <= (1 << 20) + n * 65535 + (1 << 20), taken  # the buffer, the windows, and slack
-    assert grown < 16 * 1024, grown
+    if not os.environ.get("M0_TEST_SANITIZED"):
+        assert grown < 16 * 1024, grown
     flag.write_text("")
     _send_bodies(c, sids, sent, size, 30, until=lambda: all(c.responses[sid].ended for sid in sids))
     bodies = [(c.responses[sid].status, c.responses[sid].body) for sid in sids]
