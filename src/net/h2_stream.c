@@ -621,9 +621,15 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         if (n > 0) {
             memcpy(dst, s->in + s->in_pos, n);
             s->in_pos += n;
+            /* The app took it: the client may send as much again. The
+             * connection's count is shared with the pool's threads, if any. */
+            int locked = c->srv->cfg.http2_pool;
+            if (locked)
+                m0__h2p_lock(c->srv);
             h2->in_buffered -= n;
-            /* The app took it: the client may send as much again. */
             m0__h2_stream_window(s);
+            if (locked)
+                m0__h2p_unlock(c->srv, 0);
             if (!h2->in_ng)
                 m0__h2_write(h2);
             return (ssize_t)n;
