@@ -29,6 +29,7 @@
 
 #include "check.h"
 #include "gil_mutex.h"
+#include "pool_harness.h"
 
 #define CLIENTS 2
 #define POOL 2
@@ -39,27 +40,12 @@
 #define BIG_BODY (200 * 1024)     /* past the body buffer and three windows */
 #define BIG_RESPONSE (150 * 1024) /* past the first window */
 
-static m0_workq *q;
 static m0_loop *loop;
 static m0_server *srv;
-static int requests;      /* dispatched (loop thread) */
 static int answered;      /* atomic */
 static int clients_done;  /* atomic */
 static int client_errors; /* atomic */
 static char big[BIG_BODY > BIG_RESPONSE ? BIG_BODY : BIG_RESPONSE];
-
-static int pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
-{
-    (void)ctx;
-    (void)req;
-    requests++;
-    m0_conn_detach(c);
-    if (m0_workq_push(q, c) < 0)
-        abort();
-    return 1;
-}
-
-static const m0_handler pool_handler = {pool_on_request, NULL, NULL};
 
 /* A pool thread's request: read the body, answer "n=<body bytes>", or a
  * large body for /big. */
@@ -84,8 +70,6 @@ static void serve_detached(m0_conn *c)
     __atomic_add_fetch(&answered, 1, __ATOMIC_RELAXED);
 }
 
-static int pass_held;
-
 /* A pool thread's waits (a body not arrived yet, output the client has not
  * taken) release the "GIL", as the bridge's hooks release the GIL. */
 static void *block_release(void)
@@ -100,26 +84,6 @@ static void block_acquire(void *token)
     pthread_mutex_lock(&gil);
 }
 
-static void gil_hook_release(void *arg)
-{
-    (void)arg;
-    if (pass_held)
-        pthread_mutex_unlock(&gil);
-}
-
-static void gil_hook_acquire(void *arg)
-{
-    (void)arg;
-    if (pass_held)
-        pthread_mutex_lock(&gil);
-}
-
-static void run_item(void *arg, void *item)
-{
-    (void)arg;
-    serve_detached(item);
-}
-
 static int run_pass(void *arg, int held)
 {
     (void)arg;
@@ -128,15 +92,6 @@ static int run_pass(void *arg, int held)
         return 1;
     int r = m0_loop_run_once(loop, 10);
     return r < 0 && r != -EINTR ? r : 0;
-}
-
-static const m0_workq_ops ops = {
-    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = run_item, .run_pass = run_pass};
-
-static void *pool_thread(void *arg)
-{
-    (void)arg;
-    return (void *)(intptr_t)gil_serve(q, &ops);
 }
 
 /* --- clients: nghttp2 client sessions --- */

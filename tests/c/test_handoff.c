@@ -36,32 +36,17 @@
 
 #include "check.h"
 #include "gil_mutex.h"
+#include "pool_harness.h"
 
 #define CLIENTS 4
 #define POOL 2
 #define ROUNDS 150 /* of the four kinds of request, per client */
 
-static m0_workq *q;
-static int requests;      /* dispatched (loop thread) */
 static int answered;      /* answered by the pool (atomic) */
 static int clients_done;  /* atomic */
 static int client_errors; /* atomic */
 static int hold;          /* atomic: while set, a pool thread keeps its answered request */
 static int holding;       /* atomic: a pool thread is keeping one */
-
-/* Loop thread: hand the request to the pool (src/bridge/wsgi/wsgi.c). */
-static int pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
-{
-    (void)ctx;
-    (void)req;
-    requests++;
-    m0_conn_detach(c);
-    if (m0_workq_push(q, c) < 0)
-        abort();
-    return 1;
-}
-
-static const m0_handler pool_handler = {pool_on_request, NULL, NULL};
 
 /* A pool thread's request: read the body, answer "n=<body bytes>". */
 static void serve_detached(m0_conn *c)
@@ -101,30 +86,6 @@ static m0_server *srv;
 static int stage; /* 0: clients; 1: a request held by its thread; 2: aborted */
 static int held_fd = -1;
 
-static int pass_held; /* the pass's leader holds the "GIL" (touched by the leader only) */
-
-/* The loop's wait hooks (server_wait_before/after in src/bridge/serve.c):
- * they drop the "GIL" only when the leader holds it. */
-static void gil_hook_release(void *arg)
-{
-    (void)arg;
-    if (pass_held)
-        pthread_mutex_unlock(&gil);
-}
-
-static void gil_hook_acquire(void *arg)
-{
-    (void)arg;
-    if (pass_held)
-        pthread_mutex_lock(&gil);
-}
-
-static void run_item(void *arg, void *item)
-{
-    (void)arg;
-    serve_detached(item);
-}
-
 /* A pass of the pool mode (pool_run_pass in src/bridge/serve.c). Once the
  * clients are done: one more request, held by its thread while the server
  * is aborted (m0_server_abort writes abort_after, which m0_conn_complete
@@ -158,16 +119,6 @@ static int run_pass(void *arg, int held)
         return 1;
     int r = m0_loop_run_once(loop, 10);
     return r < 0 && r != -EINTR ? r : 0;
-}
-
-static const m0_workq_ops ops = {
-    .gil_release = gil_release, .gil_acquire = gil_acquire, .run_item = run_item, .run_pass = run_pass};
-
-/* Server_run_pool and serve() (src/bridge/serve.c), with gil for the GIL. */
-static void *pool_thread(void *arg)
-{
-    (void)arg;
-    return (void *)(intptr_t)gil_serve(q, &ops);
 }
 
 /* --- clients --- */
