@@ -49,7 +49,7 @@ PER_PYTHON_SUITES = ("wsgi", "asgi", "frameworks")
 PYTHON_DIR_RE = re.compile(r"^python(\d+)\.(\d+)$")
 OFF = "†"
 SUITE_ORDER = ["floor", "wsgi", "asgi", "post", "concurrency", "frameworks", "mixed", "threads", "memory", "attack", "ops",
-               "tls", "websocket"]
+               "tls", "http2", "websocket"]
 # Suites with tables of their own and no requests-per-core chart or README summary row.
 NO_CHART = ("memory", "mixed", "attack", "websocket")
 FAILED = "MEASUREMENT FAILED"

@@ -170,9 +170,14 @@ def granian_h2(interface, tls=False):
     return replace(arm, name="granian", argv=argv, label=arm.label[:-1] + ", --http 2)")
 
 
+# Hypercorn keeps a connection for as long as the client does, as the others do (the file says why).
+HYPERCORN_CONFIG = Path(__file__).resolve().parent / "hypercorn.toml"
+
+
 def hypercorn(interface, tls=False):
     """Hypercorn (asyncio worker): h2c with prior knowledge, or ALPN h2 over TLS."""
-    argv = [_bin("hypercorn"), "--bind", "{host}:{port}", "--workers", "1", "--log-level", "warning"]
+    argv = [_bin("hypercorn"), "--bind", "{host}:{port}", "--workers", "1", "--log-level", "warning",
+            "--config", str(HYPERCORN_CONFIG)]
     if tls:
         argv += ["--certfile", "{certfile}", "--keyfile", "{keyfile}"]
     argv.append(f"{interface}:{{app}}")
