@@ -64,8 +64,11 @@ def measure(python, app, n, conns, streams, proto, workdir):
             "--interface", "asgi", "--host", "127.0.0.1", "--port", "0", "--http", "auto"]
     if proto == "h2":
         argv += tls_args()
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps") + os.pathsep + os.path.join(ROOT, "tests", "apps"),
-               PYTHONHASHSEED="0")
+    # The apps, then what PYTHONPATH held (another build of m0serve, for an A/B), then site-packages.
+    path = [os.path.join(ROOT, "bench", "apps"), os.path.join(ROOT, "tests", "apps")]
+    if os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), PYTHONHASHSEED="0")
     proc, port = start_server(argv, env, workdir, label)
     try:
         h2load(port, 1000, conns, streams, proto)
