@@ -177,11 +177,8 @@ static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void 
         size_t nc = *cap ? *cap * 2 : 256;
         if (nc < *len + n)
             nc = *len + n;
-        char *nb = realloc(*b, nc);
-        if (nb == NULL)
+        if (m0__h2_buf_reserve(b, cap, nc) < 0)
             return -ENOMEM;
-        *b = nb;
-        *cap = nc;
     }
     if (p != NULL && n > 0)
         memcpy(*b + *len, p, n);
