@@ -89,6 +89,7 @@ SLOW_FILES = [
     "engine/test_fuzz_apps.py",  # 26
     "engine/test_tls.py",  # 23
     "engine/test_early_hints.py",  # 23
+    "engine/test_http2_dos.py",  # 22
     "engine/test_net_lifetime.py",  # 21
     "ops/test_readiness.py",  # 21
     "asgi/test_ws_deflate_cases.py",  # 20

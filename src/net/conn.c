@@ -87,6 +87,12 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
+    m0_conn *hc = c->h2_conn;
+    if (hc != NULL) {
+        c->h2_conn = NULL;
+        m0__h2_call_done(hc);
+        m0__conn_release(hc);
+    }
     m0__conn_buffers_release(c);
     free(c->h2_fields);
     free(c->h2_hdr);
@@ -166,7 +172,16 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
         return;
     uint64_t now = m0_loop_now(loop);
     if (now < c->deadline_ms) {
-        m0_timer_start(loop, t, c->deadline_ms - now);
+        uint64_t wait = c->deadline_ms - now;
+        if (c->timer_kind == M0_TIMER_SEND && c->send_settle_ms != 0) {
+            if (now >= c->send_settle_ms) {
+                c->send_settle_ms = 0; /* the send queue as it settled (m0__conn_arm) */
+                c->send_outq = m0__conn_outq(c);
+            } else if (c->send_settle_ms - now < wait) {
+                wait = c->send_settle_ms - now;
+            }
+        }
+        m0_timer_start(loop, t, wait);
         return;
     }
     m0_timer_kind kind = c->timer_kind;
@@ -247,8 +262,8 @@ void m0__conn_interest(m0_conn *c)
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
-        ev = 0;
+    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED) || (c->state == M0_CS_H2 && m0__conn_out_backed(c))) {
+        ev = 0; /* output backed up: input waits (conn_int.h, the transport's rules) */
     } else if ((flags & M0_CF_PACED) && (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)) {
         ev = 0; /* a trickling peer: the pace timer reads it (pace.c) */
     } else if (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW) {

@@ -53,15 +53,28 @@ static inline void m0__conn_wbuf_release(m0_conn *c)
  * keep-alive request, from conn_process.c and conn_read.c. */
 /* Arm the connection's timer for `kind` (lazy: re-arming later than the
  * armed deadline costs nothing). */
+/* The send timeout's first look at the kernel's send queue is taken again
+ * this long after it starts: bytes in flight when it started (a peer's
+ * delayed ACK of what its receive buffer took) are not the peer reading, and
+ * counted as progress they gave a client that reads nothing a second period. */
+#define M0_SEND_SETTLE_MS 500
+
 static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
-    if (kind == M0_TIMER_SEND)
+    uint32_t first = timeout_ms;
+    if (kind == M0_TIMER_SEND) {
         c->send_outq = m0__conn_outq(c);
+        c->send_settle_ms = 0;
+        if (timeout_ms > 2 * M0_SEND_SETTLE_MS) {
+            c->send_settle_ms = m0_loop_now(loop) + M0_SEND_SETTLE_MS;
+            first = M0_SEND_SETTLE_MS;
+        }
+    }
     c->timer_kind = kind;
     c->deadline_ms = m0_loop_now(loop) + timeout_ms;
-    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > c->deadline_ms)
-        m0_timer_start(loop, &c->timer, timeout_ms);
+    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > m0_loop_now(loop) + first)
+        m0_timer_start(loop, &c->timer, first);
 }
 
 /* Give the read buffer and the header array back (the recycle allocators
@@ -114,6 +127,33 @@ static inline void m0__conn_notify(m0_conn *c, int what)
         srv->handler.on_event(srv->handler_ctx, c, what);
     m0__conn_release(c);
 }
+
+/* The transport's rules, held for HTTP/1.1 and HTTP/2 alike (conn_write.c):
+ *
+ * Stop reading while output is backed up: past M0_WRITE_HIGH_WATER of queued
+ * output (m0__conn_out_backed) the connection's input is not watched
+ * (m0__conn_interest: a peer that sends and does not read costs no wake-up),
+ * and m0__conn_backed_up, which a protocol asks before it reads or parses,
+ * says 1 and starts the send deadline. HTTP/1.1 then also stops parsing the
+ * requests it holds (M0_CF_OUT_BLOCKED, lifted by m0__conn_flush below the
+ * low-water mark).
+ *
+ * A send deadline whenever bytes wait on the peer: m0__conn_send_deadline,
+ * after a write left bytes queued, arms the send timeout in place of no timer
+ * or of the idle one (a connection whose output waits is not idle); a head's
+ * or a body's deadline keeps the slot (conn_timer_expire moves to SEND after
+ * it). Progress re-arms it (m0__conn_flush), the queue's end lifts it.
+ *
+ * The head deadline (cfg.header_timeout_ms from a head's first byte to its
+ * end), the cap on the decoded head (srv->head_cap, counted as the app sees
+ * the head) and the bound on work in flight are each protocol's to count
+ * (conn_process.c; h2.c and h2_stream.c), against these same settings. */
+static inline int m0__conn_out_backed(const m0_conn *c)
+{
+    return c->wlen - c->wpos > M0_WRITE_HIGH_WATER;
+}
+int m0__conn_backed_up(m0_conn *c);
+void m0__conn_send_deadline(m0_conn *c);
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
  * before a request was parsed). */

@@ -195,11 +195,10 @@ void m0_conn_process(m0_conn *c)
         }
         if (c->state != M0_CS_HEAD)
             break;
-        if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
+        if (m0__conn_backed_up(c)) {
             /* A peer that pipelines without reading: parse on once the
              * responses drain (m0__conn_flush resumes), or give up. */
             c->flags |= M0_CF_OUT_BLOCKED;
-            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
             break;
         }
         if (c->rpos == c->rlen) {

@@ -441,10 +441,10 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         return r < 0 ? r : conn_flush_keeping_up(c);
     }
     c->flags |= M0_CF_WRITABLE_WANTED;
-    if (c->pending && c->timer_kind == M0_TIMER_NONE) {
+    if (c->pending || c->state == M0_CS_H2) {
         /* A response waits on its peer: it must keep reading
          * (m0__conn_flush re-arms on progress, disarms once drained). */
-        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+        m0__conn_send_deadline(c);
     }
     m0__conn_interest(c);
     return 0;
@@ -540,6 +540,25 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     return r;
 }
 
+/* --- the transport's rules, for every protocol (DESIGN.md 1) --- */
+
+int m0__conn_backed_up(m0_conn *c)
+{
+    if (!m0__conn_out_backed(c))
+        return 0;
+    if (c->timer_kind != M0_TIMER_SEND)
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+    return 1;
+}
+
+void m0__conn_send_deadline(m0_conn *c)
+{
+    if (c->wlen == c->wpos || c->held)
+        return;
+    if (c->timer_kind == M0_TIMER_NONE || c->timer_kind == M0_TIMER_IDLE)
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+}
+
 void m0__server_flush_held(void *arg)
 {
     m0_server *srv = arg;
@@ -554,8 +573,8 @@ void m0__server_flush_held(void *arg)
             m0__conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
             continue;
         }
-        if (c->state != M0_CS_CLOSED && c->wlen > c->wpos && c->pending && c->timer_kind == M0_TIMER_NONE)
-            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c)); /* as a write that found the socket full */
+        if (c->state != M0_CS_CLOSED && (c->pending || c->state == M0_CS_H2))
+            m0__conn_send_deadline(c); /* as a write that found the socket full */
         if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
             m0__conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
         m0__conn_release(c);
@@ -603,9 +622,12 @@ void m0__conn_flush(m0_conn *c)
         }
     }
     if ((c->flags & M0_CF_OUT_BLOCKED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+        /* Input is read again (m0__conn_interest below): HTTP/1.1 parses
+         * the requests it holds, HTTP/2 reads frames when EPOLLIN says so. */
         c->flags &= ~M0_CF_OUT_BLOCKED;
         c->timer_kind = M0_TIMER_NONE;
-        m0_conn_process(c);
+        if (c->state != M0_CS_H2)
+            m0_conn_process(c);
         if (c->state == M0_CS_CLOSED)
             return;
     }

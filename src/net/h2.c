@@ -6,7 +6,8 @@
 #include <poll.h>
 
 #define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"
-/* The window over which resets are counted (rapid reset, CVE-2023-44487). */
+/* The window over which resets are counted (rapid reset, CVE-2023-44487;
+ * MadeYouReset, CVE-2025-8671): a sliding second (h2_reset_count). */
 #define H2_RESET_WINDOW_MS 1000
 
 static void h2_dispatch(m0_h2 *h2);
@@ -27,8 +28,13 @@ static int on_begin_headers(nghttp2_session *ses, const nghttp2_frame *frame, vo
     if (s == NULL)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     nghttp2_session_set_stream_user_data(ses, frame->hd.stream_id, s);
-    /* A stream on the way: the connection is not idle. */
-    h2->c->timer_kind = M0_TIMER_NONE;
+    /* A stream on the way: the connection is not idle (a send deadline
+     * stays). Its head has the header timeout from here to END_HEADERS, as
+     * an HTTP/1.1 head has from its first byte (m0_h2_timer). */
+    if (h2->c->timer_kind == M0_TIMER_IDLE)
+        h2->c->timer_kind = M0_TIMER_NONE;
+    s->head_deadline_ms = m0_loop_now(h2->c->srv->loop) + h2->c->srv->cfg.header_timeout_ms;
+    m0__h2_timer_at(h2, s->head_deadline_ms);
     return 0;
 }
 
@@ -78,23 +84,45 @@ static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
     h2->ready_tail = s;
 }
 
+/* One stream reset, by the client (RST_STREAM received: rapid reset,
+ * CVE-2023-44487) or by the server for a stream the client broke (a body
+ * longer than its content-length, a flow-control error, a stream past the
+ * limit: MadeYouReset, CVE-2025-8671, which libnghttp2 1.52 does not
+ * count). Both are counted together over a sliding second: the previous
+ * window's count, weighted by the part of it the second still covers, plus
+ * the current window's (a fixed window let twice the limit through across
+ * its boundary). Past cfg.http2_max_resets: GOAWAY ENHANCE_YOUR_CALM. */
+static void h2_reset_count(m0_h2 *h2)
+{
+    uint32_t limit = h2->c->srv->cfg.http2_max_resets;
+    if (limit == 0 || h2->goaway)
+        return;
+    uint64_t now = m0_loop_now(h2->c->srv->loop);
+    uint64_t in = now - h2->reset_window_ms;
+    if (in >= 2 * H2_RESET_WINDOW_MS) {
+        h2->resets_prev = h2->resets = 0;
+        h2->reset_window_ms = now;
+        in = 0;
+    } else if (in >= H2_RESET_WINDOW_MS) {
+        h2->resets_prev = h2->resets;
+        h2->resets = 0;
+        h2->reset_window_ms += H2_RESET_WINDOW_MS;
+        in -= H2_RESET_WINDOW_MS;
+    }
+    h2->resets++;
+    uint64_t seen = (uint64_t)h2->resets_prev * (H2_RESET_WINDOW_MS - in) / H2_RESET_WINDOW_MS + h2->resets;
+    if (seen > limit) {
+        h2->goaway = 1;
+        m0_metrics_engine_status(h2->c->srv->cfg.metrics, 429);
+        nghttp2_session_terminate_session(h2->ses, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+}
+
 static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void *user)
 {
     m0_h2 *h2 = user;
     if (frame->hd.type == NGHTTP2_RST_STREAM) {
-        uint64_t now = m0_loop_now(h2->c->srv->loop);
-        if (now - h2->reset_window_ms >= H2_RESET_WINDOW_MS) {
-            h2->reset_window_ms = now;
-            h2->resets = 0;
-        }
-        uint32_t limit = h2->c->srv->cfg.http2_max_resets;
-        if (limit != 0 && ++h2->resets > limit && !h2->goaway) {
-            /* Rapid reset (CVE-2023-44487): streams opened and cancelled
-             * faster than anyone reads answers. */
-            h2->goaway = 1;
-            m0_metrics_engine_status(h2->c->srv->cfg.metrics, 429);
-            nghttp2_session_terminate_session(ses, NGHTTP2_ENHANCE_YOUR_CALM);
-        }
+        h2_reset_count(h2);
         return 0;
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -208,7 +236,15 @@ out:
  * app did not read holds no window and no client waits to send it. */
 static int on_frame_send(nghttp2_session *ses, const nghttp2_frame *frame, void *user)
 {
-    (void)user;
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+        /* A reset the client made the server send counts as its own
+         * (h2_reset_count); not the server's own ends: NO_ERROR after a
+         * complete response, INTERNAL_ERROR for an app that failed. */
+        uint32_t code = frame->rst_stream.error_code;
+        if (code != NGHTTP2_NO_ERROR && code != NGHTTP2_INTERNAL_ERROR)
+            h2_reset_count(user);
+        return 0;
+    }
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -260,11 +296,11 @@ static int h2_session_new(m0_h2 *h2)
     nghttp2_session_callbacks_del(cb);
     if (r != 0)
         return -ENOMEM;
-    const m0_limits *lim = &cfg->limits;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->http2_max_concurrent_streams},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
-         (uint32_t)(lim->max_header_count * (lim->max_header_size + 32) + lim->max_request_line)},
+        /* Advisory (RFC 9113 6.5.2): the bound is enforced on the decoded
+         * head (m0__h2_stream_field). */
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)h2->c->srv->head_cap},
     };
     if (nghttp2_submit_settings(h2->ses, NGHTTP2_FLAG_NONE, iv, 2) != 0)
         return -ENOMEM;
@@ -319,8 +355,9 @@ void m0_h2_readable(m0_conn *c, uint32_t events)
     c->refs++;
     for (int i = 0; i < 4 && c->state == M0_CS_H2; i++) {
         /* Output the peer does not read: stop reading until it does (a flood
-         * of PINGs or SETTINGS would queue answers without end). */
-        if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER)
+         * of PINGs or SETTINGS would queue answers without end), with the
+         * send deadline running (conn_int.h, the transport's rules). */
+        if (m0__conn_backed_up(c))
             break;
         c->rpos = c->rlen = 0;
         ssize_t n = m0__conn_fill(c);
@@ -402,6 +439,8 @@ static void h2_stall_check(m0_h2 *h2)
         }
     } else if (c->timer_kind == M0_TIMER_SEND && c->wlen == c->wpos) {
         c->timer_kind = M0_TIMER_NONE;
+    } else {
+        m0__conn_send_deadline(c); /* bytes that wait on the peer, whatever the windows say */
     }
 }
 
@@ -500,19 +539,21 @@ void m0__h2_after(m0_h2 *h2)
     h2_dispatch(h2);
     if (c->state == M0_CS_H2)
         m0__h2_send(h2);
+    /* The send deadline first (it keeps the timer while bytes wait on the
+     * peer), then the idle timer, which only a timer at rest becomes. */
+    if (c->state == M0_CS_H2)
+        h2_stall_check(h2);
     if (c->state == M0_CS_H2) {
         if (!nghttp2_session_want_read(h2->ses) && !nghttp2_session_want_write(h2->ses)) {
             m0__conn_close_after(c, 1);
         } else if (h2->streams == NULL && h2->open == 0) {
             if (h2->goaway) {
                 m0__conn_close_after(c, 1);
-            } else if (c->timer_kind != M0_TIMER_IDLE) {
+            } else if (c->timer_kind == M0_TIMER_NONE) {
                 m0__conn_arm(c, M0_TIMER_IDLE, c->srv->cfg.keep_alive_timeout_ms);
             }
         }
     }
-    if (c->state == M0_CS_H2)
-        h2_stall_check(h2);
     if (c->state == M0_CS_H2)
         m0__conn_interest(c);
     m0__conn_release(c);
@@ -535,7 +576,7 @@ void m0__h2_write(m0_h2 *h2)
     if (h2->in_ng || c->state != M0_CS_H2)
         return;
     for (;;) {
-        if (c->wlen - c->wpos > M0_WRITE_HIGH_WATER) {
+        if (m0__conn_backed_up(c)) {
             c->flags |= M0_CF_WRITABLE_WANTED;
             break;
         }
@@ -655,7 +696,7 @@ static void h2_dispatch(m0_h2 *h2)
     m0_server *srv = c->srv;
     /* c->state first: a handler's write that fails closes c and frees h2 (the
      * caller, m0__h2_after, holds c). */
-    while (c->state == M0_CS_H2 && h2->ready != NULL &&
+    while (c->state == M0_CS_H2 && h2->ready != NULL && h2->calls < H2_MAX_CALLS(srv) &&
            (!h2->busy || srv->cfg.http2_concurrent || srv->cfg.http2_pool)) {
         m0_h2_stream *s = h2->ready;
         h2->ready = s->ready_next;
@@ -711,6 +752,11 @@ static void h2_dispatch(m0_h2 *h2)
         sc->fwd_scheme = c->fwd_scheme;
         sc->fwd_port = -1;
         s->sc = sc;
+        /* The app call counts against the connection until the handler lets
+         * go of its stream connection, however the stream ends (m0__h2_call_done). */
+        sc->h2_conn = c;
+        c->refs++;
+        h2->calls++;
         m0__h2_request_build(s, &sc->req);
         sc->headers = NULL; /* s->hdr is the stream's */
         sc->pending = 1;
@@ -803,6 +849,20 @@ void m0_h2_timer(m0_conn *c)
     int answered = 0;
     for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
         m0_conn *sc = s->sc;
+        if (!s->headers_done && s->head_deadline_ms != 0 && !s->ng_closed) {
+            if (now >= s->head_deadline_ms) {
+                /* A header block that did not end within the header
+                 * timeout: nothing else may come on the connection until it
+                 * does (RFC 9113 6.10), so the connection ends, as an
+                 * HTTP/1.1 half head gets its 408 and a close. */
+                m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_HEAD, 1);
+                m0_h2_idle(c);
+                return;
+            }
+            if (next == 0 || s->head_deadline_ms < next)
+                next = s->head_deadline_ms;
+            continue;
+        }
         if (s->want_body && sc != NULL && sc->pending && !sc->detached && sc->body_deadline_ms != 0 && !s->in_done) {
             if (now >= sc->body_deadline_ms) {
                 s->body_event = 1; /* told by m0__h2_send: it reads, and fails */
@@ -826,6 +886,8 @@ void m0_h2_timer(m0_conn *c)
         m0__h2_stream_answer(h2, s, 408);
         answered = 1;
     }
+    if (h2->ready != NULL && h2->calls < H2_MAX_CALLS(c->srv))
+        answered = 1; /* streams that waited for app calls to end (m0__h2_call_done) */
     if (answered) {
         c->refs++;
         m0__h2_after(h2);
@@ -836,6 +898,18 @@ void m0_h2_timer(m0_conn *c)
     }
     if (next != 0)
         m0__h2_timer_at(h2, next);
+}
+
+void m0__h2_call_done(m0_conn *c)
+{
+    m0_h2 *h2 = c->h2;
+    if (h2 == NULL || c->state != M0_CS_H2)
+        return;
+    h2->calls--;
+    /* Streams held back by the bound are dispatched from the timer, outside
+     * whatever let go of this call (a handler, a stream's end). */
+    if (h2->ready != NULL && h2->calls < H2_MAX_CALLS(c->srv))
+        m0__h2_timer_at(h2, m0_loop_now(c->srv->loop));
 }
 
 void m0_h2_writable(m0_conn *c)

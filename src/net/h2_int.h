@@ -51,7 +51,13 @@ typedef struct m0_h2 {
      * (m0__h2_stream_window). */
     size_t in_buffered;
     uint64_t reset_window_ms;
-    uint32_t resets;         /* RST_STREAM frames received in the current window */
+    uint32_t resets;      /* streams reset, by either side, in the current window (h2_reset_count) */
+    uint32_t resets_prev; /* ... and in the window before it */
+    /* App calls of this connection's streams not returned yet: dispatched,
+     * and their stream connection not yet let go by the handler, whether
+     * their stream is open, finished or reset (a reset stream's ASGI app may
+     * run on). New streams wait in the ready list past H2_MAX_CALLS. */
+    uint32_t calls;
     uint64_t data_sent;      /* response body bytes handed to nghttp2 so far */
     uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
     struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
@@ -99,8 +105,9 @@ struct m0_h2_stream {
      * handler: ready_ms, when it was queued). */
     uint64_t body_deadline_ms;
     uint64_t ready_ms;
-    int want_body;  /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
-    int body_event; /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
+    uint64_t head_deadline_ms; /* the header block's end is due (m0_loop_now ms; m0_h2_timer) */
+    int want_body;             /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
+    int body_event;            /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
     /* The response: its head as the bridge framed it, then the body bytes. */
     char *head;
     size_t head_len, head_cap;
@@ -145,6 +152,11 @@ static inline size_t m0__h2_stream_keep(const m0_h2_stream *s, size_t buffered)
     size_t budget = (size_t)cfg->body_buffer_size;
     return others >= budget ? 0 : budget - others;
 }
+
+/* The bound on a connection's app calls in flight (h2->calls): twice the
+ * streams it may have open, so that only calls that outlive their streams
+ * (a reset the app does not notice) hold a new stream back. */
+#define H2_MAX_CALLS(srv) (2 * (srv)->cfg.http2_max_concurrent_streams)
 
 /* A stream's receive window: the SETTINGS the session sends leave
  * SETTINGS_INITIAL_WINDOW_SIZE at its default, so a client may send this many

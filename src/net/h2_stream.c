@@ -164,9 +164,12 @@ static int field_add(m0_h2_stream *s, const uint8_t *name, size_t nlen, const ui
     const m0_limits *lim = &s->h2->c->srv->cfg.limits;
     if (m0__h2_fields_alloc(s) < 0)
         return -ENOMEM;
-    /* RFC 9113 8.2.3: cookie crumbs are joined with "; " for HTTP/1.1. */
+    /* RFC 9113 8.2.3: cookie crumbs are joined with "; " for HTTP/1.1, into
+     * one field line within the field limit, as an HTTP/1.1 Cookie line. */
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && s->cookie_at != 0) {
         m0_header *h = &s->hdr[s->cookie_at - 1];
+        if (6 + 2 + h->value.len + 2 + vlen > lim->max_header_size)
+            return -E2BIG;
         if ((size_t)h->value.base + h->value.len != s->flen) {
             /* Not the last bytes: move the value to the end first. */
             size_t off = s->flen;
@@ -208,13 +211,19 @@ static int pseudo_set(m0_h2_stream *s, size_t slot[2], const uint8_t *value, siz
 /* A field of the request head, as nghttp2 decoded it (see h2_int.h). */
 int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
 {
-    const m0_limits *lim = &s->h2->c->srv->cfg.limits;
-    /* The limits of an HTTP/1.1 head, counted on the decoded list: an HPACK
-     * bomb (a few bytes naming a large table entry again and again) stops
-     * here, whatever it decodes to. */
-    s->field_bytes += nlen + vlen;
-    if (nlen + vlen > lim->max_header_size ||
-        s->field_bytes > lim->max_header_count * (lim->max_header_size + 2) + lim->max_request_line) {
+    const m0_server *srv = s->h2->c->srv;
+    const m0_limits *lim = &srv->cfg.limits;
+    /* The limits of an HTTP/1.1 head, counted on the decoded list as the
+     * app will see it (conn_int.h, the transport's rules): each field as its
+     * line "name: value\r\n", a cookie crumb as the "; value" it adds to the
+     * one Cookie line (field_add), the whole within the bound of an HTTP/1.1
+     * head (srv->head_cap). An HPACK bomb (a few bytes naming a large table
+     * entry again and again) stops here, whatever it decodes to, and the
+     * stream holds at most that bound of it. */
+    int crumb = nlen == 6 && memcmp(name, "cookie", 6) == 0 && s->cookie_at != 0;
+    size_t line = crumb ? 2 + vlen : nlen + 2 + vlen;
+    s->field_bytes += line + (crumb ? 0 : 2);
+    if ((!crumb && nlen > 0 && name[0] != ':' && line > lim->max_header_size) || s->field_bytes > srv->head_cap) {
         s->too_large = 1;
         return 0;
     }

@@ -224,6 +224,7 @@ struct m0_conn {
     uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
     int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
                                 * (re)started, -1 unknown: less at its expiry means the peer reads */
+    uint64_t send_settle_ms;   /* loop ms at which send_outq is taken again (0: taken): see m0__conn_arm */
     int held;                  /* in the server's held list: output waits for the pass's end. Set and
                                 * cleared by the loop thread (0 from m0_conn_detach until the connection
                                 * is back); the owner reads it */
@@ -272,6 +273,9 @@ struct m0_conn {
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
     int is_h2s;
+    /* A stream connection's HTTP/2 connection, referenced until this one is
+     * destroyed: its app call counts against that connection (h2->calls). */
+    m0_conn *h2_conn;
     /* An orphaned stream connection (h2_pool.c): its request's fields and
      * header array, taken from the stream that ended, freed with it. */
     char *h2_fields;
