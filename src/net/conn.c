@@ -87,11 +87,9 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    m0_conn *hc = c->h2_conn;
-    if (hc != NULL) {
-        c->h2_conn = NULL;
-        m0__h2_call_done(hc);
-        m0__conn_release(hc);
+    if (c->h2_call != NULL) {
+        m0_call_release(c->h2_call);
+        c->h2_call = NULL;
     }
     m0__conn_buffers_release(c);
     free(c->h2_fields);

@@ -331,7 +331,8 @@ void m0_h2_start(m0_conn *c)
     h2->c = c;
     h2->reset_window_ms = m0_loop_now(c->srv->loop);
     c->h2 = h2;
-    if (h2_session_new(h2) < 0) {
+    h2->calls = m0__h2_calls_new(h2);
+    if (h2->calls == NULL || h2_session_new(h2) < 0) {
         m0__conn_close(c, 1);
         return;
     }
@@ -696,7 +697,7 @@ static void h2_dispatch(m0_h2 *h2)
     m0_server *srv = c->srv;
     /* c->state first: a handler's write that fails closes c and frees h2 (the
      * caller, m0__h2_after, holds c). */
-    while (c->state == M0_CS_H2 && h2->ready != NULL && h2->calls < H2_MAX_CALLS(srv) &&
+    while (c->state == M0_CS_H2 && h2->ready != NULL && h2->calls->n < H2_MAX_CALLS(srv) &&
            (!h2->busy || srv->cfg.http2_concurrent || srv->cfg.http2_pool)) {
         m0_h2_stream *s = h2->ready;
         h2->ready = s->ready_next;
@@ -752,11 +753,10 @@ static void h2_dispatch(m0_h2 *h2)
         sc->fwd_scheme = c->fwd_scheme;
         sc->fwd_port = -1;
         s->sc = sc;
-        /* The app call counts against the connection until the handler lets
-         * go of its stream connection, however the stream ends (m0__h2_call_done). */
-        sc->h2_conn = c;
-        c->refs++;
-        h2->calls++;
+        /* The app call counts against the connection until the stream
+         * connection is destroyed and the handler let go (h2_calls.c),
+         * however the stream ends. */
+        sc->h2_call = m0__h2_call_new(h2);
         m0__h2_request_build(s, &sc->req);
         sc->headers = NULL; /* s->hdr is the stream's */
         sc->pending = 1;
@@ -886,8 +886,8 @@ void m0_h2_timer(m0_conn *c)
         m0__h2_stream_answer(h2, s, 408);
         answered = 1;
     }
-    if (h2->ready != NULL && h2->calls < H2_MAX_CALLS(c->srv))
-        answered = 1; /* streams that waited for app calls to end (m0__h2_call_done) */
+    if (h2->ready != NULL && h2->calls->n < H2_MAX_CALLS(c->srv))
+        answered = 1; /* streams that waited for app calls to end (h2_calls.c) */
     if (answered) {
         c->refs++;
         m0__h2_after(h2);
@@ -898,18 +898,6 @@ void m0_h2_timer(m0_conn *c)
     }
     if (next != 0)
         m0__h2_timer_at(h2, next);
-}
-
-void m0__h2_call_done(m0_conn *c)
-{
-    m0_h2 *h2 = c->h2;
-    if (h2 == NULL || c->state != M0_CS_H2)
-        return;
-    h2->calls--;
-    /* Streams held back by the bound are dispatched from the timer, outside
-     * whatever let go of this call (a handler, a stream's end). */
-    if (h2->ready != NULL && h2->calls < H2_MAX_CALLS(c->srv))
-        m0__h2_timer_at(h2, m0_loop_now(c->srv->loop));
 }
 
 void m0_h2_writable(m0_conn *c)
@@ -934,6 +922,7 @@ void m0_h2_close(m0_conn *c)
     nghttp2_session_del(h2->ses);
     h2->ses = NULL;
     c->h2 = NULL;
+    m0__h2_calls_end(h2->calls);
     free(h2);
 }
 

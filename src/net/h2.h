@@ -61,9 +61,6 @@ void m0_h2_start(m0_conn *c);
 /* Loop thread (cfg.http2_pool): move the output the threads wrote to
  * detached stream connections into their streams, and send it. */
 void m0_h2p_absorb(m0_server *srv);
-/* A stream connection of c (sc->h2_conn) is let go by its handler: its app
- * call no longer counts against c's streams (conn.c, m0__conn_destroy). */
-void m0__h2_call_done(m0_conn *c);
 /* Readable (state M0_CS_H2). */
 void m0_h2_readable(m0_conn *c, uint32_t events);
 /* The connection's queued output drained below the low-water mark. */

@@ -53,11 +53,10 @@ typedef struct m0_h2 {
     uint64_t reset_window_ms;
     uint32_t resets;      /* streams reset, by either side, in the current window (h2_reset_count) */
     uint32_t resets_prev; /* ... and in the window before it */
-    /* App calls of this connection's streams not returned yet: dispatched,
-     * and their stream connection not yet let go by the handler, whether
-     * their stream is open, finished or reset (a reset stream's ASGI app may
-     * run on). New streams wait in the ready list past H2_MAX_CALLS. */
-    uint32_t calls;
+    /* App calls of this connection's streams not returned yet (h2_calls.c),
+     * whether their stream is open, finished or reset (a reset stream's ASGI
+     * app may run on). New streams wait in the ready list past H2_MAX_CALLS. */
+    struct m0_h2_calls *calls;
     uint64_t data_sent;      /* response body bytes handed to nghttp2 so far */
     uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
     struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
@@ -157,6 +156,24 @@ static inline size_t m0__h2_stream_keep(const m0_h2_stream *s, size_t buffered)
  * streams it may have open, so that only calls that outlive their streams
  * (a reset the app does not notice) hold a new stream back. */
 #define H2_MAX_CALLS(srv) (2 * (srv)->cfg.http2_max_concurrent_streams)
+
+/* --- app calls in flight (h2_calls.c) ---
+ *
+ * The count outlives the session (an app may end after its connection), so
+ * it is a small object of its own that the session and each call reference. */
+typedef struct m0_h2_calls {
+    uint32_t n;    /* calls not ended */
+    uint32_t refs; /* the session's, and one per call */
+    m0_h2 *h2;     /* NULL once the session ended */
+} m0_h2_calls;
+
+/* The count of a new session; NULL when out of memory. */
+m0_h2_calls *m0__h2_calls_new(m0_h2 *h2);
+/* The session ends: its count stays for the calls still out. */
+void m0__h2_calls_end(m0_h2_calls *calls);
+/* A dispatched stream's call, held by its stream connection; NULL when out
+ * of memory. */
+m0_call *m0__h2_call_new(m0_h2 *h2);
 
 /* A stream's receive window: the SETTINGS the session sends leave
  * SETTINGS_INITIAL_WINDOW_SIZE at its default, so a client may send this many

@@ -44,6 +44,7 @@
 
 typedef struct m0_server m0_server;
 typedef struct m0_conn m0_conn;
+typedef struct m0_call m0_call;
 
 enum {
     M0_CONN_BODY = 1,     /* body bytes (or the end of the body) became readable, or the peer
@@ -173,6 +174,19 @@ void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
  * operations, instead of this server's own. Set before serving; NULL: back to
  * its own count. */
 void m0_server_share_inflight(m0_server *srv, uint32_t *counter);
+
+/* --- app calls that outlive their request's connection ---
+ *
+ * An app may run on after the stream that carried its request ended (an
+ * ASGI task whose HTTP/2 stream the client reset). Such calls still count
+ * against the HTTP/2 connection's bound on work in flight (twice its stream
+ * limit): a handler that lets an app run past M0_CONN_CLOSED holds the call
+ * from the request's dispatch (m0_conn_call_hold) until the app returns
+ * (m0_call_release). NULL (nothing to release) for a request on an HTTP/1.1
+ * connection, which serves one request at a time. Loop thread; a call may
+ * be released after its connection and its server are gone. */
+m0_call *m0_conn_call_hold(m0_conn *c);
+void m0_call_release(m0_call *call);
 
 /* --- per connection, for handlers --- */
 

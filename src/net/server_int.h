@@ -273,9 +273,10 @@ struct m0_conn {
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
     int is_h2s;
-    /* A stream connection's HTTP/2 connection, referenced until this one is
-     * destroyed: its app call counts against that connection (h2->calls). */
-    m0_conn *h2_conn;
+    /* A stream connection's app call, counted against its HTTP/2
+     * connection until this one is destroyed and every holder let go
+     * (m0_conn_call_hold). */
+    m0_call *h2_call;
     /* An orphaned stream connection (h2_pool.c): its request's fields and
      * header array, taken from the stream that ended, freed with it. */
     char *h2_fields;

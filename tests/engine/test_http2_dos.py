@@ -284,6 +284,36 @@ def test_server_resets_are_counted(serve, mode):
     assert med < 0.5 and worst < 2.0, (med, worst)
 
 
+def test_app_calls_in_flight_bounded_without_the_reset_limit(serve):
+    """The bound on work in flight holds alone, with the reset limit off (--http2-max-resets 0): 3,000
+    streams reset by the server after their ASGI app started, each app running on for 1 s. At most
+    twice the stream limit (200) run at once (3,000 did); the streams past it wait for app calls to
+    end, and the bystander is served."""
+    s = start(serve, "asgi", "--http2-max-resets", "0")
+    block = _made_you_reset_block(f"{s.host}:{s.port}")
+    with H1Bystander(s) as b:
+        sock = connect(s)
+        sock.sendall(PREFACE + frame(0x4, 0, 0, b""))
+        reader = _GoawayReader(sock)
+        sent = 0
+        for _ in range(30):
+            burst = b""
+            for _ in range(100):
+                sid = 1 + 2 * sent
+                burst += frame(0x1, 0x4, sid, block) + frame(0x0, 0x1, sid, b"ab")
+                sent += 1
+            sock.sendall(burst)
+            time.sleep(0.02)
+        time.sleep(2.5)  # the held app calls end, and the next ones start
+    med, worst = b.report("server resets, no reset limit")
+    c = H2(s.host, s.port, sock=connect(s))
+    peak, started = map(int, c.get("/peak").body.split())
+    print(f"server resets, no reset limit: {started} app calls started, {peak} at once at most")
+    assert reader.code is None  # the control: no reset limit, no GOAWAY
+    assert 200 <= started and peak <= 2 * 100, (started, peak)
+    assert med < 0.5 and worst < 2.0, (med, worst)
+
+
 class _GoawayReader(threading.Thread):
     """Reads the server's frames off sock in the background: .code is the GOAWAY's error code."""
 

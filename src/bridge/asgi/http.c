@@ -695,6 +695,8 @@ static void http_app_done(PyObject *self, PyObject *exc)
     m0_asgi_http *h = (m0_asgi_http *)self;
     m0_asgi *a = h->base.asgi;
     int cancelled = exc != NULL && PyErr_GivenExceptionMatches(exc, a->st->cancelled_error);
+    m0_call_release(h->call);
+    h->call = NULL;
     PyObject *task = h->task;
     h->task = NULL;
     h->app_done = 1;
@@ -757,6 +759,7 @@ static void http_dealloc(PyObject *self)
     m0_asgi_http *h = (m0_asgi_http *)self;
     PyObject_GC_UnTrack(self);
     http_clear(self);
+    m0_call_release(h->call);
     m0_asgi_http_pathsend_close(h);
     head_free(h);
     PyObject_GC_Del(self);
@@ -811,6 +814,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     if (receive == NULL || send == NULL)
         goto error;
     m0_asgi_attach(a, &h->base, c);
+    h->call = m0_conn_call_hold(c); /* counted until the app returns, its stream gone or not */
     PyObject *args[3] = {scope, receive, send};
     coro = PyObject_Vectorcall(a->app, args, 3, NULL);
     if (coro == NULL) {

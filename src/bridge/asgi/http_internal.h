@@ -33,6 +33,7 @@ typedef struct {
     PyObject *recv_waiter; /* future or NULL */
     PyObject *send_waiter; /* future or NULL */
     PyObject *task;        /* the app's task while it runs, else NULL */
+    m0_call *call;         /* the app's call, counted against its HTTP/2 connection until it returns */
     /* request */
     int64_t content_length; /* -1 when unknown (chunked) */
     uint64_t body_read;
