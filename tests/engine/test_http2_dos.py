@@ -284,6 +284,37 @@ def test_server_resets_are_counted(serve, mode):
     assert med < 0.5 and worst < 2.0, (med, worst)
 
 
+def _resets(sock, first_sid, n):
+    """n streams opened and reset at once by the client (rapid reset): the next stream id."""
+    burst = b""
+    for i in range(n):
+        sid = first_sid + 2 * i
+        burst += frame(0x1, 0x5, sid, b"\x82\x84\x86\x01\x09localhost") + frame(0x3, 0, sid, (8).to_bytes(4, "big"))
+    sock.sendall(burst)
+    return first_sid + 2 * n
+
+
+@pytest.mark.parametrize("gap, calm", [(0.3, True), (2.3, False)], ids=["across-a-second", "seconds-apart"])
+def test_reset_limit_counts_a_sliding_second(serve, gap, calm):
+    """150 resets late in one second and 150 early in the next are 300 within a second: past the
+    limit of 200 (a fixed window, restarted each second, let both through); the control, 150 and
+    150 more than two seconds apart, is under it."""
+    s = start(serve, "asgi")
+    sock = connect(s)
+    sock.sendall(PREFACE + frame(0x4, 0, 0, b""))
+    reader = _GoawayReader(sock)
+    time.sleep(0.85)  # late in the connection's first counting second
+    sid = _resets(sock, 1, 150)
+    time.sleep(gap)
+    _resets(sock, sid, 150)
+    time.sleep(0.5)
+    print(f"\n150 + 150 resets {gap} s apart: GOAWAY {reader.code}")
+    if calm:
+        assert reader.code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reader.code
+    else:
+        assert reader.code is None, reader.code
+
+
 def test_app_calls_in_flight_bounded_without_the_reset_limit(serve):
     """The bound on work in flight holds alone, with the reset limit off (--http2-max-resets 0): 3,000
     streams reset by the server after their ASGI app started, each app running on for 1 s. At most
