@@ -332,6 +332,7 @@ fuzz: deps
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_conn fuzz/fuzz_conn.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_tls fuzz/fuzz_tls.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_h2 fuzz/fuzz_h2.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_h2_seq fuzz/fuzz_h2_seq.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
@@ -339,8 +340,9 @@ fuzz: deps
 	fuzz/run.sh fuzz/build/fuzz_proxy $(FUZZ_SECONDS) fuzz/corpus_proxy -dict=fuzz/proxy.dict; x=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_tls $(FUZZ_SECONDS) fuzz/corpus_tls -dict=fuzz/http.dict; t=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_h2 $(FUZZ_SECONDS) fuzz/corpus_h2; h=$$?; \
+	fuzz/run.sh fuzz/build/fuzz_h2_seq $(FUZZ_SECONDS) fuzz/corpus_h2_seq; q=$$?; \
 	$(MAKE) --no-print-directory fuzz-apps; a=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$h -eq 0 ] && [ $$a -eq 0 ]
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$h -eq 0 ] && [ $$q -eq 0 ] && [ $$a -eq 0 ]
 
 # The stateful fuzzer of misbehaving WSGI/ASGI apps (Hypothesis, real server
 # processes); the test suite runs it too, for its default 20 s.

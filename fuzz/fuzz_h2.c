@@ -13,38 +13,11 @@
  * than the default SETTINGS_MAX_FRAME_SIZE, and nothing after a GOAWAY but
  * frames of streams it let finish. */
 #include "../tests/c/conn_harness.h"
+#include "h2_frames.h"
 
 #include <stdint.h>
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/* 0, or -1 with *why. */
-static int h2_frames(const unsigned char *out, size_t len, const char **why)
-{
-    size_t off = 0;
-    int first = 1;
-    while (off + 9 <= len) {
-        size_t n = ((size_t)out[off] << 16) | ((size_t)out[off + 1] << 8) | out[off + 2];
-        unsigned type = out[off + 3];
-        if (first && type != 0x4) {
-            *why = "the first frame is not SETTINGS";
-            return -1;
-        }
-        first = 0;
-        if (n > 16384) {
-            *why = "a frame over the default SETTINGS_MAX_FRAME_SIZE";
-            return -1;
-        }
-        if (type > 0x9) {
-            *why = "a frame of unknown type";
-            return -1;
-        }
-        if (off + 9 + n > len)
-            return 0; /* the connection ended inside a frame: output cut by a close */
-        off += 9 + n;
-    }
-    return 0;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -151,8 +151,9 @@ static void h_on_event(void *ctx, m0_conn *c, int what)
 
 static const m0_handler h_handler = {h_on_request, h_on_event, NULL};
 
-/* A server with cfg (NULL: defaults) and one connection over a socketpair. */
-static int h_open(harness *h, const m0_server_config *cfg)
+/* A server with cfg (NULL: defaults) and handler, and one connection over a
+ * socketpair. */
+static int h_open_with(harness *h, const m0_server_config *cfg, const m0_handler *handler)
 {
     memset(h, 0, sizeof(*h));
     m0_server_config def;
@@ -163,7 +164,7 @@ static int h_open(harness *h, const m0_server_config *cfg)
     int sv[2];
     if (m0_loop_new(&h->loop) < 0)
         return -1;
-    if (m0_server_new(&h->srv, h->loop, cfg, &h_handler, h) < 0)
+    if (m0_server_new(&h->srv, h->loop, cfg, handler, h) < 0)
         return -1;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
@@ -174,6 +175,12 @@ static int h_open(harness *h, const m0_server_config *cfg)
     h->peer = sv[1];
     h_current = h;
     return 0;
+}
+
+/* The same with the stub handler above. */
+static int h_open(harness *h, const m0_server_config *cfg)
+{
+    return h_open_with(h, cfg, &h_handler);
 }
 
 /* Read everything the server sent so far into h->out. */
@@ -202,10 +209,14 @@ static void h_drain(harness *h)
 }
 
 /* Non-blocking loop passes until nothing happens; the peer reads what
- * arrives unless hold (a peer that does not read). */
-static void h_run(harness *h, int hold)
+ * arrives unless hold (a peer that does not read). Returns the passes run:
+ * H_PASSES_MAX when the loop never settled (an event that repeats without
+ * end: a busy loop). */
+#define H_PASSES_MAX 10000
+static int h_run(harness *h, int hold)
 {
-    for (int i = 0; i < 10000; i++) {
+    int i;
+    for (i = 0; i < H_PASSES_MAX; i++) {
         int n = m0_loop_run_once(h->loop, 0);
         if (!hold)
             h_drain(h);
@@ -219,6 +230,7 @@ static void h_run(harness *h, int hold)
     }
     if (h->conn != NULL && h->srv->conns == NULL)
         h->conn = NULL; /* closed (the server holds one connection) */
+    return i;
 }
 
 /* Run passes for about ms milliseconds (for timers). */
