@@ -1,7 +1,7 @@
 """103 Early Hints (RFC 8297) over a real socket: environ["wsgi.early_hints"]
 (gunicorn's API) and the ASGI "http.response.early_hint" extension. The 103 goes
-to HTTP/1.1 clients only, before the final head, and not at all with
---early-hints off."""
+to HTTP/1.1 and HTTP/2 clients (not HTTP/1.0), before the final head, and not at
+all with --early-hints off."""
 import time
 
 import httpx
@@ -183,3 +183,75 @@ def test_httpx_gets_no_103_when_off(serve, app):
         assert (r.status_code, r.text) == (200, "final")
     wire, = read_bytes(backend)
     assert wire.startswith(b"HTTP/1.1 200 OK\r\n") and b" 103 " not in wire, wire
+
+
+# --- over HTTP/2: the protocol browsers act on 103 with ---------------------------------------
+
+
+def _h2_events(srv, path):
+    """The events of one HTTP/2 request (prior knowledge), with their arrival times."""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    sock = socket.create_connection((srv.host, srv.port), timeout=10)
+    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "h")],
+                      end_stream=True)
+    sock.sendall(conn.data_to_send())
+    got, body = [], b""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        data = sock.recv(65536)
+        if not data:
+            break
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.InformationalResponseReceived):
+                got.append(("informational", dict(ev.headers), time.monotonic(), [v for n, v in ev.headers if n == "link"]))
+            elif isinstance(ev, h2.events.ResponseReceived):
+                got.append(("final", dict(ev.headers), time.monotonic(), None))
+            elif isinstance(ev, h2.events.DataReceived):
+                body += ev.data
+                conn.acknowledge_received_data(ev.flow_controlled_length, sid)
+            elif isinstance(ev, h2.events.StreamEnded):
+                sock.close()
+                return got, body
+        sock.sendall(conn.data_to_send())
+    sock.close()
+    return got, body
+
+
+@both
+def test_103_over_http2(serve, app):
+    """103 is sent over HTTP/2 (a HEADERS frame before the response's), before the app finishes:
+    it used to be withheld, the stream telling the bridges it was HTTP/1.0."""
+    srv = serve(app)
+    events, body = _h2_events(srv, "/hints")
+    assert [e[0] for e in events] == ["informational", "final"], events
+    info, final = events
+    assert info[1][":status"] == "103" and info[3] == LINKS
+    assert final[1][":status"] == "200" and body == b"final"
+    assert final[2] - info[2] > 1.0  # the app slept after its hints: the 103 came first
+
+
+@both
+def test_103_over_http2_reaches_curl_and_nghttp(serve, app):
+    """What the HTTP/2 clients of the command line print: curl --http2 (prior knowledge on
+    http://) and nghttp show the 103 with its Link fields, then the 200."""
+    import subprocess
+
+    from helpers import tool_env
+
+    srv = serve(app)
+    url = f"http://{srv.host}:{srv.port}/hints"
+    r = subprocess.run(["curl", "-sv", "--http2-prior-knowledge", url], capture_output=True, text=True,
+                       timeout=20, env=tool_env())
+    assert "< HTTP/2 103" in r.stderr and "< link: </a.css>; rel=preload; as=style" in r.stderr, r.stderr
+    assert "< HTTP/2 200" in r.stderr and r.stdout == "final"
+    r = subprocess.run(["nghttp", "-v", url], capture_output=True, text=True, timeout=20, env=tool_env())
+    assert ":status: 103" in r.stdout and "link: </b.js>; rel=preload; as=script" in r.stdout, r.stdout
+    assert ":status: 200" in r.stdout

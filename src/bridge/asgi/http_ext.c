@@ -61,7 +61,8 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
         rc = m0_asgi_http_disconnected(h);
         goto done;
     }
-    if (count > 0 && h->base.asgi->early_hints && h->minor_version >= 1) {
+    /* HTTP/1.1 and HTTP/2 carry 1xx heads; HTTP/1.0 does not. */
+    if (count > 0 && h->base.asgi->early_hints && (h->minor_version >= 1 || (h->req_flags & M0_REQ_HTTP2))) {
         buf = PyMem_Malloc(need);
         if (buf == NULL) {
             PyErr_NoMemory();

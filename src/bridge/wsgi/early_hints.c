@@ -122,9 +122,10 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
     if (any < 0)
         goto error;
     /* Validated: the app's own code would fail here under any server. Sent
-     * only when enabled, to an HTTP/1.1 client still connected, and with
-     * at least one field (an empty 103 tells the client nothing). */
-    if (any && sr->w->early_hints && sr->minor_version >= 1 && sr->c != NULL && !sr->write_error) {
+     * only when enabled, to an HTTP/1.1 or HTTP/2 client (not HTTP/1.0, which
+     * has no 1xx) still connected, and with at least one field (an empty 103
+     * tells the client nothing). */
+    if (any && sr->w->early_hints && sr->informational && sr->c != NULL && !sr->write_error) {
         buf[len++] = '\r';
         buf[len++] = '\n';
         struct iovec iov = {buf, len};
