@@ -253,6 +253,10 @@ void m0_conn_process(m0_conn *c)
         }
         c->head_len = (size_t)r;
         c->head_base = c->rbuf + c->rpos;
+        if ((c->req.flags & M0_REQ_UPGRADE) && c->nreq == 0 && m0_h2_upgrade_wanted(c, &c->req)) {
+            m0_h2_upgrade(c); /* 101, then HTTP/2 with this request as stream 1 (net/h2.h) */
+            break;
+        }
         if (srv->cfg.http2 == 2) {
             m0__conn_error(c, 505); /* --http 2: HTTP/1.x is not served */
             break;

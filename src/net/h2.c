@@ -58,7 +58,7 @@ static int on_header(nghttp2_session *ses, const nghttp2_frame *frame, const uin
  * the client to the buffer and one window ahead (m0__h2_stream_window). For
  * a concurrent handler (ASGI) at the end of its head: it awaits each chunk.
  * A Content-Length past limits.max_body is answered 413 at the head. */
-static void stream_ready(m0_h2 *h2, m0_h2_stream *s)
+void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s)
 {
     if (s->queued)
         return;
@@ -138,7 +138,7 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
         int64_t cl = s->too_large ? -1 : m0__h2_stream_content_length(s);
         if (cfg->limits.max_body != 0 && cl > 0 && (uint64_t)cl > cfg->limits.max_body) {
             s->body_too_large = 1; /* 413 now: the client need not send the body */
-            stream_ready(h2, s);
+            m0__h2_stream_ready(h2, s);
         } else if (cl > 0 && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             /* Room for what the stream may buffer of the declared body, in
              * one allocation, as HTTP/1.1 reserves it. Grown by doubling
@@ -150,7 +150,7 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
         }
         if (!s->body_too_large && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
             (cfg->http2_concurrent || (cl < 0 ? cfg->body_buffer_size == 0 : (uint64_t)cl > cfg->body_buffer_size))) {
-            stream_ready(h2, s);
+            m0__h2_stream_ready(h2, s);
         }
         if (!s->queued && s->body_deadline_ms != 0)
             m0__h2_timer_at(h2, s->body_deadline_ms); /* the loop buffers the body */
@@ -164,7 +164,7 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
             s->in_done = 1;
         }
         s->body_event = s->want_body;
-        stream_ready(h2, s);
+        m0__h2_stream_ready(h2, s);
     }
     return 0;
 }
@@ -226,7 +226,7 @@ out:
      * window is held): the view reads the rest as it comes. */
     if (r == 0 && !s->queued && !cfg->http2_concurrent && s->headers_done &&
         (s->in_got > cfg->body_buffer_size || over))
-        stream_ready(h2, s);
+        m0__h2_stream_ready(h2, s);
     return r;
 }
 
@@ -321,12 +321,12 @@ static int h2_recv(m0_h2 *h2, const char *buf, size_t len)
     return r < 0 ? -1 : 0;
 }
 
-void m0_h2_start(m0_conn *c)
+m0_h2 *m0__h2_open(m0_conn *c)
 {
     m0_h2 *h2 = calloc(1, sizeof(*h2));
     if (h2 == NULL) {
         m0__conn_close(c, 1);
-        return;
+        return NULL;
     }
     h2->c = c;
     h2->reset_window_ms = m0_loop_now(c->srv->loop);
@@ -334,19 +334,33 @@ void m0_h2_start(m0_conn *c)
     h2->calls = m0__h2_calls_new(h2);
     if (h2->calls == NULL || h2_session_new(h2) < 0) {
         m0__conn_close(c, 1);
-        return;
+        return NULL;
     }
     c->state = M0_CS_H2;
     c->timer_kind = M0_TIMER_NONE;
     (void)m0_conn_local_host(c); /* resolved once here: stream connections have no socket to ask */
+    return h2;
+}
+
+void m0_h2_start(m0_conn *c)
+{
+    m0_h2 *h2 = m0__h2_open(c);
+    if (h2 == NULL)
+        return;
     c->refs++;
+    m0__h2_feed(h2);
+    m0__conn_release(c);
+}
+
+void m0__h2_feed(m0_h2 *h2)
+{
+    m0_conn *c = h2->c;
     size_t len = c->rlen - c->rpos;
     int r = h2_recv(h2, c->rbuf + c->rpos, len);
     c->rpos = c->rlen = 0;
     if (r < 0)
         nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
     m0__h2_after(h2);
-    m0__conn_release(c);
 }
 
 void m0_h2_readable(m0_conn *c, uint32_t events)

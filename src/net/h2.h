@@ -58,6 +58,13 @@ int m0_h2_preface(const char *buf, size_t len);
 /* c's buffered input [rpos, rlen) starts with the preface: switch c to
  * HTTP/2 and process that input. c may be closed when this returns. */
 void m0_h2_start(m0_conn *c);
+/* An HTTP/1.1 request asks to continue in HTTP/2 (RFC 7540 3.2: Upgrade: h2c,
+ * one HTTP2-Settings, Connection naming both), on a plaintext connection,
+ * with no body: whether it may (h2_upgrade.c). */
+int m0_h2_upgrade_wanted(const m0_conn *c, const m0_request *req);
+/* Answer 101 and continue in HTTP/2, the request (c's parsed head, whose
+ * head_len bytes are consumed) as stream 1. c may be closed when this returns. */
+void m0_h2_upgrade(m0_conn *c);
 /* Loop thread (cfg.http2_pool): move the output the threads wrote to
  * detached stream connections into their streams, and send it. */
 void m0_h2p_absorb(m0_server *srv);

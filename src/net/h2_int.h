@@ -217,6 +217,15 @@ static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void 
 
 /* --- the session (h2.c) --- */
 
+/* c becomes an HTTP/2 connection (state M0_CS_H2) with a session of its own;
+ * NULL when out of memory (c is closed). */
+m0_h2 *m0__h2_open(m0_conn *c);
+/* Feed c's buffered input [rpos, rlen) to the session, then what follows
+ * input (m0__h2_after). The caller holds c. */
+void m0__h2_feed(m0_h2 *h2);
+/* Queue s, whose head is complete, for the handler (or answer it: 431, 413). */
+void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s);
+
 /* The connection's timer fires by due_ms at the latest (lazy: an earlier
  * arming stays); m0_h2_timer then looks at the streams' deadlines. */
 void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms);

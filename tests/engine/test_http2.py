@@ -212,14 +212,85 @@ def test_http_2_refuses_http11(serve):
     assert echo(h2(s).get("/"))["method"] == "GET"
 
 
-def test_upgrade_h2c_is_answered_over_http11(serve):
-    """Upgrade: h2c (RFC 7540 3.2, removed in RFC 9113) is not supported: HTTP/1.1 answers."""
+UPGRADE = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n")
+
+
+def _upgrade(s, target, extra=b""):
+    """An HTTP/1.1 request asking to continue in HTTP/2 (RFC 7540 3.2), then the client's preface
+    once the 101 came: the H2 client on that socket, the 101's head, and the bytes that followed it."""
+    import h2.connection
+
+    sock = socket.create_connection((s.host, s.port), timeout=10)
+    sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: example.test\r\nX-Thing: a\r\n" + UPGRADE + extra + b"\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    c = H2(s.host, s.port, sock=sock)  # its preface and SETTINGS: what follows a 101
+    config = c.conn.config
+    c.conn = h2.connection.H2Connection(config)
+    c.conn.initiate_upgrade_connection()
+    c.conn.data_to_send()  # the preface went already
+    return c, head, rest
+
+
+@pytest.mark.parametrize("app", ["proto_app:app", "proto_app:asgi_app"], ids=["wsgi", "asgi"])
+def test_upgrade_h2c_continues_in_http2(serve, app):
+    """RFC 7540 3.2: Upgrade: h2c on a request without a body is answered 101, and the request's
+    response comes as HTTP/2 on stream 1; the connection then serves streams as any other. The
+    request reaches the app as HTTP/2, without the fields of the HTTP/1.1 connection."""
+    from h2client import Response
+
+    s = serve(app)
+    c, head, rest = _upgrade(s, b"/echo?x=1")
+    assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n") and b"Upgrade: h2c" in head, head
+    c.responses[1] = Response()  # the client's stream 1 is half closed (local): its response is read
+    for ev in c.conn.receive_data(rest):
+        c.handle(ev)
+    r = c.wait(1)
+    rep = echo(r)
+    assert rep["path"] == "/echo" and rep["query"] == "x=1", rep
+    assert rep["headers"]["host"] == "example.test" and rep["headers"]["x-thing"] == "a", rep
+    assert not set(rep["headers"]) & {"upgrade", "http2-settings", "connection"}, rep["headers"]
+    assert rep["env"]["SERVER_PROTOCOL"] == "HTTP/2", rep
+    assert echo(c.get("/again"))["path"] == "/again"  # stream 3 on the upgraded connection
+
+
+def test_upgrade_h2c_reaches_curl_and_nghttp(serve):
+    """What `curl --http2` and `nghttp -u` try on an http:// URL: 101, then HTTP/2."""
+    s = serve("proto_app:asgi_app", "--interface", "asgi")
+    url = f"http://{s.host}:{s.port}/fixed"
+    r = subprocess.run(["curl", "-sv", "--http2", url], capture_output=True, text=True, timeout=20, env=tool_env())
+    assert "< HTTP/1.1 101 Switching Protocols" in r.stderr and "< HTTP/2 200" in r.stderr, r.stderr
+    assert r.stdout == "abcdefghijklmnopqrstuvwxyz"
+    r = subprocess.run(["nghttp", "-uv", url], capture_output=True, text=True, timeout=20, env=tool_env())
+    assert "HTTP Upgrade success" in r.stdout and "recv (stream_id=1) :status: 200" in r.stdout, r.stdout
+
+
+def test_upgrade_h2c_with_a_body_is_answered_over_http11(serve):
+    """A request with a body is not upgraded (its body would have to come whole before the 101,
+    RFC 7540 3.2): HTTP/1.1 answers it, as a server that ignores the Upgrade may."""
+    s = serve("proto_app:app")
+    sock = s.connect()
+    sock.sendall(b"POST /fixed HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n" + UPGRADE + b"\r\nabc")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_upgrade_h2c_with_bad_settings_is_refused(serve):
+    """HTTP2-Settings that is not a base64url SETTINGS payload: 400 (RFC 7540 3.2.1)."""
     s = serve("proto_app:app")
     sock = s.connect()
     sock.sendall(b"GET /fixed HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
-                 b"HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
-    data = sock.recv(4096)
-    assert data.startswith(b"HTTP/1.1 200 OK")
+                 b"HTTP2-Settings: AAM!\r\n\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+
+
+def test_upgrade_h2c_off_with_http_1(serve):
+    """--http 1: no HTTP/2 at all; the Upgrade is ignored and HTTP/1.1 answers."""
+    s = serve("proto_app:app", "--http", "1")
+    sock = s.connect()
+    sock.sendall(b"GET /fixed HTTP/1.1\r\nHost: x\r\n" + UPGRADE + b"\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_proxy_protocol_then_preface(serve):
