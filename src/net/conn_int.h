@@ -155,6 +155,15 @@ static inline int m0__conn_out_backed(const m0_conn *c)
 int m0__conn_backed_up(m0_conn *c);
 void m0__conn_send_deadline(m0_conn *c);
 
+/* exchange.c: a request's begin and end, for every protocol. Begin: counted
+ * (the server's requests, the in-flight gauge), timed (start_ns, the
+ * heartbeat), its proxy facts resolved, the gate asked, --max-requests
+ * told; 1 when the gate answered it (not dispatched), else 0. End (c's
+ * request is no longer pending): the gate's count, the in-flight gauge and
+ * the request's metrics, the heartbeat, the access-log line. */
+int m0__request_begin(m0_conn *c);
+void m0__request_end(m0_conn *c, int status, uint64_t body_bytes);
+
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
  * before a request was parsed). */
 void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);

@@ -778,18 +778,7 @@ static void h2_dispatch(m0_h2 *h2)
         h2->open++;
         if (!srv->cfg.http2_concurrent)
             h2->busy = 1;
-        __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
-        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
-        if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
-            sc->start_ns = m0__conn_clock_ns();
-            if (srv->heartbeat != NULL)
-                *srv->heartbeat = (int64_t)sc->start_ns;
-        }
-        if (srv->cfg.proxy.headers)
-            m0__proxy_headers_resolve(sc);
-        int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(sc);
-        if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
-            m0_server_max_requests(srv);
+        int gated = m0__request_begin(sc);
         sc->refs++;
         int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {

@@ -716,21 +716,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         return;
     m0_server *srv = c->srv;
     m0_h2_stream *s = c->h2s;
-    c->pending = 0;
-    /* A pool thread's response ended when it completed, not when the loop took it. */
-    uint64_t end_ns = c->done_ns;
-    c->done_ns = 0;
-    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
-        end_ns = m0__conn_clock_ns();
-    m0__gate_done(c);
-    if (srv->cfg.metrics != NULL) {
-        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
-    }
-    if (srv->heartbeat != NULL)
-        *srv->heartbeat = 0;
-    if (srv->cfg.access_log_fd >= 0)
-        m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+    m0__request_end(c, status, body_bytes);
     if (s == NULL) {
         /* A thread's request whose stream ended while it ran (h2_pool.c): the
          * orphaned stream connection goes with it. */

@@ -1,0 +1,43 @@
+/* A request's begin and end, the same for every protocol that carries one
+ * (HTTP/1.1: conn_process.c; HTTP/2: h2.c's dispatch and h2_stream.c's
+ * finish): what the server counts, times and logs of a request is decided
+ * here once, in one order. Contract in conn_int.h. */
+#include "conn_int.h"
+
+int m0__request_begin(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
+    m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
+    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
+        c->start_ns = m0__conn_clock_ns();
+        if (srv->heartbeat != NULL)
+            *srv->heartbeat = (int64_t)c->start_ns;
+    }
+    if (srv->cfg.proxy.headers)
+        m0__proxy_headers_resolve(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(c);
+    if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
+        m0_server_max_requests(srv); /* after the gate: the health path does not count */
+    return gated;
+}
+
+void m0__request_end(m0_conn *c, int status, uint64_t body_bytes)
+{
+    m0_server *srv = c->srv;
+    c->pending = 0;
+    m0__gate_done(c);
+    /* A pool thread's response ended when it completed, not when the loop took it. */
+    uint64_t end_ns = c->done_ns;
+    c->done_ns = 0;
+    if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
+        end_ns = m0__conn_clock_ns();
+    if (srv->cfg.metrics != NULL) {
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
+    }
+    if (srv->heartbeat != NULL)
+        *srv->heartbeat = 0;
+    if (srv->cfg.access_log_fd >= 0)
+        m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+}
