@@ -311,7 +311,7 @@ test-all-asan-tls:
 # The HTTP/2 suites against the ASan/UBSan build (in CI: HTTP/2 is where a connection's close frees
 # a session that a stream's write still holds, the use after free this found).
 H2_ENGINE_TESTS := engine/test_http2.py engine/test_http2_wsgi.py engine/test_http2_pool.py engine/test_http2_attacks.py \
-	engine/test_http2_timeouts.py engine/test_http2_dos.py
+	engine/test_http2_timeouts.py engine/test_http2_dos.py asgi/test_asgi_ws_h2.py
 test-asan-h2: build asan-build
 	$(ASAN_ENV) tests/asan_pytest.sh -x -n $(PYTEST_JOBS_ASAN) $(XDIST) $(H2_ENGINE_TESTS)
 

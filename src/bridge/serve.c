@@ -141,6 +141,8 @@ static PyObject *Server_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     void *ctx = NULL;
     if (server_handler_init(self, PyType_GetModule(type), &handler, &ctx) < 0) // borrowed module
         goto error;
+    if (self->asgi != NULL)
+        cfg.http2_websocket = m0_asgi_serves_websockets(self->asgi); /* WebSocket over HTTP/2 (RFC 8441) */
     if (self->workq != NULL) {
         m0_loop_set_look_first(self->loop, 1); /* the pool's standby waits for the GIL: not at every pass */
         m0_loop_set_own_waits(self->loop, 1);  /* a completion wakes the loop only when a pass waits */

@@ -59,12 +59,14 @@ typedef struct {
 /* Framing and connection facts the parser derives from the head, so that no
  * later layer re-scans the headers for them. */
 enum {
-    M0_REQ_CHUNKED = 1u << 0,         /* Transfer-Encoding: chunked */
-    M0_REQ_KEEP_ALIVE = 1u << 1,      /* persistent per version + Connection */
-    M0_REQ_EXPECT_CONTINUE = 1u << 2, /* Expect: 100-continue */
-    M0_REQ_UPGRADE = 1u << 3,         /* Connection: upgrade and an Upgrade header */
-    M0_REQ_HEAD = 1u << 4,            /* method is HEAD */
-    M0_REQ_HTTP2 = 1u << 5,           /* an HTTP/2 stream (net/h2.h): minor_version is 0 for its framing */
+    M0_REQ_CHUNKED = 1u << 0,          /* Transfer-Encoding: chunked */
+    M0_REQ_KEEP_ALIVE = 1u << 1,       /* persistent per version + Connection */
+    M0_REQ_EXPECT_CONTINUE = 1u << 2,  /* Expect: 100-continue */
+    M0_REQ_UPGRADE = 1u << 3,          /* Connection: upgrade and an Upgrade header */
+    M0_REQ_HEAD = 1u << 4,             /* method is HEAD */
+    M0_REQ_HTTP2 = 1u << 5,            /* an HTTP/2 stream (net/h2.h): minor_version is 0 for its framing */
+    M0_REQ_EXTENDED_CONNECT = 1u << 6, /* HTTP/2 extended CONNECT (RFC 8441): `upgrade` is its :protocol,
+                                        * the stream becomes the tunnel once answered 2xx (m0_conn_upgrade) */
 };
 
 typedef struct {

@@ -431,6 +431,20 @@ int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs)
 {
     int connection_upgrade = 0, keys = 0, version = 0;
 
+    if (req->flags & M0_REQ_EXTENDED_CONNECT) {
+        /* RFC 8441 4, 5: CONNECT with :protocol websocket on an HTTP/2
+         * stream; no Sec-WebSocket-Key (nothing to prove: the stream is
+         * new), the version as in RFC 6455 when sent. */
+        hs->key = (m0_span){NULL, 0};
+        if (req->method.len != 7 || memcmp(req->method.base, "CONNECT", 7) != 0 || !m0_ws_is_upgrade(req))
+            return M0_WS_BAD_HANDSHAKE;
+        for (size_t i = 0; i < req->num_headers; i++) {
+            const m0_header *h = &req->headers[i];
+            if (M0_IS_HEADER(h, "sec-websocket-version") && !(h->value.len == 2 && memcmp(h->value.base, "13", 2) == 0))
+                return M0_WS_BAD_VERSION;
+        }
+        return 0;
+    }
     if (req->method.len != 3 || memcmp(req->method.base, "GET", 3) != 0 || req->minor_version != 1 ||
         !m0_ws_is_upgrade(req))
         return M0_WS_BAD_HANDSHAKE;

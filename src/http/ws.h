@@ -176,7 +176,10 @@ int m0_ws_is_upgrade(const m0_request *req);
  * base64 of 16 bytes, and no content (Content-Length absent or 0, not
  * chunked: as the websockets library, which answers "unsupported request
  * body"; RFC 9110 9.3.1 gives content in a GET no meaning). Returns 0 and
- * fills *hs, M0_WS_BAD_VERSION or M0_WS_BAD_HANDSHAKE. */
+ * fills *hs, M0_WS_BAD_VERSION or M0_WS_BAD_HANDSHAKE. An HTTP/2 extended
+ * CONNECT (M0_REQ_EXTENDED_CONNECT, RFC 8441) is checked as that RFC says:
+ * CONNECT with :protocol websocket, the version 13 when sent, no key (hs->key
+ * is empty). */
 int m0_ws_handshake_check(const m0_request *req, m0_ws_handshake *hs);
 
 #define M0_WS_ACCEPT_LEN 28

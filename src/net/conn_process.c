@@ -358,6 +358,10 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 
 void m0_conn_upgrade(m0_conn *c)
 {
+    if (c->is_h2s) {
+        m0_h2s_upgrade(c);
+        return;
+    }
     if (c->state != M0_CS_REQUEST)
         return;
     c->state = M0_CS_RAW;

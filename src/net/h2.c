@@ -193,7 +193,7 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
         m0__h2p_lock(h2->c->srv);
     int r = 0, over = 0;
     uint64_t max = cfg->limits.max_body;
-    if (max != 0 && s->in_got + len > max) {
+    if (max != 0 && s->in_got + len > max && !s->tunnel) {
         s->body_too_large = 1;
         s->body_event = s->want_body;
         nghttp2_session_consume_stream(ses, stream_id, len + s->in_held);
@@ -248,7 +248,10 @@ static int on_frame_send(nghttp2_session *ses, const nghttp2_frame *frame, void 
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
-    if (nghttp2_session_get_stream_remote_close(ses, frame->hd.stream_id) == 0)
+    /* Not a tunnel's (RFC 8441): the client's half carries the end of its
+     * WebSocket closing handshake after ours, and its own END_STREAM. */
+    const m0_h2_stream *s = nghttp2_session_get_stream_user_data(ses, frame->hd.stream_id);
+    if (nghttp2_session_get_stream_remote_close(ses, frame->hd.stream_id) == 0 && (s == NULL || !s->tunnel))
         nghttp2_submit_rst_stream(ses, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
@@ -301,8 +304,11 @@ static int h2_session_new(m0_h2 *h2)
         /* Advisory (RFC 9113 6.5.2): the bound is enforced on the decoded
          * head (m0__h2_stream_field). */
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)h2->c->srv->head_cap},
+        /* Extended CONNECT (RFC 8441: WebSocket over HTTP/2), offered to a
+         * handler that serves WebSockets (cfg.http2_websocket: ASGI). */
+        {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
     };
-    if (nghttp2_submit_settings(h2->ses, NGHTTP2_FLAG_NONE, iv, 2) != 0)
+    if (nghttp2_submit_settings(h2->ses, NGHTTP2_FLAG_NONE, iv, cfg->http2_websocket ? 3 : 2) != 0)
         return -ENOMEM;
     return 0;
 }

@@ -102,5 +102,9 @@ int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
 int m0_h2s_keep_alive(const m0_conn *c);
 void m0_h2s_park(m0_conn *c);
 void m0_h2s_abort(m0_conn *c);
+/* An answered extended CONNECT: the stream becomes the tunnel (no body limit,
+ * no body deadline); its DATA is what m0_conn_body_read and m0_conn_writev
+ * carry until either side ends the stream. */
+void m0_h2s_upgrade(m0_conn *c);
 
 #endif

@@ -83,8 +83,11 @@ struct m0_h2_stream {
     size_t field_bytes;
     size_t method[2], path[2], authority[2], scheme[2]; /* offset, length (length 0: absent) */
     int has_method, has_path, has_authority;
-    size_t cookie_at; /* index + 1 of the merged cookie field, 0: none yet */
-    int too_large;    /* past the header limits: answered 431 */
+    size_t protocol[2]; /* :protocol of an extended CONNECT (RFC 8441), offset and length */
+    int tunnel;         /* the stream is a tunnel (an answered extended CONNECT): its DATA is a byte stream,
+                         * with no body limit and no body deadline */
+    size_t cookie_at;   /* index + 1 of the merged cookie field, 0: none yet */
+    int too_large;      /* past the header limits: answered 431 */
     int headers_done;
     int queued; /* in the ready list, or dispatched */
     /* The request body: whole before the dispatch when it fits the body

@@ -238,7 +238,8 @@ int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const
             r = pseudo_set(s, s->authority, value, vlen), s->has_authority = 1;
         else if (nlen == 7 && memcmp(name, ":scheme", 7) == 0)
             r = pseudo_set(s, s->scheme, value, vlen);
-        /* :protocol (extended CONNECT) is not enabled: nghttp2 refuses it */
+        else if (nlen == 9 && memcmp(name, ":protocol", 9) == 0)
+            r = pseudo_set(s, s->protocol, value, vlen); /* RFC 8441, validated by nghttp2 */
     } else if (nlen == 4 && memcmp(name, "host", 4) == 0 && s->has_authority) {
         /* :authority wins (RFC 9113 8.3.1) */
     } else {
@@ -271,6 +272,12 @@ void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
     req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE;
     if (m0_span_ieq(req->method, "head", 4) && req->method.base[0] == 'H')
         req->flags |= M0_REQ_HEAD;
+    if (s->protocol[1] != 0) {
+        /* An extended CONNECT (RFC 8441): to the bridges, an upgrade to its
+         * :protocol (a WebSocket: ws.c's handshake, answered 200, not 101). */
+        req->flags |= M0_REQ_UPGRADE | M0_REQ_EXTENDED_CONNECT;
+        req->upgrade = SPAN_AT(s, s->protocol);
+    }
     req->content_length = -1;
     req->headers = s->hdr;
     for (size_t i = 0; i < s->nhdr; i++) {
@@ -729,6 +736,12 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (!srv->cfg.http2_concurrent)
         h2->busy = 0;
     s->out_done = 1;
+    if (s->tunnel) {
+        /* The client's half may still bring the end of its closing
+         * handshake; it is reset if it has not ended by then (m0_h2_timer). */
+        s->body_deadline_ms = m0_loop_now(srv->loop) + M0_LINGER_MS;
+        m0__h2_timer_at(h2, s->body_deadline_ms);
+    }
     if (!s->submitted) {
         nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     } else if (s->resp_length >= 0 && s->sent + (s->out_len - s->out_pos) != (uint64_t)s->resp_length && !s->no_body) {
@@ -744,6 +757,16 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         }
     }
     m0__h2_kick(h2, 1);
+}
+
+void m0_h2s_upgrade(m0_conn *c)
+{
+    m0_h2_stream *s = c->h2s;
+    if (s == NULL || s->protocol[1] == 0)
+        return;
+    s->tunnel = 1;
+    s->body_deadline_ms = 0;
+    c->body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
 void m0_h2s_abort(m0_conn *c)

@@ -57,6 +57,17 @@ void m0_h2_timer(m0_conn *c)
     int answered = 0;
     for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
         m0_conn *sc = s->sc;
+        if (s->tunnel && s->out_done && !s->ng_closed && s->body_deadline_ms != 0) {
+            /* A tunnel we ended whose client half did not end in time. */
+            if (now >= s->body_deadline_ms) {
+                s->body_deadline_ms = 0;
+                nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+                answered = 1;
+            } else if (next == 0 || s->body_deadline_ms < next) {
+                next = s->body_deadline_ms;
+            }
+            continue;
+        }
         if (!s->headers_done && s->head_deadline_ms != 0 && !s->ng_closed) {
             if (now >= s->head_deadline_ms) {
                 /* A header block that did not end within the header

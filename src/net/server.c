@@ -25,6 +25,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->body_buffer_size = 1024 * 1024;
     cfg->http2_max_concurrent_streams = 100;
     cfg->http2_max_resets = 200;
+    cfg->http2_websocket = 0;
     cfg->pace_window_ms = 1000;
     cfg->pace_min_bytes = 4096;
     cfg->block_release = NULL;

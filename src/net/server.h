@@ -120,6 +120,7 @@ typedef struct {
      * bytes are the client preface), 2 only (HTTP/1.1 requests get 505). */
     int http2;
     int http2_concurrent; /* the handler runs a connection's streams at once (ASGI) */
+    int http2_websocket;  /* the handler serves WebSockets: extended CONNECT offered (RFC 8441) */
     int http2_pool; /* the handler hands each stream to another thread (m0_conn_detach: the WSGI pool), all at once */
     uint32_t http2_max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
     uint32_t http2_max_resets;             /* RST_STREAM frames a second before GOAWAY ENHANCE_YOUR_CALM, 0: no limit */

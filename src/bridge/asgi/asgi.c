@@ -639,6 +639,11 @@ static int asgi_fail_500(m0_asgi *a, m0_conn *c)
     return 0;
 }
 
+int m0_asgi_serves_websockets(const m0_asgi *a)
+{
+    return a->ws_enabled;
+}
+
 static int asgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
 {
     m0_asgi *a = ctx;

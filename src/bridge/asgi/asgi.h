@@ -53,6 +53,8 @@ m0_asgi *m0_asgi_new(PyObject *module, const m0_asgi_options *opts);
  * Call after m0_server_free. */
 void m0_asgi_free(m0_asgi *a);
 int m0_asgi_traverse(m0_asgi *a, visitproc visit, void *arg);
+/* Whether the bridge answers WebSocket handshakes (its `ws` option). */
+int m0_asgi_serves_websockets(const m0_asgi *a);
 
 /* A graceful shutdown began (after m0_server_drain): every live request is
  * told; open WebSockets are closed with 1012 (service restart), HTTP

@@ -302,11 +302,10 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int w
     int fill = websocket;
     if ((fill && PyDict_SetItem(scope, st->s_type, st->s_websocket) < 0) ||
         (fill && PyDict_SetItem(scope, st->s_asgi, st->asgi_version) < 0) ||
-        ((fill || req->minor_version == 0) &&
-         PyDict_SetItem(scope, st->s_http_version,
-                        (req->flags & M0_REQ_HTTP2) ? st->http_2
-                        : req->minor_version == 0   ? st->http_10
-                                                    : st->http_11) < 0) ||
+        ((fill || req->minor_version == 0) && PyDict_SetItem(scope, st->s_http_version,
+                                                             (req->flags & M0_REQ_HTTP2) ? st->http_2
+                                                             : req->minor_version == 0   ? st->http_10
+                                                                                         : st->http_11) < 0) ||
         (!websocket && scope_set(scope, st->s_method, asgi_method_str(st, req)) < 0) ||
         scope_put_unless(scope, st->s_scheme, scheme, fill ? NULL : a->scheme) < 0 ||
         scope_set(scope, st->s_path, asgi_path_str(a, req->path)) < 0 ||

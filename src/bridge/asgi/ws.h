@@ -68,6 +68,7 @@ typedef struct {
     PyObject *timeout_timer; /* asyncio TimerHandle or NULL */
     int state;
     int gone;                    /* the net layer reported M0_CONN_CLOSED: no more m0_conn_* */
+    int tunnel;                  /* over an HTTP/2 extended CONNECT (RFC 8441): accepted with 200, not 101 */
     int paused;                  /* reading stopped on a full queue */
     int write_paused;            /* reading stopped: the peer does not read our frames */
     int app_closed;              /* the app sent websocket.close */

@@ -60,10 +60,17 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
     if (headers == NULL && PyErr_Occurred())
         return -1;
     m0_head_reset(&w->head);
-    if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) < 0 ||
-        head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
-        head_add(w, "\r\n", 2) < 0)
+    if (w->tunnel) {
+        /* An HTTP/2 extended CONNECT (RFC 8441 5): a 2xx opens the tunnel,
+         * without the handshake's Upgrade, Connection or Accept. */
+        if (head_add(w, "HTTP/1.1 200 OK\r\n", 17) < 0)
+            goto error;
+    } else if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) <
+                   0 ||
+               head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
+               head_add(w, "\r\n", 2) < 0) {
         goto error;
+    }
     if (sub != NULL && sub != Py_None) {
         Py_ssize_t n;
         const char *s;
