@@ -62,18 +62,19 @@ static inline void m0__conn_wbuf_release(m0_conn *c)
 static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
 {
     m0_loop *loop = c->srv->loop;
+    uint64_t now = m0_loop_now(loop);
     uint32_t first = timeout_ms;
-    if (kind == M0_TIMER_SEND) {
+    if (__builtin_expect(kind == M0_TIMER_SEND, 0)) {
         c->send_outq = m0__conn_outq(c);
         c->send_settle_ms = 0;
         if (timeout_ms > 2 * M0_SEND_SETTLE_MS) {
-            c->send_settle_ms = m0_loop_now(loop) + M0_SEND_SETTLE_MS;
+            c->send_settle_ms = now + M0_SEND_SETTLE_MS;
             first = M0_SEND_SETTLE_MS;
         }
     }
     c->timer_kind = kind;
-    c->deadline_ms = m0_loop_now(loop) + timeout_ms;
-    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > m0_loop_now(loop) + first)
+    c->deadline_ms = now + timeout_ms;
+    if (!m0_timer_armed(&c->timer) || c->timer.deadline_ms > now + first)
         m0_timer_start(loop, &c->timer, first);
 }
 
@@ -154,15 +155,6 @@ static inline int m0__conn_out_backed(const m0_conn *c)
 }
 int m0__conn_backed_up(m0_conn *c);
 void m0__conn_send_deadline(m0_conn *c);
-
-/* exchange.c: a request's begin and end, for every protocol. Begin: counted
- * (the server's requests, the in-flight gauge), timed (start_ns, the
- * heartbeat), its proxy facts resolved, the gate asked, --max-requests
- * told; 1 when the gate answered it (not dispatched), else 0. End (c's
- * request is no longer pending): the gate's count, the in-flight gauge and
- * the request's metrics, the heartbeat, the access-log line. */
-int m0__request_begin(m0_conn *c);
-void m0__request_end(m0_conn *c, int status, uint64_t body_bytes);
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
  * before a request was parsed). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "exchange.h"
 
 static int conn_prepare_body(m0_conn *c)
 {

@@ -3,6 +3,8 @@
  * in h2.h; the streams and their connections are h2_stream.c's). */
 #include "h2_int.h"
 
+#include "exchange.h"
+
 #include <poll.h>
 
 #define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"

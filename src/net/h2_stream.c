@@ -3,6 +3,8 @@
  * the data provider that sends their bodies (contract in h2.h). */
 #include "h2_int.h"
 
+#include "exchange.h"
+
 #include <unistd.h>
 
 #include "../http/parser.h"

@@ -1,10 +1,19 @@
 /* A request's begin and end, the same for every protocol that carries one
  * (HTTP/1.1: conn_process.c; HTTP/2: h2.c's dispatch and h2_stream.c's
  * finish): what the server counts, times and logs of a request is decided
- * here once, in one order. Contract in conn_int.h. */
+ * here once, in one order. Inline: both run on every request.
+ *
+ * Begin: counted (the server's requests, the in-flight gauge), timed
+ * (start_ns, the heartbeat), its proxy facts resolved, the gate asked,
+ * --max-requests told; 1 when the gate answered it (not dispatched), else 0.
+ * End (c's request is no longer pending): the gate's count, the in-flight
+ * gauge and the request's metrics, the heartbeat, the access-log line. */
+#ifndef M0_NET_EXCHANGE_H
+#define M0_NET_EXCHANGE_H
+
 #include "conn_int.h"
 
-int m0__request_begin(m0_conn *c)
+static inline int m0__request_begin(m0_conn *c)
 {
     m0_server *srv = c->srv;
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
@@ -22,7 +31,7 @@ int m0__request_begin(m0_conn *c)
     return gated;
 }
 
-void m0__request_end(m0_conn *c, int status, uint64_t body_bytes)
+static inline void m0__request_end(m0_conn *c, int status, uint64_t body_bytes)
 {
     m0_server *srv = c->srv;
     c->pending = 0;
@@ -41,3 +50,5 @@ void m0__request_end(m0_conn *c, int status, uint64_t body_bytes)
     if (srv->cfg.access_log_fd >= 0)
         m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
 }
+
+#endif
