@@ -98,9 +98,15 @@ def _health_path(text):
 
 
 def _octal_mode(text):
-    """--uds-permissions: file permission bits in octal, as chmod(1) takes them ("660", "0o660").
-    Kept as the text "0660" (what --print-config writes back; a config file gives a string too,
-    since an int there could not say whether 660 meant octal)."""
+    """--uds-permissions: file permission bits. Text is octal, as chmod(1) takes it ("660", "0660",
+    "0o660"); an int (from a config file: `uds_permissions = 0o660`) is the mode it is, so 0o660 (432)
+    is 0660 and a decimal 660 (0o1224) is refused rather than read as octal. Kept as the text "0660"
+    (what --print-config writes back)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if not 0 <= text <= 0o777:
+            raise ValueError(f"{text} is 0o{text:o} as a number, out of range (0o0..0o777): write the mode as "
+                             f"an octal literal (0o660) or a string (\"660\")")
+        return f"0{text:o}"
     t = str(text).strip().lower()
     digits = t[2:] if t.startswith("0o") else t
     try:
@@ -110,6 +116,9 @@ def _octal_mode(text):
     if not 0 <= v <= 0o777:
         raise ValueError(f"{text!r} is out of range (0..777)")
     return f"0{v:o}"
+
+
+_octal_mode.takes_int = True  # a config file's int is passed as an int, not as its decimal text
 
 
 def _bool(text):

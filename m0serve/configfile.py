@@ -130,6 +130,8 @@ def _convert(opt, value):
         return [opt.conv(os.fspath(i)) for i in items]
     if isinstance(value, bool) or not isinstance(value, (str, int, float, os.PathLike)):
         raise ValueError(f"invalid value {value!r}")
+    if isinstance(value, int) and getattr(opt.conv, "takes_int", False):
+        return opt.conv(value)  # a number whose text would be read in another base (a mode)
     return opt.conv(os.fspath(value) if isinstance(value, os.PathLike) else str(value))
 
 
