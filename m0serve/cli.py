@@ -88,7 +88,7 @@ def log_settings(cfg):
         name = "app" if opt.flag == "APP" else opt.dest
         source = cfg.sources.get(name, "default")
         if source != "default":
-            log.debug("setting %s = %r (%s)", name, getattr(cfg, name), source)
+            log.debug("setting %s = %r (%s)", name, config.shown(name, getattr(cfg, name)), source)
     names = sorted(getattr(cfg.hooks, "funcs", None) or ())
     if names:
         log.debug("hooks: %s", ", ".join(names))

@@ -141,6 +141,7 @@ class Option:
     metavar: str | None = None
     supervision: bool = False  # needs a supervisor process even with one worker
     short: str | None = None  # "-c"
+    secret: bool = False  # never printed: --print-config, --check-config and the debug log show MASK
 
     @property
     def dest(self):
@@ -150,6 +151,10 @@ class Option:
     def env(self):
         return ENV_PREFIX + self.dest.upper()
 
+
+# What a secret setting (Option.secret) is printed as, wherever settings are printed.
+MASK = "********"
+SECRETS = frozenset()  # filled below: the names of the secret settings
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -254,7 +259,7 @@ OPTIONS = [
     Option("--ssl-keyfile", "value", _path, None, "the certificate's private key (PEM; default: in --ssl-certfile)",
            "tls", "FILE"),
     Option("--ssl-keyfile-password", "value", str, None, "the password of an encrypted --ssl-keyfile", "tls",
-           "PASSWORD"),
+           "PASSWORD", secret=True),
     Option("--ssl-ca-certs", "value", _path, None,
            "the CA certificates (PEM) that client certificates are checked against (mutual TLS)", "tls", "FILE"),
     Option("--ssl-cert-reqs", "value", _choice("none", "optional", "required"), "none",
@@ -349,6 +354,14 @@ OPTIONS = [
            "with --reload, ignore files (and directories) matching this glob, e.g. 'tests/*' (repeatable)",
            "processes", "GLOB"),
 ]
+
+SECRETS = frozenset(o.dest for o in OPTIONS if o.secret)
+
+
+def shown(name, value):
+    """value as printed for the setting `name`: a secret's is MASK (None stays None: not set)."""
+    return MASK if name in SECRETS and value is not None else value
+
 
 GROUP_TITLES = {
     "application": "application",
