@@ -670,7 +670,16 @@ def _check_tls(cfg):
     try:
         _core.check_tls(tls_options(cfg))
     except ValueError as e:
-        raise ConfigError(f"argument --ssl-certfile: {e}") from None
+        raise ConfigError(tls_error(e)) from None
+
+
+def tls_error(e):
+    """_core's TLS loading error as the line of the flag at fault: the engine's message starts with the flag
+    that names the bad file ("--ssl-keyfile: the key in k.pem does not match the certificate in c.pem")."""
+    flag, sep, rest = str(e).partition(": ")
+    if not (sep and flag.startswith("--ssl-") and any(o.flag == flag for o in OPTIONS)):
+        flag, rest = "--ssl-certfile", str(e)
+    return f"argument {flag}: {rest}"
 
 
 def default_limit_connections(threads=1):

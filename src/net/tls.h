@@ -44,8 +44,9 @@ typedef struct {
 
 #define M0_TLS_TICKET_KEYS 80
 
-/* Build the context. On failure -1 with one line in err naming the file
- * (or the setting) at fault. */
+/* Build the context. On failure -1 with one line in err that starts with
+ * the flag of the setting at fault ("--ssl-keyfile: the key in k.pem does
+ * not match the certificate in c.pem") and names its file. */
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap);
 void m0_tls_free(m0_tls *t);
 /* ALPN: 0 offers http/1.1, 1 prefers h2 then http/1.1, 2 h2 only (net/h2.h). */

@@ -84,3 +84,62 @@ def test_the_debug_log_masks_the_key_password(serve, pki):
     assert "setting ssl_keyfile_password = '********' (command line)" in s.log, s.log
     assert s.stop() == 0
     assert PASSWORD not in s.log
+
+
+# --- every TLS start-up error is one line naming the flag, the file and the cause ------------------------
+
+
+@pytest.fixture(scope="module")
+def bad_files(pki):
+    d = pki.dir
+    trustme.CA().issue_cert("127.0.0.1").private_key_pem.write_to_path(d / "other-key.pem")
+    (d / "junk.pem").write_text("not a PEM file\n")
+    (d / "bad-key.pem").write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+    return {name: str(d / name) for name in ("other-key.pem", "junk.pem", "bad-key.pem", "missing.pem")}
+
+
+# (arguments, the line expected after "m0serve: error: "); {cert} {key} {enc} {ca} {d} are the fixture's files.
+TLS_ERRORS = [
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{d}/other-key.pem"],
+                 "argument --ssl-keyfile: the key in {d}/other-key.pem does not match the certificate in {cert}",
+                 id="key-not-matching-cert"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{d}/missing.pem"],
+                 "argument --ssl-keyfile: cannot read {d}/missing.pem: No such file or directory", id="missing-key"),
+    pytest.param(["--ssl-certfile", "{d}/missing.pem", "--ssl-keyfile", "{key}"],
+                 "argument --ssl-certfile: cannot read {d}/missing.pem: No such file or directory", id="missing-cert"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-ca-certs", "{d}/missing.pem"],
+                 "argument --ssl-ca-certs: cannot read {d}/missing.pem: No such file or directory", id="missing-ca"),
+    pytest.param(["--ssl-certfile", "{cert}"],
+                 "argument --ssl-certfile: {cert} holds no private key: give the key's file with --ssl-keyfile",
+                 id="cert-without-key"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{enc}"],
+                 "argument --ssl-keyfile: the key in {enc} is encrypted: give its password with --ssl-keyfile-password",
+                 id="encrypted-key-no-password"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{enc}", "--ssl-keyfile-password", "wrong"],
+                 "argument --ssl-keyfile-password: does not decrypt the key in {enc} (wrong password?)",
+                 id="wrong-password"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{d}/junk.pem"],
+                 'argument --ssl-keyfile: {d}/junk.pem holds no private key (a PEM "BEGIN PRIVATE KEY" block)',
+                 id="not-a-key"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{d}/bad-key.pem"],
+                 "argument --ssl-keyfile: {d}/bad-key.pem: not a valid PEM private key (", id="corrupt-key"),
+    pytest.param(["--ssl-certfile", "{d}/junk.pem", "--ssl-keyfile", "{key}"],
+                 'argument --ssl-certfile: {d}/junk.pem holds no certificate (a PEM "BEGIN CERTIFICATE" block)',
+                 id="not-a-cert"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-ca-certs", "{d}/junk.pem"],
+                 'argument --ssl-ca-certs: {d}/junk.pem holds no certificate (a PEM "BEGIN CERTIFICATE" block)',
+                 id="not-a-ca-file"),
+    pytest.param(["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-cert-reqs", "required"],
+                 "argument --ssl-cert-reqs: required needs --ssl-ca-certs", id="cert-reqs-without-ca"),
+]
+
+
+@pytest.mark.parametrize("args, expected", TLS_ERRORS)
+def test_a_tls_start_up_error_is_one_line_naming_the_flag_the_file_and_the_cause(pki, bad_files, args, expected):
+    names = dict(cert=pki.cert, key=pki.key, enc=pki.enc_key, ca=pki.ca_file, d=str(pki.dir))
+    line = one_line(run_cli("tls_app:app", "--port", "0", *[a.format(**names) for a in args]), 2)
+    assert line.startswith("m0serve: error: " + expected.format(**names)), line
+    # OpenSSL's library names are no cause, and the "encrypted" hint is for an encrypted key alone.
+    assert "system lib" not in line and "PEM lib" not in line, line
+    if "{enc}" not in args:
+        assert "encrypted" not in line and "password" not in line, line
