@@ -121,6 +121,8 @@ def main(argv=None):
         log.warning("%s", warning)
     check_interface_flag(cfg)
     log_settings(cfg)
+    if getattr(cfg, "tls_certificate", None):
+        log.info("%s", config.certificate_line(cfg, cfg.tls_certificate))
     if cfg.supervised:
         return Supervisor(cfg).run()
     try:

@@ -665,12 +665,29 @@ def _check_tls(cfg):
             if opt.group == "tls" and opt.flag != "--ssl-certfile" and getattr(cfg, opt.dest) not in (None, opt.default):
                 raise ConfigError(f"argument {opt.flag}: needs --ssl-certfile")
         return
+    cfg.tls_certificate = load_tls(cfg)
+
+
+def load_tls(cfg):
+    """Load the --ssl-* files as a worker will (the engine's own loading): the certificate's
+    {"subject", "issuer", "not_after"}; raises ConfigError, one line naming the flag and the file. The
+    supervisor calls it again at each HUP, before it forks a worker that would load them."""
     from . import _core
 
     try:
-        _core.check_tls(tls_options(cfg))
+        return _core.check_tls(tls_options(cfg))
     except ValueError as e:
         raise ConfigError(tls_error(e)) from None
+
+
+def certificate_line(cfg, info):
+    """The log line of the certificate served: its file, subject, issuer and expiry."""
+    import time
+
+    left = (info["not_after"] - time.time()) / 86400
+    expires = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["not_after"]))
+    return (f"TLS certificate {cfg.ssl_certfile}: subject {info['subject'] or '(empty)'}, issuer "
+            f"{info['issuer'] or '(empty)'}, expires {expires} (in {left:.0f} days)")
 
 
 def tls_error(e):

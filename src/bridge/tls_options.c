@@ -1,6 +1,7 @@
 /* The `tls` keyword of _core.Server (see tls_options.h). */
 #include "tls_options.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "options.h"
@@ -86,14 +87,23 @@ static PyObject *check_tls(PyObject *module, PyObject *opts)
     m0_tls *t = NULL;
     if (m0_tls_options(opts, &t) < 0)
         return NULL;
+    char *subject = NULL, *issuer = NULL;
+    int64_t not_after = 0;
+    PyObject *info = NULL;
+    if (m0_tls_cert_info(t, &subject, &issuer, &not_after) < 0)
+        PyErr_SetString(PyExc_ValueError, "--ssl-certfile: cannot read the certificate's subject and dates");
+    else
+        info = Py_BuildValue("{s:s,s:s,s:L}", "subject", subject, "issuer", issuer, "not_after", (long long)not_after);
+    free(subject);
+    free(issuer);
     m0_tls_free(t);
-    Py_RETURN_NONE;
+    return info;
 }
 
 static PyMethodDef tls_methods[] = {
     {"check_tls", check_tls, METH_O,
      "check_tls(opts)\n--\n\nLoad the TLS settings as a server would; raise ValueError (one line naming the file) "
-     "when they do not load."},
+     "when they do not load. Returns the certificate's {'subject', 'issuer', 'not_after' (epoch seconds)}."},
     {NULL, NULL, 0, NULL},
 };
 

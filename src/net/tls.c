@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/core_names.h>
@@ -780,18 +781,62 @@ done:
     return out;
 }
 
+/* A name as RFC 4514 text (malloc'd), or NULL. */
+static char *name_text(const X509_NAME *name)
+{
+    char *out = NULL;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio != NULL && X509_NAME_print_ex(bio, name, 0, XN_FLAG_RFC2253) >= 0)
+        out = bio_text(bio, NULL);
+    BIO_free(bio);
+    return out;
+}
+
 char *m0_tls_peer_subject(const m0_tls_conn *tc)
 {
     X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
     if (leaf == NULL)
         return NULL;
-    char *out = NULL;
-    BIO *bio = BIO_new(BIO_s_mem());
-    if (bio != NULL && X509_NAME_print_ex(bio, X509_get_subject_name(leaf), 0, XN_FLAG_RFC2253) >= 0)
-        out = bio_text(bio, NULL);
-    BIO_free(bio);
+    char *out = name_text(X509_get_subject_name(leaf));
     X509_free(leaf);
     return out;
+}
+
+char *m0_tls_peer_issuer(const m0_tls_conn *tc)
+{
+    X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
+    if (leaf == NULL)
+        return NULL;
+    char *out = name_text(X509_get_issuer_name(leaf));
+    X509_free(leaf);
+    return out;
+}
+
+long m0_tls_peer_verify(const m0_tls_conn *tc)
+{
+    return SSL_get_verify_result(tc->ssl);
+}
+
+int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *not_after)
+{
+    *subject = *issuer = NULL;
+    *not_after = 0;
+    X509 *cert = SSL_CTX_get0_certificate(t->ctx); // borrowed
+    if (cert == NULL)
+        return -1;
+    struct tm tm;
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1)
+        return -1;
+    *not_after = (int64_t)timegm(&tm);
+    *subject = name_text(X509_get_subject_name(cert));
+    *issuer = name_text(X509_get_issuer_name(cert));
+    if (*subject == NULL || *issuer == NULL) {
+        free(*subject);
+        free(*issuer);
+        *subject = *issuer = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 uint64_t m0_tls_conn_serial(const m0_tls_conn *tc)

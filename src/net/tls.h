@@ -87,8 +87,17 @@ const char *m0_tls_cipher(const m0_tls_conn *tc);
 int m0_tls_cipher_id(const m0_tls_conn *tc); /* the IANA code point, -1 none */
 int m0_tls_version_id(const m0_tls_conn *tc);
 char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len);
-/* The client certificate's subject as RFC 4514 text (malloc'd), or NULL. */
+/* The client certificate's subject and issuer as RFC 4514 text (malloc'd),
+ * or NULL (none was sent). */
 char *m0_tls_peer_subject(const m0_tls_conn *tc);
+char *m0_tls_peer_issuer(const m0_tls_conn *tc);
+/* The verification of the client certificate: X509_V_OK (0), or OpenSSL's
+ * X509_V_ERR_* code (meaningful when a certificate was sent). */
+long m0_tls_peer_verify(const m0_tls_conn *tc);
+/* The server's own certificate (the leaf of --ssl-certfile): its subject and
+ * issuer as RFC 4514 text (malloc'd; free them) and its notAfter in seconds
+ * since the epoch. 0, or -1 (both NULL). */
+int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *not_after);
 /* The session's serial: 1, 2, ... in the order sessions were made, never
  * given to two sessions of the process. What a bridge keeps per session
  * (the ASGI `tls` extension's values) is keyed by it, not by an address: a

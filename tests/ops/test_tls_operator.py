@@ -3,7 +3,12 @@ the file and the cause, a HUP that checks the certificate before forking, the ce
 Real CLI processes and servers; certificates made at test time (trustme, or the openssl command line)."""
 import json
 import re
+import signal
+import ssl
 import subprocess
+import time
+
+import httpx
 
 import pytest
 
@@ -143,3 +148,70 @@ def test_a_tls_start_up_error_is_one_line_naming_the_flag_the_file_and_the_cause
     assert "system lib" not in line and "PEM lib" not in line, line
     if "{enc}" not in args:
         assert "encrypted" not in line and "password" not in line, line
+
+
+# --- HUP: the certificate on disk is checked by the supervisor before any worker is forked ---------------
+
+
+def _started(log):
+    return re.findall(r"worker (\d+) started", log)
+
+
+def _wait_until(pred, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def test_the_certificate_in_use_is_logged_at_start_and_at_each_hup(serve, pki, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    pki.server.cert_chain_pems[0].write_to_path(cert)
+    pki.server.private_key_pem.write_to_path(key)
+    s = serve("tls_lifespan_app:app", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", "2")
+    line = s.wait_log(rf"TLS certificate {re.escape(str(cert))}: [^\n]*").group(0)
+    assert re.fullmatch(rf"TLS certificate {re.escape(str(cert))}: subject CN=m0serve-test-server,[^\n]*, issuer "
+                        r"[^\n]+, expires \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(in \d+ days\)", line), line
+    renewed = pki.ca.issue_cert("127.0.0.1", common_name="m0serve-renewed")
+    renewed.cert_chain_pems[0].write_to_path(cert)
+    renewed.private_key_pem.write_to_path(key)
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_log(rf"TLS certificate {re.escape(str(cert))}: subject CN=m0serve-renewed,")
+    s.wait_log(r"SIGHUP: rolling restart of 2 worker")
+    assert _wait_until(lambda: len(_started(s.log)) == 4), s.log
+
+
+@pytest.mark.parametrize("breakage", ["key-not-matching", "cert-missing", "cert-junk"])
+def test_hup_with_a_bad_certificate_is_refused_before_any_fork(serve, pki, tmp_path, breakage):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    pki.server.cert_chain_pems[0].write_to_path(cert)
+    pki.server.private_key_pem.write_to_path(key)
+    s = serve("tls_lifespan_app:app", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", "2")
+    assert _wait_until(lambda: s.log.count("LIFESPAN-STARTUP") == 2), s.log
+    workers = _started(s.log)
+    assert len(workers) == 2, s.log
+    if breakage == "key-not-matching":
+        trustme.CA().issue_cert("127.0.0.1").private_key_pem.write_to_path(key)
+        cause = f"argument --ssl-keyfile: the key in {key} does not match the certificate in {cert}"
+    elif breakage == "cert-missing":
+        cert.unlink()
+        cause = f"argument --ssl-certfile: cannot read {cert}: No such file or directory"
+    else:
+        cert.write_text("renewal went wrong\n")
+        cause = f"argument --ssl-certfile: {cert} holds no certificate"
+    s.proc.send_signal(signal.SIGHUP)
+    line = s.wait_log(r"SIGHUP: rolling restart refused[^\n]*").group(0)
+    assert line == f"SIGHUP: rolling restart refused, the 2 running worker(s) keep serving: {cause}" or \
+        line.startswith(f"SIGHUP: rolling restart refused, the 2 running worker(s) keep serving: {cause}"), line
+    time.sleep(1.0)  # a worker forked now would have started and run its lifespan by then
+    assert _started(s.log) == workers, s.log
+    assert s.log.count("LIFESPAN-STARTUP") == 2, s.log
+    assert "Traceback" not in s.log and "abandoned" not in s.log, s.log
+    # the running workers serve on, with the certificate they loaded
+    ctx = ssl.create_default_context()
+    pki.ca.configure_trust(ctx)
+    with httpx.Client(verify=ctx) as c:
+        assert c.get(f"{s.url}/").status_code == 200
+    assert s.stop() == 0
