@@ -812,9 +812,10 @@ char *m0_tls_peer_issuer(const m0_tls_conn *tc)
     return out;
 }
 
-long m0_tls_peer_verify(const m0_tls_conn *tc)
+const char *m0_tls_peer_verify_error(const m0_tls_conn *tc)
 {
-    return SSL_get_verify_result(tc->ssl);
+    long r = SSL_get_verify_result(tc->ssl);
+    return r == X509_V_OK ? NULL : X509_verify_cert_error_string(r);
 }
 
 int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *not_after)

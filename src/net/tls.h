@@ -91,9 +91,9 @@ char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len);
  * or NULL (none was sent). */
 char *m0_tls_peer_subject(const m0_tls_conn *tc);
 char *m0_tls_peer_issuer(const m0_tls_conn *tc);
-/* The verification of the client certificate: X509_V_OK (0), or OpenSSL's
- * X509_V_ERR_* code (meaningful when a certificate was sent). */
-long m0_tls_peer_verify(const m0_tls_conn *tc);
+/* Why the client certificate failed verification (OpenSSL's text), or NULL
+ * when it passed (meaningful when a certificate was sent). */
+const char *m0_tls_peer_verify_error(const m0_tls_conn *tc);
 /* The server's own certificate (the leaf of --ssl-certfile): its subject and
  * issuer as RFC 4514 text (malloc'd; free them) and its notAfter in seconds
  * since the epoch. 0, or -1 (both NULL). */

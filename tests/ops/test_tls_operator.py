@@ -215,3 +215,73 @@ def test_hup_with_a_bad_certificate_is_refused_before_any_fork(serve, pki, tmp_p
     with httpx.Client(verify=ctx) as c:
         assert c.get(f"{s.url}/").status_code == 200
     assert s.stop() == 0
+
+
+# --- mutual TLS for WSGI: the SSL_* variables -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(pki):
+    return pki.ca.issue_cert("client@example.com", common_name="client-one")
+
+
+def _ctx(pki, cert=None):
+    ctx = ssl.create_default_context()
+    pki.ca.configure_trust(ctx)
+    if cert is not None:
+        cert.configure_cert(ctx)
+    return ctx
+
+
+def _dn(pem, which):
+    """The certificate's subject or issuer as RFC 4514 text, as openssl x509 prints it."""
+    out = subprocess.run(["openssl", "x509", "-noout", f"-{which}", "-nameopt", "RFC2253"], input=pem,
+                         capture_output=True, check=True).stdout.decode().strip()
+    return out.partition("=")[2]
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2"])
+def test_a_flask_view_reads_the_client_certificate_subject_under_required(serve, pki, client, http2):
+    pem = client.cert_chain_pems[0].bytes()
+    subject, issuer = _dn(pem, "subject"), _dn(pem, "issuer")
+    assert subject.startswith("CN=client-one,") and issuer, (subject, issuer)
+    s = serve("flask_mtls_app:app", "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key,
+              "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "required")
+    with httpx.Client(verify=_ctx(pki, client), http2=http2) as c:
+        r = c.get(f"{s.url}/")
+        assert r.status_code == 200 and r.text == f"hello {subject}", r.text
+        assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+        v = c.get(f"{s.url}/ssl").json()
+    assert v["HTTPS"] == "on" and v["SSL_CLIENT_VERIFY"] == "SUCCESS", v
+    assert v["SSL_PROTOCOL"] == "TLSv1.3" and v["SSL_CIPHER"] == "TLS_AES_128_GCM_SHA256", v
+    assert v["SSL_CLIENT_S_DN"] == subject and v["SSL_CLIENT_I_DN"] == issuer, v
+    assert v["SSL_CLIENT_CERT"] == pem.decode(), v
+
+
+def test_without_a_client_certificate_the_verify_is_none(serve, pki):
+    s = serve("flask_mtls_app:app", "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key,
+              "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "optional")
+    with httpx.Client(verify=_ctx(pki)) as c:
+        v = c.get(f"{s.url}/ssl").json()
+        assert c.get(f"{s.url}/").text == "hello (no client certificate)"
+    assert v == {"HTTPS": "on", "SSL_PROTOCOL": "TLSv1.3", "SSL_CIPHER": "TLS_AES_128_GCM_SHA256",
+                 "SSL_CLIENT_VERIFY": "NONE"}, v
+
+
+def test_tls_1_2_names_its_protocol_and_cipher(serve, pki, client):
+    s = serve("flask_mtls_app:app", "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key,
+              "--ssl-ca-certs", pki.ca_file, "--ssl-cert-reqs", "optional")
+    ctx = _ctx(pki, client)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with httpx.Client(verify=ctx) as c:
+        v = c.get(f"{s.url}/ssl").json()
+    assert v["SSL_PROTOCOL"] == "TLSv1.2" and v["SSL_CIPHER"].startswith("ECDHE-"), v
+    assert v["SSL_CLIENT_VERIFY"] == "SUCCESS" and v["SSL_CLIENT_S_DN"].startswith("CN=client-one,"), v
+
+
+def test_plain_http_has_no_ssl_variables(serve):
+    import urllib.request
+
+    s = serve("flask_mtls_app:app")
+    with urllib.request.urlopen(f"{s.url}/ssl", timeout=10) as r:
+        assert json.loads(r.read()) == {}
