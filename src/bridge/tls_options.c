@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "options.h"
 
@@ -79,6 +80,27 @@ int m0_tls_options(PyObject *opts, m0_tls **out)
     }
     *out = t;
     return 0;
+}
+
+void m0_tls_options_warn_refusals(m0_tls *t, PyObject *logger)
+{
+    if (t == NULL || logger == NULL || logger == Py_None)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, more = 0;
+    char line[256];
+    if (!m0_tls_refusals_take(t, now, 1000000000u, line, sizeof(line), &more))
+        return;
+    PyObject *msg = more ? PyUnicode_FromFormat("client certificate refused: %s (and %llu more since the last "
+                                                "such line, not logged)",
+                                                line, (unsigned long long)more)
+                         : PyUnicode_FromFormat("client certificate refused: %s", line);
+    PyObject *r = msg != NULL ? PyObject_CallMethod(logger, "warning", "sO", "%s", msg) : NULL;
+    if (r == NULL)
+        PyErr_WriteUnraisable(logger); /* the log must not stop the server */
+    Py_XDECREF(r);
+    Py_XDECREF(msg);
 }
 
 static PyObject *check_tls(PyObject *module, PyObject *opts)

@@ -44,6 +44,12 @@ struct m0_tls {
     tls_ticket_key ticket_keys[2]; /* [0] issues and opens, [1] only opens */
     int ticket_key_sets;           /* 0: OpenSSL's own keys */
     int alpn_h2;                   /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
+    /* Client certificates refused since the last m0_tls_refusals_take, the
+     * latest one's "peer: reason", and when a line was last taken. */
+    pthread_mutex_t refusal_lock;
+    uint64_t refused; /* atomic: read without the lock */
+    char refusal[256];
+    uint64_t refusal_taken_ns;
 };
 
 struct m0_tls_conn {
@@ -53,10 +59,11 @@ struct m0_tls_conn {
     size_t preface_len;
     size_t preface_pos;
     int fd;
-    int eof;        /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
-    int failed;     /* a fatal error: no close_notify, no more I/O */
-    int shut;       /* close_notify sent */
-    int want_write; /* a read waits for the socket to take the handshake's output */
+    int eof;             /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
+    int failed;          /* a fatal error: no close_notify, no more I/O */
+    int shut;            /* close_notify sent */
+    int want_write;      /* a read waits for the socket to take the handshake's output */
+    const char *refusal; /* the handshake refused the client's certificate: why (static text) */
 };
 
 /* Records of up to this much plaintext: a response's head and a small body,
@@ -363,6 +370,7 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
         return -1;
     }
     t->ctx = ctx;
+    pthread_mutex_init(&t->refusal_lock, NULL);
     if (!SSL_CTX_set_min_proto_version(ctx, s->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION)) {
         tls_fail(err, errcap, "cannot set the minimum TLS version", NULL);
         goto error;
@@ -430,6 +438,7 @@ void m0_tls_free(m0_tls *t)
         return;
     SSL_CTX_free(t->ctx);
     OPENSSL_cleanse(t->ticket_keys, sizeof(t->ticket_keys));
+    pthread_mutex_destroy(&t->refusal_lock);
     free(t);
 }
 
@@ -629,6 +638,12 @@ static ssize_t tls_error(m0_tls_conn *tc, int r, int reading)
     default: {
         unsigned long le = ERR_peek_last_error();
         tc->failed = 1;
+        if (reading && ERR_GET_LIB(le) == ERR_LIB_SSL) {
+            if (ERR_GET_REASON(le) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+                tc->refusal = X509_verify_cert_error_string(SSL_get_verify_result(tc->ssl));
+            else if (ERR_GET_REASON(le) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)
+                tc->refusal = "no certificate sent (--ssl-cert-reqs required)";
+        }
         if (reading && ERR_GET_LIB(le) == ERR_LIB_SSL &&
             (ERR_GET_REASON(le) == SSL_R_HTTP_REQUEST || ERR_GET_REASON(le) == SSL_R_HTTPS_PROXY_REQUEST))
             tls_answer_plain_http(tc);
@@ -848,4 +863,39 @@ uint64_t m0_tls_conn_serial(const m0_tls_conn *tc)
 void m0_tls_set_http2(m0_tls *t, int mode)
 {
     t->alpn_h2 = mode;
+}
+
+const char *m0_tls_conn_take_refusal(m0_tls_conn *tc)
+{
+    const char *why = tc->refusal;
+    tc->refusal = NULL;
+    return why;
+}
+
+void m0_tls_refusal_note(m0_tls *t, const char *peer, int port, const char *reason)
+{
+    pthread_mutex_lock(&t->refusal_lock);
+    if (strchr(peer, ':') != NULL)
+        snprintf(t->refusal, sizeof(t->refusal), "[%s]:%d: %s", peer, port, reason);
+    else
+        snprintf(t->refusal, sizeof(t->refusal), "%s:%d: %s", peer, port, reason);
+    __atomic_add_fetch(&t->refused, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&t->refusal_lock);
+}
+
+int m0_tls_refusals_take(m0_tls *t, uint64_t now_ns, uint64_t interval_ns, char *line, size_t cap, uint64_t *more)
+{
+    if (__atomic_load_n(&t->refused, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    int r = 0;
+    pthread_mutex_lock(&t->refusal_lock);
+    if (t->refused != 0 && (t->refusal_taken_ns == 0 || now_ns - t->refusal_taken_ns >= interval_ns)) {
+        snprintf(line, cap, "%s", t->refusal);
+        *more = t->refused - 1;
+        __atomic_store_n(&t->refused, 0, __ATOMIC_RELEASE);
+        t->refusal_taken_ns = now_ns;
+        r = 1;
+    }
+    pthread_mutex_unlock(&t->refusal_lock);
+    return r;
 }

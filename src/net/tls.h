@@ -104,4 +104,17 @@ int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *no
  * new connection may reuse a closed one's memory. */
 uint64_t m0_tls_conn_serial(const m0_tls_conn *tc);
 
+/* Refused client certificates, for the log. A handshake that failed on the
+ * client's certificate (it did not verify, or none was sent under
+ * --ssl-cert-reqs required) leaves its reason in the session: take_refusal
+ * returns it once (static text), or NULL. The transport notes each one in
+ * the context with the peer (m0_tls_refusal_note, any thread); a thread that
+ * may log takes them at most once per interval_ns: 1 with the latest
+ * refusal's "peer:port: reason" in line and, in *more, how many others were
+ * noted since the last line; 0 when there is none, or the interval since
+ * the last line has not passed (they wait for the next call). */
+const char *m0_tls_conn_take_refusal(m0_tls_conn *tc);
+void m0_tls_refusal_note(m0_tls *t, const char *peer, int port, const char *reason);
+int m0_tls_refusals_take(m0_tls *t, uint64_t now_ns, uint64_t interval_ns, char *line, size_t cap, uint64_t *more);
+
 #endif

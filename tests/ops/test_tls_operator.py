@@ -285,3 +285,67 @@ def test_plain_http_has_no_ssl_variables(serve):
     s = serve("flask_mtls_app:app")
     with urllib.request.urlopen(f"{s.url}/ssl", timeout=10) as r:
         assert json.loads(r.read()) == {}
+
+
+# --- a refused client certificate is logged, rate-limited ------------------------------------------------
+
+
+def _refused_handshake(s, ctx):
+    """Connect with ctx and read: the server refuses the certificate (TLS 1.3: the client learns it at its
+    first read). Returns the client's local port."""
+    import socket
+
+    raw = socket.create_connection((s.host, s.port), timeout=10)
+    port = raw.getsockname()[1]
+    try:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+            t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert t.recv(1024) == b""
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        pass
+    return port
+
+
+REFUSED = r"\[WARNING\] client certificate refused: "
+
+
+@pytest.mark.parametrize("interface", ["wsgi", "asgi"])
+def test_a_refused_client_certificate_is_a_warning_with_the_peer_and_the_reason(serve, pki, interface):
+    stranger = trustme.CA().issue_cert("stranger@example.com", common_name="stranger")
+    app = "tls_app:app" if interface == "wsgi" else "tls_app:asgi_app"
+    s = serve(app, "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key, "--ssl-ca-certs", pki.ca_file,
+              "--ssl-cert-reqs", "required")
+    port = _refused_handshake(s, _ctx(pki, stranger))
+    line = s.wait_log(REFUSED + r"[^\n]*").group(0)
+    assert line.endswith(f"client certificate refused: 127.0.0.1:{port}: unable to get local issuer certificate"), line
+    time.sleep(1.1)  # the next line may come a second after the last
+    port = _refused_handshake(s, _ctx(pki))
+    line = s.wait_log(REFUSED + r"127\.0\.0\.1:" + str(port) + r"[^\n]*").group(0)
+    assert line.endswith(f"127.0.0.1:{port}: no certificate sent (--ssl-cert-reqs required)"), line
+    # a client that the server's certificate does not satisfy is not a refused client certificate
+    other = ssl.create_default_context()
+    trustme.CA().configure_trust(other)
+    try:
+        _refused_handshake(s, other)
+    except ssl.SSLCertVerificationError:
+        pass
+    time.sleep(1.2)
+    assert len(re.findall(REFUSED, s.log)) == 2, s.log
+    assert s.stop() == 0
+
+
+def test_refused_certificates_are_logged_at_most_once_a_second_with_a_count(serve, pki):
+    s = serve("tls_app:app", "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key, "--ssl-ca-certs", pki.ca_file,
+              "--ssl-cert-reqs", "required")
+    ctx = _ctx(pki)
+    t0 = time.monotonic()
+    for _ in range(20):
+        _refused_handshake(s, ctx)
+    spent = time.monotonic() - t0
+    s.wait_log(REFUSED + r"[^\n]*\(and \d+ more since the last such line, not logged\)", timeout=5)
+    time.sleep(1.2)
+    lines = re.findall(REFUSED + r"[^\n]*", s.log)
+    more = sum(int(m) for m in re.findall(r"\(and (\d+) more since the last such line", s.log))
+    assert len(lines) + more == 20, s.log  # every refusal counted, once
+    assert len(lines) <= 2 + spent, (spent, lines)  # at most one line a second
+    assert s.stop() == 0
