@@ -607,13 +607,51 @@ def _config_file(ns, environ):
     return settings, Hooks(funcs)
 
 
+APP_NAMES = ("application", "app")  # what an APP without ":attribute" is looked for as (gunicorn: application)
+
+
+def _app_hint(module, app_dir):
+    """"; did you mean mysite.wsgi:application?" when the module's source (found on --app-dir and sys.path,
+    not imported: none of its code runs) defines one of APP_NAMES at its top level; else ""."""
+    import ast
+
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        return ""
+    rel = os.path.join(*module.split("."))
+    for base in [os.path.abspath(app_dir or ".")] + [p or "." for p in sys.path]:
+        for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
+            path = os.path.join(base, candidate)
+            if not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    tree = ast.parse(f.read(), path)
+            except (OSError, SyntaxError, ValueError):
+                return ""
+            names = set()
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            for name in APP_NAMES:
+                if name in names:
+                    return f"; did you mean {module}:{name}? ({path} defines {name})"
+            return ""
+    return ""
+
+
 def _check(cfg):
     if cfg.native is None and not cfg.app:
         raise ConfigError("the following arguments are required: APP (module:attribute), unless --native is given")
     if cfg.app and cfg.native is None:
         mod, sep, attr = cfg.app.partition(":")
         if not sep or not mod or not attr:
-            raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
+            raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute"
+                              + _app_hint(cfg.app if not sep else mod, cfg.app_dir))
     if cfg.uds is not None and cfg.fd is not None:
         raise ConfigError("argument --uds: not allowed with argument --fd")
     if cfg.uds_permissions is not None and cfg.uds is None:
