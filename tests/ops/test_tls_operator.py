@@ -171,6 +171,7 @@ def test_the_certificate_in_use_is_logged_at_start_and_at_each_hup(serve, pki, t
     pki.server.cert_chain_pems[0].write_to_path(cert)
     pki.server.private_key_pem.write_to_path(key)
     s = serve("tls_lifespan_app:app", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", "2")
+    assert _wait_until(lambda: len(re.findall(r"worker \d+ ready", s.log)) == 2), s.log
     line = s.wait_log(rf"TLS certificate {re.escape(str(cert))}: [^\n]*").group(0)
     assert re.fullmatch(rf"TLS certificate {re.escape(str(cert))}: subject CN=m0serve-test-server,[^\n]*, issuer "
                         r"[^\n]+, expires \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(in \d+ days\)", line), line
@@ -189,7 +190,9 @@ def test_hup_with_a_bad_certificate_is_refused_before_any_fork(serve, pki, tmp_p
     pki.server.cert_chain_pems[0].write_to_path(cert)
     pki.server.private_key_pem.write_to_path(key)
     s = serve("tls_lifespan_app:app", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", "2")
-    assert _wait_until(lambda: s.log.count("LIFESPAN-STARTUP") == 2), s.log
+    # both workers ready: each loads the certificate files after its lifespan startup
+    assert _wait_until(lambda: len(re.findall(r"worker \d+ ready", s.log)) == 2), s.log
+    assert s.log.count("LIFESPAN-STARTUP") == 2, s.log
     workers = _started(s.log)
     assert len(workers) == 2, s.log
     if breakage == "key-not-matching":
