@@ -312,12 +312,14 @@ def _refused_handshake(s, ctx):
 REFUSED = r"\[WARNING\] client certificate refused: "
 
 
-@pytest.mark.parametrize("interface", ["wsgi", "asgi"])
-def test_a_refused_client_certificate_is_a_warning_with_the_peer_and_the_reason(serve, pki, interface):
+@pytest.mark.parametrize("interface, more", [("wsgi", []), ("asgi", []), ("wsgi", ["--blocking-threads", "2"]),
+                                             ("wsgi", ["--threads", "2", "--workers", "2"])],
+                         ids=["wsgi", "asgi", "wsgi-pool", "wsgi-threads-workers"])
+def test_a_refused_client_certificate_is_a_warning_with_the_peer_and_the_reason(serve, pki, interface, more):
     stranger = trustme.CA().issue_cert("stranger@example.com", common_name="stranger")
     app = "tls_app:app" if interface == "wsgi" else "tls_app:asgi_app"
     s = serve(app, "--ssl-certfile", pki.cert, "--ssl-keyfile", pki.key, "--ssl-ca-certs", pki.ca_file,
-              "--ssl-cert-reqs", "required")
+              "--ssl-cert-reqs", "required", *more)
     port = _refused_handshake(s, _ctx(pki, stranger))
     line = s.wait_log(REFUSED + r"[^\n]*").group(0)
     assert line.endswith(f"client certificate refused: 127.0.0.1:{port}: unable to get local issuer certificate"), line
