@@ -10,7 +10,8 @@ Generated regions in a document:
     <!-- bench:platform = TEXT -->                     the platform the doc's numbers are about
     <!-- bench:table:SUITE -->...<!-- /bench:table:SUITE -->   a suite's tables, standings and chart
     <!-- bench:table:pythons -->...<!-- /bench:table:pythons -->   m0serve's rows on every interpreter
-    <!-- bench:span:KEY -->...<!-- /bench:span -->     one number in prose (keys: see span_value)
+    <!-- bench:span:KEY -->...<!-- /bench:span -->     one number in prose (keys: see span_value), in
+                                                      BENCHMARKS.md, the README and SPAN_DOCS (docs/REFERENCE.md)
     README: <!-- section:benchmarks -->...<!-- /section:benchmarks -->   the summary
 
 Other interpreters: artifacts recorded with m0serve on another Python (M0SERVE_PYTHON) go in
@@ -43,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 README = ROOT / "README.md"
+# Other documents whose prose quotes figures as spans (rendered and checked like the README's).
+SPAN_DOCS = [ROOT / "docs" / "REFERENCE.md"]
 CHART_DIR = ROOT / "docs" / "bench"
 # Suites recorded on every interpreter: their blocks carry the results of bench/results/pythonX.Y/ too.
 PER_PYTHON_SUITES = ("wsgi", "asgi", "frameworks")
@@ -877,6 +880,8 @@ def span_value(key, arts):
                                       every round above 1, every round below 1, or rounds on both sides
         SUITE.ROW.reference           the reference arm's name
         SUITE.date                    the artifact's timestamp
+        SUITE.artifact                the artifact's path (bench/results/SUITE-STAMP.json): where a number
+                                      quoted beside it comes from
     """
     parts = key.split(".")
     art = arts.get(parts[0])
@@ -884,6 +889,8 @@ def span_value(key, arts):
         raise RenderError(f"span '{key}': no artifact for suite '{parts[0]}'")
     if parts[1:] == ["date"]:
         return art["provenance"]["timestamp"][:10]
+    if parts[1:] == ["artifact"]:
+        return _rel(art["_path"])
     row = next((r for r in art["rows"] if r["id"] == parts[1]), None) if len(parts) > 1 else None
     if row is None:
         raise RenderError(f"span '{key}': no row '{parts[1] if len(parts) > 1 else ''}' in {parts[0]}")
@@ -1018,7 +1025,13 @@ def render_readme(text, arts, py_arts=None):
     return SPAN_RE.sub(lambda m: m.group(1) + span_value(m.group(2), arts) + m.group(4), text)
 
 
-def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=CHART_DIR, platform=None):
+def render_spans(text, arts):
+    """A document's prose spans (SPAN_DOCS), filled from the artifacts."""
+    return SPAN_RE.sub(lambda m: m.group(1) + span_value(m.group(2), arts) + m.group(4), text)
+
+
+def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=CHART_DIR, platform=None,
+               span_docs=None):
     """{path: new text} for every generated file; raises RenderError when the artifacts cannot back the doc."""
     by_suite = load_artifacts(results_dir)
     doc_path, readme_path, chart_dir = Path(doc_path), Path(readme_path), Path(chart_dir)
@@ -1077,6 +1090,9 @@ def render_all(results_dir=RESULTS, doc_path=DOC, readme_path=README, chart_dir=
     out = {doc_path: render_doc(doc_text, arts, py_arts)}
     if readme_path.exists():
         out[readme_path] = render_readme(readme_path.read_text(), arts, py_arts)
+    for path in map(Path, SPAN_DOCS if span_docs is None else span_docs):
+        if path.exists():
+            out[path] = render_spans(path.read_text(), arts)
     for suite, art in arts.items():
         if suite not in NO_CHART:
             out[chart_dir / f"{suite}.svg"] = chart_svg(suite, art)
@@ -1092,9 +1108,12 @@ def main(argv=None):
     ap.add_argument("--doc", default=str(DOC))
     ap.add_argument("--readme", default=str(README))
     ap.add_argument("--charts", default=str(CHART_DIR))
+    ap.add_argument("--span-doc", action="append",
+                    help="another document whose spans are rendered (repeatable; default: docs/REFERENCE.md)")
     args = ap.parse_args(argv)
     try:
-        out = render_all(args.results, args.doc, args.readme, args.charts, platform=args.platform)
+        out = render_all(args.results, args.doc, args.readme, args.charts, platform=args.platform,
+                         span_docs=args.span_doc)
     except RenderError as e:
         print(f"bench.render: {e}", file=sys.stderr)
         return 1

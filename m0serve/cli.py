@@ -88,7 +88,7 @@ def log_settings(cfg):
         name = "app" if opt.flag == "APP" else opt.dest
         source = cfg.sources.get(name, "default")
         if source != "default":
-            log.debug("setting %s = %r (%s)", name, getattr(cfg, name), source)
+            log.debug("setting %s = %r (%s)", name, config.shown(name, getattr(cfg, name)), source)
     names = sorted(getattr(cfg.hooks, "funcs", None) or ())
     if names:
         log.debug("hooks: %s", ", ".join(names))
@@ -121,6 +121,8 @@ def main(argv=None):
         log.warning("%s", warning)
     check_interface_flag(cfg)
     log_settings(cfg)
+    if getattr(cfg, "tls_certificate", None):
+        log.info("%s", config.certificate_line(cfg, cfg.tls_certificate))
     if cfg.supervised:
         return Supervisor(cfg).run()
     try:

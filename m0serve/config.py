@@ -98,9 +98,15 @@ def _health_path(text):
 
 
 def _octal_mode(text):
-    """--uds-permissions: file permission bits in octal, as chmod(1) takes them ("660", "0o660").
-    Kept as the text "0660" (what --print-config writes back; a config file gives a string too,
-    since an int there could not say whether 660 meant octal)."""
+    """--uds-permissions: file permission bits. Text is octal, as chmod(1) takes it ("660", "0660",
+    "0o660"); an int (from a config file: `uds_permissions = 0o660`) is the mode it is, so 0o660 (432)
+    is 0660 and a decimal 660 (0o1224) is refused rather than read as octal. Kept as the text "0660"
+    (what --print-config writes back)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if not 0 <= text <= 0o777:
+            raise ValueError(f"{text} is 0o{text:o} as a number, out of range (0o0..0o777): write the mode as "
+                             f"an octal literal (0o660) or a string (\"660\")")
+        return f"0{text:o}"
     t = str(text).strip().lower()
     digits = t[2:] if t.startswith("0o") else t
     try:
@@ -110,6 +116,9 @@ def _octal_mode(text):
     if not 0 <= v <= 0o777:
         raise ValueError(f"{text!r} is out of range (0..777)")
     return f"0{v:o}"
+
+
+_octal_mode.takes_int = True  # a config file's int is passed as an int, not as its decimal text
 
 
 def _bool(text):
@@ -132,6 +141,7 @@ class Option:
     metavar: str | None = None
     supervision: bool = False  # needs a supervisor process even with one worker
     short: str | None = None  # "-c"
+    secret: bool = False  # never printed: --print-config, --check-config and the debug log show MASK
 
     @property
     def dest(self):
@@ -141,6 +151,10 @@ class Option:
     def env(self):
         return ENV_PREFIX + self.dest.upper()
 
+
+# What a secret setting (Option.secret) is printed as, wherever settings are printed.
+MASK = "********"
+SECRETS = frozenset()  # filled below: the names of the secret settings
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -245,7 +259,7 @@ OPTIONS = [
     Option("--ssl-keyfile", "value", _path, None, "the certificate's private key (PEM; default: in --ssl-certfile)",
            "tls", "FILE"),
     Option("--ssl-keyfile-password", "value", str, None, "the password of an encrypted --ssl-keyfile", "tls",
-           "PASSWORD"),
+           "PASSWORD", secret=True),
     Option("--ssl-ca-certs", "value", _path, None,
            "the CA certificates (PEM) that client certificates are checked against (mutual TLS)", "tls", "FILE"),
     Option("--ssl-cert-reqs", "value", _choice("none", "optional", "required"), "none",
@@ -340,6 +354,14 @@ OPTIONS = [
            "with --reload, ignore files (and directories) matching this glob, e.g. 'tests/*' (repeatable)",
            "processes", "GLOB"),
 ]
+
+SECRETS = frozenset(o.dest for o in OPTIONS if o.secret)
+
+
+def shown(name, value):
+    """value as printed for the setting `name`: a secret's is MASK (None stays None: not set)."""
+    return MASK if name in SECRETS and value is not None else value
+
 
 GROUP_TITLES = {
     "application": "application",
@@ -585,13 +607,51 @@ def _config_file(ns, environ):
     return settings, Hooks(funcs)
 
 
+APP_NAMES = ("application", "app")  # what an APP without ":attribute" is looked for as (gunicorn: application)
+
+
+def _app_hint(module, app_dir):
+    """"; did you mean mysite.wsgi:application?" when the module's source (found on --app-dir and sys.path,
+    not imported: none of its code runs) defines one of APP_NAMES at its top level; else ""."""
+    import ast
+
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        return ""
+    rel = os.path.join(*module.split("."))
+    for base in [os.path.abspath(app_dir or ".")] + [p or "." for p in sys.path]:
+        for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
+            path = os.path.join(base, candidate)
+            if not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    tree = ast.parse(f.read(), path)
+            except (OSError, SyntaxError, ValueError):
+                return ""
+            names = set()
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            for name in APP_NAMES:
+                if name in names:
+                    return f"; did you mean {module}:{name}? ({path} defines {name})"
+            return ""
+    return ""
+
+
 def _check(cfg):
     if cfg.native is None and not cfg.app:
         raise ConfigError("the following arguments are required: APP (module:attribute), unless --native is given")
     if cfg.app and cfg.native is None:
         mod, sep, attr = cfg.app.partition(":")
         if not sep or not mod or not attr:
-            raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute")
+            raise ConfigError(f"argument APP: {cfg.app!r} is not of the form module:attribute"
+                              + _app_hint(cfg.app if not sep else mod, cfg.app_dir))
     if cfg.uds is not None and cfg.fd is not None:
         raise ConfigError("argument --uds: not allowed with argument --fd")
     if cfg.uds_permissions is not None and cfg.uds is None:
@@ -643,12 +703,38 @@ def _check_tls(cfg):
             if opt.group == "tls" and opt.flag != "--ssl-certfile" and getattr(cfg, opt.dest) not in (None, opt.default):
                 raise ConfigError(f"argument {opt.flag}: needs --ssl-certfile")
         return
+    cfg.tls_certificate = load_tls(cfg)
+
+
+def load_tls(cfg):
+    """Load the --ssl-* files as a worker will (the engine's own loading): the certificate's
+    {"subject", "issuer", "not_after"}; raises ConfigError, one line naming the flag and the file. The
+    supervisor calls it again at each HUP, before it forks a worker that would load them."""
     from . import _core
 
     try:
-        _core.check_tls(tls_options(cfg))
+        return _core.check_tls(tls_options(cfg))
     except ValueError as e:
-        raise ConfigError(f"argument --ssl-certfile: {e}") from None
+        raise ConfigError(tls_error(e)) from None
+
+
+def certificate_line(cfg, info):
+    """The log line of the certificate served: its file, subject, issuer and expiry."""
+    import time
+
+    left = (info["not_after"] - time.time()) / 86400
+    expires = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["not_after"]))
+    return (f"TLS certificate {cfg.ssl_certfile}: subject {info['subject'] or '(empty)'}, issuer "
+            f"{info['issuer'] or '(empty)'}, expires {expires} (in {left:.0f} days)")
+
+
+def tls_error(e):
+    """_core's TLS loading error as the line of the flag at fault: the engine's message starts with the flag
+    that names the bad file ("--ssl-keyfile: the key in k.pem does not match the certificate in c.pem")."""
+    flag, sep, rest = str(e).partition(": ")
+    if not (sep and flag.startswith("--ssl-") and any(o.flag == flag for o in OPTIONS)):
+        flag, rest = "--ssl-certfile", str(e)
+    return f"argument {flag}: {rest}"
 
 
 def default_limit_connections(threads=1):

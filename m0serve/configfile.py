@@ -117,10 +117,14 @@ def _ignored(name, value):
     return False
 
 
-def _convert(opt, value):
-    """The setting's value, checked as the flag checks it; raises ValueError."""
+def _convert(opt, value, toml=False):
+    """The setting's value, checked as the flag checks it; raises ValueError, in the file's own
+    spelling (TOML: true/false and "strings"; Python: True/False)."""
     if opt.kind == "flag":
         if not isinstance(value, bool):
+            if toml:
+                shown = f'"{value}"' if isinstance(value, str) else repr(value)
+                raise ValueError(f"must be true or false (a TOML boolean, unquoted), not {shown}")
             raise ValueError(f"must be True or False, not {value!r}")
         return value
     if opt.kind == "list":
@@ -130,6 +134,8 @@ def _convert(opt, value):
         return [opt.conv(os.fspath(i)) for i in items]
     if isinstance(value, bool) or not isinstance(value, (str, int, float, os.PathLike)):
         raise ValueError(f"invalid value {value!r}")
+    if isinstance(value, int) and getattr(opt.conv, "takes_int", False):
+        return opt.conv(value)  # a number whose text would be read in another base (a mode)
     return opt.conv(os.fspath(value) if isinstance(value, os.PathLike) else str(value))
 
 
@@ -148,8 +154,9 @@ def load(path, options):
     """(settings by dest name, hooks by name) of the config file at path, given the options
     table (m0serve.config.OPTIONS); raises ConfigFileError."""
     module = _execute(path)
+    toml = path.lower().endswith(".toml")
     options = _settings(options)
-    settings, funcs, unknown = {}, {}, []
+    settings, funcs, unknown, bad = {}, {}, [], []
     for name, value in vars(module).items():
         if name.startswith("_"):
             continue
@@ -164,13 +171,18 @@ def load(path, options):
             if value is None:  # the same as not setting it
                 continue
             try:
-                settings[name] = _convert(options[name], value)
+                settings[name] = _convert(options[name], value, toml)
             except ValueError as e:
-                raise ConfigError(f"config file {path}: {name}: {e}") from None
+                bad.append(f"{name}: {e}")
         elif not _ignored(name, value):
             unknown.append(name)
+    # Every problem of the file at once, on one line: a typo and a bad value are both reported.
+    problems = []
     if unknown:
         known = list(options) + list(hooks.SIGNATURES)
         what = ", ".join(_unknown(n, known) for n in unknown)
-        raise ConfigError(f"config file {path}: unknown name{'s' if len(unknown) > 1 else ''}: {what}")
+        problems.append(f"unknown name{'s' if len(unknown) > 1 else ''}: {what}")
+    problems += bad
+    if problems:
+        raise ConfigError(f"config file {path}: " + "; ".join(problems))
     return settings, funcs

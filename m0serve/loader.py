@@ -107,6 +107,34 @@ def detect_interface(app):
     return "wsgi"
 
 
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep
+
+
+def _machinery(filename):
+    """Whether a traceback frame of this file is m0serve's or the import system's, not the app's."""
+    return (filename.startswith("<frozen importlib") or filename.startswith(_OWN_DIR)
+            or filename.startswith(_IMPORTLIB_DIR))
+
+
+def user_exc_info(exc):
+    """exc's (type, value, traceback) with m0serve's and importlib's frames left out: what failed to
+    import is the user's code, and its traceback starts there (a SyntaxError has none: its file, line
+    and caret are the error itself)."""
+    import types
+
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not _machinery(tb.tb_frame.f_code.co_filename):
+            frames.append(tb)
+        tb = tb.tb_next
+    kept = None
+    for t in reversed(frames):
+        kept = types.TracebackType(kept, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return type(exc), exc.with_traceback(kept), kept
+
+
 def resolve_app(cfg, first_failure=None):
     """(app, interface) for the configuration; exits 1 with the traceback when loading fails.
 
@@ -132,8 +160,8 @@ def resolve_app(cfg, first_failure=None):
         app = load(cfg.app, factory=cfg.factory, app_dir=cfg.app_dir)
     except AppLoadError as e:
         fail(1, "cannot load %s: %s", cfg.app, e)
-    except BaseException:
-        fail(1, "cannot import %s: the traceback follows", cfg.app, exc_info=True)
+    except BaseException as e:
+        fail(1, "cannot import %s: the traceback follows", cfg.app, exc_info=user_exc_info(e))
     interface = cfg.interface
     if interface == "auto":
         interface = detect_interface(app)

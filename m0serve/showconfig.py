@@ -9,6 +9,7 @@ has run: a start runs it too.
 
 TOML is written here (no dependency): one `name = value` line per setting, in the order
 of the options table; a setting with no value (None) is a comment, since TOML has no null,
+as is a secret (--ssl-keyfile-password: "set, not shown"; JSON shows it as "********"),
 and so is `config` (a config file cannot name another): saved as a `.toml` file, the
 output loads with -c.
 
@@ -22,7 +23,7 @@ import os
 import sys
 
 from . import worker
-from .config import OPTIONS, ConfigError, default_limit_connections, die, version_line
+from .config import OPTIONS, SECRETS, ConfigError, default_limit_connections, die, shown, version_line
 from .loader import missing_module_message, prepare_path
 
 
@@ -63,11 +64,12 @@ def check_files(cfg):
 
 
 def settings(cfg):
-    """{name: value} of every setting, named as in a config file (`app`, `keep_alive_timeout`)."""
+    """{name: value} of every setting, named as in a config file (`app`, `keep_alive_timeout`); a secret
+    (--ssl-keyfile-password) is config.MASK."""
     out = {}
     for opt in OPTIONS:
         name = "app" if opt.flag == "APP" else opt.dest
-        value = getattr(cfg, name)
+        value = shown(name, getattr(cfg, name))
         out[name] = list(value) if isinstance(value, (list, tuple)) else value
     return out
 
@@ -109,6 +111,8 @@ def to_toml(cfg, comments=None):
         note = comments.get(name) if comments else None
         if value is None:
             lines.append(f"# {name}: not set" + (f" ({note})" if note else ""))
+        elif name in SECRETS:  # a comment, so that the output still loads with -c (without the secret)
+            lines.append(f"# {name}: set, not shown" + (f" ({note})" if note else ""))
         elif name == "config":
             lines.append(f"# {name}: {toml_value(value)}" + (f" ({note})" if note else ""))
         else:

@@ -371,6 +371,18 @@ class Supervisor:
             self.cfg.tls_ticket_keys = fresh + previous[:80] if keep_previous and previous else fresh
 
     def handle_hup(self):
+        if self.cfg.ssl_certfile is not None:
+            from . import config
+
+            # The files each new worker will load, checked here first: a bad certificate or key on disk
+            # is one line, and no worker is forked (no app imported, no lifespan run) to find it.
+            try:
+                info = config.load_tls(self.cfg)
+            except config.ConfigError as e:
+                log.error("SIGHUP: rolling restart refused, the %d running worker(s) keep serving: %s",
+                          len(self._current()), e)
+                return
+            log.info("%s", config.certificate_line(self.cfg, info))
         log.info("SIGHUP: rolling restart of %d worker(s)", self.target)
         self._new_ticket_keys(keep_previous=True)
         self._start_rollout()

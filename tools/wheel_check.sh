@@ -52,11 +52,19 @@ if command -v musl-gcc >/dev/null; then
   kh="$OUT/kernel-headers"; mkdir -p "$kh"
   ln -sfn /usr/include/linux "$kh/linux"; ln -sfn /usr/include/asm-generic "$kh/asm-generic"
   ln -sfn "/usr/include/$(gcc -dumpmachine)/asm" "$kh/asm"
+  # So do the headers of the libraries the engine uses (zlib, OpenSSL, nghttp2: Alpine's zlib-dev,
+  # openssl-dev and nghttp2-dev), taken from this system's -dev packages: Debian puts OpenSSL's
+  # configuration headers under the multiarch directory, hence a second directory for them.
+  lh="$OUT/library-headers"; lha="$OUT/library-headers-arch"; mkdir -p "$lh" "$lha"
+  ln -sfn /usr/include/zlib.h "$lh/zlib.h"; ln -sfn /usr/include/zconf.h "$lh/zconf.h"
+  ln -sfn /usr/include/nghttp2 "$lh/nghttp2"
+  ln -sfn /usr/include/openssl "$lh/openssl"
+  ln -sfn "/usr/include/$(gcc -dumpmachine)/openssl" "$lha/openssl"
   pyinc=$("$T/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   n=0
   for f in $(sed -n '/core_sources = files(/,/)/p' meson.build | grep -oE "src/[^']+[.]c"); do
     musl-gcc -std=gnu11 -fsyntax-only -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE \
-      -I"$pyinc" -idirafter "$kh" "$f"
+      -I"$pyinc" -idirafter "$kh" -idirafter "$lh" -idirafter "$lha" "$f"
     n=$((n + 1))
   done
   echo "$n files compile with musl $(dpkg-query -W -f='${Version}' musl 2>/dev/null || echo '?')"

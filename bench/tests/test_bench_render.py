@@ -73,15 +73,18 @@ def tree(tmp_path):
     doc.write_text(render.default_doc(PLATFORM) + "\nm0serve leads Granian by "
                    "<!-- bench:span:wsgi.hello-c16.ratio.granian.rps_per_core -->?<!-- /bench:span --> per core.\n")
     charts = tmp_path / "charts"
+    reference = tmp_path / "REFERENCE.md"
+    reference.write_text("# ref\n\nrecorded <!-- bench:span:wsgi.date -->?<!-- /bench:span -->\n")
 
     def cli(*extra):
         return render.main(["--results", str(results), "--doc", str(doc), "--readme", str(readme),
-                            "--charts", str(charts), *extra])
+                            "--charts", str(charts), "--span-doc", str(reference), *extra])
 
     def write(name, art):
         (results / name).write_text(json.dumps(art))
 
-    return {"results": results, "doc": doc, "readme": readme, "charts": charts, "cli": cli, "write": write}
+    return {"results": results, "doc": doc, "readme": readme, "charts": charts, "cli": cli, "write": write,
+            "reference": reference}
 
 
 def test_ratios_are_same_round_medians():
@@ -103,6 +106,22 @@ def test_render_then_check_passes_and_fills_spans(tree):
     assert f"-->{ratio}<!--" in doc
     assert "wsgi: requests per core-second" in (tree["charts"] / "wsgi.svg").read_text()
     assert "granian: " in tree["readme"].read_text()
+
+
+def test_spans_of_another_document_are_rendered_and_checked(tree, capsys):
+    """The reference's figures (docs/REFERENCE.md) are spans too: filled with the ratio and the artifact's
+    path, and --check fails when one is edited by hand."""
+    tree["write"]("wsgi-1.json", make_artifact())
+    tree["reference"].write_text("# ref\n\nper core: <!-- bench:span:wsgi.hello-c16.ratio.granian.rps_per_core -->?"
+                                 "<!-- /bench:span --> (<!-- bench:span:wsgi.artifact -->?<!-- /bench:span -->)\n")
+    assert tree["cli"]() == 0
+    ref = tree["reference"].read_text()
+    ratio = render.fmt_ratio(make_artifact()["rows"][0]["ratios"]["granian"]["rps_per_core"])
+    assert f"-->{ratio}<!--" in ref and "wsgi-1.json<!-- /bench:span -->" in ref, ref
+    assert tree["cli"]("--check") == 0
+    tree["reference"].write_text(ref.replace(ratio, "9.99×"))
+    assert tree["cli"]("--check") == 1
+    assert "REFERENCE.md" in capsys.readouterr().err
 
 
 def test_check_fails_on_a_hand_edited_table(tree, capsys):

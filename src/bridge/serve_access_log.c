@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../net/portable.h"
+#include "tls_options.h"
 
 int m0_serve_access_log_init(ServerObject *self, PyObject *access_log, int *fd)
 {
@@ -97,6 +98,9 @@ static void flush_held(ServerObject *self)
 
 void m0_serve_access_log_flush(ServerObject *self)
 {
+    /* The same moments suit the engine's other lines: refused client
+     * certificates, at most one line a second. */
+    m0_tls_options_warn_refusals(self->tls, self->logger);
     int idle = 0;
     if (self->access_log_fd < 0 || self->access_log == NULL ||
         !__atomic_compare_exchange_n(&self->access_log_flushing, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))

@@ -119,8 +119,10 @@ int m0_serve_config_apply(ServerObject *self, const m0_serve_late_args *late);
  * m0_serve_access_log_flush). Sets *fd for the engine's configuration. */
 int m0_serve_access_log_init(ServerObject *self, PyObject *access_log, int *fd);
 
-/* Pass the lines written since the last call to the access_log callable.
- * GIL held, no exception set, never from inside a connection callback. */
+/* Pass the lines written since the last call to the access_log callable,
+ * and log the client certificates the engine refused since the last line
+ * (m0_tls_options_warn_refusals). GIL held, no exception set, never from
+ * inside a connection callback. */
 void m0_serve_access_log_flush(ServerObject *self);
 
 /* --- serve_pool.c --- */

@@ -1,7 +1,9 @@
 /* The `tls` keyword of _core.Server (see tls_options.h). */
 #include "tls_options.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "options.h"
 
@@ -80,20 +82,50 @@ int m0_tls_options(PyObject *opts, m0_tls **out)
     return 0;
 }
 
+void m0_tls_options_warn_refusals(m0_tls *t, PyObject *logger)
+{
+    if (t == NULL || logger == NULL || logger == Py_None)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, more = 0;
+    char line[256];
+    if (!m0_tls_refusals_take(t, now, 1000000000u, line, sizeof(line), &more))
+        return;
+    PyObject *msg = more ? PyUnicode_FromFormat("client certificate refused: %s (and %llu more since the last "
+                                                "such line, not logged)",
+                                                line, (unsigned long long)more)
+                         : PyUnicode_FromFormat("client certificate refused: %s", line);
+    PyObject *r = msg != NULL ? PyObject_CallMethod(logger, "warning", "sO", "%s", msg) : NULL;
+    if (r == NULL)
+        PyErr_WriteUnraisable(logger); /* the log must not stop the server */
+    Py_XDECREF(r);
+    Py_XDECREF(msg);
+}
+
 static PyObject *check_tls(PyObject *module, PyObject *opts)
 {
     (void)module;
     m0_tls *t = NULL;
     if (m0_tls_options(opts, &t) < 0)
         return NULL;
+    char *subject = NULL, *issuer = NULL;
+    int64_t not_after = 0;
+    PyObject *info = NULL;
+    if (m0_tls_cert_info(t, &subject, &issuer, &not_after) < 0)
+        PyErr_SetString(PyExc_ValueError, "--ssl-certfile: cannot read the certificate's subject and dates");
+    else
+        info = Py_BuildValue("{s:s,s:s,s:L}", "subject", subject, "issuer", issuer, "not_after", (long long)not_after);
+    free(subject);
+    free(issuer);
     m0_tls_free(t);
-    Py_RETURN_NONE;
+    return info;
 }
 
 static PyMethodDef tls_methods[] = {
     {"check_tls", check_tls, METH_O,
      "check_tls(opts)\n--\n\nLoad the TLS settings as a server would; raise ValueError (one line naming the file) "
-     "when they do not load."},
+     "when they do not load. Returns the certificate's {'subject', 'issuer', 'not_after' (epoch seconds)}."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,13 @@
  * setting that does not load is a ValueError of one line naming it. */
 int m0_tls_options(PyObject *opts, m0_tls **out);
 
+/* Log the client certificates the engine refused (net/tls.h's refusals)
+ * as one warning line on logger ("client certificate refused: PEER:PORT:
+ * reason", with how many more since the last line), at most one line a
+ * second per context: a client that retries cannot flood the log. GIL held;
+ * nothing when t is NULL or logger None. */
+void m0_tls_options_warn_refusals(m0_tls *t, PyObject *logger);
+
 /* Adds check_tls(opts) to the module. */
 int m0_tls_options_module_init(PyObject *module);
 

@@ -22,7 +22,15 @@
  * line: a plaintext connection's read and write inline the syscall. */
 ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len)
 {
-    return m0_tls_recv(c->tls, buf, len);
+    ssize_t n = m0_tls_recv(c->tls, buf, len);
+    if (n < 0 && errno == EPROTO) {
+        /* A client certificate refused: noted for the log, with the client. */
+        const char *why = m0_tls_conn_take_refusal(c->tls);
+        if (why != NULL)
+            m0_tls_refusal_note(c->srv->cfg.tls, m0_conn_client_host(c), m0_conn_client_port(c), why);
+        errno = EPROTO;
+    }
+    return n;
 }
 
 ssize_t m0__conn_tls_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)

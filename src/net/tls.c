@@ -5,7 +5,7 @@
  * renegotiation, no compression, forward-secret AEAD suites for TLS 1.2
  * unless told otherwise, AES-128-GCM first in TLS 1.3, the server's cipher
  * order, ALPN offering
- * http/1.1. Sessions release their buffers when idle
+ * h2 and http/1.1 (m0_tls_set_http2). Sessions release their buffers when idle
  * (SSL_MODE_RELEASE_BUFFERS: an idle keep-alive connection keeps no 2x16 KiB
  * of record buffers), accept partial writes and a moved write buffer (the
  * unsent rest of a write is retried from the connection's write buffer). */
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/core_names.h>
@@ -43,6 +44,12 @@ struct m0_tls {
     tls_ticket_key ticket_keys[2]; /* [0] issues and opens, [1] only opens */
     int ticket_key_sets;           /* 0: OpenSSL's own keys */
     int alpn_h2;                   /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
+    /* Client certificates refused since the last m0_tls_refusals_take, the
+     * latest one's "peer: reason", and when a line was last taken. */
+    pthread_mutex_t refusal_lock;
+    uint64_t refused; /* atomic: read without the lock */
+    char refusal[256];
+    uint64_t refusal_taken_ns;
 };
 
 struct m0_tls_conn {
@@ -52,10 +59,11 @@ struct m0_tls_conn {
     size_t preface_len;
     size_t preface_pos;
     int fd;
-    int eof;        /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
-    int failed;     /* a fatal error: no close_notify, no more I/O */
-    int shut;       /* close_notify sent */
-    int want_write; /* a read waits for the socket to take the handshake's output */
+    int eof;             /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
+    int failed;          /* a fatal error: no close_notify, no more I/O */
+    int shut;            /* close_notify sent */
+    int want_write;      /* a read waits for the socket to take the handshake's output */
+    const char *refusal; /* the handshake refused the client's certificate: why (static text) */
 };
 
 /* Records of up to this much plaintext: a response's head and a small body,
@@ -129,6 +137,168 @@ static int tls_fail(char *err, size_t errcap, const char *what, const char *path
     return -1;
 }
 
+/* Errors while loading the files are one line that starts with the flag
+ * that names the file at fault ("--ssl-keyfile: ..."): the Python side
+ * reports it as that flag's. */
+
+/* A file the settings name: at most this much of it is read. */
+#define M0_TLS_FILE_MAX (4 << 20)
+
+/* The whole of the file path into a malloc'd buffer (*len bytes, NUL
+ * after them): 0, or -1 with "flag: cannot read path: reason" in err. */
+static int tls_read_file(const char *flag, const char *path, char **out, size_t *len, char *err, size_t errcap)
+{
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errcap, "%s: cannot read %s: %s", flag, path, strerror(errno));
+        return -1;
+    }
+    char *buf = malloc(M0_TLS_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    size_t n = fread(buf, 1, M0_TLS_FILE_MAX + 1, f);
+    int failed = ferror(f), e = errno;
+    fclose(f);
+    if (failed || n > M0_TLS_FILE_MAX) {
+        snprintf(err, errcap, "%s: cannot read %s: %s", flag, path,
+                 failed ? strerror(e) : "larger than 4 MiB: not a PEM file");
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int has(const char *buf, size_t len, const char *what)
+{
+    return memmem(buf, len, what, strlen(what)) != NULL;
+}
+
+/* OpenSSL's reason for the last error, for a message's parenthesis. */
+static const char *tls_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *reason = e != 0 ? ERR_reason_error_string(e) : NULL;
+    return reason != NULL ? reason : "invalid";
+}
+
+/* The certificate chain of s->certfile into ctx: 0, or -1 with the line. */
+static int tls_load_cert(SSL_CTX *ctx, const m0_tls_settings *s, char *err, size_t errcap)
+{
+    char *pem;
+    size_t len;
+    if (tls_read_file("--ssl-certfile", s->certfile, &pem, &len, err, errcap) < 0)
+        return -1;
+    int certs = has(pem, len, "-----BEGIN CERTIFICATE-----") || has(pem, len, "-----BEGIN TRUSTED CERTIFICATE-----");
+    free(pem);
+    if (!certs) {
+        snprintf(err, errcap, "--ssl-certfile: %s holds no certificate (a PEM \"BEGIN CERTIFICATE\" block)",
+                 s->certfile);
+        return -1;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, s->certfile) != 1) {
+        snprintf(err, errcap, "--ssl-certfile: %s: not a valid PEM certificate (%s)", s->certfile, tls_reason());
+        ERR_clear_error();
+        return -1;
+    }
+    return 0;
+}
+
+/* The private key (s->keyfile, else in s->certfile) into ctx, after
+ * checking it matches the certificate: 0, or -1 with the line. The
+ * "encrypted" hints are given only when the file's key is encrypted. */
+static int tls_load_key(SSL_CTX *ctx, const m0_tls_settings *s, char *err, size_t errcap)
+{
+    const char *path = s->keyfile != NULL ? s->keyfile : s->certfile;
+    const char *flag = s->keyfile != NULL ? "--ssl-keyfile" : "--ssl-certfile";
+    char *pem;
+    size_t len;
+    EVP_PKEY *key = NULL;
+    BIO *bio = NULL;
+    int r = -1;
+    if (tls_read_file(flag, path, &pem, &len, err, errcap) < 0)
+        return -1;
+    int encrypted = has(pem, len, "-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(pem, len, "Proc-Type: 4,ENCRYPTED");
+    if (!has(pem, len, "PRIVATE KEY-----")) {
+        if (s->keyfile == NULL)
+            snprintf(err, errcap, "--ssl-certfile: %s holds no private key: give the key's file with --ssl-keyfile",
+                     path);
+        else
+            snprintf(err, errcap, "--ssl-keyfile: %s holds no private key (a PEM \"BEGIN PRIVATE KEY\" block)", path);
+        goto done;
+    }
+    bio = BIO_new_mem_buf(pem, (int)len);
+    if (bio == NULL) {
+        snprintf(err, errcap, "out of memory");
+        goto done;
+    }
+    ERR_clear_error();
+    key = PEM_read_bio_PrivateKey(bio, NULL, password_cb, (void *)s->password);
+    if (key == NULL) {
+        if (encrypted && s->password == NULL)
+            snprintf(err, errcap, "%s: the key in %s is encrypted: give its password with --ssl-keyfile-password", flag,
+                     path);
+        else if (encrypted)
+            snprintf(err, errcap, "--ssl-keyfile-password: does not decrypt the key in %s (wrong password?)", path);
+        else
+            snprintf(err, errcap, "%s: %s: not a valid PEM private key (%s)", flag, path, tls_reason());
+        goto done;
+    }
+    X509 *cert = SSL_CTX_get0_certificate(ctx); // borrowed
+    if (cert == NULL || X509_check_private_key(cert, key) != 1) {
+        if (s->keyfile != NULL)
+            snprintf(err, errcap, "--ssl-keyfile: the key in %s does not match the certificate in %s", path,
+                     s->certfile);
+        else
+            snprintf(err, errcap, "--ssl-certfile: the key in %s does not match its certificate", path);
+        goto done;
+    }
+    if (SSL_CTX_use_PrivateKey(ctx, key) != 1) {
+        snprintf(err, errcap, "%s: cannot use the key in %s (%s)", flag, path, tls_reason());
+        goto done;
+    }
+    r = 0;
+done:
+    ERR_clear_error();
+    EVP_PKEY_free(key);
+    BIO_free(bio);
+    OPENSSL_cleanse(pem, len);
+    free(pem);
+    return r;
+}
+
+/* The CA certificates client certificates are checked against: 0, or -1. */
+static int tls_load_ca(SSL_CTX *ctx, const char *path, char *err, size_t errcap)
+{
+    char *pem;
+    size_t len;
+    if (tls_read_file("--ssl-ca-certs", path, &pem, &len, err, errcap) < 0)
+        return -1;
+    int certs = has(pem, len, "-----BEGIN CERTIFICATE-----") || has(pem, len, "-----BEGIN TRUSTED CERTIFICATE-----");
+    free(pem);
+    if (!certs) {
+        snprintf(err, errcap, "--ssl-ca-certs: %s holds no certificate (a PEM \"BEGIN CERTIFICATE\" block)", path);
+        return -1;
+    }
+    if (SSL_CTX_load_verify_locations(ctx, path, NULL) != 1) {
+        snprintf(err, errcap, "--ssl-ca-certs: %s: not a valid PEM certificate (%s)", path, tls_reason());
+        ERR_clear_error();
+        return -1;
+    }
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(path);
+    if (names != NULL)
+        SSL_CTX_set_client_CA_list(ctx, names);
+    ERR_clear_error();
+    return 0;
+}
+
 /* The leaf certificate's validity now: 0, or -1 with the reason in err. */
 static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t errcap)
 {
@@ -136,11 +306,11 @@ static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t err
     if (cert == NULL)
         return 0;
     if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
-        snprintf(err, errcap, "the certificate %s has expired", path);
+        snprintf(err, errcap, "--ssl-certfile: the certificate %s has expired", path);
         return -1;
     }
     if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
-        snprintf(err, errcap, "the certificate %s is not valid yet", path);
+        snprintf(err, errcap, "--ssl-certfile: the certificate %s is not valid yet", path);
         return -1;
     }
     return 0;
@@ -187,10 +357,9 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
     *out = NULL;
     ERR_clear_error();
     if (s->certfile == NULL) {
-        snprintf(err, errcap, "a certificate file is required");
+        snprintf(err, errcap, "--ssl-certfile: a certificate file is required");
         return -1;
     }
-    const char *keyfile = s->keyfile != NULL ? s->keyfile : s->certfile;
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (ctx == NULL)
         return tls_fail(err, errcap, "cannot create the TLS context", NULL);
@@ -201,6 +370,7 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
         return -1;
     }
     t->ctx = ctx;
+    pthread_mutex_init(&t->refusal_lock, NULL);
     if (!SSL_CTX_set_min_proto_version(ctx, s->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION)) {
         tls_fail(err, errcap, "cannot set the minimum TLS version", NULL);
         goto error;
@@ -211,7 +381,7 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
                      SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     if (s->ciphers != NULL && s->ciphers[0] != '\0') {
         if (!SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
-            snprintf(err, errcap, "--ssl-ciphers %s: no cipher matches", s->ciphers);
+            snprintf(err, errcap, "--ssl-ciphers: no cipher matches '%s'", s->ciphers);
             ERR_clear_error();
             goto error;
         }
@@ -223,40 +393,18 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
         tls_fail(err, errcap, "cannot set the TLS 1.3 cipher suites", NULL);
         goto error;
     }
-    SSL_CTX_set_default_passwd_cb(ctx, password_cb);
-    SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)s->password);
-    if (SSL_CTX_use_certificate_chain_file(ctx, s->certfile) != 1) {
-        tls_fail(err, errcap, "cannot load the certificate", s->certfile);
+    if (tls_load_cert(ctx, s, err, errcap) < 0)
         goto error;
-    }
     if (tls_check_dates(ctx, s->certfile, err, errcap) < 0)
         goto error;
-    if (SSL_CTX_use_PrivateKey_file(ctx, keyfile, SSL_FILETYPE_PEM) != 1) {
-        tls_fail(err, errcap,
-                 s->password != NULL ? "cannot load the key (wrong password?)"
-                                     : "cannot load the key (encrypted: "
-                                       "give --ssl-keyfile-password?)",
-                 keyfile);
+    if (tls_load_key(ctx, s, err, errcap) < 0)
         goto error;
-    }
-    /* The password is needed only while loading: do not keep the pointer. */
-    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        snprintf(err, errcap, "the key %s does not match the certificate %s", keyfile, s->certfile);
-        ERR_clear_error();
-        goto error;
-    }
     if (s->ca_certs != NULL) {
-        if (SSL_CTX_load_verify_locations(ctx, s->ca_certs, NULL) != 1) {
-            tls_fail(err, errcap, "cannot load the CA certificates", s->ca_certs);
+        if (tls_load_ca(ctx, s->ca_certs, err, errcap) < 0)
             goto error;
-        }
-        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_certs);
-        if (names != NULL)
-            SSL_CTX_set_client_CA_list(ctx, names);
-        ERR_clear_error();
     } else if (s->cert_reqs != M0_TLS_CERT_NONE) {
-        snprintf(err, errcap, "--ssl-cert-reqs %s needs --ssl-ca-certs",
+        snprintf(err, errcap,
+                 "--ssl-cert-reqs: %s needs --ssl-ca-certs (the CAs client certificates are checked against)",
                  s->cert_reqs == M0_TLS_CERT_REQUIRED ? "required" : "optional");
         goto error;
     }
@@ -290,6 +438,7 @@ void m0_tls_free(m0_tls *t)
         return;
     SSL_CTX_free(t->ctx);
     OPENSSL_cleanse(t->ticket_keys, sizeof(t->ticket_keys));
+    pthread_mutex_destroy(&t->refusal_lock);
     free(t);
 }
 
@@ -489,6 +638,12 @@ static ssize_t tls_error(m0_tls_conn *tc, int r, int reading)
     default: {
         unsigned long le = ERR_peek_last_error();
         tc->failed = 1;
+        if (reading && ERR_GET_LIB(le) == ERR_LIB_SSL) {
+            if (ERR_GET_REASON(le) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+                tc->refusal = X509_verify_cert_error_string(SSL_get_verify_result(tc->ssl));
+            else if (ERR_GET_REASON(le) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)
+                tc->refusal = "no certificate sent (--ssl-cert-reqs required)";
+        }
         if (reading && ERR_GET_LIB(le) == ERR_LIB_SSL &&
             (ERR_GET_REASON(le) == SSL_R_HTTP_REQUEST || ERR_GET_REASON(le) == SSL_R_HTTPS_PROXY_REQUEST))
             tls_answer_plain_http(tc);
@@ -641,18 +796,63 @@ done:
     return out;
 }
 
+/* A name as RFC 4514 text (malloc'd), or NULL. */
+static char *name_text(const X509_NAME *name)
+{
+    char *out = NULL;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio != NULL && X509_NAME_print_ex(bio, name, 0, XN_FLAG_RFC2253) >= 0)
+        out = bio_text(bio, NULL);
+    BIO_free(bio);
+    return out;
+}
+
 char *m0_tls_peer_subject(const m0_tls_conn *tc)
 {
     X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
     if (leaf == NULL)
         return NULL;
-    char *out = NULL;
-    BIO *bio = BIO_new(BIO_s_mem());
-    if (bio != NULL && X509_NAME_print_ex(bio, X509_get_subject_name(leaf), 0, XN_FLAG_RFC2253) >= 0)
-        out = bio_text(bio, NULL);
-    BIO_free(bio);
+    char *out = name_text(X509_get_subject_name(leaf));
     X509_free(leaf);
     return out;
+}
+
+char *m0_tls_peer_issuer(const m0_tls_conn *tc)
+{
+    X509 *leaf = SSL_get1_peer_certificate(tc->ssl);
+    if (leaf == NULL)
+        return NULL;
+    char *out = name_text(X509_get_issuer_name(leaf));
+    X509_free(leaf);
+    return out;
+}
+
+const char *m0_tls_peer_verify_error(const m0_tls_conn *tc)
+{
+    long r = SSL_get_verify_result(tc->ssl);
+    return r == X509_V_OK ? NULL : X509_verify_cert_error_string(r);
+}
+
+int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *not_after)
+{
+    *subject = *issuer = NULL;
+    *not_after = 0;
+    X509 *cert = SSL_CTX_get0_certificate(t->ctx); // borrowed
+    if (cert == NULL)
+        return -1;
+    struct tm tm;
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1)
+        return -1;
+    *not_after = (int64_t)timegm(&tm);
+    *subject = name_text(X509_get_subject_name(cert));
+    *issuer = name_text(X509_get_issuer_name(cert));
+    if (*subject == NULL || *issuer == NULL) {
+        free(*subject);
+        free(*issuer);
+        *subject = *issuer = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 uint64_t m0_tls_conn_serial(const m0_tls_conn *tc)
@@ -663,4 +863,39 @@ uint64_t m0_tls_conn_serial(const m0_tls_conn *tc)
 void m0_tls_set_http2(m0_tls *t, int mode)
 {
     t->alpn_h2 = mode;
+}
+
+const char *m0_tls_conn_take_refusal(m0_tls_conn *tc)
+{
+    const char *why = tc->refusal;
+    tc->refusal = NULL;
+    return why;
+}
+
+void m0_tls_refusal_note(m0_tls *t, const char *peer, int port, const char *reason)
+{
+    pthread_mutex_lock(&t->refusal_lock);
+    if (strchr(peer, ':') != NULL)
+        snprintf(t->refusal, sizeof(t->refusal), "[%s]:%d: %s", peer, port, reason);
+    else
+        snprintf(t->refusal, sizeof(t->refusal), "%s:%d: %s", peer, port, reason);
+    __atomic_add_fetch(&t->refused, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&t->refusal_lock);
+}
+
+int m0_tls_refusals_take(m0_tls *t, uint64_t now_ns, uint64_t interval_ns, char *line, size_t cap, uint64_t *more)
+{
+    if (__atomic_load_n(&t->refused, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    int r = 0;
+    pthread_mutex_lock(&t->refusal_lock);
+    if (t->refused != 0 && (t->refusal_taken_ns == 0 || now_ns - t->refusal_taken_ns >= interval_ns)) {
+        snprintf(line, cap, "%s", t->refusal);
+        *more = t->refused - 1;
+        __atomic_store_n(&t->refused, 0, __ATOMIC_RELEASE);
+        t->refusal_taken_ns = now_ns;
+        r = 1;
+    }
+    pthread_mutex_unlock(&t->refusal_lock);
+    return r;
 }

@@ -44,8 +44,9 @@ typedef struct {
 
 #define M0_TLS_TICKET_KEYS 80
 
-/* Build the context. On failure -1 with one line in err naming the file
- * (or the setting) at fault. */
+/* Build the context. On failure -1 with one line in err that starts with
+ * the flag of the setting at fault ("--ssl-keyfile: the key in k.pem does
+ * not match the certificate in c.pem") and names its file. */
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap);
 void m0_tls_free(m0_tls *t);
 /* ALPN: 0 offers http/1.1, 1 prefers h2 then http/1.1, 2 h2 only (net/h2.h). */
@@ -86,12 +87,34 @@ const char *m0_tls_cipher(const m0_tls_conn *tc);
 int m0_tls_cipher_id(const m0_tls_conn *tc); /* the IANA code point, -1 none */
 int m0_tls_version_id(const m0_tls_conn *tc);
 char *m0_tls_peer_chain_pem(const m0_tls_conn *tc, size_t *len);
-/* The client certificate's subject as RFC 4514 text (malloc'd), or NULL. */
+/* The client certificate's subject and issuer as RFC 4514 text (malloc'd),
+ * or NULL (none was sent). */
 char *m0_tls_peer_subject(const m0_tls_conn *tc);
+char *m0_tls_peer_issuer(const m0_tls_conn *tc);
+/* Why the client certificate failed verification (OpenSSL's text), or NULL
+ * when it passed (meaningful when a certificate was sent). */
+const char *m0_tls_peer_verify_error(const m0_tls_conn *tc);
+/* The server's own certificate (the leaf of --ssl-certfile): its subject and
+ * issuer as RFC 4514 text (malloc'd; free them) and its notAfter in seconds
+ * since the epoch. 0, or -1 (both NULL). */
+int m0_tls_cert_info(const m0_tls *t, char **subject, char **issuer, int64_t *not_after);
 /* The session's serial: 1, 2, ... in the order sessions were made, never
  * given to two sessions of the process. What a bridge keeps per session
  * (the ASGI `tls` extension's values) is keyed by it, not by an address: a
  * new connection may reuse a closed one's memory. */
 uint64_t m0_tls_conn_serial(const m0_tls_conn *tc);
+
+/* Refused client certificates, for the log. A handshake that failed on the
+ * client's certificate (it did not verify, or none was sent under
+ * --ssl-cert-reqs required) leaves its reason in the session: take_refusal
+ * returns it once (static text), or NULL. The transport notes each one in
+ * the context with the peer (m0_tls_refusal_note, any thread); a thread that
+ * may log takes them at most once per interval_ns: 1 with the latest
+ * refusal's "peer:port: reason" in line and, in *more, how many others were
+ * noted since the last line; 0 when there is none, or the interval since
+ * the last line has not passed (they wait for the next call). */
+const char *m0_tls_conn_take_refusal(m0_tls_conn *tc);
+void m0_tls_refusal_note(m0_tls *t, const char *peer, int port, const char *reason);
+int m0_tls_refusals_take(m0_tls *t, uint64_t now_ns, uint64_t interval_ns, char *line, size_t cap, uint64_t *more);
 
 #endif

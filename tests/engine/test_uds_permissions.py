@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from servers import APPS_DIR, server_env
-from helpers import exchange
+from helpers import exchange, one_line, run_cli
 
 
 def _with_umask(mask, fn):
@@ -97,3 +97,27 @@ def test_uds_permissions_in_a_config_file(serve, tmp_path):
     s = _with_umask(0o077, lambda: serve("cli_hello:app", "-c", str(conf), wait=False))
     s.wait_log(re.escape(f"Listening on unix:{path}"))
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+
+
+@pytest.mark.parametrize("ext, literal", [(".py", "0o660"), (".toml", "0o660"), (".toml", '"660"'), (".py", '"0o660"')])
+def test_an_integer_mode_in_a_config_file_is_the_mode_it_is(serve, tmp_path, ext, literal):
+    """`uds_permissions = 0o660` (the int 432) is mode 0660, not 0432; a string is octal text."""
+    path = str(tmp_path / "m0.sock")
+    conf = tmp_path / ("m0.conf" + ext)
+    conf.write_text(f"uds = {path!r}\nuds_permissions = {literal}\n".replace("'", '"'))
+    r = run_cli("-c", str(conf), "cli_hello:app", "--check-config")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r'^uds_permissions = "0660"', r.stdout, re.M), r.stdout
+    s = _with_umask(0o077, lambda: serve("cli_hello:app", "-c", str(conf), wait=False))
+    s.wait_log(re.escape(f"Listening on unix:{path}"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+
+
+@pytest.mark.parametrize("ext", [".py", ".toml"])
+def test_a_decimal_integer_mode_in_a_config_file_is_refused(tmp_path, ext):
+    """`uds_permissions = 660` is the number 0o1224, not a mode: refused on one line, not read as octal."""
+    conf = tmp_path / ("m0.conf" + ext)
+    conf.write_text('uds = "x.sock"\nuds_permissions = 660\n')
+    line = one_line(run_cli("-c", str(conf), "cli_hello:app", "--check-config"), 2)
+    assert f"config file {conf}: uds_permissions: 660 is 0o1224 as a number" in line, line
+    assert "0o660" in line, line

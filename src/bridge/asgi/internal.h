@@ -51,6 +51,7 @@
 #include "asgi.h"
 #include "../pyerr.h"
 #include "../state.h"
+#include "../tls_info.h"
 
 /* Interned strings and shared constants (module lifetime). */
 #define M0_ASGI_STRINGS(X)                                                                                             \
@@ -133,14 +134,6 @@ struct m0_asgi_base {
     m0_asgi_base *prev, *next;               /* the bridge's list of attached objects */
 };
 
-/* The `tls` extension of one TLS session, built once (tls_scope.c). */
-typedef struct {
-    uint64_t serial; /* m0_tls_conn_serial of the session, 0: empty */
-    PyObject *tls;   /* strong: the dict each of its scopes gets a copy of */
-} m0_asgi_tls_entry;
-
-#define M0_ASGI_TLS_CACHE 64 /* sessions whose extension is kept: one slot per serial % this */
-
 struct m0_asgi {
     PyObject *module;    /* strong */
     m0_asgi_state *st;   /* borrowed from the module state */
@@ -179,7 +172,7 @@ struct m0_asgi {
     PyObject *server_addr;
     int server_port;
     char server_host[64];
-    m0_asgi_tls_entry tls_cache[M0_ASGI_TLS_CACHE];
+    m0_tls_info_cache tls_cache; /* each TLS session's `tls` extension, built once (tls_scope.c) */
 };
 
 /* --- asgi.c --- */

@@ -163,6 +163,7 @@ void m0_wsgi_environ_clear_cache(m0_wsgi *w)
     for (size_t i = 0; i < M0_WSGI_PORT_CACHE; i++)
         Py_CLEAR(w->peer_port_val[i]);
     Py_CLEAR(w->local_port_val);
+    m0_tls_info_cache_clear(&w->tls_vars);
 }
 
 /* A latin-1 str of s[0..n), reusing *slot when it holds the same bytes.
@@ -517,6 +518,53 @@ static int authority_set(m0_wsgi *w, PyObject *env, const m0_target_authority *t
     return 0;
 }
 
+static int put_steal(PyObject *d, const char *key, PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    int r = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* The TLS session's variables, as mod_ssl, uWSGI and nginx-to-WSGI setups
+ * name them: SSL_PROTOCOL ("TLSv1.3"), SSL_CIPHER (OpenSSL's name),
+ * SSL_CLIENT_VERIFY (SUCCESS, NONE when no certificate was sent, or
+ * FAILED:reason), and when the client sent a certificate SSL_CLIENT_S_DN and
+ * SSL_CLIENT_I_DN (RFC 4514) and SSL_CLIENT_CERT (its PEM). */
+static PyObject *tls_vars_build(void *arg, m0_tls_conn *tc)
+{
+    (void)arg;
+    PyObject *d = PyDict_New(), *chain = NULL;
+    if (d == NULL)
+        return NULL;
+    const char *version = m0_tls_version(tc), *cipher = m0_tls_cipher(tc);
+    if (put_steal(d, "SSL_PROTOCOL", PyUnicode_FromString(version != NULL ? version : "")) < 0 ||
+        put_steal(d, "SSL_CIPHER", PyUnicode_FromString(cipher != NULL ? cipher : "")) < 0)
+        goto error;
+    chain = m0_tls_info_chain(tc);
+    if (chain == NULL)
+        goto error;
+    if (PyList_GET_SIZE(chain) == 0) {
+        if (put_steal(d, "SSL_CLIENT_VERIFY", PyUnicode_FromString("NONE")) < 0)
+            goto error;
+    } else {
+        const char *why = m0_tls_peer_verify_error(tc);
+        if (put_steal(d, "SSL_CLIENT_VERIFY",
+                      why == NULL ? PyUnicode_FromString("SUCCESS") : PyUnicode_FromFormat("FAILED:%s", why)) < 0 ||
+            put_steal(d, "SSL_CLIENT_S_DN", m0_tls_info_subject(tc)) < 0 ||
+            put_steal(d, "SSL_CLIENT_I_DN", m0_tls_info_issuer(tc)) < 0 ||
+            PyDict_SetItemString(d, "SSL_CLIENT_CERT", PyList_GET_ITEM(chain, 0)) < 0)
+            goto error;
+    }
+    Py_DECREF(chain);
+    return d;
+error:
+    Py_XDECREF(chain);
+    Py_DECREF(d);
+    return NULL;
+}
+
 PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *input)
 {
     m0_target_authority ta;
@@ -550,9 +598,15 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, P
         goto error;
     if (m0_target_authority_get(req, &ta) && authority_set(w, env, &ta) < 0)
         goto error;
-    /* The connection itself is TLS (CGI's and mod_ssl's HTTPS=on). */
-    if (m0_conn_tls(c) != NULL && PyDict_SetItem(env, M0_WSGI_STR(st, HTTPS), M0_WSGI_STR(st, on)) < 0)
-        goto error;
+    /* The connection itself is TLS (CGI's and mod_ssl's HTTPS=on, and its
+     * SSL_* variables). */
+    m0_tls_conn *tc = m0_conn_tls(c);
+    if (tc != NULL) {
+        PyObject *vars = m0_tls_info_cached(&w->tls_vars, tc, tls_vars_build, NULL); // borrowed
+        if (vars == NULL || PyDict_SetItem(env, M0_WSGI_STR(st, HTTPS), M0_WSGI_STR(st, on)) < 0 ||
+            PyDict_Update(env, vars) < 0)
+            goto error;
+    }
     /* What a trusted proxy forwarded (--proxy-headers) wins. */
     int scheme = m0_conn_forwarded_scheme(c);
     if (scheme != M0_SCHEME_NONE &&

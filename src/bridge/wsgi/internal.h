@@ -26,6 +26,7 @@
 #include "../head.h"
 #include "../pyerr.h"
 #include "../state.h"
+#include "../tls_info.h"
 #include "wsgi.h"
 
 /* Interned strings: environ keys, constant values and method names. */
@@ -144,6 +145,7 @@ struct m0_wsgi {
     PyObject *local_port_val;
     int peer_port[M0_WSGI_PORT_CACHE];
     int local_port;
+    m0_tls_info_cache tls_vars; /* each TLS session's SSL_* variables, a dict built once (environ.c) */
 };
 
 /* start_response: holds the state of the response being produced. */
