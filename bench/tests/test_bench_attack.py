@@ -111,7 +111,8 @@ def test_arms_of_one_row_carry_their_own_load():
     from bench import runner, servers, suites
     rows = suites.attack()
     assert [r.id for r in rows] == ["m0serve", "m0serve-bt4", "granian-bt4",
-                                    "m0serve-slowread", "m0serve-bt4-slowread", "granian-bt4-slowread"]
+                                    "m0serve-slowread", "m0serve-bt4-slowread", "granian-bt4-slowread",
+                                    "h2-m0serve-asgi", "h2-m0serve-wsgi", "h2-hypercorn", "h2-granian"]
     assert [a.name for a in rows[4].arms] == ["m0serve-bt4-slowread@quiet", "m0serve-bt4-slowread@slowread6",
                                               "m0serve-bt4-slowread@slowread6-sink"]
     rr = runner.RowRunner.__new__(runner.RowRunner)
