@@ -406,55 +406,64 @@ class RowRunner:
         argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
         return h2load.run(argv, timeout_s=duration_s + 60)
 
-    def bystander_argv(self, port, duration_s, scheme, h1, log_file):
-        url = f"{scheme}://127.0.0.1:{port}{self.row.path}"
-        argv = h2load.command(url, 1, 1, max(1, int(round(duration_s))), headers=self.headers(), cpu=WRK_CPU,
-                              log_file=log_file, h1=h1)
+    def bystander_argv(self, port, duration_s, scheme, h1, log_file=None):
+        """h1: bench/bystander.py (one HTTP/1.1 keep-alive connection); else h2load -c1 -m1 (one HTTP/2
+        connection, prior knowledge or ALPN), its per-request log in log_file."""
+        d = max(1, int(round(duration_s)))
+        if h1:
+            argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.bystander", "--port", str(port),
+                    "--path", self.row.path, "--seconds", str(d)] + (["--bare-request"] if self.s.bare_request else [])
+        else:
+            argv = h2load.command(f"{scheme}://127.0.0.1:{port}{self.row.path}", 1, 1, d, headers=self.headers(),
+                                  cpu=WRK_CPU, log_file=log_file)
         return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
 
     def _bystanders(self, port, duration_s, scheme):
         """The attack suite's HTTP/2 rows: two bystanders on the fast route at once, each on a connection
-        of its own, both pinned to the load generator's core: one HTTP/1.1 client and one HTTP/2
-        connection (prior knowledge), each h2load -c1 -m1 (--h1 for the first), whose per-request logs
-        give the percentiles. Not wrk for the HTTP/1.1 one: at one connection its latency distribution
-        disagrees with its own rate (a mean of 0.93 ms at 18,852 requests a second on one connection,
-        which allows at most 0.05 ms), h2load's log holds every request. The record's latency is the
-        HTTP/1.1 client's, h2_* the HTTP/2 one's; requests and rps are both together (the server's CPU
-        per request counts both). A failure of either fails the measurement."""
-        procs_, logs = {}, {}
-        for key, h1 in (("h1", True), ("h2", False)):
-            logs[key] = tempfile.NamedTemporaryFile(dir=self.workdir, prefix=f"{key}-", suffix=".log")
-            procs_[key] = subprocess.Popen(self.bystander_argv(port, duration_s, scheme, h1, logs[key].name),
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        got, raws = {}, []
-        for key, p in procs_.items():
+        of its own, both pinned to the load generator's core: one HTTP/1.1 client (bench/bystander.py,
+        which says why neither wrk nor h2load --h1) and one HTTP/2 connection (h2load -c1 -m1, its
+        per-request log giving the percentiles its summary lacks). The record's latency is the HTTP/1.1
+        client's, h2_* the HTTP/2 one's; requests and rps are both together (the server's CPU per request
+        counts both). A failure of either fails the measurement."""
+        log = tempfile.NamedTemporaryFile(dir=self.workdir, prefix="h2load-", suffix=".log")
+        h1p = subprocess.Popen(self.bystander_argv(port, duration_s, scheme, True), cwd=str(env.ROOT),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        h2p = subprocess.Popen(self.bystander_argv(port, duration_s, scheme, False, log.name),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outs = {}
+        for key, p in (("h1", h1p), ("h2", h2p)):
             try:
-                out, err = p.communicate(timeout=duration_s + 60)
+                outs[key] = p.communicate(timeout=duration_s + 60)
             except subprocess.TimeoutExpired:
                 p.kill()
-                out, err = p.communicate()
-            raws.append(f"# h2load ({'HTTP/1.1' if key == 'h1' else 'HTTP/2'})\n" + out
-                        + (("\n" + err) if err.strip() else ""))
-            try:
-                r = h2load.parse_output(out)
-            except h2load.H2loadParseError as e:
-                r = {"failed": True, "failure": f"h2load output unparsable ({e}); exit {p.returncode}",
-                     "requests": 0, "rps": 0.0, "errors": {}, "non_2xx": 0, "duration_s": 0.0}
-            r["latency_s"] = h2load.latency_percentiles(Path(logs[key].name).read_text(errors="replace"))
-            logs[key].close()
-            if not r.get("failed") and "p99" not in r["latency_s"]:
-                r["failed"], r["failure"] = True, "no 2xx request in h2load's log"
-            got[key] = r
-        h1, h2 = got["h1"], got["h2"]
-        failures = [f"{'HTTP/1.1' if k == 'h1' else 'HTTP/2'} bystander: {r['failure']}"
-                    for k, r in got.items() if r.get("failed")]
+                outs[key] = p.communicate()
+        raw = "\n".join(f"# {'bench.bystander (HTTP/1.1)' if k == 'h1' else 'h2load (HTTP/2)'}\n{o}"
+                        + (("\n" + e) if e.strip() else "") for k, (o, e) in outs.items())
+        try:
+            h1 = json.loads(outs["h1"][0].strip().splitlines()[-1])
+            h1["failure"] = wrk.failure_reason(h1)
+            h1["failed"] = h1["failure"] is not None
+        except (ValueError, IndexError):
+            h1 = {"failed": True, "failure": f"no report (exit {h1p.returncode})", "requests": 0, "rps": 0.0,
+                  "latency_s": {}, "errors": {}, "non_2xx": 0, "duration_s": 0.0}
+        try:
+            h2 = h2load.parse_output(outs["h2"][0])
+        except h2load.H2loadParseError as e:
+            h2 = {"failed": True, "failure": f"h2load output unparsable ({e}); exit {h2p.returncode}",
+                  "requests": 0, "rps": 0.0, "errors": {}, "non_2xx": 0, "duration_s": 0.0}
+        h2["latency_s"] = h2load.latency_percentiles(Path(log.name).read_text(errors="replace"))
+        log.close()
+        if not h2.get("failed") and "p99" not in h2["latency_s"]:
+            h2["failed"], h2["failure"] = True, "no 2xx request in h2load's log"
+        failures = [f"{name} bystander: {r['failure']}" for name, r in (("HTTP/1.1", h1), ("HTTP/2", h2))
+                    if r.get("failed")]
         result = {"requests": (h1.get("requests") or 0) + (h2.get("requests") or 0),
                   "rps": (h1.get("rps") or 0.0) + (h2.get("rps") or 0.0), "duration_s": h1.get("duration_s"),
                   "latency_s": h1["latency_s"], "errors": h1.get("errors"), "non_2xx": h1.get("non_2xx"),
                   "h1_rps": h1.get("rps"), "h1_requests": h1.get("requests"), "h2_rps": h2.get("rps"),
                   "h2_requests": h2.get("requests"), "h2_errors": h2.get("errors"), "h2_non_2xx": h2.get("non_2xx"),
                   "h2_latency_s": h2["latency_s"], "failed": bool(failures), "failure": "; ".join(failures) or None}
-        return result, "\n".join(raws)
+        return result, raw
 
     def warm_up(self, st, seconds):
         if self.row.extra.get("client") == "bystanders":
@@ -792,7 +801,7 @@ class RowRunner:
                "wrk_command": self.load_argv(st["port"], self.s.duration_s,
                                              open_=(self.row.ws or {}).get("open"), scheme=arm.scheme),
                "status": "ok", "scheme": arm.scheme}
-        if self.row.extra.get("client") == "bystanders":  # no wrk: two h2load clients (_bystanders)
+        if self.row.extra.get("client") == "bystanders":  # no wrk: the two bystanders (_bystanders)
             rec["wrk_command"] = None
             rec["bystander_commands"] = [self.bystander_argv(st["port"], self.s.duration_s, arm.scheme, h1, "LOG")
                                          for h1 in (True, False)]
