@@ -820,7 +820,7 @@ def _suite_body(suite, art):
         if h2_rows:
             arms = [a for row in h2_rows for a in row["arms"]]
             parts += ["**HTTP/2 attacks** — `big_asgi.py` / `big_wsgi.py`, GET / by two bystanders at once: "
-                      "one HTTP/1.1 connection and one HTTP/2 connection (h2load -c1 -m1 each)", "",
+                      "one HTTP/1.1 connection (bench/bystander.py) and one HTTP/2 connection (h2load -c1 -m1)", "",
                       _with_notes(attack_h2_table(art, versions), arms, versions), ""]
     elif suite == "websocket":
         for row in art["rows"]:
