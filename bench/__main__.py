@@ -15,6 +15,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds, at least 3 for an artifact")
     ap.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per arm (default 2)")
     ap.add_argument("--cooldown", type=float, default=3.0, help="seconds between rows (default 3)")
+    ap.add_argument("--attack-sample", type=float, default=3.0, help="attack suite: seconds over which the server's "
+                    "CPU is read with the attackers alone, before each measurement (default 3)")
     ap.add_argument("--nice", type=int, default=0, help="niceness for servers and wrk (recorded; default 0)")
     ap.add_argument("--bare-request", action="store_true",
                     help="send wrk's Host-only request instead of the twelve-header browser request")
@@ -63,7 +65,7 @@ def main(argv=None):
     if "websocket" in names:
         wsload.build()
     settings = runner.Settings(duration_s=args.duration, rounds=args.rounds, warmup_s=args.warmup,
-                               cooldown_s=args.cooldown, nice=args.nice,
+                               cooldown_s=args.cooldown, nice=args.nice, attack_sample_s=args.attack_sample,
                                bare_request=args.bare_request)
     keep = set(args.arms.split(",")) if args.arms else None
     keep_rows = set(args.rows.split(",")) if args.rows else None

@@ -14,16 +14,41 @@ class H2loadParseError(ValueError):
     pass
 
 
-def command(url, clients, streams, duration_s, headers=wrk.BROWSER_HEADERS, h2load="h2load", cpu=None):
+def command(url, clients, streams, duration_s, headers=wrk.BROWSER_HEADERS, h2load="h2load", cpu=None, log_file=None,
+            h1=False):
+    """log_file: h2load writes one line per request there (start, status, microseconds to the response's
+    end), from which latency_percentiles() takes what h2load's own output does not give. h1: HTTP/1.1
+    (--h1; `streams` is then the pipelining depth, 1 for none)."""
     argv = []
     if cpu is not None:
         argv += ["taskset", "-c", str(cpu)]
-    argv += [h2load, "-c", str(clients), "-m", str(streams), "-t", "1", "-D", str(max(1, int(round(duration_s))))]
+    argv += [h2load] + (["--h1"] if h1 else [])
+    argv += ["-c", str(clients), "-m", str(streams), "-t", "1", "-D", str(max(1, int(round(duration_s))))]
     for name, value in headers:
         if name.lower() not in ("host", "connection"):  # :authority, and no connection-specific fields (RFC 9113 8.2.2)
             argv += ["-H", f"{name}: {value}"]
+    if log_file is not None:
+        argv += ["--log-file", str(log_file)]
     argv.append(url)
     return argv
+
+
+def latency_percentiles(log_text):
+    """{p50, p90, p99} in seconds (nearest rank) of the 2xx requests of an h2load --log-file, whose
+    lines are `start_us<TAB>status<TAB>duration_us`; {} when it holds none."""
+    durations = []
+    for line in log_text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[1].startswith("2"):
+            try:
+                durations.append(int(parts[2]) / 1e6)
+            except ValueError:
+                continue
+    if not durations:
+        return {}
+    durations.sort()
+    n = len(durations)
+    return {f"p{q}": durations[min(n - 1, max(0, -(-q * n // 100) - 1))] for q in (50, 90, 99)}
 
 
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}

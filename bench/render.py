@@ -517,6 +517,8 @@ def attack_table(art, versions):
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
     verdicts = []
     for row in art["rows"]:
+        if row.get("client") == "bystanders":  # the HTTP/2 rows: attack_h2_table
+            continue
         quiet = next((a for a in row["arms"] if not a.get("load", {}).get("attack")), None)
         quiet_ok = quiet is not None and quiet["status"] == "ok"
         control = next((a for a in row["arms"] if a.get("load", {}).get("attack_target") == "sink"), None)
@@ -548,6 +550,117 @@ def attack_table(art, versions):
                                 + ("" if beyond is None else f" (p99 {beyond[0]:.2f}× the control's)"))
     if verdicts:
         lines += ["", "Gate: " + "; ".join(verdicts) + "."]
+    return "\n".join(lines)
+
+
+H2_ATTACK_WHAT = {
+    "h2-noread": "{n} non-reading client{s} (windows open, 8 MiB asked for, a PING a second)",
+    "h2-madeyoureset": "MadeYouReset: {n} connection{s}, content-length: 1 then 2 bytes, {rate:,} streams/s each",
+    "h2-rapidreset": "client rapid reset: {n} connection{s}, HEADERS then RST_STREAM, {rate:,} streams/s each",
+    "h2-cookiebomb": "HPACK cookie bomb: {n} connection{s}, 100 streams of 207 references to a 4 KB cookie, "
+                     "one such connection a second each",
+    "h2-halfheaders": "{n} half HEADERS (no END_HEADERS, nothing after)",
+    "h2-continuation": "CONTINUATION flood: {n} connection{s}, a block never ended, {rate:,} 1 KB frames/s each",
+}
+
+
+def _h2_attack_who(arm):
+    load = arm.get("load", {})
+    if not load.get("attack"):
+        return "none (quiet)"
+    counters = next((r["attack_counters"] for r in arm.get("rounds", []) if r.get("attack_counters")), {})
+    n = load.get("attackers") or 0
+    return H2_ATTACK_WHAT.get(load["attack"], "{n} " + load["attack"]).format(
+        n=n, s="" if n == 1 else "s", rate=counters.get("rate") or 0)
+
+
+H2_ATTACK_SHORT = {"h2-noread": "{n} non-reading", "h2-madeyoureset": "MadeYouReset", "h2-rapidreset": "rapid reset",
+                   "h2-cookiebomb": "cookie bomb", "h2-halfheaders": "{n} half HEADERS",
+                   "h2-continuation": "CONTINUATION flood"}
+
+
+def _h2_attack_short(arm):
+    load = arm.get("load", {})
+    return H2_ATTACK_SHORT.get(load.get("attack"), "{n} " + str(load.get("attack"))).format(n=load.get("attackers"))
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _h2_answer(arm):
+    """What the server did to the attackers, the median per round: connections it ended (and its GOAWAYs
+    by code), the statuses it answered with, the streams it reset."""
+    rounds = [r["attack_counters"] for r in arm.get("rounds", []) if r.get("attack_counters")]
+    if not rounds:
+        return "–"
+
+    def med(get):
+        v = _median([get(c) for c in rounds])
+        return 0 if v is None else v
+
+    parts = [f"ended {med(lambda c: c.get('server_closed', 0)):,.0f} of {med(lambda c: c.get('connects', 0)):,.0f} "
+             "opened"]
+    codes = sorted({k for c in rounds for k in (c.get("goaways") or {})})
+    if codes:
+        parts[0] += " (GOAWAY " + ", ".join(f"{k} {med(lambda c, k=k: (c.get('goaways') or {}).get(k, 0)):,.0f}"
+                                             for k in codes) + ")"
+    statuses = sorted({k for c in rounds for k in (c.get("responses") or {})})
+    if statuses:
+        parts.append("answered " + ", ".join(f"{med(lambda c, k=k: (c.get('responses') or {}).get(k, 0)):,.0f} × {k}"
+                                             for k in statuses))
+    resets = med(lambda c: c.get("resets_received", 0))
+    if resets:
+        parts.append(f"{resets:,.0f} RST_STREAM")
+    return "; ".join(parts)
+
+
+def attack_h2_table(art, versions):
+    """The HTTP/2 rows (client "bystanders"): per server, the fast route's p99 over HTTP/1.1 and over HTTP/2,
+    each against the same server quiet in the same round, the RSS the attack added, the server's CPU."""
+    rows = [r for r in art["rows"] if r.get("client") == "bystanders"]
+    if not rows:
+        return ""
+    head = ["server", "attack", "HTTP/1.1 p99 ms", "÷ quiet, same round", "HTTP/2 p99 ms", "÷ quiet, same round",
+            "≤ 2× quiet", "RSS growth MB", "server cores, attackers alone", "server cores, with the bystanders",
+            "the server's answer, per round"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * 4 + ["---"] + ["---:"] * 3
+                                                             + ["---"]) + "|"]
+    verdicts = {}
+    for row in rows:
+        quiet = next((a for a in row["arms"] if not a.get("load", {}).get("attack")), None)
+        quiet_ok = quiet is not None and quiet["status"] == "ok"
+        for arm in row["arms"]:
+            attacked = bool(arm.get("load", {}).get("attack"))
+            who, label = _h2_attack_who(arm), _label(arm, versions)
+            rss = _median([r.get("rss_growth") for r in arm.get("rounds", [])])
+            idle = _median([r.get("attack_idle_cores") for r in arm.get("rounds", [])])
+            tail = [("–" if rss is None else f"{rss / 1e6:+.1f}"), ("–" if idle is None else f"{idle:.3f}")]
+            if arm["status"] == "skipped":
+                lines.append(f"| {label} | {who} | {_skip_text(arm)} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+                continue
+            if arm["status"] != "ok":
+                why = f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:200]}"
+                lines.append(f"| {label} | {who} | {why} | – | – | – | – | {' | '.join(tail)} | – | "
+                             f"{_h2_answer(arm)} |")
+                if arm.get("is_m0serve"):
+                    verdicts.setdefault(arm["label"], []).append(f"{_h2_attack_short(arm)} {FAILED}")
+                continue
+            r1 = same_round_ratio(arm, quiet, "p99_ms") if quiet_ok and attacked else None
+            r2 = same_round_ratio(arm, quiet, "h2_p99_ms") if quiet_ok and attacked else None
+            met = "–"
+            if r1 is not None and r2 is not None:
+                met = "met" if r1[0] <= 2.0 and r2[0] <= 2.0 else "**NOT met**"
+                if arm.get("is_m0serve"):
+                    verdicts.setdefault(arm["label"], []).append(
+                        f"{_h2_attack_short(arm)} {r1[0]:.2f}× / {r2[0]:.2f}× {'met' if met == 'met' else 'NOT met'}")
+            lines.append(f"| {label} | {who} | {fmt_med(arm, 'p99_ms', 'ms')} | {_fmt_ratio(r1)} | "
+                         f"{fmt_med(arm, 'h2_p99_ms', 'ms')} | {_fmt_ratio(r2)} | {met} | {' | '.join(tail)} | "
+                         f"{fmt_med(arm, 'cores', 'cores')} | {_h2_answer(arm) if attacked else '–'} |")
+    if verdicts:
+        lines += ["", "Gate, the fast route's p99 within 2× the same server's quiet p99 (HTTP/1.1 / HTTP/2, same "
+                  "round): " + "; ".join(f"{label}: " + ", ".join(v) for label, v in verdicts.items()) + "."]
     return "\n".join(lines)
 
 
@@ -702,8 +815,16 @@ def _suite_body(suite, art):
         arms = [a for row in art["rows"] for a in row["arms"]]
         parts += [_with_notes(mixed_table(art, versions), arms, versions), ""]
     elif suite == "attack":
-        arms = [a for row in art["rows"] for a in row["arms"]]
-        parts += [_with_notes(attack_table(art, versions), arms, versions), ""]
+        h1_rows = [row for row in art["rows"] if row.get("client") != "bystanders"]
+        h2_rows = [row for row in art["rows"] if row.get("client") == "bystanders"]
+        if h1_rows:
+            arms = [a for row in h1_rows for a in row["arms"]]
+            parts += [_with_notes(attack_table(art, versions), arms, versions), ""]
+        if h2_rows:
+            arms = [a for row in h2_rows for a in row["arms"]]
+            parts += ["**HTTP/2 attacks** — `big_asgi.py` / `big_wsgi.py`, GET / by two bystanders at once: "
+                      "one HTTP/1.1 connection (bench/bystander.py) and one HTTP/2 connection (h2load -c1 -m1)", "",
+                      _with_notes(attack_h2_table(art, versions), arms, versions), ""]
     elif suite == "websocket":
         for row in art["rows"]:
             ws = row.get("ws") or {}

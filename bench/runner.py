@@ -27,7 +27,7 @@ from . import servers as S
 SERVER_CPU = 0
 WRK_CPU = 1
 METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores",
-           "rss_per_conn")
+           "rss_per_conn", "h2_rps", "h2_p50_ms", "h2_p90_ms", "h2_p99_ms", "rss_growth")
 FAILED = "MEASUREMENT FAILED"
 
 
@@ -44,7 +44,9 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
-    attack: str = ""  # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py) run during each measurement
+    # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py), or an HTTP/2 attack "h2-..."
+    # (bench/attack_h2.py), run during each measurement
+    attack: str = ""
     attackers: int = 0
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the
     # attackers' own load on the load generator's core does to the measurement, with no server involved)
@@ -76,6 +78,7 @@ class Settings:
     pause_s: float = 0.0
     nice: int = 0  # niceness of servers and wrk (negative: ahead of other work on the host)
     bare_request: bool = False  # wrk's default request (Host only) instead of the browser-shaped one
+    attack_sample_s: float = 3.0  # attack suite: the server's CPU with the attackers alone, over this long
     time_wait_limit: int = 20000
     time_wait_timeout_s: float = 15.0  # the count is host-wide; wrk socket errors are the backstop
     quiet_limit: float = 0.25  # host CPU share busy (servers idle) below which a measurement starts
@@ -259,12 +262,59 @@ class SlowLoad:
             t.join(self.ms / 1000 + 30)
 
 
-class AttackLoad:
-    """`n` hostile connections (bench/attack.py in its own process, pinned to the load generator's core)
-    kept open during a measurement. On entry, once they are all open, the server tree's CPU is sampled
-    for `sample_s` with nothing but the attackers running: the cost of the attack itself."""
+class RssPeak:
+    """The server tree's RSS just before a load starts, and the most it reached while the load ran
+    (read every `every_s` from a thread of this process: the tree's members found again each second,
+    their statm read in between)."""
 
-    def __init__(self, mode, n, port, server_pid, sample_s=3.0, target=""):
+    def __init__(self, server_pid, every_s=0.1):
+        self.server_pid, self.every_s = server_pid, every_s
+        self.before = self.peak = None
+        self.stop = threading.Event()
+        self.thread = None
+
+    def _rss(self, pids):
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * procs.PAGE_SIZE
+            except OSError:
+                pass
+        return total
+
+    def _loop(self):
+        pids, found = [], 0.0
+        while not self.stop.wait(self.every_s):
+            if time.monotonic() - found > 1.0:
+                pids, found = [pid for pid, _ in procs.tree(self.server_pid)], time.monotonic()
+            self.peak = max(self.peak or 0, self._rss(pids))
+
+    def start(self):
+        self.before = self.peak = procs.rss_bytes(self.server_pid)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def finish(self):
+        if self.thread is None:
+            return
+        self.stop.set()
+        self.thread.join(5)
+        self.peak = max(self.peak or 0, procs.rss_bytes(self.server_pid))
+
+    @property
+    def growth(self):
+        return None if self.before is None or self.peak is None else self.peak - self.before
+
+
+class AttackLoad:
+    """`n` hostile connections (bench/attack.py in its own process, pinned to the load generator's core;
+    bench/attack_h2.py for the HTTP/2 modes, "h2-...") kept open during a measurement. On entry, once they
+    are all open, the server tree's CPU is sampled for `sample_s` with nothing but the attackers running:
+    the cost of the attack itself. The server tree's RSS is read before they start and all along (RssPeak):
+    `rss.growth` is the most it grew by."""
+
+    def __init__(self, mode, n, port, server_pid, sample_s=3.0, target="", track_rss=False):
         self.mode, self.n, self.port, self.server_pid, self.sample_s = mode, n, port, server_pid, sample_s
         self.target = target
         self.sink = None
@@ -272,8 +322,11 @@ class AttackLoad:
         self.idle_cores = None
         self.counters = None
         self.error = None
+        self.rss = RssPeak(server_pid) if track_rss else None
 
     def __enter__(self):
+        if self.rss is not None:
+            self.rss.start()
         if not self.mode:
             return self
         port = self.port
@@ -283,7 +336,8 @@ class AttackLoad:
             self.sink.bind(("127.0.0.1", 0))
             self.sink.listen(4 * self.n)
             port = self.sink.getsockname()[1]
-        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.attack", "--port", str(port),
+        module = "bench.attack_h2" if self.mode.startswith("h2-") else "bench.attack"
+        argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", module, "--port", str(port),
                 "--mode", self.mode, "--conns", str(self.n)]
         self.proc = subprocess.Popen(argv, cwd=str(env.ROOT), stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -299,6 +353,8 @@ class AttackLoad:
         return self
 
     def __exit__(self, *exc):
+        if self.rss is not None:
+            self.rss.finish()
         if self.proc is None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -350,8 +406,69 @@ class RowRunner:
         argv = (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
         return h2load.run(argv, timeout_s=duration_s + 60)
 
+    def bystander_argv(self, port, duration_s, scheme, h1, log_file=None):
+        """h1: bench/bystander.py (one HTTP/1.1 keep-alive connection); else h2load -c1 -m1 (one HTTP/2
+        connection, prior knowledge or ALPN), its per-request log in log_file."""
+        d = max(1, int(round(duration_s)))
+        if h1:
+            argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", "bench.bystander", "--port", str(port),
+                    "--path", self.row.path, "--seconds", str(d)] + (["--bare-request"] if self.s.bare_request else [])
+        else:
+            argv = h2load.command(f"{scheme}://127.0.0.1:{port}{self.row.path}", 1, 1, d, headers=self.headers(),
+                                  cpu=WRK_CPU, log_file=log_file)
+        return (["nice", "-n", str(self.s.nice)] if self.s.nice else []) + argv
+
+    def _bystanders(self, port, duration_s, scheme):
+        """The attack suite's HTTP/2 rows: two bystanders on the fast route at once, each on a connection
+        of its own, both pinned to the load generator's core: one HTTP/1.1 client (bench/bystander.py,
+        which says why neither wrk nor h2load --h1) and one HTTP/2 connection (h2load -c1 -m1, its
+        per-request log giving the percentiles its summary lacks). The record's latency is the HTTP/1.1
+        client's, h2_* the HTTP/2 one's; requests and rps are both together (the server's CPU per request
+        counts both). A failure of either fails the measurement."""
+        log = tempfile.NamedTemporaryFile(dir=self.workdir, prefix="h2load-", suffix=".log")
+        h1p = subprocess.Popen(self.bystander_argv(port, duration_s, scheme, True), cwd=str(env.ROOT),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        h2p = subprocess.Popen(self.bystander_argv(port, duration_s, scheme, False, log.name),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outs = {}
+        for key, p in (("h1", h1p), ("h2", h2p)):
+            try:
+                outs[key] = p.communicate(timeout=duration_s + 60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                outs[key] = p.communicate()
+        raw = "\n".join(f"# {'bench.bystander (HTTP/1.1)' if k == 'h1' else 'h2load (HTTP/2)'}\n{o}"
+                        + (("\n" + e) if e.strip() else "") for k, (o, e) in outs.items())
+        try:
+            h1 = json.loads(outs["h1"][0].strip().splitlines()[-1])
+            h1["failure"] = wrk.failure_reason(h1)
+            h1["failed"] = h1["failure"] is not None
+        except (ValueError, IndexError):
+            h1 = {"failed": True, "failure": f"no report (exit {h1p.returncode})", "requests": 0, "rps": 0.0,
+                  "latency_s": {}, "errors": {}, "non_2xx": 0, "duration_s": 0.0}
+        try:
+            h2 = h2load.parse_output(outs["h2"][0])
+        except h2load.H2loadParseError as e:
+            h2 = {"failed": True, "failure": f"h2load output unparsable ({e}); exit {h2p.returncode}",
+                  "requests": 0, "rps": 0.0, "errors": {}, "non_2xx": 0, "duration_s": 0.0}
+        h2["latency_s"] = h2load.latency_percentiles(Path(log.name).read_text(errors="replace"))
+        log.close()
+        if not h2.get("failed") and "p99" not in h2["latency_s"]:
+            h2["failed"], h2["failure"] = True, "no 2xx request in h2load's log"
+        failures = [f"{name} bystander: {r['failure']}" for name, r in (("HTTP/1.1", h1), ("HTTP/2", h2))
+                    if r.get("failed")]
+        result = {"requests": (h1.get("requests") or 0) + (h2.get("requests") or 0),
+                  "rps": (h1.get("rps") or 0.0) + (h2.get("rps") or 0.0), "duration_s": h1.get("duration_s"),
+                  "latency_s": h1["latency_s"], "errors": h1.get("errors"), "non_2xx": h1.get("non_2xx"),
+                  "h1_rps": h1.get("rps"), "h1_requests": h1.get("requests"), "h2_rps": h2.get("rps"),
+                  "h2_requests": h2.get("requests"), "h2_errors": h2.get("errors"), "h2_non_2xx": h2.get("non_2xx"),
+                  "h2_latency_s": h2["latency_s"], "failed": bool(failures), "failure": "; ".join(failures) or None}
+        return result, raw
+
     def warm_up(self, st, seconds):
-        if self.row.extra.get("client") == "h2load":
+        if self.row.extra.get("client") == "bystanders":
+            warm, _ = self._bystanders(st["port"], seconds, st["arm"].scheme)
+        elif self.row.extra.get("client") == "h2load":
             warm, _ = self._h2load(st["port"], max(1, round(seconds)), st["arm"].scheme)
         elif self.row.ws:
             warm, _ = wsload.run(self.load_argv(st["port"], seconds), self.row.ws, timeout_s=seconds + 60)
@@ -393,13 +510,16 @@ class RowRunner:
         tw = procs.time_wait_count()
         busy, waited = procs.wait_quiet(self.s.quiet_limit, self.s.quiet_timeout_s)
         with SlowLoad(port, load["slow_inflight"], self.row.slow_ms) as slow, \
-                AttackLoad(load["attack"], load["attackers"], port, proc.pid,
-                           target=load["attack_target"]) as attack:
+                AttackLoad(load["attack"], load["attackers"], port, proc.pid, sample_s=self.s.attack_sample_s,
+                           target=load["attack_target"],
+                           track_rss=any(self.load(a)["attack"] for a in self.row.arms)) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             client = self.row.extra.get("client")
             rss = {}
-            if client == "connect":
+            if client == "bystanders":
+                result, raw = self._bystanders(port, duration_s, arm_state["arm"].scheme)
+            elif client == "connect":
                 result, raw = self._run_connect(arm_state, duration_s)
             elif client == "h2load":
                 result, raw = self._h2load(port, duration_s, arm_state["arm"].scheme)
@@ -443,9 +563,17 @@ class RowRunner:
             "wrk_output": raw,
             **rss,
         }
-        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s", "open_when_read"):
+        for key in ("resumed", "rss_before_conns", "rss_with_conns", "rss_per_conn", "open_s", "open_when_read",
+                    "h1_rps", "h1_requests", "h2_rps", "h2_requests", "h2_errors", "h2_non_2xx"):
             if key in result:
                 rec[key] = result[key]
+        if client == "bystanders":
+            h2lat = result.get("h2_latency_s", {})
+            for q in ("p50", "p90", "p99"):
+                rec[f"h2_{q}_ms"] = h2lat[q] * 1e3 if q in h2lat else None
+        if attack.rss is not None:
+            rec["rss_before_load"], rec["rss_peak"], rec["rss_growth"] = (attack.rss.before, attack.rss.peak,
+                                                                          attack.rss.growth)
         if load["attack"]:
             rec["attack_idle_cores"] = attack.idle_cores
             rec["attack_counters"] = attack.counters
@@ -673,6 +801,10 @@ class RowRunner:
                "wrk_command": self.load_argv(st["port"], self.s.duration_s,
                                              open_=(self.row.ws or {}).get("open"), scheme=arm.scheme),
                "status": "ok", "scheme": arm.scheme}
+        if self.row.extra.get("client") == "bystanders":  # no wrk: the two bystanders (_bystanders)
+            rec["wrk_command"] = None
+            rec["bystander_commands"] = [self.bystander_argv(st["port"], self.s.duration_s, arm.scheme, h1, "LOG")
+                                         for h1 in (True, False)]
         if getattr(arm, "python", ""):
             # An arm on an interpreter of its own (the threads suite): which, and the versions there.
             rec["python"] = env.python_info_cached(arm.python)

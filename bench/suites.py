@@ -198,7 +198,43 @@ def attack():
                  [S.under_load(server, f"{key}-slowread@{load_key}", server.label, **load)
                   for load_key, load in readers])
              for key, server in servers]
-    return rows
+    return rows + attack_h2()
+
+
+# The HTTP/2 attacks (bench/attack_h2.py, h2c with prior knowledge on the port that serves HTTP/1.1 too):
+# (load key, mode, connections). Issue 35's five, client rapid reset and the CONTINUATION flood.
+H2_ATTACKS = [
+    ("h2-noread1", "h2-noread", 1),  # windows opened, 8 MiB asked for, nothing read, a PING a second
+    ("h2-noread100", "h2-noread", 100),  # a hundred of them at once
+    ("h2-madeyoureset4", "h2-madeyoureset", 4),  # content-length: 1 then 2 bytes, 1,000 streams/s each
+    ("h2-cookiebomb4", "h2-cookiebomb", 4),  # 100 streams of 207 references to a 4 KB cookie, each second
+    ("h2-halfheaders100", "h2-halfheaders", 100),  # HEADERS without END_HEADERS, then nothing
+    ("h2-rapidreset4", "h2-rapidreset", 4),  # HEADERS then RST_STREAM, 1,000 streams/s each
+    ("h2-continuation4", "h2-continuation", 4),  # CONTINUATION frames that never end the block, 1,000/s each
+]
+# m0serve's deadlines for a connection's output and a head, shortened from 30 s and 10 s so that they fall
+# within a measurement (the attackers run about 1 + attack_sample_s + duration seconds): the rows show the
+# server closing what it should. The comparators run at their own defaults.
+H2_M0SERVE_TIMEOUTS = ["--send-timeout", "3", "--header-timeout", "3"]
+
+
+def attack_h2():
+    # One row per server, as above: its arms are that server quiet and beside each HTTP/2 attack,
+    # alternating round by round. The fast route is `/` of big_asgi.py / big_wsgi.py (the bare hello;
+    # /big is what the non-reading clients ask for), measured by two bystanders at once, each on a
+    # connection of its own: one HTTP/1.1 client (wrk -c1) and one HTTP/2 connection (h2load -c1 -m1).
+    t = " ".join(H2_M0SERVE_TIMEOUTS)
+    servers = [("h2-m0serve-asgi", S.m0serve("asgi", extra=H2_M0SERVE_TIMEOUTS, label=f"m0serve (asgi, {t})"),
+                "big_asgi:app"),
+               ("h2-m0serve-wsgi", S.m0serve("wsgi", extra=H2_M0SERVE_TIMEOUTS,
+                                             label=f"m0serve (wsgi, inline, {t})"), "big_wsgi:app"),
+               ("h2-hypercorn", S.hypercorn("asgi"), "big_asgi:app"),
+               ("h2-granian", S.granian("asgi"), "big_asgi:app")]
+    loads = [("quiet", {})] + [(key, {"attack": mode, "attackers": n}) for key, mode, n in H2_ATTACKS]
+    return [Row(key, f"{server.label}: fast route over HTTP/1.1 and HTTP/2, quiet and beside each HTTP/2 attack",
+                app, [S.under_load(server, f"{key}@{load_key}", server.label, **load) for load_key, load in loads],
+                connections=1, extra={"client": "bystanders"})
+            for key, server, app in servers]
 
 
 def ops():

@@ -1,7 +1,10 @@
-"""The attack suite's hostile clients (bench/attack.py) against a real server, and its table's gate."""
+"""The attack suite's hostile clients (bench/attack.py, bench/attack_h2.py) and its HTTP/1.1 bystander against a real
+server, and its tables' gates."""
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -11,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # after site-packages: m0serve is the installed one
 sys.path.append(str(ROOT / "tests"))  # the server fixtures of tests/conftest.py
 
-from bench import attack, render  # noqa: E402
+from bench import attack, attack_h2, render  # noqa: E402
 from conftest import serve  # noqa: E402, F401 (serve: the fixture)
 from http1 import read_response  # noqa: E402
 from helpers import wait_until  # noqa: E402
@@ -111,7 +114,8 @@ def test_arms_of_one_row_carry_their_own_load():
     from bench import runner, servers, suites
     rows = suites.attack()
     assert [r.id for r in rows] == ["m0serve", "m0serve-bt4", "granian-bt4",
-                                    "m0serve-slowread", "m0serve-bt4-slowread", "granian-bt4-slowread"]
+                                    "m0serve-slowread", "m0serve-bt4-slowread", "granian-bt4-slowread",
+                                    "h2-m0serve-asgi", "h2-m0serve-wsgi", "h2-hypercorn", "h2-granian"]
     assert [a.name for a in rows[4].arms] == ["m0serve-bt4-slowread@quiet", "m0serve-bt4-slowread@slowread6",
                                               "m0serve-bt4-slowread@slowread6-sink"]
     rr = runner.RowRunner.__new__(runner.RowRunner)
@@ -146,3 +150,121 @@ def test_idle_clients_keep_their_keep_alive_connections_open(serve):
         out, _ = p.communicate(timeout=30)
     counters = json.loads(out.strip().splitlines()[-1])
     assert counters["mode"] == "idle" and counters["connects"] == 50 and counters["reconnects"] == 0, counters
+
+
+# --- the HTTP/2 attackers (bench/attack_h2.py) ------------------------------------------------
+
+
+def test_h2_attackers_are_ended_by_the_server_and_it_still_answers(serve):
+    # Every mode at once against one server with 1 s deadlines, each for 2.5 s: the counters show
+    # what the server did to each (issue 35's defences, seen from the attacker's side).
+    srv = serve("big_wsgi:app", "--send-timeout", "1", "--header-timeout", "1", cwd=str(ROOT / "bench" / "apps"))
+    conns = {"h2-noread": 2, "h2-madeyoureset": 1, "h2-rapidreset": 1, "h2-cookiebomb": 1, "h2-halfheaders": 3,
+             "h2-continuation": 1}
+    # The non-reading clients are looked at (and PINGed) every 0.2 s, so that their close is seen soon.
+    def argv(mode, n):
+        return [sys.executable, "-m", "bench.attack_h2", "--port", str(srv.port), "--mode", mode, "--conns", str(n),
+                "--seconds", "2.5", "--interval", "0.2" if mode == "h2-noread" else "1"]
+
+    procs_ = {mode: subprocess.Popen(argv(mode, n), cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+              for mode, n in conns.items()}
+    try:
+        for mode, p in procs_.items():
+            assert p.stdout.readline().strip() == f"ready {conns[mode]}", mode
+        s = srv.connect()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body, _ = read_response(s)
+        s.close()
+        assert status == 200 and body == b"Hello, world!"
+        got = {mode: json.loads(p.communicate(timeout=30)[0].strip().splitlines()[-1]) for mode, p in procs_.items()}
+    finally:
+        for p in procs_.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for mode, c in got.items():
+        assert c["mode"] == mode and c["connects"] >= conns[mode] and c["bytes_sent"] > 0, c
+    # The non-reading clients: closed at the send timeout (no GOAWAY read: they read nothing), reopened.
+    assert got["h2-noread"]["server_closed"] >= 2 and got["h2-noread"]["reconnects"] >= 2, got["h2-noread"]
+    # Resets, the server's and the client's: the connection ends with ENHANCE_YOUR_CALM.
+    for mode in ("h2-madeyoureset", "h2-rapidreset"):
+        assert got[mode]["goaways"].get("ENHANCE_YOUR_CALM", 0) >= 1, got[mode]
+        assert got[mode]["streams"] > 200, got[mode]
+    assert got["h2-madeyoureset"]["resets_received"] > 0  # the server reset the streams itself
+    # The cookie bomb: every stream refused, none served (its 826 KB Cookie never reaches the app).
+    bomb = got["h2-cookiebomb"]
+    assert bomb["cookie_block_bytes"] == sum(len(b) for b in attack_h2.cookie_blocks(srv.port))
+    assert bomb["streams"] >= 100 and "200" not in bomb["responses"], bomb
+    assert sum(bomb["responses"].values()) + bomb["resets_received"] >= 100, bomb
+    # Half HEADERS: closed at the header timeout, each once at least in 2.5 s.
+    assert got["h2-halfheaders"]["server_closed"] >= 3, got["h2-halfheaders"]
+    assert got["h2-continuation"]["server_closed"] >= 1, got["h2-continuation"]
+
+
+def test_h2_frames_and_blocks():
+    assert attack_h2.frame(0x6, 0, 0, b"12345678") == b"\x00\x00\x08\x06\x00\x00\x00\x00\x0012345678"
+    assert attack_h2.hpack_int(10, 5) == b"\x0a" and attack_h2.hpack_int(1337, 5) == b"\x1f\x9a\x0a"  # RFC 7541 C.1
+    import hpack
+
+    dec = hpack.Decoder()
+    assert dec.decode(attack_h2.post_block(8000)) == [(":method", "POST"), (":path", "/"), (":scheme", "http"),
+                                                      (":authority", "127.0.0.1:8000"), ("content-length", "1")]
+    assert dict(dec.decode(attack_h2.get_block(8000, "/big")))[":path"] == "/big"
+    dec = hpack.Decoder()
+    dec.max_header_list_size = 10**7
+    blocks = attack_h2.cookie_blocks(8000, streams=2)
+    for block in blocks:  # the table entry made by the first is named by both, 207 times each
+        cookies = [v for k, v in dec.decode(block) if k == "cookie"]
+        assert len(cookies) == 207 + (blocks.index(block) == 0) and set(cookies) == {"c" * 4000}
+    assert len(blocks[1]) < 300
+
+
+def _h2_arm(name, h1, h2, load=None, counters=None, is_m0=True, rss=1e6):
+    rounds = [{"round": i + 1, "p99_ms": a, "h2_p99_ms": b, "failed": False, "rss_growth": rss,
+               "attack_idle_cores": 0.01 if load else None, "attack_counters": counters}
+              for i, (a, b) in enumerate(zip(h1, h2))]
+    med = {"p99_ms": sorted(h1)[len(h1) // 2], "h2_p99_ms": sorted(h2)[len(h2) // 2], "cores": 0.5}
+    return {"name": name, "label": name.split("@")[0], "is_m0serve": is_m0, "version_key": "m0serve", "status": "ok",
+            "median": med, "spread": {}, "rounds": rounds, "load": load or {}}
+
+
+def test_attack_h2_table_states_the_gate_per_protocol():
+    calm = {"server_closed": 48, "connects": 52, "goaways": {"ENHANCE_YOUR_CALM": 48}, "responses": {},
+            "resets_received": 100, "rate": 1000}
+    art = {"rows": [{"id": "h2-m0serve-asgi", "client": "bystanders", "arms": [
+        _h2_arm("m0@quiet", [1.0, 2.0, 1.0], [1.0, 2.0, 1.0]),
+        _h2_arm("m0@h2-rapidreset4", [1.5, 3.0, 1.5], [3.0, 6.0, 3.0], {"attack": "h2-rapidreset", "attackers": 4},
+                calm, rss=5e6),
+    ]}]}
+    text = render.attack_h2_table(art, {})
+    assert "| m0 | client rapid reset: 4 connections, HEADERS then RST_STREAM, 1,000 streams/s each | 1.50 | " \
+           "1.50× (1.50–1.50) | 3.00 | 3.00× (3.00–3.00) | **NOT met** | +5.0 | 0.010 | 0.50 | ended 48 of 52 " \
+           "opened (GOAWAY ENHANCE_YOUR_CALM 48); 100 RST_STREAM |" in text
+    assert text.endswith("m0: rapid reset 1.50× / 3.00× NOT met.")
+    assert render.attack_table(art, {}).count("\n") == 1  # the HTTP/1.1 table leaves these rows out
+
+
+def test_http1_bystander_reports_every_answer_and_an_empty_reason_phrase(serve):
+    from bench import bystander
+
+    srv = serve("cli_hello:app")
+    r = bystander.run(srv.port, "/", 0.5)
+    assert r["requests"] > 50 and r["non_2xx"] == 0 and not any(r["errors"].values()), r
+    lat = r["latency_s"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and r["requests"] * lat["p50"] < 0.5 * 1.1
+    # A status line with no reason phrase (Hypercorn's), which h2load --h1 counts as a failed request.
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+
+    def answer():
+        conn, _ = lsock.accept()
+        while conn.recv(65536):
+            conn.sendall(b"HTTP/1.1 200 \r\ncontent-length: 2\r\n\r\nok")
+        conn.close()
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    r = bystander.run(lsock.getsockname()[1], "/", 0.2)
+    lsock.close()
+    assert r["requests"] > 10 and r["non_2xx"] == 0 and not any(r["errors"].values()), r
