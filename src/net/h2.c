@@ -11,6 +11,11 @@
 /* The window over which resets are counted (rapid reset, CVE-2023-44487;
  * MadeYouReset, CVE-2025-8671): a sliding second (h2_reset_count). */
 #define H2_RESET_WINDOW_MS 1000
+/* What a stream the server resets for a protocol error (PROTOCOL_ERROR: a
+ * body longer than its content-length, a malformed field) counts, in resets:
+ * a conforming client never causes one, while it may cancel streams (a
+ * browser leaving a page), so such a stream uses ten times the budget. */
+#define H2_MALFORMED_RESET_WEIGHT 10
 
 static void h2_dispatch(m0_h2 *h2);
 
@@ -94,7 +99,7 @@ void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s)
  * window's count, weighted by the part of it the second still covers, plus
  * the current window's (a fixed window let twice the limit through across
  * its boundary). Past cfg.http2_max_resets: GOAWAY ENHANCE_YOUR_CALM. */
-static void h2_reset_count(m0_h2 *h2)
+static void h2_reset_count(m0_h2 *h2, uint32_t weight)
 {
     uint32_t limit = h2->c->srv->cfg.http2_max_resets;
     if (limit == 0 || h2->goaway)
@@ -111,7 +116,7 @@ static void h2_reset_count(m0_h2 *h2)
         h2->reset_window_ms += H2_RESET_WINDOW_MS;
         in -= H2_RESET_WINDOW_MS;
     }
-    h2->resets++;
+    h2->resets += weight;
     uint64_t seen = (uint64_t)h2->resets_prev * (H2_RESET_WINDOW_MS - in) / H2_RESET_WINDOW_MS + h2->resets;
     if (seen > limit) {
         h2->goaway = 1;
@@ -124,7 +129,7 @@ static int on_frame_recv(nghttp2_session *ses, const nghttp2_frame *frame, void 
 {
     m0_h2 *h2 = user;
     if (frame->hd.type == NGHTTP2_RST_STREAM) {
-        h2_reset_count(h2);
+        h2_reset_count(h2, 1);
         return 0;
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -244,7 +249,7 @@ static int on_frame_send(nghttp2_session *ses, const nghttp2_frame *frame, void 
          * complete response, INTERNAL_ERROR for an app that failed. */
         uint32_t code = frame->rst_stream.error_code;
         if (code != NGHTTP2_NO_ERROR && code != NGHTTP2_INTERNAL_ERROR)
-            h2_reset_count(user);
+            h2_reset_count(user, code == NGHTTP2_PROTOCOL_ERROR ? H2_MALFORMED_RESET_WEIGHT : 1);
         return 0;
     }
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
