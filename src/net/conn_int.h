@@ -215,7 +215,6 @@ static inline ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int io
         M0_TRACE(M0_TR_SENT, c, n, 0);
     return n;
 }
-ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len);
 ssize_t m0__conn_sendfile_some(m0_conn *c, int fd, off_t *off, size_t count);
 /* At accept: a TLS session when the server has cfg.tls (-ENOMEM). */
 int m0__conn_start_tls(m0_conn *c);

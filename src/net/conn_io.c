@@ -38,15 +38,6 @@ ssize_t m0__conn_tls_sendv(m0_conn *c, const struct iovec *iov, int iovcnt)
     return m0_tls_sendv(c->tls, iov, iovcnt);
 }
 
-ssize_t m0__conn_send(m0_conn *c, const void *buf, size_t len)
-{
-    if (c->tls != NULL) {
-        struct iovec iov = {(void *)buf, len};
-        return m0_tls_sendv(c->tls, &iov, 1);
-    }
-    return send(c->io.fd, buf, len, M0_MSG_NOSIGNAL);
-}
-
 /* The file's bytes go through the session: read, then written. Not kTLS
  * (yet): the record layer is OpenSSL's, in user space. */
 #define M0_TLS_FILE_CHUNK 16384
