@@ -28,9 +28,9 @@ import asgi_parts
 from callgrind_run import start_server
 
 PROTOS = ("h1", "h2c", "h2")
-FUNCS = ["m0_asgi_tls_extension", "m0_tls_recv", "m0_tls_sendv", "conn_io_cb", "m0_h2_readable", "m0_h2_start", "nghttp2_session_mem_recv", "h2_dispatch", "m0__h2_after",
-         "m0__h2_send", "m0__h2_write", "nghttp2_session_mem_send", "h2_stall_check", "m0_h2s_writev",
-         "m0__h2_stream_write", "response_submit", "m0_h2s_finish", "m0__h2_stream_end",
+FUNCS = ["m0_asgi_tls_extension", "m0_tls_recv", "m0_tls_sendv", "conn_io_cb", "m0__h2_readable", "m0__h2_start", "nghttp2_session_mem_recv", "h2_dispatch", "m0__h2_after",
+         "m0__h2_send", "m0__h2_write", "nghttp2_session_mem_send", "h2_stall_check", "m0__h2s_writev",
+         "m0__h2_stream_write", "response_submit", "m0__h2s_finish", "m0__h2_stream_end",
          "m0_asgi_http_request", "m0_asgi_scope_new", "asgi_headers_list", "m0_asgi_task_new", "task_step",
          "TaskStepMethWrapper_call", "runner_send", "runner_iternext", "http_receive_op", "http_send_op",
          "http_start", "m0_head_add_asgi_fields", "m0_conn_writev", "m0_asgi_http_complete", "m0_conn_finish",

@@ -112,7 +112,7 @@ void m0__conn_close(m0_conn *c, int notify)
     m0_server *srv = c->srv;
     c->state = M0_CS_CLOSED;
     if (c->h2 != NULL)
-        m0_h2_close(c); /* its streams get M0_CONN_CLOSED */
+        m0__h2_close(c); /* its streams get M0_CONN_CLOSED */
     m0__pace_stop(c);
     m0_timer_stop(srv->loop, &c->timer);
     m0__conn_end_tls(c, 0);
@@ -136,7 +136,7 @@ void m0__conn_close(m0_conn *c, int notify)
 void m0_conn_abort(m0_conn *c)
 {
     if (c->is_h2s) {
-        m0_h2s_abort(c);
+        m0__h2s_abort(c);
         return;
     }
     m0__conn_close(c, 0);
@@ -214,7 +214,7 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !(c->flags & M0_CF_CLOSE_AFTER))
         m0__conn_error(c, 408);
     else if (kind == M0_TIMER_IDLE && c->state == M0_CS_H2)
-        m0_h2_idle(c); /* GOAWAY, then close */
+        m0__h2_idle(c); /* GOAWAY, then close */
     else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || (c->flags & M0_CF_CLOSE_AFTER))
         m0__conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
@@ -237,7 +237,7 @@ static void conn_timer_cb(m0_loop *loop, m0_timer *t)
     c->refs++;
     conn_timer_expire(loop, c);
     if (c->state == M0_CS_H2)
-        m0_h2_timer(c);
+        m0__h2_timer(c);
     m0__conn_release(c);
 }
 

@@ -11,7 +11,7 @@ void m0_conn_park(m0_conn *c)
 {
     m0_server *srv = c->srv;
     if (c->is_h2s) {
-        m0_h2s_park(c);
+        m0__h2s_park(c);
         return;
     }
     if (c->state == M0_CS_CLOSED)
@@ -112,7 +112,7 @@ void m0__conn_take_completed(m0_server *srv)
     srv->done_head = srv->done_tail = NULL;
     pthread_mutex_unlock(&srv->done_lock);
     if (srv->cfg.http2_pool)
-        m0_h2p_absorb(srv); /* the streams' last output, before their completions end them */
+        m0__h2p_absorb(srv); /* the streams' last output, before their completions end them */
     conn_finish_completed(c);
 }
 
@@ -133,7 +133,7 @@ int m0__conn_take_completed_or_mute(m0_conn *c)
         c->muted = 1;
     pthread_mutex_unlock(&srv->done_lock);
     if (srv->cfg.http2_pool)
-        m0_h2p_absorb(srv);
+        m0__h2p_absorb(srv);
     conn_finish_completed(list);
     return !found;
 }

@@ -110,7 +110,7 @@ extern void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
 /* conn_process.c: parse and dispatch the buffered requests in order;
  * m0__conn_dispatch: hand the parsed request (its body buffered, or to be
  * streamed) to the handler. */
-void m0_conn_process(m0_conn *c);
+void m0__conn_process(m0_conn *c);
 void m0__conn_dispatch(m0_conn *c);
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
  * the call: c may be closed when this returns, and is freed then unless
@@ -120,7 +120,7 @@ static inline void m0__conn_notify(m0_conn *c, int what)
     m0_server *srv = c->srv;
     if (c->h2 != NULL) {
         if (what == M0_CONN_WRITABLE)
-            m0_h2_writable(c); /* the session's output, not a request's */
+            m0__h2_writable(c); /* the session's output, not a request's */
         return;
     }
     c->refs++;

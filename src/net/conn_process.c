@@ -154,7 +154,7 @@ static int conn_head_changed(m0_conn *c)
  * the buffer holds no complete head, or the connection closes. A loop, not
  * recursion: m0_conn_finish() inside on_request only updates the state and
  * the loop here picks up the next request. */
-void m0_conn_process(m0_conn *c)
+void m0__conn_process(m0_conn *c)
 {
     if (c->flags & M0_CF_PROCESSING)
         return;
@@ -233,8 +233,8 @@ void m0_conn_process(m0_conn *c)
         }
         if (r < 0) {
             if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
-                m0_h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
-                m0_h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
+                m0__h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
+                m0__h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
                 break;
             }
             /* A declared body over the limit: the head was parsed, its request line is logged. */
@@ -243,8 +243,8 @@ void m0_conn_process(m0_conn *c)
         }
         c->head_len = (size_t)r;
         c->head_base = c->rbuf + c->rpos;
-        if ((c->req.flags & M0_REQ_UPGRADE) && c->nreq == 0 && m0_h2_upgrade_wanted(c, &c->req)) {
-            m0_h2_upgrade(c); /* 101, then HTTP/2 with this request as stream 1 (net/h2.h) */
+        if ((c->req.flags & M0_REQ_UPGRADE) && c->nreq == 0 && m0__h2_upgrade_wanted(c, &c->req)) {
+            m0__h2_upgrade(c); /* 101, then HTTP/2 with this request as stream 1 (net/h2.h) */
             break;
         }
         if (srv->cfg.http2 == 2) {
@@ -300,7 +300,7 @@ static int conn_keep_alive_h1(const m0_conn *c)
 int m0_conn_keep_alive(const m0_conn *c)
 {
     if (c->is_h2s)
-        return m0_h2s_keep_alive(c);
+        return m0__h2s_keep_alive(c);
     return conn_keep_alive_h1(c);
 }
 
@@ -314,7 +314,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     if (!c->pending)
         return;
     if (c->is_h2s) {
-        m0_h2s_finish(c, keep_alive, status, body_bytes);
+        m0__h2s_finish(c, keep_alive, status, body_bytes);
         return;
     }
     if (c->resp_cut)
@@ -350,7 +350,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
             c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
         }
         if (!(c->flags & M0_CF_PROCESSING))
-            m0_conn_process(c);
+            m0__conn_process(c);
         else
             m0__conn_interest(c);
     }
@@ -360,7 +360,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 void m0_conn_upgrade(m0_conn *c)
 {
     if (c->is_h2s) {
-        m0_h2s_upgrade(c);
+        m0__h2s_upgrade(c);
         return;
     }
     if (c->state != M0_CS_REQUEST)

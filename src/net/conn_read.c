@@ -79,7 +79,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 got += (size_t)n;
             if (n == 0)
                 m0__conn_interest(c); /* stop reading; answer what is buffered */
-            m0_conn_process(c);
+            m0__conn_process(c);
             /* One read per readiness unless it filled the buffer. */
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
                 break;
@@ -113,7 +113,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 c->refs++;
                 m0__conn_dispatch(c);
                 if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD)
-                    m0_conn_process(c);
+                    m0__conn_process(c);
                 else
                     m0__conn_interest(c);
                 m0__conn_release(c);
@@ -168,7 +168,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
         return;
     }
     case M0_CS_H2:
-        m0_h2_readable(c, events);
+        m0__h2_readable(c, events);
         return;
     case M0_CS_LINGER:
         for (;;) {

@@ -358,7 +358,7 @@ int m0__conn_send_continue(m0_conn *c, int blocking)
 int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)
-        return m0_h2s_writev(c, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
+        return m0__h2s_writev(c, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
@@ -369,7 +369,7 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
 int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     if (c->is_h2s)
-        return m0_h2s_writev(c, iov, iovcnt, 0); /* a stream's chunk is never held either */
+        return m0__h2s_writev(c, iov, iovcnt, 0); /* a stream's chunk is never held either */
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
@@ -381,7 +381,7 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
 int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)
-        return m0_h2s_writev_final(c, iov, iovcnt, blocking);
+        return m0__h2s_writev_final(c, iov, iovcnt, blocking);
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
@@ -521,7 +521,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
     if (c->is_h2s)
-        return m0_h2s_sendfile(c, fd, offset, count, blocking);
+        return m0__h2s_sendfile(c, fd, offset, count, blocking);
     if (c->state == M0_CS_CLOSED || c->broken)
         return -EPIPE;
     struct sigaction sa;
@@ -584,14 +584,14 @@ void m0__server_flush_held(void *arg)
 int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     if (c->is_h2s)
-        return m0_h2s_trailers(c, iov, iovcnt);
+        return m0__h2s_trailers(c, iov, iovcnt);
     return m0_conn_writev(c, iov, iovcnt, 0);
 }
 
 size_t m0_conn_write_pending(const m0_conn *c)
 {
     if (c->is_h2s)
-        return m0_h2s_write_pending(c);
+        return m0__h2s_write_pending(c);
     return c->wlen - c->wpos;
 }
 
@@ -627,7 +627,7 @@ void m0__conn_flush(m0_conn *c)
         c->flags &= ~M0_CF_OUT_BLOCKED;
         c->timer_kind = M0_TIMER_NONE;
         if (c->state != M0_CS_H2)
-            m0_conn_process(c);
+            m0__conn_process(c);
         if (c->state == M0_CS_CLOSED)
             return;
     }

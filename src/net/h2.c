@@ -19,7 +19,7 @@
 
 static void h2_dispatch(m0_h2 *h2);
 
-int m0_h2_preface(const char *buf, size_t len)
+int m0__h2_preface(const char *buf, size_t len)
 {
     return len >= sizeof(H2_PREFACE_LINE) - 1 && memcmp(buf, H2_PREFACE_LINE, sizeof(H2_PREFACE_LINE) - 1) == 0;
 }
@@ -37,7 +37,7 @@ static int on_begin_headers(nghttp2_session *ses, const nghttp2_frame *frame, vo
     nghttp2_session_set_stream_user_data(ses, frame->hd.stream_id, s);
     /* A stream on the way: the connection is not idle (a send deadline
      * stays). Its head has the header timeout from here to END_HEADERS, as
-     * an HTTP/1.1 head has from its first byte (m0_h2_timer). */
+     * an HTTP/1.1 head has from its first byte (m0__h2_timer). */
     if (h2->c->timer_kind == M0_TIMER_IDLE)
         h2->c->timer_kind = M0_TIMER_NONE;
     s->head_deadline_ms = m0_loop_now(h2->c->srv->loop) + h2->c->srv->cfg.header_timeout_ms;
@@ -300,7 +300,7 @@ static int h2_session_new(m0_h2 *h2)
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
-    nghttp2_option_set_no_auto_window_update(opt, 1); /* on_data_chunk_recv, m0_h2s_body_read */
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* on_data_chunk_recv, m0__h2s_body_read */
     int r = nghttp2_session_server_new2(&h2->ses, cb, h2, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
@@ -355,7 +355,7 @@ m0_h2 *m0__h2_open(m0_conn *c)
     return h2;
 }
 
-void m0_h2_start(m0_conn *c)
+void m0__h2_start(m0_conn *c)
 {
     m0_h2 *h2 = m0__h2_open(c);
     if (h2 == NULL)
@@ -376,7 +376,7 @@ void m0__h2_feed(m0_h2 *h2)
     m0__h2_after(h2);
 }
 
-void m0_h2_readable(m0_conn *c, uint32_t events)
+void m0__h2_readable(m0_conn *c, uint32_t events)
 {
     (void)events;
     m0_h2 *h2 = h2_of(c);
@@ -536,10 +536,10 @@ void m0__h2_kick(m0_h2 *h2, int final)
     m0__h2_after(h2);
 }
 
-void m0_h2_flush_deferred(m0_server *srv)
+void m0__h2_flush_deferred(m0_server *srv)
 {
     /* m0__h2_after takes each session off the list (and a session that
-     * closes meanwhile leaves it in m0_h2_close). */
+     * closes meanwhile leaves it in m0__h2_close). */
     while (srv->h2_deferred != NULL)
         m0__h2_after(srv->h2_deferred);
 }
@@ -560,7 +560,7 @@ void m0__h2_after(m0_h2 *h2)
          * "Connection: close", the session sends the shutdown notice. Its last
          * stream id is the largest, so a request already on its way (sent
          * before the client read the notice) is still served; the GOAWAY
-         * naming the last stream comes with the drain (m0_h2_drain). */
+         * naming the last stream comes with the drain (m0__h2_drain). */
         h2->notice = 1;
         nghttp2_submit_shutdown_notice(h2->ses);
     }
@@ -796,7 +796,7 @@ static void h2_dispatch(m0_h2 *h2)
         int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {
             /* no response: the stream is reset */
-            m0_h2s_abort(sc);
+            m0__h2s_abort(sc);
         }
         m0__conn_release(sc);
     }
@@ -804,19 +804,19 @@ static void h2_dispatch(m0_h2 *h2)
         return;
     h2->dispatching = 0;
     if (h2->drain_first && nghttp2_session_get_last_proc_stream_id(h2->ses) != 0) {
-        h2->drain_first = 0; /* the drain's GOAWAY, after the first request (m0_h2_drain) */
+        h2->drain_first = 0; /* the drain's GOAWAY, after the first request (m0__h2_drain) */
         h2->goaway = 1;
         nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
                               NGHTTP2_NO_ERROR, NULL, 0);
     }
 }
 
-void m0_h2_writable(m0_conn *c)
+void m0__h2_writable(m0_conn *c)
 {
     m0__h2_after(h2_of(c));
 }
 
-void m0_h2_close(m0_conn *c)
+void m0__h2_close(m0_conn *c)
 {
     m0_h2 *h2 = c->h2;
     if (h2 == NULL)
@@ -837,7 +837,7 @@ void m0_h2_close(m0_conn *c)
     free(h2);
 }
 
-void m0_h2_drain(m0_conn *c)
+void m0__h2_drain(m0_conn *c)
 {
     m0_h2 *h2 = h2_of(c);
     if (h2 == NULL || h2->goaway || h2->drain_first)
@@ -865,7 +865,7 @@ void m0_h2_drain(m0_conn *c)
     m0__h2_after(h2);
 }
 
-void m0_h2_idle(m0_conn *c)
+void m0__h2_idle(m0_conn *c)
 {
     m0_h2 *h2 = h2_of(c);
     if (h2 == NULL)

@@ -5,7 +5,7 @@
  * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"): with prior knowledge on a plaintext
  * port (h2c), after ALPN "h2" over TLS, behind the PROXY protocol alike. The
  * HTTP/1.1 parser answers that line with M0_PARSE_BAD_VERSION, so detecting
- * it costs the HTTP/1.1 path nothing: m0_conn_process asks m0_h2_preface only
+ * it costs the HTTP/1.1 path nothing: m0__conn_process asks m0__h2_preface only
  * on that error, before the first request.
  *
  * The connection (state M0_CS_H2) then owns one nghttp2 server session. Each
@@ -51,60 +51,60 @@
 #include "server.h"
 
 /* Whether buf[0..len) starts with the client preface's request line. */
-int m0_h2_preface(const char *buf, size_t len);
+int m0__h2_preface(const char *buf, size_t len);
 
 /* --- the connection (h2.c) --- */
 
 /* c's buffered input [rpos, rlen) starts with the preface: switch c to
  * HTTP/2 and process that input. c may be closed when this returns. */
-void m0_h2_start(m0_conn *c);
+void m0__h2_start(m0_conn *c);
 /* An HTTP/1.1 request asks to continue in HTTP/2 (RFC 7540 3.2: Upgrade: h2c,
  * one HTTP2-Settings, Connection naming both), on a plaintext connection,
  * with no body: whether it may (h2_upgrade.c). */
-int m0_h2_upgrade_wanted(const m0_conn *c, const m0_request *req);
+int m0__h2_upgrade_wanted(const m0_conn *c, const m0_request *req);
 /* Answer 101 and continue in HTTP/2, the request (c's parsed head, whose
  * head_len bytes are consumed) as stream 1. c may be closed when this returns. */
-void m0_h2_upgrade(m0_conn *c);
+void m0__h2_upgrade(m0_conn *c);
 /* Loop thread (cfg.http2_pool): move the output the threads wrote to
  * detached stream connections into their streams, and send it. */
-void m0_h2p_absorb(m0_server *srv);
+void m0__h2p_absorb(m0_server *srv);
 /* Readable (state M0_CS_H2). */
-void m0_h2_readable(m0_conn *c, uint32_t events);
+void m0__h2_readable(m0_conn *c, uint32_t events);
 /* The connection's queued output drained below the low-water mark. */
-void m0_h2_writable(m0_conn *c);
+void m0__h2_writable(m0_conn *c);
 /* The connection closes: every stream still dispatched gets M0_CONN_CLOSED,
  * the session is freed. */
-void m0_h2_close(m0_conn *c);
+void m0__h2_close(m0_conn *c);
 /* Graceful drain: GOAWAY with the last stream id; the streams in flight
  * finish, then the connection closes. */
-void m0_h2_drain(m0_conn *c);
+void m0__h2_drain(m0_conn *c);
 /* The connection's idle timer expired (no stream open): GOAWAY and close. */
-void m0_h2_idle(m0_conn *c);
+void m0__h2_idle(m0_conn *c);
 /* The connection's timer fired (conn.c, after it handled c->timer_kind):
  * the streams whose body the loop buffers and that are past their body
  * deadline are answered 408, and the timer is armed for the next deadline. */
-void m0_h2_timer(m0_conn *c);
+void m0__h2_timer(m0_conn *c);
 /* Send what the sessions held back (the final bytes of their streams'
  * responses, gathered for one write per session): the pass's end, and
  * m0_server_flush_deferred. */
-void m0_h2_flush_deferred(m0_server *srv);
+void m0__h2_flush_deferred(m0_server *srv);
 
 /* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
-int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
 /* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
-int m0_h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
-ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
-ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
-void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
-size_t m0_h2s_write_pending(const m0_conn *c);
-int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
-int m0_h2s_keep_alive(const m0_conn *c);
-void m0_h2s_park(m0_conn *c);
-void m0_h2s_abort(m0_conn *c);
+int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
+ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+size_t m0__h2s_write_pending(const m0_conn *c);
+int m0__h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0__h2s_keep_alive(const m0_conn *c);
+void m0__h2s_park(m0_conn *c);
+void m0__h2s_abort(m0_conn *c);
 /* An answered extended CONNECT: the stream becomes the tunnel (no body limit,
  * no body deadline); its DATA is what m0_conn_body_read and m0_conn_writev
  * carry until either side ends the stream. */
-void m0_h2s_upgrade(m0_conn *c);
+void m0__h2s_upgrade(m0_conn *c);
 
 #endif

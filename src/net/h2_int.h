@@ -23,7 +23,7 @@ typedef struct m0_h2_stream m0_h2_stream;
 
 /* When a stream's handler waiting for M0_CONN_WRITABLE is told (m0__h2_send):
  * an async writer (ASGI send()) below the low-water mark; a response set
- * aside (m0_h2s_park) and a file's next piece (m0_h2s_sendfile) once the
+ * aside (m0__h2s_park) and a file's next piece (m0__h2s_sendfile) once the
  * stream's queue is empty, as over HTTP/1.1 (server.h, m0_conn_park). */
 enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2 };
 
@@ -42,7 +42,7 @@ typedef struct m0_h2 {
     int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
     int notice;      /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
                       * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
-    int drain_first; /* drained before its first stream came: the GOAWAY follows that stream (m0_h2_drain) */
+    int drain_first; /* drained before its first stream came: the GOAWAY follows that stream (m0__h2_drain) */
     uint32_t open;   /* streams dispatched and not finished */
     /* Request body bytes received and not read by their handlers, all
      * streams together (under h2_lock with --blocking-threads: pool threads
@@ -101,13 +101,13 @@ struct m0_h2_stream {
     uint64_t in_got;    /* body bytes received */
     /* The body's deadline (monotonic ms, 0: none): body_timeout_ms from the
      * end of the head, for the whole body, as on HTTP/1.1. The loop enforces
-     * it while it buffers the body before the dispatch (m0_h2_timer: 408);
+     * it while it buffers the body before the dispatch (m0__h2_timer: 408);
      * the stream connection's reader after (sc->body_deadline_ms, which
      * leaves out the time the stream waited in the ready list for a busy
      * handler: ready_ms, when it was queued). */
     uint64_t body_deadline_ms;
     uint64_t ready_ms;
-    uint64_t head_deadline_ms; /* the header block's end is due (m0_loop_now ms; m0_h2_timer) */
+    uint64_t head_deadline_ms; /* the header block's end is due (m0_loop_now ms; m0__h2_timer) */
     int want_body;             /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
     int body_event;            /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
     /* The response: its head as the bridge framed it, then the body bytes. */
@@ -230,7 +230,7 @@ void m0__h2_feed(m0_h2 *h2);
 void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s);
 
 /* The connection's timer fires by due_ms at the latest (lazy: an earlier
- * arming stays); m0_h2_timer then looks at the streams' deadlines. */
+ * arming stays); m0__h2_timer then looks at the streams' deadlines. */
 void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms);
 
 /* After input or output: dispatch what is ready, send, end closed streams,

@@ -5,7 +5,7 @@
  *
  *  - Output: the thread appends its bytes to the stream's stage and puts
  *    the stream on srv->h2_kicks, waking the loop when the list was empty;
- *    the loop (m0_h2p_absorb, on its wake-up, before it takes completions
+ *    the loop (m0__h2p_absorb, on its wake-up, before it takes completions
  *    back) moves each stage into the stream's head and body queue and sends.
  *  - Backpressure: what is queued for the stream (stage and body queue)
  *    is what the thread waits on. A write that must be sent (M0_WRITE_SENT)
@@ -25,7 +25,7 @@
  *  - The end of the stream while a thread has it (a reset, the connection
  *    closing): the stream connection is orphaned (c->h2s NULL, broken,
  *    closed): the thread's I/O fails at once, its waits end, and the
- *    connection is freed when the thread hands it back (m0_h2s_finish).
+ *    connection is freed when the thread hands it back (m0__h2s_finish).
  *
  * The thread never calls nghttp2 and never holds h2_lock while it waits for
  * the GIL (the GIL is released before a wait and taken back after the
@@ -214,7 +214,7 @@ int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
 
 /* The body is read from the stream's queue, which the loop fills as DATA
  * arrives (on_data_chunk_recv, under h2_lock) and whose window it gives
- * back once told (in_kick, m0_h2p_absorb). A blocking read waits for bytes
+ * back once told (in_kick, m0__h2p_absorb). A blocking read waits for bytes
  * without the GIL until the body's deadline; the copy is made with it. */
 ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
@@ -295,7 +295,7 @@ int m0__h2p_keep_alive(const m0_conn *c)
     return r;
 }
 
-void m0_h2p_absorb(m0_server *srv)
+void m0__h2p_absorb(m0_server *srv)
 {
     /* Most wake-ups bring none (HTTP/1.1 completions): no lock for them. A
      * stream put on the list after this look woke the loop again. */

@@ -124,7 +124,7 @@ void m0__h2_stream_end(m0_h2_stream *s)
     }
     if (sc != NULL && sc->detached) {
         /* A thread runs its request: the session stops counting it, the
-         * request ends when the thread hands it back (m0_h2s_finish). */
+         * request ends when the thread hands it back (m0__h2s_finish). */
         if (sc->pending) {
             h2->open--;
             h2->busy = 0;
@@ -528,13 +528,13 @@ static int stream_wait_sent(m0_conn *c)
     }
 }
 
-int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->detached)
         return m0__h2p_writev(c, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
     int r = m0__h2_stream_write(c, iov, iovcnt);
     if (r == -EPROTO) {
-        m0_h2s_abort(c);
+        m0__h2s_abort(c);
         return -EPIPE;
     }
     if (r < 0)
@@ -555,13 +555,13 @@ int m0_h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
     return 0;
 }
 
-int m0_h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->detached)
         return m0__h2p_writev(c, iov, iovcnt, blocking);
     int r = m0__h2_stream_write(c, iov, iovcnt);
     if (r == -EPROTO) {
-        m0_h2s_abort(c);
+        m0__h2s_abort(c);
         return -EPIPE;
     }
     return r; /* sent by the finish that follows (m0__h2_kick) */
@@ -625,7 +625,7 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
     return 0;
 }
 
-ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
     if (c->detached)
         return m0__h2p_body_read(c, dst, cap, blocking);
@@ -658,7 +658,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             return 0;
         if (!blocking && c->body_deadline_ms != 0) {
             /* A reader that waits for M0_CONN_BODY (ASGI): past the body's
-             * deadline it fails; before, m0_h2_timer wakes it at it. */
+             * deadline it fails; before, m0__h2_timer wakes it at it. */
             uint64_t now = m0__conn_now_ms();
             if (now >= c->body_deadline_ms) {
                 s->want_body = 0;
@@ -679,7 +679,7 @@ ssize_t m0_h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
     }
 }
 
-size_t m0_h2s_write_pending(const m0_conn *c)
+size_t m0__h2s_write_pending(const m0_conn *c)
 {
     if (c->detached)
         return m0__h2p_write_pending(c);
@@ -687,14 +687,14 @@ size_t m0_h2s_write_pending(const m0_conn *c)
     return s == NULL ? 0 : s->out_len - s->out_pos;
 }
 
-int m0_h2s_keep_alive(const m0_conn *c)
+int m0__h2s_keep_alive(const m0_conn *c)
 {
     if (c->detached)
         return m0__h2p_keep_alive(c);
     return c->h2s != NULL && !c->broken;
 }
 
-void m0_h2s_park(m0_conn *c)
+void m0__h2s_park(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
     if (s != NULL) {
@@ -718,7 +718,7 @@ void m0_h2s_park(m0_conn *c)
  * close, --max-requests, a drain), and the stream then ends as any other; the
  * session's GOAWAY is the connection's business. A response the handler
  * could not finish says so with m0_conn_cut, and its stream is reset. */
-void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     (void)keep_alive;
     if (!c->pending)
@@ -740,7 +740,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     s->out_done = 1;
     if (s->tunnel) {
         /* The client's half may still bring the end of its closing
-         * handshake; it is reset if it has not ended by then (m0_h2_timer). */
+         * handshake; it is reset if it has not ended by then (m0__h2_timer). */
         s->body_deadline_ms = m0_loop_now(srv->loop) + M0_LINGER_MS;
         m0__h2_timer_at(h2, s->body_deadline_ms);
     }
@@ -761,7 +761,7 @@ void m0_h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0__h2_kick(h2, 1);
 }
 
-void m0_h2s_upgrade(m0_conn *c)
+void m0__h2s_upgrade(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
     if (s == NULL || s->protocol[1] == 0)
@@ -771,7 +771,7 @@ void m0_h2s_upgrade(m0_conn *c)
     c->body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
-void m0_h2s_abort(m0_conn *c)
+void m0__h2s_abort(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
     if (c->pending) {
@@ -794,7 +794,7 @@ void m0_h2s_abort(m0_conn *c)
     m0__h2_kick(h2, 1);
 }
 
-ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
     /* The file's bytes go through the stream's queue like any body bytes.
      * On the loop's thread without a wait (M0_WRITE_NOWAIT, M0_WRITE_PARK) a
@@ -806,7 +806,7 @@ ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int bloc
     if (loop_nowait) {
         if (c->h2s == NULL || c->broken)
             return -EPIPE;
-        if (m0_h2s_write_pending(c) > 0) {
+        if (m0__h2s_write_pending(c) > 0) {
             c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
         }
@@ -825,17 +825,17 @@ ssize_t m0_h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int bloc
         if (n == 0)
             break;
         struct iovec iov = {buf, (size_t)n};
-        int r = m0_h2s_writev(c, &iov, 1, blocking);
+        int r = m0__h2s_writev(c, &iov, 1, blocking);
         if (r < 0)
             return r;
         done += (size_t)n;
     }
-    if (loop_nowait && c->h2s != NULL && m0_h2s_write_pending(c) > 0)
+    if (loop_nowait && c->h2s != NULL && m0__h2s_write_pending(c) > 0)
         c->h2s->want_writable = H2_WAKE_EMPTY; /* the writer waits for an empty queue (pathsend) */
     return done == 0 && !blocking ? 0 : (ssize_t)done;
 }
 
-int m0_h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
 {
     m0_h2_stream *s = c->h2s;
     if (s == NULL || c->broken || s->ng_closed)

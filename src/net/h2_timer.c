@@ -13,7 +13,7 @@
  * closes), or NONE. The streams' body deadlines share the timer without
  * owning its kind: the timer is armed at the earliest of the connection's
  * deadline and theirs (m0__h2_timer_at), and when it fires conn.c handles the
- * kind when its deadline is due (else re-arms for it), then m0_h2_timer
+ * kind when its deadline is due (else re-arms for it), then m0__h2_timer
  * answers the streams that are due and arms the timer for the next one. A
  * stream's deadline never needs IDLE's slot (it has an open stream), and
  * SEND and a body deadline each keep their own time.
@@ -43,7 +43,7 @@ void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
     m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
 }
 
-void m0_h2_timer(m0_conn *c)
+void m0__h2_timer(m0_conn *c)
 {
     m0_h2 *h2 = c->h2;
     if (h2 == NULL || c->state != M0_CS_H2 || (c->flags & M0_CF_CLOSE_AFTER))
@@ -75,7 +75,7 @@ void m0_h2_timer(m0_conn *c)
                  * does (RFC 9113 6.10), so the connection ends, as an
                  * HTTP/1.1 half head gets its 408 and a close. */
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_HEAD, 1);
-                m0_h2_idle(c);
+                m0__h2_idle(c);
                 return;
             }
             if (next == 0 || s->head_deadline_ms < next)

@@ -46,7 +46,7 @@ static int settings_field(const m0_request *req, m0_span *out)
     return n == 1;
 }
 
-int m0_h2_upgrade_wanted(const m0_conn *c, const m0_request *req)
+int m0__h2_upgrade_wanted(const m0_conn *c, const m0_request *req)
 {
     if (!c->srv->cfg.http2 || c->tls != NULL || req->minor_version != 1 || !(req->flags & M0_REQ_UPGRADE) ||
         !list_has(req->upgrade, "h2c", 3) || (req->flags & M0_REQ_CHUNKED) || req->content_length > 0 ||
@@ -131,7 +131,7 @@ static int stream_fields(m0_h2_stream *s, const m0_request *req)
     return 0;
 }
 
-void m0_h2_upgrade(m0_conn *c)
+void m0__h2_upgrade(m0_conn *c)
 {
     static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
     m0_request req = c->req; /* spans into c->rbuf, which the session does not touch until m0__h2_feed */

@@ -87,7 +87,7 @@ static void server_pass_end(void *arg)
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
     if (srv->h2_deferred != NULL) {
-        m0_h2_flush_deferred(srv); /* the streams that ended in this pass, a write per session */
+        m0__h2_flush_deferred(srv); /* the streams that ended in this pass, a write per session */
         if (srv->log_buf != NULL)
             m0_access_log_buf_flush(srv->log_buf);
     }
@@ -97,7 +97,7 @@ static void server_pass_end(void *arg)
 void m0_server_flush_deferred(m0_server *srv)
 {
     srv->h2_flush_asked = 0;
-    m0_h2_flush_deferred(srv);
+    m0__h2_flush_deferred(srv);
 }
 
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
@@ -251,7 +251,7 @@ void m0_server_drain(m0_server *srv)
         if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
             idle = 0;
         if (c->state == M0_CS_H2)
-            m0_h2_drain(c); /* GOAWAY; the streams in flight finish */
+            m0__h2_drain(c); /* GOAWAY; the streams in flight finish */
         else if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
             m0__conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
         else if (idle && c->wlen == c->wpos)

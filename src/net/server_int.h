@@ -62,12 +62,12 @@ enum {
 /* Bits of c->flags: the connection's flags that only the loop thread reads
  * and writes. A flag that a pool thread touches while it owns a detached
  * connection is a field of its own instead (struct m0_conn): the loop thread
- * still writes c->flags after the hand-off (m0_conn_process clears
+ * still writes c->flags after the hand-off (m0__conn_process clears
  * M0_CF_PROCESSING when the handler returns), and two threads that write
  * different bits of one word, or one reading it while the other writes it,
  * race (tests/c/test_handoff.c runs the hand-off under ThreadSanitizer). */
 enum {
-    M0_CF_PROCESSING = 1u << 0,      /* m0_conn_process() is on the stack: set and cleared by it */
+    M0_CF_PROCESSING = 1u << 0,      /* m0__conn_process() is on the stack: set and cleared by it */
     M0_CF_CLOSE_AFTER = 1u << 1,     /* close once the write buffer is flushed: set by m0__conn_close_after,
                                       * cleared by m0__conn_flush once it is, or by a lingering close */
     M0_CF_LINGER_AFTER = 1u << 2,    /* ... with a lingering close (cleared with CLOSE_AFTER by the flush) */
@@ -79,7 +79,7 @@ enum {
                                       * sendfile that queued without blocking and by m0_conn_park, cleared by
                                       * m0__conn_flush as it notifies and by a lingering close */
     M0_CF_OUT_BLOCKED = 1u << 6,     /* pipelined requests wait, too many responses unsent: set by
-                                      * m0_conn_process, cleared by m0__conn_flush below the low-water mark */
+                                      * m0__conn_process, cleared by m0__conn_flush below the low-water mark */
     M0_CF_PP_WAIT = 1u << 7,         /* proxy.c: a PROXY protocol header is expected before the first
                                       * request (set at accept, cleared once it is read) */
     M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0__gate, cleared by
@@ -326,7 +326,7 @@ struct m0_server {
      * output (h2_kicks: the streams that have some), the stream of a detached
      * stream connection (c->h2s, c->broken, c->state), and a stream's queued
      * body (out_pos, out_len) and request body (h2_kicks is stored atomically:
-     * m0_h2p_absorb looks at it without the lock); h2_cond is signalled when a
+     * m0__h2p_absorb looks at it without the lock); h2_cond is signalled when a
      * queued body moved or a stream ended (h2_waiters: threads waiting). */
     pthread_mutex_t h2_lock;
     pthread_cond_t h2_cond;

@@ -6,7 +6,7 @@
  * request; the thread that takes one answers it with the blocking calls the
  * WSGI pool makes (m0_conn_body_read, m0_conn_keep_alive, m0_conn_writev or
  * m0_conn_writev_final, m0_conn_complete) while another may run the loop's
- * passes, with the connection's m0_conn_process and the other connections.
+ * passes, with the connection's m0__conn_process and the other connections.
  * The fields that two threads touch while one owns a connection
  * (server_int.h: c->flags is the loop owner's alone, the flags the request's
  * thread reads or writes are fields of their own) and the loop's own state,
