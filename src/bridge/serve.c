@@ -276,8 +276,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
             /* A signal handler raised (KeyboardInterrupt...): close everything
              * and let the exception propagate out of serve(). */
             PyObject *exc = m0_exc_fetch();
-            m0_server_drain(self->srv);
-            m0_server_abort(self->srv);
+            m0_server_drain_abort(self->srv);
             __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
@@ -304,10 +303,11 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
         m0_server_post_drain(self->srv, graceful);
         Py_RETURN_NONE;
     }
-    m0_server_drain(self->srv);
     if (!graceful)
-        m0_server_abort(self->srv);
-    else if (self->asgi != NULL)
+        m0_server_drain_abort(self->srv);
+    else
+        m0_server_drain(self->srv);
+    if (graceful && self->asgi != NULL)
         m0_asgi_drain(self->asgi); /* open WebSockets close now (1012) */
     Py_RETURN_NONE;
 }

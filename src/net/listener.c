@@ -164,26 +164,23 @@ void m0__listeners_pause(m0_server *srv, int paused)
     m0__listeners_update(srv);
 }
 
-void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
+/* Accept from listener l: at most `max` connections, while the server may
+ * (draining or not: the caller decides). */
+static void listener_accept(m0_server *srv, m0_listener *l, int max)
 {
-    (void)events;
-    m0_listener *l = (m0_listener *)io;
-    m0_server *srv = l->srv;
-    if (l->inlet) {
-        inlet_io(loop, l);
-        return;
-    }
-    for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused && !srv->at_limit; i++) {
+    for (int i = 0; i < max && !srv->accept_paused && !srv->at_limit; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
-        int fd = m0_accept_nb(io->fd, (struct sockaddr *)&peer, &peerlen);
+        int fd = m0_accept_nb(l->io.fd, (struct sockaddr *)&peer, &peerlen);
         if (fd < 0) {
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return;
             if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-                m0__listeners_pause(srv, 1);
-                m0_timer_start(loop, &srv->accept_timer, M0_ACCEPT_PAUSE_MS);
+                if (!srv->draining) {
+                    m0__listeners_pause(srv, 1);
+                    m0_timer_start(srv->loop, &srv->accept_timer, M0_ACCEPT_PAUSE_MS);
+                }
                 return;
             }
             /* ECONNABORTED, EINTR, EPROTO, network errors: the next one. */
@@ -198,4 +195,25 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
             m0__listeners_update(srv);
         }
     }
+}
+
+void m0__listeners_take_queued(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            listener_accept(srv, l, M0_ACCEPT_BATCH);
+    }
+}
+
+void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
+{
+    (void)events;
+    m0_listener *l = (m0_listener *)io;
+    m0_server *srv = l->srv;
+    if (l->inlet) {
+        inlet_io(loop, l);
+        return;
+    }
+    if (!srv->draining)
+        listener_accept(srv, l, M0_ACCEPT_BATCH);
 }

@@ -61,10 +61,10 @@ static void server_wake(m0_loop *loop, m0_async *async)
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
     m0__server_flush_held(srv); /* the completions' held output, after their lines */
-    if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
-        m0_server_drain(srv);
     if (posted & M0_POSTED_ABORT)
-        m0_server_abort(srv);
+        m0_server_drain_abort(srv);
+    else if (posted & M0_POSTED_DRAIN)
+        m0_server_drain(srv);
 }
 
 void m0_server_take_completed(m0_server *srv)
@@ -219,23 +219,40 @@ void m0_server_free(m0_server *srv)
     free(srv);
 }
 
-void m0_server_drain(m0_server *srv)
+/* Stop accepting; take_queue: accept what the listeners hold now (a drain
+ * that serves on), so that no connection waits in an accept queue for a
+ * wake-up this loop took and will not act on (EPOLLEXCLUSIVE woke it alone;
+ * nobody else is told), nor in a queue that closes with this process (a
+ * SO_REUSEPORT socket of its own). */
+static void server_drain(m0_server *srv, int take_queue)
 {
-    if (!srv->draining) {
-        __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
-        /* The listeners leave the set; inlets are still read (listener.c),
-         * so a pause for want of fds ends with the drain. */
-        m0_timer_stop(srv->loop, &srv->accept_timer);
-        srv->accept_paused = 0;
-        m0__listeners_update(srv);
-    }
-    /* Idle keep-alive connections close now; each other one closes after its
-     * current response (m0_conn_keep_alive answers 0 from now on). A
-     * connection that has not sent its first request yet is not idle: it was
-     * accepted from the shared queue and its request is on the way, so it is
-     * answered (bounded by the header timeout) rather than reset; that is what
-     * makes rolling restarts and max_requests recycling lose no request. A
-     * reference on the next connection keeps it alive across a close callback. */
+    if (srv->draining)
+        return;
+    __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
+    /* The listeners leave the set; inlets are still read (listener.c),
+     * so a pause for want of fds ends with the drain. */
+    m0_timer_stop(srv->loop, &srv->accept_timer);
+    srv->accept_paused = 0;
+    m0__listeners_update(srv);
+    if (take_queue)
+        m0__listeners_take_queued(srv);
+    /* A keep-alive client may be sending its next request at this very
+     * moment: closing its connection now would lose that request. So from
+     * now on every response says "Connection: close" (m0_conn_keep_alive
+     * answers 0) and its connection closes after it (lingering when input
+     * follows), and a connection idle now is closed only once it has been
+     * quiet for M0_DRAIN_QUIET_MS (its next request, when it comes first,
+     * is answered that way); one quiet that long already closes now. The
+     * close of an idle connection lingers (shutdown, then input read away
+     * until end-of-file): a request that crosses it meets an end-of-file,
+     * which clients retry on a reused connection, not a reset. A connection
+     * that has not sent its first request yet is answered (bounded by the
+     * header timeout). HTTP/2 is told by a GOAWAY; the streams in flight
+     * finish. The graceful timeout bounds it all (the caller's abort). A
+     * reference on the next connection keeps it alive across a callback. */
+    uint64_t now = m0_loop_now(srv->loop);
+    uint32_t ka = srv->cfg.keep_alive_timeout_ms;
+    uint32_t quiet = ka < M0_DRAIN_QUIET_MS ? ka : M0_DRAIN_QUIET_MS;
     m0_conn *c = srv->conns;
     if (c != NULL)
         c->refs++;
@@ -243,23 +260,31 @@ void m0_server_drain(m0_server *srv)
         m0_conn *next = c->next;
         if (next != NULL)
             next->refs++;
-        int idle = c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending;
-        /* Bytes already in the kernel are a request the loop has not read yet:
-         * answer it (with Connection: close) instead of resetting its client. */
-        int unread = 0;
-        if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
-            idle = 0;
-        if (c->state == M0_CS_H2)
+        if (c->state == M0_CS_H2) {
             m0_h2_drain(c); /* GOAWAY; the streams in flight finish */
-        else if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0__conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
-        else if (idle && c->wlen == c->wpos)
-            m0__conn_close(c, 1);
-        else if (idle && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0__conn_close_after(c, 0);
+        } else if (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending &&
+                   c->timer_kind == M0_TIMER_IDLE && !(c->flags & M0_CF_CLOSE_AFTER)) {
+            /* Idle since its keep-alive timer was armed (conn_process). */
+            uint64_t since = c->deadline_ms > ka ? c->deadline_ms - ka : 0;
+            if (now >= since + quiet)
+                m0__conn_close_after(c, 1); /* quiet long enough (after its queued output) */
+            else
+                m0__conn_arm(c, M0_TIMER_IDLE, (uint32_t)(since + quiet - now));
+        }
         m0__conn_release(c);
         c = next;
     }
+}
+
+void m0_server_drain(m0_server *srv)
+{
+    server_drain(srv, 1);
+}
+
+void m0_server_drain_abort(m0_server *srv)
+{
+    server_drain(srv, 0);
+    m0_server_abort(srv);
 }
 
 void m0_server_max_requests(m0_server *srv)

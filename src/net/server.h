@@ -144,9 +144,16 @@ int m0_server_listen(m0_server *srv, int fd);
 /* Inlets still open: a drained server is done once this is 0 too. */
 size_t m0_server_inlets(const m0_server *srv);
 
-/* Graceful drain: stop accepting, close idle connections now, close every
- * other connection as soon as its current response is finished. */
+/* Graceful drain: stop accepting (the connections the listeners hold at
+ * this moment are accepted and served: none is left in a queue for a wake-up
+ * this loop took), then close no connection while a request may be on its
+ * way: each one's next response says "Connection: close" and ends it, an
+ * idle one closes at its keep-alive timeout unless a request comes first,
+ * HTTP/2 gets a GOAWAY. */
 void m0_server_drain(m0_server *srv);
+/* Stop now: drain without taking the queued connections (they stay for
+ * another loop), then m0_server_abort. */
+void m0_server_drain_abort(m0_server *srv);
 /* The loop thread, once the server dispatched cfg.max_requests requests
  * (those of the health path not counted): drain, or tell max_requests_fd. */
 void m0_server_max_requests(m0_server *srv);

@@ -22,6 +22,11 @@
 #define M0_WRITE_LOW_WATER (64 * 1024)
 /* Lingering close: how long input is discarded after shutdown(SHUT_WR). */
 #define M0_LINGER_MS 2000
+/* A drain closes a keep-alive connection that has been idle this long (at
+ * most its keep-alive timeout): a client in a closed loop (a load balancer's
+ * pool under load, a browser loading a page) sends its next request within
+ * milliseconds of the last response, which is then answered with a close. */
+#define M0_DRAIN_QUIET_MS 1000
 #define M0_CONN_FREELIST_MAX 64
 
 /* Where a connection is in its requests (c->state). */
@@ -356,6 +361,8 @@ void m0__listeners_pause(m0_server *srv, int paused);
 void m0__listeners_update(m0_server *srv);
 /* Close the inlets now (an abort: what they still hold is dropped). */
 void m0__inlets_close(m0_server *srv);
+/* Accept what the listeners (not the inlets) hold now, as a drain starts. */
+void m0__listeners_take_queued(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
