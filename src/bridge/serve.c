@@ -233,6 +233,10 @@ static void Server_dealloc(ServerObject *self)
         PyBuffer_Release(&self->inflight);
         self->inflight_held = 0;
     }
+    if (self->balance_held) {
+        PyBuffer_Release(&self->balance);
+        self->balance_held = 0;
+    }
     if (self->heartbeat_held) {
         PyBuffer_Release(&self->heartbeat);
         self->heartbeat_held = 0;

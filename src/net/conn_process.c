@@ -80,7 +80,19 @@ void m0__conn_dispatch(m0_conn *c)
     int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(c);
     if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
         m0_server_max_requests(srv); /* after the gate: the health path does not count */
-    int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    int r = 0;
+    if (!gated) {
+        int bal = srv->bal != NULL;
+        if (bal) {
+            srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
+            m0__server_balance_note(srv);
+        }
+        r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+        if (bal) {
+            srv->bal_busy = 0;
+            m0__server_balance_note(srv);
+        }
+    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (r < 0 || (r == 0 && c->pending)) {

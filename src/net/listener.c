@@ -17,9 +17,18 @@
 #include "portable.h"
 #include "server_int.h"
 
-/* Connections accepted per readiness, so one busy listener cannot starve the
+/* Connections read from an inlet per readiness, and accepted from the
+ * listeners as a drain starts, so that one busy source cannot starve the
  * connections of the same batch. */
 #define M0_ACCEPT_BATCH 64
+/* Connections accepted from a shared listener per wake-up: one. A loop that
+ * took a batch would take every connection of a burst (eight keep-alive
+ * clients connecting at once) before a peer woke, and a keep-alive
+ * connection stays with the loop that accepted it. */
+#define M0_ACCEPT_PER_WAKE 1
+/* Balanced (m0_server_balance): how long a loop steps aside for a peer with
+ * fewer open connections before it takes a queued connection itself. */
+#define M0_ACCEPT_DEFER_MS 10
 /* Out of fds or memory: stop accepting this long. */
 #define M0_ACCEPT_PAUSE_MS 100
 
@@ -45,7 +54,10 @@ static uint32_t listener_interest(const m0_server *srv, const m0_listener *l)
         return 0;
     if (l->inlet)
         return M0_IO_IN;
-    return srv->draining ? 0 : M0_IO_IN | M0_IO_EXCLUSIVE;
+    if (srv->draining || srv->accept_deferred)
+        return 0;
+    /* Balanced: every loop wakes, and the one with the fewest takes it. */
+    return srv->bal != NULL ? M0_IO_IN : M0_IO_IN | M0_IO_EXCLUSIVE;
 }
 
 int m0_server_listen(m0_server *srv, int fd)
@@ -90,8 +102,8 @@ int m0_server_listen(m0_server *srv, int fd)
     l->io.events = 0;
     l->io.cb = m0__listener_io;
     l->srv = srv;
-    if (!srv->draining && !srv->accept_paused && !srv->at_limit) {
-        int r = m0_io_set(srv->loop, &l->io, M0_IO_IN | M0_IO_EXCLUSIVE);
+    if (!srv->draining && !srv->accept_paused && !srv->at_limit && !srv->accept_deferred) {
+        int r = m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
         if (r < 0) {
             free(l);
             return r;
@@ -105,7 +117,7 @@ int m0_server_listen(m0_server *srv, int fd)
 
 void m0__listeners_update(m0_server *srv)
 {
-    int on = !srv->draining && !srv->accept_paused && !srv->at_limit;
+    int on = !srv->draining && !srv->accept_paused && !srv->at_limit && !srv->accept_deferred;
     if (on == srv->listening && srv->inlets == 0)
         return;
     srv->listening = on;
@@ -197,6 +209,33 @@ static void listener_accept(m0_server *srv, m0_listener *l, int max)
     }
 }
 
+/* Balanced: whether a live peer has fewer open connections than this loop
+ * (it then takes the next one; this loop steps aside). */
+static int listener_peer_has_fewer(const m0_server *srv)
+{
+    int32_t mine = (int32_t)m0_server_connections(srv);
+    int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED); /* the header: slots that may be in use */
+    size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
+    for (size_t i = 0; i < n; i++) {
+        if (i == srv->bal_self)
+            continue;
+        int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
+        /* live (v >= 0), outside a handler (a loop in a view accepts
+         * nothing until it is out), and fewer open */
+        if (v >= 0 && !(v & 1) && (v >> 1) < mine)
+            return 1;
+    }
+    return 0;
+}
+
+void m0__listeners_take_one(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
+    }
+}
+
 void m0__listeners_take_queued(m0_server *srv)
 {
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
@@ -214,6 +253,17 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
         inlet_io(loop, l);
         return;
     }
-    if (!srv->draining)
-        listener_accept(srv, l, M0_ACCEPT_BATCH);
+    if (srv->draining)
+        return;
+    m0__server_balance_note(srv); /* this loop runs: a peer may wait for it from now on */
+    if (srv->bal != NULL && listener_peer_has_fewer(srv)) {
+        /* Step aside: the peer, woken too, takes it; if it has not within
+         * M0_ACCEPT_DEFER_MS (inside a view, or not scheduled), this loop
+         * takes it then. */
+        srv->accept_deferred = 1;
+        m0__listeners_update(srv);
+        m0_timer_start(loop, &srv->defer_timer, M0_ACCEPT_DEFER_MS);
+        return;
+    }
+    listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
 }

@@ -49,6 +49,44 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
         m0__listeners_pause(srv, 0);
 }
 
+/* The balance's step aside is over: the listeners are back, and what they
+ * still hold is taken (listener.c). */
+static void server_defer_timer(m0_loop *loop, m0_timer *t)
+{
+    (void)loop;
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, defer_timer));
+    srv->accept_deferred = 0;
+    m0__listeners_update(srv);
+    if (!srv->draining)
+        m0__listeners_take_one(srv); /* no peer took it: this loop does */
+}
+
+static void server_balance_store(m0_server *srv, int32_t v)
+{
+    if (srv->bal != NULL)
+        __atomic_store_n(srv->bal + (1 + srv->bal_self) * (M0_BALANCE_LINE / 4), v, __ATOMIC_RELAXED);
+}
+
+void m0__server_balance_note(m0_server *srv)
+{
+    if (srv->bal != NULL && !srv->draining)
+        server_balance_store(srv, (int32_t)(m0_server_connections(srv) << 1) | (srv->bal_busy ? 1 : 0));
+}
+
+void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
+{
+    if (table == NULL || self >= n) {
+        srv->bal = NULL;
+        return;
+    }
+    srv->bal = table;
+    srv->bal_n = n;
+    srv->bal_self = self;
+    /* Not a peer to wait for until its loop runs: its first connection, or
+     * the first wake-up of its listeners (listener.c), publishes it. */
+    server_balance_store(srv, -1);
+}
+
 /* Loop thread: what other threads posted (completions, drain, abort). */
 static void server_wake(m0_loop *loop, m0_async *async)
 {
@@ -119,6 +157,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
+    m0_timer_init(&srv->defer_timer, server_defer_timer);
     m0__pace_init(srv);
     m0__conn_ring_init(srv);
     m0__trim_init(srv);
@@ -154,7 +193,9 @@ void m0__server_link(m0_server *srv, m0_conn *c)
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    m0__trim_note(srv, __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED));
+    size_t n = __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    m0__trim_note(srv, n);
+    m0__server_balance_note(srv);
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
@@ -170,6 +211,7 @@ void m0__server_unlink(m0_server *srv, m0_conn *c)
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
+    m0__server_balance_note(srv);
     if (srv->at_limit && n < srv->cfg.limit_connections) {
         srv->at_limit = 0;
         m0__listeners_update(srv); /* room again: accept */
@@ -197,6 +239,8 @@ void m0_server_free(m0_server *srv)
     m0_server_abort(srv);
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_timer_stop(srv->loop, &srv->defer_timer);
+    server_balance_store(srv, -1);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
     m0__conn_ring_stop(srv);
     m0__trim_stop(srv);
@@ -232,7 +276,10 @@ static void server_drain(m0_server *srv, int take_queue)
     /* The listeners leave the set; inlets are still read (listener.c),
      * so a pause for want of fds ends with the drain. */
     m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_timer_stop(srv->loop, &srv->defer_timer);
     srv->accept_paused = 0;
+    srv->accept_deferred = 0;
+    server_balance_store(srv, -1); /* no peer waits for this one to accept */
     m0__listeners_update(srv);
     if (take_queue)
         m0__listeners_take_queued(srv);

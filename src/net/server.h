@@ -175,6 +175,20 @@ uint64_t m0_server_requests(const m0_server *srv); /* requests dispatched so far
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
+/* Balance new connections over the loops that share the listeners (the
+ * workers of a supervisor, the loops of --threads). table: memory they all
+ * see (shared across the workers), M0_BALANCE_LINE bytes of header, whose
+ * first int32 says how many slots may be in use, then one M0_BALANCE_LINE
+ * slot per loop (a line each: no loop writes another's cache line), n of
+ * them; this loop's is slot `self`. In its first int32 a loop publishes
+ * (open connections << 1) | (1 while it runs a handler), -1 when there is
+ * no loop there or it drains. With a table, every loop watching a listener
+ * wakes for each connection (no EPOLLEXCLUSIVE), and a loop takes one only
+ * when no live peer outside a handler has fewer open; else it steps aside,
+ * at most M0_ACCEPT_DEFER_MS (listener.c), after which it takes the
+ * connection if it is still queued. Set before m0_server_listen. */
+#define M0_BALANCE_LINE 64
+void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self);
 /* --limit-concurrency counts the requests in flight of every server that
  * shares `counter` (the loops of one worker: --threads), with atomic
  * operations, instead of this server's own. Set before serving; NULL: back to

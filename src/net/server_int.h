@@ -298,6 +298,16 @@ struct m0_server {
     int listening;     /* the listeners are in the epoll set */
     size_t inlets;     /* inlets open (listener.c): a drain ends when they are closed too */
     m0_timer accept_timer;
+    /* m0_server_balance: the shared table of open connections per loop, its
+     * size and this loop's slot (NULL: no balance); accept_deferred: the
+     * listeners are out of the set while a peer with fewer takes the queued
+     * connections, until defer_timer (which then takes one itself). */
+    int32_t *bal; /* the table's header; slot i at bal + (1 + i) * M0_BALANCE_LINE / 4 */
+    size_t bal_n;
+    size_t bal_self;
+    int bal_busy; /* inside on_request (conn_process.c) */
+    int accept_deferred;
+    m0_timer defer_timer;
     m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
     m0_timer pace_timer;     /* armed while `paced` is not empty */
     m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
@@ -363,6 +373,9 @@ void m0__listeners_update(m0_server *srv);
 void m0__inlets_close(m0_server *srv);
 /* Accept what the listeners (not the inlets) hold now, as a drain starts. */
 void m0__listeners_take_queued(m0_server *srv);
+/* Accept one connection from each listener that holds one (the balance's
+ * step aside is over). */
+void m0__listeners_take_one(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
@@ -395,6 +408,9 @@ static inline void m0__gate_done(m0_conn *c)
 }
 
 /* server.c */
+/* Publish this loop's open connections and whether it runs a handler now
+ * (m0_server_balance); nothing without a table or while draining. */
+void m0__server_balance_note(m0_server *srv);
 void m0__server_link(m0_server *srv, m0_conn *c);
 /* Send the output held back during the loop's pass (conn_write.c); called
  * by the pass-end hook (server.c) after the access log's flush. */
