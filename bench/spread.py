@@ -7,10 +7,12 @@ share of the busiest worker (1/N is an even spread, 1.0 all on one) and how many
 of the 8 on one.
 
     .venv-3.11/bin/python -m bench.spread                        # m0serve --workers 2, 20 trials
-    .venv-3.11/bin/python -m bench.spread --arms m0serve,m0serve-reuse-port,gunicorn,granian,uvicorn
+    .venv-3.11/bin/python -m bench.spread --arms m0serve,m0serve-reuse-port,gunicorn,granian,uvicorn \
+        --comparators /tmp/cmp/bin
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-threads   # --threads 2 on a free-threaded build
 
---ref-site DIR: the m0serve arms import the m0serve package in DIR (another build: an A/B).
+--ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR (another
+build, `pip install --target DIR CHECKOUT`), in the same run.
 """
 from __future__ import annotations
 
@@ -40,10 +42,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def arm_command(arm, python, port):
+def arm_command(arm, python, port, comparators=None):
     """The server command line of an arm (None: not installed)."""
     host = ["--host", "127.0.0.1", "--port", str(port)]
-    bindir = Path(python).parent
+    bindir = Path(comparators) if comparators else Path(python).parent
     if arm == "m0serve":
         return [python, "-m", "m0serve", "who_wsgi:app", "--workers", "2", *host]
     if arm == "m0serve-1":
@@ -136,7 +138,12 @@ def one_trial(port, owner_of):
 
 def measure(arm, args, env):
     port = free_port()
-    argv = arm_command(arm, args.python, port)
+    if arm.startswith("ref-"):
+        # the same arm on the build in --ref-site, in the same run (an A/B)
+        env = dict(env, PYTHONPATH=os.pathsep.join([str(APPS), args.ref_site or ""]))
+        argv = arm_command(arm[4:], args.python, port, args.comparators)
+    else:
+        argv = arm_command(arm, args.python, port, args.comparators)
     if argv is None:
         return None
     log = tempfile.TemporaryFile()
@@ -147,7 +154,7 @@ def measure(arm, args, env):
             log.seek(0)
             raise RuntimeError(f"{arm} did not serve: {argv}\n{log.read().decode(errors='replace')[-2000:]}")
         time.sleep(args.settle)  # every worker up and waiting
-        key = (lambda who: who) if arm == "m0serve-threads" else (lambda who: who.split(":")[0] if who else None)
+        key = (lambda who: who) if arm.endswith("m0serve-threads") else (lambda who: who.split(":")[0] if who else None)
         trials = []
         for _ in range(args.trials):
             owners = one_trial(port, key)
@@ -172,14 +179,14 @@ def main(argv=None):
     p.add_argument("--arms", default="m0serve")
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--python", default=sys.executable)
-    p.add_argument("--ref-site", help="a directory with another m0serve package, first on PYTHONPATH")
+    p.add_argument("--comparators", help="the bin directory of gunicorn, granian and uvicorn")
+    p.add_argument("--ref-site", help="a directory with another m0serve package, for the ref-ARM arms")
     p.add_argument("--settle", type=float, default=1.0, help="seconds between serving and the first trial")
     p.add_argument("--pause", type=float, default=0.3, help="seconds between trials")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     env = dict(os.environ)
-    path = [str(APPS)] + ([args.ref_site] if args.ref_site else [])
-    env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(APPS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     results = []
     print(f"{'arm':20} {'mean busiest share':>18} {'7-8 of 8':>9} {'8 of 8':>7}  trials (busiest count)")
     for arm in args.arms.split(","):
