@@ -612,7 +612,8 @@ class Supervisor:
                    max_requests=max_requests, max_requests_fd=status_w, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2,
                    metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot,
-                   inlets=w.route is not None, balance=self.balance, balance_index=slot * self.loops)
+                   inlets=w.route is not None, balance=self.balance, balance_index=slot * self.loops,
+                   listeners_private=bool(private))
         return 0
 
     def _reap(self):

@@ -92,7 +92,7 @@ def ignore_stray_signals(handler, signals=STRAY_SIGNALS):
 
 
 def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metrics=None, metrics_index=0,
-                  balance=None, balance_index=0):
+                  balance=None, balance_index=0, listeners_private=False):
     kw = server_options(cfg)
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
@@ -108,6 +108,9 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metr
     if metrics is not None:
         kw["metrics"] = metrics  # the supervisor's shared slots; this worker counts in slot metrics_index
         kw["metrics_index"] = metrics_index
+    if listeners_private:
+        # --reuse-port: the engine's drain takes what this worker's own sockets hold, then shuts them down
+        kw["listeners_private"] = True
     if balance is not None:
         kw["balance"] = balance  # the loops sharing the listeners: open connections per loop (supervisor.py)
         kw["balance_index"] = balance_index

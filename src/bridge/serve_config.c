@@ -152,10 +152,11 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                              "http2",
                              "balance",
                              "balance_index",
+                             "listeners_private",
                              NULL};
     PyObject *app, *interface;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
-    int blocking_threads = 0, multithread = 0, early_hints = 1;
+    int blocking_threads = 0, multithread = 0, early_hints = 1, listeners_private = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
                limit_request_field_size = 8190, heartbeat_index = 0, balance_index = 0;
@@ -171,13 +172,13 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     int max_requests_fd = -1;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOOOn:Server", kwlist, &app, &interface, &late->listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOOOnp:Server", kwlist, &app, &interface, &late->listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
             &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
-            &early_hints, &tls, &http2, &balance, &balance_index))
+            &early_hints, &tls, &http2, &balance, &balance_index, &listeners_private))
         return -1;
     late->balance = balance;
     late->balance_index = balance_index;
@@ -224,6 +225,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     cfg->limits.max_body = (uint64_t)limit_request_body;
     cfg->max_requests = (uint64_t)max_requests;
     cfg->max_requests_fd = max_requests_fd < 0 ? -1 : max_requests_fd;
+    cfg->listeners_private = listeners_private;
     cfg->server_header = server_header;
     if (m0_serve_access_log_init(self, access_log, &cfg->access_log_fd) < 0 || m0_proxy_options(proxy, &cfg->proxy) < 0)
         return -1;

@@ -1,6 +1,9 @@
 /* Listeners: non-blocking listening sockets registered with M0_IO_EXCLUSIVE
  * (EPOLLEXCLUSIVE: one shared accept queue across pre-forked workers without
- * a thundering herd), accept4 (or its fallback) in a loop. Where the backend
+ * a thundering herd), accept4 (or its fallback), one connection per wake-up.
+ * With a balance table (m0_server_balance: the loops sharing the listeners
+ * publish their open connections) every loop wakes instead, and one with
+ * more open than an idle peer steps aside (listener_io). Where the backend
  * has no such flag (poll, kqueue), the loops are given inlets instead: the
  * ends of Unix stream sockets over which the accept hand-off (acceptor.h)
  * passes them the connections it accepted, so that one thread wakes per
@@ -233,6 +236,14 @@ void m0__listeners_take_one(m0_server *srv)
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
         if (!l->inlet && l->io.fd >= 0)
             listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
+    }
+}
+
+void m0__listeners_shutdown(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            shutdown(l->io.fd, SHUT_RDWR);
     }
 }
 

@@ -36,6 +36,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->metrics = NULL;
     cfg->max_requests = 0;
     cfg->max_requests_fd = -1;
+    cfg->listeners_private = 0;
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
     cfg->tls = NULL;
@@ -283,6 +284,8 @@ static void server_drain(m0_server *srv, int take_queue)
     m0__listeners_update(srv);
     if (take_queue)
         m0__listeners_take_queued(srv);
+    if (srv->cfg.listeners_private)
+        m0__listeners_shutdown(srv); /* out of the SO_REUSEPORT group: new connections go to the others */
     /* A keep-alive client may be sending its next request at this very
      * moment: closing its connection now would lose that request. So from
      * now on every response says "Connection: close" (m0_conn_keep_alive

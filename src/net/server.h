@@ -99,6 +99,13 @@ typedef struct {
      * "M", to this fd (a supervisor's status pipe) and keeps serving until it
      * is told to drain (the supervisor starts the replacement first). */
     int max_requests_fd;
+    /* The listeners are this worker's alone (--reuse-port: a SO_REUSEPORT
+     * socket each): a drain shuts them down right after it accepted what
+     * they hold, so that the kernel steers new connections to the other
+     * workers' sockets at once, and none waits in a queue that closes with
+     * this worker (a close resets what it holds, unless the sysctl
+     * net.ipv4.tcp_migrate_req moves it to a peer). */
+    int listeners_private;
     /* NULL: the engine's own line; else a compiled format (net/access_log.h),
      * owned by the caller and outliving the server */
     const struct m0_access_log *access_log_format;
@@ -136,7 +143,7 @@ void m0_server_free(m0_server *srv);
 void m0_server_flush_deferred(m0_server *srv);
 
 /* Start accepting on a bound, listening socket (made non-blocking here,
- * registered with EPOLLEXCLUSIVE). The server does not own fd. A connected
+ * registered with EPOLLEXCLUSIVE, or without it under m0_server_balance). The server does not own fd. A connected
  * Unix stream socket is taken as an inlet of the accept hand-off
  * (acceptor.h) instead: the server reads connections from a copy of it, and
  * closes that copy at its end-of-file. */

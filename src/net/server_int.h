@@ -376,6 +376,8 @@ void m0__listeners_take_queued(m0_server *srv);
 /* Accept one connection from each listener that holds one (the balance's
  * step aside is over). */
 void m0__listeners_take_one(m0_server *srv);
+/* shutdown(2) the listeners (cfg.listeners_private, at a drain). */
+void m0__listeners_shutdown(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);

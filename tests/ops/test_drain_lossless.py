@@ -54,14 +54,18 @@ def _check(s, clients, min_exits):
     assert _exits(s) >= min_exits, s.log[-3000:]  # the workers did leave under the load
 
 
-@pytest.mark.parametrize("app, tls, post", [
-    ("drain_app:app", False, False),
-    ("drain_app:app", False, True),
-    ("drain_app:app", True, False),
-    ("drain_app:asgi", False, False),
-], ids=["wsgi", "wsgi-post", "wsgi-tls", "asgi"])
-def test_max_requests_recycling_loses_no_keep_alive_request(serve, app, tls, post):
-    s = serve(app, "--workers", "2", "--max-requests", "300", "--max-requests-jitter", "0", *_tls_args(tls))
+@pytest.mark.parametrize("app, tls, post, extra", [
+    ("drain_app:app", False, False, []),
+    ("drain_app:app", False, True, []),
+    ("drain_app:app", True, False, []),
+    ("drain_app:asgi", False, False, []),
+    ("drain_app:app", False, False, ["--reuse-port"]),
+], ids=["wsgi", "wsgi-post", "wsgi-tls", "asgi", "wsgi-reuse-port"])
+def test_max_requests_recycling_loses_no_keep_alive_request(serve, app, tls, post, extra):
+    """--reuse-port: each worker has its own accept queue; the one that drains takes what it holds
+    and leaves the SO_REUSEPORT group at once (the kernel steers new connections to the others)."""
+    s = serve(app, "--workers", "2", "--max-requests", "300", "--max-requests-jitter", "0", *extra,
+              *_tls_args(tls))
     clients = _load(s, body=b"x" * 1024 if post else None)
     _check(s, clients, min_exits=3)
     assert s.stop() == 0
