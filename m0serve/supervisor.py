@@ -69,6 +69,17 @@ def worker_rss(pid):
     return portable.process_rss(pid)
 
 
+BALANCE_LINE = 64  # the engine's M0_BALANCE_LINE: a cache line per loop
+
+
+def balance_table(loops):
+    """Shared memory for m0_server_balance: a header line (its first int32: how many slots may be in
+    use, 0 so far) and a line per loop, each -1 (no loop there) until a loop publishes its load."""
+    table = mmap.mmap(-1, BALANCE_LINE * (1 + loops))
+    table.write(b"\0" * BALANCE_LINE + b"\xff" * (BALANCE_LINE * loops))
+    return table
+
+
 def _now():
     return time.monotonic()
 
@@ -140,6 +151,8 @@ class Supervisor:
         self.listeners = []
         self.acceptor = None  # _core.Acceptor: the accept hand-off (handoff.wanted)
         self.heartbeat = None
+        self.balance = None  # shared int32 per worker loop: its open connections, -1 when none (_run)
+        self.loops = 1
         self.reloader = None
         self.metrics = None  # --metrics-port: metrics.Metrics
         self.metrics_endpoint = None
@@ -182,6 +195,13 @@ class Supervisor:
         # pair per thread that runs requests (worker.heartbeat_threads).
         self.beat_threads = worker.heartbeat_threads(self.cfg)
         self.heartbeat = mmap.mmap(-1, HEARTBEAT_SLOTS * self.beat_threads * 16)
+        # The workers' loops share the listeners: each publishes its open connections in its int32
+        # slot (-1: none), and takes a new connection only when no live peer has fewer (the engine's
+        # m0_server_balance). Not with the accept hand-off (the acceptor chooses) nor --reuse-port
+        # (a loop cannot leave a connection in its own socket's queue to another).
+        self.loops = max(1, cfg.threads)
+        if self.acceptor is None and not cfg.reuse_port:
+            self.balance = balance_table(HEARTBEAT_SLOTS * self.loops)
         if cfg.metrics_port is not None:
             self.metrics = metrics.Metrics(HEARTBEAT_SLOTS)  # one slot per worker, like the heartbeats
         if cfg.reload:
@@ -481,6 +501,7 @@ class Supervisor:
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
         if self.metrics is not None:
             self.metrics.reset(slot)
+        self._balance_clear(slot)
         max_requests = w.max_requests = self.cfg.effective_max_requests(self.rand)
         try:
             status_r, status_w = portable.pipe(os.O_CLOEXEC)
@@ -603,7 +624,8 @@ class Supervisor:
                    max_requests=max_requests, max_requests_fd=status_w, heartbeat=self.heartbeat,
                    heartbeat_index=slot * self.beat_threads * 2,
                    metrics=self.metrics.buf if self.metrics is not None else None, metrics_index=slot,
-                   inlets=w.route is not None)
+                   inlets=w.route is not None, balance=self.balance, balance_index=slot * self.loops,
+                   listeners_private=bool(private))
         return 0
 
     def _reap(self):
@@ -636,9 +658,20 @@ class Supervisor:
                 w.status_fd = None
             if self.metrics is not None:
                 self.metrics.retire(w.slot)
+            self._balance_clear(w.slot)
             self.free_slots.append(w.slot)
             self._on_exit(w, status)
             self.hooks.run("child_exit", self, w)
+
+    def _balance_clear(self, slot):
+        """The slots of a worker that is gone (or not yet serving): no loop there to defer to. The
+        header (the slots that may be in use) covers them from now on."""
+        if self.balance is not None:
+            line = BALANCE_LINE
+            first, n = (1 + slot * self.loops) * line, self.loops * line
+            self.balance[first:first + n] = b"\xff" * n
+            used = struct.unpack_from("i", self.balance, 0)[0]
+            struct.pack_into("i", self.balance, 0, max(used, (slot + 1) * self.loops))
 
     def _render_metrics(self):
         return self.metrics.render([w.slot for w in self.workers.values()])

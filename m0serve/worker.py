@@ -91,7 +91,8 @@ def ignore_stray_signals(handler, signals=STRAY_SIGNALS):
             signal.signal(s, handler)
 
 
-def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metrics=None, metrics_index=0):
+def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metrics=None, metrics_index=0,
+                  balance=None, balance_index=0, listeners_private=False):
     kw = server_options(cfg)
     kw["listeners"] = list(listener_fds)
     kw["logger"] = log
@@ -107,6 +108,12 @@ def server_kwargs(cfg, listener_fds, *, max_requests=0, max_requests_fd=-1, metr
     if metrics is not None:
         kw["metrics"] = metrics  # the supervisor's shared slots; this worker counts in slot metrics_index
         kw["metrics_index"] = metrics_index
+    if listeners_private:
+        # --reuse-port: the engine's drain takes what this worker's own sockets hold, then shuts them down
+        kw["listeners_private"] = True
+    if balance is not None:
+        kw["balance"] = balance  # the loops sharing the listeners: open connections per loop (supervisor.py)
+        kw["balance_index"] = balance_index
     return kw
 
 
@@ -299,6 +306,10 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         loop_beat = (heartbeat, heartbeat_index)
         heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
+    if interface == "asgi":
+        # No balance: the engine's timers run from asyncio's ticker there, too late for its step aside.
+        kwargs.pop("balance", None)
+        kwargs.pop("balance_index", None)
     register_stack_dump()
     log.debug("worker %d: %s app %s on listener fd(s) %s, %d event loop(s), %d blocking thread(s) each, "
               "max requests %s, limit connections %s", os.getpid(), interface,
@@ -335,6 +346,15 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         return
     if kwargs.get("max_requests"):
         kwargs["max_requests"] = -(-kwargs["max_requests"] // threads)  # shared out over the loops
+    if threads > 1 and not inlets and "balance" not in kwargs and not cfg.reuse_port and not handoff.wanted(cfg):
+        # One process, several loops over one listener: they balance among themselves.
+        import struct
+
+        from .supervisor import balance_table
+
+        kwargs["balance"] = balance_table(threads)
+        struct.pack_into("i", kwargs["balance"], 0, threads)
+        kwargs["balance_index"] = 0
     if threads > 1 and kwargs.get("proxy", {}).get("limit_concurrency"):
         import mmap
 
@@ -348,6 +368,8 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
     try:
         for i in range(threads):
             kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
+            if "balance" in kw_i:
+                kw_i["balance_index"] = kwargs["balance_index"] + i
             if heartbeat is not None:
                 # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
                 kw_i.update(heartbeat=heartbeat,

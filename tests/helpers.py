@@ -226,3 +226,92 @@ def send_and_read_to_close(s, data, timeout=5):
             if not b:
                 return out
             out += b
+
+
+# --- keep-alive clients in a closed loop ------------------------------------------------
+
+
+class KeepAliveClients:
+    """`clients` threads, each on its own keep-alive connection, sending its next request as soon as
+    the last response is read (wrk's closed loop: a request is always on its way). A response that
+    says "Connection: close" ends its connection and the client opens another, as an HTTP client does;
+    nothing is retried. Every request that gets no complete 2xx response is a failure, recorded with
+    what happened: the server closed or reset a connection with a request on it, or answered non-2xx.
+    body: bytes to POST with each request (None: GET). Over TLS when the server serves https."""
+
+    def __init__(self, server, clients=8, body=None, path="/"):
+        self._wrap = lambda sock: sock
+        if server.scheme == "https":
+            import ssl
+
+            from servers import pki_files
+
+            ctx = ssl.create_default_context(cafile=pki_files()[2])  # the test CA
+            self._wrap = lambda sock: ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+        self.server = server
+        method = "POST" if body is not None else "GET"
+        head = f"{method} {path} HTTP/1.1\r\nHost: test\r\nUser-Agent: keep-alive-clients\r\n"
+        if body is not None:
+            head += f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n"
+        self.request = head.encode() + b"\r\n" + (body or b"")
+        self.body_len = len(body) if body is not None else None
+        self.ok = 0
+        self.connections = 0
+        self.failures = []  # (monotonic time, description, responses read before on that connection)
+        self.pids = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _connect(self):
+        sock = socket.create_connection((self.server.host, self.server.port), timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self.connections += 1
+        return self._wrap(sock)
+
+    def _fail(self, what, nth):
+        with self._lock:
+            self.failures.append((time.monotonic(), what, nth))
+
+    def _run(self):
+        sock = None
+        nth = 0
+        while not self._stop.is_set():
+            try:
+                if sock is None:
+                    sock, nth = None, 0
+                    sock = self._connect()
+                sock.sendall(self.request)
+                status, headers, body, _ = read_response(sock, timeout=10)
+            except (OSError, ValueError, ConnectionError) as e:
+                self._fail(f"{type(e).__name__}: {e}", nth)
+                if sock is not None:
+                    sock.close()
+                sock = None
+                continue
+            nth += 1
+            fields = dict(headers)
+            if not 200 <= status < 300:
+                self._fail(f"status {status}: {body[:80]!r}", nth)
+            else:
+                pid, _, n = body.decode().partition(" ")
+                if self.body_len is not None and n != str(self.body_len):
+                    self._fail(f"body read as {n} bytes, sent {self.body_len}", nth)
+                else:
+                    with self._lock:
+                        self.ok += 1
+                        self.pids.add(int(pid))
+            if fields.get("connection", "").lower() == "close":
+                sock.close()
+                sock = None
+        if sock is not None:
+            sock.close()
+
+    def stop(self):
+        self._stop.set()
+        for t in self.threads:
+            t.join(15)
+        return self

@@ -235,6 +235,10 @@ static void Server_dealloc(ServerObject *self)
         PyBuffer_Release(&self->inflight);
         self->inflight_held = 0;
     }
+    if (self->balance_held) {
+        PyBuffer_Release(&self->balance);
+        self->balance_held = 0;
+    }
     if (self->heartbeat_held) {
         PyBuffer_Release(&self->heartbeat);
         self->heartbeat_held = 0;
@@ -278,8 +282,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
             /* A signal handler raised (KeyboardInterrupt...): close everything
              * and let the exception propagate out of serve(). */
             PyObject *exc = m0_exc_fetch();
-            m0_server_drain(self->srv);
-            m0_server_abort(self->srv);
+            m0_server_drain_abort(self->srv);
             __atomic_store_n(&self->shutdown_requested, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&self->serving, 0, __ATOMIC_RELEASE);
@@ -306,10 +309,11 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
         m0_server_post_drain(self->srv, graceful);
         Py_RETURN_NONE;
     }
-    m0_server_drain(self->srv);
     if (!graceful)
-        m0_server_abort(self->srv);
-    else if (self->asgi != NULL)
+        m0_server_drain_abort(self->srv);
+    else
+        m0_server_drain(self->srv);
+    if (graceful && self->asgi != NULL)
         m0_asgi_drain(self->asgi); /* open WebSockets close now (1012) */
     Py_RETURN_NONE;
 }

@@ -150,16 +150,20 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                              "early_hints",
                              "tls",
                              "http2",
+                             "balance",
+                             "balance_index",
+                             "listeners_private",
                              NULL};
     PyObject *app, *interface;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
-    int blocking_threads = 0, multithread = 0, early_hints = 1;
+    int blocking_threads = 0, multithread = 0, early_hints = 1, listeners_private = 0;
     long long body_buffer_size = 1024 * 1024;
     Py_ssize_t max_keepalive_requests = 0, limit_request_line = 8190, limit_request_fields = 100,
-               limit_request_field_size = 8190, heartbeat_index = 0;
+               limit_request_field_size = 8190, heartbeat_index = 0, balance_index = 0;
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
-             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None, *http2 = Py_None;
+             *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None, *http2 = Py_None,
+             *balance = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -168,14 +172,16 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     int max_requests_fd = -1;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOO:Server", kwlist, &app, &interface, &late->listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOOOnp:Server", kwlist, &app, &interface, &late->listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
             &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
-            &early_hints, &tls, &http2))
+            &early_hints, &tls, &http2, &balance, &balance_index, &listeners_private))
         return -1;
+    late->balance = balance;
+    late->balance_index = balance_index;
     late->heartbeat = heartbeat;
     late->heartbeat_index = heartbeat_index;
     late->inflight_counter = inflight_counter;
@@ -219,6 +225,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     cfg->limits.max_body = (uint64_t)limit_request_body;
     cfg->max_requests = (uint64_t)max_requests;
     cfg->max_requests_fd = max_requests_fd < 0 ? -1 : max_requests_fd;
+    cfg->listeners_private = listeners_private;
     cfg->server_header = server_header;
     if (m0_serve_access_log_init(self, access_log, &cfg->access_log_fd) < 0 || m0_proxy_options(proxy, &cfg->proxy) < 0)
         return -1;
@@ -265,10 +272,32 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     return 0;
 }
 
+/* balance: None, or a writable buffer of aligned int32 slots that every
+ * loop sharing the listeners sees (shared memory across the workers), in
+ * which each publishes its open connections (m0_server_balance); index:
+ * this loop's slot. */
+static int balance_init(ServerObject *self, PyObject *table, Py_ssize_t index)
+{
+    if (table == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(table, &self->balance, PyBUF_WRITABLE) < 0)
+        return -1;
+    self->balance_held = 1;
+    size_t n = self->balance.len >= M0_BALANCE_LINE ? (size_t)self->balance.len / M0_BALANCE_LINE - 1 : 0;
+    if ((uintptr_t)self->balance.buf % M0_BALANCE_LINE != 0 || index < 0 || (size_t)index >= n) {
+        PyErr_Format(PyExc_ValueError,
+                     "balance_index %zd is outside the balance buffer (%zd bytes), or it is not aligned", index,
+                     self->balance.len);
+        return -1;
+    }
+    m0_server_balance(self->srv, (int32_t *)self->balance.buf, n, (size_t)index);
+    return 0;
+}
+
 int m0_serve_config_apply(ServerObject *self, const m0_serve_late_args *late)
 {
     if (heartbeat_init(self, late->heartbeat, late->heartbeat_index) < 0 ||
-        inflight_init(self, late->inflight_counter) < 0)
+        inflight_init(self, late->inflight_counter) < 0 || balance_init(self, late->balance, late->balance_index) < 0)
         return -1;
     Py_ssize_t n;
     int *fds = m0_listener_fds(late->listeners, &n);

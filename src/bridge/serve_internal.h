@@ -61,6 +61,8 @@ struct m0_server_object {
     int heartbeat_held;
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */
     int inflight_held;
+    Py_buffer balance; /* balance=: open connections per loop of every worker (m0_server_balance) */
+    int balance_held;
     PyThreadState *wait_state;    /* the thread state saved around epoll_wait */
     int pass_nogil;               /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
     int shutdown_requested;       /* atomic: set by shutdown() from any thread */
@@ -100,6 +102,8 @@ typedef struct {
     PyObject *heartbeat;
     Py_ssize_t heartbeat_index;
     PyObject *inflight_counter;
+    PyObject *balance;
+    Py_ssize_t balance_index;
 } m0_serve_late_args;
 
 /* Parse Server(...)'s arguments into cfg (defaults first) and into self's

@@ -168,8 +168,9 @@ static void pool_wind_down(ServerObject *self, int drain)
     PyThreadState *ts = PyEval_SaveThread();
     (void)m0_workq_quiesce(self->workq, 0, M0_POOL_WIND_DOWN_MS); /* at most one pass */
     if (drain)
-        m0_server_drain(self->srv);
-    m0_server_abort(self->srv);
+        m0_server_drain_abort(self->srv);
+    else
+        m0_server_abort(self->srv);
     m0_conn *c;
     while ((c = m0_workq_pop(self->workq)) != NULL)
         m0_conn_complete(c, 0, 503, 0);

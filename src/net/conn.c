@@ -218,7 +218,8 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
     else if (kind == M0_TIMER_SEND || kind == M0_TIMER_LINGER || (c->flags & M0_CF_CLOSE_AFTER))
         m0__conn_close(c, 1); /* the bounds of flushing and of lingering */
     else
-        m0__conn_close_after(c, c->state == M0_CS_DISCARD); /* queued responses go out first */
+        /* queued responses go out first; a drain's close lingers (m0_server_drain) */
+        m0__conn_close_after(c, c->state == M0_CS_DISCARD || c->srv->draining);
     m0__conn_release(c);
 }
 

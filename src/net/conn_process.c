@@ -70,7 +70,19 @@ void m0__conn_dispatch(m0_conn *c)
     c->send_deadline_ms = 0;
     c->nreq++;
     int gated = m0__request_begin(c);
-    int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, c, &c->req);
+    int r = 0;
+    if (!gated) {
+        int bal = srv->bal != NULL;
+        if (bal) {
+            srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
+            m0__server_balance_note(srv);
+        }
+        r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+        if (bal) {
+            srv->bal_busy = 0;
+            m0__server_balance_note(srv);
+        }
+    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (r < 0 || (r == 0 && c->pending)) {
@@ -198,10 +210,12 @@ void m0__conn_process(m0_conn *c)
                 m0__conn_buffers_release(c);
             else
                 m0__conn_input_release(c);
-            if (c->peer_eof || (srv->draining && c->nreq > 0)) {
+            if (c->peer_eof) {
                 m0__conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
                 uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
+                if (srv->draining && c->nreq > 0 && idle > M0_DRAIN_QUIET_MS)
+                    idle = M0_DRAIN_QUIET_MS; /* its last response said keep-alive: a quiet spell, then close */
                 m0__conn_arm(c, M0_TIMER_IDLE, idle);
             }
             break;
@@ -235,6 +249,8 @@ void m0__conn_process(m0_conn *c)
             if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
                 m0__h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
                 m0__h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
+                if (srv->draining && c->state == M0_CS_H2)
+                    m0__h2_drain(c); /* it began after the drain's GOAWAYs: its own */
                 break;
             }
             /* A declared body over the limit: the head was parsed, its request line is logged. */
@@ -261,12 +277,17 @@ void m0__conn_process(m0_conn *c)
 /* --- finishing a response --- */
 
 /* m0_conn_keep_alive of an HTTP/1.x connection (not an HTTP/2 stream):
- * m0_conn_finish, which has told the two apart already, asks it directly. */
-static int conn_keep_alive_h1(const m0_conn *c)
+ * m0_conn_finish, which has told the two apart already, asks it directly.
+ * told: the response's head is written (the finish): a drain or readiness
+ * lost since does not close a connection the client was told stays open
+ * (its next request may be on its way: it is answered, with a close). */
+static int conn_keep_alive_h1(const m0_conn *c, int told)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken || __atomic_load_n(&srv->draining, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&srv->unready, __ATOMIC_RELAXED))
+    if (c->state != M0_CS_REQUEST || c->broken)
+        return 0;
+    if (!told &&
+        (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED) || __atomic_load_n(&srv->unready, __ATOMIC_RELAXED)))
         return 0;
     if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
         return 0;
@@ -301,7 +322,7 @@ int m0_conn_keep_alive(const m0_conn *c)
 {
     if (c->is_h2s)
         return m0__h2s_keep_alive(c);
-    return conn_keep_alive_h1(c);
+    return conn_keep_alive_h1(c, 0);
 }
 
 void m0_conn_cut(m0_conn *c)
@@ -327,7 +348,7 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     }
     c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
-    int keep = keep_alive && conn_keep_alive_h1(c);
+    int keep = keep_alive && conn_keep_alive_h1(c, 1);
     c->flags &= ~M0_CF_WANT_BODY;
     if (c->state == M0_CS_RAW) {
         /* Half-close and read the peer's last bytes away (a WebSocket close

@@ -1,6 +1,9 @@
 /* Listeners: non-blocking listening sockets registered with M0_IO_EXCLUSIVE
  * (EPOLLEXCLUSIVE: one shared accept queue across pre-forked workers without
- * a thundering herd), accept4 (or its fallback) in a loop. Where the backend
+ * a thundering herd), accept4 (or its fallback), one connection per wake-up.
+ * With a balance table (m0_server_balance: the loops sharing the listeners
+ * publish their open connections) every loop wakes instead, and one with
+ * more open than an idle peer steps aside (listener_io). Where the backend
  * has no such flag (poll, kqueue), the loops are given inlets instead: the
  * ends of Unix stream sockets over which the accept hand-off (acceptor.h)
  * passes them the connections it accepted, so that one thread wakes per
@@ -17,9 +20,18 @@
 #include "portable.h"
 #include "server_int.h"
 
-/* Connections accepted per readiness, so one busy listener cannot starve the
+/* Connections read from an inlet per readiness, and accepted from the
+ * listeners as a drain starts, so that one busy source cannot starve the
  * connections of the same batch. */
 #define M0_ACCEPT_BATCH 64
+/* Connections accepted from a shared listener per wake-up: one. A loop that
+ * took a batch would take every connection of a burst (eight keep-alive
+ * clients connecting at once) before a peer woke, and a keep-alive
+ * connection stays with the loop that accepted it. */
+#define M0_ACCEPT_PER_WAKE 1
+/* Balanced (m0_server_balance): how long a loop steps aside for a peer with
+ * fewer open connections before it takes a queued connection itself. */
+#define M0_ACCEPT_DEFER_MS 10
 /* Out of fds or memory: stop accepting this long. */
 #define M0_ACCEPT_PAUSE_MS 100
 
@@ -45,7 +57,10 @@ static uint32_t listener_interest(const m0_server *srv, const m0_listener *l)
         return 0;
     if (l->inlet)
         return M0_IO_IN;
-    return srv->draining ? 0 : M0_IO_IN | M0_IO_EXCLUSIVE;
+    if (srv->draining || srv->accept_deferred)
+        return 0;
+    /* Balanced: every loop wakes, and the one with the fewest takes it. */
+    return srv->bal != NULL ? M0_IO_IN : M0_IO_IN | M0_IO_EXCLUSIVE;
 }
 
 int m0_server_listen(m0_server *srv, int fd)
@@ -90,8 +105,8 @@ int m0_server_listen(m0_server *srv, int fd)
     l->io.events = 0;
     l->io.cb = m0__listener_io;
     l->srv = srv;
-    if (!srv->draining && !srv->accept_paused && !srv->at_limit) {
-        int r = m0_io_set(srv->loop, &l->io, M0_IO_IN | M0_IO_EXCLUSIVE);
+    if (!srv->draining && !srv->accept_paused && !srv->at_limit && !srv->accept_deferred) {
+        int r = m0_io_set(srv->loop, &l->io, listener_interest(srv, l));
         if (r < 0) {
             free(l);
             return r;
@@ -105,7 +120,7 @@ int m0_server_listen(m0_server *srv, int fd)
 
 void m0__listeners_update(m0_server *srv)
 {
-    int on = !srv->draining && !srv->accept_paused && !srv->at_limit;
+    int on = !srv->draining && !srv->accept_paused && !srv->at_limit && !srv->accept_deferred;
     if (on == srv->listening && srv->inlets == 0)
         return;
     srv->listening = on;
@@ -164,26 +179,23 @@ void m0__listeners_pause(m0_server *srv, int paused)
     m0__listeners_update(srv);
 }
 
-void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
+/* Accept from listener l: at most `max` connections, while the server may
+ * (draining or not: the caller decides). */
+static void listener_accept(m0_server *srv, m0_listener *l, int max)
 {
-    (void)events;
-    m0_listener *l = (m0_listener *)io;
-    m0_server *srv = l->srv;
-    if (l->inlet) {
-        inlet_io(loop, l);
-        return;
-    }
-    for (int i = 0; i < M0_ACCEPT_BATCH && !srv->draining && !srv->accept_paused && !srv->at_limit; i++) {
+    for (int i = 0; i < max && !srv->accept_paused && !srv->at_limit; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
-        int fd = m0_accept_nb(io->fd, (struct sockaddr *)&peer, &peerlen);
+        int fd = m0_accept_nb(l->io.fd, (struct sockaddr *)&peer, &peerlen);
         if (fd < 0) {
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return;
             if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-                m0__listeners_pause(srv, 1);
-                m0_timer_start(loop, &srv->accept_timer, M0_ACCEPT_PAUSE_MS);
+                if (!srv->draining) {
+                    m0__listeners_pause(srv, 1);
+                    m0_timer_start(srv->loop, &srv->accept_timer, M0_ACCEPT_PAUSE_MS);
+                }
                 return;
             }
             /* ECONNABORTED, EINTR, EPROTO, network errors: the next one. */
@@ -198,4 +210,71 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
             m0__listeners_update(srv);
         }
     }
+}
+
+/* Balanced: whether a live peer has fewer open connections than this loop
+ * (it then takes the next one; this loop steps aside). */
+static int listener_peer_has_fewer(const m0_server *srv)
+{
+    int32_t mine = (int32_t)m0_server_connections(srv);
+    int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED); /* the header: slots that may be in use */
+    size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
+    for (size_t i = 0; i < n; i++) {
+        if (i == srv->bal_self)
+            continue;
+        int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
+        /* live (v >= 0), outside a handler (a loop in a view accepts
+         * nothing until it is out), and fewer open */
+        if (v >= 0 && !(v & 1) && (v >> 1) < mine)
+            return 1;
+    }
+    return 0;
+}
+
+void m0__listeners_take_one(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
+    }
+}
+
+void m0__listeners_shutdown(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            shutdown(l->io.fd, SHUT_RDWR);
+    }
+}
+
+void m0__listeners_take_queued(m0_server *srv)
+{
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            listener_accept(srv, l, M0_ACCEPT_BATCH);
+    }
+}
+
+void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
+{
+    (void)events;
+    m0_listener *l = (m0_listener *)io;
+    m0_server *srv = l->srv;
+    if (l->inlet) {
+        inlet_io(loop, l);
+        return;
+    }
+    if (srv->draining)
+        return;
+    m0__server_balance_note(srv); /* this loop runs: a peer may wait for it from now on */
+    if (srv->bal != NULL && listener_peer_has_fewer(srv)) {
+        /* Step aside: the peer, woken too, takes it; if it has not within
+         * M0_ACCEPT_DEFER_MS (inside a view, or not scheduled), this loop
+         * takes it then. */
+        srv->accept_deferred = 1;
+        m0__listeners_update(srv);
+        m0_timer_start(loop, &srv->defer_timer, M0_ACCEPT_DEFER_MS);
+        return;
+    }
+    listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
 }

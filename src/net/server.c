@@ -37,6 +37,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->metrics = NULL;
     cfg->max_requests = 0;
     cfg->max_requests_fd = -1;
+    cfg->listeners_private = 0;
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
     cfg->tls = NULL;
@@ -48,6 +49,44 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, accept_timer));
     if (!srv->draining)
         m0__listeners_pause(srv, 0);
+}
+
+/* The balance's step aside is over: the listeners are back, and what they
+ * still hold is taken (listener.c). */
+static void server_defer_timer(m0_loop *loop, m0_timer *t)
+{
+    (void)loop;
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, defer_timer));
+    srv->accept_deferred = 0;
+    m0__listeners_update(srv);
+    if (!srv->draining)
+        m0__listeners_take_one(srv); /* no peer took it: this loop does */
+}
+
+static void server_balance_store(m0_server *srv, int32_t v)
+{
+    if (srv->bal != NULL)
+        __atomic_store_n(srv->bal + (1 + srv->bal_self) * (M0_BALANCE_LINE / 4), v, __ATOMIC_RELAXED);
+}
+
+void m0__server_balance_note(m0_server *srv)
+{
+    if (srv->bal != NULL && !srv->draining)
+        server_balance_store(srv, (int32_t)(m0_server_connections(srv) << 1) | (srv->bal_busy ? 1 : 0));
+}
+
+void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
+{
+    if (table == NULL || self >= n) {
+        srv->bal = NULL;
+        return;
+    }
+    srv->bal = table;
+    srv->bal_n = n;
+    srv->bal_self = self;
+    /* Not a peer to wait for until its loop runs: its first connection, or
+     * the first wake-up of its listeners (listener.c), publishes it. */
+    server_balance_store(srv, -1);
 }
 
 /* Loop thread: what other threads posted (completions, drain, abort). */
@@ -62,10 +101,10 @@ static void server_wake(m0_loop *loop, m0_async *async)
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
     m0__server_flush_held(srv); /* the completions' held output, after their lines */
-    if (posted & (M0_POSTED_DRAIN | M0_POSTED_ABORT))
-        m0_server_drain(srv);
     if (posted & M0_POSTED_ABORT)
-        m0_server_abort(srv);
+        m0_server_drain_abort(srv);
+    else if (posted & M0_POSTED_DRAIN)
+        m0_server_drain(srv);
 }
 
 void m0_server_take_completed(m0_server *srv)
@@ -120,6 +159,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->hdrs, cfg->limits.max_header_count * sizeof(m0_header));
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
+    m0_timer_init(&srv->defer_timer, server_defer_timer);
     m0__pace_init(srv);
     m0__conn_ring_init(srv);
     m0__trim_init(srv);
@@ -155,7 +195,9 @@ void m0__server_link(m0_server *srv, m0_conn *c)
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    m0__trim_note(srv, __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED));
+    size_t n = __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
+    m0__trim_note(srv, n);
+    m0__server_balance_note(srv);
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
@@ -171,6 +213,7 @@ void m0__server_unlink(m0_server *srv, m0_conn *c)
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
+    m0__server_balance_note(srv);
     if (srv->at_limit && n < srv->cfg.limit_connections) {
         srv->at_limit = 0;
         m0__listeners_update(srv); /* room again: accept */
@@ -198,6 +241,8 @@ void m0_server_free(m0_server *srv)
     m0_server_abort(srv);
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_timer_stop(srv->loop, &srv->defer_timer);
+    server_balance_store(srv, -1);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
     m0__conn_ring_stop(srv);
     m0__trim_stop(srv);
@@ -220,23 +265,45 @@ void m0_server_free(m0_server *srv)
     free(srv);
 }
 
-void m0_server_drain(m0_server *srv)
+/* Stop accepting; take_queue: accept what the listeners hold now (a drain
+ * that serves on), so that no connection waits in an accept queue for a
+ * wake-up this loop took and will not act on (EPOLLEXCLUSIVE woke it alone;
+ * nobody else is told), nor in a queue that closes with this process (a
+ * SO_REUSEPORT socket of its own). */
+static void server_drain(m0_server *srv, int take_queue)
 {
-    if (!srv->draining) {
-        __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
-        /* The listeners leave the set; inlets are still read (listener.c),
-         * so a pause for want of fds ends with the drain. */
-        m0_timer_stop(srv->loop, &srv->accept_timer);
-        srv->accept_paused = 0;
-        m0__listeners_update(srv);
-    }
-    /* Idle keep-alive connections close now; each other one closes after its
-     * current response (m0_conn_keep_alive answers 0 from now on). A
-     * connection that has not sent its first request yet is not idle: it was
-     * accepted from the shared queue and its request is on the way, so it is
-     * answered (bounded by the header timeout) rather than reset; that is what
-     * makes rolling restarts and max_requests recycling lose no request. A
-     * reference on the next connection keeps it alive across a close callback. */
+    if (srv->draining)
+        return;
+    __atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
+    /* The listeners leave the set; inlets are still read (listener.c),
+     * so a pause for want of fds ends with the drain. */
+    m0_timer_stop(srv->loop, &srv->accept_timer);
+    m0_timer_stop(srv->loop, &srv->defer_timer);
+    srv->accept_paused = 0;
+    srv->accept_deferred = 0;
+    server_balance_store(srv, -1); /* no peer waits for this one to accept */
+    m0__listeners_update(srv);
+    if (take_queue)
+        m0__listeners_take_queued(srv);
+    if (srv->cfg.listeners_private)
+        m0__listeners_shutdown(srv); /* out of the SO_REUSEPORT group: new connections go to the others */
+    /* A keep-alive client may be sending its next request at this very
+     * moment: closing its connection now would lose that request. So from
+     * now on every response says "Connection: close" (m0_conn_keep_alive
+     * answers 0) and its connection closes after it (lingering when input
+     * follows), and a connection idle now is closed only once it has been
+     * quiet for M0_DRAIN_QUIET_MS (its next request, when it comes first,
+     * is answered that way); one quiet that long already closes now. The
+     * close of an idle connection lingers (shutdown, then input read away
+     * until end-of-file): a request that crosses it meets an end-of-file,
+     * which clients retry on a reused connection, not a reset. A connection
+     * that has not sent its first request yet is answered (bounded by the
+     * header timeout). HTTP/2 is told by a GOAWAY; the streams in flight
+     * finish. The graceful timeout bounds it all (the caller's abort). A
+     * reference on the next connection keeps it alive across a callback. */
+    uint64_t now = m0_loop_now(srv->loop);
+    uint32_t ka = srv->cfg.keep_alive_timeout_ms;
+    uint32_t quiet = ka < M0_DRAIN_QUIET_MS ? ka : M0_DRAIN_QUIET_MS;
     m0_conn *c = srv->conns;
     if (c != NULL)
         c->refs++;
@@ -244,23 +311,31 @@ void m0_server_drain(m0_server *srv)
         m0_conn *next = c->next;
         if (next != NULL)
             next->refs++;
-        int idle = c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending;
-        /* Bytes already in the kernel are a request the loop has not read yet:
-         * answer it (with Connection: close) instead of resetting its client. */
-        int unread = 0;
-        if (idle && c->state == M0_CS_HEAD && ioctl(c->io.fd, FIONREAD, &unread) == 0 && unread > 0)
-            idle = 0;
-        if (c->state == M0_CS_H2)
+        if (c->state == M0_CS_H2) {
             m0__h2_drain(c); /* GOAWAY; the streams in flight finish */
-        else if (c->state == M0_CS_DISCARD && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0__conn_close_after(c, 1); /* its queued response goes out first, then a lingering close */
-        else if (idle && c->wlen == c->wpos)
-            m0__conn_close(c, 1);
-        else if (idle && !(c->flags & M0_CF_CLOSE_AFTER))
-            m0__conn_close_after(c, 0);
+        } else if (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending &&
+                   c->timer_kind == M0_TIMER_IDLE && !(c->flags & M0_CF_CLOSE_AFTER)) {
+            /* Idle since its keep-alive timer was armed (conn_process). */
+            uint64_t since = c->deadline_ms > ka ? c->deadline_ms - ka : 0;
+            if (now >= since + quiet)
+                m0__conn_close_after(c, 1); /* quiet long enough (after its queued output) */
+            else
+                m0__conn_arm(c, M0_TIMER_IDLE, (uint32_t)(since + quiet - now));
+        }
         m0__conn_release(c);
         c = next;
     }
+}
+
+void m0_server_drain(m0_server *srv)
+{
+    server_drain(srv, 1);
+}
+
+void m0_server_drain_abort(m0_server *srv)
+{
+    server_drain(srv, 0);
+    m0_server_abort(srv);
 }
 
 void m0_server_max_requests(m0_server *srv)

@@ -100,6 +100,13 @@ typedef struct {
      * "M", to this fd (a supervisor's status pipe) and keeps serving until it
      * is told to drain (the supervisor starts the replacement first). */
     int max_requests_fd;
+    /* The listeners are this worker's alone (--reuse-port: a SO_REUSEPORT
+     * socket each): a drain shuts them down right after it accepted what
+     * they hold, so that the kernel steers new connections to the other
+     * workers' sockets at once, and none waits in a queue that closes with
+     * this worker (a close resets what it holds, unless the sysctl
+     * net.ipv4.tcp_migrate_req moves it to a peer). */
+    int listeners_private;
     /* NULL: the engine's own line; else a compiled format (net/access_log.h),
      * owned by the caller and outliving the server */
     const struct m0_access_log *access_log_format;
@@ -138,7 +145,7 @@ void m0_server_free(m0_server *srv);
 void m0_server_flush_deferred(m0_server *srv);
 
 /* Start accepting on a bound, listening socket (made non-blocking here,
- * registered with EPOLLEXCLUSIVE). The server does not own fd. A connected
+ * registered with EPOLLEXCLUSIVE, or without it under m0_server_balance). The server does not own fd. A connected
  * Unix stream socket is taken as an inlet of the accept hand-off
  * (acceptor.h) instead: the server reads connections from a copy of it, and
  * closes that copy at its end-of-file. */
@@ -146,9 +153,16 @@ int m0_server_listen(m0_server *srv, int fd);
 /* Inlets still open: a drained server is done once this is 0 too. */
 size_t m0_server_inlets(const m0_server *srv);
 
-/* Graceful drain: stop accepting, close idle connections now, close every
- * other connection as soon as its current response is finished. */
+/* Graceful drain: stop accepting (the connections the listeners hold at
+ * this moment are accepted and served: none is left in a queue for a wake-up
+ * this loop took), then close no connection while a request may be on its
+ * way: each one's next response says "Connection: close" and ends it, an
+ * idle one closes at its keep-alive timeout unless a request comes first,
+ * HTTP/2 gets a GOAWAY. */
 void m0_server_drain(m0_server *srv);
+/* Stop now: drain without taking the queued connections (they stay for
+ * another loop), then m0_server_abort. */
+void m0_server_drain_abort(m0_server *srv);
 /* The loop thread, once the server dispatched cfg.max_requests requests
  * (those of the health path not counted): drain, or tell max_requests_fd. */
 void m0_server_max_requests(m0_server *srv);
@@ -170,6 +184,20 @@ uint64_t m0_server_requests(const m0_server *srv); /* requests dispatched so far
 /* Set when a request starts (monotonic ns) and cleared to 0 when it ends: the
  * supervisor's heartbeat slot. NULL to disable. */
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
+/* Balance new connections over the loops that share the listeners (the
+ * workers of a supervisor, the loops of --threads). table: memory they all
+ * see (shared across the workers), M0_BALANCE_LINE bytes of header, whose
+ * first int32 says how many slots may be in use, then one M0_BALANCE_LINE
+ * slot per loop (a line each: no loop writes another's cache line), n of
+ * them; this loop's is slot `self`. In its first int32 a loop publishes
+ * (open connections << 1) | (1 while it runs a handler), -1 when there is
+ * no loop there or it drains. With a table, every loop watching a listener
+ * wakes for each connection (no EPOLLEXCLUSIVE), and a loop takes one only
+ * when no live peer outside a handler has fewer open; else it steps aside,
+ * at most M0_ACCEPT_DEFER_MS (listener.c), after which it takes the
+ * connection if it is still queued. Set before m0_server_listen. */
+#define M0_BALANCE_LINE 64
+void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self);
 /* --limit-concurrency counts the requests in flight of every server that
  * shares `counter` (the loops of one worker: --threads), with atomic
  * operations, instead of this server's own. Set before serving; NULL: back to

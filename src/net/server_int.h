@@ -22,6 +22,11 @@
 #define M0_WRITE_LOW_WATER (64 * 1024)
 /* Lingering close: how long input is discarded after shutdown(SHUT_WR). */
 #define M0_LINGER_MS 2000
+/* A drain closes a keep-alive connection that has been idle this long (at
+ * most its keep-alive timeout): a client in a closed loop (a load balancer's
+ * pool under load, a browser loading a page) sends its next request within
+ * milliseconds of the last response, which is then answered with a close. */
+#define M0_DRAIN_QUIET_MS 1000
 #define M0_CONN_FREELIST_MAX 64
 
 /* Where a connection is in its requests (c->state). */
@@ -298,6 +303,16 @@ struct m0_server {
     int listening;     /* the listeners are in the epoll set */
     size_t inlets;     /* inlets open (listener.c): a drain ends when they are closed too */
     m0_timer accept_timer;
+    /* m0_server_balance: the shared table of open connections per loop, its
+     * size and this loop's slot (NULL: no balance); accept_deferred: the
+     * listeners are out of the set while a peer with fewer takes the queued
+     * connections, until defer_timer (which then takes one itself). */
+    int32_t *bal; /* the table's header; slot i at bal + (1 + i) * M0_BALANCE_LINE / 4 */
+    size_t bal_n;
+    size_t bal_self;
+    int bal_busy; /* inside on_request (conn_process.c) */
+    int accept_deferred;
+    m0_timer defer_timer;
     m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
     m0_timer pace_timer;     /* armed while `paced` is not empty */
     m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
@@ -361,6 +376,13 @@ void m0__listeners_pause(m0_server *srv, int paused);
 void m0__listeners_update(m0_server *srv);
 /* Close the inlets now (an abort: what they still hold is dropped). */
 void m0__inlets_close(m0_server *srv);
+/* Accept what the listeners (not the inlets) hold now, as a drain starts. */
+void m0__listeners_take_queued(m0_server *srv);
+/* Accept one connection from each listener that holds one (the balance's
+ * step aside is over). */
+void m0__listeners_take_one(m0_server *srv);
+/* shutdown(2) the listeners (cfg.listeners_private, at a drain). */
+void m0__listeners_shutdown(m0_server *srv);
 
 /* conn.c */
 m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen);
@@ -393,6 +415,9 @@ static inline void m0__gate_done(m0_conn *c)
 }
 
 /* server.c */
+/* Publish this loop's open connections and whether it runs a handler now
+ * (m0_server_balance); nothing without a table or while draining. */
+void m0__server_balance_note(m0_server *srv);
 void m0__server_link(m0_server *srv, m0_conn *c);
 /* Send the output held back during the loop's pass (conn_write.c); called
  * by the pass-end hook (server.c) after the access log's flush. */

@@ -273,7 +273,7 @@ def test_sigterm_shutdown_finishes_in_flight_request(engine):
         time.sleep(0.2)  # the head is read: the request is in flight when TERM comes
         srv.proc.send_signal(signal.SIGTERM)
         srv.wait_log("shutdown requested")
-        assert recv_until_eof(idle) == b""  # the idle connection is closed at once
+        assert recv_until_eof(idle) == b""  # the idle connection closes once quiet for a second
         busy.sendall(b"\r\n")
         resp = read_response(busy)
         assert_hello(resp)
@@ -340,8 +340,49 @@ assert srv.requests == 1 and srv.connections == 1
 assert hb == bytearray(16)  # idle: the slot is 0 again
 srv.shutdown(graceful=True)
 srv.run_once()
-assert srv.connections == 0
-srv.serve()  # returns at once: shut down and no connection left
+assert srv.connections == 1  # idle, its next request may be on its way: not closed yet
+t0 = time.monotonic()
+srv.serve()  # returns once the idle connection was quiet for a second and closed
+assert 0.5 < time.monotonic() - t0 < 4.5, time.monotonic() - t0  # the quiet second, then a lingering close
+assert srv.connections == 0 and c.recv(1) == b""  # an end-of-file, not a reset
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
+def test_drain_answers_the_next_request_of_an_idle_keep_alive_connection():
+    """The request a keep-alive client sends as the server starts to drain (wrk's, a proxy pool's:
+    its next one, the moment the last response arrived) is answered, with "Connection: close",
+    then the connection closes; it used to be closed unanswered as the drain began."""
+    out = run_python(r"""
+import socket, time
+from http1 import read_response, header
+from m0serve import _core
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+srv = _core.Server(None, "native-hello", [lsock.fileno()])
+c = socket.create_connection(lsock.getsockname())
+c.settimeout(5)
+get = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+c.sendall(get)
+while srv.requests == 0:
+    srv.run_once()
+status, headers, _, _ = read_response(c)
+assert status == 200 and header(headers, "connection") is None
+srv.shutdown(graceful=True)  # the connection is idle: its client sends again now
+srv.run_once()
+c.sendall(get)
+deadline = time.monotonic() + 5
+while srv.requests == 1 and time.monotonic() < deadline:
+    srv.run_once()
+srv.run_once()
+status, headers, body, _ = read_response(c)
+assert (status, body) == (200, b"Hello, world!"), (status, body)
+assert header(headers, "connection") == "close"
+srv.serve()
+assert c.recv(1) == b""
 print("ok")
 """)
     assert out.strip() == "ok"
