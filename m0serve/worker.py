@@ -346,8 +346,9 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         return
     if kwargs.get("max_requests"):
         kwargs["max_requests"] = -(-kwargs["max_requests"] // threads)  # shared out over the loops
-    if threads > 1 and not inlets and "balance" not in kwargs and not cfg.reuse_port and not handoff.wanted(cfg):
-        # One process, several loops over one listener: they balance among themselves.
+    if threads > 1 and not inlets and "balance" not in kwargs and not handoff.wanted(cfg):
+        # Several loops over the same listeners and no table from a supervisor (one process, or a
+        # worker's own --reuse-port socket): the worker's loops balance among themselves.
         import struct
 
         from .supervisor import balance_table

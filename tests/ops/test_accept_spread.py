@@ -54,11 +54,13 @@ def burst(s, n=8):
     return owners
 
 
-@pytest.mark.parametrize("flag", ["--workers", "--threads"])
-def test_a_burst_of_keep_alive_connections_is_spread_over_the_workers(serve, flag):
+@pytest.mark.parametrize("flag, extra", [("--workers", []), ("--threads", []), ("--threads", ["--reuse-port"])],
+                         ids=["workers", "threads", "threads-reuse-port"])
+def test_a_burst_of_keep_alive_connections_is_spread_over_the_workers(serve, flag, extra):
     """--workers 2: over the two processes; --threads 2: over the two loops of one process (on a
-    free-threaded build they run their views at once; with the GIL they still take turns)."""
-    s = serve("spread_app:app", flag, "2")
+    free-threaded build they run their views at once; with the GIL they still take turns), which
+    share one socket with --reuse-port too."""
+    s = serve("spread_app:app", flag, "2", *extra)
     if flag == "--workers":
         pids = set(worker_pids(s, 2))
     time.sleep(0.5)
