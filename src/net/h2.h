@@ -13,7 +13,7 @@
  * its own, a stream connection: an m0_conn without a socket (c->h2s set)
  * whose request, addresses and TLS session are those of the stream and of its
  * connection. The handler uses the m0_conn functions of server.h as for
- * HTTP/1.1; those of a stream connection come here (the m0_h2s_* functions):
+ * HTTP/1.1; those of a stream connection come here (the m0__h2s_* functions):
  *
  *  - A serial or pool handler's (WSGI) request is dispatched complete
  *    (END_STREAM) when its body fits cfg.body_buffer_size, else once it is

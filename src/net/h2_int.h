@@ -2,7 +2,7 @@
  * h2.h), and the functions shared by its two files: h2.c (the session, the
  * nghttp2 callbacks, the connection's input and output, the dispatch) and
  * h2_stream.c (the stream table, the request built from a header block, the
- * stream connection's m0_h2s_* functions and the data provider). */
+ * stream connection's m0__h2s_* functions and the data provider). */
 #ifndef M0_NET_H2_INT_H
 #define M0_NET_H2_INT_H
 

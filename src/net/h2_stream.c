@@ -1,5 +1,5 @@
 /* HTTP/2 streams: the stream table, the request built from a header block,
- * and the stream connections the handler sees, their m0_h2s_* functions and
+ * and the stream connections the handler sees, their m0__h2s_* functions and
  * the data provider that sends their bodies (contract in h2.h). */
 #include "h2_int.h"
 
