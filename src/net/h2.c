@@ -857,7 +857,25 @@ void m0__h2_drain(m0_conn *c)
         m0__h2_after(h2);
         return;
     }
+    if (!h2->notice) {
+        /* RFC 9113 6.8: the shutdown notice first (a GOAWAY naming the
+         * largest stream id), the GOAWAY naming the last stream a while
+         * after (m0__h2_timer): a stream the client opened before it read
+         * the notice is on its way, and is served rather than refused. */
+        h2->notice = 1;
+        nghttp2_submit_shutdown_notice(h2->ses);
+        h2->drain_at_ms = m0_loop_now(c->srv->loop) + H2_DRAIN_NOTICE_MS;
+        m0__h2_timer_at(h2, h2->drain_at_ms);
+        m0__h2_after(h2);
+        return;
+    }
+    m0__h2_goaway_last(h2);
+}
+
+void m0__h2_goaway_last(m0_h2 *h2)
+{
     h2->goaway = 1;
+    h2->drain_at_ms = 0;
     /* The streams accepted so far are answered; the last id tells the client
      * which ones (RFC 9113 6.8). */
     nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),

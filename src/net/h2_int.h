@@ -33,17 +33,18 @@ typedef struct m0_h2 {
     m0_h2_stream *streams; /* every stream of the session (doubly linked) */
     m0_h2_stream *ready;   /* complete requests not dispatched yet, in arrival order */
     m0_h2_stream *ready_tail;
-    int in_ng;       /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
-    int dispatching; /* h2_dispatch is on the stack */
-    int write_now;   /* m0__h2_write sends unheld (a streamed chunk's frames) */
-    int busy;        /* serial handlers (WSGI): a stream is dispatched and not finished */
-    int polling;     /* m0__h2_send walks the streams (handlers are told things) */
-    int repoll;      /* ... and was asked for another walk meanwhile */
-    int goaway;      /* GOAWAY sent: no new stream, close once the last one ends */
-    int notice;      /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
-                      * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
-    int drain_first; /* drained before its first stream came: the GOAWAY follows that stream (m0__h2_drain) */
-    uint32_t open;   /* streams dispatched and not finished */
+    int in_ng;            /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
+    int dispatching;      /* h2_dispatch is on the stack */
+    int write_now;        /* m0__h2_write sends unheld (a streamed chunk's frames) */
+    int busy;             /* serial handlers (WSGI): a stream is dispatched and not finished */
+    int polling;          /* m0__h2_send walks the streams (handlers are told things) */
+    int repoll;           /* ... and was asked for another walk meanwhile */
+    int goaway;           /* GOAWAY sent: no new stream, close once the last one ends */
+    int notice;           /* the shutdown notice sent (--shutdown-delay: a GOAWAY with the largest stream
+                           * id, RFC 9113 6.8); streams are still served until the drain's GOAWAY */
+    int drain_first;      /* drained before its first stream came: the GOAWAY follows that stream (m0__h2_drain) */
+    uint64_t drain_at_ms; /* the drain's shutdown notice went: the GOAWAY naming the last stream is due then */
+    uint32_t open;        /* streams dispatched and not finished */
     /* Request body bytes received and not read by their handlers, all
      * streams together (under h2_lock with --blocking-threads: pool threads
      * read bodies). A serial handler's streams buffer at most body_buffer_size
@@ -223,6 +224,13 @@ static inline int m0__h2_buf_add(char **b, size_t *len, size_t *cap, const void 
 /* c becomes an HTTP/2 connection (state M0_CS_H2) with a session of its own;
  * NULL when out of memory (c is closed). */
 m0_h2 *m0__h2_open(m0_conn *c);
+/* How long after the drain's shutdown notice the GOAWAY naming the last
+ * stream follows: streams the client opened before it read the notice come
+ * in meanwhile (a round trip, with room for a slow client). */
+#define H2_DRAIN_NOTICE_MS 1000
+/* The drain's GOAWAY naming the last stream processed; the streams in
+ * flight finish, then the connection closes. */
+void m0__h2_goaway_last(m0_h2 *h2);
 /* Feed c's buffered input [rpos, rlen) to the session, then what follows
  * input (m0__h2_after). The caller holds c. */
 void m0__h2_feed(m0_h2 *h2);

@@ -55,6 +55,18 @@ void m0__h2_timer(m0_conn *c)
     }
     uint64_t now = m0_loop_now(c->srv->loop), next = 0;
     int answered = 0;
+    if (h2->drain_at_ms != 0 && !h2->goaway) {
+        if (now >= h2->drain_at_ms) {
+            c->refs++;
+            m0__h2_goaway_last(h2); /* the drain's notice went a while ago (m0__h2_drain) */
+            int gone = c->state != M0_CS_H2;
+            m0__conn_release(c);
+            if (gone)
+                return;
+        } else {
+            next = h2->drain_at_ms;
+        }
+    }
     for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
         m0_conn *sc = s->sc;
         if (s->tunnel && s->out_done && !s->ng_closed && s->body_deadline_ms != 0) {

@@ -405,6 +405,26 @@ def test_drain_sends_goaway_and_finishes_streams_in_flight(serve):
 
 
 @pytest.mark.parametrize("app", ["proto_app:app", "proto_app:asgi_app"])
+def test_drain_serves_a_stream_opened_before_the_client_read_the_notice(serve, app):
+    """RFC 9113 6.8: the drain's first GOAWAY is the shutdown notice (the largest stream id), the
+    one naming the last stream follows a while later, so that a stream the client opened before it
+    read the notice is served, not refused (a worker's recycling loses no request over HTTP/2 either).
+    The client here opens its next stream right after the notice arrives."""
+    s = serve(app)
+    c = h2(s)
+    assert c.get("/fixed").status == 200
+    s.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while c.goaway is None and time.monotonic() < deadline:
+        c.pump(0.1)
+    assert c.goaway == (0, 2**31 - 1), c.goaway  # the notice
+    r = c.get("/fixed")
+    assert r.status == 200 and r.reset is None, (r.status, r.reset)
+    c.wait_closed(5)
+    assert c.goaway == (0, 3), c.goaway  # the last stream named: the one opened after the notice
+
+
+@pytest.mark.parametrize("app", ["proto_app:app", "proto_app:asgi_app"])
 def test_drain_answers_a_connection_whose_first_request_is_on_its_way(serve, app):
     """A connection that has sent its preface but no request yet when the drain begins is answered,
     as an HTTP/1.1 connection in that state is (so that recycling a worker loses no request): it
