@@ -24,10 +24,11 @@
  * listeners as a drain starts, so that one busy source cannot starve the
  * connections of the same batch. */
 #define M0_ACCEPT_BATCH 64
-/* Connections accepted from a shared listener per wake-up: one. A loop that
- * took a batch would take every connection of a burst (eight keep-alive
- * clients connecting at once) before a peer woke, and a keep-alive
- * connection stays with the loop that accepted it. */
+/* Connections accepted from a listener shared with other loops per wake-up:
+ * one. A loop that took a batch would take every connection of a burst
+ * (eight keep-alive clients connecting at once) before a peer woke, and a
+ * keep-alive connection stays with the loop that accepted it. A loop alone
+ * takes a batch (listener_per_wake). */
 #define M0_ACCEPT_PER_WAKE 1
 /* Balanced (m0_server_balance): how long a loop steps aside for a peer with
  * fewer open connections before it takes a queued connection itself. */
@@ -255,6 +256,17 @@ void m0__listeners_take_queued(m0_server *srv)
     }
 }
 
+/* Connections to take per wake-up: one while other loops share the
+ * listeners (a balance table of more than one slot), else a batch: a loop
+ * alone takes every queued connection in one pass, and their requests, read
+ * in that pass, leave together at its end (held output). */
+static int listener_per_wake(const m0_server *srv)
+{
+    if (srv->bal == NULL)
+        return M0_ACCEPT_BATCH;
+    return __atomic_load_n(srv->bal, __ATOMIC_RELAXED) > 1 ? M0_ACCEPT_PER_WAKE : M0_ACCEPT_BATCH;
+}
+
 void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
 {
     (void)events;
@@ -276,5 +288,5 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
         m0_timer_start(loop, &srv->defer_timer, M0_ACCEPT_DEFER_MS);
         return;
     }
-    listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
+    listener_accept(srv, l, listener_per_wake(srv));
 }
