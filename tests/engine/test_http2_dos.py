@@ -347,6 +347,18 @@ def test_app_calls_in_flight_bounded_without_the_reset_limit(serve):
     assert med < 0.5 and worst < 2.0, (med, worst)
 
 
+def _split_frames(buf):
+    """The whole frames at the start of buf as (type, stream id, payload), and the bytes left."""
+    frames = []
+    while len(buf) >= 9:
+        n = int.from_bytes(buf[:3], "big")
+        if len(buf) < 9 + n:
+            break
+        frames.append((buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9 : 9 + n]))
+        buf = buf[9 + n :]
+    return frames, buf
+
+
 class _GoawayReader(threading.Thread):
     """Reads the server's frames off sock in the background: .code is the GOAWAY's error code."""
 
@@ -365,14 +377,10 @@ class _GoawayReader(threading.Thread):
                 return
             if not data:
                 return
-            buf += data
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                if buf[3] == 0x7:
-                    self.code = int.from_bytes(buf[13:17], "big")
-                buf = buf[9 + n :]
+            frames, buf = _split_frames(buf + data)
+            for ftype, _, payload in frames:
+                if ftype == 0x7:
+                    self.code = int.from_bytes(payload[4:8], "big")
 
 
 # --- 4: a cap on the decoded head -------------------------------------------------------------
@@ -429,13 +437,8 @@ def _answers(sock, n, timeout=15):
             break
         if not data:
             break
-        buf += data
-        while len(buf) >= 9:
-            ln = int.from_bytes(buf[:3], "big")
-            if len(buf) < 9 + ln:
-                break
-            ftype, flags, sid, payload = buf[3], buf[4], int.from_bytes(buf[5:9], "big"), buf[9 : 9 + ln]
-            buf = buf[9 + ln :]
+        frames, buf = _split_frames(buf + data)
+        for ftype, sid, payload in frames:
             if ftype == 0x1:
                 got.setdefault(sid, int(dict(dec.decode(payload))[":status"]))
             elif ftype == 0x3:
