@@ -441,11 +441,9 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         return r < 0 ? r : conn_flush_keeping_up(c);
     }
     c->flags |= M0_CF_WRITABLE_WANTED;
-    if (c->pending || c->state == M0_CS_H2) {
-        /* A response waits on its peer: it must keep reading
-         * (m0__conn_flush re-arms on progress, disarms once drained). */
-        m0__conn_send_deadline(c);
-    }
+    /* A response waits on its peer: it must keep reading (m0__conn_flush
+     * re-arms on progress, disarms once drained). */
+    m0__conn_send_deadline(c);
     m0__conn_interest(c);
     return 0;
 }
@@ -553,7 +551,10 @@ int m0__conn_backed_up(m0_conn *c)
 
 void m0__conn_send_deadline(m0_conn *c)
 {
-    if (c->wlen == c->wpos || c->held)
+    /* Bytes of a pending response, or of an HTTP/2 session (whose streams
+     * are its requests); an idle HTTP/1.1 connection's idle timer moves to
+     * the send timeout when it expires (conn.c). */
+    if (c->wlen == c->wpos || c->held || !(c->pending || c->state == M0_CS_H2))
         return;
     if (c->timer_kind == M0_TIMER_NONE || c->timer_kind == M0_TIMER_IDLE)
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
@@ -573,7 +574,7 @@ void m0__server_flush_held(void *arg)
             m0__conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
             continue;
         }
-        if (c->state != M0_CS_CLOSED && (c->pending || c->state == M0_CS_H2))
+        if (c->state != M0_CS_CLOSED)
             m0__conn_send_deadline(c); /* as a write that found the socket full */
         if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
             m0__conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
