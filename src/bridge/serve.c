@@ -214,6 +214,8 @@ static void Server_dealloc(ServerObject *self)
     m0_loop_free(self->loop);
     m0_tls_free(self->tls);
     self->tls = NULL;
+    m0_static_free(self->static_files);
+    self->static_files = NULL;
     self->loop = NULL;
     m0_workq_free(self->workq); /* no thread is inside: each run_pool() holds a reference */
     self->workq = NULL;

@@ -12,6 +12,7 @@
 #include "http2_options.h"
 #include "listener_fds.h"
 #include "proxy_options.h"
+#include "static_options.h"
 #include "tls_options.h"
 
 /* A timeout of 0 seconds for the head means "no timeout": about 24 days. */
@@ -153,6 +154,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
                              "balance",
                              "balance_index",
                              "listeners_private",
+                             "static",
                              NULL};
     PyObject *app, *interface;
     double keep_alive_timeout = 5.0, header_timeout = 10.0, body_timeout = 60.0, send_timeout = 30.0, pace_window = 1.0;
@@ -163,7 +165,7 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     long long limit_request_body = 0, max_requests = 0, limit_connections = 0;
     PyObject *root_path = Py_None, *url_scheme = Py_None, *logger = Py_None, *errors = Py_None, *heartbeat = Py_None,
              *asgi_extra = Py_None, *proxy = Py_None, *inflight_counter = Py_None, *tls = Py_None, *http2 = Py_None,
-             *balance = Py_None;
+             *balance = Py_None, *static_opts = Py_None;
     int server_header = 1;
     PyObject *access_log = Py_False, *access_log_format = Py_None;
     int access_log_json = 0;
@@ -172,13 +174,13 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
     int max_requests_fd = -1;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOOOnp:Server", kwlist, &app, &interface, &late->listeners,
+            args, kwds, "OUO|dndnnnLOpOOOOLOnOiLddOpOnLOiOdppOOOnpO:Server", kwlist, &app, &interface, &late->listeners,
             &keep_alive_timeout, &max_keepalive_requests, &header_timeout, &limit_request_line, &limit_request_fields,
             &limit_request_field_size, &limit_request_body, &root_path, &server_header, &access_log, &url_scheme,
             &logger, &errors, &max_requests, &heartbeat, &heartbeat_index, &asgi_extra, &blocking_threads,
             &body_buffer_size, &body_timeout, &send_timeout, &access_log_format, &access_log_json, &metrics,
             &metrics_index, &limit_connections, &proxy, &max_requests_fd, &inflight_counter, &pace_window, &multithread,
-            &early_hints, &tls, &http2, &balance, &balance_index, &listeners_private))
+            &early_hints, &tls, &http2, &balance, &balance_index, &listeners_private, &static_opts))
         return -1;
     late->balance = balance;
     late->balance_index = balance_index;
@@ -238,6 +240,9 @@ int m0_serve_config_parse(ServerObject *self, PyObject *args, PyObject *kwds, m0
         return -1;
     if (self->tls != NULL)
         m0_tls_set_http2(self->tls, cfg->http2); /* ALPN offers h2 */
+    if (m0_static_options(static_opts, &self->static_files) < 0)
+        return -1;
+    cfg->static_files = self->static_files;
     cfg->access_log_format = self->access_log_format;
     cfg->access_log_no_stamp = self->access_log != NULL; /* a logger's records carry their time */
     if (m0_metrics_from_py(metrics, metrics_index, &self->metrics, &cfg->metrics) < 0)

@@ -15,6 +15,7 @@
 #include "serve.h"
 #include "../net/access_log.h"
 #include "../net/native_hello.h"
+#include "../net/static.h"
 #include "../net/tls.h"
 #include "../net/workq.h"
 #include "asgi/asgi.h"
@@ -57,6 +58,7 @@ struct m0_server_object {
     PyObject *root_path;
     PyObject *url_scheme;
     m0_tls *tls; /* tls=: the connections' TLS context (net/tls.h), NULL: plaintext; freed after the server */
+    m0_static *static_files; /* static=: the mounts the engine serves (net/static.h); freed after the server */
     Py_buffer heartbeat;
     int heartbeat_held;
     Py_buffer inflight; /* inflight_counter=: the worker's loops count requests in flight together */

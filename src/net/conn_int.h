@@ -14,6 +14,7 @@
 #include "portable.h"
 #include "recycle.h"
 #include "server_int.h"
+#include "static_int.h"
 #include "trace.h"
 
 uint64_t m0__conn_clock_ns(void);
@@ -124,7 +125,9 @@ static inline void m0__conn_notify(m0_conn *c, int what)
         return;
     }
     c->refs++;
-    if (srv->handler.on_event != NULL)
+    if (c->static_send != NULL)
+        m0__static_event(c, what); /* a file's response, not the handler's */
+    else if (srv->handler.on_event != NULL)
         srv->handler.on_event(srv->handler_ctx, c, what);
     m0__conn_release(c);
 }

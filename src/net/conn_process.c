@@ -82,6 +82,8 @@ void m0__conn_dispatch(m0_conn *c)
             srv->bal_busy = 0;
             m0__server_balance_note(srv);
         }
+    } else {
+        r = c->pending != 0; /* the gate's file still on its way (static_file.c) */
     }
     if (c->state == M0_CS_CLOSED)
         return;

@@ -25,7 +25,9 @@ static inline int m0__request_begin(m0_conn *c)
     }
     if (srv->cfg.proxy.headers)
         m0__proxy_headers_resolve(c);
-    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0) && m0__gate(c);
+    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0 ||
+                 srv->cfg.static_files != NULL) &&
+                m0__gate(c);
     if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
         m0_server_max_requests(srv); /* after the gate: the health path does not count */
     return gated;

@@ -1,11 +1,14 @@
 /* Requests the loop answers itself, without the handler: the health path a
- * load balancer polls (200 while serving, 503 once not ready or draining)
- * and the 503 past --limit-concurrency requests in flight. */
+ * load balancer polls (200 while serving, 503 once not ready or draining),
+ * the static files under their routes (static_file.c; not counted against
+ * the concurrency limit: no app runs for them), and the 503 past
+ * --limit-concurrency requests in flight. */
 #include <stdio.h>
 #include <string.h>
 
 #include "../http/response.h"
 #include "conn_int.h"
+#include "static_int.h"
 
 /* Write a short text/plain response and finish the request. */
 static void gate_answer(m0_conn *c, int status, const char *body, int retry_after)
@@ -50,6 +53,8 @@ int m0__gate(m0_conn *c)
         gate_answer(c, ready ? 200 : 503, ready ? "OK\n" : "draining\n", 0);
         return 1;
     }
+    if (srv->cfg.static_files != NULL && m0__static_serve(c))
+        return 1;
     if (pc->limit_concurrency != 0) {
         /* Loops that share the counter race for the last places: take one
          * only while it is below the limit. */

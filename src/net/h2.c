@@ -793,7 +793,8 @@ static void h2_dispatch(m0_h2 *h2)
             h2->busy = 1;
         int gated = m0__request_begin(sc);
         sc->refs++;
-        int r = gated ? 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
+        /* gated and still pending: the gate's file on its way (static_file.c) */
+        int r = gated ? sc->pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {
             /* no response: the stream is reset */
             m0__h2s_abort(sc);

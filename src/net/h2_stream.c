@@ -142,7 +142,9 @@ void m0__h2_stream_end(m0_h2_stream *s)
         sc->broken = 1;
         sc->state = M0_CS_CLOSED;
         sc->refs++;
-        if (srv->handler.on_event != NULL)
+        if (sc->static_send != NULL)
+            m0__static_event(sc, M0_CONN_CLOSED); /* a file's response, not the handler's */
+        else if (srv->handler.on_event != NULL)
             srv->handler.on_event(srv->handler_ctx, sc, M0_CONN_CLOSED);
         sc->refs--;
     }

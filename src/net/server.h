@@ -131,6 +131,9 @@ typedef struct {
     int http2_pool; /* the handler hands each stream to another thread (m0_conn_detach: the WSGI pool), all at once */
     uint32_t http2_max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
     uint32_t http2_max_resets;             /* RST_STREAM frames a second before GOAWAY ENHANCE_YOUR_CALM, 0: no limit */
+    /* NULL: none; else the static files the loop serves itself under their
+     * routes (net/static.h), owned by the caller and outliving the server */
+    const struct m0_static *static_files;
 } m0_server_config;
 
 /* Sensible defaults (gunicorn's limits, 5 s keep-alive, 10 s header timeout). */

@@ -286,6 +286,10 @@ struct m0_conn {
      * header array, taken from the stream that ended, freed with it. */
     char *h2_fields;
     void *h2_hdr;
+    /* static_file.c: the file of the pending response, while its body waits
+     * on the peer (the loop thread's; NULL otherwise): its events go to
+     * m0__static_event, not to the handler. */
+    struct m0_static_send *static_send;
 };
 
 struct m0_server {
@@ -402,8 +406,11 @@ int m0__conn_take_completed_or_mute(m0_conn *c);
 void m0__proxy_conn_start(m0_conn *c);
 int m0__proxy_protocol_read(m0_conn *c);
 void m0__proxy_headers_resolve(m0_conn *c);
-/* gate.c: answer the health path or refuse past the concurrency limit from
- * the loop: 1 when the request was answered (and finished), 0 to dispatch. */
+/* gate.c: answer the health path, a static file (static_file.c) or refuse
+ * past the concurrency limit from the loop: 1 when the request was answered
+ * (finished, or a file's body still on its way: c->pending stays set and the
+ * caller treats it as a response the handler finishes later), 0 to
+ * dispatch. */
 int m0__gate(m0_conn *c);
 /* The request of c is no longer in flight (inline: on every finish and close). */
 static inline void m0__gate_done(m0_conn *c)

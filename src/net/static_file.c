@@ -1,0 +1,480 @@
+/* Static files: the response (static.h). A file is one more producer of a
+ * response with no handler in it, like the health path: the gate
+ * (m0__gate) calls m0__static_serve for every request before the handler,
+ * and a response whose body waits on its peer goes on from
+ * m0__static_event, never from the handler's on_event.
+ *
+ * The body leaves through the connection's own calls (server.h): a small
+ * file is read and written with its head in one write (held for the
+ * pass's end with the other responses of the batch); a larger one goes by
+ * m0_conn_sendfile, without waiting: sendfile(2) on plaintext HTTP/1.1,
+ * reads into SSL_write over TLS (conn_io.c), DATA frames read from the file
+ * at most M0_WRITE_HIGH_WATER ahead of the client over HTTP/2
+ * (m0__h2s_sendfile). When the peer does not take more, the response is
+ * parked (m0_conn_park) and goes on at M0_CONN_WRITABLE: a slow reader
+ * holds a file descriptor and this small state, no thread and no buffer.
+ *
+ * The file is opened and its size taken once; a file that ends before the
+ * promised length (truncated while it was sent) cuts the response: HTTP/1.1
+ * closes the connection, HTTP/2 resets the stream. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../http/response.h"
+#include "conn_int.h"
+#include "static_int.h"
+
+/* Bodies up to this are read into the head's write. */
+#define SMALL_FILE 16384
+
+/* A response whose body waits on its peer (c->static_send). */
+typedef struct m0_static_send {
+    int fd;
+    int status;
+    int keep;
+    off_t off;      /* next byte of the file to send */
+    uint64_t left;  /* bytes still to send */
+    uint64_t total; /* the body's length (the access log's bytes) */
+} m0_static_send;
+
+/* --- the request --- */
+
+static m0_span field(const m0_request *req, const char *lower, size_t len)
+{
+    for (size_t i = 0; i < req->num_headers; i++)
+        if (m0_span_ieq(req->headers[i].name, lower, len))
+            return req->headers[i].value;
+    m0_span none = {NULL, 0};
+    return none;
+}
+#define FIELD(req, lit) field(req, lit, sizeof(lit) - 1)
+
+/* --- short answers: 404, 405, 416, 403, 503 --- */
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+#define PUT(p, lit) put(p, lit, sizeof(lit) - 1)
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_hex(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* The status line, Date, Server and the connection's fields. */
+static char *head_start(m0_conn *c, char *p, int status, int keep)
+{
+    p = PUT(p, "HTTP/1.1 ");
+    p = put_u64(p, (uint64_t)status);
+    *p++ = ' ';
+    const char *reason = m0_status_reason(status);
+    p = put(p, reason, strlen(reason));
+    p = PUT(p, "\r\n");
+    p = put(p, m0_date_line(), M0_DATE_LINE_LEN);
+    if (c->srv->cfg.server_header)
+        p = PUT(p, "Server: m0serve\r\n");
+    if (!keep)
+        p = PUT(p, "Connection: close\r\n");
+    else if (c->req.minor_version == 0 && !(c->req.flags & M0_REQ_HTTP2))
+        p = PUT(p, "Connection: keep-alive\r\n");
+    return p;
+}
+
+static void answer_short(m0_conn *c, int status, const char *extra)
+{
+    int keep = m0_conn_keep_alive(c);
+    char buf[512];
+    const char *body = m0_status_reason(status);
+    size_t blen = strlen(body) + 1;
+    char *p = head_start(c, buf, status, keep);
+    p = PUT(p, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: ");
+    p = put_u64(p, blen);
+    p = PUT(p, "\r\n");
+    if (extra != NULL)
+        p = put(p, extra, strlen(extra));
+    p = PUT(p, "\r\n");
+    uint64_t sent = 0;
+    if (!(c->req.flags & M0_REQ_HEAD)) {
+        p = put(p, body, blen - 1);
+        *p++ = '\n';
+        sent = blen;
+    }
+    struct iovec iov = {buf, (size_t)(p - buf)};
+    if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        keep = 0;
+    m0_conn_finish(c, keep, status, sent);
+}
+
+/* --- the body --- */
+
+static void send_free(m0_conn *c)
+{
+    m0_static_send *s = c->static_send;
+    c->static_send = NULL;
+    if (s != NULL) {
+        close(s->fd);
+        free(s);
+    }
+}
+
+/* The response is cut short: the file ended early, or the connection
+ * failed. HTTP/1.1 closes, HTTP/2 resets the stream. */
+static void send_cut(m0_conn *c, int fd, int status, uint64_t sent)
+{
+    send_free(c);
+    if (fd >= 0)
+        close(fd);
+    m0_conn_cut(c);
+    m0_conn_finish(c, 0, status, sent);
+}
+
+/* Send what the peer takes of s's body. 1: finished (s freed, the request
+ * finished), 0: parked until M0_CONN_WRITABLE. */
+static int send_pump(m0_conn *c, m0_static_send *s)
+{
+    while (s->left > 0) {
+        size_t count = s->left > (uint64_t)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)s->left;
+        ssize_t n = m0_conn_sendfile(c, s->fd, s->off, count, M0_WRITE_NOWAIT);
+        if (n > 0) {
+            s->off += n;
+            s->left -= (uint64_t)n;
+            continue;
+        }
+        if (n == -EAGAIN) {
+            if (c->static_send != s) {
+                m0_static_send *held = malloc(sizeof(*held));
+                if (held == NULL) {
+                    send_cut(c, s->fd, s->status, s->total - s->left);
+                    return 1;
+                }
+                *held = *s;
+                c->static_send = held;
+            }
+            m0_conn_park(c);
+            return 0;
+        }
+        /* 0: the file ended before its promised length (truncated while
+         * sent); < 0: the peer went away or the file failed. */
+        uint64_t sent = s->total - s->left;
+        int fd = c->static_send == s ? -1 : s->fd;
+        send_cut(c, fd, s->status, sent);
+        return 1;
+    }
+    int fd = c->static_send == s ? -1 : s->fd;
+    int status = s->status, keep = s->keep;
+    uint64_t total = s->total;
+    send_free(c);
+    if (fd >= 0)
+        close(fd);
+    m0_conn_finish(c, keep && m0_conn_keep_alive(c), status, total);
+    return 1;
+}
+
+void m0__static_event(m0_conn *c, int what)
+{
+    m0_static_send *s = c->static_send;
+    if (what == M0_CONN_CLOSED) {
+        send_free(c);
+        return;
+    }
+    if (what == M0_CONN_WRITABLE && s != NULL)
+        (void)send_pump(c, s);
+    /* M0_CONN_BODY: the request's body is not read; the connection discards it at the finish. */
+}
+
+/* --- the response --- */
+
+typedef struct {
+    char rel[M0_STATIC_PATH_MAX + M0_STATIC_NAME_MAX + 8]; /* the file's path beneath the mount */
+    size_t rel_len;
+    int fd;
+    struct stat st;
+    const char *encoding; /* "br", "gzip" or NULL */
+} target;
+
+/* Open t->rel beneath m and stat it: 0 with a regular file, else -errno
+ * (-EISDIR for a directory, whose fd is kept). */
+static int target_open(const m0_static *st, const m0_static_mount *m, target *t)
+{
+    t->fd = m0__static_open(st, m, t->rel);
+    if (t->fd < 0)
+        return t->fd;
+    if (fstat(t->fd, &t->st) < 0) {
+        int err = -errno;
+        close(t->fd);
+        t->fd = -1;
+        return err;
+    }
+    if (S_ISDIR(t->st.st_mode))
+        return -EISDIR;
+    if (!S_ISREG(t->st.st_mode)) {
+        close(t->fd);
+        t->fd = -1;
+        return -ENOENT; /* a FIFO, a device, a socket */
+    }
+    return 0;
+}
+
+/* The precompressed sibling "<rel>.br" or "<rel>.gz" when the client takes
+ * that coding and it is a regular file: it replaces t's file. */
+static void target_variant(const m0_static *st, const m0_static_mount *m, target *t, m0_span ae)
+{
+    static const struct {
+        const char *coding;
+        size_t len;
+        const char *suffix;
+    } codings[] = {{"br", 2, ".br"}, {"gzip", 4, ".gz"}};
+    for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
+        if (!m0__static_accepts(ae, codings[i].coding, codings[i].len))
+            continue;
+        target v;
+        memcpy(v.rel, t->rel, t->rel_len);
+        memcpy(v.rel + t->rel_len, codings[i].suffix, 4);
+        v.rel_len = t->rel_len + 3;
+        if (target_open(st, m, &v) < 0) {
+            if (v.fd >= 0)
+                close(v.fd);
+            continue;
+        }
+        close(t->fd);
+        t->fd = v.fd;
+        t->st = v.st;
+        t->encoding = codings[i].coding;
+        return;
+    }
+}
+
+static uint64_t mtime_ns(const struct stat *st)
+{
+#if defined(__APPLE__)
+    return (uint64_t)st->st_mtimespec.tv_sec * 1000000000u + (uint64_t)st->st_mtimespec.tv_nsec;
+#else
+    return (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+#endif
+}
+
+/* Find, check and open the file of a request under m; answers the request
+ * itself when there is none (404, 403, 503). 0 with t open, else -1. */
+static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_span rest, target *t)
+{
+    int dir = 0;
+    t->encoding = NULL;
+    t->fd = -1;
+    if (m0__static_decode(rest, t->rel, M0_STATIC_PATH_MAX, &t->rel_len, &dir) < 0) {
+        answer_short(c, 404, NULL);
+        return -1;
+    }
+    int r = target_open(st, m, t);
+    if (r == -EISDIR) {
+        close(t->fd);
+        t->fd = -1;
+        r = -ENOENT;
+        if (st->dir_to_file_len != 0) {
+            if (t->rel_len != 0)
+                t->rel[t->rel_len++] = '/';
+            memcpy(t->rel + t->rel_len, st->dir_to_file, st->dir_to_file_len + 1);
+            t->rel_len += st->dir_to_file_len;
+            r = target_open(st, m, t);
+            if (r == -EISDIR) {
+                close(t->fd);
+                t->fd = -1;
+                r = -ENOENT;
+            }
+        }
+    } else if (r == 0 && dir) {
+        close(t->fd); /* "file.css/": not a directory */
+        t->fd = -1;
+        r = -ENOENT;
+    }
+    if (r < 0) {
+        answer_short(c, r == -EACCES ? 403 : r == -EMFILE || r == -ENFILE || r == -ENOMEM ? 503 : 404, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int m0__static_serve(m0_conn *c)
+{
+    const m0_static *st = c->srv->cfg.static_files;
+    const m0_request *req = &c->req;
+    m0_span rest;
+    const m0_static_mount *m = m0__static_route(st, req->path, &rest);
+    if (m == NULL)
+        return 0;
+    int head = (req->flags & M0_REQ_HEAD) != 0;
+    if (!head && (req->method.len != 3 || memcmp(req->method.base, "GET", 3) != 0)) {
+        answer_short(c, 405, "Allow: GET, HEAD\r\n");
+        return 1;
+    }
+    target t;
+    if (find(c, st, m, rest, &t) < 0)
+        return 1;
+    m0_span ae = FIELD(req, "accept-encoding");
+    int vary = 0;
+    if (ae.base != NULL) {
+        vary = m0__static_accepts(ae, "br", 2) || m0__static_accepts(ae, "gzip", 4);
+        if (vary)
+            target_variant(st, m, &t, ae);
+    }
+
+    /* validators */
+    uint64_t size = (uint64_t)t.st.st_size;
+    char etag[64];
+    char *e = etag;
+    *e++ = '"';
+    e = put_hex(e, mtime_ns(&t.st));
+    *e++ = '-';
+    e = put_hex(e, size);
+    if (t.encoding != NULL) {
+        *e++ = '-';
+        e = put(e, t.encoding, 2); /* "br", "gz" */
+    }
+    *e++ = '"';
+    size_t etag_len = (size_t)(e - etag);
+    char lastmod[M0_HTTP_DATE_LEN];
+    time_t mtime = (time_t)(mtime_ns(&t.st) / 1000000000u);
+    m0__static_http_date(mtime, lastmod);
+
+    int status = 200;
+    m0_span inm = FIELD(req, "if-none-match");
+    if (inm.base != NULL) {
+        if (m0__static_etag_match(inm, etag, etag_len))
+            status = 304;
+    } else {
+        m0_span ims = FIELD(req, "if-modified-since");
+        time_t since;
+        if (ims.base != NULL && m0__static_parse_date(ims, &since) == 0 && mtime <= since)
+            status = 304;
+    }
+    uint64_t first = 0, last = size != 0 ? size - 1 : 0;
+    m0_span range = status == 200 && !head ? FIELD(req, "range") : (m0_span){NULL, 0};
+    if (range.base != NULL) {
+        m0_span ifr = FIELD(req, "if-range");
+        /* If-Range: the range only while the representation is the one the
+         * client holds (a strong entity tag, or the exact Last-Modified). */
+        int current = ifr.base == NULL || (ifr.len == etag_len && memcmp(ifr.base, etag, etag_len) == 0) ||
+                      (ifr.len == M0_HTTP_DATE_LEN && memcmp(ifr.base, lastmod, M0_HTTP_DATE_LEN) == 0);
+        int r = current ? m0__static_range(range, size, &first, &last) : 0;
+        if (r < 0)
+            status = 416;
+        else if (r > 0)
+            status = 206;
+    }
+
+    /* the head */
+    int keep = m0_conn_keep_alive(c);
+    char buf[1024 + SMALL_FILE];
+    char *p = head_start(c, buf, status, keep);
+    if (status == 416) {
+        close(t.fd);
+        p = PUT(p, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 0\r\nContent-Range: bytes */");
+        p = put_u64(p, size);
+        p = PUT(p, "\r\n\r\n");
+        struct iovec iov = {buf, (size_t)(p - buf)};
+        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+            keep = 0;
+        m0_conn_finish(c, keep, 416, 0);
+        return 1;
+    }
+    uint64_t blen = status == 206 ? last - first + 1 : size;
+    if (status != 304) {
+        size_t tlen;
+        const char *type = m0__static_mime(t.rel, t.rel_len, &tlen);
+        p = PUT(p, "Content-Type: ");
+        p = put(p, type, tlen);
+        p = PUT(p, "\r\nContent-Length: ");
+        p = put_u64(p, blen);
+        p = PUT(p, "\r\nAccept-Ranges: bytes\r\n");
+        if (status == 206) {
+            p = PUT(p, "Content-Range: bytes ");
+            p = put_u64(p, first);
+            *p++ = '-';
+            p = put_u64(p, last);
+            *p++ = '/';
+            p = put_u64(p, size);
+            p = PUT(p, "\r\n");
+        }
+        if (t.encoding != NULL) {
+            p = PUT(p, "Content-Encoding: ");
+            p = put(p, t.encoding, strlen(t.encoding));
+            p = PUT(p, "\r\n");
+        }
+    }
+    p = PUT(p, "Last-Modified: ");
+    p = put(p, lastmod, M0_HTTP_DATE_LEN);
+    p = PUT(p, "\r\nETag: ");
+    p = put(p, etag, etag_len);
+    p = PUT(p, "\r\n");
+    if (st->expires != 0) {
+        p = PUT(p, "Cache-Control: public, max-age=");
+        p = put_u64(p, st->expires);
+        if (m0__static_hashed_name(t.rel, t.rel_len))
+            p = PUT(p, ", immutable");
+        p = PUT(p, "\r\n");
+    }
+    if (vary)
+        p = PUT(p, "Vary: Accept-Encoding\r\n");
+    p = PUT(p, "\r\n");
+
+    if (status == 304 || head || blen == 0) {
+        close(t.fd);
+        struct iovec iov = {buf, (size_t)(p - buf)};
+        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+            keep = 0;
+        m0_conn_finish(c, keep, status, 0);
+        return 1;
+    }
+    if (blen <= SMALL_FILE) {
+        /* One write: the head and the body read behind it. */
+        ssize_t got;
+        do {
+            got = pread(t.fd, p, (size_t)blen, (off_t)first);
+        } while (got < 0 && errno == EINTR);
+        close(t.fd);
+        if (got != (ssize_t)blen) {
+            send_cut(c, -1, status, 0); /* shorter than its size: nothing sent, the connection ends */
+            return 1;
+        }
+        struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
+        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+            keep = 0;
+        m0_conn_finish(c, keep, status, blen);
+        return 1;
+    }
+    /* The head leaves now (not held for the pass's end): the body follows it. */
+    struct iovec iov = {buf, (size_t)(p - buf)};
+    if (m0_conn_writev_chunk(c, &iov, 1) < 0) {
+        send_cut(c, t.fd, status, 0);
+        return 1;
+    }
+    m0_static_send s = {t.fd, status, keep, (off_t)first, blen, blen};
+    (void)send_pump(c, &s);
+    return 1;
+}
