@@ -97,6 +97,31 @@ def _health_path(text):
     return text
 
 
+def _static_route(text):
+    """--static-path-route: a URL path prefix ("/static"), as the engine takes it (net/static.h)."""
+    if (not text.startswith("/") or any(ch in text for ch in "?#%\\") or any(ch <= " " or ch == "\x7f" for ch in text)
+            or "/." in text or "//" in text or len(text.encode()) >= 256):
+        raise ValueError(f"{text!r} must be a path starting with '/' (no '?', '#', '%', '\\', whitespace, empty or "
+                         f"dot segments, under 256 bytes)")
+    return text.rstrip("/") or "/"
+
+
+def _static_dir(text):
+    """--static-path-mount: a directory that exists (opened by each worker at start)."""
+    if not text:
+        raise ValueError("empty path")
+    if not os.path.isdir(text):
+        raise ValueError(f"{text!r} is not a directory")
+    return text
+
+
+def _file_name(text):
+    """--static-path-dir-to-file: a file name within each directory, not a path."""
+    if not text or "/" in text or "\\" in text or "\0" in text or text in (".", ".."):
+        raise ValueError(f"{text!r} must be a file name (no '/')")
+    return text
+
+
 def _octal_mode(text):
     """--uds-permissions: file permission bits. Text is octal, as chmod(1) takes it ("660", "0660",
     "0o660"); an int (from a config file: `uds_permissions = 0o660`) is the mode it is, so 0o660 (432)
@@ -296,8 +321,25 @@ OPTIONS = [
            "on TERM, keep serving this long with the health path answering 503 and responses closing their "
            "connections, before the graceful drain starts", "proxy", "SECONDS"),
     Option("--limit-concurrency", "value", _int_in(0), 0,
-           "past this many requests in flight per worker, answer 503 with Retry-After (0: no limit)",
+           "past this many requests in flight per worker, answer 503 with Retry-After (0: no limit; static files "
+           "are not counted)",
            "proxy", "N"),
+    # Static files (served by the engine, Granian's flags)
+    Option("--static-path-route", "list", _static_route, None,
+           "URL path under which the files of the --static-path-mount of the same position are served by the "
+           "engine, with no Python on the request path (repeatable, in pairs with --static-path-mount; default: "
+           "/static for a single mount); a request under it that finds no file gets 404 from the engine",
+           "static", "PATH"),
+    Option("--static-path-mount", "list", _static_dir, None,
+           "a directory served under its --static-path-route (repeatable)", "static", "DIR"),
+    Option("--static-path-dir-to-file", "value", _file_name, None,
+           "the file served for a request that names a directory, e.g. index.html (default: 404)", "static",
+           "NAME"),
+    Option("--static-path-expires", "value", _int_in(0, 2**32 - 1), 86400,
+           "Cache-Control max-age of static files in seconds, plus immutable for names with a content hash "
+           "(name.<12 hex>.ext); 0 sends no Cache-Control", "static", "SECONDS"),
+    Option("--static-path-follow-symlinks", "flag", _bool, False,
+           "serve files through symlinks that lead outside their mount (default: refused, 404)", "static"),
     # Logging
     Option("--log-level", "value", _choice(*LOG_LEVELS), "info", "critical, error, warning, info or debug", "logging", "LEVEL"),
     Option("--log-file", "value", _path, None, "write the log (and stderr) to FILE instead of stderr; reopened on SIGUSR1",
@@ -370,6 +412,7 @@ GROUP_TITLES = {
     "http": "HTTP limits and timeouts",
     "tls": "TLS",
     "proxy": "behind a proxy or a load balancer",
+    "static": "static files",
     "logging": "logging",
     "processes": "processes",
 }
@@ -669,6 +712,7 @@ def _check(cfg):
     if cfg.threads > 1 and cfg.interface == "asgi":
         raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
     _check_tls(cfg)
+    _check_static(cfg)
     if cfg.access_log_format is not None:
         from . import _core
 
@@ -676,6 +720,45 @@ def _check(cfg):
             _core.check_access_log_format(cfg.access_log_format, cfg.access_log_json)
         except ValueError as e:
             raise ConfigError(f"argument --access-log-format: {e}") from None
+
+
+def static_mounts(cfg):
+    """[(route, directory)] of --static-path-route/--static-path-mount, paired in order."""
+    mounts = cfg.static_path_mount or []
+    routes = cfg.static_path_route or []
+    if not routes and len(mounts) == 1:
+        routes = ["/static"]
+    return list(zip(routes, mounts))
+
+
+def _check_static(cfg):
+    mounts = cfg.static_path_mount or []
+    routes = cfg.static_path_route or []
+    if not mounts:
+        for opt in OPTIONS:
+            if opt.group == "static" and opt.flag != "--static-path-mount" and getattr(cfg, opt.dest) not in (
+                    None, [], opt.default):
+                raise ConfigError(f"argument {opt.flag}: needs --static-path-mount")
+        return
+    if routes and len(routes) != len(mounts) or not routes and len(mounts) > 1:
+        raise ConfigError(f"argument --static-path-route: {len(routes)} route(s) for {len(mounts)} "
+                          f"--static-path-mount directories: give one --static-path-route per mount, in the same order")
+    pairs = static_mounts(cfg)
+    if len(set(r for r, _ in pairs)) != len(pairs):
+        raise ConfigError("argument --static-path-route: the same route is given twice")
+
+
+def static_options(cfg):
+    """The static keyword of _core.Server: None (no mount) or the --static-path-* settings."""
+    pairs = static_mounts(cfg)
+    if not pairs:
+        return None
+    return dict(
+        mounts=pairs,
+        dir_to_file=cfg.static_path_dir_to_file,
+        expires=cfg.static_path_expires,
+        follow_symlinks=cfg.static_path_follow_symlinks,
+    )
 
 
 def tls_options(cfg):
@@ -777,6 +860,7 @@ def server_options(cfg):
         access_log_json=cfg.access_log_json,
         url_scheme=cfg.url_scheme,
         tls=tls_options(cfg),
+        static=static_options(cfg),
         http2=dict(
             mode=cfg.http,
             max_concurrent_streams=cfg.http2_max_concurrent_streams,
