@@ -791,8 +791,11 @@ static void h2_dispatch(m0_h2 *h2)
         h2->open++;
         if (!srv->cfg.http2_concurrent)
             h2->busy = 1;
-        int gated = m0__request_begin(sc);
+        /* Held across the gate too: an answer without a body (a HEAD, a 304)
+         * ends the stream as it is sent, which destroys an unheld stream
+         * connection, and the release below would destroy it again. */
         sc->refs++;
+        int gated = m0__request_begin(sc);
         /* gated and still pending: the gate's file on its way (static_file.c) */
         int r = gated ? sc->pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {
