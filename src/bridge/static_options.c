@@ -6,7 +6,7 @@
 
 #include "options.h"
 
-static const char *const known[] = {"mounts", "dir_to_file", "expires", "follow_symlinks", NULL};
+static const char *const known[] = {"mounts", "dir_to_file", "expires", "follow_symlinks", "walk", NULL};
 
 static int mount_one(m0_static *st, PyObject *pair)
 {
@@ -89,6 +89,13 @@ int m0_static_options(PyObject *opts, m0_static **out)
         if (b < 0)
             goto error;
         st->follow_symlinks = b;
+    }
+    v = PyDict_GetItemString(opts, "walk"); // borrowed
+    if (v != NULL && v != Py_None) {
+        int b = PyObject_IsTrue(v);
+        if (b < 0)
+            goto error;
+        st->walk = b;
     }
     Py_DECREF(seq);
     *out = st;

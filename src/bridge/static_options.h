@@ -15,7 +15,9 @@
  *   mounts: a list of (route, directory) pairs, route starting with "/";
  *   dir_to_file (str or None: the file served for a directory),
  *   expires (int seconds >= 0, default 86400; 0: no Cache-Control),
- *   follow_symlinks (bool: symlinks may lead outside their mount).
+ *   follow_symlinks (bool: symlinks may lead outside their mount),
+ *   walk (bool: open by the portable walk even where openat2 exists, as on a
+ *   kernel without it; for the tests).
  * *out: NULL when there is no mount, else a configuration the caller frees
  * (m0_static_free) after the server that uses it. Unknown keys are a
  * TypeError, bad values a ValueError naming the key (and the directory, for

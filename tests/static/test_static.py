@@ -1,0 +1,609 @@
+"""Static files served by the engine (--static-path-mount), against real servers, each behaviour
+over HTTP/1.1, h2c (HTTP/2 with prior knowledge) and TLS (HTTP/1.1 over TLS): the transport is a
+parameter of every test here, so the module runs once, whatever M0_TEST_TLS/M0_TEST_H2 say.
+
+The requests are written as HTTP/1.1 on a socket; for h2c the socket is the translator of
+tests/h2bridge.py, which sends each request as one stream of a real HTTP/2 connection and writes
+the response back as HTTP/1.1 (a reset stream ends the client's connection after what was
+written, as a cut HTTP/1.1 response does)."""
+import email.utils
+import gzip
+import os
+import re
+import socket
+import ssl
+import time
+
+import pytest
+
+import h2bridge
+from helpers import rss_kb, wait_until, worker_pid
+from http1 import header, read_response, recv_all
+from servers import TEST_H2, TEST_TLS, pki_files
+
+pytestmark = pytest.mark.skipif(bool(TEST_TLS or TEST_H2), reason="parametrized over the transports itself")
+
+TRANSPORTS = ("h1", "h2c", "tls")
+APP = "cli_hello:app"  # answers "hello script=... path=..." for whatever reaches it
+SECRET = b"outside-the-mount-secret"
+HASHED = "app.3f2a9b1c4d5e.css"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """The mounted directory, and beside it what must never be served."""
+    base = tmp_path_factory.mktemp("static")
+    (base / "secret.txt").write_bytes(SECRET)
+    (base / "outside").mkdir()
+    (base / "outside" / "secret.txt").write_bytes(SECRET)
+    d = base / "www"
+    d.mkdir()
+    (d / "hello.txt").write_bytes(b"Hello, world!")
+    (d / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    (d / HASHED).write_bytes(b"body{}")
+    (d / "style.css").write_bytes(b"p { color: red }\n" * 100)
+    (d / "style.css.br").write_bytes(b"BROTLI-BYTES")
+    (d / "style.css.gz").write_bytes(gzip.compress((d / "style.css").read_bytes()))
+    for name in ("a.js", "a.json", "a.svg", "a.wasm", "a.woff2", "a.html", "a.PNG", "a.unknownext", "noext"):
+        (d / name).write_bytes(b"x")
+    (d / ".env").write_bytes(SECRET)
+    (d / "sub").mkdir()
+    (d / "sub" / "index.html").write_bytes(b"<h1>index</h1>")
+    (d / "sub" / ".hidden").write_bytes(SECRET)
+    (d / "sub" / "deep").mkdir()
+    (d / "sub" / "deep" / "x.txt").write_bytes(b"deep")
+    (d / "empty").mkdir()
+    (d / "zero.txt").write_bytes(b"")
+    os.symlink("hello.txt", d / "link_in")
+    os.symlink(base / "secret.txt", d / "link_out")
+    os.symlink(base / "outside", d / "dirlink_out")
+    os.mkfifo(d / "fifo")
+    return d
+
+
+class Servers:
+    """One plaintext and one TLS server per command line, shared by the module's tests."""
+
+    def __init__(self, serve):
+        self.serve = serve
+        self.started = {}
+
+    def get(self, transport, *args, app=APP):
+        tls = transport == "tls"
+        key = (tls, app, args)
+        s = self.started.get(key)
+        if s is None or s.proc.poll() is not None:
+            extra = []
+            if tls:
+                cert, key_file, _ = pki_files()
+                extra = ["--ssl-certfile", cert, "--ssl-keyfile", key_file]
+            s = self.serve(app, *args, *extra)
+            self.started[key] = s
+        return s
+
+
+@pytest.fixture(scope="module")
+def servers(serve_module):
+    return Servers(serve_module)
+
+
+def base_args(root, *more):
+    return ("--static-path-mount", str(root), "--static-path-dir-to-file", "index.html", "--access-log", *more)
+
+
+def connect(s, transport, rcvbuf=None, timeout=10):
+    if transport == "h2c":
+        return h2bridge.connect(s.host, s.port, "http", timeout=timeout, rcvbuf=rcvbuf)
+    raw = socket.socket(socket.AF_INET)
+    if rcvbuf is not None:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    raw.settimeout(timeout)
+    raw.connect((s.host, s.port))
+    if transport != "tls":
+        return raw
+    ctx = ssl.create_default_context(cafile=pki_files()[2])
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def raw_request(path, method="GET", headers=()):
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"] + [f"{k}: {v}" for k, v in headers] + ["", ""]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+def get(s, transport, path, method="GET", headers=(), sock=None):
+    """(status, headers dict with lower-case names, body) of one request (on sock when given)."""
+    own = sock is None
+    if own:
+        sock = connect(s, transport)
+    try:
+        sock.sendall(raw_request(path, method, headers))
+        status, hs, body, _ = read_response(sock, timeout=10, method=method)
+        return status, {k: v for k, v in hs}, body
+    finally:
+        if own:
+            sock.close()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request):
+    return request.param
+
+
+@pytest.fixture
+def srv(servers, transport, root):
+    return servers.get(transport, *base_args(root))
+
+
+# --- what a file gets -------------------------------------------------------------------
+
+
+def test_small_file_with_its_fields(srv, transport, root):
+    status, h, body = get(srv, transport, "/static/hello.txt")
+    assert status == 200 and body == b"Hello, world!"
+    assert h["content-length"] == "13"
+    assert h["content-type"] == "text/plain; charset=utf-8"
+    st = os.stat(root / "hello.txt")
+    assert h["last-modified"] == email.utils.formatdate(int(st.st_mtime), usegmt=True)
+    # ETag from mtime (ns) and size
+    assert h["etag"] == f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+    assert h["accept-ranges"] == "bytes"
+    assert h["cache-control"] == "public, max-age=86400"
+    assert "vary" not in h and "content-encoding" not in h
+    assert "transfer-encoding" not in h
+
+
+def test_head_has_the_fields_and_no_body(srv, transport):
+    with connect(srv, transport) as sock:
+        status, h, body = get(srv, transport, "/static/big.bin", method="HEAD", sock=sock)
+        assert status == 200 and body == b""
+        assert h["content-length"] == str(3 * 1024 * 1024 + 17)
+        # the connection is still in step: the next response is the next request's
+        status, h, body = get(srv, transport, "/static/hello.txt", sock=sock)
+        assert status == 200 and body == b"Hello, world!"
+
+
+def test_large_file_whole_and_keep_alive(srv, transport, root):
+    want = (root / "big.bin").read_bytes()
+    with connect(srv, transport) as sock:
+        for _ in range(2):
+            status, h, body = get(srv, transport, "/static/big.bin", sock=sock)
+            assert status == 200 and h["content-length"] == str(len(want))
+            assert body == want
+        status, _, body = get(srv, transport, "/static/hello.txt", sock=sock)
+        assert status == 200 and body == b"Hello, world!"
+
+
+def test_empty_file(srv, transport):
+    status, h, body = get(srv, transport, "/static/zero.txt")
+    assert status == 200 and h["content-length"] == "0" and body == b""
+
+
+@pytest.mark.parametrize("name,ctype", [
+    ("a.js", "text/javascript; charset=utf-8"),
+    ("a.json", "application/json"),
+    ("a.svg", "image/svg+xml"),
+    ("a.wasm", "application/wasm"),
+    ("a.woff2", "font/woff2"),
+    ("a.html", "text/html; charset=utf-8"),
+    ("a.PNG", "image/png"),
+    ("a.unknownext", "application/octet-stream"),
+    ("noext", "application/octet-stream"),
+    ("style.css", "text/css; charset=utf-8"),
+])
+def test_content_type_table(srv, transport, name, ctype):
+    status, h, _ = get(srv, transport, f"/static/{name}")
+    assert status == 200 and h["content-type"] == ctype
+
+
+# --- validators ----------------------------------------------------------------------------
+
+
+def test_if_none_match_304(srv, transport):
+    _, h, _ = get(srv, transport, "/static/hello.txt")
+    etag = h["etag"]
+    for inm in (etag, f'"nope", {etag}', f"W/{etag}", "*"):
+        status, h304, body = get(srv, transport, "/static/hello.txt", headers=[("If-None-Match", inm)])
+        assert status == 304 and body == b"", inm
+        assert h304["etag"] == etag and h304["cache-control"] == "public, max-age=86400"
+    status, _, body = get(srv, transport, "/static/hello.txt", headers=[("If-None-Match", '"other"')])
+    assert status == 200 and body == b"Hello, world!"
+
+
+def test_if_modified_since_304(srv, transport, root):
+    mtime = int(os.stat(root / "hello.txt").st_mtime)
+    same = email.utils.formatdate(mtime, usegmt=True)
+    later = email.utils.formatdate(mtime + 3600, usegmt=True)
+    earlier = email.utils.formatdate(mtime - 3600, usegmt=True)
+    for ims in (same, later, time.strftime("%A, %d-%b-%y %H:%M:%S GMT", time.gmtime(mtime + 60)),
+                time.asctime(time.gmtime(mtime + 60))):
+        status, _, body = get(srv, transport, "/static/hello.txt", headers=[("If-Modified-Since", ims)])
+        assert status == 304 and body == b"", ims
+    status, _, body = get(srv, transport, "/static/hello.txt", headers=[("If-Modified-Since", earlier)])
+    assert status == 200 and body == b"Hello, world!"
+    # If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3)
+    status, _, _ = get(srv, transport, "/static/hello.txt",
+                       headers=[("If-None-Match", '"other"'), ("If-Modified-Since", later)])
+    assert status == 200
+
+
+# --- ranges ---------------------------------------------------------------------------------
+
+
+def test_single_range_206(srv, transport, root):
+    data = (root / "big.bin").read_bytes()
+    size = len(data)
+    for rng, first, last in (("bytes=0-3", 0, 3), ("bytes=100-", 100, size - 1), ("bytes=-5", size - 5, size - 1),
+                             ("bytes=10-99999999", 10, size - 1), ("bytes=1000000-3000000", 1000000, 3000000)):
+        status, h, body = get(srv, transport, "/static/big.bin", headers=[("Range", rng)])
+        assert status == 206, rng
+        assert h["content-range"] == f"bytes {first}-{last}/{size}"
+        assert h["content-length"] == str(last - first + 1)
+        assert body == data[first:last + 1]
+
+
+def test_unsatisfiable_range_416(srv, transport, root):
+    size = os.stat(root / "hello.txt").st_size
+    for rng in ("bytes=13-", "bytes=100-200", "bytes=-0"):
+        status, h, body = get(srv, transport, "/static/hello.txt", headers=[("Range", rng)])
+        assert status == 416, rng
+        assert h["content-range"] == f"bytes */{size}"
+        assert body == b""
+
+
+def test_several_ranges_get_the_whole_file(srv, transport):
+    # documented choice: 200 with the whole file, not multipart/byteranges
+    status, h, body = get(srv, transport, "/static/hello.txt", headers=[("Range", "bytes=0-1,5-6")])
+    assert status == 200 and body == b"Hello, world!" and "content-range" not in h
+    # malformed ranges are ignored too
+    for rng in ("bytes=5-1", "items=0-1", "bytes=x-"):
+        status, _, body = get(srv, transport, "/static/hello.txt", headers=[("Range", rng)])
+        assert status == 200 and body == b"Hello, world!", rng
+
+
+def test_if_range(srv, transport):
+    _, h, _ = get(srv, transport, "/static/hello.txt")
+    etag, lastmod = h["etag"], h["last-modified"]
+    for ifr in (etag, lastmod):
+        status, _, body = get(srv, transport, "/static/hello.txt", headers=[("Range", "bytes=0-4"), ("If-Range", ifr)])
+        assert status == 206 and body == b"Hello", ifr
+    for ifr in ('"stale"', f"W/{etag}", "Sat, 01 Jan 2000 00:00:00 GMT"):
+        status, _, body = get(srv, transport, "/static/hello.txt", headers=[("Range", "bytes=0-4"), ("If-Range", ifr)])
+        assert status == 200 and body == b"Hello, world!", ifr
+
+
+# --- precompressed siblings and caching ----------------------------------------------------------
+
+
+def test_precompressed_by_accept_encoding(srv, transport, root):
+    plain = (root / "style.css").read_bytes()
+    status, h, body = get(srv, transport, "/static/style.css", headers=[("Accept-Encoding", "gzip, deflate, br")])
+    assert status == 200 and body == b"BROTLI-BYTES"
+    assert h["content-encoding"] == "br" and h["vary"] == "Accept-Encoding"
+    assert h["content-type"] == "text/css; charset=utf-8"
+    etag_br = h["etag"]
+    status, h, body = get(srv, transport, "/static/style.css", headers=[("Accept-Encoding", "gzip")])
+    assert h["content-encoding"] == "gzip" and gzip.decompress(body) == plain and h["vary"] == "Accept-Encoding"
+    assert h["etag"] != etag_br
+    status, h, body = get(srv, transport, "/static/style.css", headers=[("Accept-Encoding", "br;q=0, gzip;q=0.5")])
+    assert h["content-encoding"] == "gzip"
+    status, h, body = get(srv, transport, "/static/style.css", headers=[("Accept-Encoding", "identity")])
+    assert body == plain and "content-encoding" not in h
+    status, h, body = get(srv, transport, "/static/style.css")
+    assert body == plain and "content-encoding" not in h and "vary" not in h
+    # a file without a sibling: the file itself, still Vary (the answer depended on the field)
+    status, h, body = get(srv, transport, "/static/hello.txt", headers=[("Accept-Encoding", "br")])
+    assert body == b"Hello, world!" and "content-encoding" not in h and h["vary"] == "Accept-Encoding"
+    # the variant's validators are its own: a 304 for it
+    status, _, _ = get(srv, transport, "/static/style.css",
+                       headers=[("Accept-Encoding", "br"), ("If-None-Match", etag_br)])
+    assert status == 304
+
+
+def test_cache_control_immutable_for_hashed_names(srv, transport):
+    _, h, _ = get(srv, transport, f"/static/{HASHED}")
+    assert h["cache-control"] == "public, max-age=86400, immutable"
+    _, h, _ = get(srv, transport, "/static/style.css")
+    assert h["cache-control"] == "public, max-age=86400"
+
+
+def test_expires_flag(servers, transport, root):
+    s = servers.get(transport, *base_args(root, "--static-path-expires", "60"))
+    _, h, _ = get(s, transport, f"/static/{HASHED}")
+    assert h["cache-control"] == "public, max-age=60, immutable"
+    s = servers.get(transport, *base_args(root, "--static-path-expires", "0"))
+    _, h, body = get(s, transport, f"/static/{HASHED}")
+    assert body == b"body{}" and "cache-control" not in h
+
+
+# --- directories, 404, the app, methods --------------------------------------------------------------
+
+
+def test_directory_serves_dir_to_file(srv, transport):
+    for path in ("/static/sub/", "/static/sub"):
+        status, h, body = get(srv, transport, path)
+        assert status == 200 and body == b"<h1>index</h1>", path
+        assert h["content-type"] == "text/html; charset=utf-8"
+    status, _, _ = get(srv, transport, "/static/empty/")
+    assert status == 404
+    status, _, body = get(srv, transport, "/static/sub/deep/x.txt")
+    assert status == 200 and body == b"deep"
+    # a file named like a directory
+    status, _, _ = get(srv, transport, "/static/hello.txt/")
+    assert status == 404
+
+
+def test_directory_without_dir_to_file_is_404(servers, transport, root):
+    s = servers.get(transport, "--static-path-mount", str(root))
+    status, _, body = get(s, transport, "/static/sub/")
+    assert status == 404 and b"index" not in body
+    status, _, body = get(s, transport, "/static/hello.txt")
+    assert status == 200 and body == b"Hello, world!"
+
+
+def test_missing_file_is_404_from_the_engine_and_the_app_serves_the_rest(srv, transport):
+    status, h, body = get(srv, transport, "/static/nope.css")
+    assert status == 404 and body == b"Not Found\n"
+    assert not body.startswith(b"hello")  # the app never saw it
+    status, _, body = get(srv, transport, "/static")
+    assert status == 404  # the mount itself, a directory without index.html
+    status, _, body = get(srv, transport, "/staticx/hello.txt")
+    assert status == 200 and body.startswith(b"hello script= path=/staticx/hello.txt")
+    status, _, body = get(srv, transport, "/other")
+    assert status == 200 and body.startswith(b"hello")
+
+
+def test_other_methods_405(srv, transport):
+    for method in ("POST", "PUT", "DELETE", "OPTIONS", "get"):
+        status, h, _ = get(srv, transport, "/static/hello.txt", method=method)
+        assert status == 405, method
+        assert h["allow"] == "GET, HEAD"
+
+
+def test_fifo_and_special_files_404(srv, transport):
+    status, _, _ = get(srv, transport, "/static/fifo")  # would block an open without O_NONBLOCK
+    assert status == 404
+
+
+# --- nothing outside the mount ----------------------------------------------------------------------
+
+
+ESCAPES = [
+    "/static/../secret.txt",
+    "/static/sub/../../secret.txt",
+    "/static/%2e%2e/secret.txt",
+    "/static/%2E%2E/secret.txt",
+    "/static/.%2e/secret.txt",
+    "/static/%2e%2e%2fsecret.txt",
+    "/static/sub/..%2f..%2fsecret.txt",
+    "/static/..%5csecret.txt",
+    "/static/sub%5c..%5c..%5csecret.txt",
+    "/static/%5c..%5csecret.txt",
+    "/static/hello.txt%00.css",
+    "/static//etc/passwd",
+    "/static/%2fetc%2fpasswd",
+    "/static/%2Fetc/passwd",
+    "/static/link_out",
+    "/static/dirlink_out/secret.txt",
+    "/static/.env",
+    "/static/sub/.hidden",
+    "/static/%2eenv",
+    "/static/./hello.txt",
+    "/static/sub/./index.html",
+    "/static/%zz",
+    "/static/%2",
+]
+
+
+@pytest.mark.parametrize("path", ESCAPES)
+def test_nothing_outside_the_mount(srv, transport, path):
+    status, _, body = get(srv, transport, path)
+    assert status in (400, 404), (path, status)
+    assert SECRET not in body and b"root:" not in body
+
+
+def test_symlink_inside_the_mount_is_served(srv, transport):
+    status, _, body = get(srv, transport, "/static/link_in")
+    assert status == 200 and body == b"Hello, world!"
+
+
+def test_follow_symlinks_flag_serves_links_that_lead_out(servers, transport, root):
+    s = servers.get(transport, *base_args(root, "--static-path-follow-symlinks"))
+    status, _, body = get(s, transport, "/static/link_out")
+    assert status == 200 and body == SECRET
+    status, _, body = get(s, transport, "/static/dirlink_out/secret.txt")
+    assert status == 200 and body == SECRET
+    # still no dot segments and no dotfiles
+    for path in ("/static/../secret.txt", "/static/.env"):
+        status, _, body = get(s, transport, path)
+        assert status in (400, 404) and SECRET not in body
+
+
+# --- several mounts -------------------------------------------------------------------------------
+
+
+def test_routes_and_mounts_in_pairs(servers, transport, root):
+    s = servers.get(transport, "--static-path-route", "/assets", "--static-path-mount", str(root / "sub"),
+                    "--static-path-route", "/files/", "--static-path-mount", str(root))
+    status, _, body = get(s, transport, "/assets/deep/x.txt")
+    assert status == 200 and body == b"deep"
+    status, _, body = get(s, transport, "/files/hello.txt")
+    assert status == 200 and body == b"Hello, world!"
+    status, _, body = get(s, transport, "/static/hello.txt")
+    assert status == 200 and body.startswith(b"hello")  # no route there: the app's
+
+
+# --- under load and faults ----------------------------------------------------------------------------
+
+
+def _read_some(sock, n):
+    got = b""
+    while len(got) < n:
+        b = sock.recv(65536)
+        if not b:
+            break
+        got += b
+    return got
+
+
+def test_truncated_during_send_closes_never_desyncs(servers, transport, tmp_path):
+    size = 32 * 1024 * 1024
+    d = tmp_path / "www"
+    d.mkdir()
+    f = d / "shrinks.bin"
+    f.write_bytes(b"a" * size)
+    (d / "ok.txt").write_bytes(b"ok")
+    s = servers.get(transport, "--static-path-mount", str(d))
+    sock = connect(s, transport, rcvbuf=65536)
+    sock.sendall(raw_request("/static/shrinks.bin"))
+    head = _read_some(sock, 1)
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200") and f"Content-Length: {size}".encode() in head
+    os.truncate(f, 1024 * 1024)
+    rest = recv_all(sock, timeout=20)
+    body = head.partition(b"\r\n\r\n")[2] + rest
+    assert len(body) < size  # cut short: the connection closed, with fewer bytes than promised
+    assert b"HTTP/1.1" not in body[: 1024 * 1024 + 1024][1:]  # nothing else took its place
+    sock.close()
+    # the worker lives on and serves
+    status, _, body = get(s, transport, "/static/ok.txt")
+    assert status == 200 and body == b"ok"
+
+
+def test_replaced_during_send_sends_the_file_it_opened(servers, transport, tmp_path):
+    size = 8 * 1024 * 1024
+    d = tmp_path / "www"
+    d.mkdir()
+    f = d / "replaced.bin"
+    f.write_bytes(b"o" * size)
+    s = servers.get(transport, "--static-path-mount", str(d))
+    sock = connect(s, transport, rcvbuf=65536)
+    sock.sendall(raw_request("/static/replaced.bin"))
+    first = _read_some(sock, 1)
+    new = d / "new.bin"
+    new.write_bytes(b"n" * 100)
+    os.replace(new, f)
+    status, h, body, _ = read_response_after(sock, first)
+    assert status == 200 and body == b"o" * size
+    sock.close()
+
+
+def read_response_after(sock, first):
+    """read_response on sock whose first bytes were already read (first)."""
+    import http1
+
+    http1._LEFTOVER[sock] = first
+    return read_response(sock, timeout=20)
+
+
+def test_slow_readers_hold_no_thread_and_no_memory(servers, transport, tmp_path):
+    """40 clients that read nothing of a 16 MB file: the one inline worker thread still answers at
+    once, and the worker's memory grows by far less than what the clients were promised."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "huge.bin").write_bytes(b"z" * (16 * 1024 * 1024))
+    (d / "ok.txt").write_bytes(b"ok")
+    s = servers.get(transport, "--static-path-mount", str(d), "--send-timeout", "60")
+    pid = worker_pid(s)
+    get(s, transport, "/static/ok.txt")
+    before = rss_kb(pid)
+    slow = []
+    for _ in range(40):
+        c = connect(s, transport, rcvbuf=4096)
+        c.sendall(raw_request("/static/huge.bin"))
+        slow.append(c)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    status, _, body = get(s, transport, "/static/ok.txt")
+    status2, _, body2 = get(s, transport, "/")
+    took = time.monotonic() - t0
+    grown = rss_kb(pid) - before
+    for c in slow:
+        c.close()
+    assert status == 200 and body == b"ok" and status2 == 200 and body2.startswith(b"hello")
+    assert took < 2.0
+    # HTTP/1.1: sendfile leaves the bytes in the file; TLS: one record per client in OpenSSL; HTTP/2:
+    # at most M0_WRITE_HIGH_WATER (256 KiB) queued per stream. 40 x 16 MB were asked for.
+    bound = {"h1": 8 * 1024, "tls": 12 * 1024, "h2c": 40 * 400}[transport]
+    assert grown < bound, f"RSS grew by {grown} KB"
+
+
+# --- works with everything else -----------------------------------------------------------------------
+
+
+MODES = {
+    "workers": ("--workers", "2"),
+    "threads": ("--threads", "2"),
+    "blocking-threads": ("--blocking-threads", "2"),
+    "asgi": ("--interface", "asgi"),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_modes(servers, transport, root, mode):
+    app = "asgi_app:app" if mode == "asgi" else APP
+    s = servers.get(transport, *base_args(root, *MODES[mode]), app=app)
+    want = (root / "big.bin").read_bytes()
+    with connect(s, transport) as sock:
+        status, _, body = get(s, transport, "/static/hello.txt", sock=sock)
+        assert status == 200 and body == b"Hello, world!"
+        status, _, body = get(s, transport, "/static/big.bin", sock=sock)
+        assert status == 200 and body == want
+        status, _, body = get(s, transport, "/static/nope", sock=sock)
+        assert status == 404
+        status, _, body = get(s, transport, "/scope" if mode == "asgi" else "/other", sock=sock)
+        assert status == 200 and body  # the app, on the same connection
+
+
+def test_bodyless_answers_on_fresh_connections_keep_the_worker_alive(servers, transport, root):
+    """HEAD and 304 end an HTTP/2 stream with its HEADERS, while the gate still runs: each on a
+    connection of its own, closed at once, many times (a stream connection destroyed twice took
+    the worker down within a few dozen)."""
+    s = servers.get(transport, *base_args(root, "--health-path", "/healthz"))
+    for _ in range(40):
+        assert get(s, transport, "/static/hello.txt", method="HEAD")[0] == 200
+        assert get(s, transport, "/static/hello.txt", headers=[("If-None-Match", "*")])[0] == 304
+        assert get(s, transport, "/healthz", method="HEAD")[0] == 200
+    assert s.proc.poll() is None
+    assert get(s, transport, "/static/hello.txt")[2] == b"Hello, world!"
+
+
+def test_access_log_lines(srv, transport):
+    marker = f"/static/hello.txt?marker={transport}-{time.monotonic_ns()}"
+    get(srv, transport, marker)
+    get(srv, transport, marker.replace("hello.txt", "missing"))
+    version = "HTTP/2.0" if transport == "h2c" else "HTTP/1.1"
+    line = srv.wait_log(re.escape(f'"GET {marker} {version}" 200 13'))
+    assert line
+    srv.wait_log(re.escape(f'"GET {marker.replace("hello.txt", "missing")} {version}" 404 10'))
+
+
+def test_health_path_and_proxy_headers(servers, transport, root):
+    s = servers.get(transport, *base_args(root, "--health-path", "/static/healthz", "--proxy-headers"))
+    status, _, body = get(s, transport, "/static/healthz")
+    assert status == 200 and body == b"OK\n"  # the health path first, even under a route
+    marker = f"/static/hello.txt?proxied={transport}"
+    status, _, body = get(s, transport, marker, headers=[("X-Forwarded-For", "203.0.113.9")])
+    assert status == 200 and body == b"Hello, world!"
+    s.wait_log(re.escape("203.0.113.9") + r".*" + re.escape(f"GET {marker}"))
+
+
+def test_metrics_count_static_requests(servers, transport, root):
+    from helpers import scrape, value
+
+    s = servers.get(transport, *base_args(root, "--metrics-port", "0"))
+    version = "2" if transport == "h2c" else "1.1"
+    before = scrape(s)
+    for _ in range(3):
+        get(s, transport, "/static/hello.txt")
+    get(s, transport, "/static/nope")
+
+    def counted():
+        now = scrape(s)
+        ok = value(now, "m0serve_requests_total", method="GET", status="2xx", version=version) - value(
+            before, "m0serve_requests_total", method="GET", status="2xx", version=version)
+        nf = value(now, "m0serve_requests_total", method="GET", status="4xx", version=version) - value(
+            before, "m0serve_requests_total", method="GET", status="4xx", version=version)
+        return ok >= 3 and nf >= 1
+
+    wait_until(counted, 5, "static requests in the metrics")
