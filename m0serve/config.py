@@ -115,6 +115,26 @@ def _static_dir(text):
     return text
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text):
+    """--static-path-expires: seconds, as Granian takes it: a number ("86400") or a duration of units
+    s, m, h, d, w ("1d", "1h30m"), up to 2**32 - 1 seconds."""
+    import re
+
+    t = str(text).strip().lower()
+    if re.fullmatch(r"\d+", t):
+        v = int(t)
+    elif re.fullmatch(r"(\d+[smhdw])+", t):
+        v = sum(int(n) * _DURATION_UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", t))
+    else:
+        raise ValueError(f"invalid duration {text!r} (seconds, or a duration such as 1d, 12h, 1h30m)")
+    if v > 2**32 - 1:
+        raise ValueError(f"{text!r} is out of range (at most 4294967295 seconds)")
+    return v
+
+
 def _file_name(text):
     """--static-path-dir-to-file: a file name within each directory, not a path."""
     if not text or "/" in text or "\\" in text or "\0" in text or text in (".", ".."):
@@ -335,9 +355,9 @@ OPTIONS = [
     Option("--static-path-dir-to-file", "value", _file_name, None,
            "the file served for a request that names a directory, e.g. index.html (default: 404)", "static",
            "NAME"),
-    Option("--static-path-expires", "value", _int_in(0, 2**32 - 1), 86400,
-           "Cache-Control max-age of static files in seconds, plus immutable for names with a content hash "
-           "(name.<12 hex>.ext); 0 sends no Cache-Control", "static", "SECONDS"),
+    Option("--static-path-expires", "value", _duration, 86400,
+           "Cache-Control max-age of static files, in seconds or a duration (1d, 12h, 1h30m), plus immutable for "
+           "names with a content hash (name.<12 hex>.ext); 0 sends no Cache-Control", "static", "SECONDS"),
     Option("--static-path-follow-symlinks", "flag", _bool, False,
            "serve files through symlinks that lead outside their mount (default: refused, 404)", "static"),
     # Logging

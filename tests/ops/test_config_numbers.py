@@ -11,7 +11,7 @@ from m0serve.config import OPTIONS, _octal_mode, _seconds
 
 # A value each numeric setting accepts, and what the command line needs to go with it.
 NEEDS = {"uds_permissions": ["--uds", "x.sock"], "max_requests_jitter": ["--max-requests", "10"],
-         "static_path_expires": ["--static-path-mount", "."], "port": [], "fd": [], "metrics_port": []}
+         "port": [], "fd": [], "metrics_port": []}
 SKIP = {"fd"}  # an inherited socket: nothing to bind in this test
 
 

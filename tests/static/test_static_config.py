@@ -58,6 +58,8 @@ def fetch(host, port, path, transport="h1", headers=()):
     (["--static-path-mount", ".", "--static-path-route", "/a%2f"], {}, "--static-path-route"),
     (["--static-path-mount", ".", "--static-path-expires", "-1"], {}, "--static-path-expires"),
     (["--static-path-mount", ".", "--static-path-expires", "soon"], {}, "--static-path-expires"),
+    (["--static-path-mount", ".", "--static-path-expires", "1y"], {}, "--static-path-expires"),
+    (["--static-path-mount", ".", "--static-path-expires", "99999999999"], {}, "--static-path-expires"),
     (["--static-path-mount", ".", "--static-path-dir-to-file", "a/index.html"], {}, "--static-path-dir-to-file"),
     (["--static-path-mount", ".", "--static-path-dir-to-file", ".."], {}, "--static-path-dir-to-file"),
     (["--static-path-route", "/assets"], {}, "--static-path-route"),  # no mount
@@ -123,6 +125,14 @@ def test_each_setting_reaches_the_engine(serve, tmp_path, www, how):
     assert status == 200 and body == b"SECRET"  # --static-path-follow-symlinks
     status, _, body = fetch(s.host, s.port, "/static/hello.txt")
     assert status == 200 and body.startswith(b"hello")  # the app: no route there
+
+
+@pytest.mark.parametrize("text,seconds", [("0", 0), ("60", 60), ("1d", 86400), ("12h", 43200), ("1h30m", 5400),
+                                          ("2w", 1209600), ("45s", 45)])
+def test_expires_takes_seconds_or_a_duration_as_granian_does(text, seconds):
+    r = run_cli("cli_hello:app", "--static-path-mount", ".", "--static-path-expires", text, "--print-config", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["static_path_expires"] == seconds
 
 
 def test_one_mount_defaults_to_the_static_route(serve, www):
