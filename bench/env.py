@@ -262,6 +262,11 @@ def server_versions():
     for n in ("django", "flask", "starlette", "fastapi", "uvloop"):
         versions[f"{n} (m0serve venv)"] = m0.get(n)
     versions["wrk"] = wrk.version()
+    try:
+        ng = subprocess.run(["nginx", "-v"], capture_output=True, text=True, timeout=30)
+        versions["nginx"] = (ng.stderr or ng.stdout).strip().partition("version: ")[2] or None
+    except OSError:
+        versions["nginx"] = None
     from . import h2load
 
     versions["h2load"] = h2load.version()

@@ -314,8 +314,9 @@ class AttackLoad:
     the cost of the attack itself. The server tree's RSS is read before they start and all along (RssPeak):
     `rss.growth` is the most it grew by."""
 
-    def __init__(self, mode, n, port, server_pid, sample_s=3.0, target="", track_rss=False):
+    def __init__(self, mode, n, port, server_pid, sample_s=3.0, target="", track_rss=False, path=None):
         self.mode, self.n, self.port, self.server_pid, self.sample_s = mode, n, port, server_pid, sample_s
+        self.path = path  # slowread: the large response's path (bench/attack.py's default: /big)
         self.target = target
         self.sink = None
         self.proc = None
@@ -338,7 +339,7 @@ class AttackLoad:
             port = self.sink.getsockname()[1]
         module = "bench.attack_h2" if self.mode.startswith("h2-") else "bench.attack"
         argv = ["taskset", "-c", str(WRK_CPU), sys.executable, "-m", module, "--port", str(port),
-                "--mode", self.mode, "--conns", str(self.n)]
+                "--mode", self.mode, "--conns", str(self.n)] + (["--path", self.path] if self.path else [])
         self.proc = subprocess.Popen(argv, cwd=str(env.ROOT), stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("ready"):
@@ -512,7 +513,8 @@ class RowRunner:
         with SlowLoad(port, load["slow_inflight"], self.row.slow_ms) as slow, \
                 AttackLoad(load["attack"], load["attackers"], port, proc.pid, sample_s=self.s.attack_sample_s,
                            target=load["attack_target"],
-                           track_rss=any(self.load(a)["attack"] for a in self.row.arms)) as attack:
+                           track_rss=any(self.load(a)["attack"] for a in self.row.arms),
+                           path=self.row.extra.get("attack_path")) as attack:
             before = procs.tree(proc.pid)
             t0 = time.monotonic()
             client = self.row.extra.get("client")

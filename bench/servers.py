@@ -185,6 +185,30 @@ def hypercorn(interface, tls=False):
                version_key="hypercorn", interface=interface, scheme="https" if tls else "http")
 
 
+def m0serve_static(static_dir):
+    """m0serve serving a WSGI hello with static_dir mounted at /static (the engine's static files)."""
+    return m0serve("wsgi", extra=["--static-path-mount", str(static_dir)], name="m0serve",
+                   label="m0serve (wsgi, 1 worker, --static-path-mount)")
+
+
+def granian_static(static_dir, http2=False):
+    """Granian serving a WSGI hello with its static mount at /static (Rust, no Python per file)."""
+    arm = granian("wsgi")
+    extra = ["--static-path-route", "/static", "--static-path-mount", str(static_dir)]
+    if http2:
+        extra += ["--http", "2"]
+    return replace(arm, argv=arm.argv[:-1] + extra + [arm.argv[-1]],
+                   label=f"Granian (wsgi, 1 worker, --static-path-mount{', --http 2' if http2 else ''})")
+
+
+def nginx(http2=False, cache=False):
+    """nginx 1 worker, sendfile on, gzip_static on, open_file_cache off or on (bench/static_files.py)."""
+    tag = "cache-on" if cache else "cache-off"
+    return Arm(f"nginx-{tag}", f"nginx (1 worker, sendfile, open_file_cache {'on' if cache else 'off'})",
+               [_m0(), str(env.APPS_DIR / "run_nginx.py"), "{port}", "h2" if http2 else "h1", tag],
+               version_key="nginx", interface="native")
+
+
 def uvicorn_ws(loop="uvloop"):
     """uvicorn with its websockets implementation (what `--ws auto` picks when websockets is installed,
     spelt out so that a missing package fails the start): the websocket suite's comparator."""

@@ -367,7 +367,43 @@ def http2():
     return rows
 
 
+def static():
+    # Static files from each server's own static mount (bench/static_files.py: /static/hello.txt, 13 bytes;
+    # f100k.bin, 100 KiB; f10m.bin, 10 MiB), the same bytes for every arm: m0serve's engine, nginx (1 worker,
+    # sendfile on, gzip_static on, open_file_cache off and on) and Granian's static mount, each beside a WSGI
+    # hello it does not call. HTTP/1.1 keep-alive (wrk, 16 connections) and h2c with prior knowledge
+    # (h2load, 16 connections x 10 streams). Then the RSS that 1,000 slow downloaders of the 10 MiB file add
+    # (bench/attack.py slowread: a 4 KiB receive buffer, nothing read) while wrk asks for the 13-byte file.
+    from . import static_files
+
+    d = static_files.ensure_files()
+    rows = []
+    for key, (name, size) in static_files.FILES.items():
+        for h2 in (False, True):
+            arms = [S.m0serve_static(d), S.nginx(h2, cache=False), S.nginx(h2, cache=True),
+                    S.granian_static(d, http2=h2)]
+            what = f"{size:,} bytes" if size < 1024 else f"{size // 1024:,} KiB" if size < 1 << 20 else \
+                f"{size >> 20} MiB"
+            if h2:
+                rows.append(Row(f"{key}-h2c", f"A {what} static file over h2c, h2load 16 connections x 10 streams",
+                                WSGI_HELLO, arms, path=f"/static/{name}", connections=16,
+                                extra={"client": "h2load", "streams": 10}))
+            else:
+                rows.append(Row(f"{key}-h1", f"A {what} static file over HTTP/1.1 keep-alive, 16 connections",
+                                WSGI_HELLO, arms, path=f"/static/{name}"))
+    slow = {"attack": "slowread", "attackers": SLOW_DOWNLOADERS}
+    rows.append(Row(f"slowread{SLOW_DOWNLOADERS}", f"RSS with {SLOW_DOWNLOADERS:,} slow downloaders of the 10 MiB "
+                    "file (nothing read), beside wrk on the 13-byte file", WSGI_HELLO,
+                    [S.m0serve_static(d), S.nginx(False, cache=False), S.granian_static(d)],
+                    path="/static/hello.txt", extra={"attack_path": "/static/f10m.bin"}, **slow))
+    return rows
+
+
+SLOW_DOWNLOADERS = 1000
+
+
 SUITES = {
+    "static": static,
     "http2": http2,
     "floor": floor,
     "wsgi": wsgi,
