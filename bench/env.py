@@ -89,6 +89,17 @@ def ensure_bench_venv():
     marker.write_text("ok\n")
 
 
+def ensure_package(python, name):
+    """pip install `name` into the venv of `python` when it cannot import it (a suite's own need:
+    the static suite's whitenoise, in m0serve's venv and in .bench-venv)."""
+    if not Path(python).exists():
+        return
+    if subprocess.run([str(python), "-c", f"import {name}"], capture_output=True, timeout=60).returncode == 0:
+        return
+    log(f"pip install {name} into {python}")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", name], check=True)
+
+
 def build_floor():
     """cc -O2 the floor responder (rebuilt when the source is newer)."""
     FLOOR_BIN.parent.mkdir(parents=True, exist_ok=True)
@@ -256,10 +267,10 @@ def server_versions():
     comp = _pip_versions(bench_python()) if bench_python().exists() else {}
     m0 = _pip_versions(m0serve_python()) if m0serve_python().exists() else {}
     names = ["granian", "uvicorn", "uvloop", "httptools", "websockets", "gunicorn", "bjoern", "django", "flask",
-             "starlette", "fastapi", "hypercorn"]
+             "starlette", "fastapi", "hypercorn", "whitenoise"]
     versions = {n: comp.get(n) for n in names}
     versions["m0serve"] = m0.get("m0serve")
-    for n in ("django", "flask", "starlette", "fastapi", "uvloop"):
+    for n in ("django", "flask", "starlette", "fastapi", "uvloop", "whitenoise"):
         versions[f"{n} (m0serve venv)"] = m0.get(n)
     versions["wrk"] = wrk.version()
     try:

@@ -16,6 +16,36 @@ FILES = {
 }
 
 
+# The Django row: a stylesheet and a script as an app ships them, collected by whitenoise's storage.
+DJANGO_SOURCE = STATIC_PARENT / "django-src"
+DJANGO_ROOT = STATIC_PARENT / "django-collected"
+DJANGO_FILES = {"css/app.css": 24 * 1024, "js/app.js": 60 * 1024}
+
+
+def _text(size, seed):
+    line = f"/* {seed} */ .c{seed} {{ color: #{seed:06x}; margin: 0 auto; padding: 1px 2px; }}\n"
+    return (line * (size // len(line) + 1))[:size].encode()
+
+
+def ensure_django(python):
+    """The Django app's sources, then `collectstatic` with `python` (the venv the m0serve arms run):
+    the collected path of css/app.css ("/static/css/app.<hash>.css")."""
+    import json
+    import subprocess
+
+    for i, (name, size) in enumerate(DJANGO_FILES.items()):
+        p = DJANGO_SOURCE / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        want = _text(size, i + 1)
+        if not p.exists() or p.read_bytes() != want:
+            p.write_bytes(want)
+    code = ("import django_static; from django.core.management import call_command; "
+            "call_command('collectstatic', interactive=False, verbosity=0)")
+    subprocess.run([str(python), "-c", code], cwd=str(env.APPS_DIR), check=True, timeout=300)
+    manifest = json.loads((DJANGO_ROOT / "staticfiles.json").read_text())
+    return "/static/" + manifest["paths"]["css/app.css"]
+
+
 def _content(name, size):
     if name == "hello.txt":
         return b"Hello, world!"

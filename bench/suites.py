@@ -1,4 +1,6 @@
 """The suites: which rows, which arms. Every row has one worker per server unless it says otherwise."""
+from dataclasses import replace
+
 from . import env
 from . import servers as S
 from .runner import FAILED, Row, spare_cpus
@@ -391,6 +393,27 @@ def static():
             else:
                 rows.append(Row(f"{key}-h1", f"A {what} static file over HTTP/1.1 keep-alive, 16 connections",
                                 WSGI_HELLO, arms, path=f"/static/{name}"))
+    # A Django app after collectstatic (bench/apps/django_static.py): its hashed stylesheet served by
+    # whitenoise's middleware inside the app, and by m0serve's mount in front of the same app; Granian with
+    # whitenoise beside them. The client accepts gzip: both serve the collected .gz sibling.
+    env.ensure_package(env.m0serve_python(), "whitenoise")
+    env.ensure_package(env.bench_python(), "whitenoise")
+    css = static_files.ensure_django(env.m0serve_python())
+    root = static_files.DJANGO_ROOT
+    for h2 in (False, True):
+        arms = [S.m0serve("wsgi", name="m0serve-whitenoise", label="m0serve (wsgi, 1 worker, whitenoise in the app)"),
+                S.m0serve("wsgi", extra=["--static-path-mount", str(root)], name="m0serve",
+                          label="m0serve (wsgi, 1 worker, --static-path-mount of STATIC_ROOT)"),
+                S.granian_h2("wsgi") if h2 else S.granian("wsgi")]
+        arms[-1] = replace(arms[-1], name="granian-whitenoise", label=arms[-1].label[:-1] + ", whitenoise in the app)")
+        if h2:
+            rows.append(Row("django-css-h2c", "Django after collectstatic: a 24 KiB hashed stylesheet (its .gz), "
+                            "whitenoise vs m0serve's mount, over h2c, h2load 16 connections x 10 streams",
+                            "django_static:application", arms, path=css, extra={"client": "h2load", "streams": 10}))
+        else:
+            rows.append(Row("django-css-h1", "Django after collectstatic: a 24 KiB hashed stylesheet (its .gz), "
+                            "whitenoise vs m0serve's mount, over HTTP/1.1 keep-alive, 16 connections",
+                            "django_static:application", arms, path=css))
     slow = {"attack": "slowread", "attackers": SLOW_DOWNLOADERS}
     rows.append(Row(f"slowread{SLOW_DOWNLOADERS}", f"RSS with {SLOW_DOWNLOADERS:,} slow downloaders of the 10 MiB "
                     "file (nothing read), beside wrk on the 13-byte file", WSGI_HELLO,
