@@ -159,9 +159,12 @@ static void send_cut(m0_conn *c, int fd, int status, uint64_t sent)
  * finished), 0: parked until M0_CONN_WRITABLE. */
 static int send_pump(m0_conn *c, m0_static_send *s)
 {
+    int held = c->static_send == s;
     while (s->left > 0) {
         size_t count = s->left > (uint64_t)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)s->left;
         ssize_t n = m0_conn_sendfile(c, s->fd, s->off, count, M0_WRITE_NOWAIT);
+        if (held && c->static_send != s)
+            return 1; /* the connection closed in the call (an HTTP/2 session's write failed): s went with it */
         if (n > 0) {
             s->off += n;
             s->left -= (uint64_t)n;
