@@ -798,6 +798,10 @@ static void h2_dispatch(m0_h2 *h2)
         int gated = m0__request_begin(sc);
         /* gated and still pending: the gate's file on its way (static_file.c) */
         int r = gated ? sc->pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
+        if (gated && sc->pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
+            s->gated = 1; /* no handler runs it: the next stream's turn */
+            h2->busy = 0;
+        }
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {
             /* no response: the stream is reset */
             m0__h2s_abort(sc);

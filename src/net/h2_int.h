@@ -116,6 +116,8 @@ struct m0_h2_stream {
     size_t head_len, head_cap;
     int submitted; /* HEADERS submitted */
     int no_body;   /* HEAD, 204, 304: the data provider is not used */
+    int gated;     /* answered by the gate, its body still on its way (a static file): it holds no serial
+                    * handler's turn (h2->busy), so the connection's other streams are dispatched */
     char *out;
     size_t out_len, out_pos, out_cap;
     int out_done;      /* m0_conn_finish */
