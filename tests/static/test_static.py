@@ -488,6 +488,35 @@ def test_replaced_during_send_sends_the_file_it_opened(servers, transport, tmp_p
     sock.close()
 
 
+def test_clients_that_go_away_mid_send(servers, transport, tmp_path):
+    """Connections closed while files are on their way (over HTTP/2, several streams of one
+    connection parked at once): again and again, and the worker serves on."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "big.bin").write_bytes(b"b" * (8 * 1024 * 1024))
+    (d / "ok.txt").write_bytes(b"ok")
+    s = servers.get(transport, "--static-path-mount", str(d))
+    for i in range(12):
+        if transport == "h2c":
+            from h2client import H2
+
+            c = H2(s.host, s.port)
+            for _ in range(8):
+                c.request("/static/big.bin")
+            deadline = time.monotonic() + 5
+            while sum(len(r.body) for r in c.responses.values()) < 200000 and time.monotonic() < deadline:
+                c.pump(0.05)
+            c.close()
+        else:
+            sock = connect(s, transport)
+            sock.sendall(raw_request("/static/big.bin") * 3)
+            _read_some(sock, 100000 + i * 1000)
+            sock.close()
+    assert s.proc.poll() is None
+    status, _, body = get(s, transport, "/static/ok.txt")
+    assert status == 200 and body == b"ok"
+
+
 def read_response_after(sock, first):
     """read_response on sock whose first bytes were already read (first)."""
     import http1
@@ -526,6 +555,60 @@ def test_slow_readers_hold_no_thread_and_no_memory(servers, transport, tmp_path)
     # at most M0_WRITE_HIGH_WATER (256 KiB) queued per stream. 40 x 16 MB were asked for.
     bound = {"h1": 8 * 1024, "tls": 12 * 1024, "h2c": 40 * 400}[transport]
     assert grown < bound, f"RSS grew by {grown} KB"
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "h2-tls"])
+@pytest.mark.parametrize("mode", ["wsgi", "blocking-threads", "asgi"])
+def test_a_waiting_file_holds_no_other_stream_of_its_connection(servers, tmp_path, tls, mode):
+    """HTTP/2: a file whose client does not open its window (its stream parked) lets the connection's
+    other streams through, files and the app's, whatever the handler (WSGI runs one stream at a time)."""
+    import h2.events
+
+    from h2client import H2
+
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "huge.bin").write_bytes(b"h" * (8 * 1024 * 1024))
+    (d / "ok.txt").write_bytes(b"ok")
+    args = {"wsgi": (), "blocking-threads": ("--blocking-threads", "2"), "asgi": ("--interface", "asgi")}[mode]
+    s = servers.get("tls" if tls else "h2c", "--static-path-mount", str(d), *args,
+                    app="asgi_app:app" if mode == "asgi" else APP)
+
+    class Stingy(H2):
+        """Never gives the first stream its window back (the connection's, yes)."""
+        stuck = None
+
+        def handle(self, ev):
+            if isinstance(ev, h2.events.DataReceived) and ev.stream_id == self.stuck:
+                self.responses[ev.stream_id].body += ev.data
+                if ev.flow_controlled_length:
+                    self.conn.increment_flow_control_window(ev.flow_controlled_length)
+                return
+            super().handle(ev)
+
+    sock = None
+    if tls:
+        raw = socket.create_connection((s.host, s.port), timeout=10)
+        ctx = ssl.create_default_context(cafile=pki_files()[2])
+        ctx.set_alpn_protocols(["h2"])
+        sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    c = Stingy(s.host, s.port, sock=sock)
+    try:
+        big = c.request("/static/huge.bin")
+        c.stuck = big
+        deadline = time.monotonic() + 5
+        while len(c.responses[big].body) < 60000 and time.monotonic() < deadline:
+            c.pump(0.1)
+        assert c.responses[big].status == 200 and not c.responses[big].ended
+        t0 = time.monotonic()
+        r1 = c.wait(c.request("/static/ok.txt"), timeout=5)
+        r2 = c.wait(c.request("/scope" if mode == "asgi" else "/other"), timeout=5)
+        assert r1.status == 200 and r1.body == b"ok" and r1.ended
+        assert r2.status == 200 and r2.ended and r2.body
+        assert time.monotonic() - t0 < 3
+        assert not c.responses[big].ended  # still waiting on its window
+    finally:
+        c.close()
 
 
 # --- works with everything else -----------------------------------------------------------------------
