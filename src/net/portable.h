@@ -13,6 +13,9 @@
  *   sendfile(2)                  -> pread + send, one piece per call
  *                                   (m0_sendfile_some)
  *   memfd_create                 -> an unlinked temporary file (m0_memfd_open)
+ *   openat2(RESOLVE_BENEATH)     -> a walk of openat(O_NOFOLLOW) that refuses
+ *                                   every symlink (static_path.c; also where
+ *                                   the kernel lacks it: -ENOSYS, -EPERM)
  *   fallocate(PUNCH_HOLE)        -> fcntl(F_PUNCHHOLE) (macOS), else nothing
  *                                   (m0_file_punch returns -ENOTSUP)
  *   /proc/thread-self/schedstat  -> not opened (workq.c then uses the

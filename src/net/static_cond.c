@@ -3,6 +3,7 @@
  * spans and never allocate. */
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "static_int.h"

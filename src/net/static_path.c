@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#ifdef __linux__
+#if defined(__linux__) && !defined(M0_PORTABLE)
 #include <sys/syscall.h>
 #endif
 
@@ -163,7 +163,7 @@ int m0__static_decode(m0_span rest, char *out, size_t cap, size_t *len, int *dir
 
 /* --- the open beneath a mount --- */
 
-#if defined(__linux__)
+#if defined(__linux__) && !defined(M0_PORTABLE)
 #ifndef SYS_openat2
 #define SYS_openat2 437
 #endif
