@@ -129,7 +129,7 @@ NICE ?= nice -n 10
 C_BUILD := tests/c/build
 # (longest first: the connection and TLS tests take about 13 s each here, most of it clang)
 C_TESTS := conn tls handoff h2_pool workq loop http http_nosimd ws ws_deflate proxy workq_wakeup acceptor acceptor_tsan \
-	access_log metrics
+	access_log metrics static
 C_TEST_TARGETS := $(addprefix test-c-,$(C_TESTS))
 CONN_SRCS := $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c
 test-c: $(C_TEST_TARGETS)
@@ -157,6 +157,9 @@ test-c-proxy:
 test-c-access_log:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c
 	./$(C_BUILD)/test_access_log
+test-c-static:
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_static tests/c/test_static.c src/net/static_path.c src/net/static_cond.c src/net/static_mime.c
+	./$(C_BUILD)/test_static
 test-c-metrics:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_metrics tests/c/test_metrics.c src/net/metrics.c
 	./$(C_BUILD)/test_metrics
