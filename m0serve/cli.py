@@ -61,6 +61,7 @@ def _serve_single(cfg, hk, server):
         for listener in listeners:
             log.info("Listening on %s", sockets.url_of(listener, cfg))
         log.info("m0serve: serving %s (%s) in process %d", cfg.app or "native hello", interface, os.getpid())
+        config.log_static_mounts(cfg, log)
 
     try:
         if not (hk.run("when_ready", server) and hk.run("post_worker_init", me)):

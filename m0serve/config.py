@@ -768,6 +768,13 @@ def _check_static(cfg):
         raise ConfigError("argument --static-path-route: the same route is given twice")
 
 
+def log_static_mounts(cfg, log):
+    """One line per mount at start: what the engine serves itself, and where from."""
+    for route, directory in static_mounts(cfg):
+        log.info("Static files: %s/ from %s (by the engine; no file there: 404)", route.rstrip("/"),
+                 os.path.abspath(directory))
+
+
 def static_options(cfg):
     """The static keyword of _core.Server: None (no mount) or the --static-path-* settings."""
     pairs = static_mounts(cfg)

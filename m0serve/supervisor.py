@@ -39,7 +39,7 @@ import struct
 import sys
 import time
 
-from . import handoff, hooks, logs, metrics, pidfile, sockets, worker
+from . import config, handoff, hooks, logs, metrics, pidfile, sockets, worker
 from .loader import resolve_app
 from . import portable, proctitle
 
@@ -334,6 +334,7 @@ class Supervisor:
                 self.listening_logged = True
                 for listener in self.listeners:
                     log.info("Listening on %s", sockets.url_of(listener, self.cfg))
+                config.log_static_mounts(self.cfg, log)
             self._progress_rollout()
         if b"D" in data:
             w.drained = True

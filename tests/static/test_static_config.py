@@ -135,8 +135,10 @@ def test_expires_takes_seconds_or_a_duration_as_granian_does(text, seconds):
     assert json.loads(r.stdout)["static_path_expires"] == seconds
 
 
-def test_one_mount_defaults_to_the_static_route(serve, www):
-    s = serve("cli_hello:app", "--static-path-mount", str(www))
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_one_mount_defaults_to_the_static_route(serve, www, workers):
+    s = serve("cli_hello:app", "--static-path-mount", str(www), "--workers", workers)
+    s.wait_log(r"Static files: /static/ from " + str(www) + r" \(by the engine")
     status, h, body = fetch(s.host, s.port, "/static/hello.txt")
     assert status == 200 and body == b"Hello, world!"
     assert h["cache-control"] == "public, max-age=86400"
