@@ -27,6 +27,10 @@ HELP = {
     "sent_bytes_total": ("counter", "Bytes written to clients."),
     "timeouts_total": ("counter", "Connections timed out, by what they were waiting for (head, body, send)."),
     "engine_responses_total": ("counter", "Error responses written by the engine itself (limits, timeouts, bad requests)."),
+    "static_responses_total": ("counter", "Responses of the static files the engine served (--static-path-mount), by "
+                               "status class."),
+    "static_sent_bytes_total": ("counter", "Body bytes of the static files' responses (a response cut short counts "
+                                "what it sent)."),
     "worker_restarts_total": ("counter", "Workers replaced, by reason."),
     "workers": ("gauge", "Worker processes running."),
 }

@@ -68,10 +68,14 @@ const char *m0_metrics_field_name(size_t i, char *buf, size_t cap)
         snprintf(buf, cap, "request_duration_seconds_bucket{le=\"%s\"}", BUCKET_LE[i - M0_MET_DURATION]);
     } else if (i < M0_MET_ENGINE) {
         snprintf(buf, cap, "%s", SINGLE[i - M0_MET_DURATION_SUM_NS]);
-    } else if (i < M0_MET_COUNT - 1) {
+    } else if (i < M0_MET_STATIC - 1) {
         snprintf(buf, cap, "engine_responses_total{status=\"%d\"}", ENGINE_STATUS[i - M0_MET_ENGINE]);
-    } else if (i == M0_MET_COUNT - 1) {
+    } else if (i == M0_MET_STATIC - 1) {
         snprintf(buf, cap, "engine_responses_total{status=\"other\"}");
+    } else if (i < M0_MET_STATIC_BYTES) {
+        snprintf(buf, cap, "static_responses_total{status=\"%dxx\"}", (int)(i - M0_MET_STATIC) + 2);
+    } else if (i == M0_MET_STATIC_BYTES) {
+        snprintf(buf, cap, "static_sent_bytes_total");
     } else {
         return NULL;
     }

@@ -19,6 +19,7 @@
  *   bytes received, bytes sent
  *   timeouts: head, body, send
  *   responses the engine wrote itself, by status (M0_METRICS_ENGINE_STATUSES, then other)
+ *   static files' responses by status class (2xx..5xx), their body bytes
  *
  * No Python.h.
  */
@@ -35,6 +36,7 @@
 #define M0_METRICS_VERSIONS 3 /* HTTP/1.0, HTTP/1.1, HTTP/2 */
 #define M0_METRICS_BUCKETS 12
 #define M0_METRICS_ENGINE 8 /* 400 408 413 414 431 501 505, then other */
+#define M0_METRICS_STATIC 4 /* static files' responses: 2xx 3xx 4xx 5xx */
 
 enum {
     M0_MET_REQUESTS = 0,
@@ -49,7 +51,9 @@ enum {
     M0_MET_TIMEOUT_BODY,
     M0_MET_TIMEOUT_SEND,
     M0_MET_ENGINE,
-    M0_MET_COUNT = M0_MET_ENGINE + M0_METRICS_ENGINE,
+    M0_MET_STATIC = M0_MET_ENGINE + M0_METRICS_ENGINE,
+    M0_MET_STATIC_BYTES = M0_MET_STATIC + M0_METRICS_STATIC,
+    M0_MET_COUNT,
 };
 
 typedef struct {

@@ -107,6 +107,18 @@ static char *head_start(m0_conn *c, char *p, int status, int keep)
     return p;
 }
 
+/* The response is complete: counted (the static metrics), then finished. */
+static void finish(m0_conn *c, int keep, int status, uint64_t body_bytes)
+{
+    m0_metrics *m = c->srv->cfg.metrics;
+    if (m != NULL) {
+        if (status >= 200 && status < 600)
+            m0_metrics_add(m, M0_MET_STATIC + status / 100 - 2, 1);
+        m0_metrics_add(m, M0_MET_STATIC_BYTES, (int64_t)body_bytes);
+    }
+    m0_conn_finish(c, keep, status, body_bytes);
+}
+
 static void answer_short(m0_conn *c, int status, const char *extra)
 {
     int keep = m0_conn_keep_alive(c);
@@ -129,7 +141,7 @@ static void answer_short(m0_conn *c, int status, const char *extra)
     struct iovec iov = {buf, (size_t)(p - buf)};
     if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
         keep = 0;
-    m0_conn_finish(c, keep, status, sent);
+    finish(c, keep, status, sent);
 }
 
 /* --- the body --- */
@@ -152,7 +164,7 @@ static void send_cut(m0_conn *c, int fd, int status, uint64_t sent)
     if (fd >= 0)
         close(fd);
     m0_conn_cut(c);
-    m0_conn_finish(c, 0, status, sent);
+    finish(c, 0, status, sent);
 }
 
 /* Send what the peer takes of s's body. 1: finished (s freed, the request
@@ -196,7 +208,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
     send_free(c);
     if (fd >= 0)
         close(fd);
-    m0_conn_finish(c, keep && m0_conn_keep_alive(c), status, total);
+    finish(c, keep && m0_conn_keep_alive(c), status, total);
     return 1;
 }
 
@@ -403,7 +415,7 @@ int m0__static_serve(m0_conn *c)
         struct iovec iov = {buf, (size_t)(p - buf)};
         if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        m0_conn_finish(c, keep, 416, 0);
+        finish(c, keep, 416, 0);
         return 1;
     }
     uint64_t blen = status == 206 ? last - first + 1 : size;
@@ -451,7 +463,7 @@ int m0__static_serve(m0_conn *c)
         struct iovec iov = {buf, (size_t)(p - buf)};
         if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        m0_conn_finish(c, keep, status, 0);
+        finish(c, keep, status, 0);
         return 1;
     }
     if (blen <= SMALL_FILE) {
@@ -468,7 +480,7 @@ int m0__static_serve(m0_conn *c)
         struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
         if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        m0_conn_finish(c, keep, status, blen);
+        finish(c, keep, status, blen);
         return 1;
     }
     /* The head leaves now (not held for the pass's end): the body follows it. */

@@ -45,7 +45,7 @@ int main(void)
     m0_metrics_engine_status(&m, 431);
     m0_metrics_engine_status(&m, 418);
     CHECK(m.cell[M0_MET_ENGINE + 4] == 1);
-    CHECK(m.cell[M0_MET_COUNT - 1] == 1);
+    CHECK(m.cell[M0_MET_ENGINE + M0_METRICS_ENGINE - 1] == 1);
     m0_metrics_add(&m, M0_MET_IN_FLIGHT, 1);
     m0_metrics_add(&m, M0_MET_IN_FLIGHT, -1);
     CHECK(m.cell[M0_MET_IN_FLIGHT] == 0);
@@ -53,6 +53,11 @@ int main(void)
     for (size_t i = 0; i < M0_MET_COUNT; i++)
         CHECK(m0_metrics_field_name(i, buf, sizeof(buf)) != NULL && buf[0] != '\0');
     CHECK(m0_metrics_field_name(M0_MET_COUNT, buf, sizeof(buf)) == NULL);
+    CHECK(strcmp(m0_metrics_field_name(M0_MET_STATIC - 1, buf, sizeof(buf)),
+                 "engine_responses_total{status=\"other\"}") == 0);
+    CHECK(strcmp(m0_metrics_field_name(M0_MET_STATIC + 2, buf, sizeof(buf)),
+                 "static_responses_total{status=\"4xx\"}") == 0);
+    CHECK(strcmp(m0_metrics_field_name(M0_MET_STATIC_BYTES, buf, sizeof(buf)), "static_sent_bytes_total") == 0);
     CHECK(strcmp(m0_metrics_field_name(M0_MET_REQUESTS + 2 * M0_METRICS_CLASSES + 1, buf, sizeof(buf)),
                  "requests_total{method=\"POST\",status=\"2xx\",version=\"1.0\"}") == 0);
     CHECK(strcmp(m0_metrics_field_name(M0_MET_REQUESTS + (2 * M0_METRICS_METHODS + 2) * M0_METRICS_CLASSES + 1, buf,

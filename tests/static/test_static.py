@@ -687,6 +687,18 @@ def test_metrics_count_static_requests(servers, transport, root):
             before, "m0serve_requests_total", method="GET", status="2xx", version=version)
         nf = value(now, "m0serve_requests_total", method="GET", status="4xx", version=version) - value(
             before, "m0serve_requests_total", method="GET", status="4xx", version=version)
-        return ok >= 3 and nf >= 1
+        st2 = value(now, "m0serve_static_responses_total", status="2xx") - value(
+            before, "m0serve_static_responses_total", status="2xx")
+        st4 = value(now, "m0serve_static_responses_total", status="4xx") - value(
+            before, "m0serve_static_responses_total", status="4xx")
+        sent = value(now, "m0serve_static_sent_bytes_total") - value(before, "m0serve_static_sent_bytes_total")
+        return ok >= 3 and nf >= 1 and st2 == 3 and st4 == 1 and sent == 3 * 13 + len(b"Not Found\n")
 
     wait_until(counted, 5, "static requests in the metrics")
+    # the app's requests are not static ones
+    before = scrape(s)
+    get(s, transport, "/other")
+    time.sleep(0.3)
+    after = scrape(s)
+    assert value(after, "m0serve_static_responses_total", status="2xx") == value(
+        before, "m0serve_static_responses_total", status="2xx")
