@@ -525,6 +525,7 @@ def read_response_after(sock, first):
     return read_response(sock, timeout=20)
 
 
+@pytest.mark.rss
 def test_slow_readers_hold_no_thread_and_no_memory(servers, transport, tmp_path):
     """40 clients that read nothing of a 16 MB file: the one inline worker thread still answers at
     once, and the worker's memory grows by far less than what the clients were promised."""
