@@ -196,7 +196,7 @@ test-c-acceptor_tsan:
 # both backends) and these suites once more on it.
 POLL_TESTS := engine/test_io_backend.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py wsgi/test_wsgi_input.py wsgi/test_wsgi_pool.py \
 	asgi/test_asgi_http.py engine/test_protocol_corpus.py engine/test_head_trickle.py engine/test_net_limits.py ../bench/tests/test_bench_attack.py \
-	ops/test_supervisor.py ops/test_asgi_supervisor.py ops/test_accept_handoff.py
+	ops/test_supervisor.py ops/test_asgi_supervisor.py ops/test_accept_handoff.py static/test_static.py
 test-poll: test-c test-poll-py
 test-poll-py: build
 	cd tests && M0_IO_BACKEND=poll ../$(VPY) -m pytest -q -x -p no:cacheprovider $(POLL_TESTS)
