@@ -257,25 +257,63 @@ static int target_open(const m0_static *st, const m0_static_mount *m, target *t)
     return 0;
 }
 
+/* --- precompressed siblings found absent, remembered a moment ---
+ *
+ * Most files have no ".br" or ".gz" beside them, and a browser asks for both
+ * codings: two opens that fail on every request. A loop's thread remembers,
+ * for SIB_TTL_MS, that a file (its path beneath its mount, and its inode,
+ * size and mtime as the open found them) had none. Forgetting nothing worse
+ * than a compression can come of it: a sibling added meanwhile is served
+ * once the entry expires, the file itself until then; a colliding entry at
+ * most skips a sibling. Per thread (the gate runs on loop threads): no lock. */
+#define SIB_SLOTS 256
+#define SIB_TTL_MS 2000
+
+typedef struct {
+    uint64_t key, ino, mtime, size, until_ms;
+    unsigned absent; /* bit i: codings[i]'s sibling was not there */
+} sib_entry;
+
+static __thread sib_entry sib_cache[SIB_SLOTS];
+
+static uint64_t mtime_ns(const struct stat *st);
+
+static uint64_t sib_key(const m0_static_mount *m, const char *rel, size_t len)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)m;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)rel[i]) * 1099511628211ull;
+    return h | 1; /* never 0: an empty slot */
+}
+
 /* The precompressed sibling "<rel>.br" or "<rel>.gz" when the client takes
  * that coding and it is a regular file: it replaces t's file. */
-static void target_variant(const m0_static *st, const m0_static_mount *m, target *t, m0_span ae)
+static void target_variant(m0_conn *c, const m0_static *st, const m0_static_mount *m, target *t, m0_span ae)
 {
     static const struct {
         const char *coding;
         size_t len;
         const char *suffix;
     } codings[] = {{"br", 2, ".br"}, {"gzip", 4, ".gz"}};
+    uint64_t now = m0_loop_now(c->srv->loop);
+    uint64_t key = sib_key(m, t->rel, t->rel_len);
+    sib_entry *e = &sib_cache[key % SIB_SLOTS];
+    int known = e->key == key && e->ino == (uint64_t)t->st.st_ino && e->mtime == mtime_ns(&t->st) &&
+                e->size == (uint64_t)t->st.st_size && now < e->until_ms;
+    unsigned absent = known ? e->absent : 0, found_absent = 0;
     for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
-        if (!m0__static_accepts(ae, codings[i].coding, codings[i].len))
+        if (!m0__static_accepts(ae, codings[i].coding, codings[i].len) || (absent & (1u << i)))
             continue;
         target v;
         memcpy(v.rel, t->rel, t->rel_len);
         memcpy(v.rel + t->rel_len, codings[i].suffix, 4);
         v.rel_len = t->rel_len + 3;
-        if (target_open(st, m, &v) < 0) {
+        int r = target_open(st, m, &v);
+        if (r < 0) {
             if (v.fd >= 0)
                 close(v.fd);
+            if (r == -ENOENT)
+                found_absent |= 1u << i;
             continue;
         }
         close(t->fd);
@@ -283,6 +321,17 @@ static void target_variant(const m0_static *st, const m0_static_mount *m, target
         t->st = v.st;
         t->encoding = codings[i].coding;
         return;
+    }
+    if (found_absent != 0) {
+        if (!known) {
+            e->key = key;
+            e->ino = (uint64_t)t->st.st_ino;
+            e->mtime = mtime_ns(&t->st);
+            e->size = (uint64_t)t->st.st_size;
+            e->until_ms = now + SIB_TTL_MS;
+            e->absent = 0;
+        }
+        e->absent |= found_absent;
     }
 }
 
@@ -356,7 +405,7 @@ int m0__static_serve(m0_conn *c)
     if (ae.base != NULL) {
         vary = m0__static_accepts(ae, "br", 2) || m0__static_accepts(ae, "gzip", 4);
         if (vary)
-            target_variant(st, m, &t, ae);
+            target_variant(c, st, m, &t, ae);
     }
 
     /* validators */

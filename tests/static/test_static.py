@@ -299,6 +299,31 @@ def test_precompressed_by_accept_encoding(srv, transport, root):
     assert status == 304
 
 
+def test_siblings_added_or_removed_later(servers, transport, tmp_path):
+    """A file found without siblings is remembered so for 2 s: a .gz added after is served from
+    then on, the file itself meanwhile; a sibling removed is never asked for again."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "late.css").write_bytes(b"a { }\n" * 50)
+    s = servers.get(transport, "--static-path-mount", str(d))
+    ae = [("Accept-Encoding", "gzip, br")]
+    _, h, body = get(s, transport, "/static/late.css", headers=ae)
+    assert "content-encoding" not in h and body == b"a { }\n" * 50
+    (d / "late.css.gz").write_bytes(gzip.compress(b"a { }\n" * 50))
+    t0 = time.monotonic()
+    while True:
+        _, h, body = get(s, transport, "/static/late.css", headers=ae)
+        if h.get("content-encoding") == "gzip":
+            break
+        assert body == b"a { }\n" * 50  # the file itself meanwhile, never anything else
+        assert time.monotonic() - t0 < 4, "the .gz added was not served within 4 s"
+        time.sleep(0.2)
+    assert gzip.decompress(body) == b"a { }\n" * 50
+    os.unlink(d / "late.css.gz")
+    _, h, body = get(s, transport, "/static/late.css", headers=ae)
+    assert "content-encoding" not in h and body == b"a { }\n" * 50
+
+
 def test_cache_control_immutable_for_hashed_names(srv, transport):
     _, h, _ = get(srv, transport, f"/static/{HASHED}")
     assert h["cache-control"] == "public, max-age=86400, immutable"
