@@ -41,6 +41,7 @@ void m0_server_config_defaults(m0_server_config *cfg)
     cfg->limit_connections = 0;
     memset(&cfg->proxy, 0, sizeof(cfg->proxy));
     cfg->tls = NULL;
+    cfg->static_files = NULL;
 }
 
 static void server_accept_timer(m0_loop *loop, m0_timer *t)
