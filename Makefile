@@ -337,6 +337,7 @@ fuzz: deps
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_h2 fuzz/fuzz_h2.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_h2_seq fuzz/fuzz_h2_seq.c $(NET_SRCS) src/http/parser.c src/http/response.c src/http/forwarded.c src/http/proxy_protocol.c -lpthread $(NET_LIBS)
 	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_proxy fuzz/fuzz_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
+	clang $(CFLAGS_FUZZ) -o fuzz/build/fuzz_static fuzz/fuzz_static.c src/net/static_path.c src/net/static_cond.c src/net/static_mime.c
 	fuzz/run.sh fuzz/build/fuzz_parser $(FUZZ_SECONDS) fuzz/corpus -dict=fuzz/http.dict; p=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_ws $(FUZZ_SECONDS) fuzz/corpus_ws; w=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_conn $(FUZZ_SECONDS) fuzz/corpus_conn -dict=fuzz/http.dict; c=$$?; \
@@ -344,8 +345,9 @@ fuzz: deps
 	fuzz/run.sh fuzz/build/fuzz_tls $(FUZZ_SECONDS) fuzz/corpus_tls -dict=fuzz/http.dict; t=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_h2 $(FUZZ_SECONDS) fuzz/corpus_h2; h=$$?; \
 	fuzz/run.sh fuzz/build/fuzz_h2_seq $(FUZZ_SECONDS) fuzz/corpus_h2_seq; q=$$?; \
+	fuzz/run.sh fuzz/build/fuzz_static $(FUZZ_SECONDS) fuzz/corpus_static; s=$$?; \
 	$(MAKE) --no-print-directory fuzz-apps; a=$$?; \
-	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$h -eq 0 ] && [ $$q -eq 0 ] && [ $$a -eq 0 ]
+	[ $$p -eq 0 ] && [ $$w -eq 0 ] && [ $$c -eq 0 ] && [ $$x -eq 0 ] && [ $$t -eq 0 ] && [ $$h -eq 0 ] && [ $$q -eq 0 ] && [ $$s -eq 0 ] && [ $$a -eq 0 ]
 
 # The stateful fuzzer of misbehaving WSGI/ASGI apps (Hypothesis, real server
 # processes); the test suite runs it too, for its default 20 s.
