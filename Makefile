@@ -155,7 +155,7 @@ test-c-proxy:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	./$(C_BUILD)/test_proxy
 test-c-access_log:
-	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c src/http/response.c
 	./$(C_BUILD)/test_access_log
 test-c-metrics:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_metrics tests/c/test_metrics.c src/net/metrics.c

@@ -346,19 +346,17 @@ void m0__conn_error(m0_conn *c, int status)
 /* The same for a request whose head was parsed (req, logged), or NULL. */
 void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 {
-    char buf[512];
-    int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
+    m0_canned_response out;
+    int n = m0_error_response(&out, status, c->srv->cfg.server_header);
     if (n > 0) {
-        struct iovec iov = {buf, (size_t)n};
-        if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+        struct iovec iov = {out.buf, (size_t)n};
+        if (m0_conn_writev(c, &out.head, &iov, 1, 0) < 0) {
             m0__conn_close(c, 1);
             return;
         }
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
-        if (c->srv->cfg.access_log_fd >= 0) {
-            const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0__conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
-        }
+        if (c->srv->cfg.access_log_fd >= 0)
+            m0__conn_log(c, req, status, (uint64_t)n - out.head.len, 0);
     }
     c->timer_kind = M0_TIMER_NONE;
     m0__conn_close_after(c, 1);

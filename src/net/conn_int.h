@@ -165,7 +165,7 @@ void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_b
 size_t m0__conn_log_slot_size(const m0_server *srv);
 /* A response's bytes are being written: record the header values the format
  * asks for from its head. Only called when cfg.access_log_format is set. */
-void m0__conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
+void m0__conn_log_head(m0_conn *c, const m0_response_head *head);
 
 /* conn_write.c: the output. Every byte leaves through one routine
  * (conn_send), called only by the owner of the connection's queued output:

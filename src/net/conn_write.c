@@ -355,10 +355,18 @@ int m0__conn_send_continue(m0_conn *c, int blocking)
     return r;
 }
 
-int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+/* HTTP/1.1 sends a head's text as it is: the access log reads its fields. */
+static inline void conn_head(m0_conn *c, const m0_response_head *head)
+{
+    if (head != NULL && c->srv->cfg.access_log_format != NULL)
+        m0__conn_log_head(c, head);
+}
+
+int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)
-        return m0__h2s_writev(c, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
+        return m0__h2s_writev(c, head, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
+    conn_head(c, head);
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
@@ -366,10 +374,11 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
-int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0_conn_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
     if (c->is_h2s)
-        return m0__h2s_writev(c, iov, iovcnt, 0); /* a stream's chunk is never held either */
+        return m0__h2s_writev(c, head, iov, iovcnt, 0); /* a stream's chunk is never held either */
+    conn_head(c, head);
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
@@ -378,10 +387,11 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
-int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
     if (c->is_h2s)
-        return m0__h2s_writev_final(c, iov, iovcnt, blocking);
+        return m0__h2s_writev_final(c, head, iov, iovcnt, blocking);
+    conn_head(c, head);
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
@@ -400,8 +410,6 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
         total += iov[i].iov_len;
     if (total == 0)
         return 0;
-    if (c->srv->cfg.access_log_format != NULL)
-        m0__conn_log_head(c, iov, iovcnt);
     c->resp_started = 1;
     if (hold == HOLD_FINAL && c->detached && c->wlen == c->wpos && total <= M0_HOLD_MAX) {
         /* A pool thread's last bytes of a response: left in the write buffer
@@ -582,11 +590,12 @@ void m0__server_flush_held(void *arg)
     }
 }
 
-int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers)
 {
     if (c->is_h2s)
-        return m0__h2s_trailers(c, iov, iovcnt);
-    return m0_conn_writev(c, iov, iovcnt, 0);
+        return m0__h2s_trailers(c, trailers);
+    struct iovec iov = {(void *)trailers->text, trailers->len};
+    return m0_conn_writev(c, NULL, &iov, 1, 0);
 }
 
 size_t m0_conn_write_pending(const m0_conn *c)

@@ -595,7 +595,7 @@ void m0__h2_after(m0_h2 *h2)
  * (h2->write_now, m0__h2_kick). */
 static int h2_conn_writev(m0_h2 *h2, const struct iovec *iov, int iovcnt)
 {
-    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, iov, iovcnt, 0);
+    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, NULL, iov, iovcnt, 0);
 }
 
 void m0__h2_write(m0_h2 *h2)

@@ -91,14 +91,14 @@ void m0__h2_flush_deferred(m0_server *srv);
 
 /* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
-int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
-int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 size_t m0__h2s_write_pending(const m0_conn *c);
-int m0__h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0__h2s_trailers(m0_conn *c, const m0_response_head *trailers);
 int m0__h2s_keep_alive(const m0_conn *c);
 void m0__h2s_park(m0_conn *c);
 void m0__h2s_abort(m0_conn *c);

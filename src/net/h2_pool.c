@@ -188,7 +188,54 @@ static int kick_add(m0_server *srv, m0_h2_stream *s)
     return wake;
 }
 
-int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+/* A thread's head, staged for the loop as one record of s->stage_heads:
+ * this header, the spans, then the text (the spans are offsets into it).
+ * Under h2_lock. */
+typedef struct {
+    int status;
+    int64_t content_length;
+    size_t len, nfields;
+} h2p_head_rec;
+
+static int h2p_stage_head(m0_h2_stream *s, const m0_response_head *head)
+{
+    h2p_head_rec rec = {head->status, head->content_length, head->len, head->nfields};
+    if (m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, (const char *)&rec, sizeof(rec)) <
+            0 ||
+        m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, (const char *)head->fields,
+                       head->nfields * sizeof(*head->fields)) < 0 ||
+        m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, head->text, head->len) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+/* Loop thread, under h2_lock: submit the staged heads in order. 0 or the
+ * first failure. */
+static int h2p_submit_heads(m0_conn *sc, m0_h2_stream *s)
+{
+    size_t at = 0;
+    int r = 0;
+    while (r == 0 && at < s->stage_heads_len) {
+        h2p_head_rec rec;
+        memcpy(&rec, s->stage_heads + at, sizeof(rec));
+        at += sizeof(rec);
+        m0_field_span fields[64], *f = rec.nfields <= 64 ? fields : malloc(rec.nfields * sizeof(*f));
+        if (f == NULL)
+            return -ENOMEM;
+        memcpy(f, s->stage_heads + at, rec.nfields * sizeof(*f)); /* aligned again */
+        at += rec.nfields * sizeof(*f);
+        m0_response_head head = {rec.status, rec.content_length, s->stage_heads + at, rec.len, f, rec.nfields};
+        struct iovec iov = {s->stage_heads + at, rec.len};
+        at += rec.len;
+        r = m0__h2_stream_write(sc, &head, &iov, 1);
+        if (f != fields)
+            free(f);
+    }
+    s->stage_heads_len = 0;
+    return r;
+}
+
+int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
@@ -197,13 +244,19 @@ int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
         pthread_mutex_unlock(&srv->h2_lock);
         return -EPIPE;
     }
-    for (int i = 0; i < iovcnt; i++) {
-        if (m0__h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, iov[i].iov_base, iov[i].iov_len) < 0) {
-            pthread_mutex_unlock(&srv->h2_lock);
-            return -ENOMEM;
-        }
+    size_t skip = head != NULL ? head->len : 0; /* the head's text begins iov */
+    int r = head != NULL ? h2p_stage_head(s, head) : 0;
+    for (int i = 0; r == 0 && i < iovcnt; i++) {
+        const char *p = iov[i].iov_base;
+        size_t n = iov[i].iov_len, k = skip < n ? skip : n;
+        skip -= k;
+        r = m0__h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, p + k, n - k);
     }
-    int wake = s->stage_len > 0 && kick_add(srv, s);
+    if (r < 0) {
+        pthread_mutex_unlock(&srv->h2_lock);
+        return -ENOMEM;
+    }
+    int wake = (s->stage_len > 0 || s->stage_heads_len > 0) && kick_add(srv, s);
     pthread_mutex_unlock(&srv->h2_lock);
     if (wake)
         m0_async_send(&srv->wake);
@@ -307,9 +360,11 @@ void m0__h2p_absorb(m0_server *srv)
         m0_h2_stream *s = srv->h2_kicks;
         kick_unlink(srv, s);
         m0_conn *sc = s->sc;
-        if (sc != NULL && s->stage_len > 0) {
+        if (sc != NULL && (s->stage_len > 0 || s->stage_heads_len > 0)) {
             struct iovec iov = {s->stage, s->stage_len};
-            int r = m0__h2_stream_write(sc, &iov, 1);
+            int r = h2p_submit_heads(sc, s);
+            if (r == 0 && s->stage_len > 0)
+                r = m0__h2_stream_write(sc, NULL, &iov, 1);
             if (r < 0 && !sc->broken) {
                 /* A head HTTP/2 cannot carry, or no memory: the stream is
                  * reset, the thread's next write fails. */
@@ -320,6 +375,7 @@ void m0__h2p_absorb(m0_server *srv)
             }
         }
         s->stage_len = 0;
+        s->stage_heads_len = 0;
         if (s->in_kick) {
             s->in_kick = 0;
             if (sc != NULL)

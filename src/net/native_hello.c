@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../http/response.h"
+#include "../http/response_head.h"
 
 #define HELLO_BODY "Hello, world!"
 #define HELLO_STATUS "HTTP/1.1 200 OK\r\n"
@@ -14,6 +14,8 @@
 #define HELLO_KEEP "Connection: keep-alive\r\n"
 
 #define LIT(s) s, sizeof(s) - 1
+/* A field line at `at`: its name's length, its value's offset in the line and length. */
+#define SPAN(at, nlen, voff, vlen) (uint32_t)(at), (nlen), (uint32_t)(at) + (voff), (vlen)
 
 static char *put(char *p, const char *s, size_t n)
 {
@@ -34,25 +36,35 @@ static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
             keep = 0;
     }
     keep = keep && m0_conn_keep_alive(c);
+    /* The fields' spans are known: each line's offset (the Date line's
+     * length is fixed). */
     char out[256];
     char *p = out;
+    m0_field_span f[4];
+    size_t nf = 0;
     p = put(p, LIT(HELLO_STATUS));
+    f[nf++] = (m0_field_span){SPAN(p - out, 4, 6, M0_DATE_LINE_LEN - 8)};
     p = put(p, m0_date_line(), M0_DATE_LINE_LEN);
-    if (h->server_header)
+    if (h->server_header) {
+        f[nf++] = (m0_field_span){SPAN(p - out, 6, 8, 7)};
         p = put(p, LIT(HELLO_SERVER));
+    }
+    f[nf++] = (m0_field_span){SPAN(p - out, 12, 14, 10)};
+    f[nf++] = (m0_field_span){SPAN(p - out + 26, 14, 16, 2)};
     p = put(p, LIT(HELLO_FIELDS));
     if (!keep)
         p = put(p, LIT(HELLO_CLOSE));
-    else if (req->minor_version == 0)
+    else if (req->minor_version == 0 && !(req->flags & M0_REQ_HTTP2))
         p = put(p, LIT(HELLO_KEEP)); /* an HTTP/1.0 client that asked for keep-alive */
     p = put(p, LIT("\r\n"));
+    m0_response_head head = {200, 13, out, (size_t)(p - out), f, nf};
     uint64_t body = 0;
     if (!(req->flags & M0_REQ_HEAD)) {
         p = put(p, LIT(HELLO_BODY));
         body = 13;
     }
     struct iovec iov = {out, (size_t)(p - out)};
-    if (m0_conn_writev(c, &iov, 1, 0) < 0)
+    if (m0_conn_writev(c, &head, &iov, 1, 0) < 0)
         keep = 0;
     m0_conn_finish(c, keep, 200, body);
     return 0;

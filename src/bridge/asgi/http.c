@@ -405,9 +405,12 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
     struct iovec iov[5];
     int n = 0;
     char chunk_head[20];
+    m0_response_head head, *hp = NULL;
     if (h->resp == RESP_STARTED) {
         iov[n].iov_base = h->head.buf;
         iov[n++].iov_len = h->head.len;
+        m0_head_view(&h->head, h->status, h->resp_length, &head);
+        hp = &head;
     }
     if (len > 0 && !h->no_body) {
         if (h->chunked) {
@@ -429,8 +432,8 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
      * Anything else is a streamed chunk, which is never held for the pass (the
      * app may block the thread next: m0_conn_writev_chunk). */
     int final = !more && !h->trailers;
-    if (n > 0 &&
-        (final ? m0_conn_writev_final(h->base.conn, iov, n, 0) : m0_conn_writev_chunk(h->base.conn, iov, n)) < 0) {
+    if (n > 0 && (final ? m0_conn_writev_final(h->base.conn, hp, iov, n, 0)
+                        : m0_conn_writev_chunk(h->base.conn, hp, iov, n)) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto done;
@@ -677,13 +680,13 @@ static void http_on_event(m0_asgi_base *base, int what)
 static void http_answer_error(m0_asgi_http *h, int status)
 {
     m0_conn *c = h->base.conn;
-    char buf[512];
-    int n = m0_error_response(buf, sizeof(buf), status, h->base.asgi->server_header);
+    m0_canned_response out;
+    int n = m0_error_response(&out, status, h->base.asgi->server_header);
     h->status = status;
     h->body_sent = 0;
     if (n > 0) {
-        struct iovec iov = {buf, (size_t)n};
-        (void)m0_conn_writev(c, &iov, 1, 0);
+        struct iovec iov = {out.buf, (size_t)n};
+        (void)m0_conn_writev(c, &out.head, &iov, 1, 0);
     }
     (void)c;
     m0_asgi_http_complete(h, 0);

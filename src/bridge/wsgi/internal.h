@@ -163,6 +163,7 @@ struct m0_wsgi_sr {
     int is_head;            /* HEAD request */
     int status;             /* 0 until start_response succeeded */
     size_t head_len;        /* status line + app headers in w->head */
+    size_t head_nf;         /* ... and their fields' spans */
     int64_t content_length; /* from the app, -1 when absent */
     unsigned app_flags;     /* M0_WSGI_APP_* */
     int head_sent;
