@@ -60,6 +60,7 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
      * the access log's slot after the struct starts empty too. */
     memset(c, 0, sizeof(*c) + m0__conn_log_slot_size(srv));
     c->srv = srv;
+    c->xops = &m0__h1_exchange;
     c->io.fd = fd;
     c->io.cb = m0_conn_io_cb;
     m0_timer_init(&c->timer, conn_timer_cb);
@@ -133,12 +134,8 @@ void m0__conn_close(m0_conn *c, int notify)
         m0__conn_destroy(c);
 }
 
-void m0_conn_abort(m0_conn *c)
+void m0__h1_abort(m0_conn *c)
 {
-    if (c->is_h2s) {
-        m0__h2s_abort(c);
-        return;
-    }
     m0__conn_close(c, 0);
 }
 
@@ -261,7 +258,7 @@ void m0__conn_interest(m0_conn *c)
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED) || (c->state == M0_CS_H2 && m0__conn_out_backed(c))) {
+    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
         ev = 0; /* output backed up: input waits (conn_int.h, the transport's rules) */
     } else if ((flags & M0_CF_PACED) && (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)) {
         ev = 0; /* a trickling peer: the pace timer reads it (pace.c) */
@@ -273,6 +270,8 @@ void m0__conn_interest(m0_conn *c)
             ev = EPOLLIN | EPOLLRDHUP;
         else if (c->state == M0_CS_REQUEST && !(flags & M0_CF_RDHUP))
             ev = EPOLLRDHUP;
+    } else if (c->state == M0_CS_H2 && m0__conn_out_backed(c)) {
+        ev = 0; /* an HTTP/2 session's output backed up: the same rule */
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
     }

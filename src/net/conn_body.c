@@ -81,10 +81,8 @@ static void body_compact(m0_conn *c)
     }
 }
 
-ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_body_read(c, dst, cap, blocking);
     if (c->state == M0_CS_CLOSED)
         return -ECONNRESET;
     if ((c->state != M0_CS_REQUEST && c->state != M0_CS_RAW) || cap == 0)

@@ -7,13 +7,9 @@
 
 #include "conn_int.h"
 
-void m0_conn_park(m0_conn *c)
+void m0__h1_park(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->is_h2s) {
-        m0__h2s_park(c);
-        return;
-    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (srv->heartbeat != NULL)
@@ -38,7 +34,7 @@ void m0_conn_detach(m0_conn *c)
      * recycle allocator: give it one kept there now, so that it does not
      * malloc one per request (the loop frees or keeps it when the connection
      * idles; conn_finish_completed gives an unused one back). */
-    if (c->wbuf == NULL && !c->is_h2s && c->srv->wbufs.n > 0) {
+    if (c->wbuf == NULL && !c->xops->carried && c->srv->wbufs.n > 0) {
         c->wbuf = m0_recycle_get(&c->srv->wbufs);
         c->wcap = M0_WBUF_INITIAL;
     }
@@ -61,7 +57,7 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
      * wakes the loop anyway (conn_io_cb), or for the loop's next pass. An
      * HTTP/2 stream's end is sent when the loop takes it back: at once. */
     size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-    int urgent = !keep_alive || c->is_h2s || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
+    int urgent = !keep_alive || c->xops->carried || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
                  __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     conn_hand_back(c, urgent);

@@ -153,7 +153,15 @@ static inline int m0__conn_out_backed(const m0_conn *c)
 {
     return c->wlen - c->wpos > M0_WRITE_HIGH_WATER;
 }
-int m0__conn_backed_up(m0_conn *c);
+void m0__conn_backed_arm(m0_conn *c);
+/* Inline: asked before every read and parse; backed up is the rare case. */
+static inline int m0__conn_backed_up(m0_conn *c)
+{
+    if (__builtin_expect(!m0__conn_out_backed(c), 1))
+        return 0;
+    m0__conn_backed_arm(c);
+    return 1;
+}
 void m0__conn_send_deadline(m0_conn *c);
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
@@ -166,6 +174,44 @@ size_t m0__conn_log_slot_size(const m0_server *srv);
 /* A response's bytes are being written: record the header values the format
  * asks for from its head. Only called when cfg.access_log_format is set. */
 void m0__conn_log_head(m0_conn *c, const m0_response_head *head);
+
+/* The exchange's transports: what carries a request and its response for
+ * the handler. Each server.h call about the pending exchange (exchange.c)
+ * goes to its connection's table: HTTP/1.1's (the m0__h1_* functions, in
+ * the conn_*.c file of their concern) or an HTTP/2 stream's (h2.h,
+ * m0__h2_exchange). The handler never learns which carries it. */
+typedef struct m0__exchange_ops {
+    int (*writev)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+    int (*writev_chunk)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+    int (*writev_final)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+    ssize_t (*sendfile)(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+    int (*write_trailers)(m0_conn *c, const m0_response_head *trailers);
+    size_t (*write_pending)(const m0_conn *c);
+    ssize_t (*body_read)(m0_conn *c, char *dst, size_t cap, int blocking);
+    int (*keep_alive)(const m0_conn *c);
+    void (*finish)(m0_conn *c, int keep_alive, int status, uint64_t body_bytes); /* of a pending request */
+    void (*park)(m0_conn *c);
+    void (*abort)(m0_conn *c);
+    void (*upgrade)(m0_conn *c);
+    /* Carried by another connection's session (an HTTP/2 stream): no socket
+     * and no buffers of its own; its end goes out as soon as the loop takes
+     * it back from a thread. */
+    int carried;
+} m0__exchange_ops;
+
+extern const m0__exchange_ops m0__h1_exchange; /* exchange.c */
+int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers);
+size_t m0__h1_write_pending(const m0_conn *c);
+ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking); /* conn_body.c */
+int m0__h1_keep_alive(const m0_conn *c);                                   /* conn_process.c */
+void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+void m0__h1_upgrade(m0_conn *c);
+void m0__h1_park(m0_conn *c);  /* conn_handoff.c */
+void m0__h1_abort(m0_conn *c); /* conn.c */
 
 /* conn_write.c: the output. Every byte leaves through one routine
  * (conn_send), called only by the owner of the connection's queued output:

@@ -318,10 +318,8 @@ static int conn_keep_alive_h1(const m0_conn *c, int told)
     return 1;
 }
 
-int m0_conn_keep_alive(const m0_conn *c)
+int m0__h1_keep_alive(const m0_conn *c)
 {
-    if (c->is_h2s)
-        return m0__h2s_keep_alive(c);
     return conn_keep_alive_h1(c, 0);
 }
 
@@ -330,14 +328,8 @@ void m0_conn_cut(m0_conn *c)
     c->resp_cut = 1;
 }
 
-void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
-    if (!c->pending)
-        return;
-    if (c->is_h2s) {
-        m0__h2s_finish(c, keep_alive, status, body_bytes);
-        return;
-    }
     if (c->resp_cut)
         keep_alive = 0; /* the close is what tells the client */
     c->send_deadline_ms = 0;
@@ -378,12 +370,8 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0__conn_release(c);
 }
 
-void m0_conn_upgrade(m0_conn *c)
+void m0__h1_upgrade(m0_conn *c)
 {
-    if (c->is_h2s) {
-        m0__h2s_upgrade(c);
-        return;
-    }
     if (c->state != M0_CS_REQUEST)
         return;
     c->state = M0_CS_RAW;

@@ -362,10 +362,8 @@ static inline void conn_head(m0_conn *c, const m0_response_head *head)
         m0__conn_log_head(c, head);
 }
 
-int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev(c, head, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
     conn_head(c, head);
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
@@ -374,10 +372,8 @@ int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec 
     return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
-int m0_conn_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev(c, head, iov, iovcnt, 0); /* a stream's chunk is never held either */
     conn_head(c, head);
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
@@ -387,10 +383,8 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
-int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev_final(c, head, iov, iovcnt, blocking);
     conn_head(c, head);
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
@@ -524,10 +518,8 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
  * default, which an application may undo), it is blocked around the call
  * and a SIGPIPE raised by it is consumed, so a peer that goes away during a
  * file response cannot kill the worker. */
-ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_sendfile(c, fd, offset, count, blocking);
     if (c->state == M0_CS_CLOSED || c->broken)
         return -EPIPE;
     struct sigaction sa;
@@ -548,13 +540,11 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
 
 /* --- the transport's rules, for every protocol (DESIGN.md 1) --- */
 
-int m0__conn_backed_up(m0_conn *c)
+/* Backed up (m0__conn_backed_up): the send timeout runs. */
+void m0__conn_backed_arm(m0_conn *c)
 {
-    if (!m0__conn_out_backed(c))
-        return 0;
     if (c->timer_kind != M0_TIMER_SEND)
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
-    return 1;
 }
 
 void m0__conn_send_deadline(m0_conn *c)
@@ -590,18 +580,14 @@ void m0__server_flush_held(void *arg)
     }
 }
 
-int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers)
+int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers)
 {
-    if (c->is_h2s)
-        return m0__h2s_trailers(c, trailers);
     struct iovec iov = {(void *)trailers->text, trailers->len};
-    return m0_conn_writev(c, NULL, &iov, 1, 0);
+    return m0__h1_writev(c, NULL, &iov, 1, 0);
 }
 
-size_t m0_conn_write_pending(const m0_conn *c)
+size_t m0__h1_write_pending(const m0_conn *c)
 {
-    if (c->is_h2s)
-        return m0__h2s_write_pending(c);
     return c->wlen - c->wpos;
 }
 

@@ -753,7 +753,7 @@ static void h2_dispatch(m0_h2 *h2)
         sc->srv = srv;
         sc->io.fd = -1;
         m0_timer_init(&sc->timer, NULL); /* never armed; m0_conn_detach stops it */
-        sc->is_h2s = 1;
+        sc->xops = &m0__h2_exchange;
         sc->h2s = s;
         sc->state = M0_CS_REQUEST;
         sc->family = c->family;

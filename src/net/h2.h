@@ -91,6 +91,9 @@ void m0__h2_flush_deferred(m0_server *srv);
 
 /* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
+/* The transport of a stream connection's exchange (conn_int.h): these functions. */
+extern const struct m0__exchange_ops m0__h2_exchange;
+
 int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
 int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);

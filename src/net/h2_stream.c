@@ -832,3 +832,25 @@ int m0__h2s_trailers(m0_conn *c, const m0_response_head *t)
     }
     return 0;
 }
+
+/* A stream's chunk is never held for the pass's end either. */
+static int h2s_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+{
+    return m0__h2s_writev(c, head, iov, iovcnt, 0);
+}
+
+const m0__exchange_ops m0__h2_exchange = {
+    .writev = m0__h2s_writev,
+    .writev_chunk = h2s_writev_chunk,
+    .writev_final = m0__h2s_writev_final,
+    .sendfile = m0__h2s_sendfile,
+    .write_trailers = m0__h2s_trailers,
+    .write_pending = m0__h2s_write_pending,
+    .body_read = m0__h2s_body_read,
+    .keep_alive = m0__h2s_keep_alive,
+    .finish = m0__h2s_finish,
+    .park = m0__h2s_park,
+    .abort = m0__h2s_abort,
+    .upgrade = m0__h2s_upgrade,
+    .carried = 1,
+};

@@ -14,8 +14,26 @@
 #define HELLO_KEEP "Connection: keep-alive\r\n"
 
 #define LIT(s) s, sizeof(s) - 1
-/* A field line at `at`: its name's length, its value's offset in the line and length. */
-#define SPAN(at, nlen, voff, vlen) (uint32_t)(at), (nlen), (uint32_t)(at) + (voff), (vlen)
+/* The head's fields (http/response_head.h): each line's offset is fixed
+ * (the Date line's length is), with or without the Server line. */
+#define SPAN(at, nlen, voff, vlen)                                                                                     \
+    {                                                                                                                  \
+        (at), (nlen), (at) + (voff), (vlen)                                                                            \
+    }
+#define AT_DATE (sizeof(HELLO_STATUS) - 1)
+#define AT_SERVER (AT_DATE + M0_DATE_LINE_LEN)
+#define AT_TYPE(server) (AT_SERVER + (server) * (sizeof(HELLO_SERVER) - 1))
+static const m0_field_span FIELDS[] = {
+    SPAN(AT_DATE, 4, 6, M0_DATE_LINE_LEN - 8),
+    SPAN(AT_TYPE(0), 12, 14, 10),
+    SPAN(AT_TYPE(0) + 26, 14, 16, 2),
+};
+static const m0_field_span FIELDS_SERVER[] = {
+    SPAN(AT_DATE, 4, 6, M0_DATE_LINE_LEN - 8),
+    SPAN(AT_SERVER, 6, 8, 7),
+    SPAN(AT_TYPE(1), 12, 14, 10),
+    SPAN(AT_TYPE(1) + 26, 14, 16, 2),
+};
 
 static char *put(char *p, const char *s, size_t n)
 {
@@ -36,28 +54,20 @@ static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
             keep = 0;
     }
     keep = keep && m0_conn_keep_alive(c);
-    /* The fields' spans are known: each line's offset (the Date line's
-     * length is fixed). */
     char out[256];
     char *p = out;
-    m0_field_span f[4];
-    size_t nf = 0;
     p = put(p, LIT(HELLO_STATUS));
-    f[nf++] = (m0_field_span){SPAN(p - out, 4, 6, M0_DATE_LINE_LEN - 8)};
     p = put(p, m0_date_line(), M0_DATE_LINE_LEN);
-    if (h->server_header) {
-        f[nf++] = (m0_field_span){SPAN(p - out, 6, 8, 7)};
+    if (h->server_header)
         p = put(p, LIT(HELLO_SERVER));
-    }
-    f[nf++] = (m0_field_span){SPAN(p - out, 12, 14, 10)};
-    f[nf++] = (m0_field_span){SPAN(p - out + 26, 14, 16, 2)};
     p = put(p, LIT(HELLO_FIELDS));
     if (!keep)
         p = put(p, LIT(HELLO_CLOSE));
-    else if (req->minor_version == 0 && !(req->flags & M0_REQ_HTTP2))
+    else if (req->minor_version == 0)
         p = put(p, LIT(HELLO_KEEP)); /* an HTTP/1.0 client that asked for keep-alive */
     p = put(p, LIT("\r\n"));
-    m0_response_head head = {200, 13, out, (size_t)(p - out), f, nf};
+    m0_response_head head = {
+        200, 13, out, (size_t)(p - out), h->server_header ? FIELDS_SERVER : FIELDS, 3 + !!h->server_header};
     uint64_t body = 0;
     if (!(req->flags & M0_REQ_HEAD)) {
         p = put(p, LIT(HELLO_BODY));

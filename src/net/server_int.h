@@ -273,11 +273,13 @@ struct m0_conn {
     m0_conn *tls_ring_next;
     int tls_ringing;
 
+    /* The transport that carries the connection's exchanges (exchange.h):
+     * HTTP/1.1's, or an HTTP/2 stream's for a stream connection. */
+    const struct m0__exchange_ops *xops;
     /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2, or, on a
-     * stream connection (is_h2s, no socket), its stream (NULL once it ended) */
+     * stream connection (no socket), its stream (NULL once it ended) */
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
-    int is_h2s;
     /* A stream connection's app call, counted against its HTTP/2
      * connection until this one is destroyed and every holder let go
      * (m0_conn_call_hold). */
