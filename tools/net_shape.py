@@ -31,6 +31,7 @@ def read(path):
 def strip_comments(text):
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r"__attribute__\s*\(\([^)]*\)\)\s*", "", text)
     return re.sub(r'"(\\.|[^"\\])*"', '""', text)
 
 
@@ -75,7 +76,9 @@ def net_files():
 
 
 def defined(text):
-    return {m.group(1) for m in DEF.finditer(text) if m.group(1) not in ("if", "for", "while", "switch")}
+    """The functions a file defines for others (not its static ones)."""
+    return {m.group(1) for m in DEF.finditer(text)
+            if m.group(1) not in ("if", "for", "while", "switch", "__attribute__") and not m.group(0).startswith("static")}
 
 
 def main():

@@ -77,9 +77,17 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
     }
     m0__server_link(srv, c);
     /* The first head must start within the header timeout (a TLS handshake
-     * included: it reads no byte of a head). */
-    m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
-    m0__proxy_conn_start(c);
+     * included: it reads no byte of a head). Behind a PROXY-protocol balancer
+     * its header comes first and at once, or the connection is not one of
+     * the balancer's: its own deadline, whatever the header timeout
+     * (proxy.c reads it). */
+    const m0_proxy_config *pc = &srv->cfg.proxy;
+    if (pc->protocol == 0) {
+        m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    } else {
+        c->flags |= M0_CF_PP_WAIT;
+        m0__conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
+    }
     return c;
 }
 

@@ -14,6 +14,7 @@
 #include "portable.h"
 #include "recycle.h"
 #include "server_int.h"
+#include "tls.h"
 #include "trace.h"
 
 uint64_t m0__conn_clock_ns(void);
@@ -218,7 +219,20 @@ void m0__h1_abort(m0_conn *c); /* conn.c */
  * the rule is beside the write buffer's fields (server_int.h).
  * m0__conn_flush: send the write buffer without blocking (EPOLLOUT). */
 void m0__conn_flush(m0_conn *c);
-void m0__conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
+/* Leave the server's held list. */
+static inline void m0__conn_unhold(m0_conn *c)
+{
+    if (!c->held)
+        return;
+    if (c->held_prev != NULL)
+        c->held_prev->held_next = c->held_next;
+    else
+        c->srv->held = c->held_next;
+    if (c->held_next != NULL)
+        c->held_next->held_prev = c->held_prev;
+    c->held = 0;
+    c->held_prev = c->held_next = NULL;
+}
 void m0__conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0__conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
@@ -274,20 +288,31 @@ void m0__conn_end_tls(m0_conn *c, int notify_peer);
  * the socket's write side, and a ring when the session holds input. */
 uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev); /* ev, and what the session adds */
 /* On EPOLLOUT: whether a read was waiting for it (cleared). */
-int m0__conn_tls_take_want_write(m0_conn *c);
+static inline int m0__conn_tls_take_want_write(m0_conn *c)
+{
+    return c->tls != NULL && m0_tls_take_want_write(c->tls);
+}
 void m0__conn_ring_init(m0_server *srv);
 void m0__conn_ring_stop(m0_server *srv);
 
-/* pace.c: read pacing for peers that trickle a head or a buffered body.
+/* pace.c: which peers that trickle a head or a buffered body are paced.
  * m0__pace_note: after a read of n bytes (n may be 0) that left c's head or
- * buffered body incomplete; may stop reading c on EPOLLIN until the pace
- * timer. m0__pace_stop: c leaves pacing (dispatch, close); the caller
- * recomputes the interest. */
-void m0__pace_init(m0_server *srv);
-void m0__pace_note(m0_conn *c, size_t n);
+ * buffered body incomplete; 1 when c is paced from now (the caller stops
+ * watching its input: m0__conn_interest). m0__pace_stop: c leaves pacing
+ * (dispatch, close); the caller recomputes the interest. The pace timer
+ * (tick, conn_read.c) takes the window's batch (a chain by pace_next, each
+ * held), reads each once, and ends its window: m0__pace_window_end, 1 when
+ * it stays paced, 0 when it is read on EPOLLIN again (the caller
+ * recomputes the interest). */
+void m0__pace_init(m0_server *srv, void (*tick)(m0_loop *loop, m0_timer *t));
+int m0__pace_note(m0_conn *c, size_t n);
 void m0__pace_stop(m0_conn *c);
-/* conn.c: one read of c as on EPOLLIN (the pace timer's read). */
+int m0__pace_incomplete(const m0_conn *c); /* waiting for the rest of a head or of a buffered body */
+m0_conn *m0__pace_batch(m0_server *srv);
+int m0__pace_window_end(m0_conn *c, uint64_t now);
+/* conn_read.c: one read of c as on EPOLLIN; the pace timer's reads. */
 void m0__conn_read_now(m0_conn *c);
+void m0__conn_pace_init(m0_server *srv);
 
 /* conn_body.c: skip the rest of a finished request's body from what is
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is

@@ -27,7 +27,8 @@ ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len)
         /* A client certificate refused: noted for the log, with the client. */
         const char *why = m0_tls_conn_take_refusal(c->tls);
         if (why != NULL)
-            m0_tls_refusal_note(c->srv->cfg.tls, m0_conn_client_host(c), m0_conn_client_port(c), why);
+            m0_tls_refusal_note(c->srv->cfg.tls, c->peer_host, c->peer_port,
+                                why); /* before any request: the peer (or the PROXY header's client) */
         errno = EPROTO;
     }
     return n;
@@ -142,9 +143,4 @@ uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev)
             m0_timer_start(srv->loop, &srv->tls_ring_timer, 0);
     }
     return ev;
-}
-
-int m0__conn_tls_take_want_write(m0_conn *c)
-{
-    return c->tls != NULL && m0_tls_take_want_write(c->tls);
 }

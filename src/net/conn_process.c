@@ -75,12 +75,12 @@ void m0__conn_dispatch(m0_conn *c)
         int bal = srv->bal != NULL;
         if (bal) {
             srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
-            m0__server_balance_note(srv);
+            m0__balance_note(srv);
         }
         r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
         if (bal) {
             srv->bal_busy = 0;
-            m0__server_balance_note(srv);
+            m0__balance_note(srv);
         }
     }
     if (c->state == M0_CS_CLOSED)

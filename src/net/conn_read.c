@@ -2,6 +2,7 @@
  * (m0__conn_fill), what a readiness event does in each state, and the
  * connection's epoll callback. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +85,8 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
                 break;
         }
-        m0__pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
+        if (m0__pace_note(c, got)) /* a head or body still incomplete after it: how fast it comes */
+            m0__conn_interest(c);
         return;
     }
     case M0_CS_BODY: {
@@ -124,7 +126,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room)
                 break;
         }
-        m0__pace_note(c, got);
+        (void)m0__pace_note(c, got);
         m0__conn_interest(c);
         return;
     }
@@ -191,6 +193,29 @@ void m0__conn_read_now(m0_conn *c)
     c->refs++;
     conn_readable(c, EPOLLIN);
     m0__conn_release(c);
+}
+
+/* The pace timer (pace.c): read every paced connection once; those still
+ * slow stay paced for another window, the others are read on EPOLLIN again. */
+static void conn_pace_tick(m0_loop *loop, m0_timer *t)
+{
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, pace_timer));
+    m0_conn *batch = m0__pace_batch(srv);
+    while (batch != NULL) {
+        m0_conn *c = batch;
+        batch = c->pace_next;
+        c->pace_prev = c->pace_next = NULL;
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && m0__pace_incomplete(c))
+            m0__conn_read_now(c);
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && !m0__pace_window_end(c, m0_loop_now(loop)))
+            m0__conn_interest(c);
+        m0__conn_release(c);
+    }
+}
+
+void m0__conn_pace_init(m0_server *srv)
+{
+    m0__pace_init(srv, conn_pace_tick);
 }
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)

@@ -52,20 +52,6 @@ int m0__conn_release_held(m0_conn *c)
     return r == -EAGAIN ? 0 : r;
 }
 
-void m0__conn_unhold(m0_conn *c)
-{
-    if (!c->held)
-        return;
-    if (c->held_prev != NULL)
-        c->held_prev->held_next = c->held_next;
-    else
-        c->srv->held = c->held_next;
-    if (c->held_next != NULL)
-        c->held_next->held_prev = c->held_prev;
-    c->held = 0;
-    c->held_prev = c->held_next = NULL;
-}
-
 uint64_t m0__conn_now_ms(void)
 {
     return m0__conn_clock_ns() / 1000000u;

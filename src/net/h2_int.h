@@ -7,6 +7,7 @@
 #define M0_NET_H2_INT_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,8 +240,17 @@ void m0__h2_feed(m0_h2 *h2);
 void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s);
 
 /* The connection's timer fires by due_ms at the latest (lazy: an earlier
- * arming stays); m0__h2_timer then looks at the streams' deadlines. */
-void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms);
+ * arming stays); m0__h2_timer (h2_timer.c) then looks at the streams'
+ * deadlines. Inline: every part of the session arms it. */
+static inline void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
+{
+    m0_conn *c = h2->c;
+    m0_loop *loop = c->srv->loop;
+    if (m0_timer_armed(&c->timer) && c->timer.deadline_ms <= due_ms)
+        return;
+    uint64_t now = m0_loop_now(loop);
+    m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
+}
 
 /* After input or output: dispatch what is ready, send, end closed streams,
  * close the connection when the session is over. */
@@ -315,8 +325,18 @@ void m0__h2p_orphan(m0_h2_stream *s);
 /* Loop thread: s is freed (out of srv->h2_kicks; its unread body out of
  * h2->in_buffered). */
 void m0__h2p_forget(m0_h2_stream *s);
-/* Loop thread, cfg.http2_pool: around the data provider's use of s->out. */
-void m0__h2p_lock(m0_server *srv);
-void m0__h2p_unlock(m0_server *srv, int moved);
+/* Loop thread, cfg.http2_pool: around the data provider's use of s->out
+ * (moved: it took bytes, which a writing thread may wait for). */
+static inline void m0__h2p_lock(m0_server *srv)
+{
+    pthread_mutex_lock(&srv->h2_lock);
+}
+
+static inline void m0__h2p_unlock(m0_server *srv, int moved)
+{
+    if (moved && srv->h2_waiters > 0)
+        pthread_cond_broadcast(&srv->h2_cond);
+    pthread_mutex_unlock(&srv->h2_lock);
+}
 
 #endif

@@ -41,18 +41,6 @@
 #define M0_H2P_STALL_MS 200
 #define M0_H2P_FLUSH_MS 1000
 
-void m0__h2p_lock(m0_server *srv)
-{
-    pthread_mutex_lock(&srv->h2_lock);
-}
-
-void m0__h2p_unlock(m0_server *srv, int moved)
-{
-    if (moved && srv->h2_waiters > 0)
-        pthread_cond_broadcast(&srv->h2_cond);
-    pthread_mutex_unlock(&srv->h2_lock);
-}
-
 /* Under h2_lock. */
 static void kick_unlink(m0_server *srv, m0_h2_stream *s)
 {

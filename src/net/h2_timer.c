@@ -32,17 +32,6 @@ static int h2_awaits_body(const m0_h2_stream *s)
     return s->body_deadline_ms != 0 && s->headers_done && !s->queued && !s->in_done && !s->ng_closed && s->sc == NULL;
 }
 
-/* The timer fires by due_ms at the latest (lazy: an earlier arming stays). */
-void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
-{
-    m0_conn *c = h2->c;
-    m0_loop *loop = c->srv->loop;
-    if (m0_timer_armed(&c->timer) && c->timer.deadline_ms <= due_ms)
-        return;
-    uint64_t now = m0_loop_now(loop);
-    m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
-}
-
 void m0__h2_timer(m0_conn *c)
 {
     m0_h2 *h2 = c->h2;

@@ -28,17 +28,6 @@ static int conn_peer_trusted(m0_conn *c)
 
 /* --- the PROXY protocol --- */
 
-void m0__proxy_conn_start(m0_conn *c)
-{
-    const m0_proxy_config *pc = &c->srv->cfg.proxy;
-    if (pc->protocol == 0)
-        return;
-    c->flags |= M0_CF_PP_WAIT;
-    /* The header comes first and at once, or the connection is not one of
-     * the balancer's: its own deadline, whatever the header timeout. */
-    m0__conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
-}
-
 /* Before the first request: consume the PROXY header from the read buffer.
  * 1 when it was read (or, optional, is absent) and parsing may go on, 0 when
  * more bytes are needed, -1 when the connection was closed (an invalid

@@ -401,7 +401,6 @@ void m0__conn_take_completed(m0_server *srv);
 int m0__conn_take_completed_or_mute(m0_conn *c);
 
 /* proxy.c */
-void m0__proxy_conn_start(m0_conn *c);
 int m0__proxy_protocol_read(m0_conn *c);
 void m0__proxy_headers_resolve(m0_conn *c);
 /* gate.c: answer the health path or refuse past the concurrency limit from
@@ -416,10 +415,14 @@ static inline void m0__gate_done(m0_conn *c)
     }
 }
 
+/* listener.c: publish this loop's open connections and whether it runs a
+ * handler now (m0_server_balance) in its slot of the balance table; nothing
+ * without a table or while draining. m0__balance_store writes the slot (-1:
+ * this loop takes no connection). */
+void m0__balance_note(m0_server *srv);
+void m0__balance_store(m0_server *srv, int32_t v);
+
 /* server.c */
-/* Publish this loop's open connections and whether it runs a handler now
- * (m0_server_balance); nothing without a table or while draining. */
-void m0__server_balance_note(m0_server *srv);
 void m0__server_link(m0_server *srv, m0_conn *c);
 /* Send the output held back during the loop's pass (conn_write.c); called
  * by the pass-end hook (server.c) after the access log's flush. */
