@@ -84,7 +84,8 @@ def defined(text):
 def main():
     server_int = strip_comments(read(os.path.join(NET, "server_int.h")))
     body = struct_body(server_int, "m0_conn")
-    print(f"struct m0_conn top-level declarations: {top_level_declarators(body)}")
+    bits = len(re.findall(r"\bM0_CF_\w+\s*=\s*1u\s*<<", server_int))
+    print(f"struct m0_conn top-level declarations: {top_level_declarators(body)} (and {bits} M0_CF_* bits in its flags)")
 
     uses = 0
     for d, _, files in os.walk(os.path.join(ROOT, "src")):

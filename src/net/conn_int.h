@@ -42,12 +42,12 @@ static inline uint32_t m0__conn_body_timeout(const m0_server_config *cfg)
  * whenever a keep-alive connection goes idle (conn_process.c). */
 static inline void m0__conn_wbuf_release(m0_conn *c)
 {
-    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
-        m0_recycle_put(&c->srv->wbufs, c->wbuf);
+    if (c->out.wbuf != NULL && c->out.wcap == M0_WBUF_INITIAL && c->srv != NULL)
+        m0_recycle_put(&c->srv->wbufs, c->out.wbuf);
     else
-        free(c->wbuf);
-    c->wbuf = NULL;
-    c->wcap = c->wlen = c->wpos = 0;
+        free(c->out.wbuf);
+    c->out.wbuf = NULL;
+    c->out.wcap = c->out.wlen = c->out.wpos = 0;
 }
 
 /* Inline, with m0__conn_release (server_int.h): each runs on every
@@ -66,10 +66,10 @@ static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout
     uint64_t now = m0_loop_now(loop);
     uint32_t first = timeout_ms;
     if (__builtin_expect(kind == M0_TIMER_SEND, 0)) {
-        c->send_outq = m0__conn_outq(c);
-        c->send_settle_ms = 0;
+        c->out.send_outq = m0__conn_outq(c);
+        c->out.send_settle_ms = 0;
         if (timeout_ms > 2 * M0_SEND_SETTLE_MS) {
-            c->send_settle_ms = now + M0_SEND_SETTLE_MS;
+            c->out.send_settle_ms = now + M0_SEND_SETTLE_MS;
             first = M0_SEND_SETTLE_MS;
         }
     }
@@ -84,18 +84,18 @@ static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout
 static inline void m0__conn_input_release(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
-        m0_recycle_put(&srv->rbufs, c->rbuf);
+    if (c->in.rbuf != NULL && c->in.rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->in.rbuf);
     else
-        free(c->rbuf);
+        free(c->in.rbuf);
     if (srv != NULL)
-        m0_recycle_put(&srv->hdrs, c->headers);
+        m0_recycle_put(&srv->hdrs, c->x.headers);
     else
-        free(c->headers);
-    c->rbuf = NULL;
-    c->headers = c->req.headers = NULL;
-    c->head_base = NULL;
-    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+        free(c->x.headers);
+    c->in.rbuf = NULL;
+    c->x.headers = c->x.req.headers = NULL;
+    c->x.head_base = NULL;
+    c->in.rcap = c->in.rlen = c->in.rpos = c->in.head_seen = c->in.head_line = 0;
 }
 
 /* The same, and the write buffer (nothing is queued). */
@@ -152,7 +152,7 @@ static inline void m0__conn_notify(m0_conn *c, int what)
  * (conn_process.c; h2.c and h2_stream.c), against these same settings. */
 static inline int m0__conn_out_backed(const m0_conn *c)
 {
-    return c->wlen - c->wpos > M0_WRITE_HIGH_WATER;
+    return c->out.wlen - c->out.wpos > M0_WRITE_HIGH_WATER;
 }
 void m0__conn_backed_arm(m0_conn *c);
 /* Inline: asked before every read and parse; backed up is the rare case. */
@@ -222,16 +222,16 @@ void m0__conn_flush(m0_conn *c);
 /* Leave the server's held list. */
 static inline void m0__conn_unhold(m0_conn *c)
 {
-    if (!c->held)
+    if (!c->out.held)
         return;
-    if (c->held_prev != NULL)
-        c->held_prev->held_next = c->held_next;
+    if (c->out.held_prev != NULL)
+        c->out.held_prev->out.held_next = c->out.held_next;
     else
-        c->srv->held = c->held_next;
-    if (c->held_next != NULL)
-        c->held_next->held_prev = c->held_prev;
-    c->held = 0;
-    c->held_prev = c->held_next = NULL;
+        c->srv->held = c->out.held_next;
+    if (c->out.held_next != NULL)
+        c->out.held_next->out.held_prev = c->out.held_prev;
+    c->out.held = 0;
+    c->out.held_prev = c->out.held_next = NULL;
 }
 void m0__conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0__conn_release_held(m0_conn *c); /* ... and send what the socket takes now */

@@ -39,13 +39,13 @@ static m0_access_log_slot *conn_slot(m0_conn *c)
 /* Which request a slot's values belong to. */
 static uint64_t conn_tag(const m0_conn *c)
 {
-    return c->start_ns ^ ((uint64_t)c->nreq << 40);
+    return c->x.start_ns ^ ((uint64_t)c->x.nreq << 40);
 }
 
 void m0__conn_log_head(m0_conn *c, const m0_response_head *head)
 {
     m0_access_log_slot *slot = conn_slot(c);
-    if (slot != NULL && c->pending)
+    if (slot != NULL && c->x.pending)
         m0_access_log_record_head(c->srv->cfg.access_log_format, slot, conn_tag(c), head);
 }
 

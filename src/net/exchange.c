@@ -61,7 +61,7 @@ int m0_conn_keep_alive(const m0_conn *c)
 
 void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
-    if (c->pending)
+    if (c->x.pending)
         c->xops->finish(c, keep_alive, status, body_bytes);
 }
 

@@ -27,12 +27,12 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
         m0_head_out_field(&b, "Retry-After", 11, "1", 1);
     if (!keep)
         m0_head_out_raw(&b, "Connection: close\r\n", 19);
-    else if (c->req.minor_version == 0 && !(c->req.flags & M0_REQ_HTTP2))
+    else if (c->x.req.minor_version == 0 && !(c->x.req.flags & M0_REQ_HTTP2))
         m0_head_out_raw(&b, "Connection: keep-alive\r\n", 24);
     m0_head_out_raw(&b, "\r\n", 2);
     m0_response_head head;
     m0_head_out_view(&b, status, (int64_t)blen, &head);
-    if (!(c->req.flags & M0_REQ_HEAD))
+    if (!(c->x.req.flags & M0_REQ_HEAD))
         m0_head_out_raw(&b, body, blen);
     if (b.full) {
         m0__conn_close(c, 1);
@@ -43,15 +43,15 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
         m0__conn_close(c, 1);
         return;
     }
-    m0_conn_finish(c, keep, status, (c->req.flags & M0_REQ_HEAD) ? 0 : blen);
+    m0_conn_finish(c, keep, status, (c->x.req.flags & M0_REQ_HEAD) ? 0 : blen);
 }
 
 int m0__gate(m0_conn *c)
 {
     m0_server *srv = c->srv;
     const m0_proxy_config *pc = &srv->cfg.proxy;
-    if (pc->health_path_len != 0 && c->req.path.len == pc->health_path_len &&
-        memcmp(c->req.path.base, pc->health_path, pc->health_path_len) == 0) {
+    if (pc->health_path_len != 0 && c->x.req.path.len == pc->health_path_len &&
+        memcmp(c->x.req.path.base, pc->health_path, pc->health_path_len) == 0) {
         int ready =
             !__atomic_load_n(&srv->unready, __ATOMIC_RELAXED) && !__atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
         /* Not a request of the app's: it does not count (--max-requests). */

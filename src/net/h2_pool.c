@@ -70,14 +70,14 @@ void m0__h2p_orphan(m0_h2_stream *s)
     m0_server *srv = sc->srv;
     /* The request's spans point into the stream's fields: they go with the
      * connection, which the thread and its completion still read. */
-    sc->h2_fields = s->f;
-    sc->h2_hdr = s->hdr;
+    sc->x.h2_fields = s->f;
+    sc->x.h2_hdr = s->hdr;
     s->f = NULL;
     s->flen = s->fcap = 0;
     s->hdr = NULL;
     pthread_mutex_lock(&srv->h2_lock);
     sc->h2s = NULL;
-    sc->broken = 1;
+    sc->out.broken = 1;
     sc->state = M0_CS_CLOSED;
     if (s->kicked)
         kick_unlink(srv, s);
@@ -136,7 +136,7 @@ static int h2p_wait(m0_conn *c, int blocking)
     }
     size_t last = queued(c);
     int r = 0;
-    while (c->h2s != NULL && !c->broken) {
+    while (c->h2s != NULL && !c->out.broken) {
         size_t left = queued(c);
         if (left == 0)
             break;
@@ -152,7 +152,7 @@ static int h2p_wait(m0_conn *c, int blocking)
         cond_wait_ms(srv, deadline - now);
         now = now_ms();
     }
-    if (r == 0 && (c->h2s == NULL || c->broken))
+    if (r == 0 && (c->h2s == NULL || c->out.broken))
         r = -EPIPE;
     pthread_mutex_unlock(&srv->h2_lock);
     if (cfg->block_acquire != NULL)
@@ -228,7 +228,7 @@ int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec 
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken) {
+    if (s == NULL || c->out.broken) {
         pthread_mutex_unlock(&srv->h2_lock);
         return -EPIPE;
     }
@@ -304,11 +304,11 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         int timed_out = 0;
         while (c->h2s != NULL && c->h2s->in_len == c->h2s->in_pos && !c->h2s->in_done && !c->h2s->body_too_large) {
             uint64_t now = now_ms();
-            if (c->body_deadline_ms != 0 && now >= c->body_deadline_ms) {
+            if (c->x.body_deadline_ms != 0 && now >= c->x.body_deadline_ms) {
                 timed_out = 1;
                 break;
             }
-            cond_wait_ms(srv, c->body_deadline_ms != 0 ? c->body_deadline_ms - now : 1000);
+            cond_wait_ms(srv, c->x.body_deadline_ms != 0 ? c->x.body_deadline_ms - now : 1000);
         }
         pthread_mutex_unlock(&srv->h2_lock);
         if (cfg->block_acquire != NULL)
@@ -331,7 +331,7 @@ int m0__h2p_keep_alive(const m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
-    int r = c->h2s != NULL && !c->broken;
+    int r = c->h2s != NULL && !c->out.broken;
     pthread_mutex_unlock(&srv->h2_lock);
     return r;
 }
@@ -353,10 +353,10 @@ void m0__h2p_absorb(m0_server *srv)
             int r = h2p_submit_heads(sc, s);
             if (r == 0 && s->stage_len > 0)
                 r = m0__h2_stream_write(sc, NULL, &iov, 1);
-            if (r < 0 && !sc->broken) {
+            if (r < 0 && !sc->out.broken) {
                 /* A head HTTP/2 cannot carry, or no memory: the stream is
                  * reset, the thread's next write fails. */
-                sc->broken = 1;
+                sc->out.broken = 1;
                 s->out_done = 1;
                 if (!s->ng_closed)
                     nghttp2_submit_rst_stream(s->h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);

@@ -90,7 +90,7 @@ static void stream_conn_drop(m0_h2_stream *s)
     m0_conn *sc = s->sc;
     if (sc == NULL)
         return;
-    if (sc->detached) { /* another thread's: it stays until it comes back */
+    if (sc->x.detached) { /* another thread's: it stays until it comes back */
         m0__h2p_orphan(s);
         s->sc = NULL;
         return;
@@ -98,7 +98,7 @@ static void stream_conn_drop(m0_h2_stream *s)
     s->sc = NULL;
     sc->h2s = NULL;
     sc->state = M0_CS_CLOSED;
-    sc->broken = 1;
+    sc->out.broken = 1;
     if (sc->refs == 0)
         m0__conn_destroy(sc);
 }
@@ -122,24 +122,24 @@ void m0__h2_stream_end(m0_h2_stream *s)
                 h2->ready_tail = prev;
         }
     }
-    if (sc != NULL && sc->detached) {
+    if (sc != NULL && sc->x.detached) {
         /* A thread runs its request: the session stops counting it, the
          * request ends when the thread hands it back (m0__h2s_finish). */
-        if (sc->pending) {
+        if (sc->x.pending) {
             h2->open--;
             h2->busy = 0;
         }
-    } else if (sc != NULL && (sc->pending || sc->data != NULL)) {
+    } else if (sc != NULL && (sc->x.pending || sc->data != NULL)) {
         m0_server *srv = sc->srv;
-        if (sc->pending) {
-            sc->pending = 0;
+        if (sc->x.pending) {
+            sc->x.pending = 0;
             h2->open--;
             m0__gate_done(sc);
             m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
             if (!srv->cfg.http2_concurrent)
                 h2->busy = 0;
         }
-        sc->broken = 1;
+        sc->out.broken = 1;
         sc->state = M0_CS_CLOSED;
         sc->refs++;
         if (srv->handler.on_event != NULL)
@@ -465,7 +465,7 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, const m0_response_head *h
         goto out;
     }
     s->resp_length = head->content_length;
-    s->no_body = (s->sc->req.flags & M0_REQ_HEAD) || head->status == 204 || head->status == 304;
+    s->no_body = (s->sc->x.req.flags & M0_REQ_HEAD) || head->status == 204 || head->status == 304;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd) != 0 ? -EPROTO : 0;
     if (r == 0)
@@ -489,7 +489,7 @@ static int stream_wait_sent(m0_conn *c)
     uint64_t last = UINT64_MAX, deadline = 0;
     for (;;) {
         m0_h2_stream *s = c->h2s;
-        if (s == NULL || c->broken || s->ng_closed)
+        if (s == NULL || c->out.broken || s->ng_closed)
             return -EPIPE;
         m0_h2 *h2 = s->h2;
         m0_conn *hc = h2->c;
@@ -497,7 +497,7 @@ static int stream_wait_sent(m0_conn *c)
             return -EPIPE;
         if (h2->in_ng)
             return 0; /* inside nghttp2 (not a view's write): the loop sends it */
-        size_t left = (s->out_len - s->out_pos) + (hc->wlen - hc->wpos);
+        size_t left = (s->out_len - s->out_pos) + (hc->out.wlen - hc->out.wpos);
         if (left <= M0_WRITE_HIGH_WATER)
             return 0;
         if (left < last) {
@@ -514,7 +514,7 @@ static int stream_wait_sent(m0_conn *c)
 
 int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_writev(c, head, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
     int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
@@ -541,7 +541,7 @@ int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec 
 
 int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_writev(c, head, iov, iovcnt, blocking);
     int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
@@ -554,7 +554,7 @@ int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct 
 int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken || s->ng_closed)
+    if (s == NULL || c->out.broken || s->ng_closed)
         return -EPIPE;
     m0_h2 *h2 = s->h2;
     size_t skip = 0; /* the head's HTTP/1.1 text, which begins iov */
@@ -567,7 +567,7 @@ int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct i
             return -EPROTO;
         skip = head->len;
     }
-    c->resp_started = 1;
+    c->x.resp_started = 1;
     for (int i = 0; i < iovcnt; i++) {
         const char *p = iov[i].iov_base;
         size_t n = iov[i].iov_len;
@@ -598,7 +598,7 @@ int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct i
 
 ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_body_read(c, dst, cap, blocking);
     for (;;) {
         m0_h2_stream *s = c->h2s;
@@ -627,16 +627,16 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             return -EFBIG;
         if (s->in_done || cap == 0)
             return 0;
-        if (!blocking && c->body_deadline_ms != 0) {
+        if (!blocking && c->x.body_deadline_ms != 0) {
             /* A reader that waits for M0_CONN_BODY (ASGI): past the body's
              * deadline it fails; before, m0__h2_timer wakes it at it. */
             uint64_t now = m0__conn_now_ms();
-            if (now >= c->body_deadline_ms) {
+            if (now >= c->x.body_deadline_ms) {
                 s->want_body = 0;
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
                 return -ETIMEDOUT;
             }
-            m0__h2_timer_at(h2, c->body_deadline_ms);
+            m0__h2_timer_at(h2, c->x.body_deadline_ms);
         }
         if (!blocking || c->srv->cfg.http2_concurrent || h2->in_ng) {
             s->want_body = 1;
@@ -644,7 +644,7 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         }
         /* An inline view reads a body that streams: the connection's input
          * is read here, for its deadline. */
-        int r = m0__h2_pump(h2, c->body_deadline_ms);
+        int r = m0__h2_pump(h2, c->x.body_deadline_ms);
         if (r < 0)
             return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
     }
@@ -652,7 +652,7 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 
 size_t m0__h2s_write_pending(const m0_conn *c)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_write_pending(c);
     const m0_h2_stream *s = c->h2s;
     return s == NULL ? 0 : s->out_len - s->out_pos;
@@ -660,9 +660,9 @@ size_t m0__h2s_write_pending(const m0_conn *c)
 
 int m0__h2s_keep_alive(const m0_conn *c)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_keep_alive(c);
-    return c->h2s != NULL && !c->broken;
+    return c->h2s != NULL && !c->out.broken;
 }
 
 void m0__h2s_park(m0_conn *c)
@@ -677,8 +677,8 @@ void m0__h2s_park(m0_conn *c)
     /* A thread set aside the response of a stream that ended meanwhile
      * (h2_pool.c): its request ends here, and the handler is told, as a
      * set-aside response whose stream ends is (m0__h2_stream_end). */
-    if (c->pending) {
-        c->pending = 0;
+    if (c->x.pending) {
+        c->x.pending = 0;
         m0__gate_done(c);
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
     }
@@ -692,7 +692,7 @@ void m0__h2s_park(m0_conn *c)
 void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     (void)keep_alive;
-    if (!c->pending)
+    if (!c->x.pending)
         return;
     m0_server *srv = c->srv;
     m0_h2_stream *s = c->h2s;
@@ -723,7 +723,7 @@ void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     } else {
         /* Cut: the data provider resets the stream after the queued bytes (a
          * HEAD's, 204's or 304's ended with its HEADERS: nothing is missing). */
-        s->cut = c->resp_cut && !s->no_body;
+        s->cut = c->x.resp_cut && !s->no_body;
         if (s->deferred) {
             s->deferred = 0;
             nghttp2_session_resume_data(h2->ses, s->id);
@@ -739,14 +739,14 @@ void m0__h2s_upgrade(m0_conn *c)
         return;
     s->tunnel = 1;
     s->body_deadline_ms = 0;
-    c->body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
+    c->x.body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
 void m0__h2s_abort(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
-    if (c->pending) {
-        c->pending = 0;
+    if (c->x.pending) {
+        c->x.pending = 0;
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0__gate_done(c);
         if (s != NULL) {
@@ -755,7 +755,7 @@ void m0__h2s_abort(m0_conn *c)
                 s->h2->busy = 0;
         }
     }
-    c->broken = 1;
+    c->out.broken = 1;
     if (s == NULL)
         return;
     m0_h2 *h2 = s->h2;
@@ -773,9 +773,9 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
      * -EAGAIN while anything is queued, so that the caller sets the response
      * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
      * the whole file into memory ahead of a slow client. */
-    int loop_nowait = !c->detached && blocking != M0_WRITE_SENT;
+    int loop_nowait = !c->x.detached && blocking != M0_WRITE_SENT;
     if (loop_nowait) {
-        if (c->h2s == NULL || c->broken)
+        if (c->h2s == NULL || c->out.broken)
             return -EPIPE;
         if (m0__h2s_write_pending(c) > 0) {
             c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
@@ -809,7 +809,7 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
 int m0__h2s_trailers(m0_conn *c, const m0_response_head *t)
 {
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken || s->ng_closed)
+    if (s == NULL || c->out.broken || s->ng_closed)
         return -EPIPE;
     /* The fields point into s->trl, a copy of the text (which no longer
      * grows), their names in lower case. */

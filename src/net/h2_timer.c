@@ -83,12 +83,13 @@ void m0__h2_timer(m0_conn *c)
                 next = s->head_deadline_ms;
             continue;
         }
-        if (s->want_body && sc != NULL && sc->pending && !sc->detached && sc->body_deadline_ms != 0 && !s->in_done) {
-            if (now >= sc->body_deadline_ms) {
+        if (s->want_body && sc != NULL && sc->x.pending && !sc->x.detached && sc->x.body_deadline_ms != 0 &&
+            !s->in_done) {
+            if (now >= sc->x.body_deadline_ms) {
                 s->body_event = 1; /* told by m0__h2_send: it reads, and fails */
                 answered = 1;
-            } else if (next == 0 || sc->body_deadline_ms < next) {
-                next = sc->body_deadline_ms;
+            } else if (next == 0 || sc->x.body_deadline_ms < next) {
+                next = sc->x.body_deadline_ms;
             }
             continue;
         }

@@ -21,10 +21,10 @@
 static void pace_link(m0_server *srv, m0_conn *c)
 {
     c->flags |= M0_CF_PACE_LINKED;
-    c->pace_prev = NULL;
-    c->pace_next = srv->paced;
+    c->pace.prev = NULL;
+    c->pace.next = srv->paced;
     if (srv->paced != NULL)
-        srv->paced->pace_prev = c;
+        srv->paced->pace.prev = c;
     srv->paced = c;
     if (!m0_timer_armed(&srv->pace_timer))
         m0_timer_start(srv->loop, &srv->pace_timer, srv->cfg.pace_window_ms);
@@ -35,27 +35,27 @@ static void pace_unlink(m0_server *srv, m0_conn *c)
     if (!(c->flags & M0_CF_PACE_LINKED))
         return;
     c->flags &= ~M0_CF_PACE_LINKED;
-    if (c->pace_prev != NULL)
-        c->pace_prev->pace_next = c->pace_next;
+    if (c->pace.prev != NULL)
+        c->pace.prev->pace.next = c->pace.next;
     else
-        srv->paced = c->pace_next;
-    if (c->pace_next != NULL)
-        c->pace_next->pace_prev = c->pace_prev;
-    c->pace_prev = c->pace_next = NULL;
+        srv->paced = c->pace.next;
+    if (c->pace.next != NULL)
+        c->pace.next->pace.prev = c->pace.prev;
+    c->pace.prev = c->pace.next = NULL;
 }
 
 int m0__pace_incomplete(const m0_conn *c)
 {
-    if (c->flags & M0_CF_CLOSE_AFTER || c->peer_eof)
+    if (c->flags & M0_CF_CLOSE_AFTER || c->in.peer_eof)
         return 0;
-    return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->rlen > c->rpos);
+    return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->in.rlen > c->in.rpos);
 }
 
 /* A new window starts now, with nothing read in it yet. */
 static void pace_window_restart(m0_conn *c, uint64_t now)
 {
-    c->pace_mark_ms = now;
-    c->pace_bytes = 0;
+    c->pace.mark_ms = now;
+    c->pace.bytes = 0;
 }
 
 int m0__pace_note(m0_conn *c, size_t n)
@@ -64,14 +64,14 @@ int m0__pace_note(m0_conn *c, size_t n)
     if (srv->cfg.pace_window_ms == 0 || !m0__pace_incomplete(c))
         return 0;
     uint64_t now = m0_loop_now(srv->loop);
-    if (c->pace_mark_ms == 0)
+    if (c->pace.mark_ms == 0)
         pace_window_restart(c, now);
-    c->pace_bytes += n;
+    c->pace.bytes += n;
     if (c->flags & M0_CF_PACED)
         return 0; /* the timer's read: it decides */
-    if (now - c->pace_mark_ms < srv->cfg.pace_window_ms)
+    if (now - c->pace.mark_ms < srv->cfg.pace_window_ms)
         return 0;
-    int slow = c->pace_bytes < srv->cfg.pace_min_bytes;
+    int slow = c->pace.bytes < srv->cfg.pace_min_bytes;
     pace_window_restart(c, now);
     if (!slow)
         return 0; /* fast enough: a new window */
@@ -96,7 +96,7 @@ m0_conn *m0__pace_batch(m0_server *srv)
      * held: reading one may close others (an abort) before their turn. */
     m0_conn *batch = srv->paced;
     srv->paced = NULL;
-    for (m0_conn *c = batch; c != NULL; c = c->pace_next) {
+    for (m0_conn *c = batch; c != NULL; c = c->pace.next) {
         c->flags &= ~M0_CF_PACE_LINKED;
         c->refs++;
     }
@@ -105,7 +105,7 @@ m0_conn *m0__pace_batch(m0_server *srv)
 
 int m0__pace_window_end(m0_conn *c, uint64_t now)
 {
-    int slow = m0__pace_incomplete(c) && c->pace_bytes < c->srv->cfg.pace_min_bytes;
+    int slow = m0__pace_incomplete(c) && c->pace.bytes < c->srv->cfg.pace_min_bytes;
     pace_window_restart(c, now);
     if (slow) {
         pace_link(c->srv, c);

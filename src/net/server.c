@@ -301,7 +301,7 @@ static void server_drain(m0_server *srv, int take_queue)
             next->refs++;
         if (c->state == M0_CS_H2) {
             m0__h2_drain(c); /* GOAWAY; the streams in flight finish */
-        } else if (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending &&
+        } else if (c->state == M0_CS_HEAD && c->x.nreq > 0 && c->in.rlen == c->in.rpos && !c->x.pending &&
                    c->timer_kind == M0_TIMER_IDLE && !(c->flags & M0_CF_CLOSE_AFTER)) {
             /* Idle since its keep-alive timer was armed (conn_process). */
             uint64_t since = c->deadline_ms > ka ? c->deadline_ms - ka : 0;
@@ -357,10 +357,10 @@ void m0_server_abort(m0_server *srv)
     m0_conn *c = srv->conns;
     while (c != NULL) {
         m0_conn *next = c->next;
-        if (c->detached) {
-            if (!c->abort_after) {
+        if (c->x.detached) {
+            if (!c->x.abort_after) {
                 /* atomic: the owner reads it in m0_conn_complete */
-                __atomic_store_n(&c->abort_after, 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&c->x.abort_after, 1, __ATOMIC_RELAXED);
                 shutdown(c->io.fd, SHUT_RDWR);
             }
         } else {

@@ -69,7 +69,7 @@ static void serve_detached(m0_conn *c)
 {
     char buf[16384], body[32], head[96];
     size_t n = 0;
-    int big_response = c->req.path.len == 4 && memcmp(c->req.path.base, "/big", 4) == 0;
+    int big_response = c->x.req.path.len == 4 && memcmp(c->x.req.path.base, "/big", 4) == 0;
     for (;;) {
         ssize_t r = m0_conn_body_read(c, buf, sizeof(buf), 1);
         if (r <= 0)

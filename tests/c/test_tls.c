@@ -114,7 +114,7 @@ static void test_proxy_preface(void)
     /* The server answered that ClientHello: a ServerHello came back. */
     char rec[5];
     CHECK(recv(h.peer, rec, sizeof(rec), MSG_PEEK) == 5 && rec[0] == 0x16);
-    CHECK(h.conn != NULL && strcmp(h.conn->peer_host, "203.0.113.7") == 0);
+    CHECK(h.conn != NULL && strcmp(h.conn->addr.peer_host, "203.0.113.7") == 0);
     SSL_free(probe);
     SSL_free(ssl);
     h_close(&h);
