@@ -422,6 +422,7 @@ class RawWSH2(FrameReader):
         self.conn.initiate_connection()
         self.settings, self.headers, self.status, self.settings_seen = {}, {}, None, False
         self.buf, self.ended, self.reset, self.sid = b"", False, None, None
+        self.hold_window, self.held = False, 0  # see hold()
         self.unsent = bytearray()  # HTTP/2 bytes the socket has not taken (queue/step)
         self.out = bytearray()  # stream bytes not yet within the windows (queue/step)
         self._flush()
@@ -457,7 +458,10 @@ class RawWSH2(FrameReader):
                 self.headers = dict(ev.headers)
                 self.status = int(self.headers[":status"])
             elif isinstance(ev, h2.events.DataReceived):
-                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                if ev.stream_id == self.sid and self.hold_window:
+                    self.held += ev.flow_controlled_length
+                else:
+                    self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                 if ev.stream_id == self.sid:
                     self.buf += ev.data
             elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == self.sid:
@@ -526,6 +530,16 @@ class RawWSH2(FrameReader):
         except (OSError, h2.exceptions.ProtocolError):
             pass
         self.sock.close()
+
+    def hold(self, on):
+        """While on, the stream's DATA is read but its window is not reopened (nor the
+        connection's): what a client that does not read its WebSocket is to HTTP/2, while the
+        connection's other frames (WINDOW_UPDATE, PING, SETTINGS) still go both ways."""
+        self.hold_window = on
+        if not on and self.held:
+            self.conn.acknowledge_received_data(self.held, self.sid)
+            self.held = 0
+            self.unsent += self.conn.data_to_send()
 
     # a client that sends without reading: queue() then step() until pending() is 0
 

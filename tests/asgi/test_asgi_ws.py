@@ -353,15 +353,22 @@ def test_reading_pauses_and_resumes_for_a_slow_app(srv):
 def test_ping_flood_from_a_client_that_does_not_read(srv):
     # The server stops reading while its answers pile up unread, and catches up once the
     # client reads: every ping gets its pong, in order, and the connection stays usable.
-    # Over HTTP/2 the pongs wait on the stream's window as well as on the socket.
+    # Over HTTP/2 not reading is not reopening the stream's window (ws.hold): the pongs wait on
+    # it, and the server, which reads the connection's other frames, must stop taking pings.
     ws = raw_ws(srv, "/echo", timeout=20)
     n = 100000  # 13 MB of pongs: more than the kernel buffers hold
     ws.queue(b"".join(client_frame(9, struct.pack(">I", i) + b"p" * 121) for i in range(n)))
     pong = 2 + 125  # an unmasked frame of 125 bytes: the 4-byte number and 121 bytes
+    h1 = srv.transport == H1
     try:
         quiet_until = time.monotonic() + 1.0  # the client does not read meanwhile
+        if not h1:
+            ws.hold(True)
         while ws.pending() and time.monotonic() < quiet_until:
-            ws.step(read=False)
+            ws.step(read=not h1)
+        if not h1:
+            assert ws.pending(), "the server took every ping while its pongs waited on the window"
+            ws.hold(False)
         got, deadline = 0, time.monotonic() + 60
         while got < n:
             assert time.monotonic() < deadline, f"{got} of {n} pongs"
