@@ -210,7 +210,8 @@ test-tls-py: build
 # The WSGI and ASGI probes again over HTTP/2 (tests/servers.py, tests/h2bridge.py): M0_TEST_H2=h2c
 # (prior knowledge on plaintext), then M0_TEST_H2=h2 (TLS, ALPN h2, the TLS mode's certificates).
 # Raw requests go through a translator to one HTTP/2 stream each, httpx speaks HTTP/2 itself. The
-# TLS files less the WebSocket ones: WebSocket over HTTP/2 (RFC 8441, extended CONNECT) is not served.
+# TLS files less the WebSocket ones: the translator carries requests, not an upgraded connection;
+# test_asgi_ws.py runs its tests over HTTP/2 itself (RFC 8441 extended CONNECT: h2c and h2).
 .PHONY: test-h2-py
 H2_TESTS := $(filter-out asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py,$(TLS_TESTS))
 test-h2-py: build
