@@ -60,7 +60,7 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
      * the access log's slot after the struct starts empty too. */
     memset(c, 0, sizeof(*c) + m0__conn_log_slot_size(srv));
     c->srv = srv;
-    c->xops = &m0__h1_exchange;
+    c->xops = m0__conn_log_slot_size(srv) != 0 ? &m0__h1_exchange_logged : &m0__h1_exchange;
     c->io.fd = fd;
     c->io.cb = m0_conn_io_cb;
     m0_timer_init(&c->timer, conn_timer_cb);

@@ -200,10 +200,16 @@ typedef struct m0__exchange_ops {
     int carried;
 } m0__exchange_ops;
 
-extern const m0__exchange_ops m0__h1_exchange; /* exchange.c */
+/* exchange.c: HTTP/1.1's, and the same with the heads' fields given to
+ * the access log (a format that asks for response fields). */
+extern const m0__exchange_ops m0__h1_exchange, m0__h1_exchange_logged;
 int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
 int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                               int blocking);
 ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers);
 size_t m0__h1_write_pending(const m0_conn *c);

@@ -341,16 +341,12 @@ int m0__conn_send_continue(m0_conn *c, int blocking)
     return r;
 }
 
-/* HTTP/1.1 sends a head's text as it is: the access log reads its fields. */
-static inline void conn_head(m0_conn *c, const m0_response_head *head)
-{
-    if (head != NULL && c->srv->cfg.access_log_format != NULL)
-        m0__conn_log_head(c, head);
-}
-
+/* HTTP/1.1 sends a head's text as it is (head describes the start of iov).
+ * The _logged variants (m0__h1_exchange_logged: an access-log format that
+ * asks for response fields) first give the head's fields to the log. */
 int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    conn_head(c, head);
+    (void)head;
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
@@ -360,7 +356,7 @@ int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *
 
 int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    conn_head(c, head);
+    (void)head;
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
@@ -371,8 +367,30 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
 
 int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    conn_head(c, head);
+    (void)head;
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
+}
+
+int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev(c, head, iov, iovcnt, blocking);
+}
+
+int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev_chunk(c, head, iov, iovcnt);
+}
+
+int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                               int blocking)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev_final(c, head, iov, iovcnt, blocking);
 }
 
 void m0__conn_hold(m0_conn *c)

@@ -19,6 +19,22 @@ const m0__exchange_ops m0__h1_exchange = {
     .carried = 0,
 };
 
+const m0__exchange_ops m0__h1_exchange_logged = {
+    .writev = m0__h1_writev_logged,
+    .writev_chunk = m0__h1_writev_chunk_logged,
+    .writev_final = m0__h1_writev_final_logged,
+    .sendfile = m0__h1_sendfile,
+    .write_trailers = m0__h1_write_trailers,
+    .write_pending = m0__h1_write_pending,
+    .body_read = m0__h1_body_read,
+    .keep_alive = m0__h1_keep_alive,
+    .finish = m0__h1_finish,
+    .park = m0__h1_park,
+    .abort = m0__h1_abort,
+    .upgrade = m0__h1_upgrade,
+    .carried = 0,
+};
+
 int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
     return c->xops->writev(c, head, iov, iovcnt, blocking);
