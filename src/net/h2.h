@@ -22,9 +22,10 @@
  *    stream's window given back as the view reads past the buffer. A
  *    concurrent handler's (ASGI) is dispatched at the end of its head. A
  *    Content-Length past limits.max_body is answered 413 at the head.
- *  - The request says HTTP/1.0 framing to the bridges (minor_version 0, no
- *    chunked coding: the end of the stream delimits the body) and HTTP/2 to
- *    everything that names the protocol (M0_REQ_HTTP2).
+ *  - The request says what the stream does for the handler: it frames the
+ *    body (M0_REQ_FRAMED: no chunked coding, the end of the stream delimits
+ *    it) and carries 1xx heads (M0_REQ_INFORMATIONAL); HTTP/2 to everything
+ *    that names the protocol (M0_REQ_HTTP2; minor_version 0).
  *  - The response the bridge writes is the output seam: its head (status
  *    line and fields, as http/response.h frames them) becomes the HEADERS of
  *    nghttp2_submit_response, without the connection-specific fields (RFC

@@ -269,9 +269,9 @@ void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
         req->query.base = q + 1;
         req->query.len = req->target.len - req->path.len - 1;
     }
-    /* HTTP/1.0 framing to the bridges (no chunked coding), HTTP/2 by name. */
+    /* HTTP/2 by name; the stream frames the body and carries 1xx heads. */
     req->minor_version = 0;
-    req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE;
+    req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE | M0_REQ_FRAMED | M0_REQ_INFORMATIONAL;
     if (m0_span_ieq(req->method, "head", 4) && req->method.base[0] == 'H')
         req->flags |= M0_REQ_HEAD;
     if (s->protocol[1] != 0) {

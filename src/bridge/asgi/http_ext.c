@@ -60,7 +60,7 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
         goto done;
     }
     /* HTTP/1.1 and HTTP/2 carry 1xx heads; HTTP/1.0 does not. */
-    if (count > 0 && h->base.asgi->early_hints && (h->minor_version >= 1 || (h->req_flags & M0_REQ_HTTP2))) {
+    if (count > 0 && h->base.asgi->early_hints && (h->req_flags & M0_REQ_INFORMATIONAL)) {
         if (m0_head_add(&hints, EARLY_HINT_STATUS_LINE, sizeof(EARLY_HINT_STATUS_LINE) - 1) < 0)
             goto done;
         for (Py_ssize_t i = 0; i < count; i++) {

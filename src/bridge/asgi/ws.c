@@ -101,6 +101,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
     m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
     w->tunnel = (req->flags & M0_REQ_EXTENDED_CONNECT) != 0;
+    w->framed = (req->flags & M0_REQ_FRAMED) != 0;
     if (!w->tunnel)
         m0_ws_accept(hs.key.base, hs.key.len, w->accept);
     w->deflate_on = a->ws_deflate && m0_ws_deflate_negotiate(req, &w->deflate_params);

@@ -201,8 +201,8 @@ int m0_asgi_ws_response_start(m0_asgi_ws *w, PyObject *msg)
 }
 
 /* websocket.http.response.body: Content-Length when the first body is the
- * whole body; otherwise chunked when the request was HTTP/1.1, and over an
- * HTTP/2 stream (a tunnel) plain DATA that the stream's end delimits. */
+ * whole body; otherwise chunked when the request was HTTP/1.1, and as it is
+ * where the transport delimits it (M0_REQ_FRAMED: an HTTP/2 stream's end). */
 int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
 {
     m0_asgi_state *st = w->base.asgi->st;
@@ -229,10 +229,10 @@ int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
             if (head_add_field(w, "Content-Length", 14, len_line, (size_t)k) < 0)
                 goto done;
             k = 0;
-        } else if (!w->tunnel) {
+        } else if (!w->framed) {
             k = snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
         }
-        w->resp_chunked = more && !no_body && !w->tunnel;
+        w->resp_chunked = more && !no_body && !w->framed;
         if (head_add(w, len_line, (size_t)k) < 0 || head_add(w, "\r\n", 2) < 0)
             goto done;
         iov[n].iov_base = w->head.buf;

@@ -368,6 +368,8 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
         uint64_t total = sr->sent + body_len;
         m0_head_put_content_length(h, total);
         sr->content_length = (int64_t)total;
+    } else if (sr->framed) {
+        /* the transport delimits the body */
     } else if (sr->minor_version >= 1) {
         m0_head_put(h, "Transfer-Encoding: chunked\r\n", 28);
         sr->chunked = !sr->no_body;

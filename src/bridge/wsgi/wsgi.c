@@ -104,7 +104,8 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     __atomic_store_n(&sr->owner, m0_wsgi_thread(), __ATOMIC_RELAXED);
     __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
-    sr->informational = req->minor_version >= 1 || (req->flags & M0_REQ_HTTP2);
+    sr->informational = (req->flags & M0_REQ_INFORMATIONAL) != 0;
+    sr->framed = (req->flags & M0_REQ_FRAMED) != 0;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
     sr->status = 0;
     sr->head_len = 0;
