@@ -272,15 +272,20 @@ static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t err
 
 /* OpenSSL's ticket-key callback over the shared keys: AES-256-CBC and
  * HMAC-SHA256, as OpenSSL's own tickets. Encrypting (enc 1) uses the current
- * keys; decrypting finds the keys by the ticket's name: 1 with the current
- * ones, 2 with the previous ones (OpenSSL then issues a new ticket under the
- * current keys), 0 for an unknown name (a full handshake), -1 on failure. */
+ * keys; decrypting finds the keys by the ticket's name, 0 for an unknown name
+ * (a full handshake), -1 on failure. A ticket that opens is always renewed
+ * (2: OpenSSL issues a new one under the current keys, M0_TLS_TICKETS of
+ * them): a client that uses each ticket once, as RFC 8446 asks (Chrome's
+ * BoringSSL does), then resumes every connection after its first, where
+ * OpenSSL's default (two tickets after a full handshake, none after a
+ * resumed one) gives it a full handshake every third connection. The
+ * cipher was fetched once (m0_tls_new); an implicit fetch per ticket is
+ * OpenSSL 3.0's lookup by name. */
 static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[EVP_MAX_IV_LENGTH],
                          EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
 {
     const m0_tls *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     const tls_ticket_key *k = NULL;
-    int found = 0;
     if (enc) {
         k = &t->ticket_keys[0];
         if (RAND_bytes(iv, 16) != 1)
@@ -288,10 +293,8 @@ static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[
         memcpy(key_name, k->name, sizeof(k->name));
     } else {
         for (int i = 0; i < t->ticket_key_sets && k == NULL; i++)
-            if (memcmp(key_name, t->ticket_keys[i].name, sizeof(t->ticket_keys[i].name)) == 0) {
+            if (memcmp(key_name, t->ticket_keys[i].name, sizeof(t->ticket_keys[i].name)) == 0)
                 k = &t->ticket_keys[i];
-                found = i + 1;
-            }
         if (k == NULL)
             return 0;
     }
@@ -300,10 +303,10 @@ static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[
     if (EVP_MAC_init(hctx, k->hmac, sizeof(k->hmac), params) != 1)
         return -1;
     if (enc)
-        return EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 ? 1 : -1;
-    if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) != 1)
+        return EVP_EncryptInit_ex2(cctx, t->ticket_cipher, k->aes, iv, NULL) == 1 ? 1 : -1;
+    if (EVP_DecryptInit_ex2(cctx, t->ticket_cipher, k->aes, iv, NULL) != 1)
         return -1;
-    return found;
+    return 2;
 }
 
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
@@ -370,14 +373,24 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
     static const unsigned char sid_ctx[] = "m0serve";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
     SSL_CTX_set_alpn_select_cb(ctx, alpn_select, t);
+    /* Session tickets: the shared keys, or this context's own when none are
+     * given (then only this context resumes its sessions). */
     if (s->ticket_keys != NULL) {
         t->ticket_key_sets = s->ticket_key_sets == 2 ? 2 : 1;
         memcpy(t->ticket_keys, s->ticket_keys, (size_t)t->ticket_key_sets * M0_TLS_TICKET_KEYS);
-        SSL_CTX_set_app_data(ctx, t);
-        if (SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1) {
-            tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
+    } else {
+        t->ticket_key_sets = 1;
+        if (RAND_bytes((unsigned char *)&t->ticket_keys[0], M0_TLS_TICKET_KEYS) != 1) {
+            tls_fail(err, errcap, "cannot make session-ticket keys", NULL);
             goto error;
         }
+    }
+    t->ticket_cipher = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
+    SSL_CTX_set_app_data(ctx, t);
+    if (t->ticket_cipher == NULL || SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1 ||
+        SSL_CTX_set_num_tickets(ctx, M0_TLS_TICKETS) != 1) {
+        tls_fail(err, errcap, "cannot set the session-ticket keys", NULL);
+        goto error;
     }
     *out = t;
     return 0;
@@ -392,6 +405,7 @@ void m0_tls_free(m0_tls *t)
         return;
     SSL_CTX_free(t->ctx);
     OPENSSL_cleanse(t->ticket_keys, sizeof(t->ticket_keys));
+    EVP_CIPHER_free(t->ticket_cipher);
     pthread_mutex_destroy(&t->refusal_lock);
     free(t);
 }

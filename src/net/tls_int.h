@@ -7,10 +7,19 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "tls.h"
+
+/* Session tickets issued per handshake, full or resumed (OpenSSL's default:
+ * two after a full handshake). They are stateless and open as often as a
+ * client offers them: one is enough for a client that reuses it, and one
+ * after every resumption (the callback renews each ticket it opens) keeps a
+ * client that uses each once resuming. Each costs the server an encoding
+ * of the session, its encryption and MAC, a key derivation and a write. */
+#define M0_TLS_TICKETS 1
 
 /* One set of session-ticket keys, laid out as SSL_CTX_set_tlsext_ticket_keys
  * takes them (and as the supervisor makes them). */
@@ -25,7 +34,8 @@ _Static_assert(sizeof(tls_ticket_key) == M0_TLS_TICKET_KEYS, "one set of ticket 
 struct m0_tls {
     SSL_CTX *ctx;
     tls_ticket_key ticket_keys[2]; /* [0] issues and opens, [1] only opens */
-    int ticket_key_sets;           /* 0: OpenSSL's own keys */
+    int ticket_key_sets;           /* 1 or 2 */
+    EVP_CIPHER *ticket_cipher;     /* AES-256-CBC, fetched once */
     int alpn_h2;                   /* m0_tls_set_http2: 0 http/1.1, 1 h2 then http/1.1, 2 h2 only */
     /* Client certificates refused since the last m0_tls_refusals_take, the
      * latest one's "peer: reason", and when a line was last taken. */

@@ -506,6 +506,45 @@ def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
     assert "ERROR" not in s.log
 
 
+def _tickets_and_reuse(s, ctx, session=None):
+    """(NewSessionTicket messages received, session reused, newest session) of one new TLS connection
+    that sends one request and reads its response (TLS 1.3's tickets arrive after the handshake,
+    before the response)."""
+    tickets = []
+
+    def seen(conn, direction, version, content_type, msg_type, data):
+        if direction == "read" and msg_type == ssl._TLSMessageType.NEWSESSION_TICKET:
+            tickets.append(bytes(data))
+
+    ctx._msg_callback = seen
+    try:
+        with socket.create_connection((s.host, s.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as t:
+                t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(t)[2] == b"ok"
+                return tickets, t.session_reused, t.session
+    finally:
+        ctx._msg_callback = None
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_one_ticket_per_handshake_and_a_new_one_at_each_resumption(serve, pki, version):
+    """One session ticket after a full handshake (OpenSSL's default is two) and a new one after each
+    resumed handshake (OpenSSL's default: none): a client that uses each ticket once, as RFC 8446 asks
+    and Chrome does, resumes every connection after its first."""
+    s = serve("tls_app:app", *tls_args(pki))
+    ctx = client_ctx(pki, maximum_version=version, minimum_version=version)
+    tickets, reused, session = _tickets_and_reuse(s, ctx)
+    assert not reused and len(tickets) == 1, tickets
+    seen = set(tickets)
+    for _ in range(4):
+        tickets, reused, session = _tickets_and_reuse(s, ctx, session)
+        assert reused, "the newest ticket did not resume"
+        assert len(tickets) == 1, tickets
+        assert tickets[0] not in seen, "a resumption got back the ticket it used"
+        seen.add(tickets[0])
+
+
 def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     pki.server.cert_chain_pems[0].write_to_path(cert)
