@@ -285,9 +285,10 @@ IDLE_TLS_CONNS = 5000
 def tls():
     # TLS served by each server itself (the same self-signed ECDSA P-256 certificate, or RSA-2048 in the
     # -rsa rows, bench/env.py: tls_files), beside m0serve's own plaintext on the same app: keep-alive
-    # requests (wrk over https), new connections with a full and with a resumed handshake (bench/tls_clients.py connect: one request
-    # per connection, "req per core-s" is connections per core-second of server CPU), and the RSS each
-    # idle keep-alive connection adds (bench/tls_clients.py idle).
+    # requests (wrk over https), new connections with a full and with a resumed handshake
+    # (bench/tls_clients.py connect: one request per connection, "req per core-s" is connections per
+    # core-second of server CPU), and the RSS each idle keep-alive connection adds (bench/tls_clients.py
+    # idle).
     def wsgi_tls():
         return [S.m0serve_tls("wsgi"), S.granian_tls("wsgi")]
 
