@@ -25,9 +25,12 @@
 struct m0_tls_conn {
     SSL *ssl;
     uint64_t serial; /* m0_tls_conn_serial */
-    char *preface;   /* m0_tls_conn_preface's bytes, read before the socket */
-    size_t preface_len;
-    size_t preface_pos;
+    /* Bytes read off the socket that the session has not taken yet, read
+     * before the socket: m0_tls_conn_preface's, then what a read took past
+     * what OpenSSL asked for (conn_bio_read). Freed once taken. */
+    char *ahead;
+    size_t ahead_len;
+    size_t ahead_pos;
     int fd;
     int eof;             /* the socket read its end (BIO_eof: see conn_bio_ctrl) */
     int failed;          /* a fatal error: no close_notify, no more I/O */
@@ -41,37 +44,71 @@ struct m0_tls_conn {
 #define M0_TLS_COALESCE 16384
 
 /* The sessions' transport: a BIO on the connection's socket that reads the
- * preface (m0_tls_conn_preface) before the socket, and writes with
- * MSG_NOSIGNAL (OpenSSL's socket BIO writes with write(2): a peer gone away
- * would raise SIGPIPE in a process that does not ignore it). */
+ * bytes read ahead (the preface, m0_tls_conn_preface, then its own) before
+ * the socket, and writes with MSG_NOSIGNAL (OpenSSL's socket BIO writes with
+ * write(2): a peer gone away would raise SIGPIPE in a process that does not
+ * ignore it).
+ *
+ * Without read-ahead OpenSSL asks for a record's 5-byte header, then for its
+ * body: two read(2)s per record, eight for a handshake whose client sends
+ * its Finished, its ChangeCipherSpec and its request in one flight. A read
+ * for less than M0_TLS_READ_AHEAD takes up to that much and keeps the rest
+ * for the next reads, a whole flight in one read(2). OpenSSL's own
+ * read-ahead (SSL_CTX_set_read_ahead) would keep the rest inside the
+ * session, where neither SSL_pending nor the loop sees it; here, bytes kept
+ * are m0_tls_pending's, and the loop reads again while there are some. A
+ * read that returns with bytes kept has given OpenSSL a whole record (it
+ * asks for no more than the rest of one), so they start the next one: the
+ * loop's next read takes them, and what it cannot complete waits for the
+ * socket with nothing kept. */
+#define M0_TLS_READ_AHEAD 4096
+
 static int conn_bio_read(BIO *b, char *out, int outl)
 {
     m0_tls_conn *tc = BIO_get_data(b);
     BIO_clear_retry_flags(b);
     if (outl <= 0)
         return 0;
-    if (tc->preface_pos < tc->preface_len) {
-        size_t n = tc->preface_len - tc->preface_pos;
+    if (tc->ahead_pos < tc->ahead_len) {
+        size_t n = tc->ahead_len - tc->ahead_pos;
         if (n > (size_t)outl)
             n = (size_t)outl;
-        memcpy(out, tc->preface + tc->preface_pos, n);
-        tc->preface_pos += n;
-        if (tc->preface_pos == tc->preface_len) {
-            free(tc->preface);
-            tc->preface = NULL;
-            tc->preface_len = tc->preface_pos = 0;
+        memcpy(out, tc->ahead + tc->ahead_pos, n);
+        tc->ahead_pos += n;
+        if (tc->ahead_pos == tc->ahead_len) {
+            free(tc->ahead);
+            tc->ahead = NULL;
+            tc->ahead_len = tc->ahead_pos = 0;
         }
         return (int)n;
     }
+    char stage[M0_TLS_READ_AHEAD];
+    int stage_it = outl < M0_TLS_READ_AHEAD;
     ssize_t n;
     do {
-        n = read(tc->fd, out, (size_t)outl);
+        n = read(tc->fd, stage_it ? stage : out, stage_it ? sizeof(stage) : (size_t)outl);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         BIO_set_retry_read(b);
     if (n == 0)
         tc->eof = 1;
-    return (int)n;
+    if (n <= 0 || !stage_it)
+        return (int)n;
+    size_t given = (size_t)n < (size_t)outl ? (size_t)n : (size_t)outl;
+    memcpy(out, stage, given);
+    if ((size_t)n > given) {
+        /* Kept for the next reads; without memory they are lost, and the
+         * session fails on the gap as on a corrupt record. */
+        tc->ahead = malloc((size_t)n - given);
+        if (tc->ahead == NULL) {
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(tc->ahead, stage + given, (size_t)n - given);
+        tc->ahead_len = (size_t)n - given;
+        tc->ahead_pos = 0;
+    }
+    return (int)given;
 }
 
 static int conn_bio_write(BIO *b, const char *in, int inl)
@@ -159,10 +196,10 @@ int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len)
     if (copy == NULL)
         return -ENOMEM;
     memcpy(copy, data, len);
-    free(tc->preface);
-    tc->preface = copy;
-    tc->preface_len = len;
-    tc->preface_pos = 0;
+    free(tc->ahead);
+    tc->ahead = copy;
+    tc->ahead_len = len;
+    tc->ahead_pos = 0;
     return 0;
 }
 
@@ -181,7 +218,7 @@ void m0_tls_conn_free(m0_tls_conn *tc)
         return;
     m0_tls_conn_shutdown(tc);
     SSL_free(tc->ssl);
-    free(tc->preface);
+    free(tc->ahead);
     free(tc);
 }
 
@@ -313,7 +350,7 @@ ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt)
 
 int m0_tls_pending(const m0_tls_conn *tc)
 {
-    return !tc->failed && (SSL_pending(tc->ssl) > 0 || tc->preface_pos < tc->preface_len);
+    return !tc->failed && (SSL_pending(tc->ssl) > 0 || tc->ahead_pos < tc->ahead_len);
 }
 
 int m0_tls_want_write(const m0_tls_conn *tc)

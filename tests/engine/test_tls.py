@@ -506,6 +506,66 @@ def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
     assert "ERROR" not in s.log
 
 
+def _proc_reads(pid):
+    """read(2)-like syscalls the process has made (/proc/PID/io's syscr)."""
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("syscr:")).split()[1])
+
+
+def test_a_handshake_and_its_request_take_a_few_reads(serve, pki):
+    """The session's BIO reads ahead of what OpenSSL asks for (a record's 5-byte header, then its
+    body): a flight of several records takes one read(2), not two per record. A full TLS 1.3
+    handshake, a GET and the client's close took about 9 reads of the server; now about 4."""
+    s = serve("tls_app:app", *tls_args(pki))
+    ctx = client_ctx(pki)
+    pid, _, _ = _pid_and_reuse(s, ctx)
+    n = 40
+    before = _proc_reads(pid)
+    for _ in range(n):
+        _pid_and_reuse(s, ctx)
+    per_connection = (_proc_reads(pid) - before) / n
+    assert per_connection <= 6, per_connection
+
+
+def test_requests_in_several_records_of_one_segment_are_all_answered(serve, pki):
+    """Records the BIO read ahead of the session's ask wait in the session, announced by no socket
+    readiness: two GETs and an upload whose body spans several records, sent in one write, are all
+    answered without the client sending anything more."""
+    s = serve("tls_app:app", *tls_args(pki))
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_ctx(pki).wrap_bio(inc, out, server_hostname="127.0.0.1")
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                data = raw.recv(65536)
+                assert data
+                inc.write(data)
+        raw.sendall(out.read())
+        body = bytes(range(256)) * 40  # 10,240 bytes: three records of 4,096 and less
+        tls.write(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls.write(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 4096):
+            tls.write(body[i:i + 4096])
+        raw.sendall(out.read())  # six records in one write
+        got = b""
+        want = f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
+        while got.count(b"HTTP/1.1 200") < 3 or not got.endswith(want):
+            data = raw.recv(65536)
+            assert data, got
+            inc.write(data)
+            try:
+                while True:
+                    got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+    assert got.count(b"HTTP/1.1 200") == 3, got
+
+
 def _tickets_and_reuse(s, ctx, session=None):
     """(NewSessionTicket messages received, session reused, newest session) of one new TLS connection
     that sends one request and reads its response (TLS 1.3's tickets arrive after the handshake,
