@@ -369,6 +369,16 @@ int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     else if (s->cert_reqs == M0_TLS_CERT_OPTIONAL)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* The chain sent: the certificate file's, or when it holds the leaf
+     * alone, the leaf and the issuers the verify store (--ssl-ca-certs)
+     * holds, as OpenSSL's auto-chain sends, but found once here rather than
+     * at every handshake (a store context and a failed verification each
+     * time for a self-signed leaf). */
+    STACK_OF(X509) *chain = NULL;
+    if (SSL_CTX_get0_chain_certs(ctx, &chain) == 1 && sk_X509_num(chain) <= 0) /* NULL: none */
+        (void)SSL_CTX_build_cert_chain(ctx, SSL_BUILD_CHAIN_FLAG_IGNORE_ERROR | SSL_BUILD_CHAIN_FLAG_CLEAR_ERROR);
+    ERR_clear_error();
+    SSL_CTX_set_mode(ctx, SSL_MODE_NO_AUTO_CHAIN);
     /* Resumed sessions (tickets) need a context id once peers are verified. */
     static const unsigned char sid_ctx[] = "m0serve";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);

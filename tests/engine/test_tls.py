@@ -506,6 +506,29 @@ def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
     assert "ERROR" not in s.log
 
 
+def _chain_sent(s):
+    """The subjects of the certificates the server sends, in order (openssl s_client -showcerts)."""
+    import subprocess
+
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{s.port}", "-showcerts"],
+                         input=b"", capture_output=True, timeout=30, env=tool_env()).stdout.decode()
+    return re.findall(r"^ *\d+ s:(.*)$", out, re.M)
+
+
+def test_the_chain_sent_is_built_once_from_the_same_files(serve, pki, tmp_path):
+    """The chain is built when the context is made (SSL_CTX_build_cert_chain), not looked up in the
+    verify store at every handshake (OpenSSL's auto-chain): the server sends what it sent before, the
+    certificate file's chain when it has one, else the leaf and the issuers --ssl-ca-certs holds."""
+    leaf_only = _chain_sent(serve("tls_app:app", *tls_args(pki)))
+    assert len(leaf_only) == 1, leaf_only
+    with_store = _chain_sent(serve("tls_app:app", *tls_args(pki, "--ssl-ca-certs", pki.ca_file)))
+    assert len(with_store) == 2 and with_store[0] == leaf_only[0], with_store
+    chain_file = tmp_path / "chain.pem"
+    chain_file.write_bytes(b"".join(p.bytes() for p in pki.server.cert_chain_pems) + pki.ca.cert_pem.bytes())
+    in_file = _chain_sent(serve("tls_app:app", "--ssl-certfile", str(chain_file), "--ssl-keyfile", pki.key))
+    assert in_file == with_store, in_file
+
+
 def _proc_reads(pid):
     """read(2)-like syscalls the process has made (/proc/PID/io's syscr)."""
     with open(f"/proc/{pid}/io") as f:
