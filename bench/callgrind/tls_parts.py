@@ -29,8 +29,10 @@ syscalls per connection instead (strace -c attached after the warm-up, N connect
 ASGI_PARTS_KEEP=DIR keeps the callgrind files.
 
 usage: python bench/callgrind/tls_parts.py [--cert rsa,ecdsa] [--mode full,resumed] [-n N] [--strace]
-       (default: both certificates, both modes, N = 300; needs valgrind, callgrind_annotate, vgdb (or
-       strace) and the built .venv-3.11; about a minute per column)
+       [--ref-build DIR --ref-name NAME]
+       (--ref-build: each column again on the m0serve package in DIR, a `pip install --target DIR` of an
+       earlier commit, imported first; default: both certificates, both modes, N = 300; needs valgrind,
+       callgrind_annotate, vgdb (or strace) and the built .venv-3.11; about a minute per column)
 """
 import argparse
 import os
@@ -126,14 +128,15 @@ def strace_counts(path, n):
     return counts
 
 
-def measure(kind, mode, n, workdir, strace):
-    label = f"{kind}-{mode}"
+def measure(kind, mode, n, workdir, strace, ref_build=None):
+    label = f"{kind}-{mode}" + ("-ref" if ref_build else "")
     cert, key = certificate(kind, workdir)
     out = os.path.join(workdir, f"cg.{label}")
     server = [os.path.join(ROOT, ".venv-3.11", "bin", "python"), "-m", "m0serve", "hello_wsgi:app", "--interface",
               "wsgi", "--host", "127.0.0.1", "--port", "0", "--ssl-certfile", cert, "--ssl-keyfile", key]
     argv = server if strace else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *server]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench", "apps"), PYTHONHASHSEED="0")
+    path = [os.path.join(ROOT, "bench", "apps")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(([ref_build] if ref_build else []) + path), PYTHONHASHSEED="0")
     proc, port = start_server(argv, env, workdir, label)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
@@ -186,6 +189,8 @@ def main():
     ap.add_argument("--mode", default="full,resumed")
     ap.add_argument("-n", type=int, default=300)
     ap.add_argument("--strace", action="store_true", help="syscalls of the server over the N connections instead")
+    ap.add_argument("--ref-build", help="a pip install --target directory of an earlier m0serve: each column on it too")
+    ap.add_argument("--ref-name", default="ref", help="what the reference build is (its commit)")
     args = ap.parse_args()
     for tool in ("strace",) if args.strace else ("valgrind", "callgrind_annotate", "vgdb"):
         if shutil.which(tool) is None:
@@ -196,15 +201,18 @@ def main():
         print("|---|---:|---|")
     with tempfile.TemporaryDirectory() as workdir:
         workdir = os.environ.get("ASGI_PARTS_KEEP") or workdir
+        builds = [(None, "")] + ([(os.path.abspath(args.ref_build), f" [{args.ref_name}]")] if args.ref_build else [])
         for kind in args.cert.split(","):
             for mode in args.mode.split(","):
-                costs, total = measure(kind, mode, args.n, workdir, args.strace)
-                if args.strace:
-                    calls = ", ".join(f"{k} {v:.1f}" for k, v in sorted(costs.items(), key=lambda kv: -kv[1]))
-                    print(f"| {kind} {mode} | {sum(costs.values()):.1f} | {calls} |")
-                    continue
-                results[(kind, mode)] = (parts(costs, total), total)
-                print(f"# {kind} {mode}: {total:,.0f} instructions per connection", file=sys.stderr, flush=True)
+                for ref, suffix in builds:
+                    costs, total = measure(kind, mode, args.n, workdir, args.strace, ref)
+                    if args.strace:
+                        calls = ", ".join(f"{k} {v:.1f}" for k, v in sorted(costs.items(), key=lambda kv: -kv[1]))
+                        print(f"| {kind} {mode}{suffix} | {sum(costs.values()):.1f} | {calls} |", flush=True)
+                        continue
+                    results[(kind, mode + suffix)] = (parts(costs, total), total)
+                    print(f"# {kind} {mode}{suffix}: {total:,.0f} instructions per connection", file=sys.stderr,
+                          flush=True)
     if args.strace:
         return
     cols = list(results)
