@@ -273,14 +273,15 @@ static int tls_check_dates(SSL_CTX *ctx, const char *path, char *err, size_t err
 /* OpenSSL's ticket-key callback over the shared keys: AES-256-CBC and
  * HMAC-SHA256, as OpenSSL's own tickets. Encrypting (enc 1) uses the current
  * keys; decrypting finds the keys by the ticket's name, 0 for an unknown name
- * (a full handshake), -1 on failure. A ticket that opens is always renewed
- * (2: OpenSSL issues a new one under the current keys, M0_TLS_TICKETS of
- * them): a client that uses each ticket once, as RFC 8446 asks (Chrome's
- * BoringSSL does), then resumes every connection after its first, where
- * OpenSSL's default (two tickets after a full handshake, none after a
- * resumed one) gives it a full handshake every third connection. The
- * cipher was fetched once (m0_tls_new); an implicit fetch per ticket is
- * OpenSSL 3.0's lookup by name. */
+ * (a full handshake), -1 on failure, 1 to go on with the ticket, 2 to issue
+ * a new one under the current keys: for a ticket of the previous keys, and
+ * for every TLS 1.3 ticket. A TLS 1.3 client is asked to use each ticket
+ * once (RFC 8446, C.4; Chrome's BoringSSL does), and OpenSSL issues none
+ * after a resumed handshake unless told to renew: with one ticket per full
+ * handshake such a client would resume every other connection, with
+ * OpenSSL's default of two, two connections in three. Renewed, it resumes
+ * every connection after its first. TLS 1.2 clients reuse their ticket.
+ * The cipher was fetched once (m0_tls_new), not by name per ticket. */
 static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[EVP_MAX_IV_LENGTH],
                          EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
 {
@@ -306,7 +307,7 @@ static int ticket_key_cb(SSL *ssl, unsigned char key_name[16], unsigned char iv[
         return EVP_EncryptInit_ex2(cctx, t->ticket_cipher, k->aes, iv, NULL) == 1 ? 1 : -1;
     if (EVP_DecryptInit_ex2(cctx, t->ticket_cipher, k->aes, iv, NULL) != 1)
         return -1;
-    return 2;
+    return k != &t->ticket_keys[0] || SSL_version(ssl) >= TLS1_3_VERSION ? 2 : 1;
 }
 
 int m0_tls_new(m0_tls **out, const m0_tls_settings *s, char *err, size_t errcap)

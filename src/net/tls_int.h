@@ -13,12 +13,13 @@
 
 #include "tls.h"
 
-/* Session tickets issued per handshake, full or resumed (OpenSSL's default:
- * two after a full handshake). They are stateless and open as often as a
- * client offers them: one is enough for a client that reuses it, and one
- * after every resumption (the callback renews each ticket it opens) keeps a
- * client that uses each once resuming. Each costs the server an encoding
- * of the session, its encryption and MAC, a key derivation and a write. */
+/* TLS 1.3 session tickets issued per handshake, full or resumed (OpenSSL's
+ * default: two after a full handshake, none after a resumed one; the
+ * ticket-key callback renews each ticket it opens). They are stateless: a
+ * client that reuses its ticket resumes with one as with two, and one that
+ * uses each once gets a new one at each resumption. Each costs the server
+ * an encoding of the session, its encryption and MAC, a key derivation and
+ * a record. */
 #define M0_TLS_TICKETS 1
 
 /* One set of session-ticket keys, laid out as SSL_CTX_set_tlsext_ticket_keys
