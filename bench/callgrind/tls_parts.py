@@ -29,9 +29,10 @@ syscalls per connection instead (strace -c attached after the warm-up, N connect
 ASGI_PARTS_KEEP=DIR keeps the callgrind files.
 
 usage: python bench/callgrind/tls_parts.py [--cert rsa,ecdsa] [--mode full,resumed] [-n N] [--strace]
-       [--ref-build DIR --ref-name NAME]
+       [--ref-build DIR --ref-name NAME] [--granian]
        (--ref-build: each column again on the m0serve package in DIR, a `pip install --target DIR` of an
-       earlier commit, imported first; default: both certificates, both modes, N = 300; needs valgrind,
+       earlier commit, imported first; --granian: Granian's total per connection under each column, all
+       its processes, the same connections; default: both certificates, both modes, N = 300; needs valgrind,
        callgrind_annotate, vgdb (or strace) and the built .venv-3.11; about a minute per column)
 """
 import argparse
@@ -164,6 +165,58 @@ def measure(kind, mode, n, workdir, strace, ref_build=None):
     return {k: v / n for k, v in costs.items()}, total / n
 
 
+def granian_total(kind, mode, n, workdir):
+    """Granian's instructions per connection, every process of it (its worker is a child: traced), the
+    same connections as measure()'s. Its library (rustls and its crypto provider) is stripped: a total,
+    no parts."""
+    label = f"granian-{kind}-{mode}"
+    cert, key = certificate(kind, workdir)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    granian = os.path.join(ROOT, ".bench-venv", "bin", "granian")
+    argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={workdir}/cg.{label}.%p",
+            granian, "--interface", "wsgi", "--workers", "1", "--runtime-threads", "1", "--host", "127.0.0.1",
+            "--port", str(port), "--no-access-log", "--log-level", "warning", "--blocking-threads", "1",
+            "--ssl-certificate", cert, "--ssl-keyfile", key, "--working-dir", os.path.join(ROOT, "bench", "apps"),
+            "hello_wsgi:app"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"{label}: Granian did not start")
+                time.sleep(1)
+        session = None
+        for _ in range(WARMUP):
+            session = connect(port, ctx, session if mode == "resumed" else None)
+        pids = [proc.pid] + [int(p) for p in subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True,
+                                                              text=True).stdout.split() if int(p) != proc.pid]
+        for pid in pids:
+            subprocess.run(["vgdb", f"--pid={pid}", "zero"], capture_output=True, timeout=300)
+        for _ in range(n):
+            session = connect(port, ctx, session if mode == "resumed" else None)
+        for pid in pids:
+            subprocess.run(["vgdb", f"--pid={pid}", "dump"], capture_output=True, timeout=300)
+        time.sleep(2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=300)
+    total = 0
+    for name in os.listdir(workdir):
+        if name.startswith(f"cg.{label}.") and name.count(".") == 3:  # cg.LABEL.PID.1: the dump
+            with open(os.path.join(workdir, name)) as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith(("totals:", "summary:")))
+    return total / n
+
+
 def parts(c, total):
     g = c.get
     tickets = sum(g(f, 0) for f in TICKETS)
@@ -191,11 +244,12 @@ def main():
     ap.add_argument("--strace", action="store_true", help="syscalls of the server over the N connections instead")
     ap.add_argument("--ref-build", help="a pip install --target directory of an earlier m0serve: each column on it too")
     ap.add_argument("--ref-name", default="ref", help="what the reference build is (its commit)")
+    ap.add_argument("--granian", action="store_true", help="each column's total for Granian (.bench-venv) too")
     args = ap.parse_args()
     for tool in ("strace",) if args.strace else ("valgrind", "callgrind_annotate", "vgdb"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed")
-    results = {}
+    results, granian = {}, {}
     if args.strace:
         print("| connection | syscalls per connection | by call |")
         print("|---|---:|---|")
@@ -213,6 +267,10 @@ def main():
                     results[(kind, mode + suffix)] = (parts(costs, total), total)
                     print(f"# {kind} {mode}{suffix}: {total:,.0f} instructions per connection", file=sys.stderr,
                           flush=True)
+                if args.granian and not args.strace:
+                    granian[(kind, mode)] = granian_total(kind, mode, args.n, workdir)
+                    print(f"# {kind} {mode} Granian: {granian[(kind, mode)]:,.0f} instructions per connection",
+                          file=sys.stderr, flush=True)
     if args.strace:
         return
     cols = list(results)
@@ -226,6 +284,9 @@ def main():
             cells.append(f"{rows[i][1]:,.0f} ({100 * rows[i][1] / total:.0f}%)")
         print(f"| {label} | " + " | ".join(cells) + " |")
     print("| **total per connection** | " + " | ".join(f"**{results[k][1]:,.0f}**" for k in cols) + " |")
+    if granian:
+        cells = [f"{granian[(k, m)]:,.0f}" if (k, m) in granian else "" for k, m in cols]
+        print("| Granian, total per connection | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
