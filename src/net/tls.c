@@ -348,9 +348,12 @@ ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt)
     return (ssize_t)done;
 }
 
+/* Not while a read waits for the socket to take the session's output
+ * (want_write: a handshake message, a session ticket): EPOLLOUT reads again,
+ * and a ring before it would find the same wait, over and over. */
 int m0_tls_pending(const m0_tls_conn *tc)
 {
-    return !tc->failed && (SSL_pending(tc->ssl) > 0 || tc->ahead_pos < tc->ahead_len);
+    return !tc->failed && !tc->want_write && (SSL_pending(tc->ssl) > 0 || tc->ahead_pos < tc->ahead_len);
 }
 
 int m0_tls_want_write(const m0_tls_conn *tc)

@@ -15,11 +15,11 @@
 
 /* TLS 1.3 session tickets issued per handshake, full or resumed (OpenSSL's
  * default: two after a full handshake, none after a resumed one; the
- * ticket-key callback renews each ticket it opens). They are stateless: a
- * client that reuses its ticket resumes with one as with two, and one that
- * uses each once gets a new one at each resumption. Each costs the server
- * an encoding of the session, its encryption and MAC, a key derivation and
- * a record. */
+ * ticket-key callback renews each TLS 1.3 ticket it opens). They are
+ * stateless: a client that reuses its ticket resumes with one as with two,
+ * and one that uses each once gets a new one at each resumption. Each costs
+ * the server an encoding of the session, its encryption and MAC, a key
+ * derivation and a record. */
 #define M0_TLS_TICKETS 1
 
 /* One set of session-ticket keys, laid out as SSL_CTX_set_tlsext_ticket_keys
