@@ -155,7 +155,7 @@ test-c-proxy:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_proxy tests/c/test_proxy.c src/http/forwarded.c src/http/proxy_protocol.c src/http/parser.c
 	./$(C_BUILD)/test_proxy
 test-c-access_log:
-	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c src/http/response.c
 	./$(C_BUILD)/test_access_log
 test-c-static:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_static tests/c/test_static.c src/net/static_path.c src/net/static_cond.c src/net/static_mime.c
@@ -213,7 +213,8 @@ test-tls-py: build
 # The WSGI and ASGI probes again over HTTP/2 (tests/servers.py, tests/h2bridge.py): M0_TEST_H2=h2c
 # (prior knowledge on plaintext), then M0_TEST_H2=h2 (TLS, ALPN h2, the TLS mode's certificates).
 # Raw requests go through a translator to one HTTP/2 stream each, httpx speaks HTTP/2 itself. The
-# TLS files less the WebSocket ones: WebSocket over HTTP/2 (RFC 8441, extended CONNECT) is not served.
+# TLS files less the WebSocket ones: the translator carries requests, not an upgraded connection;
+# test_asgi_ws.py runs its tests over HTTP/2 itself (RFC 8441 extended CONNECT: h2c and h2).
 .PHONY: test-h2-py
 H2_TESTS := $(filter-out asgi/test_asgi_ws.py asgi/test_ws_deflate.py asgi/test_ws_deflate_cases.py,$(TLS_TESTS))
 test-h2-py: build

@@ -109,16 +109,19 @@ def build_floor():
     return FLOOR_BIN
 
 
-def tls_files():
-    """(certfile, keyfile): one self-signed ECDSA P-256 certificate for localhost/127.0.0.1 that every TLS
-    arm serves, made with the openssl CLI on first use (in the system's temporary directory)."""
+def tls_files(kind="ecdsa"):
+    """(certfile, keyfile): one self-signed certificate for localhost/127.0.0.1 that every TLS arm of a row
+    serves, its key ECDSA P-256 ("ecdsa") or RSA-2048 ("rsa"), made with the openssl CLI on first use (in
+    the system's temporary directory)."""
     import tempfile
 
     d = Path(tempfile.gettempdir()) / f"m0serve-bench-tls-{os.getuid()}"
-    cert, key = d / "cert.pem", d / "key.pem"
+    prefix = "" if kind == "ecdsa" else f"{kind}-"
+    cert, key = d / f"{prefix}cert.pem", d / f"{prefix}key.pem"
+    newkey = {"ecdsa": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], "rsa": ["-newkey", "rsa:2048"]}[kind]
     if not (cert.exists() and key.exists()):
         d.mkdir(mode=0o700, exist_ok=True)
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        subprocess.run(["openssl", "req", "-x509", *newkey,
                         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                        check=True, capture_output=True)

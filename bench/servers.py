@@ -32,9 +32,10 @@ class Arm:
     python: str = ""
     python_key: str = ""
     scheme: str = "http"  # https: the arm serves TLS (the same certificate for every arm: env.tls_files)
+    cert: str = "ecdsa"  # with https: the certificate's key, "ecdsa" (P-256) or "rsa" (2048 bits)
 
     def command(self, app, port):
-        certfile, keyfile = env.tls_files() if self.scheme == "https" else ("", "")
+        certfile, keyfile = env.tls_files(self.cert) if self.scheme == "https" else ("", "")
         return [a.format(app=app, port=port, host=HOST, certfile=certfile, keyfile=keyfile) for a in self.argv]
 
 
@@ -139,15 +140,15 @@ def hold_idle(conns):
             "uvicorn": ["--timeout-keep-alive", "600", *backlog]}
 
 
-def m0serve_tls(interface="wsgi", extra=()):
+def m0serve_tls(interface="wsgi", extra=(), cert="ecdsa"):
     arm = m0serve(interface, extra=TLS_M0SERVE + list(extra), name="m0serve-tls", label=f"m0serve ({interface}, TLS)")
-    return replace(arm, scheme="https")
+    return replace(arm, scheme="https", cert=cert)
 
 
-def granian_tls(interface="wsgi", extra=()):
+def granian_tls(interface="wsgi", extra=(), cert="ecdsa"):
     arm = granian(interface)
     argv = arm.argv[:-1] + ["--ssl-certificate", "{certfile}", "--ssl-keyfile", "{keyfile}", *extra, arm.argv[-1]]
-    return replace(arm, name="granian-tls", label=arm.label[:-1] + ", TLS)", argv=argv, scheme="https")
+    return replace(arm, name="granian-tls", label=arm.label[:-1] + ", TLS)", argv=argv, scheme="https", cert=cert)
 
 
 def uvicorn_tls(loop="uvloop", extra=()):

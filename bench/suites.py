@@ -285,16 +285,20 @@ IDLE_TLS_CONNS = 5000
 
 
 def tls():
-    # TLS served by each server itself (the same self-signed ECDSA P-256 certificate, bench/env.py:
-    # tls_files), beside m0serve's own plaintext on the same app: keep-alive requests (wrk over https),
-    # new connections with a full and with a resumed handshake (bench/tls_clients.py connect: one request
-    # per connection, "req per core-s" is connections per core-second of server CPU), and the RSS each
-    # idle keep-alive connection adds (bench/tls_clients.py idle).
+    # TLS served by each server itself (the same self-signed ECDSA P-256 certificate, or RSA-2048 in the
+    # -rsa rows, bench/env.py: tls_files), beside m0serve's own plaintext on the same app: keep-alive
+    # requests (wrk over https), new connections with a full and with a resumed handshake
+    # (bench/tls_clients.py connect: one request per connection, "req per core-s" is connections per
+    # core-second of server CPU), and the RSS each idle keep-alive connection adds (bench/tls_clients.py
+    # idle).
     def wsgi_tls():
         return [S.m0serve_tls("wsgi"), S.granian_tls("wsgi")]
 
     def asgi_tls():
         return [S.m0serve_tls("asgi"), S.granian_tls("asgi"), S.uvicorn_tls("uvloop")]
+
+    def rsa_arms(interface):
+        return [S.m0serve_tls(interface, cert="rsa"), S.granian_tls(interface, cert="rsa")]
 
     plain = {"wsgi": S.m0serve("wsgi", label="m0serve (wsgi, plaintext)"),
              "asgi": S.m0serve("asgi", label="m0serve (asgi, plaintext)")}
@@ -318,6 +322,13 @@ def tls():
                 arms() + [plain[interface]], connections=1, extra={"client": "connect"}),
             Row(f"{interface}-connect-resumed", f"{up} hello, a new TLS connection per request, resumed session",
                 app, arms(), connections=1, extra={"client": "connect", "resume": True}),
+            # The same two with an RSA-2048 certificate (the rows above: ECDSA P-256): the signature of a full
+            # handshake is RSA-PSS, the rest of it the same.
+            Row(f"{interface}-connect-full-rsa", f"{up} hello, a new TLS connection per request, full handshake, "
+                "RSA-2048 certificate", app, rsa_arms(interface), connections=1, extra={"client": "connect"}),
+            Row(f"{interface}-connect-resumed-rsa", f"{up} hello, a new TLS connection per request, resumed session, "
+                "RSA-2048 certificate", app, rsa_arms(interface), connections=1,
+                extra={"client": "connect", "resume": True}),
             Row(f"{interface}-idle{IDLE_TLS_CONNS}", f"{up}: RSS per idle TLS keep-alive connection, "
                 f"{IDLE_TLS_CONNS:,} connections", app, idle_arms[interface],
                 # connections: the warm-up's (wrk); at 5,000 it would leave the memory of 5,000 connections

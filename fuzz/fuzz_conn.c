@@ -133,7 +133,7 @@ static int s_respond(s_conn *sc, m0_conn *c, int id, const char *body, size_t le
     f->declared = len;
     sb_put(&f->body, body, len);
     struct iovec iov[2] = {{head, (size_t)n}, {(void *)body, len}};
-    return m0_conn_writev(c, iov, 2, blocking);
+    return m0_conn_writev(c, NULL, iov, 2, blocking);
 }
 
 static const char *s_file_bytes(void)
@@ -174,7 +174,7 @@ static int s_read_some(s_conn *sc, m0_conn *c)
                 s_framed *f = &sc->w->framed[sc->id];
                 sb_put(&f->body, buf, (size_t)n);
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+                if (m0_conn_writev(c, NULL, &iov, 1, 0) < 0) {
                     sc->kind = K_NONE;
                     m0_conn_abort(c);
                     return 1;
@@ -268,7 +268,7 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
         f->declared = len;
         sb_put(&f->body, s_file_bytes(), len);
         struct iovec iov = {head, (size_t)n};
-        if (m0_conn_writev(c, &iov, 1, op == 'S') < 0)
+        if (m0_conn_writev(c, NULL, &iov, 1, op == 'S') < 0)
             return -1;
         if (op == 'S') {
             ssize_t sent = m0_conn_sendfile(c, w->file, 0, len, 1);
@@ -304,7 +304,7 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
                          id);
         w->framed[id].declared = UINT64_MAX;
         struct iovec iov = {head, (size_t)n};
-        if (m0_conn_writev(c, &iov, 1, 0) < 0)
+        if (m0_conn_writev(c, NULL, &iov, 1, 0) < 0)
             return -1;
         m0_conn_upgrade(c);
         sc->kind = K_UPGRADE;

@@ -58,12 +58,29 @@ typedef struct {
 
 static app_state app;
 
+/* A head of status, Content-Length len and, unless keep, Connection: close,
+ * into buf (its text) and *h (http/response_head.h); its length. */
+static size_t app_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len, int keep)
+{
+    m0_head_out b;
+    m0_head_out_init(&b, buf, cap, f, 2);
+    m0_head_out_status(&b, status);
+    m0_head_out_length(&b, len);
+    if (!keep)
+        m0_head_out_raw(&b, "Connection: close\r\n", 19);
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_head_out_view(&b, status, (int64_t)len, h);
+    return b.len;
+}
+
 static void app_respond(m0_conn *c, const char *body, size_t len)
 {
     char head[96];
-    int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n", len);
-    struct iovec iov[2] = {{head, (size_t)n}, {(void *)body, len}};
-    (void)m0_conn_writev(c, iov, 2, 0);
+    m0_field_span f[2];
+    m0_response_head rh;
+    size_t n = app_head(head, sizeof(head), f, &rh, 200, len, 1);
+    struct iovec iov[2] = {{head, n}, {(void *)body, len}};
+    (void)m0_conn_writev(c, &rh, iov, 2, 0);
 }
 
 static void app_check(void)
@@ -142,8 +159,10 @@ static int app_on_request(void *ctx, m0_conn *c, const m0_request *req)
     }
     if (kind == ROUTE_EARLY) {
         static const char hints[] = "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n";
+        static const m0_field_span link = {26, 4, 32, 21};
+        m0_response_head rh = {103, -1, hints, sizeof(hints) - 1, &link, 1};
         struct iovec iov = {(void *)hints, sizeof(hints) - 1};
-        (void)m0_conn_writev(c, &iov, 1, 0);
+        (void)m0_conn_writev(c, &rh, &iov, 1, 0);
     }
     app_req *r = kind == ROUTE_READ || kind == ROUTE_DEFER || kind == ROUTE_HOLD ? app_slot() : NULL;
     if (r == NULL) {
@@ -202,8 +221,9 @@ static void app_step(unsigned i, unsigned action)
         break;
     case 1: {
         static const char head[] = "HTTP/1.1 200 OK\r\n\r\nchunk";
+        m0_response_head rh = {200, -1, head, 19, NULL, 0};
         struct iovec iov = {(void *)head, sizeof(head) - 1};
-        (void)m0_conn_writev_chunk(c, &iov, 1);
+        (void)m0_conn_writev_chunk(c, &rh, &iov, 1);
         break;
     }
     case 2:

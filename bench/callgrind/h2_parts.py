@@ -12,6 +12,7 @@ h2 is HTTP/2 over TLS (ALPN), on bench's self-signed certificate (bench/env.py t
 column adds the TLS record layer and the ASGI `tls` scope extension (m0_asgi_tls_extension).
 
 usage: python bench/callgrind/h2_parts.py [--python PY] [-n N] [-c CONNS] [-m STREAMS] [--app APP]
+                                          [--interface asgi|wsgi]
                                           [--protos h1,h2c,h2]
        (default: the worktree's .venv-3.11, N = 4000, 16 connections x 10 streams, hello_asgi:app,
        h1 and h2c)
@@ -57,11 +58,11 @@ def tls_args():
     return ["--ssl-certfile", certfile, "--ssl-keyfile", keyfile]
 
 
-def measure(python, app, n, conns, streams, proto, workdir):
+def measure(python, app, n, conns, streams, proto, workdir, interface="asgi"):
     label = proto
     out = os.path.join(workdir, f"cg.{label}")
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "m0serve", app,
-            "--interface", "asgi", "--host", "127.0.0.1", "--port", "0", "--http", "auto"]
+            "--interface", interface, "--host", "127.0.0.1", "--port", "0", "--http", "auto"]
     if proto == "h2":
         argv += tls_args()
     # The apps, then what PYTHONPATH held (another build of m0serve, for an A/B), then site-packages.
@@ -87,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv-3.11", "bin", "python"))
     ap.add_argument("--app", default="hello_asgi:app")
+    ap.add_argument("--interface", default="asgi", choices=("asgi", "wsgi"))
     ap.add_argument("-n", type=int, default=4000)
     ap.add_argument("-c", type=int, default=16)
     ap.add_argument("-m", type=int, default=10)
@@ -101,7 +103,8 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         workdir = os.environ.get("ASGI_PARTS_KEEP") or workdir
         for label in protos:
-            res[label] = measure(os.path.abspath(args.python), args.app, args.n, args.c, args.m, label, workdir)
+            res[label] = measure(os.path.abspath(args.python), args.app, args.n, args.c, args.m, label, workdir,
+                                 args.interface)
             print(f"# {label}: {res[label][1]:,.0f} instructions per request", file=sys.stderr, flush=True)
     labels = list(res)
     print("| function (inclusive, per request) | " + " | ".join(labels) + " |")

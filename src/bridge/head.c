@@ -3,6 +3,21 @@
 
 int m0_head_grow(m0_head *h, size_t more)
 {
+    if (h->nf + M0_HEAD_FIELDS_SUFFIX >= h->fcap) {
+        size_t fcap = h->fcap * 2;
+        m0_field_span *f =
+            h->f == h->f_inline ? PyMem_Malloc(fcap * sizeof(*f)) : PyMem_Realloc(h->f, fcap * sizeof(*f));
+        if (f == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (h->f == h->f_inline)
+            memcpy(f, h->f_inline, h->nf * sizeof(*f));
+        h->f = f;
+        h->fcap = fcap;
+    }
+    if (h->len + more <= h->cap)
+        return 0;
     size_t cap = h->cap ? h->cap * 2 : 1024;
     while (cap < h->len + more)
         cap *= 2;

@@ -39,14 +39,25 @@
 #include <string.h>
 
 #include "../http/parser.h"
-#include "../http/response.h"
+#include "../http/response_head.h"
 #include "http_rules.h"
+
+/* The spans of the fields (http/response_head.h), as each field line is
+ * written: in the head's own storage up to M0_HEAD_FIELDS_INLINE, in PyMem
+ * past it. */
+#define M0_HEAD_FIELDS_INLINE 24
+/* Room for the spans the server's own fields add after a reserve: Date,
+ * Server and Content-Length. */
+#define M0_HEAD_FIELDS_SUFFIX 3
 
 typedef struct {
     char *buf; /* inline storage or PyMem */
     size_t len, cap;
     char *inline_buf; /* the owner's storage (may be NULL with inline_cap 0) */
     size_t inline_cap;
+    m0_field_span *f; /* f_inline or PyMem */
+    size_t nf, fcap;
+    m0_field_span f_inline[M0_HEAD_FIELDS_INLINE];
 } m0_head;
 
 /* Start h empty over the owner's storage. */
@@ -55,13 +66,29 @@ static inline void m0_head_init(m0_head *h, char *inline_buf, size_t inline_cap)
     h->buf = h->inline_buf = inline_buf;
     h->cap = h->inline_cap = inline_cap;
     h->len = 0;
+    h->f = h->f_inline;
+    h->nf = 0;
+    h->fcap = M0_HEAD_FIELDS_INLINE;
 }
 
-/* Make room for `more` bytes past len: 0, or -1 with MemoryError. */
+/* Make room for `more` bytes past len, and for M0_HEAD_FIELDS_SUFFIX spans:
+ * 0, or -1 with MemoryError. */
 int m0_head_grow(m0_head *h, size_t more);
 static inline int m0_head_reserve(m0_head *h, size_t more)
 {
-    return h->len + more <= h->cap ? 0 : m0_head_grow(h, more);
+    return h->len + more <= h->cap && h->nf + M0_HEAD_FIELDS_SUFFIX < h->fcap ? 0 : m0_head_grow(h, more);
+}
+
+/* Record the field line written at `at` (into room a reserve made). */
+static inline void m0_head_span(m0_head *h, size_t at, size_t nlen, size_t voff, size_t vlen)
+{
+    h->f[h->nf++] = (m0_field_span){(uint32_t)at, (uint32_t)nlen, (uint32_t)(at + voff), (uint32_t)vlen};
+}
+
+/* The head h holds, as the transports take it. */
+static inline void m0_head_view(const m0_head *h, int status, int64_t content_length, m0_response_head *out)
+{
+    *out = (m0_response_head){status, content_length, h->buf, h->len, h->f, h->nf};
 }
 
 /* Append n bytes into room the caller reserved. */
@@ -84,6 +111,7 @@ static inline int m0_head_add_field(m0_head *h, const char *name, size_t nlen, c
 {
     if (m0_head_reserve(h, nlen + vlen + 4) < 0)
         return -1;
+    m0_head_span(h, h->len, nlen, nlen + 2, vlen);
     char *p = h->buf + h->len;
     memcpy(p, name, nlen);
     p += nlen;
@@ -105,10 +133,14 @@ static inline int m0_head_add_field(m0_head *h, const char *name, size_t nlen, c
 #define M0_HEAD_DATE_SERVER_MAX (M0_DATE_LINE_LEN + sizeof(M0_HEAD_SERVER_LINE) - 1)
 static inline void m0_head_put_date_server(m0_head *h, int app_date, int app_server, int server_header)
 {
-    if (!app_date)
+    if (!app_date) {
+        m0_head_span(h, h->len, 4, 6, M0_DATE_LINE_LEN - 8);
         m0_head_put(h, m0_date_line(), M0_DATE_LINE_LEN);
-    if (server_header && !app_server)
+    }
+    if (server_header && !app_server) {
+        m0_head_span(h, h->len, 6, 8, 7);
         m0_head_put(h, M0_HEAD_SERVER_LINE, sizeof(M0_HEAD_SERVER_LINE) - 1);
+    }
 }
 
 static inline int m0_head_add_date_server(m0_head *h, int app_date, int app_server, int server_header)
@@ -131,6 +163,7 @@ static inline void m0_head_put_content_length(m0_head *h, uint64_t n)
         n /= 10;
     } while (n);
     size_t nd = (size_t)(digits + sizeof(digits) - d);
+    m0_head_span(h, h->len, 14, 16, nd);
     char *p = h->buf + h->len;
     memcpy(p, "Content-Length: ", 16);
     memcpy(p + 16, d, nd);
@@ -170,6 +203,8 @@ static inline void m0_head_reset(m0_head *h)
 {
     if (h->buf != h->inline_buf)
         PyMem_Free(h->buf);
+    if (h->f != h->f_inline)
+        PyMem_Free(h->f);
     m0_head_init(h, h->inline_buf, h->inline_cap);
 }
 

@@ -623,6 +623,7 @@ static int head_facts(m0_request *req, const m0_limits *limits)
     if (te)
         flags |= M0_REQ_CHUNKED;
     if (req->minor_version == 1) {
+        flags |= M0_REQ_INFORMATIONAL;
         if (!conn_close)
             flags |= M0_REQ_KEEP_ALIVE;
         if (expect)

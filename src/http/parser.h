@@ -64,9 +64,16 @@ enum {
     M0_REQ_EXPECT_CONTINUE = 1u << 2,  /* Expect: 100-continue */
     M0_REQ_UPGRADE = 1u << 3,          /* Connection: upgrade and an Upgrade header */
     M0_REQ_HEAD = 1u << 4,             /* method is HEAD */
-    M0_REQ_HTTP2 = 1u << 5,            /* an HTTP/2 stream (net/h2.h): minor_version is 0 for its framing */
+    M0_REQ_HTTP2 = 1u << 5,            /* an HTTP/2 stream (net/h2.h): minor_version is 0 */
     M0_REQ_EXTENDED_CONNECT = 1u << 6, /* HTTP/2 extended CONNECT (RFC 8441): `upgrade` is its :protocol,
                                         * the stream becomes the tunnel once answered 2xx (m0_conn_upgrade) */
+    /* What the transport does for the handler, so that it need not know
+     * the protocol: */
+    M0_REQ_INFORMATIONAL = 1u << 7, /* the client takes 1xx heads before the final one (HTTP/1.1,
+                                     * HTTP/2; not HTTP/1.0, RFC 9110 15.2) */
+    M0_REQ_FRAMED = 1u << 8,        /* the transport delimits the response body (an HTTP/2 stream's
+                                     * DATA and END_STREAM): written as it is, never chunk-coded, never
+                                     * delimited by a close */
 };
 
 typedef struct {

@@ -1,6 +1,6 @@
 /* Response serialisation helpers: status reasons, Date cache, validators,
  * chunk framing and canned error responses. See response.h for the contract. */
-#include "response.h"
+#include "response_head.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -239,32 +239,28 @@ size_t m0_chunk_header(char *out, uint64_t len)
     return n + 2;
 }
 
-int m0_error_response(char *out, size_t cap, int status, int with_server)
+int m0_error_response(m0_canned_response *out, int status, int with_server)
 {
     char body[96];
-    char head[256];
-    const char *reason = m0_status_reason(status);
-    int blen, hlen;
-
     if (status < 100 || status > 999)
-        status = 500, reason = m0_status_reason(500);
-    blen = snprintf(body, sizeof body, "%d %s\n", status, reason);
+        status = 500;
+    int blen = snprintf(body, sizeof body, "%d %s\n", status, m0_status_reason(status));
     if (blen < 0 || (size_t)blen >= sizeof body)
         return -1;
-    hlen = snprintf(head, sizeof head,
-                    "HTTP/1.1 %d %s\r\n"
-                    "%s"
-                    "%s"
-                    "Content-Type: text/plain; charset=utf-8\r\n"
-                    "Content-Length: %d\r\n"
-                    "Connection: close\r\n"
-                    "\r\n",
-                    status, reason, m0_date_line(), with_server ? "Server: m0serve\r\n" : "", blen);
-    if (hlen < 0 || (size_t)hlen >= sizeof head)
+    m0_head_out b;
+    m0_head_out_init(&b, out->buf, sizeof(out->buf), out->f, sizeof(out->f) / sizeof(out->f[0]));
+    m0_head_out_status(&b, status);
+    m0_head_out_date(&b);
+    if (with_server)
+        m0_head_out_field(&b, "Server", 6, "m0serve", 7);
+    m0_head_out_field(&b, "Content-Type", 12, "text/plain; charset=utf-8", 25);
+    m0_head_out_length(&b, (uint64_t)blen);
+    m0_head_out_raw(&b, "Connection: close\r\n\r\n", 21);
+    size_t hlen = b.len;
+    m0_head_out_raw(&b, body, (size_t)blen);
+    if (b.full)
         return -1;
-    if ((size_t)hlen + (size_t)blen > cap)
-        return -1;
-    memcpy(out, head, (size_t)hlen);
-    memcpy(out + hlen, body, (size_t)blen);
-    return hlen + blen;
+    m0_head_out_view(&b, status, blen, &out->head);
+    out->head.len = hlen;
+    return (int)b.len;
 }

@@ -38,11 +38,4 @@ size_t m0_chunk_header(char *out, uint64_t len);
 #define M0_LAST_CHUNK "0\r\n\r\n"
 #define M0_LAST_CHUNK_LEN 5
 
-/* A complete canned response for a protocol error status (400, 408, 413, 414,
- * 431, 500, 501, 505, ...): status line, Date, Content-Length, Content-Type
- * text/plain, "Connection: close", and a one-line body naming the status.
- * Written into out; returns its length or -1 if cap is too small (512 always
- * suffices). with_server adds "Server: m0serve". */
-int m0_error_response(char *out, size_t cap, int status, int with_server);
-
 #endif

@@ -734,18 +734,9 @@ size_t m0_access_log_slot_size(const m0_access_log *f)
     return (size + 15) & ~(size_t)15;
 }
 
-static void record_line(const m0_access_log *f, m0_access_log_slot *slot, const char *line, size_t len)
+static void record_field(const m0_access_log *f, m0_access_log_slot *slot, const char *name, size_t nlen,
+                         const char *val, size_t vlen)
 {
-    const char *colon = memchr(line, ':', len);
-    if (colon == NULL)
-        return;
-    size_t nlen = (size_t)(colon - line);
-    const char *val = colon + 1;
-    size_t vlen = len - nlen - 1;
-    while (vlen > 0 && (*val == ' ' || *val == '\t')) {
-        val++;
-        vlen--;
-    }
     while (vlen > 0 && (val[vlen - 1] == ' ' || val[vlen - 1] == '\t'))
         vlen--;
     for (size_t i = 0; i < f->nops; i++) {
@@ -753,7 +744,7 @@ static void record_line(const m0_access_log *f, m0_access_log_slot *slot, const 
         if (o->op != OP_RESP || o->len != nlen || slot->set[o->resp])
             continue;
         size_t k = 0;
-        while (k < nlen && (line[k] | 0x20) == f->text[o->off + k])
+        while (k < nlen && (name[k] | 0x20) == f->text[o->off + k])
             k++;
         if (k != nlen)
             continue;
@@ -764,44 +755,18 @@ static void record_line(const m0_access_log *f, m0_access_log_slot *slot, const 
     }
 }
 
-void m0_access_log_record_head(const m0_access_log *f, m0_access_log_slot *slot, uint64_t tag, const struct iovec *iov,
-                               int iovcnt)
+void m0_access_log_record_head(const m0_access_log *f, m0_access_log_slot *slot, uint64_t tag,
+                               const m0_response_head *head)
 {
     if (slot->tag == tag && slot->recorded)
         return;
-    /* The head, contiguous: in place when the first iovec holds it (one
-     * writev of head and body), else copied. */
-    char copy[8192];
-    const char *head = iovcnt > 0 ? iov[0].iov_base : NULL;
-    size_t len = iovcnt > 0 ? iov[0].iov_len : 0;
-    if (len < 4 || memmem(head, len, "\r\n\r\n", 4) == NULL) {
-        len = 0;
-        for (int i = 0; i < iovcnt && len < sizeof(copy); i++) {
-            size_t n = iov[i].iov_len < sizeof(copy) - len ? iov[i].iov_len : sizeof(copy) - len;
-            memcpy(copy + len, iov[i].iov_base, n);
-            len += n;
-        }
-        head = copy;
-    }
-    if (len < 12 || memcmp(head, "HTTP/1.", 7) != 0)
-        return;
-    if (memcmp(head + 8, " 100", 4) == 0)
-        return; /* "100 Continue": the final response follows */
+    if (head->status < 200)
+        return; /* a 1xx: the final response follows */
     slot->tag = tag;
     slot->recorded = 1;
     memset(slot->set, 0, sizeof(slot->set));
-    const char *end = memmem(head, len, "\r\n\r\n", 4);
-    const char *stop = end != NULL ? end + 2 : head + len;
-    const char *p = memchr(head, '\n', (size_t)(stop - head));
-    while (p != NULL && p + 1 < stop) {
-        const char *line = p + 1;
-        const char *nl = memchr(line, '\n', (size_t)(stop - line));
-        if (nl == NULL)
-            break;
-        size_t llen = (size_t)(nl - line);
-        if (llen > 0 && line[llen - 1] == '\r')
-            llen--;
-        record_line(f, slot, line, llen);
-        p = nl;
+    for (size_t i = 0; i < head->nfields; i++) {
+        const m0_field_span *fs = &head->fields[i];
+        record_field(f, slot, head->text + fs->name, fs->nlen, head->text + fs->value, fs->vlen);
     }
 }

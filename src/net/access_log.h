@@ -42,6 +42,7 @@
 #include <sys/uio.h>
 
 #include "../http/parser.h"
+#include "../http/response_head.h"
 
 typedef struct m0_access_log m0_access_log;
 
@@ -90,12 +91,11 @@ typedef struct m0_access_log_slot {
 
 /* Bytes of a slot for this format: 0 when it asks for no response header. */
 size_t m0_access_log_slot_size(const m0_access_log *f);
-/* The first bytes written for response `tag`: when they start a response head
- * other than "100 Continue" and the slot holds nothing for tag yet, record
- * the values of the requested headers (a head split over several writes is
- * read as far as this write goes). */
-void m0_access_log_record_head(const m0_access_log *f, m0_access_log_slot *slot, uint64_t tag, const struct iovec *iov,
-                               int iovcnt);
+/* The head written for response `tag`: when it is a final one (not a
+ * 1xx) and the slot holds nothing for tag yet, record the values of the
+ * requested headers from its fields. */
+void m0_access_log_record_head(const m0_access_log *f, m0_access_log_slot *slot, uint64_t tag,
+                               const m0_response_head *head);
 
 /* --- the buffer of lines (access_log_buf.c) ---
  * One per server, owned by its loop thread: lines are formatted in place

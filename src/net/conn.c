@@ -60,12 +60,13 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
      * the access log's slot after the struct starts empty too. */
     memset(c, 0, sizeof(*c) + m0__conn_log_slot_size(srv));
     c->srv = srv;
+    c->xops = m0__conn_log_slot_size(srv) != 0 ? &m0__h1_exchange_logged : &m0__h1_exchange;
     c->io.fd = fd;
     c->io.cb = m0_conn_io_cb;
     m0_timer_init(&c->timer, conn_timer_cb);
-    c->family = peer->sa_family;
-    c->local_port = -1;
-    addr_format(peer, c->peer_host, sizeof(c->peer_host), &c->peer_port);
+    c->addr.family = peer->sa_family;
+    c->addr.local_port = -1;
+    addr_format(peer, c->addr.peer_host, sizeof(c->addr.peer_host), &c->addr.peer_port);
     if (m0__conn_start_tls(c) < 0 || m0_io_set(srv->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
         m0__conn_end_tls(c, 0);
         c->io.fd = -1;
@@ -76,9 +77,17 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
     }
     m0__server_link(srv, c);
     /* The first head must start within the header timeout (a TLS handshake
-     * included: it reads no byte of a head). */
-    m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
-    m0__proxy_conn_start(c);
+     * included: it reads no byte of a head). Behind a PROXY-protocol balancer
+     * its header comes first and at once, or the connection is not one of
+     * the balancer's: its own deadline, whatever the header timeout
+     * (proxy.c reads it). */
+    const m0_proxy_config *pc = &srv->cfg.proxy;
+    if (pc->protocol == 0) {
+        m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.header_timeout_ms);
+    } else {
+        c->flags |= M0_CF_PP_WAIT;
+        m0__conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
+    }
     return c;
 }
 
@@ -87,15 +96,15 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->h2_call != NULL) {
-        m0_call_release(c->h2_call);
-        c->h2_call = NULL;
+    if (c->x.h2_call != NULL) {
+        m0_call_release(c->x.h2_call);
+        c->x.h2_call = NULL;
     }
     m0__conn_buffers_release(c);
-    free(c->h2_fields);
-    free(c->h2_hdr);
-    c->h2_fields = NULL;
-    c->h2_hdr = NULL;
+    free(c->x.h2_fields);
+    free(c->x.h2_hdr);
+    c->x.h2_fields = NULL;
+    c->x.h2_hdr = NULL;
     if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
         c->next = srv->freelist;
         srv->freelist = c;
@@ -119,10 +128,10 @@ void m0__conn_close(m0_conn *c, int notify)
     m0_io_close(srv->loop, &c->io);
     m0__conn_unhold(c);
     m0__server_unlink(srv, c);
-    int was_pending = c->pending;
+    int was_pending = c->x.pending;
     m0__gate_done(c);
-    if (c->pending) {
-        c->pending = 0;
+    if (c->x.pending) {
+        c->x.pending = 0;
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
@@ -133,12 +142,8 @@ void m0__conn_close(m0_conn *c, int notify)
         m0__conn_destroy(c);
 }
 
-void m0_conn_abort(m0_conn *c)
+void m0__h1_abort(m0_conn *c)
 {
-    if (c->is_h2s) {
-        m0__h2s_abort(c);
-        return;
-    }
     m0__conn_close(c, 0);
 }
 
@@ -158,7 +163,7 @@ int m0__conn_outq(const m0_conn *c)
 int m0__conn_peer_progressed(const m0_conn *c)
 {
     int q = m0__conn_outq(c);
-    return q >= 0 && c->send_outq >= 0 && q < c->send_outq;
+    return q >= 0 && c->out.send_outq >= 0 && q < c->out.send_outq;
 }
 
 /* The connection's timer kind, when its deadline is due (else the timer is
@@ -171,19 +176,20 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
     uint64_t now = m0_loop_now(loop);
     if (now < c->deadline_ms) {
         uint64_t wait = c->deadline_ms - now;
-        if (c->timer_kind == M0_TIMER_SEND && c->send_settle_ms != 0) {
-            if (now >= c->send_settle_ms) {
-                c->send_settle_ms = 0; /* the send queue as it settled (m0__conn_arm) */
-                c->send_outq = m0__conn_outq(c);
-            } else if (c->send_settle_ms - now < wait) {
-                wait = c->send_settle_ms - now;
+        if (c->timer_kind == M0_TIMER_SEND && c->out.send_settle_ms != 0) {
+            if (now >= c->out.send_settle_ms) {
+                c->out.send_settle_ms = 0; /* the send queue as it settled (m0__conn_arm) */
+                c->out.send_outq = m0__conn_outq(c);
+            } else if (c->out.send_settle_ms - now < wait) {
+                wait = c->out.send_settle_ms - now;
             }
         }
         m0_timer_start(loop, t, wait);
         return;
     }
     m0_timer_kind kind = c->timer_kind;
-    if ((kind == M0_TIMER_IDLE && c->wlen > c->wpos) || (kind == M0_TIMER_SEND && m0__conn_peer_progressed(c))) {
+    if ((kind == M0_TIMER_IDLE && c->out.wlen > c->out.wpos) ||
+        (kind == M0_TIMER_SEND && m0__conn_peer_progressed(c))) {
         /* Not idle, not stalled: the peer is still reading responses (our
          * queue waits for the kernel's, which it drains). */
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
@@ -197,7 +203,7 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
         if (c->flags & M0_CF_WANT_BODY) {
             c->flags &= ~M0_CF_WANT_BODY;
             m0__conn_notify(c, M0_CONN_BODY);
-        } else if (c->pending && c->wlen > c->wpos) {
+        } else if (c->x.pending && c->out.wlen > c->out.wpos) {
             m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
         }
         return;
@@ -209,7 +215,7 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
                        : kind == M0_TIMER_BODY ? M0_MET_TIMEOUT_BODY
                                                : M0_MET_TIMEOUT_SEND,
                        1);
-    if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->rlen > c->rpos && !(c->flags & M0_CF_CLOSE_AFTER))
+    if (kind == M0_TIMER_HEADER && c->state == M0_CS_HEAD && c->in.rlen > c->in.rpos && !(c->flags & M0_CF_CLOSE_AFTER))
         m0__conn_error(c, 408);
     else if (kind == M0_TIMER_BODY && c->state == M0_CS_BODY && !(c->flags & M0_CF_CLOSE_AFTER))
         m0__conn_error(c, 408);
@@ -226,7 +232,7 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
 static void conn_timer_cb(m0_loop *loop, m0_timer *t)
 {
     m0_conn *c = (m0_conn *)((char *)t - offsetof(m0_conn, timer));
-    if (c->state == M0_CS_CLOSED || c->detached)
+    if (c->state == M0_CS_CLOSED || c->x.detached)
         return;
     if (c->state != M0_CS_H2) {
         conn_timer_expire(loop, c);
@@ -250,18 +256,18 @@ void m0__conn_interest(m0_conn *c)
         return;
     /* Another thread owns it: the registration stays as it was (conn_io_cb),
      * and its write buffer, which the owner writes, is not read here. */
-    if (c->detached)
+    if (c->x.detached)
         return;
     uint32_t ev = 0;
     /* Held output is sent at the pass's end (m0__server_flush_held), which
      * asks for EPOLLOUT only if the socket did not take it all. */
     unsigned flags = c->flags;
-    int out = (c->wlen > c->wpos && !c->held) || (flags & M0_CF_WRITABLE_WANTED);
+    int out = (c->out.wlen > c->out.wpos && !c->out.held) || (flags & M0_CF_WRITABLE_WANTED);
     if (flags & M0_CF_CLOSE_AFTER) {
         ev = 0; /* flushing before the close: input waits */
     } else if (c->state == M0_CS_LINGER) {
         ev = EPOLLIN | EPOLLRDHUP;
-    } else if (c->peer_eof || (flags & M0_CF_OUT_BLOCKED) || (c->state == M0_CS_H2 && m0__conn_out_backed(c))) {
+    } else if (c->in.peer_eof || (flags & M0_CF_OUT_BLOCKED)) {
         ev = 0; /* output backed up: input waits (conn_int.h, the transport's rules) */
     } else if ((flags & M0_CF_PACED) && (c->state == M0_CS_HEAD || c->state == M0_CS_BODY)) {
         ev = 0; /* a trickling peer: the pace timer reads it (pace.c) */
@@ -269,10 +275,12 @@ void m0__conn_interest(m0_conn *c)
         /* A pending request: buffer what fits (pipelined requests, body),
          * stop reading when the buffer is full (read backpressure) but keep
          * watching for the peer going away. */
-        if (c->rlen < c->rcap || (flags & M0_CF_WANT_BODY))
+        if (c->in.rlen < c->in.rcap || (flags & M0_CF_WANT_BODY))
             ev = EPOLLIN | EPOLLRDHUP;
         else if (c->state == M0_CS_REQUEST && !(flags & M0_CF_RDHUP))
             ev = EPOLLRDHUP;
+    } else if (c->state == M0_CS_H2 && m0__conn_out_backed(c)) {
+        ev = 0; /* an HTTP/2 session's output backed up: the same rule */
     } else {
         ev = EPOLLIN | EPOLLRDHUP;
     }
@@ -300,7 +308,7 @@ void m0__conn_close_after(m0_conn *c, int linger)
 {
     if (c->state == M0_CS_CLOSED)
         return;
-    if (c->wlen > c->wpos) {
+    if (c->out.wlen > c->out.wpos) {
         c->flags |= M0_CF_CLOSE_AFTER;
         if (linger)
             c->flags |= M0_CF_LINGER_AFTER;
@@ -308,7 +316,7 @@ void m0__conn_close_after(m0_conn *c, int linger)
         m0__conn_interest(c);
         return;
     }
-    if (!linger || c->peer_eof || c->broken) {
+    if (!linger || c->in.peer_eof || c->out.broken) {
         m0__conn_close(c, 1);
         return;
     }
@@ -316,7 +324,7 @@ void m0__conn_close_after(m0_conn *c, int linger)
     shutdown(c->io.fd, SHUT_WR);
     c->state = M0_CS_LINGER;
     c->flags &= ~(M0_CF_CLOSE_AFTER | M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
-    c->rlen = c->rpos = 0;
+    c->in.rlen = c->in.rpos = 0;
     m0__conn_arm(c, M0_TIMER_LINGER, M0_LINGER_MS);
     m0__conn_interest(c);
 }
@@ -327,14 +335,15 @@ void m0__conn_close_after(m0_conn *c, int linger)
  * NULL when the head itself is what failed. */
 static const m0_request *conn_error_request(m0_conn *c)
 {
-    if (c->state != M0_CS_BODY || c->head_base == NULL)
+    if (c->state != M0_CS_BODY || c->x.head_base == NULL)
         return NULL;
-    if (c->rbuf + c->rpos != c->head_base) {
-        if (m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &c->srv->cfg.limits) != (int)c->head_len)
+    if (c->in.rbuf + c->in.rpos != c->x.head_base) {
+        if (m0_parse_request(c->in.rbuf + c->in.rpos, c->x.head_len, &c->x.req, &c->srv->cfg.limits) !=
+            (int)c->x.head_len)
             return NULL;
-        c->head_base = c->rbuf + c->rpos;
+        c->x.head_base = c->in.rbuf + c->in.rpos;
     }
-    return &c->req;
+    return &c->x.req;
 }
 
 /* A protocol error: the canned response, then a lingering close. */
@@ -346,19 +355,17 @@ void m0__conn_error(m0_conn *c, int status)
 /* The same for a request whose head was parsed (req, logged), or NULL. */
 void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 {
-    char buf[512];
-    int n = m0_error_response(buf, sizeof(buf), status, c->srv->cfg.server_header);
+    m0_canned_response out;
+    int n = m0_error_response(&out, status, c->srv->cfg.server_header);
     if (n > 0) {
-        struct iovec iov = {buf, (size_t)n};
-        if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+        struct iovec iov = {out.buf, (size_t)n};
+        if (m0_conn_writev(c, &out.head, &iov, 1, 0) < 0) {
             m0__conn_close(c, 1);
             return;
         }
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
-        if (c->srv->cfg.access_log_fd >= 0) {
-            const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-            m0__conn_log(c, req, status, end != NULL ? (uint64_t)(buf + n - end - 4) : 0, 0);
-        }
+        if (c->srv->cfg.access_log_fd >= 0)
+            m0__conn_log(c, req, status, (uint64_t)n - out.head.len, 0);
     }
     c->timer_kind = M0_TIMER_NONE;
     m0__conn_close_after(c, 1);
@@ -368,7 +375,7 @@ void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 
 const m0_request *m0_conn_request(const m0_conn *c)
 {
-    return &c->req;
+    return &c->x.req;
 }
 
 void *m0_conn_data(const m0_conn *c)
@@ -389,14 +396,14 @@ m0_server *m0_conn_server(const m0_conn *c)
 static void conn_local_resolve(const m0_conn *cc)
 {
     m0_conn *c = (m0_conn *)cc; /* a cache filled on first use */
-    if (c->local_port >= 0)
+    if (c->addr.local_port >= 0)
         return;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    c->local_port = 0;
-    c->local_host[0] = '\0';
+    c->addr.local_port = 0;
+    c->addr.local_host[0] = '\0';
     if (c->io.fd >= 0 && getsockname(c->io.fd, (struct sockaddr *)&ss, &len) == 0)
-        addr_format((struct sockaddr *)&ss, c->local_host, sizeof(c->local_host), &c->local_port);
+        addr_format((struct sockaddr *)&ss, c->addr.local_host, sizeof(c->addr.local_host), &c->addr.local_port);
 }
 
 struct m0_tls_conn *m0_conn_tls(const m0_conn *c)
@@ -407,11 +414,11 @@ struct m0_tls_conn *m0_conn_tls(const m0_conn *c)
 const char *m0_conn_local_host(const m0_conn *c)
 {
     conn_local_resolve(c);
-    return c->local_host;
+    return c->addr.local_host;
 }
 
 int m0_conn_local_port(const m0_conn *c)
 {
     conn_local_resolve(c);
-    return c->local_port;
+    return c->addr.local_port;
 }

@@ -7,13 +7,9 @@
 
 #include "conn_int.h"
 
-void m0_conn_park(m0_conn *c)
+void m0__h1_park(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->is_h2s) {
-        m0__h2s_park(c);
-        return;
-    }
     if (c->state == M0_CS_CLOSED)
         return;
     if (srv->heartbeat != NULL)
@@ -31,18 +27,18 @@ void m0_conn_detach(m0_conn *c)
     /* The epoll interest is left as it is (no syscall per request): an event
      * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
      * end goes now: the loop must not touch the buffer the owner appends to. */
-    if (c->held)
+    if (c->out.held)
         (void)m0__conn_release_held(c); /* a gone peer fails the owner's first write */
     /* A response's last bytes are left in the write buffer by its thread
      * (m0_conn_writev_final), which may not take a block from the loop's
      * recycle allocator: give it one kept there now, so that it does not
      * malloc one per request (the loop frees or keeps it when the connection
      * idles; conn_finish_completed gives an unused one back). */
-    if (c->wbuf == NULL && !c->is_h2s && c->srv->wbufs.n > 0) {
-        c->wbuf = m0_recycle_get(&c->srv->wbufs);
-        c->wcap = M0_WBUF_INITIAL;
+    if (c->out.wbuf == NULL && !c->xops->carried && c->srv->wbufs.n > 0) {
+        c->out.wbuf = m0_recycle_get(&c->srv->wbufs);
+        c->out.wcap = M0_WBUF_INITIAL;
     }
-    c->detached = 1;
+    c->x.detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);
 }
@@ -50,35 +46,35 @@ void m0_conn_detach(m0_conn *c)
 void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     m0_server *srv = c->srv;
-    c->done_keep = keep_alive;
-    c->done_status = status;
-    c->done_bytes = body_bytes;
-    c->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0__conn_clock_ns() : 0;
-    c->done_next = NULL;
+    c->x.done_keep = keep_alive;
+    c->x.done_status = status;
+    c->x.done_bytes = body_bytes;
+    c->x.done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0__conn_clock_ns() : 0;
+    c->x.done_next = NULL;
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished
      * keep-alive exchange waits for the client's next request, whose arrival
      * wakes the loop anyway (conn_io_cb), or for the loop's next pass. An
      * HTTP/2 stream's end is sent when the loop takes it back: at once. */
-    size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-    int urgent = !keep_alive || c->is_h2s || c->wlen > c->wpos || !c->body_done || c->rlen > next ||
-                 __atomic_load_n(&c->abort_after, __ATOMIC_RELAXED) ||
+    size_t next = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
+    int urgent = !keep_alive || c->xops->carried || c->out.wlen > c->out.wpos || !c->x.body_done || c->in.rlen > next ||
+                 __atomic_load_n(&c->x.abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     conn_hand_back(c, urgent);
 }
 
 void m0_conn_set_aside(m0_conn *c)
 {
-    c->done_parked = 1;
-    c->done_next = NULL;
+    c->x.done_parked = 1;
+    c->x.done_next = NULL;
     conn_hand_back(c, 1); /* its queued output waits for the loop */
 }
 
 void m0_conn_hand_closed(m0_conn *c)
 {
     c->refs++; /* dropped when it comes back (conn_finish_completed) */
-    c->done_closed = 1;
-    c->detached = 1;
+    c->x.done_closed = 1;
+    c->x.detached = 1;
 }
 
 int m0_conn_closed(const m0_conn *c)
@@ -92,11 +88,11 @@ static void conn_hand_back(m0_conn *c, int urgent)
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)
-        srv->done_tail->done_next = c;
+        srv->done_tail->x.done_next = c;
     else
         srv->done_head = c;
     srv->done_tail = c;
-    urgent |= c->muted; /* its next request may already be waiting unwatched */
+    urgent |= c->x.muted; /* its next request may already be waiting unwatched */
     pthread_mutex_unlock(&srv->done_lock);
     if (urgent)
         m0_async_send(&srv->wake);
@@ -127,10 +123,10 @@ int m0__conn_take_completed_or_mute(m0_conn *c)
     m0_conn *list = srv->done_head;
     srv->done_head = srv->done_tail = NULL;
     int found = 0;
-    for (m0_conn *d = list; d != NULL; d = d->done_next)
+    for (m0_conn *d = list; d != NULL; d = d->x.done_next)
         found |= d == c;
     if (!found)
-        c->muted = 1;
+        c->x.muted = 1;
     pthread_mutex_unlock(&srv->done_lock);
     if (srv->cfg.http2_pool)
         m0__h2p_absorb(srv);
@@ -141,34 +137,34 @@ int m0__conn_take_completed_or_mute(m0_conn *c)
 static void conn_finish_completed(m0_conn *c)
 {
     while (c != NULL) {
-        m0_conn *next = c->done_next;
-        c->done_next = NULL;
-        c->detached = 0;
-        c->muted = 0;
-        if (c->done_closed) {
+        m0_conn *next = c->x.done_next;
+        c->x.done_next = NULL;
+        c->x.detached = 0;
+        c->x.muted = 0;
+        if (c->x.done_closed) {
             /* Closed while a thread released its handler state: free now. */
-            c->done_closed = c->done_parked = 0;
+            c->x.done_closed = c->x.done_parked = 0;
             m0__conn_release(c);
-        } else if (c->done_parked && !c->abort_after) {
+        } else if (c->x.done_parked && !c->x.abort_after) {
             /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
-            c->done_parked = 0;
-            c->pool_held = 0;
+            c->x.done_parked = 0;
+            c->x.pool_held = 0;
             m0_conn_park(c);
-        } else if (c->abort_after) {
+        } else if (c->x.abort_after) {
             /* Its request ends as any other (in-flight gauge, duration,
              * access-log line), then the connection closes (m0_conn_finish). */
-            c->done_parked = 0;
-            c->pool_held = 0;
-            m0_conn_finish(c, 0, c->done_status, c->done_bytes);
+            c->x.done_parked = 0;
+            c->x.pool_held = 0;
+            m0_conn_finish(c, 0, c->x.done_status, c->x.done_bytes);
         } else {
-            if (c->pool_held && c->wlen > c->wpos)
+            if (c->x.pool_held && c->out.wlen > c->out.wpos)
                 m0__conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
-            else if (c->wlen > c->wpos)
+            else if (c->out.wlen > c->out.wpos)
                 m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
-            else if (c->wlen == 0 && c->wbuf != NULL)
+            else if (c->out.wlen == 0 && c->out.wbuf != NULL)
                 m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_conn_detach) */
-            c->pool_held = 0;
-            m0_conn_finish(c, c->done_keep, c->done_status, c->done_bytes);
+            c->x.pool_held = 0;
+            m0_conn_finish(c, c->x.done_keep, c->x.done_status, c->x.done_bytes);
         }
         c = next;
     }

@@ -14,6 +14,7 @@
 #include "portable.h"
 #include "recycle.h"
 #include "server_int.h"
+#include "tls.h"
 #include "static_int.h"
 #include "trace.h"
 
@@ -42,12 +43,12 @@ static inline uint32_t m0__conn_body_timeout(const m0_server_config *cfg)
  * whenever a keep-alive connection goes idle (conn_process.c). */
 static inline void m0__conn_wbuf_release(m0_conn *c)
 {
-    if (c->wbuf != NULL && c->wcap == M0_WBUF_INITIAL && c->srv != NULL)
-        m0_recycle_put(&c->srv->wbufs, c->wbuf);
+    if (c->out.wbuf != NULL && c->out.wcap == M0_WBUF_INITIAL && c->srv != NULL)
+        m0_recycle_put(&c->srv->wbufs, c->out.wbuf);
     else
-        free(c->wbuf);
-    c->wbuf = NULL;
-    c->wcap = c->wlen = c->wpos = 0;
+        free(c->out.wbuf);
+    c->out.wbuf = NULL;
+    c->out.wcap = c->out.wlen = c->out.wpos = 0;
 }
 
 /* Inline, with m0__conn_release (server_int.h): each runs on every
@@ -66,10 +67,10 @@ static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout
     uint64_t now = m0_loop_now(loop);
     uint32_t first = timeout_ms;
     if (__builtin_expect(kind == M0_TIMER_SEND, 0)) {
-        c->send_outq = m0__conn_outq(c);
-        c->send_settle_ms = 0;
+        c->out.send_outq = m0__conn_outq(c);
+        c->out.send_settle_ms = 0;
         if (timeout_ms > 2 * M0_SEND_SETTLE_MS) {
-            c->send_settle_ms = now + M0_SEND_SETTLE_MS;
+            c->out.send_settle_ms = now + M0_SEND_SETTLE_MS;
             first = M0_SEND_SETTLE_MS;
         }
     }
@@ -84,18 +85,18 @@ static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout
 static inline void m0__conn_input_release(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->rbuf != NULL && c->rcap == M0_RBUF_INITIAL && srv != NULL)
-        m0_recycle_put(&srv->rbufs, c->rbuf);
+    if (c->in.rbuf != NULL && c->in.rcap == M0_RBUF_INITIAL && srv != NULL)
+        m0_recycle_put(&srv->rbufs, c->in.rbuf);
     else
-        free(c->rbuf);
+        free(c->in.rbuf);
     if (srv != NULL)
-        m0_recycle_put(&srv->hdrs, c->headers);
+        m0_recycle_put(&srv->hdrs, c->x.headers);
     else
-        free(c->headers);
-    c->rbuf = NULL;
-    c->headers = c->req.headers = NULL;
-    c->head_base = NULL;
-    c->rcap = c->rlen = c->rpos = c->head_seen = c->head_line = 0;
+        free(c->x.headers);
+    c->in.rbuf = NULL;
+    c->x.headers = c->x.req.headers = NULL;
+    c->x.head_base = NULL;
+    c->in.rcap = c->in.rlen = c->in.rpos = c->in.head_seen = c->in.head_line = 0;
 }
 
 /* The same, and the write buffer (nothing is queued). */
@@ -125,7 +126,7 @@ static inline void m0__conn_notify(m0_conn *c, int what)
         return;
     }
     c->refs++;
-    if (c->static_send != NULL)
+    if (c->x.static_send != NULL)
         m0__static_event(c, what); /* a file's response, not the handler's */
     else if (srv->handler.on_event != NULL)
         srv->handler.on_event(srv->handler_ctx, c, what);
@@ -154,9 +155,17 @@ static inline void m0__conn_notify(m0_conn *c, int what)
  * (conn_process.c; h2.c and h2_stream.c), against these same settings. */
 static inline int m0__conn_out_backed(const m0_conn *c)
 {
-    return c->wlen - c->wpos > M0_WRITE_HIGH_WATER;
+    return c->out.wlen - c->out.wpos > M0_WRITE_HIGH_WATER;
 }
-int m0__conn_backed_up(m0_conn *c);
+void m0__conn_backed_arm(m0_conn *c);
+/* Inline: asked before every read and parse; backed up is the rare case. */
+static inline int m0__conn_backed_up(m0_conn *c)
+{
+    if (__builtin_expect(!m0__conn_out_backed(c), 1))
+        return 0;
+    m0__conn_backed_arm(c);
+    return 1;
+}
 void m0__conn_send_deadline(m0_conn *c);
 
 /* conn_log.c: the access-log line of a response (req NULL: a canned error
@@ -168,14 +177,71 @@ void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_b
 size_t m0__conn_log_slot_size(const m0_server *srv);
 /* A response's bytes are being written: record the header values the format
  * asks for from its head. Only called when cfg.access_log_format is set. */
-void m0__conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt);
+void m0__conn_log_head(m0_conn *c, const m0_response_head *head);
+
+/* The exchange's transports: what carries a request and its response for
+ * the handler. Each server.h call about the pending exchange (exchange.c)
+ * goes to its connection's table: HTTP/1.1's (the m0__h1_* functions, in
+ * the conn_*.c file of their concern) or an HTTP/2 stream's (h2.h,
+ * m0__h2_exchange). The handler never learns which carries it. */
+typedef struct m0__exchange_ops {
+    int (*writev)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+    int (*writev_chunk)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+    int (*writev_final)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+    ssize_t (*sendfile)(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+    int (*write_trailers)(m0_conn *c, const m0_response_head *trailers);
+    size_t (*write_pending)(const m0_conn *c);
+    ssize_t (*body_read)(m0_conn *c, char *dst, size_t cap, int blocking);
+    int (*keep_alive)(const m0_conn *c);
+    void (*finish)(m0_conn *c, int keep_alive, int status, uint64_t body_bytes); /* of a pending request */
+    void (*park)(m0_conn *c);
+    void (*abort)(m0_conn *c);
+    void (*upgrade)(m0_conn *c);
+    /* Carried by another connection's session (an HTTP/2 stream): no socket
+     * and no buffers of its own; its end goes out as soon as the loop takes
+     * it back from a thread. */
+    int carried;
+} m0__exchange_ops;
+
+/* exchange.c: HTTP/1.1's, and the same with the heads' fields given to
+ * the access log (a format that asks for response fields). */
+extern const m0__exchange_ops m0__h1_exchange, m0__h1_exchange_logged;
+int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                               int blocking);
+ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
+int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers);
+size_t m0__h1_write_pending(const m0_conn *c);
+ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking); /* conn_body.c */
+int m0__h1_keep_alive(const m0_conn *c);                                   /* conn_process.c */
+void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+void m0__h1_upgrade(m0_conn *c);
+void m0__h1_park(m0_conn *c);  /* conn_handoff.c */
+void m0__h1_abort(m0_conn *c); /* conn.c */
 
 /* conn_write.c: the output. Every byte leaves through one routine
  * (conn_send), called only by the owner of the connection's queued output:
  * the rule is beside the write buffer's fields (server_int.h).
  * m0__conn_flush: send the write buffer without blocking (EPOLLOUT). */
 void m0__conn_flush(m0_conn *c);
-void m0__conn_unhold(m0_conn *c);      /* leave the server's held list (conn_write.c) */
+/* Leave the server's held list. */
+static inline void m0__conn_unhold(m0_conn *c)
+{
+    if (!c->out.held)
+        return;
+    if (c->out.held_prev != NULL)
+        c->out.held_prev->out.held_next = c->out.held_next;
+    else
+        c->srv->held = c->out.held_next;
+    if (c->out.held_next != NULL)
+        c->out.held_next->out.held_prev = c->out.held_prev;
+    c->out.held = 0;
+    c->out.held_prev = c->out.held_next = NULL;
+}
 void m0__conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0__conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
 /* Wait for POLLIN or POLLOUT until deadline_ms (monotonic, 0: none), with the
@@ -231,20 +297,31 @@ void m0__conn_end_tls(m0_conn *c, int notify_peer);
  * the socket's write side, and a ring when the session holds input. */
 uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev); /* ev, and what the session adds */
 /* On EPOLLOUT: whether a read was waiting for it (cleared). */
-int m0__conn_tls_take_want_write(m0_conn *c);
+static inline int m0__conn_tls_take_want_write(m0_conn *c)
+{
+    return c->tls != NULL && m0_tls_take_want_write(c->tls);
+}
 void m0__conn_ring_init(m0_server *srv);
 void m0__conn_ring_stop(m0_server *srv);
 
-/* pace.c: read pacing for peers that trickle a head or a buffered body.
+/* pace.c: which peers that trickle a head or a buffered body are paced.
  * m0__pace_note: after a read of n bytes (n may be 0) that left c's head or
- * buffered body incomplete; may stop reading c on EPOLLIN until the pace
- * timer. m0__pace_stop: c leaves pacing (dispatch, close); the caller
- * recomputes the interest. */
-void m0__pace_init(m0_server *srv);
-void m0__pace_note(m0_conn *c, size_t n);
+ * buffered body incomplete; 1 when c is paced from now (the caller stops
+ * watching its input: m0__conn_interest). m0__pace_stop: c leaves pacing
+ * (dispatch, close); the caller recomputes the interest. The pace timer
+ * (tick, conn_read.c) takes the window's batch (a chain by pace_next, each
+ * held), reads each once, and ends its window: m0__pace_window_end, 1 when
+ * it stays paced, 0 when it is read on EPOLLIN again (the caller
+ * recomputes the interest). */
+void m0__pace_init(m0_server *srv, void (*tick)(m0_loop *loop, m0_timer *t));
+int m0__pace_note(m0_conn *c, size_t n);
 void m0__pace_stop(m0_conn *c);
-/* conn.c: one read of c as on EPOLLIN (the pace timer's read). */
+int m0__pace_incomplete(const m0_conn *c); /* waiting for the rest of a head or of a buffered body */
+m0_conn *m0__pace_batch(m0_server *srv);
+int m0__pace_window_end(m0_conn *c, uint64_t now);
+/* conn_read.c: one read of c as on EPOLLIN; the pace timer's reads. */
 void m0__conn_read_now(m0_conn *c);
+void m0__conn_pace_init(m0_server *srv);
 
 /* conn_body.c: skip the rest of a finished request's body from what is
  * buffered. 1 when it ended (state is HEAD again), 0 when more input is

@@ -27,7 +27,8 @@ ssize_t m0__conn_tls_recv(m0_conn *c, void *buf, size_t len)
         /* A client certificate refused: noted for the log, with the client. */
         const char *why = m0_tls_conn_take_refusal(c->tls);
         if (why != NULL)
-            m0_tls_refusal_note(c->srv->cfg.tls, m0_conn_client_host(c), m0_conn_client_port(c), why);
+            m0_tls_refusal_note(c->srv->cfg.tls, c->addr.peer_host, c->addr.peer_port,
+                                why); /* before any request: the peer (or the PROXY header's client) */
         errno = EPROTO;
     }
     return n;
@@ -86,10 +87,10 @@ void m0__conn_end_tls(m0_conn *c, int notify_peer)
 
 int m0__conn_tls_preface(m0_conn *c)
 {
-    if (c->tls == NULL || c->rpos == c->rlen)
+    if (c->tls == NULL || c->in.rpos == c->in.rlen)
         return 0;
-    int r = m0_tls_conn_preface(c->tls, c->rbuf + c->rpos, c->rlen - c->rpos);
-    c->rpos = c->rlen = 0;
+    int r = m0_tls_conn_preface(c->tls, c->in.rbuf + c->in.rpos, c->in.rlen - c->in.rpos);
+    c->in.rpos = c->in.rlen = 0;
     return r;
 }
 
@@ -101,10 +102,10 @@ static void conn_ring_cb(m0_loop *loop, m0_timer *t)
     srv->tls_ring = NULL;
     while (list != NULL) {
         m0_conn *c = list;
-        list = c->tls_ring_next;
-        c->tls_ring_next = NULL;
-        c->tls_ringing = 0;
-        if (c->state != M0_CS_CLOSED && !c->detached && c->tls != NULL && (c->io.events & EPOLLIN) &&
+        list = c->ring.next;
+        c->ring.next = NULL;
+        c->ring.on = 0;
+        if (c->state != M0_CS_CLOSED && !c->x.detached && c->tls != NULL && (c->io.events & EPOLLIN) &&
             m0_tls_pending(c->tls))
             m0__conn_read_now(c);
         m0__conn_release(c);
@@ -121,9 +122,9 @@ void m0__conn_ring_stop(m0_server *srv)
     m0_timer_stop(srv->loop, &srv->tls_ring_timer);
     while (srv->tls_ring != NULL) {
         m0_conn *c = srv->tls_ring;
-        srv->tls_ring = c->tls_ring_next;
-        c->tls_ring_next = NULL;
-        c->tls_ringing = 0;
+        srv->tls_ring = c->ring.next;
+        c->ring.next = NULL;
+        c->ring.on = 0;
         m0__conn_release(c);
     }
 }
@@ -132,19 +133,14 @@ uint32_t m0__conn_tls_interest(m0_conn *c, uint32_t ev)
 {
     if (m0_tls_want_write(c->tls))
         ev |= EPOLLOUT;
-    if ((ev & EPOLLIN) && !c->tls_ringing && m0_tls_pending(c->tls)) {
+    if ((ev & EPOLLIN) && !c->ring.on && m0_tls_pending(c->tls)) {
         m0_server *srv = c->srv;
-        c->tls_ringing = 1;
+        c->ring.on = 1;
         c->refs++; /* released by the ring */
-        c->tls_ring_next = srv->tls_ring;
+        c->ring.next = srv->tls_ring;
         srv->tls_ring = c;
         if (!m0_timer_armed(&srv->tls_ring_timer))
             m0_timer_start(srv->loop, &srv->tls_ring_timer, 0);
     }
     return ev;
-}
-
-int m0__conn_tls_take_want_write(m0_conn *c)
-{
-    return c->tls != NULL && m0_tls_take_want_write(c->tls);
 }

@@ -39,14 +39,14 @@ static m0_access_log_slot *conn_slot(m0_conn *c)
 /* Which request a slot's values belong to. */
 static uint64_t conn_tag(const m0_conn *c)
 {
-    return c->start_ns ^ ((uint64_t)c->nreq << 40);
+    return c->x.start_ns ^ ((uint64_t)c->x.nreq << 40);
 }
 
-void m0__conn_log_head(m0_conn *c, const struct iovec *iov, int iovcnt)
+void m0__conn_log_head(m0_conn *c, const m0_response_head *head)
 {
     m0_access_log_slot *slot = conn_slot(c);
-    if (slot != NULL && c->pending)
-        m0_access_log_record_head(c->srv->cfg.access_log_format, slot, conn_tag(c), iov, iovcnt);
+    if (slot != NULL && c->x.pending)
+        m0_access_log_record_head(c->srv->cfg.access_log_format, slot, conn_tag(c), head);
 }
 
 void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)

@@ -10,41 +10,41 @@
 
 static int conn_prepare_body(m0_conn *c)
 {
-    const m0_request *req = &c->req;
-    size_t head_end = c->rpos + c->head_len;
-    c->body_rd = c->body_end = c->body_raw = head_end;
-    c->body_done = 0;
-    c->continue_sent = 0;
+    const m0_request *req = &c->x.req;
+    size_t head_end = c->in.rpos + c->x.head_len;
+    c->x.body_rd = c->x.body_end = c->x.body_raw = head_end;
+    c->x.body_done = 0;
+    c->x.continue_sent = 0;
     c->flags &= ~M0_CF_WANT_BODY;
     if (req->flags & M0_REQ_CHUNKED) {
-        c->body_mode = M0_BODY_CHUNKED;
-        m0_chunked_init(&c->dec, c->srv->cfg.limits.max_body);
-        if (c->rcap - head_end < M0_BODY_ROOM) {
+        c->x.body_mode = M0_BODY_CHUNKED;
+        m0_chunked_init(&c->x.dec, c->srv->cfg.limits.max_body);
+        if (c->in.rcap - head_end < M0_BODY_ROOM) {
             /* In-place decoding needs room past the head: move the head to
              * the front (growing if needed); it is parsed again there before
              * the dispatch. */
-            size_t len = c->rlen - c->rpos;
-            memmove(c->rbuf, c->rbuf + c->rpos, len);
-            c->rpos = 0;
-            c->rlen = len;
-            if (c->rcap - c->head_len < M0_BODY_ROOM) {
-                size_t cap = c->head_len + M0_BODY_ROOM;
-                char *nb = realloc(c->rbuf, cap);
+            size_t len = c->in.rlen - c->in.rpos;
+            memmove(c->in.rbuf, c->in.rbuf + c->in.rpos, len);
+            c->in.rpos = 0;
+            c->in.rlen = len;
+            if (c->in.rcap - c->x.head_len < M0_BODY_ROOM) {
+                size_t cap = c->x.head_len + M0_BODY_ROOM;
+                char *nb = realloc(c->in.rbuf, cap);
                 if (nb == NULL)
                     return -ENOMEM;
-                c->rbuf = nb;
-                c->rcap = cap;
+                c->in.rbuf = nb;
+                c->in.rcap = cap;
             }
-            c->body_rd = c->body_end = c->body_raw = c->head_len;
+            c->x.body_rd = c->x.body_end = c->x.body_raw = c->x.head_len;
         }
     } else if (req->content_length > 0) {
-        c->body_mode = M0_BODY_LENGTH;
-        c->body_left = (uint64_t)req->content_length;
+        c->x.body_mode = M0_BODY_LENGTH;
+        c->x.body_left = (uint64_t)req->content_length;
     } else {
-        c->body_mode = M0_BODY_NONE;
-        c->body_done = 1;
+        c->x.body_mode = M0_BODY_NONE;
+        c->x.body_done = 1;
     }
-    c->expect_continue = (req->flags & M0_REQ_EXPECT_CONTINUE) && req->minor_version >= 1 && !c->body_done;
+    c->x.expect_continue = (req->flags & M0_REQ_EXPECT_CONTINUE) && req->minor_version >= 1 && !c->x.body_done;
     return 0;
 }
 
@@ -53,48 +53,48 @@ void m0__conn_dispatch(m0_conn *c)
 {
     m0_server *srv = c->srv;
     c->timer_kind = M0_TIMER_NONE;
-    if (c->rbuf + c->rpos != c->head_base) {
+    if (c->in.rbuf + c->in.rpos != c->x.head_base) {
         /* The buffer moved or grew since the parse: the spans follow. */
-        int r = m0_parse_request(c->rbuf + c->rpos, c->head_len, &c->req, &srv->cfg.limits);
-        if (r != (int)c->head_len) {
+        int r = m0_parse_request(c->in.rbuf + c->in.rpos, c->x.head_len, &c->x.req, &srv->cfg.limits);
+        if (r != (int)c->x.head_len) {
             m0__conn_error(c, 500);
             return;
         }
-        c->head_base = c->rbuf + c->rpos;
+        c->x.head_base = c->in.rbuf + c->in.rpos;
     }
     m0__pace_stop(c);
     c->state = M0_CS_REQUEST;
-    c->pending = 1;
-    c->resp_started = 0;
-    c->resp_cut = 0;
-    c->send_deadline_ms = 0;
-    c->nreq++;
+    c->x.pending = 1;
+    c->x.resp_started = 0;
+    c->x.resp_cut = 0;
+    c->out.send_deadline_ms = 0;
+    c->x.nreq++;
     int gated = m0__request_begin(c);
     int r = 0;
     if (!gated) {
         int bal = srv->bal != NULL;
         if (bal) {
             srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
-            m0__server_balance_note(srv);
+            m0__balance_note(srv);
         }
-        r = srv->handler.on_request(srv->handler_ctx, c, &c->req);
+        r = srv->handler.on_request(srv->handler_ctx, c, &c->x.req);
         if (bal) {
             srv->bal_busy = 0;
-            m0__server_balance_note(srv);
+            m0__balance_note(srv);
         }
     } else {
-        r = c->pending != 0; /* the gate's file still on its way (static_file.c) */
+        r = c->x.pending != 0; /* the gate's file still on its way (static_file.c) */
     }
     if (c->state == M0_CS_CLOSED)
         return;
-    if (r < 0 || (r == 0 && c->pending)) {
+    if (r < 0 || (r == 0 && c->x.pending)) {
         /* -1, or a synchronous handler that did not finish: no response. */
-        if (c->detached)
+        if (c->x.detached)
             return; /* a handler bug: the owner still holds it */
         m0__conn_close(c, 0);
         return;
     }
-    if (c->pending)
+    if (c->x.pending)
         m0__conn_interest(c);
 }
 
@@ -109,9 +109,9 @@ static void conn_begin(m0_conn *c)
         m0__conn_error(c, 500);
         return;
     }
-    c->body_deadline_ms = m0__conn_now_ms() + m0__conn_body_timeout(cfg);
-    int buffer = !c->body_done && cfg->body_buffer_size != 0 && !(c->req.flags & M0_REQ_UPGRADE) &&
-                 (c->body_mode == M0_BODY_CHUNKED || c->body_left <= cfg->body_buffer_size);
+    c->x.body_deadline_ms = m0__conn_now_ms() + m0__conn_body_timeout(cfg);
+    int buffer = !c->x.body_done && cfg->body_buffer_size != 0 && !(c->x.req.flags & M0_REQ_UPGRADE) &&
+                 (c->x.body_mode == M0_BODY_CHUNKED || c->x.body_left <= cfg->body_buffer_size);
     if (!buffer) {
         /* A larger body streams to the app. With Expect: 100-continue the
          * choice is then the app's: it may answer without the body, and the
@@ -119,12 +119,12 @@ static void conn_begin(m0_conn *c)
         m0__conn_dispatch(c);
         return;
     }
-    if (c->expect_continue) {
+    if (c->x.expect_continue) {
         /* A body the loop buffers: the loop answers the 100 itself (unless
          * the client sent body bytes without waiting for it), so that the
          * app never waits for the client. */
-        c->continue_sent = 1;
-        if (c->rlen <= c->rpos + c->head_len && m0__conn_send_continue(c, 0) < 0) {
+        c->x.continue_sent = 1;
+        if (c->in.rlen <= c->in.rpos + c->x.head_len && m0__conn_send_continue(c, 0) < 0) {
             m0__conn_close(c, 1);
             return;
         }
@@ -152,16 +152,16 @@ static void conn_begin(m0_conn *c)
 static int conn_head_changed(m0_conn *c)
 {
     const m0_limits *lim = &c->srv->cfg.limits;
-    const char *head = c->rbuf + c->rpos, *lf;
-    size_t len = c->rlen - c->rpos, seen = c->head_seen <= len ? c->head_seen : 0;
+    const char *head = c->in.rbuf + c->in.rpos, *lf;
+    size_t len = c->in.rlen - c->in.rpos, seen = c->in.head_seen <= len ? c->in.head_seen : 0;
     size_t max_line = lim->max_request_line > lim->max_header_size ? lim->max_request_line : lim->max_header_size;
 
     lf = memrchr(head + seen, '\n', len - seen);
     if (lf != NULL)
-        c->head_line = (size_t)(lf + 1 - head);
+        c->in.head_line = (size_t)(lf + 1 - head);
     else if (seen == 0)
-        c->head_line = 0;
-    return seen == 0 || lf != NULL || len - c->head_line > max_line || c->peer_eof;
+        c->in.head_line = 0;
+    return seen == 0 || lf != NULL || len - c->in.head_line > max_line || c->in.peer_eof;
 }
 
 /* Parse and dispatch buffered requests in order until one stays pending,
@@ -189,7 +189,7 @@ void m0__conn_process(m0_conn *c)
                 break;
             }
             if (r == 0) {
-                if (c->peer_eof)
+                if (c->in.peer_eof)
                     m0__conn_close_after(c, 0); /* the body never ends: flush, then close */
                 else
                     m0__conn_arm(c, M0_TIMER_HEADER, srv->cfg.header_timeout_ms);
@@ -205,41 +205,41 @@ void m0__conn_process(m0_conn *c)
             c->flags |= M0_CF_OUT_BLOCKED;
             break;
         }
-        if (c->rpos == c->rlen) {
+        if (c->in.rpos == c->in.rlen) {
             /* Idle (or between pipelined requests): the buffers are only
              * needed mid-request, and an idle connection holds none. */
-            if (c->wlen == c->wpos)
+            if (c->out.wlen == c->out.wpos)
                 m0__conn_buffers_release(c);
             else
                 m0__conn_input_release(c);
-            if (c->peer_eof) {
+            if (c->in.peer_eof) {
                 m0__conn_close_after(c, 0); /* the responses queued so far go out first */
             } else if (c->timer_kind != M0_TIMER_IDLE) {
-                uint32_t idle = c->nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
-                if (srv->draining && c->nreq > 0 && idle > M0_DRAIN_QUIET_MS)
+                uint32_t idle = c->x.nreq == 0 ? srv->cfg.header_timeout_ms : srv->cfg.keep_alive_timeout_ms;
+                if (srv->draining && c->x.nreq > 0 && idle > M0_DRAIN_QUIET_MS)
                     idle = M0_DRAIN_QUIET_MS; /* its last response said keep-alive: a quiet spell, then close */
                 m0__conn_arm(c, M0_TIMER_IDLE, idle);
             }
             break;
         }
         int r = M0_PARSE_INCOMPLETE;
-        if (c->headers == NULL) {
-            c->headers = m0_recycle_get(&srv->hdrs);
-            if (c->headers == NULL) {
+        if (c->x.headers == NULL) {
+            c->x.headers = m0_recycle_get(&srv->hdrs);
+            if (c->x.headers == NULL) {
                 m0__conn_close(c, 1);
                 break;
             }
-            c->req.headers = c->headers;
+            c->x.req.headers = c->x.headers;
         }
         if (conn_head_changed(c))
-            r = m0_parse_request(c->rbuf + c->rpos, c->rlen - c->rpos, &c->req, &srv->cfg.limits);
-        c->head_seen = r == M0_PARSE_INCOMPLETE ? c->rlen - c->rpos : 0;
+            r = m0_parse_request(c->in.rbuf + c->in.rpos, c->in.rlen - c->in.rpos, &c->x.req, &srv->cfg.limits);
+        c->in.head_seen = r == M0_PARSE_INCOMPLETE ? c->in.rlen - c->in.rpos : 0;
         if (r == M0_PARSE_INCOMPLETE) {
-            if (c->peer_eof) {
+            if (c->in.peer_eof) {
                 m0__conn_close_after(c, 0);
                 break;
             }
-            if (c->rlen - c->rpos >= srv->head_cap) {
+            if (c->in.rlen - c->in.rpos >= srv->head_cap) {
                 m0__conn_error(c, 431);
                 break;
             }
@@ -248,20 +248,20 @@ void m0__conn_process(m0_conn *c)
             break;
         }
         if (r < 0) {
-            if (r == M0_PARSE_BAD_VERSION && c->nreq == 0 && srv->cfg.http2 &&
-                m0__h2_preface(c->rbuf + c->rpos, c->rlen - c->rpos)) {
+            if (r == M0_PARSE_BAD_VERSION && c->x.nreq == 0 && srv->cfg.http2 &&
+                m0__h2_preface(c->in.rbuf + c->in.rpos, c->in.rlen - c->in.rpos)) {
                 m0__h2_start(c); /* the client preface: HTTP/2 from here on (net/h2.h) */
                 if (srv->draining && c->state == M0_CS_H2)
                     m0__h2_drain(c); /* it began after the drain's GOAWAYs: its own */
                 break;
             }
             /* A declared body over the limit: the head was parsed, its request line is logged. */
-            m0__conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->req : NULL);
+            m0__conn_error_of(c, m0_parse_error_status(r), r == M0_PARSE_BODY_TOO_LARGE ? &c->x.req : NULL);
             break;
         }
-        c->head_len = (size_t)r;
-        c->head_base = c->rbuf + c->rpos;
-        if ((c->req.flags & M0_REQ_UPGRADE) && c->nreq == 0 && m0__h2_upgrade_wanted(c, &c->req)) {
+        c->x.head_len = (size_t)r;
+        c->x.head_base = c->in.rbuf + c->in.rpos;
+        if ((c->x.req.flags & M0_REQ_UPGRADE) && c->x.nreq == 0 && m0__h2_upgrade_wanted(c, &c->x.req)) {
             m0__h2_upgrade(c); /* 101, then HTTP/2 with this request as stream 1 (net/h2.h) */
             break;
         }
@@ -286,69 +286,61 @@ void m0__conn_process(m0_conn *c)
 static int conn_keep_alive_h1(const m0_conn *c, int told)
 {
     const m0_server *srv = c->srv;
-    if (c->state != M0_CS_REQUEST || c->broken)
+    if (c->state != M0_CS_REQUEST || c->out.broken)
         return 0;
     if (!told &&
         (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED) || __atomic_load_n(&srv->unready, __ATOMIC_RELAXED)))
         return 0;
-    if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->req.flags & M0_REQ_KEEP_ALIVE))
+    if (srv->cfg.keep_alive_timeout_ms == 0 || !(c->x.req.flags & M0_REQ_KEEP_ALIVE))
         return 0;
-    if (srv->cfg.max_keepalive_requests != 0 && c->nreq >= srv->cfg.max_keepalive_requests)
+    if (srv->cfg.max_keepalive_requests != 0 && c->x.nreq >= srv->cfg.max_keepalive_requests)
         return 0;
-    if (c->peer_eof) {
+    if (c->in.peer_eof) {
         /* The peer finished sending: only the requests already buffered
          * follow this one; the last response says the connection closes. */
         uint64_t next;
-        if (c->body_done)
-            next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-        else if (c->body_mode == M0_BODY_LENGTH)
-            next = c->body_rd + c->body_left;
+        if (c->x.body_done)
+            next = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
+        else if (c->x.body_mode == M0_BODY_LENGTH)
+            next = c->x.body_rd + c->x.body_left;
         else
             return 0;
-        if (c->rlen <= next)
+        if (c->in.rlen <= next)
             return 0;
     }
-    if (!c->body_done) {
-        if (c->expect_continue && !c->continue_sent)
+    if (!c->x.body_done) {
+        if (c->x.expect_continue && !c->x.continue_sent)
             return 0; /* the client waits for a 100 that never comes: close instead of reading */
-        if (c->body_mode == M0_BODY_LENGTH) {
-            uint64_t buffered = c->rlen - c->body_rd;
-            if (c->body_left > buffered && c->body_left - buffered > M0_DISCARD_MAX)
+        if (c->x.body_mode == M0_BODY_LENGTH) {
+            uint64_t buffered = c->in.rlen - c->x.body_rd;
+            if (c->x.body_left > buffered && c->x.body_left - buffered > M0_DISCARD_MAX)
                 return 0;
         }
     }
     return 1;
 }
 
-int m0_conn_keep_alive(const m0_conn *c)
+int m0__h1_keep_alive(const m0_conn *c)
 {
-    if (c->is_h2s)
-        return m0__h2s_keep_alive(c);
     return conn_keep_alive_h1(c, 0);
 }
 
 void m0_conn_cut(m0_conn *c)
 {
-    c->resp_cut = 1;
+    c->x.resp_cut = 1;
 }
 
-void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
-    if (!c->pending)
-        return;
-    if (c->is_h2s) {
-        m0__h2s_finish(c, keep_alive, status, body_bytes);
-        return;
-    }
-    if (c->resp_cut)
+    if (c->x.resp_cut)
         keep_alive = 0; /* the close is what tells the client */
-    c->send_deadline_ms = 0;
+    c->out.send_deadline_ms = 0;
     m0__request_end(c, status, body_bytes);
-    if (c->abort_after) { /* the server aborted while a pool thread had it */
+    if (c->x.abort_after) { /* the server aborted while a pool thread had it */
         m0__conn_close(c, 1);
         return;
     }
-    c->fwd_client = 0; /* a proxy's connection carries other clients' requests next */
+    c->x.fwd_client = 0; /* a proxy's connection carries other clients' requests next */
     c->refs++;
     int keep = keep_alive && conn_keep_alive_h1(c, 1);
     c->flags &= ~M0_CF_WANT_BODY;
@@ -359,18 +351,18 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
         m0__conn_close_after(c, 1);
     } else if (!keep) {
         /* Unread input (a body, pipelined requests) makes the close linger. */
-        size_t next = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
-        int unread = !c->body_done || c->rlen > next;
+        size_t next = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
+        int unread = !c->x.body_done || c->in.rlen > next;
         c->state = M0_CS_HEAD;
         m0__conn_close_after(c, unread);
     } else {
-        if (!c->body_done) {
+        if (!c->x.body_done) {
             c->state = M0_CS_DISCARD;
             /* What is already buffered costs nothing more to skip. */
-            c->discard_budget = M0_DISCARD_MAX + (c->rlen - c->body_rd);
+            c->x.discard_budget = M0_DISCARD_MAX + (c->in.rlen - c->x.body_rd);
         } else {
             c->state = M0_CS_HEAD;
-            c->rpos = c->body_mode == M0_BODY_CHUNKED ? c->body_raw : c->body_rd;
+            c->in.rpos = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
         }
         if (!(c->flags & M0_CF_PROCESSING))
             m0__conn_process(c);
@@ -380,20 +372,16 @@ void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0__conn_release(c);
 }
 
-void m0_conn_upgrade(m0_conn *c)
+void m0__h1_upgrade(m0_conn *c)
 {
-    if (c->is_h2s) {
-        m0__h2s_upgrade(c);
-        return;
-    }
     if (c->state != M0_CS_REQUEST)
         return;
     c->state = M0_CS_RAW;
-    if (c->body_mode == M0_BODY_CHUNKED)
-        c->body_rd = c->body_end; /* a body on an upgrade request is not part of the stream */
-    c->body_mode = M0_BODY_LENGTH;
-    c->body_left = UINT64_MAX;
-    c->body_done = 0;
-    c->expect_continue = 0;
+    if (c->x.body_mode == M0_BODY_CHUNKED)
+        c->x.body_rd = c->x.body_end; /* a body on an upgrade request is not part of the stream */
+    c->x.body_mode = M0_BODY_LENGTH;
+    c->x.body_left = UINT64_MAX;
+    c->x.body_done = 0;
+    c->x.expect_continue = 0;
     c->timer_kind = M0_TIMER_NONE;
 }

@@ -2,6 +2,7 @@
  * (m0__conn_fill), what a readiness event does in each state, and the
  * connection's epoll callback. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,43 +14,43 @@
  * peer_eof), -EAGAIN, -ENOBUFS when there is no room, or -errno. */
 ssize_t m0__conn_fill(m0_conn *c)
 {
-    if (c->rbuf == NULL) {
-        c->rbuf = m0_recycle_get(&c->srv->rbufs);
-        if (c->rbuf == NULL)
+    if (c->in.rbuf == NULL) {
+        c->in.rbuf = m0_recycle_get(&c->srv->rbufs);
+        if (c->in.rbuf == NULL)
             return -ENOMEM;
-        c->rcap = M0_RBUF_INITIAL;
-        c->rlen = c->rpos = 0;
+        c->in.rcap = M0_RBUF_INITIAL;
+        c->in.rlen = c->in.rpos = 0;
     }
     if (c->state == M0_CS_HEAD || c->state == M0_CS_DISCARD || c->state == M0_CS_LINGER) {
-        if (c->rpos == c->rlen) {
-            c->rpos = c->rlen = 0;
-        } else if (c->rpos > 0 && c->rcap - c->rlen < 1024) {
-            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-            c->rlen -= c->rpos;
-            c->rpos = 0;
+        if (c->in.rpos == c->in.rlen) {
+            c->in.rpos = c->in.rlen = 0;
+        } else if (c->in.rpos > 0 && c->in.rcap - c->in.rlen < 1024) {
+            memmove(c->in.rbuf, c->in.rbuf + c->in.rpos, c->in.rlen - c->in.rpos);
+            c->in.rlen -= c->in.rpos;
+            c->in.rpos = 0;
         }
-        if (c->rlen == c->rcap && c->state == M0_CS_HEAD && c->rcap < c->srv->head_cap) {
-            size_t cap = c->rcap * 2;
+        if (c->in.rlen == c->in.rcap && c->state == M0_CS_HEAD && c->in.rcap < c->srv->head_cap) {
+            size_t cap = c->in.rcap * 2;
             if (cap > c->srv->head_cap)
                 cap = c->srv->head_cap;
-            char *nb = realloc(c->rbuf, cap);
+            char *nb = realloc(c->in.rbuf, cap);
             if (nb == NULL)
                 return -ENOMEM;
-            c->rbuf = nb;
-            c->rcap = cap;
+            c->in.rbuf = nb;
+            c->in.rcap = cap;
         }
     }
-    if (c->rlen == c->rcap)
+    if (c->in.rlen == c->in.rcap)
         return -ENOBUFS;
     for (;;) {
-        ssize_t n = m0__conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
+        ssize_t n = m0__conn_recv(c, c->in.rbuf + c->in.rlen, c->in.rcap - c->in.rlen);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_IN, n);
-            c->rlen += (size_t)n;
+            c->in.rlen += (size_t)n;
             return n;
         }
         if (n == 0) {
-            c->peer_eof = 1;
+            c->in.peer_eof = 1;
             return 0;
         }
         if (errno == EINTR)
@@ -65,7 +66,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
     case M0_CS_DISCARD: {
         size_t got = 0;
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
+            size_t room = c->in.rbuf != NULL ? c->in.rcap - c->in.rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
             ssize_t n = m0__conn_fill(c);
             if (n > 0 && (size_t)n < room && (events & EPOLLRDHUP))
                 (void)m0__conn_fill(c); /* its EOF, before the answers (the last one says close) */
@@ -81,16 +82,17 @@ static void conn_readable(m0_conn *c, uint32_t events)
                 m0__conn_interest(c); /* stop reading; answer what is buffered */
             m0__conn_process(c);
             /* One read per readiness unless it filled the buffer. */
-            if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->peer_eof)
+            if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->in.peer_eof)
                 break;
         }
-        m0__pace_note(c, got); /* a head or body still incomplete after it: how fast it comes */
+        if (m0__pace_note(c, got)) /* a head or body still incomplete after it: how fast it comes */
+            m0__conn_interest(c);
         return;
     }
     case M0_CS_BODY: {
         size_t got = 0;
         for (int i = 0; i < 4; i++) {
-            size_t room = c->rbuf != NULL ? c->rcap - c->rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
+            size_t room = c->in.rbuf != NULL ? c->in.rcap - c->in.rlen : M0_RBUF_INITIAL; /* m0__conn_fill takes one */
             ssize_t n = m0__conn_fill(c);
             if (n == -EAGAIN)
                 break;
@@ -124,20 +126,20 @@ static void conn_readable(m0_conn *c, uint32_t events)
             if (n <= 0 || (size_t)n < room)
                 break;
         }
-        m0__pace_note(c, got);
+        (void)m0__pace_note(c, got);
         m0__conn_interest(c);
         return;
     }
     case M0_CS_REQUEST:
     case M0_CS_RAW: {
         ssize_t n = -ENOBUFS;
-        if (c->rlen < c->rcap && !(c->flags & M0_CF_WANT_BODY))
+        if (c->in.rlen < c->in.rcap && !(c->flags & M0_CF_WANT_BODY))
             n = m0__conn_fill(c);
         if ((c->flags & M0_CF_WANT_BODY) || c->state == M0_CS_RAW) {
             /* The handler reads from the socket itself through body_read. */
             c->flags &= ~M0_CF_WANT_BODY;
             if (n == 0)
-                c->peer_eof = 1;
+                c->in.peer_eof = 1;
             m0__conn_interest(c);
             m0__conn_notify(c, M0_CONN_BODY);
             return;
@@ -172,7 +174,7 @@ static void conn_readable(m0_conn *c, uint32_t events)
         return;
     case M0_CS_LINGER:
         for (;;) {
-            c->rlen = c->rpos = 0;
+            c->in.rlen = c->in.rpos = 0;
             ssize_t n = m0__conn_fill(c);
             if (n == -EAGAIN)
                 return;
@@ -193,11 +195,34 @@ void m0__conn_read_now(m0_conn *c)
     m0__conn_release(c);
 }
 
+/* The pace timer (pace.c): read every paced connection once; those still
+ * slow stay paced for another window, the others are read on EPOLLIN again. */
+static void conn_pace_tick(m0_loop *loop, m0_timer *t)
+{
+    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, pace_timer));
+    m0_conn *batch = m0__pace_batch(srv);
+    while (batch != NULL) {
+        m0_conn *c = batch;
+        batch = c->pace.next;
+        c->pace.prev = c->pace.next = NULL;
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && m0__pace_incomplete(c))
+            m0__conn_read_now(c);
+        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && !m0__pace_window_end(c, m0_loop_now(loop)))
+            m0__conn_interest(c);
+        m0__conn_release(c);
+    }
+}
+
+void m0__conn_pace_init(m0_server *srv)
+{
+    m0__pace_init(srv, conn_pace_tick);
+}
+
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
     m0_conn *c = (m0_conn *)io;
     c->refs++;
-    if (c->detached) {
+    if (c->x.detached) {
         /* Its interest was left as it was at the hand-off, so the next
          * request of a keep-alive client is what wakes the loop: finish the
          * responses other threads completed first (this one's, likely). */
@@ -207,7 +232,7 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
              * back, or a level-triggered event repeats. */
             m0_io_set(loop, io, EPOLLET);
         }
-        if (c->detached || c->state == M0_CS_CLOSED) {
+        if (c->x.detached || c->state == M0_CS_CLOSED) {
             m0__conn_release(c);
             return;
         }
@@ -216,7 +241,7 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
         events |= EPOLLIN; /* a TLS read waited for the socket to take output */
     if (events & EPOLLOUT)
         m0__conn_flush(c);
-    if (c->detached) {
+    if (c->x.detached) {
         m0__conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */
         return;
     }

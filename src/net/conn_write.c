@@ -32,11 +32,11 @@
 static void conn_hold(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    c->held = 1;
-    c->held_prev = NULL;
-    c->held_next = srv->held;
+    c->out.held = 1;
+    c->out.held_prev = NULL;
+    c->out.held_next = srv->held;
     if (srv->held != NULL)
-        srv->held->held_prev = c;
+        srv->held->out.held_prev = c;
     srv->held = c;
 }
 
@@ -52,20 +52,6 @@ int m0__conn_release_held(m0_conn *c)
     return r == -EAGAIN ? 0 : r;
 }
 
-void m0__conn_unhold(m0_conn *c)
-{
-    if (!c->held)
-        return;
-    if (c->held_prev != NULL)
-        c->held_prev->held_next = c->held_next;
-    else
-        c->srv->held = c->held_next;
-    if (c->held_next != NULL)
-        c->held_next->held_prev = c->held_prev;
-    c->held = 0;
-    c->held_prev = c->held_next = NULL;
-}
-
 uint64_t m0__conn_now_ms(void)
 {
     return m0__conn_clock_ns() / 1000000u;
@@ -74,7 +60,7 @@ uint64_t m0__conn_now_ms(void)
 int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
 {
     const m0_server_config *cfg = &c->srv->cfg;
-    if (c->held && (events & POLLIN))
+    if (c->out.held && (events & POLLIN))
         m0__conn_unhold(c); /* a peer may wait for our response before it sends more: sent below */
     for (;;) {
         /* Waiting for input, the caller owns the connection's queued output
@@ -82,11 +68,11 @@ int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms)
          * bytes before it sends more (a full-duplex client), so it goes
          * while we wait. */
         short want = events;
-        if ((events & POLLIN) && c->wlen > c->wpos) {
+        if ((events & POLLIN) && c->out.wlen > c->out.wpos) {
             int r = conn_send(c, NULL, 0, NULL);
             if (r < 0 && r != -EAGAIN)
                 return r;
-            if (c->wlen > c->wpos)
+            if (c->out.wlen > c->out.wpos)
                 want |= POLLOUT;
         }
         struct pollfd p = {.fd = c->io.fd, .events = want};
@@ -123,27 +109,27 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
     for (int i = 0; i < iovcnt; i++)
         need += iov[i].iov_len;
     need -= skip;
-    if (c->wpos > 0 && c->wcap - c->wlen < need) {
-        memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
-        c->wlen -= c->wpos;
-        c->wpos = 0;
+    if (c->out.wpos > 0 && c->out.wcap - c->out.wlen < need) {
+        memmove(c->out.wbuf, c->out.wbuf + c->out.wpos, c->out.wlen - c->out.wpos);
+        c->out.wlen -= c->out.wpos;
+        c->out.wpos = 0;
     }
-    if (c->wbuf == NULL && need <= M0_WBUF_INITIAL && !c->detached) {
+    if (c->out.wbuf == NULL && need <= M0_WBUF_INITIAL && !c->x.detached) {
         /* The loop thread's own writes (held output) take a recycled block. */
-        c->wbuf = m0_recycle_get(&c->srv->wbufs);
-        if (c->wbuf == NULL)
+        c->out.wbuf = m0_recycle_get(&c->srv->wbufs);
+        if (c->out.wbuf == NULL)
             return -ENOMEM;
-        c->wcap = M0_WBUF_INITIAL;
+        c->out.wcap = M0_WBUF_INITIAL;
     }
-    if (c->wcap - c->wlen < need) {
-        size_t cap = c->wcap ? c->wcap * 2 : M0_WBUF_INITIAL;
-        while (cap < c->wlen + need)
+    if (c->out.wcap - c->out.wlen < need) {
+        size_t cap = c->out.wcap ? c->out.wcap * 2 : M0_WBUF_INITIAL;
+        while (cap < c->out.wlen + need)
             cap *= 2;
-        char *nb = realloc(c->wbuf, cap);
+        char *nb = realloc(c->out.wbuf, cap);
         if (nb == NULL)
             return -ENOMEM;
-        c->wbuf = nb;
-        c->wcap = cap;
+        c->out.wbuf = nb;
+        c->out.wcap = cap;
     }
     for (int i = 0; i < iovcnt; i++) {
         size_t len = iov[i].iov_len;
@@ -152,8 +138,8 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
             skip -= len;
             continue;
         }
-        memcpy(c->wbuf + c->wlen, base + skip, len - skip);
-        c->wlen += len - skip;
+        memcpy(c->out.wbuf + c->out.wlen, base + skip, len - skip);
+        c->out.wlen += len - skip;
         skip = 0;
     }
     return 0;
@@ -164,12 +150,12 @@ static int wbuf_append(m0_conn *c, const struct iovec *iov, int iovcnt, size_t s
  * send queue shrank). */
 static uint64_t conn_send_deadline(m0_conn *c)
 {
-    if (c->send_deadline_ms == 0) {
+    if (c->out.send_deadline_ms == 0) {
         uint32_t t = m0__conn_send_timeout(c);
-        c->send_deadline_ms = m0__conn_now_ms() + t;
-        c->send_outq = m0__conn_outq(c);
+        c->out.send_deadline_ms = m0__conn_now_ms() + t;
+        c->out.send_outq = m0__conn_outq(c);
     }
-    return c->send_deadline_ms;
+    return c->out.send_deadline_ms;
 }
 
 /* Wait until the socket takes more output: 0, or -ETIMEDOUT once the peer
@@ -180,7 +166,7 @@ static int conn_wait_writable(m0_conn *c)
         int w = m0__conn_wait(c, POLLOUT, conn_send_deadline(c));
         if (w != -ETIMEDOUT || !m0__conn_peer_progressed(c))
             return w;
-        c->send_deadline_ms = 0; /* it reads, slowly: a new period */
+        c->out.send_deadline_ms = 0; /* it reads, slowly: a new period */
     }
 }
 
@@ -203,7 +189,7 @@ static inline __attribute__((always_inline)) int conn_send_inline(m0_conn *c, co
         struct iovec win[M0_SEND_WINDOW];
         const struct iovec *w = win;
         int wn = 0;
-        size_t queued = c->wlen - c->wpos;
+        size_t queued = c->out.wlen - c->out.wpos;
         size_t wbytes = queued; /* in the window */
         int i = 0;
         if (queued == 0 && sent == 0 && total != 0 && iovcnt <= M0_SEND_WINDOW) {
@@ -214,7 +200,7 @@ static inline __attribute__((always_inline)) int conn_send_inline(m0_conn *c, co
             goto send;
         }
         if (queued > 0) {
-            win[wn].iov_base = c->wbuf + c->wpos;
+            win[wn].iov_base = c->out.wbuf + c->out.wpos;
             win[wn].iov_len = queued;
             wn++;
         }
@@ -236,9 +222,9 @@ static inline __attribute__((always_inline)) int conn_send_inline(m0_conn *c, co
         ssize_t n = m0__conn_sendv(c, w, wn); /* plaintext or through the TLS session (conn_io.c) */
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
-            c->send_deadline_ms = 0; /* progress */
+            c->out.send_deadline_ms = 0; /* progress */
             size_t from_queue = (size_t)n < queued ? (size_t)n : queued;
-            c->wpos += from_queue;
+            c->out.wpos += from_queue;
             sent += (size_t)n - from_queue;
             if ((size_t)n == wbytes && i == iovcnt)
                 break; /* the window held all that was left, and all of it went */
@@ -250,17 +236,17 @@ static inline __attribute__((always_inline)) int conn_send_inline(m0_conn *c, co
         if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
             r = -EAGAIN;
         } else {
-            c->broken = 1;
+            c->out.broken = 1;
             r = n < 0 ? -err : -EPIPE;
         }
         break;
     }
     if (done != NULL)
         *done = sent;
-    if (c->wpos == c->wlen) {
-        c->wpos = c->wlen = 0;
+    if (c->out.wpos == c->out.wlen) {
+        c->out.wpos = c->out.wlen = 0;
         if (r == 0)
-            c->out_stalled = 0; /* the peer caught up */
+            c->out.out_stalled = 0; /* the peer caught up */
     }
     return r;
 }
@@ -277,9 +263,9 @@ static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *do
  * (an owning thread's blocking write). 0 or -errno. */
 static int conn_flush_until(m0_conn *c, size_t keep)
 {
-    while (c->wlen - c->wpos > keep) {
+    while (c->out.wlen - c->out.wpos > keep) {
         int r = conn_send(c, NULL, 0, NULL);
-        if (r == 0 || c->wlen - c->wpos <= keep)
+        if (r == 0 || c->out.wlen - c->out.wpos <= keep)
             break;
         if (r != -EAGAIN)
             return r;
@@ -310,10 +296,10 @@ static int conn_wait_keeping_up(m0_conn *c, uint64_t *until)
     uint64_t now = m0__conn_now_ms();
     if (*until == 0)
         *until = now + M0_WRITE_FLUSH_MS;
-    uint64_t stall = now + (c->detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
+    uint64_t stall = now + (c->x.detached ? M0_WRITE_STALL_MS : M0_WRITE_STALL_LOOP_MS);
     int w = now < *until ? m0__conn_wait(c, POLLOUT, stall < *until ? stall : *until) : -ETIMEDOUT;
     if (w == -ETIMEDOUT)
-        c->out_stalled = 1; /* until the peer catches up with the whole queue (conn_send) */
+        c->out.out_stalled = 1; /* until the peer catches up with the whole queue (conn_send) */
     return w;
 }
 
@@ -321,7 +307,7 @@ static int conn_wait_keeping_up(m0_conn *c, uint64_t *until)
 static int conn_flush_keeping_up(m0_conn *c)
 {
     uint64_t until = 0;
-    while (c->wlen > c->wpos && !c->out_stalled) {
+    while (c->out.wlen > c->out.wpos && !c->out.out_stalled) {
         int r = conn_send(c, NULL, 0, NULL);
         if (r != -EAGAIN)
             return r;
@@ -346,19 +332,21 @@ int m0__conn_send_continue(m0_conn *c, int blocking)
 {
     static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
     struct iovec iov = {(void *)line, sizeof(line) - 1};
-    int started = c->resp_started;
+    int started = c->x.resp_started;
     m0__conn_unhold(c);
     int r = conn_writev(c, &iov, 1, blocking, HOLD_NONE);
     if (r == 0 && blocking)
         r = conn_flush_until(c, 0);
-    c->resp_started = started;
+    c->x.resp_started = started;
     return r;
 }
 
-int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+/* HTTP/1.1 sends a head's text as it is (head describes the start of iov).
+ * The _logged variants (m0__h1_exchange_logged: an access-log format that
+ * asks for response fields) first give the head's fields to the log. */
+int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev(c, iov, iovcnt, blocking); /* an HTTP/2 stream (net/h2.h) */
+    (void)head;
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
      * (canned, native, the gate's) or an async handler's, whose app runs
@@ -366,10 +354,9 @@ int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
-int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev(c, iov, iovcnt, 0); /* a stream's chunk is never held either */
+    (void)head;
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
@@ -378,32 +365,51 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
-int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_writev_final(c, iov, iovcnt, blocking);
+    (void)head;
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
+}
+
+int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev(c, head, iov, iovcnt, blocking);
+}
+
+int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev_chunk(c, head, iov, iovcnt);
+}
+
+int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                               int blocking)
+{
+    if (head != NULL)
+        m0__conn_log_head(c, head);
+    return m0__h1_writev_final(c, head, iov, iovcnt, blocking);
 }
 
 void m0__conn_hold(m0_conn *c)
 {
-    if (!c->held)
+    if (!c->out.held)
         conn_hold(c);
 }
 
 static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking, int hold)
 {
-    if (c->state == M0_CS_CLOSED || c->broken)
+    if (c->state == M0_CS_CLOSED || c->out.broken)
         return -EPIPE;
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
     if (total == 0)
         return 0;
-    if (c->srv->cfg.access_log_format != NULL)
-        m0__conn_log_head(c, iov, iovcnt);
-    c->resp_started = 1;
-    if (hold == HOLD_FINAL && c->detached && c->wlen == c->wpos && total <= M0_HOLD_MAX) {
+    c->x.resp_started = 1;
+    if (hold == HOLD_FINAL && c->x.detached && c->out.wlen == c->out.wpos && total <= M0_HOLD_MAX) {
         /* A pool thread's last bytes of a response: left in the write buffer
          * for the loop, which sends them with the other completions it takes
          * in one pass (m0_conn_complete wakes it; conn_finish_completed holds
@@ -411,15 +417,15 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
          * held output, not once per response sent from the pool thread. */
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
             return -ENOMEM;
-        c->pool_held = 1;
+        c->x.pool_held = 1;
         return 0;
     }
     /* detached first: a pool thread never reads the loop's state. */
-    if (hold != HOLD_NONE && !c->detached && (c->held || c->wlen == c->wpos) &&
-        c->wlen - c->wpos + total <= M0_HOLD_MAX && m0_loop_dispatching(c->srv->loop)) {
+    if (hold != HOLD_NONE && !c->x.detached && (c->out.held || c->out.wlen == c->out.wpos) &&
+        c->out.wlen - c->out.wpos + total <= M0_HOLD_MAX && m0_loop_dispatching(c->srv->loop)) {
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
             return -ENOMEM;
-        if (!c->held)
+        if (!c->out.held)
             conn_hold(c);
         return 0;
     }
@@ -454,7 +460,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
  * the response aside instead (c->flags are the loop's). */
 static void conn_sendfile_blocked(m0_conn *c)
 {
-    if (c->detached)
+    if (c->x.detached)
         return;
     c->flags |= M0_CF_WRITABLE_WANTED;
     m0__conn_interest(c);
@@ -463,18 +469,18 @@ static void conn_sendfile_blocked(m0_conn *c)
 static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
     uint64_t until = 0;
-    if (c->wlen > c->wpos) {
+    if (c->out.wlen > c->out.wpos) {
         int r = blocking == M0_WRITE_SENT   ? conn_flush_until(c, 0)
                 : blocking == M0_WRITE_PARK ? conn_flush_keeping_up(c)
                                             : conn_send(c, NULL, 0, NULL);
         if (r < 0 && r != -EAGAIN)
             return r;
-        if (c->wlen > c->wpos) {
+        if (c->out.wlen > c->out.wpos) {
             conn_sendfile_blocked(c);
             return -EAGAIN;
         }
     }
-    c->resp_started = 1;
+    c->x.resp_started = 1;
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
@@ -482,7 +488,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
-            c->send_deadline_ms = 0; /* progress */
+            c->out.send_deadline_ms = 0; /* progress */
             continue;
         }
         if (n == 0)
@@ -506,7 +512,7 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             break;
         }
         if (err == EPIPE || err == ECONNRESET)
-            c->broken = 1;
+            c->out.broken = 1;
         return -err;
     }
     return (ssize_t)sent;
@@ -516,11 +522,9 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
  * default, which an application may undo), it is blocked around the call
  * and a SIGPIPE raised by it is consumed, so a peer that goes away during a
  * file response cannot kill the worker. */
-ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
-    if (c->is_h2s)
-        return m0__h2s_sendfile(c, fd, offset, count, blocking);
-    if (c->state == M0_CS_CLOSED || c->broken)
+    if (c->state == M0_CS_CLOSED || c->out.broken)
         return -EPIPE;
     struct sigaction sa;
     if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
@@ -540,13 +544,11 @@ ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
 
 /* --- the transport's rules, for every protocol (DESIGN.md 1) --- */
 
-int m0__conn_backed_up(m0_conn *c)
+/* Backed up (m0__conn_backed_up): the send timeout runs. */
+void m0__conn_backed_arm(m0_conn *c)
 {
-    if (!m0__conn_out_backed(c))
-        return 0;
     if (c->timer_kind != M0_TIMER_SEND)
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
-    return 1;
 }
 
 void m0__conn_send_deadline(m0_conn *c)
@@ -554,7 +556,7 @@ void m0__conn_send_deadline(m0_conn *c)
     /* Bytes of a pending response, or of an HTTP/2 session (whose streams
      * are its requests); an idle HTTP/1.1 connection's idle timer moves to
      * the send timeout when it expires (conn.c). */
-    if (c->wlen == c->wpos || c->held || !(c->pending || c->state == M0_CS_H2))
+    if (c->out.wlen == c->out.wpos || c->out.held || !(c->x.pending || c->state == M0_CS_H2))
         return;
     if (c->timer_kind == M0_TIMER_NONE || c->timer_kind == M0_TIMER_IDLE)
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
@@ -570,50 +572,47 @@ void m0__server_flush_held(void *arg)
             continue;
         c->refs++;
         m0__conn_flush(c);
-        if (c->detached) {
+        if (c->x.detached) {
             m0__conn_release(c); /* handed to a thread as it drained (M0_CONN_WRITABLE): its output is the thread's */
             continue;
         }
         if (c->state != M0_CS_CLOSED)
             m0__conn_send_deadline(c); /* as a write that found the socket full */
-        if (c->state == M0_CS_HEAD && c->rbuf == NULL && c->wlen == 0)
+        if (c->state == M0_CS_HEAD && c->in.rbuf == NULL && c->out.wlen == 0)
             m0__conn_wbuf_release(c); /* idle: it holds no buffer (conn.c) */
         m0__conn_release(c);
     }
 }
 
-int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers)
 {
-    if (c->is_h2s)
-        return m0__h2s_trailers(c, iov, iovcnt);
-    return m0_conn_writev(c, iov, iovcnt, 0);
+    struct iovec iov = {(void *)trailers->text, trailers->len};
+    return m0__h1_writev(c, NULL, &iov, 1, 0);
 }
 
-size_t m0_conn_write_pending(const m0_conn *c)
+size_t m0__h1_write_pending(const m0_conn *c)
 {
-    if (c->is_h2s)
-        return m0__h2s_write_pending(c);
-    return c->wlen - c->wpos;
+    return c->out.wlen - c->out.wpos;
 }
 
 void m0__conn_flush(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    size_t before = c->wlen - c->wpos;
+    size_t before = c->out.wlen - c->out.wpos;
     int r = conn_send(c, NULL, 0, NULL);
     if (r < 0 && r != -EAGAIN) {
         m0__conn_close(c, 1);
         return;
     }
-    if (c->timer_kind == M0_TIMER_SEND && c->wlen - c->wpos < before)
+    if (c->timer_kind == M0_TIMER_SEND && c->out.wlen - c->out.wpos < before)
         m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c)); /* progress */
-    if (c->wpos == c->wlen) {
-        c->wpos = c->wlen = 0;
+    if (c->out.wpos == c->out.wlen) {
+        c->out.wpos = c->out.wlen = 0;
         if (c->timer_kind == M0_TIMER_SEND && !(c->flags & (M0_CF_CLOSE_AFTER | M0_CF_OUT_BLOCKED)) &&
-            c->state == M0_CS_HEAD && c->rpos == c->rlen)
+            c->state == M0_CS_HEAD && c->in.rpos == c->in.rlen)
             m0__conn_arm(c, M0_TIMER_IDLE, srv->cfg.keep_alive_timeout_ms);
         else if (c->timer_kind == M0_TIMER_SEND && !(c->flags & M0_CF_CLOSE_AFTER) &&
-                 ((c->pending && (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW)) || c->state == M0_CS_H2))
+                 ((c->x.pending && (c->state == M0_CS_REQUEST || c->state == M0_CS_RAW)) || c->state == M0_CS_H2))
             c->timer_kind = M0_TIMER_NONE; /* drained: the response waits on its app, not its peer */
         if (c->flags & M0_CF_CLOSE_AFTER) {
             int linger = (c->flags & M0_CF_LINGER_AFTER) != 0;
@@ -622,7 +621,7 @@ void m0__conn_flush(m0_conn *c)
             return;
         }
     }
-    if ((c->flags & M0_CF_OUT_BLOCKED) && c->wlen - c->wpos < M0_WRITE_LOW_WATER) {
+    if ((c->flags & M0_CF_OUT_BLOCKED) && c->out.wlen - c->out.wpos < M0_WRITE_LOW_WATER) {
         /* Input is read again (m0__conn_interest below): HTTP/1.1 parses
          * the requests it holds, HTTP/2 reads frames when EPOLLIN says so. */
         c->flags &= ~M0_CF_OUT_BLOCKED;
@@ -635,9 +634,9 @@ void m0__conn_flush(m0_conn *c)
     /* A parked response's app runs when it is notified: only once nothing is
      * queued (m0_conn_park); an async handler's waits below the low-water mark. */
     size_t below = (c->flags & M0_CF_DRAIN_WANTED) ? 1 : M0_WRITE_LOW_WATER;
-    if ((c->flags & M0_CF_WRITABLE_WANTED) && c->wlen - c->wpos < below) {
+    if ((c->flags & M0_CF_WRITABLE_WANTED) && c->out.wlen - c->out.wpos < below) {
         c->flags &= ~(M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);
-        if (c->pending || c->state == M0_CS_RAW || c->state == M0_CS_H2) {
+        if (c->x.pending || c->state == M0_CS_RAW || c->state == M0_CS_H2) {
             m0__conn_notify(c, M0_CONN_WRITABLE);
             if (c->state == M0_CS_CLOSED)
                 return;

@@ -19,9 +19,9 @@ static inline int m0__request_begin(m0_conn *c)
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
     m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
     if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
-        c->start_ns = m0__conn_clock_ns();
+        c->x.start_ns = m0__conn_clock_ns();
         if (srv->heartbeat != NULL)
-            *srv->heartbeat = (int64_t)c->start_ns;
+            *srv->heartbeat = (int64_t)c->x.start_ns;
     }
     if (srv->cfg.proxy.headers)
         m0__proxy_headers_resolve(c);
@@ -36,21 +36,21 @@ static inline int m0__request_begin(m0_conn *c)
 static inline void m0__request_end(m0_conn *c, int status, uint64_t body_bytes)
 {
     m0_server *srv = c->srv;
-    c->pending = 0;
+    c->x.pending = 0;
     m0__gate_done(c);
     /* A pool thread's response ended when it completed, not when the loop took it. */
-    uint64_t end_ns = c->done_ns;
-    c->done_ns = 0;
+    uint64_t end_ns = c->x.done_ns;
+    c->x.done_ns = 0;
     if (end_ns == 0 && (srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0))
         end_ns = m0__conn_clock_ns();
     if (srv->cfg.metrics != NULL) {
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0_metrics_request_end(srv->cfg.metrics, &c->req, status, end_ns - c->start_ns);
+        m0_metrics_request_end(srv->cfg.metrics, &c->x.req, status, end_ns - c->x.start_ns);
     }
     if (srv->heartbeat != NULL)
         *srv->heartbeat = 0;
     if (srv->cfg.access_log_fd >= 0)
-        m0__conn_log(c, &c->req, status, body_bytes, end_ns - c->start_ns);
+        m0__conn_log(c, &c->x.req, status, body_bytes, end_ns - c->x.start_ns);
 }
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../http/response.h"
+#include "../http/response_head.h"
 #include "conn_int.h"
 #include "static_int.h"
 
@@ -17,35 +17,44 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
     int keep = m0_conn_keep_alive(c);
     size_t blen = strlen(body);
     char buf[512];
-    int n =
-        snprintf(buf, sizeof(buf), "HTTP/1.1 %d %s\r\n%s%sContent-Type: text/plain\r\nContent-Length: %zu\r\n%s%s\r\n",
-                 status, m0_status_reason(status), m0_date_line(), srv->cfg.server_header ? "Server: m0serve\r\n" : "",
-                 blen, retry_after ? "Retry-After: 1\r\n" : "",
-                 !keep                       ? "Connection: close\r\n"
-                 : c->req.minor_version == 0 ? "Connection: keep-alive\r\n"
-                                             : "");
-    if (n <= 0 || (size_t)n + blen > sizeof(buf)) {
+    m0_field_span f[5];
+    m0_head_out b;
+    m0_head_out_init(&b, buf, sizeof(buf), f, 5);
+    m0_head_out_status(&b, status);
+    m0_head_out_date(&b);
+    if (srv->cfg.server_header)
+        m0_head_out_field(&b, "Server", 6, "m0serve", 7);
+    m0_head_out_field(&b, "Content-Type", 12, "text/plain", 10);
+    m0_head_out_length(&b, blen);
+    if (retry_after)
+        m0_head_out_field(&b, "Retry-After", 11, "1", 1);
+    if (!keep)
+        m0_head_out_raw(&b, "Connection: close\r\n", 19);
+    else if (c->x.req.minor_version == 0 && !(c->x.req.flags & M0_REQ_HTTP2))
+        m0_head_out_raw(&b, "Connection: keep-alive\r\n", 24);
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_response_head head;
+    m0_head_out_view(&b, status, (int64_t)blen, &head);
+    if (!(c->x.req.flags & M0_REQ_HEAD))
+        m0_head_out_raw(&b, body, blen);
+    if (b.full) {
         m0__conn_close(c, 1);
         return;
     }
-    if (!(c->req.flags & M0_REQ_HEAD)) {
-        memcpy(buf + n, body, blen);
-        n += (int)blen;
-    }
-    struct iovec iov = {buf, (size_t)n};
-    if (m0_conn_writev(c, &iov, 1, 0) < 0) {
+    struct iovec iov = {buf, b.len};
+    if (m0_conn_writev(c, &head, &iov, 1, 0) < 0) {
         m0__conn_close(c, 1);
         return;
     }
-    m0_conn_finish(c, keep, status, (c->req.flags & M0_REQ_HEAD) ? 0 : blen);
+    m0_conn_finish(c, keep, status, (c->x.req.flags & M0_REQ_HEAD) ? 0 : blen);
 }
 
 int m0__gate(m0_conn *c)
 {
     m0_server *srv = c->srv;
     const m0_proxy_config *pc = &srv->cfg.proxy;
-    if (pc->health_path_len != 0 && c->req.path.len == pc->health_path_len &&
-        memcmp(c->req.path.base, pc->health_path, pc->health_path_len) == 0) {
+    if (pc->health_path_len != 0 && c->x.req.path.len == pc->health_path_len &&
+        memcmp(c->x.req.path.base, pc->health_path, pc->health_path_len) == 0) {
         int ready =
             !__atomic_load_n(&srv->unready, __ATOMIC_RELAXED) && !__atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
         /* Not a request of the app's: it does not count (--max-requests). */

@@ -7,7 +7,6 @@
 
 #include <poll.h>
 
-#define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"
 /* The window over which resets are counted (rapid reset, CVE-2023-44487;
  * MadeYouReset, CVE-2025-8671): a sliding second (h2_reset_count). */
 #define H2_RESET_WINDOW_MS 1000
@@ -18,11 +17,6 @@
 #define H2_MALFORMED_RESET_WEIGHT 10
 
 static void h2_dispatch(m0_h2 *h2);
-
-int m0__h2_preface(const char *buf, size_t len)
-{
-    return len >= sizeof(H2_PREFACE_LINE) - 1 && memcmp(buf, H2_PREFACE_LINE, sizeof(H2_PREFACE_LINE) - 1) == 0;
-}
 
 /* --- nghttp2 callbacks --- */
 
@@ -190,7 +184,7 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
      * the body buffer. Bytes nobody will read are dropped, their window
      * given back. */
     nghttp2_session_consume_connection(ses, len);
-    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->pending) || s->ng_closed ||
+    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->x.pending) || s->ng_closed ||
         (s->submitted && s->sc == NULL)) { /* ... or answered without the handler (a 408) */
         nghttp2_session_consume_stream(ses, stream_id, len);
         return 0;
@@ -368,9 +362,9 @@ void m0__h2_start(m0_conn *c)
 void m0__h2_feed(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
-    size_t len = c->rlen - c->rpos;
-    int r = h2_recv(h2, c->rbuf + c->rpos, len);
-    c->rpos = c->rlen = 0;
+    size_t len = c->in.rlen - c->in.rpos;
+    int r = h2_recv(h2, c->in.rbuf + c->in.rpos, len);
+    c->in.rpos = c->in.rlen = 0;
     if (r < 0)
         nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
     m0__h2_after(h2);
@@ -387,7 +381,7 @@ void m0__h2_readable(m0_conn *c, uint32_t events)
          * send deadline running (conn_int.h, the transport's rules). */
         if (m0__conn_backed_up(c))
             break;
-        c->rpos = c->rlen = 0;
+        c->in.rpos = c->in.rlen = 0;
         ssize_t n = m0__conn_fill(c);
         if (n == -EAGAIN)
             break;
@@ -395,14 +389,14 @@ void m0__h2_readable(m0_conn *c, uint32_t events)
             m0__conn_close(c, 1);
             goto out;
         }
-        if (h2_recv(h2, c->rbuf, (size_t)n) < 0) {
+        if (h2_recv(h2, c->in.rbuf, (size_t)n) < 0) {
             nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
             break;
         }
-        if ((size_t)n < c->rcap)
+        if ((size_t)n < c->in.rcap)
             break;
     }
-    c->rpos = c->rlen = 0;
+    c->in.rpos = c->in.rlen = 0;
     if (c->state == M0_CS_H2)
         m0__h2_after(h2);
 out:
@@ -419,10 +413,10 @@ int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms)
     if (c->state != M0_CS_H2)
         return -ECONNRESET; /* a write failed: the connection closed, h2 is freed */
     h2->write_now--;
-    c->rpos = c->rlen = 0;        /* the loop's input was fed before the dispatch */
+    c->in.rpos = c->in.rlen = 0;  /* the loop's input was fed before the dispatch */
     ssize_t n = m0__conn_fill(c); /* first without waiting: TLS may hold bytes already */
     if (n == -EAGAIN) {
-        int r = m0__conn_wait(c, (short)(POLLIN | (c->wlen > c->wpos ? POLLOUT : 0)), deadline_ms);
+        int r = m0__conn_wait(c, (short)(POLLIN | (c->out.wlen > c->out.wpos ? POLLOUT : 0)), deadline_ms);
         if (r < 0)
             return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
         n = m0__conn_fill(c);
@@ -431,8 +425,8 @@ int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms)
     }
     if (n <= 0)
         return -ECONNRESET; /* the loop sees the end too, and closes */
-    int r = h2_recv(h2, c->rbuf, (size_t)n);
-    c->rpos = c->rlen = 0;
+    int r = h2_recv(h2, c->in.rbuf, (size_t)n);
+    c->in.rpos = c->in.rlen = 0;
     if (r < 0) {
         nghttp2_session_terminate_session(h2->ses, NGHTTP2_PROTOCOL_ERROR);
         return -ECONNRESET;
@@ -465,7 +459,7 @@ static void h2_stall_check(m0_h2 *h2)
             h2->stall_mark = h2->data_sent;
             m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
         }
-    } else if (c->timer_kind == M0_TIMER_SEND && c->wlen == c->wpos) {
+    } else if (c->timer_kind == M0_TIMER_SEND && c->out.wlen == c->out.wpos) {
         c->timer_kind = M0_TIMER_NONE;
     } else {
         m0__conn_send_deadline(c); /* bytes that wait on the peer, whatever the windows say */
@@ -595,7 +589,7 @@ void m0__h2_after(m0_h2 *h2)
  * (h2->write_now, m0__h2_kick). */
 static int h2_conn_writev(m0_h2 *h2, const struct iovec *iov, int iovcnt)
 {
-    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, iov, iovcnt, 0);
+    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, NULL, iov, iovcnt, 0);
 }
 
 void m0__h2_write(m0_h2 *h2)
@@ -660,7 +654,7 @@ void m0__h2_write(m0_h2 *h2)
         if (got < H2_SEND_CHUNK)
             break;
     }
-    if (c->wlen > c->wpos)
+    if (c->out.wlen > c->out.wpos)
         c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_after again once it drains (idle timer, more output) */
 }
 
@@ -691,7 +685,7 @@ again:
         m0_h2_stream *next = s->next;
         if (s->ng_closed) {
             m0__h2_stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
-        } else if (s->body_event && s->sc != NULL && s->sc->pending) {
+        } else if (s->body_event && s->sc != NULL && s->sc->x.pending) {
             s->body_event = s->want_body = 0;
             m0__conn_notify(s->sc, M0_CONN_BODY);
         } else if (s->want_writable && s->sc != NULL &&
@@ -753,41 +747,41 @@ static void h2_dispatch(m0_h2 *h2)
         sc->srv = srv;
         sc->io.fd = -1;
         m0_timer_init(&sc->timer, NULL); /* never armed; m0_conn_detach stops it */
-        sc->is_h2s = 1;
+        sc->xops = &m0__h2_exchange;
         sc->h2s = s;
         sc->state = M0_CS_REQUEST;
-        sc->family = c->family;
-        sc->peer_port = c->peer_port;
-        memcpy(sc->peer_host, c->peer_host, sizeof(sc->peer_host));
-        sc->local_port = c->local_port;
-        memcpy(sc->local_host, c->local_host, sizeof(sc->local_host));
+        sc->addr.family = c->addr.family;
+        sc->addr.peer_port = c->addr.peer_port;
+        memcpy(sc->addr.peer_host, c->addr.peer_host, sizeof(sc->addr.peer_host));
+        sc->addr.local_port = c->addr.local_port;
+        memcpy(sc->addr.local_host, c->addr.local_host, sizeof(sc->addr.local_host));
         sc->tls = c->tls;
-        sc->peer_trust = c->peer_trust;
-        sc->body_done = 1;
-        sc->continue_sent = 1;
+        sc->addr.peer_trust = c->addr.peer_trust;
+        sc->x.body_done = 1;
+        sc->x.continue_sent = 1;
         /* The body's deadline from the end of its head, as the loop counted
          * it while buffering, plus the time the stream waited for a busy
          * handler (its client held to the body buffer by flow control). */
         uint64_t now_ms = m0__conn_now_ms();
-        sc->body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done ? s->body_deadline_ms + (now_ms - s->ready_ms)
-                                                                       : now_ms + m0__conn_body_timeout(&srv->cfg);
+        sc->x.body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done ? s->body_deadline_ms + (now_ms - s->ready_ms)
+                                                                         : now_ms + m0__conn_body_timeout(&srv->cfg);
         /* The PROXY protocol's client is the connection's, for each stream. */
-        if (c->fwd_client) {
-            sc->fwd_client = 1;
-            sc->fwd_client_port = c->fwd_client_port;
-            memcpy(sc->fwd_client_host, c->fwd_client_host, sizeof(sc->fwd_client_host));
+        if (c->x.fwd_client) {
+            sc->x.fwd_client = 1;
+            sc->x.fwd_client_port = c->x.fwd_client_port;
+            memcpy(sc->x.fwd_client_host, c->x.fwd_client_host, sizeof(sc->x.fwd_client_host));
         }
-        sc->fwd_scheme = c->fwd_scheme;
-        sc->fwd_port = -1;
+        sc->x.fwd_scheme = c->x.fwd_scheme;
+        sc->x.fwd_port = -1;
         s->sc = sc;
         /* The app call counts against the connection until the stream
          * connection is destroyed and the handler let go (h2_calls.c),
          * however the stream ends. */
-        sc->h2_call = m0__h2_call_new(h2);
-        m0__h2_request_build(s, &sc->req);
-        sc->headers = NULL; /* s->hdr is the stream's */
-        sc->pending = 1;
-        sc->nreq = 1;
+        sc->x.h2_call = m0__h2_call_new(h2);
+        m0__h2_request_build(s, &sc->x.req);
+        sc->x.headers = NULL; /* s->hdr is the stream's */
+        sc->x.pending = 1;
+        sc->x.nreq = 1;
         h2->open++;
         if (!srv->cfg.http2_concurrent)
             h2->busy = 1;
@@ -797,12 +791,12 @@ static void h2_dispatch(m0_h2 *h2)
         sc->refs++;
         int gated = m0__request_begin(sc);
         /* gated and still pending: the gate's file on its way (static_file.c) */
-        int r = gated ? sc->pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->req);
-        if (gated && sc->pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
+        int r = gated ? sc->x.pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->x.req);
+        if (gated && sc->x.pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
             s->gated = 1; /* no handler runs it: the next stream's turn */
             h2->busy = 0;
         }
-        if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->pending))) {
+        if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->x.pending))) {
             /* no response: the stream is reset */
             m0__h2s_abort(sc);
         }

@@ -22,9 +22,10 @@
  *    stream's window given back as the view reads past the buffer. A
  *    concurrent handler's (ASGI) is dispatched at the end of its head. A
  *    Content-Length past limits.max_body is answered 413 at the head.
- *  - The request says HTTP/1.0 framing to the bridges (minor_version 0, no
- *    chunked coding: the end of the stream delimits the body) and HTTP/2 to
- *    everything that names the protocol (M0_REQ_HTTP2).
+ *  - The request says what the stream does for the handler: it frames the
+ *    body (M0_REQ_FRAMED: no chunked coding, the end of the stream delimits
+ *    it) and carries 1xx heads (M0_REQ_INFORMATIONAL); HTTP/2 to everything
+ *    that names the protocol (M0_REQ_HTTP2; minor_version 0).
  *  - The response the bridge writes is the output seam: its head (status
  *    line and fields, as http/response.h frames them) becomes the HEADERS of
  *    nghttp2_submit_response, without the connection-specific fields (RFC
@@ -46,12 +47,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "server.h"
 
 /* Whether buf[0..len) starts with the client preface's request line. */
-int m0__h2_preface(const char *buf, size_t len);
+#define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"
+static inline int m0__h2_preface(const char *buf, size_t len)
+{
+    return len >= sizeof(H2_PREFACE_LINE) - 1 && memcmp(buf, H2_PREFACE_LINE, sizeof(H2_PREFACE_LINE) - 1) == 0;
+}
 
 /* --- the connection (h2.c) --- */
 
@@ -91,14 +97,17 @@ void m0__h2_flush_deferred(m0_server *srv);
 
 /* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
 
-int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+/* The transport of a stream connection's exchange (conn_int.h): these functions. */
+extern const struct m0__exchange_ops m0__h2_exchange;
+
+int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
-int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
 size_t m0__h2s_write_pending(const m0_conn *c);
-int m0__h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0__h2s_trailers(m0_conn *c, const m0_response_head *trailers);
 int m0__h2s_keep_alive(const m0_conn *c);
 void m0__h2s_park(m0_conn *c);
 void m0__h2s_abort(m0_conn *c);

@@ -49,7 +49,7 @@ m0_call *m0__h2_call_new(m0_h2 *h2)
 
 m0_call *m0_conn_call_hold(m0_conn *c)
 {
-    m0_call *call = c->h2_call;
+    m0_call *call = c->x.h2_call;
     if (call != NULL)
         call->holders++;
     return call;

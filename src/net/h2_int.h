@@ -7,6 +7,7 @@
 #define M0_NET_H2_INT_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,10 +112,8 @@ struct m0_h2_stream {
     uint64_t head_deadline_ms; /* the header block's end is due (m0_loop_now ms; m0__h2_timer) */
     int want_body;             /* the handler waits for M0_CONN_BODY (a non-blocking read found nothing) */
     int body_event;            /* ... which is due (told outside nghttp2 calls, by m0__h2_send) */
-    /* The response: its head as the bridge framed it, then the body bytes. */
-    char *head;
-    size_t head_len, head_cap;
-    int submitted; /* HEADERS submitted */
+    /* The response: its head submitted, then the body bytes. */
+    int submitted; /* the final HEADERS submitted */
     int no_body;   /* HEAD, 204, 304: the data provider is not used */
     int gated;     /* answered by the gate, its body still on its way (a static file): it holds no serial
                     * handler's turn (h2->busy), so the connection's other streams are dispatched */
@@ -135,9 +134,12 @@ struct m0_h2_stream {
     size_t trl_n;
     int ng_closed; /* nghttp2 closed the stream */
     /* Output of a detached stream connection (h2_pool.c), under srv->h2_lock:
-     * the bytes its thread wrote, which the loop moves into head/out. */
+     * the heads its thread wrote (h2p_stage_head's records), which the loop
+     * submits first, then the body bytes, which it moves into out. */
     char *stage;
     size_t stage_len, stage_cap;
+    char *stage_heads;
+    size_t stage_heads_len, stage_heads_cap;
     int kicked; /* in srv->h2_kicks */
     m0_h2_stream *kick_prev, *kick_next;
 };
@@ -240,8 +242,17 @@ void m0__h2_feed(m0_h2 *h2);
 void m0__h2_stream_ready(m0_h2 *h2, m0_h2_stream *s);
 
 /* The connection's timer fires by due_ms at the latest (lazy: an earlier
- * arming stays); m0__h2_timer then looks at the streams' deadlines. */
-void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms);
+ * arming stays); m0__h2_timer (h2_timer.c) then looks at the streams'
+ * deadlines. Inline: every part of the session arms it. */
+static inline void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
+{
+    m0_conn *c = h2->c;
+    m0_loop *loop = c->srv->loop;
+    if (m0_timer_armed(&c->timer) && c->timer.deadline_ms <= due_ms)
+        return;
+    uint64_t now = m0_loop_now(loop);
+    m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
+}
 
 /* After input or output: dispatch what is ready, send, end closed streams,
  * close the connection when the session is over. */
@@ -295,16 +306,17 @@ int64_t m0__h2_stream_content_length(const m0_h2_stream *s);
 void m0__h2_stream_window(m0_h2_stream *s);
 /* A response the stream answers itself (431, 413): status only. */
 void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
-/* Loop thread: the response bytes of s's stream connection c (its head,
- * then body bytes) into s->head and s->out, submitting the head once it is
- * whole; no nghttp2 call that sends (safe under srv->h2_lock). 0, -EPIPE,
- * -ENOMEM, or -EPROTO (a head HTTP/2 cannot carry: the caller resets). */
-int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt);
+/* Loop thread: the response bytes of s's stream connection c, as
+ * m0_conn_writev takes them: head (NULL: none) submitted, the body bytes
+ * after its text into s->out; no nghttp2 call that sends (safe under
+ * srv->h2_lock). 0, -EPIPE, -ENOMEM, or -EPROTO (a head HTTP/2 cannot
+ * carry, body bytes before the final head: the caller resets). */
+int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
 
 /* --- streams owned by another thread (h2_pool.c; cfg.http2_pool) --- */
 
 /* The detached stream connection c's functions (its owning thread). */
-int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 size_t m0__h2p_write_pending(const m0_conn *c);
 int m0__h2p_keep_alive(const m0_conn *c);
@@ -315,8 +327,18 @@ void m0__h2p_orphan(m0_h2_stream *s);
 /* Loop thread: s is freed (out of srv->h2_kicks; its unread body out of
  * h2->in_buffered). */
 void m0__h2p_forget(m0_h2_stream *s);
-/* Loop thread, cfg.http2_pool: around the data provider's use of s->out. */
-void m0__h2p_lock(m0_server *srv);
-void m0__h2p_unlock(m0_server *srv, int moved);
+/* Loop thread, cfg.http2_pool: around the data provider's use of s->out
+ * (moved: it took bytes, which a writing thread may wait for). */
+static inline void m0__h2p_lock(m0_server *srv)
+{
+    pthread_mutex_lock(&srv->h2_lock);
+}
+
+static inline void m0__h2p_unlock(m0_server *srv, int moved)
+{
+    if (moved && srv->h2_waiters > 0)
+        pthread_cond_broadcast(&srv->h2_cond);
+    pthread_mutex_unlock(&srv->h2_lock);
+}
 
 #endif

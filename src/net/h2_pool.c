@@ -41,18 +41,6 @@
 #define M0_H2P_STALL_MS 200
 #define M0_H2P_FLUSH_MS 1000
 
-void m0__h2p_lock(m0_server *srv)
-{
-    pthread_mutex_lock(&srv->h2_lock);
-}
-
-void m0__h2p_unlock(m0_server *srv, int moved)
-{
-    if (moved && srv->h2_waiters > 0)
-        pthread_cond_broadcast(&srv->h2_cond);
-    pthread_mutex_unlock(&srv->h2_lock);
-}
-
 /* Under h2_lock. */
 static void kick_unlink(m0_server *srv, m0_h2_stream *s)
 {
@@ -82,14 +70,14 @@ void m0__h2p_orphan(m0_h2_stream *s)
     m0_server *srv = sc->srv;
     /* The request's spans point into the stream's fields: they go with the
      * connection, which the thread and its completion still read. */
-    sc->h2_fields = s->f;
-    sc->h2_hdr = s->hdr;
+    sc->x.h2_fields = s->f;
+    sc->x.h2_hdr = s->hdr;
     s->f = NULL;
     s->flen = s->fcap = 0;
     s->hdr = NULL;
     pthread_mutex_lock(&srv->h2_lock);
     sc->h2s = NULL;
-    sc->broken = 1;
+    sc->out.broken = 1;
     sc->state = M0_CS_CLOSED;
     if (s->kicked)
         kick_unlink(srv, s);
@@ -148,7 +136,7 @@ static int h2p_wait(m0_conn *c, int blocking)
     }
     size_t last = queued(c);
     int r = 0;
-    while (c->h2s != NULL && !c->broken) {
+    while (c->h2s != NULL && !c->out.broken) {
         size_t left = queued(c);
         if (left == 0)
             break;
@@ -164,7 +152,7 @@ static int h2p_wait(m0_conn *c, int blocking)
         cond_wait_ms(srv, deadline - now);
         now = now_ms();
     }
-    if (r == 0 && (c->h2s == NULL || c->broken))
+    if (r == 0 && (c->h2s == NULL || c->out.broken))
         r = -EPIPE;
     pthread_mutex_unlock(&srv->h2_lock);
     if (cfg->block_acquire != NULL)
@@ -188,22 +176,75 @@ static int kick_add(m0_server *srv, m0_h2_stream *s)
     return wake;
 }
 
-int m0__h2p_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+/* A thread's head, staged for the loop as one record of s->stage_heads:
+ * this header, the spans, then the text (the spans are offsets into it).
+ * Under h2_lock. */
+typedef struct {
+    int status;
+    int64_t content_length;
+    size_t len, nfields;
+} h2p_head_rec;
+
+static int h2p_stage_head(m0_h2_stream *s, const m0_response_head *head)
+{
+    h2p_head_rec rec = {head->status, head->content_length, head->len, head->nfields};
+    if (m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, (const char *)&rec, sizeof(rec)) <
+            0 ||
+        m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, (const char *)head->fields,
+                       head->nfields * sizeof(*head->fields)) < 0 ||
+        m0__h2_buf_add(&s->stage_heads, &s->stage_heads_len, &s->stage_heads_cap, head->text, head->len) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+/* Loop thread, under h2_lock: submit the staged heads in order. 0 or the
+ * first failure. */
+static int h2p_submit_heads(m0_conn *sc, m0_h2_stream *s)
+{
+    size_t at = 0;
+    int r = 0;
+    while (r == 0 && at < s->stage_heads_len) {
+        h2p_head_rec rec;
+        memcpy(&rec, s->stage_heads + at, sizeof(rec));
+        at += sizeof(rec);
+        m0_field_span fields[64], *f = rec.nfields <= 64 ? fields : malloc(rec.nfields * sizeof(*f));
+        if (f == NULL)
+            return -ENOMEM;
+        memcpy(f, s->stage_heads + at, rec.nfields * sizeof(*f)); /* aligned again */
+        at += rec.nfields * sizeof(*f);
+        m0_response_head head = {rec.status, rec.content_length, s->stage_heads + at, rec.len, f, rec.nfields};
+        struct iovec iov = {s->stage_heads + at, rec.len};
+        at += rec.len;
+        r = m0__h2_stream_write(sc, &head, &iov, 1);
+        if (f != fields)
+            free(f);
+    }
+    s->stage_heads_len = 0;
+    return r;
+}
+
+int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken) {
+    if (s == NULL || c->out.broken) {
         pthread_mutex_unlock(&srv->h2_lock);
         return -EPIPE;
     }
-    for (int i = 0; i < iovcnt; i++) {
-        if (m0__h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, iov[i].iov_base, iov[i].iov_len) < 0) {
-            pthread_mutex_unlock(&srv->h2_lock);
-            return -ENOMEM;
-        }
+    size_t skip = head != NULL ? head->len : 0; /* the head's text begins iov */
+    int r = head != NULL ? h2p_stage_head(s, head) : 0;
+    for (int i = 0; r == 0 && i < iovcnt; i++) {
+        const char *p = iov[i].iov_base;
+        size_t n = iov[i].iov_len, k = skip < n ? skip : n;
+        skip -= k;
+        r = m0__h2_buf_add(&s->stage, &s->stage_len, &s->stage_cap, p + k, n - k);
     }
-    int wake = s->stage_len > 0 && kick_add(srv, s);
+    if (r < 0) {
+        pthread_mutex_unlock(&srv->h2_lock);
+        return -ENOMEM;
+    }
+    int wake = (s->stage_len > 0 || s->stage_heads_len > 0) && kick_add(srv, s);
     pthread_mutex_unlock(&srv->h2_lock);
     if (wake)
         m0_async_send(&srv->wake);
@@ -263,11 +304,11 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         int timed_out = 0;
         while (c->h2s != NULL && c->h2s->in_len == c->h2s->in_pos && !c->h2s->in_done && !c->h2s->body_too_large) {
             uint64_t now = now_ms();
-            if (c->body_deadline_ms != 0 && now >= c->body_deadline_ms) {
+            if (c->x.body_deadline_ms != 0 && now >= c->x.body_deadline_ms) {
                 timed_out = 1;
                 break;
             }
-            cond_wait_ms(srv, c->body_deadline_ms != 0 ? c->body_deadline_ms - now : 1000);
+            cond_wait_ms(srv, c->x.body_deadline_ms != 0 ? c->x.body_deadline_ms - now : 1000);
         }
         pthread_mutex_unlock(&srv->h2_lock);
         if (cfg->block_acquire != NULL)
@@ -290,7 +331,7 @@ int m0__h2p_keep_alive(const m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->h2_lock);
-    int r = c->h2s != NULL && !c->broken;
+    int r = c->h2s != NULL && !c->out.broken;
     pthread_mutex_unlock(&srv->h2_lock);
     return r;
 }
@@ -307,19 +348,22 @@ void m0__h2p_absorb(m0_server *srv)
         m0_h2_stream *s = srv->h2_kicks;
         kick_unlink(srv, s);
         m0_conn *sc = s->sc;
-        if (sc != NULL && s->stage_len > 0) {
+        if (sc != NULL && (s->stage_len > 0 || s->stage_heads_len > 0)) {
             struct iovec iov = {s->stage, s->stage_len};
-            int r = m0__h2_stream_write(sc, &iov, 1);
-            if (r < 0 && !sc->broken) {
+            int r = h2p_submit_heads(sc, s);
+            if (r == 0 && s->stage_len > 0)
+                r = m0__h2_stream_write(sc, NULL, &iov, 1);
+            if (r < 0 && !sc->out.broken) {
                 /* A head HTTP/2 cannot carry, or no memory: the stream is
                  * reset, the thread's next write fails. */
-                sc->broken = 1;
+                sc->out.broken = 1;
                 s->out_done = 1;
                 if (!s->ng_closed)
                     nghttp2_submit_rst_stream(s->h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
             }
         }
         s->stage_len = 0;
+        s->stage_heads_len = 0;
         if (s->in_kick) {
             s->in_kick = 0;
             if (sc != NULL)

@@ -23,12 +23,12 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
         h2->spare = s->next;
         h2->nspare--;
         /* Everything but the buffers (kept with their capacities, empty) is zero. */
-        char *f = s->f, *in = s->in, *head = s->head, *out = s->out;
-        size_t fcap = s->fcap, in_cap = s->in_cap, head_cap = s->head_cap, out_cap = s->out_cap;
+        char *f = s->f, *in = s->in, *out = s->out;
+        size_t fcap = s->fcap, in_cap = s->in_cap, out_cap = s->out_cap;
         m0_header *hdr = s->hdr;
         memset(s, 0, sizeof(*s));
         s->f = f, s->fcap = fcap, s->in = in, s->in_cap = in_cap;
-        s->head = head, s->head_cap = head_cap, s->out = out, s->out_cap = out_cap;
+        s->out = out, s->out_cap = out_cap;
         s->hdr = hdr;
     } else {
         s = calloc(1, sizeof(*s));
@@ -61,6 +61,7 @@ static void stream_free(m0_h2_stream *s)
     else
         h2->in_buffered -= s->in_len - s->in_pos;
     free(s->stage);
+    free(s->stage_heads);
     free(s->trl);
     free(s->trl_nv);
     if (h2->ses != NULL && h2->nspare < H2_SPARE_MAX && s->in_cap <= 64 * 1024 && s->out_cap <= 64 * 1024 &&
@@ -78,7 +79,6 @@ void m0__h2_stream_release(m0_h2_stream *s)
     free(s->f);
     free(s->hdr);
     free(s->in);
-    free(s->head);
     free(s->out);
     free(s);
 }
@@ -90,7 +90,7 @@ static void stream_conn_drop(m0_h2_stream *s)
     m0_conn *sc = s->sc;
     if (sc == NULL)
         return;
-    if (sc->detached) { /* another thread's: it stays until it comes back */
+    if (sc->x.detached) { /* another thread's: it stays until it comes back */
         m0__h2p_orphan(s);
         s->sc = NULL;
         return;
@@ -98,7 +98,7 @@ static void stream_conn_drop(m0_h2_stream *s)
     s->sc = NULL;
     sc->h2s = NULL;
     sc->state = M0_CS_CLOSED;
-    sc->broken = 1;
+    sc->out.broken = 1;
     if (sc->refs == 0)
         m0__conn_destroy(sc);
 }
@@ -122,27 +122,27 @@ void m0__h2_stream_end(m0_h2_stream *s)
                 h2->ready_tail = prev;
         }
     }
-    if (sc != NULL && sc->detached) {
+    if (sc != NULL && sc->x.detached) {
         /* A thread runs its request: the session stops counting it, the
          * request ends when the thread hands it back (m0__h2s_finish). */
-        if (sc->pending) {
+        if (sc->x.pending) {
             h2->open--;
             h2->busy = 0;
         }
-    } else if (sc != NULL && (sc->pending || sc->data != NULL)) {
+    } else if (sc != NULL && (sc->x.pending || sc->data != NULL)) {
         m0_server *srv = sc->srv;
-        if (sc->pending) {
-            sc->pending = 0;
+        if (sc->x.pending) {
+            sc->x.pending = 0;
             h2->open--;
             m0__gate_done(sc);
             m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
             if (!srv->cfg.http2_concurrent && !s->gated)
                 h2->busy = 0;
         }
-        sc->broken = 1;
+        sc->out.broken = 1;
         sc->state = M0_CS_CLOSED;
         sc->refs++;
-        if (sc->static_send != NULL)
+        if (sc->x.static_send != NULL)
             m0__static_event(sc, M0_CONN_CLOSED); /* a file's response, not the handler's */
         else if (srv->handler.on_event != NULL)
             srv->handler.on_event(srv->handler_ctx, sc, M0_CONN_CLOSED);
@@ -271,9 +271,9 @@ void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
         req->query.base = q + 1;
         req->query.len = req->target.len - req->path.len - 1;
     }
-    /* HTTP/1.0 framing to the bridges (no chunked coding), HTTP/2 by name. */
+    /* HTTP/2 by name; the stream frames the body and carries 1xx heads. */
     req->minor_version = 0;
-    req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE;
+    req->flags = M0_REQ_HTTP2 | M0_REQ_KEEP_ALIVE | M0_REQ_FRAMED | M0_REQ_INFORMATIONAL;
     if (m0_span_ieq(req->method, "head", 4) && req->method.base[0] == 'H')
         req->flags |= M0_REQ_HEAD;
     if (s->protocol[1] != 0) {
@@ -423,77 +423,61 @@ static ssize_t data_take(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, 
     return (ssize_t)n;
 }
 
-/* The head the bridge framed ("HTTP/1.1 200 OK\r\n" and field lines) is
- * complete in s->head[0..end): submit it. 0, or -EPROTO. */
-static int response_submit(m0_h2 *h2, m0_h2_stream *s, size_t end)
+/* Field names in lower case, as HTTP/2 requires (RFC 9113 8.2.1), copied
+ * into dst (the producer's head keeps its case for HTTP/1.1); nv[1..] get
+ * them and the values, which nghttp2 copies on submit. */
+static void head_nv(const m0_response_head *head, char *lower, nghttp2_nv *nv)
 {
-    char *p = s->head, *stop = s->head + end;
-    if (end < 12 || memcmp(p, "HTTP/1.", 7) != 0)
-        return -EPROTO;
-    int status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
-    char *eol = memchr(p, '\n', (size_t)(stop - p));
-    if (eol == NULL)
-        return -EPROTO;
-    p = eol + 1;
-    size_t cap = 8;
-    for (const char *q = p; (q = memchr(q, '\n', (size_t)(stop - q))) != NULL; q++)
-        cap++;
-    nghttp2_nv local[32];
-    nghttp2_nv *nv = cap <= 32 ? local : malloc(cap * sizeof(*nv));
-    if (nv == NULL)
-        return -ENOMEM;
-    size_t n = 0;
-    nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)s->head + 9, 7, 3, NGHTTP2_NV_FLAG_NONE};
-    while (p < stop) {
-        eol = memchr(p, '\n', (size_t)(stop - p));
-        if (eol == NULL || eol - p < 2)
-            break; /* the blank line */
-        char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon == NULL)
-            break;
-        size_t nlen = (size_t)(colon - p);
-        for (size_t i = 0; i < nlen; i++)
-            if (p[i] >= 'A' && p[i] <= 'Z')
-                p[i] |= 0x20;
-        char *v = colon + 1;
-        while (v < eol && (*v == ' ' || *v == '\t'))
-            v++;
-        size_t vlen = (size_t)(eol - 1 - v); /* without the CR */
-        m0_span name = {p, nlen};
-        /* RFC 9113 8.2.2: no connection-specific field in HTTP/2. */
-        int drop = m0_span_ieq(name, "connection", 10) || m0_span_ieq(name, "keep-alive", 10) ||
-                   m0_span_ieq(name, "transfer-encoding", 17) || m0_span_ieq(name, "upgrade", 7) ||
-                   m0_span_ieq(name, "proxy-connection", 16);
-        if (!drop) {
-            if (m0_span_ieq(name, "content-length", 14)) {
-                int64_t cl = 0;
-                size_t k = 0;
-                for (; k < vlen && k < 18 && v[k] >= '0' && v[k] <= '9'; k++)
-                    cl = cl * 10 + (v[k] - '0');
-                if (k == vlen && vlen > 0)
-                    s->resp_length = cl;
-            }
-            nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, nlen, vlen, NGHTTP2_NV_FLAG_NONE};
-        }
-        p = eol + 1;
+    for (size_t i = 0; i < head->nfields; i++) {
+        const m0_field_span *f = &head->fields[i];
+        const char *name = head->text + f->name;
+        for (uint32_t k = 0; k < f->nlen; k++)
+            lower[k] = (char)(name[k] >= 'A' && name[k] <= 'Z' ? name[k] | 0x20 : name[k]);
+        nv[i + 1] =
+            (nghttp2_nv){(uint8_t *)lower, (uint8_t *)(head->text + f->value), f->nlen, f->vlen, NGHTTP2_NV_FLAG_NONE};
+        lower += f->nlen;
     }
-    int r;
-    if (status < 200) {
-        /* 1xx: informational headers; the final head follows. */
-        r = status == 101 ? -EPROTO : nghttp2_submit_headers(h2->ses, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
-        if (nv != local)
-            free(nv);
-        return r != 0 ? -EPROTO : 1;
+}
+
+/* Submit the head a producer built (http/response_head.h): a 1xx as
+ * informational HEADERS (1: the final head follows), the final one as the
+ * response, with the data provider unless it has no body. 0, 1, -ENOMEM or
+ * -EPROTO (a 101, which HTTP/2 has not). */
+static int response_submit(m0_h2 *h2, m0_h2_stream *s, const m0_response_head *head)
+{
+    if (head->status < 100 || head->status > 999 || head->status == 101)
+        return -EPROTO;
+    size_t names = 0;
+    for (size_t i = 0; i < head->nfields; i++)
+        names += head->fields[i].nlen;
+    nghttp2_nv nv_local[32];
+    char lower_local[512];
+    nghttp2_nv *nv = head->nfields < 32 ? nv_local : malloc((head->nfields + 1) * sizeof(*nv));
+    char *lower = names <= sizeof(lower_local) ? lower_local : malloc(names);
+    int r = -ENOMEM;
+    if (nv == NULL || lower == NULL)
+        goto out;
+    char status[3] = {(char)('0' + head->status / 100), (char)('0' + head->status / 10 % 10),
+                      (char)('0' + head->status % 10)};
+    nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    head_nv(head, lower, nv);
+    size_t n = head->nfields + 1;
+    if (head->status < 200) {
+        r = nghttp2_submit_headers(h2->ses, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL) != 0 ? -EPROTO : 1;
+        goto out;
     }
-    s->no_body = (s->sc->req.flags & M0_REQ_HEAD) || status == 204 || status == 304;
+    s->resp_length = head->content_length;
+    s->no_body = (s->sc->x.req.flags & M0_REQ_HEAD) || head->status == 204 || head->status == 304;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
-    r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd);
-    if (nv != local)
+    r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd) != 0 ? -EPROTO : 0;
+    if (r == 0)
+        s->submitted = 1;
+out:
+    if (nv != nv_local)
         free(nv);
-    if (r != 0)
-        return -EPROTO;
-    s->submitted = 1;
-    return 0;
+    if (lower != lower_local)
+        free(lower);
+    return r;
 }
 
 /* An inline write that must be sent (WSGI write()): it returns once the
@@ -507,7 +491,7 @@ static int stream_wait_sent(m0_conn *c)
     uint64_t last = UINT64_MAX, deadline = 0;
     for (;;) {
         m0_h2_stream *s = c->h2s;
-        if (s == NULL || c->broken || s->ng_closed)
+        if (s == NULL || c->out.broken || s->ng_closed)
             return -EPIPE;
         m0_h2 *h2 = s->h2;
         m0_conn *hc = h2->c;
@@ -515,7 +499,7 @@ static int stream_wait_sent(m0_conn *c)
             return -EPIPE;
         if (h2->in_ng)
             return 0; /* inside nghttp2 (not a view's write): the loop sends it */
-        size_t left = (s->out_len - s->out_pos) + (hc->wlen - hc->wpos);
+        size_t left = (s->out_len - s->out_pos) + (hc->out.wlen - hc->out.wpos);
         if (left <= M0_WRITE_HIGH_WATER)
             return 0;
         if (left < last) {
@@ -530,11 +514,11 @@ static int stream_wait_sent(m0_conn *c)
     }
 }
 
-int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->detached)
-        return m0__h2p_writev(c, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
-    int r = m0__h2_stream_write(c, iov, iovcnt);
+    if (c->x.detached)
+        return m0__h2p_writev(c, head, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
+    int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
         m0__h2s_abort(c);
         return -EPIPE;
@@ -557,11 +541,11 @@ int m0__h2s_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking
     return 0;
 }
 
-int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    if (c->detached)
-        return m0__h2p_writev(c, iov, iovcnt, blocking);
-    int r = m0__h2_stream_write(c, iov, iovcnt);
+    if (c->x.detached)
+        return m0__h2p_writev(c, head, iov, iovcnt, blocking);
+    int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
         m0__h2s_abort(c);
         return -EPIPE;
@@ -569,47 +553,34 @@ int m0__h2s_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int bl
     return r; /* sent by the finish that follows (m0__h2_kick) */
 }
 
-/* The end of the first blank line ("\r\n\r\n") in b[from..len), 0 when there
- * is none: a line at a time (memchr), where memmem costs more on a head. */
-static size_t head_end_find(const char *b, size_t from, size_t len)
-{
-    const char *q = b + from, *stop = b + len;
-    while (q < stop && (q = memchr(q, '\n', (size_t)(stop - q))) != NULL) {
-        if (q - b >= 3 && q[-1] == '\r' && q[-2] == '\n' && q[-3] == '\r')
-            return (size_t)(q - b) + 1;
-        q++;
-    }
-    return 0;
-}
-
-int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken || s->ng_closed)
+    if (s == NULL || c->out.broken || s->ng_closed)
         return -EPIPE;
     m0_h2 *h2 = s->h2;
-    if (h2->c->srv->cfg.access_log_format != NULL && !s->submitted)
-        m0__conn_log_head(c, iov, iovcnt);
-    c->resp_started = 1;
+    size_t skip = 0; /* the head's HTTP/1.1 text, which begins iov */
+    if (head != NULL) {
+        if (s->submitted)
+            return -EPROTO; /* a second final head */
+        if (h2->c->srv->cfg.access_log_format != NULL)
+            m0__conn_log_head(c, head);
+        if (response_submit(h2, s, head) < 0)
+            return -EPROTO;
+        skip = head->len;
+    }
+    c->x.resp_started = 1;
     for (int i = 0; i < iovcnt; i++) {
         const char *p = iov[i].iov_base;
         size_t n = iov[i].iov_len;
-        while (n > 0 && !s->submitted) {
-            /* The head, up to its blank line (it may come in pieces). */
-            size_t old = s->head_len;
-            if (m0__h2_buf_add(&s->head, &s->head_len, &s->head_cap, p, n) < 0)
-                return -ENOMEM;
-            size_t head_end = head_end_find(s->head, old > 3 ? old - 3 : 0, s->head_len);
-            if (head_end == 0)
-                return 0;
-            size_t used = head_end - old;
-            int r = response_submit(h2, s, head_end);
-            if (r < 0)
-                return -EPROTO;
-            s->head_len = 0;
-            p += used;
-            n -= used;
+        if (skip > 0) {
+            size_t k = skip < n ? skip : n;
+            p += k;
+            n -= k;
+            skip -= k;
         }
+        if (n > 0 && !s->submitted)
+            return -EPROTO; /* body bytes before the final head */
         if (n > 0 && !s->no_body && s->out_pos > 0 && s->out_len + n > s->out_cap) {
             /* Room from the bytes sent before the queue grows: a writer that
              * waits for the queue to fall below a mark keeps it that size. */
@@ -629,7 +600,7 @@ int m0__h2_stream_write(m0_conn *c, const struct iovec *iov, int iovcnt)
 
 ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_body_read(c, dst, cap, blocking);
     for (;;) {
         m0_h2_stream *s = c->h2s;
@@ -658,16 +629,16 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
             return -EFBIG;
         if (s->in_done || cap == 0)
             return 0;
-        if (!blocking && c->body_deadline_ms != 0) {
+        if (!blocking && c->x.body_deadline_ms != 0) {
             /* A reader that waits for M0_CONN_BODY (ASGI): past the body's
              * deadline it fails; before, m0__h2_timer wakes it at it. */
             uint64_t now = m0__conn_now_ms();
-            if (now >= c->body_deadline_ms) {
+            if (now >= c->x.body_deadline_ms) {
                 s->want_body = 0;
                 m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
                 return -ETIMEDOUT;
             }
-            m0__h2_timer_at(h2, c->body_deadline_ms);
+            m0__h2_timer_at(h2, c->x.body_deadline_ms);
         }
         if (!blocking || c->srv->cfg.http2_concurrent || h2->in_ng) {
             s->want_body = 1;
@@ -675,7 +646,7 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         }
         /* An inline view reads a body that streams: the connection's input
          * is read here, for its deadline. */
-        int r = m0__h2_pump(h2, c->body_deadline_ms);
+        int r = m0__h2_pump(h2, c->x.body_deadline_ms);
         if (r < 0)
             return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
     }
@@ -683,7 +654,7 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
 
 size_t m0__h2s_write_pending(const m0_conn *c)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_write_pending(c);
     const m0_h2_stream *s = c->h2s;
     return s == NULL ? 0 : s->out_len - s->out_pos;
@@ -691,9 +662,9 @@ size_t m0__h2s_write_pending(const m0_conn *c)
 
 int m0__h2s_keep_alive(const m0_conn *c)
 {
-    if (c->detached)
+    if (c->x.detached)
         return m0__h2p_keep_alive(c);
-    return c->h2s != NULL && !c->broken;
+    return c->h2s != NULL && !c->out.broken;
 }
 
 void m0__h2s_park(m0_conn *c)
@@ -708,8 +679,8 @@ void m0__h2s_park(m0_conn *c)
     /* A thread set aside the response of a stream that ended meanwhile
      * (h2_pool.c): its request ends here, and the handler is told, as a
      * set-aside response whose stream ends is (m0__h2_stream_end). */
-    if (c->pending) {
-        c->pending = 0;
+    if (c->x.pending) {
+        c->x.pending = 0;
         m0__gate_done(c);
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
     }
@@ -723,7 +694,7 @@ void m0__h2s_park(m0_conn *c)
 void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     (void)keep_alive;
-    if (!c->pending)
+    if (!c->x.pending)
         return;
     m0_server *srv = c->srv;
     m0_h2_stream *s = c->h2s;
@@ -754,7 +725,7 @@ void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     } else {
         /* Cut: the data provider resets the stream after the queued bytes (a
          * HEAD's, 204's or 304's ended with its HEADERS: nothing is missing). */
-        s->cut = c->resp_cut && !s->no_body;
+        s->cut = c->x.resp_cut && !s->no_body;
         if (s->deferred) {
             s->deferred = 0;
             nghttp2_session_resume_data(h2->ses, s->id);
@@ -770,14 +741,14 @@ void m0__h2s_upgrade(m0_conn *c)
         return;
     s->tunnel = 1;
     s->body_deadline_ms = 0;
-    c->body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
+    c->x.body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
 void m0__h2s_abort(m0_conn *c)
 {
     m0_h2_stream *s = c->h2s;
-    if (c->pending) {
-        c->pending = 0;
+    if (c->x.pending) {
+        c->x.pending = 0;
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         m0__gate_done(c);
         if (s != NULL) {
@@ -786,7 +757,7 @@ void m0__h2s_abort(m0_conn *c)
                 s->h2->busy = 0;
         }
     }
-    c->broken = 1;
+    c->out.broken = 1;
     if (s == NULL)
         return;
     m0_h2 *h2 = s->h2;
@@ -804,9 +775,9 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
      * -EAGAIN while anything is queued, so that the caller sets the response
      * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
      * the whole file into memory ahead of a slow client. */
-    int loop_nowait = !c->detached && blocking != M0_WRITE_SENT;
+    int loop_nowait = !c->x.detached && blocking != M0_WRITE_SENT;
     if (loop_nowait) {
-        if (c->h2s == NULL || c->broken)
+        if (c->h2s == NULL || c->out.broken)
             return -EPIPE;
         if (m0__h2s_write_pending(c) > 0) {
             c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
@@ -828,7 +799,7 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
                 return n < 0 ? -errno : 0;
             s->out_pos = 0;
             s->out_len = (size_t)n;
-            c->resp_started = 1;
+            c->x.resp_started = 1;
             if (s->deferred) {
                 s->deferred = 0;
                 nghttp2_session_resume_data(s->h2->ses, s->id);
@@ -851,7 +822,7 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
         if (n == 0)
             break;
         struct iovec iov = {buf, (size_t)n};
-        int r = m0__h2s_writev(c, &iov, 1, blocking);
+        int r = m0__h2s_writev(c, NULL, &iov, 1, blocking);
         if (r < 0)
             return r;
         done += (size_t)n;
@@ -861,44 +832,51 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     return done == 0 && !blocking ? 0 : (ssize_t)done;
 }
 
-int m0__h2s_trailers(m0_conn *c, const struct iovec *iov, int iovcnt)
+int m0__h2s_trailers(m0_conn *c, const m0_response_head *t)
 {
     m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->broken || s->ng_closed)
+    if (s == NULL || c->out.broken || s->ng_closed)
         return -EPIPE;
-    for (int i = 0; i < iovcnt; i++)
-        if (m0__h2_buf_add(&s->trl, &s->trl_len, &s->trl_cap, iov[i].iov_base, iov[i].iov_len) < 0)
-            return -ENOMEM;
-    /* "0\r\n", then field lines up to the blank line: the fields point
-     * into s->trl, which no longer grows. */
-    char *p = s->trl, *stop = s->trl + s->trl_len;
-    if (stop - p >= 3 && memcmp(p, "0\r\n", 3) == 0)
-        p += 3;
-    size_t cap = 1;
-    for (char *q = p; q < stop; q++)
-        cap += *q == '\n';
+    /* The fields point into s->trl, a copy of the text (which no longer
+     * grows), their names in lower case. */
+    s->trl_len = 0;
+    if (m0__h2_buf_add(&s->trl, &s->trl_len, &s->trl_cap, t->text, t->len) < 0)
+        return -ENOMEM;
     free(s->trl_nv);
     s->trl_n = 0;
-    s->trl_nv = malloc(cap * sizeof(*s->trl_nv));
+    s->trl_nv = malloc((t->nfields + 1) * sizeof(*s->trl_nv));
     if (s->trl_nv == NULL)
         return -ENOMEM;
-    while (p < stop) {
-        char *eol = memchr(p, '\n', (size_t)(stop - p));
-        if (eol == NULL || eol - p < 2)
-            break;
-        char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon == NULL)
-            break;
-        size_t nlen = (size_t)(colon - p);
-        for (size_t i = 0; i < nlen; i++)
-            if (p[i] >= 'A' && p[i] <= 'Z')
-                p[i] |= 0x20;
-        char *v = colon + 1;
-        while (v < eol && (*v == ' ' || *v == '\t'))
-            v++;
+    for (size_t i = 0; i < t->nfields; i++) {
+        const m0_field_span *f = &t->fields[i];
+        char *name = s->trl + f->name;
+        for (uint32_t k = 0; k < f->nlen; k++)
+            if (name[k] >= 'A' && name[k] <= 'Z')
+                name[k] |= 0x20;
         s->trl_nv[s->trl_n++] =
-            (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, nlen, (size_t)(eol - 1 - v), NGHTTP2_NV_FLAG_NONE};
-        p = eol + 1;
+            (nghttp2_nv){(uint8_t *)name, (uint8_t *)(s->trl + f->value), f->nlen, f->vlen, NGHTTP2_NV_FLAG_NONE};
     }
     return 0;
 }
+
+/* A stream's chunk is never held for the pass's end either. */
+static int h2s_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+{
+    return m0__h2s_writev(c, head, iov, iovcnt, 0);
+}
+
+const m0__exchange_ops m0__h2_exchange = {
+    .writev = m0__h2s_writev,
+    .writev_chunk = h2s_writev_chunk,
+    .writev_final = m0__h2s_writev_final,
+    .sendfile = m0__h2s_sendfile,
+    .write_trailers = m0__h2s_trailers,
+    .write_pending = m0__h2s_write_pending,
+    .body_read = m0__h2s_body_read,
+    .keep_alive = m0__h2s_keep_alive,
+    .finish = m0__h2s_finish,
+    .park = m0__h2s_park,
+    .abort = m0__h2s_abort,
+    .upgrade = m0__h2s_upgrade,
+    .carried = 1,
+};

@@ -32,17 +32,6 @@ static int h2_awaits_body(const m0_h2_stream *s)
     return s->body_deadline_ms != 0 && s->headers_done && !s->queued && !s->in_done && !s->ng_closed && s->sc == NULL;
 }
 
-/* The timer fires by due_ms at the latest (lazy: an earlier arming stays). */
-void m0__h2_timer_at(m0_h2 *h2, uint64_t due_ms)
-{
-    m0_conn *c = h2->c;
-    m0_loop *loop = c->srv->loop;
-    if (m0_timer_armed(&c->timer) && c->timer.deadline_ms <= due_ms)
-        return;
-    uint64_t now = m0_loop_now(loop);
-    m0_timer_start(loop, &c->timer, due_ms > now ? due_ms - now : 0);
-}
-
 void m0__h2_timer(m0_conn *c)
 {
     m0_h2 *h2 = c->h2;
@@ -94,12 +83,13 @@ void m0__h2_timer(m0_conn *c)
                 next = s->head_deadline_ms;
             continue;
         }
-        if (s->want_body && sc != NULL && sc->pending && !sc->detached && sc->body_deadline_ms != 0 && !s->in_done) {
-            if (now >= sc->body_deadline_ms) {
+        if (s->want_body && sc != NULL && sc->x.pending && !sc->x.detached && sc->x.body_deadline_ms != 0 &&
+            !s->in_done) {
+            if (now >= sc->x.body_deadline_ms) {
                 s->body_event = 1; /* told by m0__h2_send: it reads, and fails */
                 answered = 1;
-            } else if (next == 0 || sc->body_deadline_ms < next) {
-                next = sc->body_deadline_ms;
+            } else if (next == 0 || sc->x.body_deadline_ms < next) {
+                next = sc->x.body_deadline_ms;
             }
             continue;
         }

@@ -134,7 +134,7 @@ static int stream_fields(m0_h2_stream *s, const m0_request *req)
 void m0__h2_upgrade(m0_conn *c)
 {
     static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
-    m0_request req = c->req; /* spans into c->rbuf, which the session does not touch until m0__h2_feed */
+    m0_request req = c->x.req; /* spans into c->rbuf, which the session does not touch until m0__h2_feed */
     m0_span field;
     uint8_t settings[H2C_SETTINGS_MAX];
     ssize_t slen = settings_field(&req, &field) ? base64url_decode(field, settings) : -1;
@@ -148,7 +148,7 @@ void m0__h2_upgrade(m0_conn *c)
         return;
     }
     c->refs++;
-    size_t head_len = c->head_len;
+    size_t head_len = c->x.head_len;
     m0_h2 *h2 = m0__h2_open(c);
     if (h2 == NULL)
         goto out;
@@ -166,7 +166,7 @@ void m0__h2_upgrade(m0_conn *c)
     s->headers_done = 1;
     s->in_done = 1;
     m0__h2_stream_ready(h2, s);
-    c->rpos += head_len; /* what follows the request is the client's preface */
+    c->in.rpos += head_len; /* what follows the request is the client's preface */
     m0__h2_feed(h2);
 out:
     m0__conn_release(c);

@@ -167,7 +167,8 @@ static void inlet_io(m0_loop *loop, m0_listener *l)
             close(fd);
             continue;
         }
-        if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
+        if (srv->cfg.limit_connections != 0 &&
+            __atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= srv->cfg.limit_connections) {
             srv->at_limit = 1;
             m0__listeners_update(srv);
         }
@@ -206,7 +207,8 @@ static void listener_accept(m0_server *srv, m0_listener *l, int max)
             close(fd);
             continue;
         }
-        if (srv->cfg.limit_connections != 0 && m0_server_connections(srv) >= srv->cfg.limit_connections) {
+        if (srv->cfg.limit_connections != 0 &&
+            __atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= srv->cfg.limit_connections) {
             srv->at_limit = 1; /* until a connection closes (m0__server_unlink) */
             m0__listeners_update(srv);
         }
@@ -217,7 +219,7 @@ static void listener_accept(m0_server *srv, m0_listener *l, int max)
  * (it then takes the next one; this loop steps aside). */
 static int listener_peer_has_fewer(const m0_server *srv)
 {
-    int32_t mine = (int32_t)m0_server_connections(srv);
+    int32_t mine = (int32_t)__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
     int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED); /* the header: slots that may be in use */
     size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
     for (size_t i = 0; i < n; i++) {
@@ -278,7 +280,7 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
     }
     if (srv->draining)
         return;
-    m0__server_balance_note(srv); /* this loop runs: a peer may wait for it from now on */
+    m0__balance_note(srv); /* this loop runs: a peer may wait for it from now on */
     if (srv->bal != NULL && listener_peer_has_fewer(srv)) {
         /* Step aside: the peer, woken too, takes it; if it has not within
          * M0_ACCEPT_DEFER_MS (inside a view, or not scheduled), this loop
@@ -289,4 +291,18 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
         return;
     }
     listener_accept(srv, l, listener_per_wake(srv));
+}
+
+/* This loop's slot of the balance table (server_int.h). */
+void m0__balance_store(m0_server *srv, int32_t v)
+{
+    if (srv->bal != NULL)
+        __atomic_store_n(srv->bal + (1 + srv->bal_self) * (M0_BALANCE_LINE / 4), v, __ATOMIC_RELAXED);
+}
+
+void m0__balance_note(m0_server *srv)
+{
+    if (srv->bal != NULL && !srv->draining)
+        m0__balance_store(srv,
+                          (int32_t)(__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) << 1) | (srv->bal_busy ? 1 : 0));
 }

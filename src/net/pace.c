@@ -11,17 +11,20 @@
  * Pacing changes no deadline: the header and body timeouts still bound the
  * head and the body from their start.
  *
- * Only the loop thread touches the list and the fields here: paced
- * connections are in state HEAD or BODY, which no other thread owns. */
+ * This file decides which connections are paced and keeps their list; the
+ * pace timer's reads are conn_read.c's (m0__conn_pace_tick), and whoever
+ * calls here recomputes the connection's interest when told to. Only the
+ * loop thread touches the list and the fields here: paced connections are
+ * in state HEAD or BODY, which no other thread owns. */
 #include "conn_int.h"
 
 static void pace_link(m0_server *srv, m0_conn *c)
 {
     c->flags |= M0_CF_PACE_LINKED;
-    c->pace_prev = NULL;
-    c->pace_next = srv->paced;
+    c->pace.prev = NULL;
+    c->pace.next = srv->paced;
     if (srv->paced != NULL)
-        srv->paced->pace_prev = c;
+        srv->paced->pace.prev = c;
     srv->paced = c;
     if (!m0_timer_armed(&srv->pace_timer))
         m0_timer_start(srv->loop, &srv->pace_timer, srv->cfg.pace_window_ms);
@@ -32,50 +35,49 @@ static void pace_unlink(m0_server *srv, m0_conn *c)
     if (!(c->flags & M0_CF_PACE_LINKED))
         return;
     c->flags &= ~M0_CF_PACE_LINKED;
-    if (c->pace_prev != NULL)
-        c->pace_prev->pace_next = c->pace_next;
+    if (c->pace.prev != NULL)
+        c->pace.prev->pace.next = c->pace.next;
     else
-        srv->paced = c->pace_next;
-    if (c->pace_next != NULL)
-        c->pace_next->pace_prev = c->pace_prev;
-    c->pace_prev = c->pace_next = NULL;
+        srv->paced = c->pace.next;
+    if (c->pace.next != NULL)
+        c->pace.next->pace.prev = c->pace.prev;
+    c->pace.prev = c->pace.next = NULL;
 }
 
-/* Whether c is waiting for the rest of a head or of a buffered body. */
-static int pace_incomplete(const m0_conn *c)
+int m0__pace_incomplete(const m0_conn *c)
 {
-    if (c->flags & M0_CF_CLOSE_AFTER || c->peer_eof)
+    if (c->flags & M0_CF_CLOSE_AFTER || c->in.peer_eof)
         return 0;
-    return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->rlen > c->rpos);
+    return c->state == M0_CS_BODY || (c->state == M0_CS_HEAD && c->in.rlen > c->in.rpos);
 }
 
 /* A new window starts now, with nothing read in it yet. */
 static void pace_window_restart(m0_conn *c, uint64_t now)
 {
-    c->pace_mark_ms = now;
-    c->pace_bytes = 0;
+    c->pace.mark_ms = now;
+    c->pace.bytes = 0;
 }
 
-void m0__pace_note(m0_conn *c, size_t n)
+int m0__pace_note(m0_conn *c, size_t n)
 {
     m0_server *srv = c->srv;
-    if (srv->cfg.pace_window_ms == 0 || !pace_incomplete(c))
-        return;
+    if (srv->cfg.pace_window_ms == 0 || !m0__pace_incomplete(c))
+        return 0;
     uint64_t now = m0_loop_now(srv->loop);
-    if (c->pace_mark_ms == 0)
+    if (c->pace.mark_ms == 0)
         pace_window_restart(c, now);
-    c->pace_bytes += n;
+    c->pace.bytes += n;
     if (c->flags & M0_CF_PACED)
-        return; /* the timer's read: it decides */
-    if (now - c->pace_mark_ms < srv->cfg.pace_window_ms)
-        return;
-    int slow = c->pace_bytes < srv->cfg.pace_min_bytes;
+        return 0; /* the timer's read: it decides */
+    if (now - c->pace.mark_ms < srv->cfg.pace_window_ms)
+        return 0;
+    int slow = c->pace.bytes < srv->cfg.pace_min_bytes;
     pace_window_restart(c, now);
     if (!slow)
-        return; /* fast enough: a new window */
+        return 0; /* fast enough: a new window */
     c->flags |= M0_CF_PACED;
     pace_link(srv, c);
-    m0__conn_interest(c);
+    return 1;
 }
 
 void m0__pace_stop(m0_conn *c)
@@ -88,41 +90,33 @@ void m0__pace_stop(m0_conn *c)
         pace_unlink(c->srv, c);
 }
 
-/* Read every paced connection once: those still slow stay paced for another
- * window, the others are read on EPOLLIN again. */
-static void pace_tick(m0_loop *loop, m0_timer *t)
+m0_conn *m0__pace_batch(m0_server *srv)
 {
-    m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, pace_timer));
     /* This window's connections, apart from any paced during the pass, each
      * held: reading one may close others (an abort) before their turn. */
     m0_conn *batch = srv->paced;
     srv->paced = NULL;
-    for (m0_conn *c = batch; c != NULL; c = c->pace_next) {
+    for (m0_conn *c = batch; c != NULL; c = c->pace.next) {
         c->flags &= ~M0_CF_PACE_LINKED;
         c->refs++;
     }
-    while (batch != NULL) {
-        m0_conn *c = batch;
-        batch = c->pace_next;
-        c->pace_prev = c->pace_next = NULL;
-        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && pace_incomplete(c))
-            m0__conn_read_now(c);
-        if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED)) {
-            int slow = pace_incomplete(c) && c->pace_bytes < srv->cfg.pace_min_bytes;
-            pace_window_restart(c, m0_loop_now(loop));
-            if (slow) {
-                pace_link(srv, c);
-            } else {
-                c->flags &= ~M0_CF_PACED;
-                m0__conn_interest(c);
-            }
-        }
-        m0__conn_release(c);
-    }
+    return batch;
 }
 
-void m0__pace_init(m0_server *srv)
+int m0__pace_window_end(m0_conn *c, uint64_t now)
+{
+    int slow = m0__pace_incomplete(c) && c->pace.bytes < c->srv->cfg.pace_min_bytes;
+    pace_window_restart(c, now);
+    if (slow) {
+        pace_link(c->srv, c);
+        return 1;
+    }
+    c->flags &= ~M0_CF_PACED;
+    return 0;
+}
+
+void m0__pace_init(m0_server *srv, void (*tick)(m0_loop *loop, m0_timer *t))
 {
     srv->paced = NULL;
-    m0_timer_init(&srv->pace_timer, pace_tick);
+    m0_timer_init(&srv->pace_timer, tick);
 }

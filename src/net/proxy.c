@@ -14,30 +14,19 @@
  * that names no client withdraws it). */
 static int conn_peer_trusted(m0_conn *c)
 {
-    if (c->peer_trust == 0) {
+    if (c->addr.peer_trust == 0) {
         const m0_trust *t = &c->srv->cfg.proxy.trust;
         int ok;
-        if (c->family == AF_UNIX)
+        if (c->addr.family == AF_UNIX)
             ok = t->any || t->unix_ok;
         else
-            ok = m0_trust_match_text(t, c->peer_host, strlen(c->peer_host));
-        c->peer_trust = ok ? 1 : 2;
+            ok = m0_trust_match_text(t, c->addr.peer_host, strlen(c->addr.peer_host));
+        c->addr.peer_trust = ok ? 1 : 2;
     }
-    return c->peer_trust == 1;
+    return c->addr.peer_trust == 1;
 }
 
 /* --- the PROXY protocol --- */
-
-void m0__proxy_conn_start(m0_conn *c)
-{
-    const m0_proxy_config *pc = &c->srv->cfg.proxy;
-    if (pc->protocol == 0)
-        return;
-    c->flags |= M0_CF_PP_WAIT;
-    /* The header comes first and at once, or the connection is not one of
-     * the balancer's: its own deadline, whatever the header timeout. */
-    m0__conn_arm(c, M0_TIMER_IDLE, pc->protocol_timeout_ms ? pc->protocol_timeout_ms : 5000);
-}
 
 /* Before the first request: consume the PROXY header from the read buffer.
  * 1 when it was read (or, optional, is absent) and parsing may go on, 0 when
@@ -48,8 +37,8 @@ int m0__proxy_protocol_read(m0_conn *c)
     const m0_server_config *cfg = &c->srv->cfg;
     const m0_proxy_config *pc = &cfg->proxy;
     m0_pp_result pp;
-    int r = m0_pp_parse(c->rbuf + c->rpos, c->rlen - c->rpos, pc->protocol, &pp);
-    if (r == M0_PP_INCOMPLETE && !c->peer_eof)
+    int r = m0_pp_parse(c->in.rbuf + c->in.rpos, c->in.rlen - c->in.rpos, pc->protocol, &pp);
+    if (r == M0_PP_INCOMPLETE && !c->in.peer_eof)
         return 0;
     if (r == M0_PP_ABSENT && pc->protocol_optional) {
         c->flags &= ~M0_CF_PP_WAIT;
@@ -64,7 +53,7 @@ int m0__proxy_protocol_read(m0_conn *c)
         m0__conn_close(c, 1);
         return -1;
     }
-    c->rpos += (size_t)r;
+    c->in.rpos += (size_t)r;
     c->flags &= ~M0_CF_PP_WAIT;
     if (m0__conn_tls_preface(c) < 0) { /* a TLS listener: what follows is the handshake's */
         m0__conn_close(c, 1);
@@ -74,16 +63,16 @@ int m0__proxy_protocol_read(m0_conn *c)
         /* A client the balancer cannot name (v1 UNKNOWN, v2 AF_UNSPEC/AF_UNIX):
          * its headers came through the balancer untouched and are not the
          * balancer's word. Only the LOCAL command keeps the peer's trust. */
-        c->peer_trust = 2;
+        c->addr.peer_trust = 2;
     } else if (!pp.local) {
         int af = pp.family == 4 ? AF_INET : AF_INET6;
-        if (inet_ntop(af, pp.src, c->peer_host, sizeof(c->peer_host)) == NULL) {
+        if (inet_ntop(af, pp.src, c->addr.peer_host, sizeof(c->addr.peer_host)) == NULL) {
             m0__conn_close(c, 1);
             return -1;
         }
-        c->family = af;
-        c->peer_port = pp.src_port;
-        c->peer_trust = 0; /* forwarded headers are judged against the client the balancer names */
+        c->addr.family = af;
+        c->addr.peer_port = pp.src_port;
+        c->addr.peer_trust = 0; /* forwarded headers are judged against the client the balancer names */
     }
     m0__conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
     return 1;
@@ -131,74 +120,74 @@ static void conn_forwarded_host_set(m0_conn *c, m0_span host, int fwd_port)
         return;
     if (port < 0 && fwd_port >= 0) {
         /* X-Forwarded-Port completes a host without one. */
-        int n = snprintf(c->fwd_authority, sizeof(c->fwd_authority), "%.*s:%d", (int)hlen, host.base, fwd_port);
-        if (n <= 0 || (size_t)n >= sizeof(c->fwd_authority))
+        int n = snprintf(c->x.fwd_authority, sizeof(c->x.fwd_authority), "%.*s:%d", (int)hlen, host.base, fwd_port);
+        if (n <= 0 || (size_t)n >= sizeof(c->x.fwd_authority))
             return;
-        c->fwd_authority_len = (size_t)n;
+        c->x.fwd_authority_len = (size_t)n;
         port = fwd_port;
     } else {
-        if (host.len >= sizeof(c->fwd_authority))
+        if (host.len >= sizeof(c->x.fwd_authority))
             return;
-        memcpy(c->fwd_authority, host.base, host.len);
-        c->fwd_authority[host.len] = '\0';
-        c->fwd_authority_len = host.len;
+        memcpy(c->x.fwd_authority, host.base, host.len);
+        c->x.fwd_authority[host.len] = '\0';
+        c->x.fwd_authority_len = host.len;
     }
     if (port < 0)
-        port = c->fwd_scheme == M0_SCHEME_HTTPS ? 443 : c->fwd_scheme == M0_SCHEME_HTTP ? 80 : -1;
-    c->fwd_port = port;
-    c->fwd_hostname_len = hlen;
+        port = c->x.fwd_scheme == M0_SCHEME_HTTPS ? 443 : c->x.fwd_scheme == M0_SCHEME_HTTP ? 80 : -1;
+    c->x.fwd_port = port;
+    c->x.fwd_hostname_len = hlen;
 }
 
 void m0__proxy_headers_resolve(m0_conn *c)
 {
     const m0_proxy_config *pc = &c->srv->cfg.proxy;
-    c->fwd_client = 0;
-    c->fwd_scheme = M0_SCHEME_NONE;
-    c->fwd_hostname_len = 0;
-    c->fwd_authority_len = 0;
-    c->fwd_port = -1;
+    c->x.fwd_client = 0;
+    c->x.fwd_scheme = M0_SCHEME_NONE;
+    c->x.fwd_hostname_len = 0;
+    c->x.fwd_authority_len = 0;
+    c->x.fwd_port = -1;
     if (!conn_peer_trusted(c))
         return;
     m0_forwarded f;
-    if (!m0_forwarded_resolve(&c->req, &pc->trust, pc->fwd_flags, &f))
+    if (!m0_forwarded_resolve(&c->x.req, &pc->trust, pc->fwd_flags, &f))
         return;
-    if (f.client.len > 0 && f.client.len < sizeof(c->fwd_client_host)) {
-        memcpy(c->fwd_client_host, f.client.base, f.client.len);
-        c->fwd_client_host[f.client.len] = '\0';
-        c->fwd_client_port = f.client_port >= 0 ? f.client_port : 0;
-        c->fwd_client = 1;
+    if (f.client.len > 0 && f.client.len < sizeof(c->x.fwd_client_host)) {
+        memcpy(c->x.fwd_client_host, f.client.base, f.client.len);
+        c->x.fwd_client_host[f.client.len] = '\0';
+        c->x.fwd_client_port = f.client_port >= 0 ? f.client_port : 0;
+        c->x.fwd_client = 1;
     }
-    c->fwd_scheme = f.scheme;
+    c->x.fwd_scheme = f.scheme;
     if (f.host.len > 0)
         conn_forwarded_host_set(c, f.host, f.port);
-    else if (f.port >= 0 && c->req.host.len > 0)
-        conn_forwarded_host_set(c, c->req.host, f.port);
+    else if (f.port >= 0 && c->x.req.host.len > 0)
+        conn_forwarded_host_set(c, c->x.req.host, f.port);
 }
 
 /* --- accessors --- */
 
 const char *m0_conn_client_host(const m0_conn *c)
 {
-    return c->fwd_client ? c->fwd_client_host : c->peer_host;
+    return c->x.fwd_client ? c->x.fwd_client_host : c->addr.peer_host;
 }
 
 int m0_conn_client_port(const m0_conn *c)
 {
-    return c->fwd_client ? c->fwd_client_port : c->peer_port;
+    return c->x.fwd_client ? c->x.fwd_client_port : c->addr.peer_port;
 }
 
 int m0_conn_forwarded_scheme(const m0_conn *c)
 {
-    return c->fwd_scheme;
+    return c->x.fwd_scheme;
 }
 
 int m0_conn_forwarded_host(const m0_conn *c, m0_span *authority, m0_span *host, int *port)
 {
-    if (c->fwd_hostname_len == 0)
+    if (c->x.fwd_hostname_len == 0)
         return 0;
-    *authority = (m0_span){c->fwd_authority, c->fwd_authority_len};
-    *host = (m0_span){c->fwd_authority, c->fwd_hostname_len};
-    *port = c->fwd_port;
+    *authority = (m0_span){c->x.fwd_authority, c->x.fwd_authority_len};
+    *host = (m0_span){c->x.fwd_authority, c->x.fwd_hostname_len};
+    *port = c->x.fwd_port;
     return 1;
 }
 

@@ -64,18 +64,6 @@ static void server_defer_timer(m0_loop *loop, m0_timer *t)
         m0__listeners_take_one(srv); /* no peer took it: this loop does */
 }
 
-static void server_balance_store(m0_server *srv, int32_t v)
-{
-    if (srv->bal != NULL)
-        __atomic_store_n(srv->bal + (1 + srv->bal_self) * (M0_BALANCE_LINE / 4), v, __ATOMIC_RELAXED);
-}
-
-void m0__server_balance_note(m0_server *srv)
-{
-    if (srv->bal != NULL && !srv->draining)
-        server_balance_store(srv, (int32_t)(m0_server_connections(srv) << 1) | (srv->bal_busy ? 1 : 0));
-}
-
 void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
 {
     if (table == NULL || self >= n) {
@@ -87,7 +75,7 @@ void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
     srv->bal_self = self;
     /* Not a peer to wait for until its loop runs: its first connection, or
      * the first wake-up of its listeners (listener.c), publishes it. */
-    server_balance_store(srv, -1);
+    m0__balance_store(srv, -1);
 }
 
 /* Loop thread: what other threads posted (completions, drain, abort). */
@@ -161,7 +149,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     m0_recycle_init(&srv->wbufs, M0_WBUF_INITIAL);
     m0_timer_init(&srv->accept_timer, server_accept_timer);
     m0_timer_init(&srv->defer_timer, server_defer_timer);
-    m0__pace_init(srv);
+    m0__conn_pace_init(srv);
     m0__conn_ring_init(srv);
     m0__trim_init(srv);
     pthread_mutex_init(&srv->done_lock, NULL);
@@ -198,7 +186,7 @@ void m0__server_link(m0_server *srv, m0_conn *c)
     srv->conns = c;
     size_t n = __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
-    m0__server_balance_note(srv);
+    m0__balance_note(srv);
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, 1);
 }
 
@@ -214,7 +202,7 @@ void m0__server_unlink(m0_server *srv, m0_conn *c)
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
-    m0__server_balance_note(srv);
+    m0__balance_note(srv);
     if (srv->at_limit && n < srv->cfg.limit_connections) {
         srv->at_limit = 0;
         m0__listeners_update(srv); /* room again: accept */
@@ -243,7 +231,7 @@ void m0_server_free(m0_server *srv)
     server_listeners_close(srv);
     m0_timer_stop(srv->loop, &srv->accept_timer);
     m0_timer_stop(srv->loop, &srv->defer_timer);
-    server_balance_store(srv, -1);
+    m0__balance_store(srv, -1);
     m0_timer_stop(srv->loop, &srv->pace_timer); /* every connection is closed: none is paced */
     m0__conn_ring_stop(srv);
     m0__trim_stop(srv);
@@ -282,7 +270,7 @@ static void server_drain(m0_server *srv, int take_queue)
     m0_timer_stop(srv->loop, &srv->defer_timer);
     srv->accept_paused = 0;
     srv->accept_deferred = 0;
-    server_balance_store(srv, -1); /* no peer waits for this one to accept */
+    m0__balance_store(srv, -1); /* no peer waits for this one to accept */
     m0__listeners_update(srv);
     if (take_queue)
         m0__listeners_take_queued(srv);
@@ -314,7 +302,7 @@ static void server_drain(m0_server *srv, int take_queue)
             next->refs++;
         if (c->state == M0_CS_H2) {
             m0__h2_drain(c); /* GOAWAY; the streams in flight finish */
-        } else if (c->state == M0_CS_HEAD && c->nreq > 0 && c->rlen == c->rpos && !c->pending &&
+        } else if (c->state == M0_CS_HEAD && c->x.nreq > 0 && c->in.rlen == c->in.rpos && !c->x.pending &&
                    c->timer_kind == M0_TIMER_IDLE && !(c->flags & M0_CF_CLOSE_AFTER)) {
             /* Idle since its keep-alive timer was armed (conn_process). */
             uint64_t since = c->deadline_ms > ka ? c->deadline_ms - ka : 0;
@@ -370,10 +358,10 @@ void m0_server_abort(m0_server *srv)
     m0_conn *c = srv->conns;
     while (c != NULL) {
         m0_conn *next = c->next;
-        if (c->detached) {
-            if (!c->abort_after) {
+        if (c->x.detached) {
+            if (!c->x.abort_after) {
                 /* atomic: the owner reads it in m0_conn_complete */
-                __atomic_store_n(&c->abort_after, 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&c->x.abort_after, 1, __ATOMIC_RELAXED);
                 shutdown(c->io.fd, SHUT_RDWR);
             }
         } else {

@@ -38,6 +38,7 @@
 #include <sys/uio.h>
 
 #include "../http/parser.h"
+#include "../http/response_head.h"
 #include "loop.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -296,24 +297,29 @@ enum {
     M0_WRITE_PARK = 2,
 };
 
-/* Write raw response bytes (the handler frames them with http/response.h):
- * what the socket takes at once, the rest copied into the connection's write
+/* Write response bytes: head (NULL: none) is a head the bytes begin with
+ * (a response's, or a 1xx one), whose HTTP/1.1 text (head->len bytes) is
+ * the start of iov; the rest is body, framed by the handler as HTTP/1.1
+ * frames it (http/response.h; chunked only to an HTTP/1.1 request). An
+ * HTTP/1.1 connection sends the bytes as they are; an HTTP/2 stream sends
+ * the head's fields as a HEADERS frame and the body as DATA. What the
+ * socket takes at once, the rest copied into the connection's write
  * buffer, then waiting as `blocking` (M0_WRITE_*) says. 0, or -EPIPE,
  * -ECONNRESET, -ETIMEDOUT, -ENOMEM. Non-blocking (loop thread only):
  * m0_conn_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */
-int m0_conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* A streamed chunk written on the loop's thread (ASGI; non-blocking): never
  * held for the pass's end, as m0_conn_writev's are while the pass dispatches.
  * An app may block the thread before it yields again (an eager task runs
  * inside the pass, Python 3.12+), and only what ends a response may wait. */
-int m0_conn_writev_chunk(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0_conn_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
 /* The same for the last bytes of a response. On a thread that owns a
  * detached connection, small final bytes are left queued for the loop to send
  * when it takes the completion back (with the other completions of its pass);
  * the caller must complete the connection (m0_conn_complete) without waiting
  * on anything else. Otherwise as m0_conn_writev. */
-int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int blocking);
+int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* sendfile(2) count bytes of fd from offset, after the queued output.
  * M0_WRITE_SENT: returns once count bytes are sent or at end of file
  * (fewer), or -errno (the same deadline as writev). M0_WRITE_NOWAIT and
@@ -324,11 +330,12 @@ int m0_conn_writev_final(m0_conn *c, const struct iovec *iov, int iovcnt, int bl
  * M0_CONN_WRITABLE. */
 ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
 size_t m0_conn_write_pending(const m0_conn *c);
-/* The end of a response with trailers: the last chunk and the trailer
- * section as HTTP/1.1 frames them ("0\r\n", "name: value\r\n" lines, "\r\n"),
- * written as m0_conn_writev (non-blocking) does; on an HTTP/2 stream they
+/* The end of a response with trailers (a head of status 0, http/
+ * response_head.h): its text is the last chunk and the trailer section as
+ * HTTP/1.1 frames them ("0\r\n", "name: value\r\n" lines, "\r\n"), written
+ * as m0_conn_writev (non-blocking) does; on an HTTP/2 stream its fields
  * become a HEADERS frame that ends the stream (net/h2.h). */
-int m0_conn_write_trailers(m0_conn *c, const struct iovec *iov, int iovcnt);
+int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers);
 /* The write buffer mark above which an async handler should wait. */
 #define M0_WRITE_HIGH_WATER (256 * 1024)
 

@@ -117,21 +117,20 @@ typedef struct m0_listener {
  * hand-off) is then the owner's to read. The hand-off itself orders these
  * accesses: the work queue's mutex (workq.c) going out, the server's
  * done_lock coming back (conn_handoff.c). */
-struct m0_conn {
-    /* --- lifetime and state: the loop thread's --- */
-    m0_io io;       /* loop (the registration stays as it was while detached) */
-    m0_timer timer; /* loop: stopped by m0_conn_detach */
-    m0_server *srv; /* set at accept; read by every thread */
-    m0_conn *prev;  /* loop: the server's list of connections */
-    m0_conn *next;
-    void *data;               /* the handler's: the owner's */
-    int refs;                 /* loop: net-layer frames on the stack for this connection */
-    m0_conn_state state;      /* written by the loop thread; the owner reads it */
-    unsigned flags;           /* M0_CF_*: the loop thread's alone, even while detached (see M0_CF_*) */
-    m0_timer_kind timer_kind; /* loop */
-    uint64_t deadline_ms;     /* loop; lazy: the timer may fire earlier and re-arm */
-    uint32_t nreq;            /* requests dispatched: loop, at dispatch; the owner reads it */
-    uint64_t start_ns;        /* monotonic ns when the pending request was dispatched (loop) */
+/* The pending exchange of a connection (HTTP/1.1's, or an HTTP/2 stream
+ * connection's): one request and its response. The transport carries it
+ * (m0__exchange_ops, conn_int.h); the connection holds the transport's
+ * state around it. */
+typedef struct m0_exchange {
+    uint32_t nreq;     /* requests dispatched: loop, at dispatch; the owner reads it */
+    uint64_t start_ns; /* monotonic ns when the pending request was dispatched (loop) */
+    /* --- the request: while one is pending, [in.rpos, in.rpos + head_len)
+     * of the read buffer is its head, parsed where head_base says (its spans
+     * point there) --- */
+    size_t head_len;
+    const char *head_base;
+    m0_request req;
+    m0_header *headers;
 
     /* --- hand-off: the fields both threads touch while a thread owns the
      * connection (conn_handoff.c), each a field of its own, not a bit of
@@ -159,33 +158,12 @@ struct m0_conn {
     uint64_t done_bytes;
     uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
 
-    /* --- input: the owner's (m0__conn_fill, conn_read.c; a blocking body
-     * read on the owning thread reads the socket too) ---
-     * read buffer: [rpos, rlen) is unparsed input (state HEAD). While a
-     * request is pending, [rpos, rpos + head_len) is its head. NULL (and
-     * headers NULL) while the connection is idle: taken from the server's
-     * recycle allocators when input arrives, given back when none is left. */
-    char *rbuf;
-    size_t rcap;
-    size_t rlen;
-    size_t rpos;
-    size_t head_len;
-    /* state HEAD, after a parse of [rpos, rlen) gave M0_PARSE_INCOMPLETE:
-     * how many of those bytes it saw (0: parse in full next time; reset
-     * whenever rpos moves to other bytes), and where its last line starts. */
-    size_t head_seen;
-    size_t head_line;
-    const char *head_base; /* where the head was parsed: its spans point there */
-    m0_request req;
-    m0_header *headers;
-    int peer_eof; /* read() returned 0: set by the owner */
-
     /* --- body: framing of the pending (or discarded) request (conn_body.c);
      * set for each request by the loop, then the owner's as it reads --- */
     m0_body_mode body_mode;
     int body_done;      /* set or cleared for each new request (loop), set by the owner as it reads */
     uint64_t body_left; /* LENGTH: bytes not yet consumed */
-    size_t body_rd;     /* next unread decoded byte in rbuf */
+    size_t body_rd;     /* next unread decoded byte in in.rbuf */
     size_t body_end;    /* CHUNKED: end of decoded bytes; raw input follows at body_raw */
     size_t body_raw;
     uint64_t discard_budget; /* loop: after the response */
@@ -195,6 +173,72 @@ struct m0_conn {
                                 * (loop), set by the owner's first body read */
     int expect_continue;       /* the request asked for 100-continue: set for each new request, cleared
                                 * by an upgrade (loop); read by the owner */
+
+    /* --- the response's state: the owner's --- */
+    int resp_started; /* response bytes of the pending request were written: cleared at dispatch
+                       * (loop), set by the owner's writes */
+    int resp_cut;     /* the pending request's response is incomplete (m0_conn_cut): cleared at
+                       * dispatch (loop), set by the owner before it finishes */
+
+    /* --- proxy (proxy.c): the client as a trusted proxy describes it, per
+     * request; written by the loop at dispatch, read by the owner --- */
+    int fwd_client; /* fwd_client_host/port are set for the pending request */
+    int fwd_client_port;
+    int fwd_scheme; /* M0_SCHEME_* */
+    int fwd_port;   /* forwarded host's port, -1 when none */
+    size_t fwd_authority_len;
+    size_t fwd_hostname_len; /* the host part of fwd_authority; 0: no forwarded host */
+    char fwd_client_host[64];
+    char fwd_authority[264];
+
+    /* --- an HTTP/2 stream connection's: its app call, counted against its
+     * HTTP/2 connection until this one is destroyed and every holder let go
+     * (m0_conn_call_hold); once orphaned (h2_pool.c), its request's fields
+     * and header array, taken from the stream that ended, freed with it --- */
+    m0_call *h2_call;
+    char *h2_fields;
+    void *h2_hdr;
+    /* static_file.c: the file of the pending response, while its body waits
+     * on the peer (the loop thread's; NULL otherwise): its events go to
+     * m0__static_event, not to the handler. */
+    struct m0_static_send *static_send;
+} m0_exchange;
+
+struct m0_conn {
+    /* --- lifetime and state: the loop thread's --- */
+    m0_io io;       /* loop (the registration stays as it was while detached) */
+    m0_timer timer; /* loop: stopped by m0_conn_detach */
+    m0_server *srv; /* set at accept; read by every thread */
+    m0_conn *prev;  /* loop: the server's list of connections */
+    m0_conn *next;
+    void *data;               /* the handler's: the owner's */
+    int refs;                 /* loop: net-layer frames on the stack for this connection */
+    m0_conn_state state;      /* written by the loop thread; the owner reads it */
+    unsigned flags;           /* M0_CF_*: the loop thread's alone, even while detached (see M0_CF_*) */
+    m0_timer_kind timer_kind; /* loop */
+    uint64_t deadline_ms;     /* loop; lazy: the timer may fire earlier and re-arm */
+    /* The transport that carries the connection's exchanges (conn_int.h):
+     * HTTP/1.1's, or an HTTP/2 stream's for a stream connection. */
+    const struct m0__exchange_ops *xops;
+    m0_exchange x;
+
+    /* --- input: the owner's (m0__conn_fill, conn_read.c; a blocking body
+     * read on the owning thread reads the socket too) ---
+     * read buffer: [rpos, rlen) is unparsed input (state HEAD). NULL (and
+     * x.headers NULL) while the connection is idle: taken from the server's
+     * recycle allocators when input arrives, given back when none is left. */
+    struct {
+        char *rbuf;
+        size_t rcap;
+        size_t rlen;
+        size_t rpos;
+        /* state HEAD, after a parse of [rpos, rlen) gave M0_PARSE_INCOMPLETE:
+         * how many of those bytes it saw (0: parse in full next time; reset
+         * whenever rpos moves to other bytes), and where its last line starts. */
+        size_t head_seen;
+        size_t head_line;
+        int peer_eof; /* read() returned 0: set by the owner */
+    } in;
 
     /* --- output: the owner's (conn_write.c) ---
      * write buffer: [wpos, wlen) queued, not yet sent. It has one owner at a
@@ -215,81 +259,62 @@ struct m0_conn {
      * socket did not take sets the response aside (the loop owns the queue
      * again, sends it and resumes the app once it is empty); what ends a
      * response is the loop's to send. */
-    char *wbuf;
-    size_t wcap;
-    size_t wlen;
-    size_t wpos;
-    int out_stalled;           /* an M0_WRITE_PARK writer stopped waiting for this peer until it drains the
-                                * queue */
-    int resp_started;          /* response bytes of the pending request were written: cleared at dispatch
-                                * (loop), set by the owner's writes */
-    int resp_cut;              /* the pending request's response is incomplete (m0_conn_cut): cleared at
-                                * dispatch (loop), set by the owner before it finishes */
-    int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
-    uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
-    int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
-                                * (re)started, -1 unknown: less at its expiry means the peer reads */
-    uint64_t send_settle_ms;   /* loop ms at which send_outq is taken again (0: taken): see m0__conn_arm */
-    int held;                  /* in the server's held list: output waits for the pass's end. Set and
-                                * cleared by the loop thread (0 from m0_conn_detach until the connection
-                                * is back); the owner reads it */
-    m0_conn *held_prev;        /* loop */
-    m0_conn *held_next;
+    struct {
+        char *wbuf;
+        size_t wcap;
+        size_t wlen;
+        size_t wpos;
+        int out_stalled;           /* an M0_WRITE_PARK writer stopped waiting for this peer until it drains the
+                                    * queue */
+        int broken;                /* the peer is gone: writes fail. Set by the owner when a read or write fails */
+        uint64_t send_deadline_ms; /* monotonic ms by which a blocked response writer gives up, 0: unset */
+        int send_outq;             /* bytes in the kernel's send queue when the send timeout was last
+                                    * (re)started, -1 unknown: less at its expiry means the peer reads */
+        uint64_t send_settle_ms;   /* loop ms at which send_outq is taken again (0: taken): see m0__conn_arm */
+        int held;                  /* in the server's held list: output waits for the pass's end. Set and
+                                    * cleared by the loop thread (0 from m0_conn_detach until the connection
+                                    * is back); the owner reads it */
+        m0_conn *held_prev;        /* loop */
+        m0_conn *held_next;
+    } out;
 
     /* --- pacing (pace.c): the loop thread's alone ---
      * The current pacing window. It starts at the first read that leaves
-     * the head or the buffered body incomplete (pace_mark_ms 0: none
-     * started) and restarts at each dispatch. */
-    uint64_t pace_mark_ms;
-    uint64_t pace_bytes; /* read in the window */
-    m0_conn *pace_prev;  /* the server's paced list, while M0_CF_PACE_LINKED */
-    m0_conn *pace_next;
-
-    /* --- proxy (proxy.c): the client as a trusted proxy describes it, per
-     * request; written by the loop at dispatch, read by the owner --- */
-    int peer_trust; /* the peer is in the trusted table: 0 not yet known, 1 yes, 2 no */
-    int fwd_client; /* fwd_client_host/port are set for the pending request */
-    int fwd_client_port;
-    int fwd_scheme; /* M0_SCHEME_* */
-    int fwd_port;   /* forwarded host's port, -1 when none */
-    size_t fwd_authority_len;
-    size_t fwd_hostname_len; /* the host part of fwd_authority; 0: no forwarded host */
-    char fwd_client_host[64];
-    char fwd_authority[264];
+     * the head or the buffered body incomplete (mark_ms 0: none started)
+     * and restarts at each dispatch. */
+    struct {
+        uint64_t mark_ms;
+        uint64_t bytes; /* read in the window */
+        m0_conn *prev;  /* the server's paced list, while M0_CF_PACE_LINKED */
+        m0_conn *next;
+    } pace;
 
     /* --- addresses: set at accept (a PROXY header replaces the peer's, on
      * the loop before the first request); local_* a cache the owner fills
-     * on first use --- */
-    int family;
-    int peer_port;
-    int local_port; /* -1 until asked */
-    char peer_host[46];
-    char local_host[46];
+     * on first use; peer_trust (proxy.c): the peer is in the trusted table:
+     * 0 not yet known, 1 yes, 2 no --- */
+    struct {
+        int family;
+        int peer_port;
+        int local_port; /* -1 until asked */
+        int peer_trust;
+        char peer_host[46];
+        char local_host[46];
+    } addr;
 
     /* --- transport (conn_io.c): the TLS session (NULL: plaintext), the
      * owner's like the output; the ring of sessions holding input, the loop
      * thread's alone --- */
     struct m0_tls_conn *tls;
-    m0_conn *tls_ring_next;
-    int tls_ringing;
+    struct {
+        m0_conn *next;
+        int on;
+    } ring;
 
     /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2, or, on a
-     * stream connection (is_h2s, no socket), its stream (NULL once it ended) */
+     * stream connection (no socket), its stream (NULL once it ended) */
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
-    int is_h2s;
-    /* A stream connection's app call, counted against its HTTP/2
-     * connection until this one is destroyed and every holder let go
-     * (m0_conn_call_hold). */
-    m0_call *h2_call;
-    /* An orphaned stream connection (h2_pool.c): its request's fields and
-     * header array, taken from the stream that ended, freed with it. */
-    char *h2_fields;
-    void *h2_hdr;
-    /* static_file.c: the file of the pending response, while its body waits
-     * on the peer (the loop thread's; NULL otherwise): its events go to
-     * m0__static_event, not to the handler. */
-    struct m0_static_send *static_send;
 };
 
 struct m0_server {
@@ -403,7 +428,6 @@ void m0__conn_take_completed(m0_server *srv);
 int m0__conn_take_completed_or_mute(m0_conn *c);
 
 /* proxy.c */
-void m0__proxy_conn_start(m0_conn *c);
 int m0__proxy_protocol_read(m0_conn *c);
 void m0__proxy_headers_resolve(m0_conn *c);
 /* gate.c: answer the health path, a static file (static_file.c) or refuse
@@ -421,10 +445,14 @@ static inline void m0__gate_done(m0_conn *c)
     }
 }
 
+/* listener.c: publish this loop's open connections and whether it runs a
+ * handler now (m0_server_balance) in its slot of the balance table; nothing
+ * without a table or while draining. m0__balance_store writes the slot (-1:
+ * this loop takes no connection). */
+void m0__balance_note(m0_server *srv);
+void m0__balance_store(m0_server *srv, int32_t v);
+
 /* server.c */
-/* Publish this loop's open connections and whether it runs a handler now
- * (m0_server_balance); nothing without a table or while draining. */
-void m0__server_balance_note(m0_server *srv);
 void m0__server_link(m0_server *srv, m0_conn *c);
 /* Send the output held back during the loop's pass (conn_write.c); called
  * by the pass-end hook (server.c) after the access log's flush. */

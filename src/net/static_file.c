@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../http/response.h"
+#include "../http/response_head.h"
 #include "conn_int.h"
 #include "static_int.h"
 
@@ -88,23 +88,22 @@ static char *put_hex(char *p, uint64_t v)
     return p;
 }
 
+/* The head is built with its fields' spans (http/response_head.h): at most
+ * HEAD_FIELDS of them. */
+#define HEAD_FIELDS 14
+#define FIELD_LIT(b, name, value) m0_head_out_field(b, name, sizeof(name) - 1, value, sizeof(value) - 1)
+
 /* The status line, Date, Server and the connection's fields. */
-static char *head_start(m0_conn *c, char *p, int status, int keep)
+static void head_start(m0_conn *c, m0_head_out *b, int status, int keep)
 {
-    p = PUT(p, "HTTP/1.1 ");
-    p = put_u64(p, (uint64_t)status);
-    *p++ = ' ';
-    const char *reason = m0_status_reason(status);
-    p = put(p, reason, strlen(reason));
-    p = PUT(p, "\r\n");
-    p = put(p, m0_date_line(), M0_DATE_LINE_LEN);
+    m0_head_out_status(b, status);
+    m0_head_out_date(b);
     if (c->srv->cfg.server_header)
-        p = PUT(p, "Server: m0serve\r\n");
+        FIELD_LIT(b, "Server", "m0serve");
     if (!keep)
-        p = PUT(p, "Connection: close\r\n");
-    else if (c->req.minor_version == 0 && !(c->req.flags & M0_REQ_HTTP2))
-        p = PUT(p, "Connection: keep-alive\r\n");
-    return p;
+        m0_head_out_raw(b, "Connection: close\r\n", 19);
+    else if (c->x.req.minor_version == 0 && !(c->x.req.flags & M0_REQ_HTTP2))
+        m0_head_out_raw(b, "Connection: keep-alive\r\n", 24);
 }
 
 /* The response is complete: counted (the static metrics), then finished. */
@@ -119,37 +118,42 @@ static void finish(m0_conn *c, int keep, int status, uint64_t body_bytes)
     m0_conn_finish(c, keep, status, body_bytes);
 }
 
-static void answer_short(m0_conn *c, int status, const char *extra)
+/* allow: the Allow field's value (a 405), or NULL. */
+static void answer_short(m0_conn *c, int status, const char *allow)
 {
     int keep = m0_conn_keep_alive(c);
     char buf[512];
+    m0_field_span f[HEAD_FIELDS];
+    m0_head_out b;
+    m0_head_out_init(&b, buf, sizeof(buf), f, HEAD_FIELDS);
     const char *body = m0_status_reason(status);
     size_t blen = strlen(body) + 1;
-    char *p = head_start(c, buf, status, keep);
-    p = PUT(p, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: ");
-    p = put_u64(p, blen);
-    p = PUT(p, "\r\n");
-    if (extra != NULL)
-        p = put(p, extra, strlen(extra));
-    p = PUT(p, "\r\n");
+    head_start(c, &b, status, keep);
+    FIELD_LIT(&b, "Content-Type", "text/plain; charset=utf-8");
+    m0_head_out_length(&b, blen);
+    if (allow != NULL)
+        m0_head_out_field(&b, "Allow", 5, allow, strlen(allow));
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_response_head head;
+    m0_head_out_view(&b, status, (int64_t)blen, &head);
     uint64_t sent = 0;
-    if (!(c->req.flags & M0_REQ_HEAD)) {
-        p = put(p, body, blen - 1);
-        *p++ = '\n';
+    if (!(c->x.req.flags & M0_REQ_HEAD)) {
+        m0_head_out_raw(&b, body, blen - 1);
+        m0_head_out_raw(&b, "\n", 1);
         sent = blen;
     }
-    struct iovec iov = {buf, (size_t)(p - buf)};
-    if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+    struct iovec iov = {buf, b.len};
+    if (b.full || m0_conn_writev(c, &head, &iov, 1, M0_WRITE_NOWAIT) < 0)
         keep = 0;
-    finish(c, keep, status, sent);
+    finish(c, keep, status, b.full ? 0 : sent);
 }
 
 /* --- the body --- */
 
 static void send_free(m0_conn *c)
 {
-    m0_static_send *s = c->static_send;
-    c->static_send = NULL;
+    m0_static_send *s = c->x.static_send;
+    c->x.static_send = NULL;
     if (s != NULL) {
         close(s->fd);
         free(s);
@@ -171,11 +175,11 @@ static void send_cut(m0_conn *c, int fd, int status, uint64_t sent)
  * finished), 0: parked until M0_CONN_WRITABLE. */
 static int send_pump(m0_conn *c, m0_static_send *s)
 {
-    int held = c->static_send == s;
+    int held = c->x.static_send == s;
     while (s->left > 0) {
         size_t count = s->left > (uint64_t)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)s->left;
         ssize_t n = m0_conn_sendfile(c, s->fd, s->off, count, M0_WRITE_NOWAIT);
-        if (held && c->static_send != s)
+        if (held && c->x.static_send != s)
             return 1; /* the connection closed in the call (an HTTP/2 session's write failed): s went with it */
         if (n > 0) {
             s->off += n;
@@ -183,14 +187,14 @@ static int send_pump(m0_conn *c, m0_static_send *s)
             continue;
         }
         if (n == -EAGAIN) {
-            if (c->static_send != s) {
+            if (c->x.static_send != s) {
                 m0_static_send *held = malloc(sizeof(*held));
                 if (held == NULL) {
                     send_cut(c, s->fd, s->status, s->total - s->left);
                     return 1;
                 }
                 *held = *s;
-                c->static_send = held;
+                c->x.static_send = held;
             }
             m0_conn_park(c);
             return 0;
@@ -198,11 +202,11 @@ static int send_pump(m0_conn *c, m0_static_send *s)
         /* 0: the file ended before its promised length (truncated while
          * sent); < 0: the peer went away or the file failed. */
         uint64_t sent = s->total - s->left;
-        int fd = c->static_send == s ? -1 : s->fd;
+        int fd = c->x.static_send == s ? -1 : s->fd;
         send_cut(c, fd, s->status, sent);
         return 1;
     }
-    int fd = c->static_send == s ? -1 : s->fd;
+    int fd = c->x.static_send == s ? -1 : s->fd;
     int status = s->status, keep = s->keep;
     uint64_t total = s->total;
     send_free(c);
@@ -214,7 +218,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
 
 void m0__static_event(m0_conn *c, int what)
 {
-    m0_static_send *s = c->static_send;
+    m0_static_send *s = c->x.static_send;
     if (what == M0_CONN_CLOSED) {
         send_free(c);
         return;
@@ -387,14 +391,14 @@ static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_sp
 int m0__static_serve(m0_conn *c)
 {
     const m0_static *st = c->srv->cfg.static_files;
-    const m0_request *req = &c->req;
+    const m0_request *req = &c->x.req;
     m0_span rest;
     const m0_static_mount *m = m0__static_route(st, req->path, &rest);
     if (m == NULL)
         return 0;
     int head = (req->flags & M0_REQ_HEAD) != 0;
     if (!head && (req->method.len != 3 || memcmp(req->method.base, "GET", 3) != 0)) {
-        answer_short(c, 405, "Allow: GET, HEAD\r\n");
+        answer_short(c, 405, "GET, HEAD");
         return 1;
     }
     target t;
@@ -455,14 +459,21 @@ int m0__static_serve(m0_conn *c)
     /* the head */
     int keep = m0_conn_keep_alive(c);
     char buf[1024 + SMALL_FILE];
-    char *p = head_start(c, buf, status, keep);
+    m0_field_span f[HEAD_FIELDS];
+    m0_head_out b;
+    m0_head_out_init(&b, buf, 1024, f, HEAD_FIELDS); /* the body may follow, within buf */
+    m0_response_head rh;
+    head_start(c, &b, status, keep);
     if (status == 416) {
         close(t.fd);
-        p = PUT(p, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 0\r\nContent-Range: bytes */");
-        p = put_u64(p, size);
-        p = PUT(p, "\r\n\r\n");
-        struct iovec iov = {buf, (size_t)(p - buf)};
-        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        FIELD_LIT(&b, "Content-Type", "text/plain; charset=utf-8");
+        FIELD_LIT(&b, "Content-Length", "0");
+        char range[32] = "bytes */";
+        m0_head_out_field(&b, "Content-Range", 13, range, (size_t)(put_u64(range + 8, size) - range));
+        m0_head_out_raw(&b, "\r\n", 2);
+        m0_head_out_view(&b, 416, 0, &rh);
+        struct iovec iov = {buf, b.len};
+        if (b.full || m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, 416, 0);
         return 1;
@@ -471,46 +482,44 @@ int m0__static_serve(m0_conn *c)
     if (status != 304) {
         size_t tlen;
         const char *type = m0__static_mime(t.rel, t.rel_len, &tlen);
-        p = PUT(p, "Content-Type: ");
-        p = put(p, type, tlen);
-        p = PUT(p, "\r\nContent-Length: ");
-        p = put_u64(p, blen);
-        p = PUT(p, "\r\nAccept-Ranges: bytes\r\n");
+        m0_head_out_field(&b, "Content-Type", 12, type, tlen);
+        m0_head_out_length(&b, blen);
+        FIELD_LIT(&b, "Accept-Ranges", "bytes");
         if (status == 206) {
-            p = PUT(p, "Content-Range: bytes ");
-            p = put_u64(p, first);
-            *p++ = '-';
-            p = put_u64(p, last);
-            *p++ = '/';
-            p = put_u64(p, size);
-            p = PUT(p, "\r\n");
+            char range[80] = "bytes ", *r = range + 6;
+            r = put_u64(r, first);
+            *r++ = '-';
+            r = put_u64(r, last);
+            *r++ = '/';
+            r = put_u64(r, size);
+            m0_head_out_field(&b, "Content-Range", 13, range, (size_t)(r - range));
         }
-        if (t.encoding != NULL) {
-            p = PUT(p, "Content-Encoding: ");
-            p = put(p, t.encoding, strlen(t.encoding));
-            p = PUT(p, "\r\n");
-        }
+        if (t.encoding != NULL)
+            m0_head_out_field(&b, "Content-Encoding", 16, t.encoding, strlen(t.encoding));
     }
-    p = PUT(p, "Last-Modified: ");
-    p = put(p, lastmod, M0_HTTP_DATE_LEN);
-    p = PUT(p, "\r\nETag: ");
-    p = put(p, etag, etag_len);
-    p = PUT(p, "\r\n");
+    m0_head_out_field(&b, "Last-Modified", 13, lastmod, M0_HTTP_DATE_LEN);
+    m0_head_out_field(&b, "ETag", 4, etag, etag_len);
     if (st->expires != 0) {
-        p = PUT(p, "Cache-Control: public, max-age=");
-        p = put_u64(p, st->expires);
+        char cc[64] = "public, max-age=", *q = put_u64(cc + 16, st->expires);
         if (m0__static_hashed_name(t.rel, t.rel_len))
-            p = PUT(p, ", immutable");
-        p = PUT(p, "\r\n");
+            q = PUT(q, ", immutable");
+        m0_head_out_field(&b, "Cache-Control", 13, cc, (size_t)(q - cc));
     }
     if (vary)
-        p = PUT(p, "Vary: Accept-Encoding\r\n");
-    p = PUT(p, "\r\n");
+        FIELD_LIT(&b, "Vary", "Accept-Encoding");
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_head_out_view(&b, status, status == 304 ? -1 : (int64_t)blen, &rh);
+    if (b.full) {
+        close(t.fd);
+        send_cut(c, -1, status, 0); /* a head past its room: nothing sent, the connection ends */
+        return 1;
+    }
+    char *p = buf + b.len;
 
     if (status == 304 || head || blen == 0) {
         close(t.fd);
         struct iovec iov = {buf, (size_t)(p - buf)};
-        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, status, 0);
         return 1;
@@ -527,14 +536,14 @@ int m0__static_serve(m0_conn *c)
             return 1;
         }
         struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
-        if (m0_conn_writev(c, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, status, blen);
         return 1;
     }
     /* The head leaves now (not held for the pass's end): the body follows it. */
     struct iovec iov = {buf, (size_t)(p - buf)};
-    if (m0_conn_writev_chunk(c, &iov, 1) < 0) {
+    if (m0_conn_writev_chunk(c, &rh, &iov, 1) < 0) {
         send_cut(c, t.fd, status, 0);
         return 1;
     }

@@ -70,7 +70,9 @@ ssize_t m0_tls_recv(m0_tls_conn *tc, void *buf, size_t len);
 ssize_t m0_tls_sendv(m0_tls_conn *tc, const struct iovec *iov, int iovcnt);
 
 /* Input buffered in the session that no socket readiness will announce:
- * decrypted bytes, or preface bytes not yet read. */
+ * decrypted bytes, or bytes read off the socket (the preface, or read
+ * ahead of what the session asked for) that it has not taken. None while a
+ * read waits to write (m0_tls_want_write): EPOLLOUT announces that one. */
 int m0_tls_pending(const m0_tls_conn *tc);
 /* A read stopped on the socket's write side (a handshake flight the socket
  * did not take): the loop watches EPOLLOUT and reads again when it comes.

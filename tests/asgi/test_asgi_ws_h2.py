@@ -1,8 +1,9 @@
 """WebSocket over HTTP/2 (RFC 8441, extended CONNECT), what Chrome and Firefox use once a server
 offers SETTINGS_ENABLE_CONNECT_PROTOCOL: a hyper-h2 client opens a stream with :method CONNECT and
 :protocol websocket, the ASGI app accepts (200, not 101), and the WebSocket frames of RFC 6455 flow
-as the stream's DATA both ways, against tests/apps/ws_app.py, over h2c and h2 (TLS)."""
-import json
+as the stream's DATA both ways, against tests/apps/ws_app.py, over h2c and h2 (TLS). The WebSocket
+suite (test_asgi_ws.py) runs over HTTP/2 as well; this file holds what is HTTP/2's own: how the
+stream ends, its limits, the streams beside it, resets and the offer."""
 import os
 import socket
 import ssl
@@ -155,20 +156,6 @@ def start(serve, tls, *extra):
     return serve(*args)
 
 
-def test_echo_text_binary_and_subprotocol(serve, tls):
-    s = start(serve, tls)
-    ws = WsOverH2(s, "/echo", [("sec-websocket-protocol", "x-other, chat")], tls=tls)
-    assert ws.settings.get(ENABLE_CONNECT_PROTOCOL) == 1  # offered (RFC 8441 3)
-    assert ws.status == 200 and ws.resp_headers.get("sec-websocket-protocol") == "chat", ws.resp_headers
-    assert "sec-websocket-accept" not in ws.resp_headers and "upgrade" not in ws.resp_headers
-    ws.send(0x1, "héllo".encode())
-    assert ws.recv() == (0x1, "héllo".encode())
-    ws.send(0x2, b"\x00\x01" * 5000)  # past one DATA frame's worth
-    assert ws.recv() == (0x2, b"\x00\x01" * 5000)
-    ws.send(0x9, b"ping")
-    assert ws.recv() == (0xA, b"ping")  # pong
-
-
 def test_close_codes_both_ways_and_the_stream_ends(serve, tls):
     s = start(serve, tls)
     ws = WsOverH2(s, "/echo", tls=tls)
@@ -194,22 +181,6 @@ def test_close_codes_both_ways_and_the_stream_ends(serve, tls):
         time.sleep(0.1)
     assert ["/echo", "app-closed", 4003, "done"] in s_events, s_events
     assert ["/echo", "after-close", "websocket.disconnect"] in s_events, s_events
-
-
-def test_scope_names_http2(serve, tls):
-    s = start(serve, tls)
-    ws = WsOverH2(s, "/scope?x=1", tls=tls)
-    op, payload = ws.recv()
-    scope = json.loads(payload)
-    assert scope["type"] == "websocket" and scope["http_version"] == "2", scope
-    assert scope["path"] == "/scope" and scope["query_string"] == "x=1", scope
-    assert scope["scheme"] == ("wss" if tls else "ws"), scope
-
-
-def test_denial_is_an_http_response_on_the_stream(serve):
-    s = start(serve, False)
-    ws = WsOverH2(s, "/deny")
-    assert ws.status == 403
 
 
 def test_a_long_lived_socket_outlives_the_body_limits(serve):
@@ -261,3 +232,29 @@ def test_a_client_half_that_never_ends_is_reset(serve):
     while ws.reset is None and time.monotonic() < deadline:
         ws.pump(0.5)
     assert ws.reset == 0, ws.reset
+
+
+def test_a_stream_reset_by_the_client_is_1006_and_the_connection_serves_on(serve):
+    """RST_STREAM is the tunnel's TCP reset (RFC 8441 5): the app gets websocket.disconnect 1006,
+    and the connection's other streams are served on (a page's WebSocket closed while its HTTP/2
+    connection stays)."""
+    import h2.errors
+    import httpx
+
+    s = start(serve, False)
+    ws = WsOverH2(s, "/idle")
+    ws.conn.reset_stream(ws.sid, h2.errors.ErrorCodes.CANCEL)
+    ws.flush()
+    deadline = time.monotonic() + 5
+    while ["/idle", "disconnect", 1006, ""] not in (seen := httpx.get(s.url + "/events", timeout=5).json()):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.05)
+    sid = ws.conn.get_next_available_stream_id()
+    ws.conn.send_headers(sid, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")],
+                         end_stream=True)
+    ws.flush()
+    deadline = time.monotonic() + 10
+    while ws.others.get(sid) != b"http" and time.monotonic() < deadline:
+        ws.pump(1)
+    assert ws.others.get(sid) == b"http"
+    assert ws.data == b"", ws.data  # nothing more on the reset stream

@@ -186,7 +186,7 @@ static void test_half_close(void)
     h_send(&h, big, strlen(big));
     shutdown(h.peer, SHUT_WR);
     h_run(&h, 1); /* the peer does not read: the server reads the EOF with output queued */
-    CHECK(h.conn != NULL && h.conn->wlen > h.conn->wpos);
+    CHECK(h.conn != NULL && h.conn->out.wlen > h.conn->out.wpos);
     h_run(&h, 0);
     CHECK(h.peer_eof && !h.peer_reset);
     CHECK(h_responses(h.out, h.out_len, &why) == 1);
@@ -297,7 +297,7 @@ static void test_slow_peer_queue(void)
     snprintf(reqs, sizeof(reqs), "GET /big HTTP/1.1\r\nHost: t\r\n\r\n%s", REQUESTS[0]);
     h_send(&h, reqs, strlen(reqs));
     h_run(&h, 1);
-    CHECK(h.conn != NULL && h.conn->wlen > h.conn->wpos);
+    CHECK(h.conn != NULL && h.conn->out.wlen > h.conn->out.wpos);
     h_run(&h, 0);
     const char *why = "";
     CHECK(h_responses(h.out, h.out_len, &why) == 2);
@@ -355,9 +355,9 @@ static void test_pacing(void)
     CHECK(!paced(&h));
     trickle(&h, 120);
     CHECK(paced(&h));
-    size_t buffered = h.conn != NULL ? h.conn->rlen : 0;
+    size_t buffered = h.conn != NULL ? h.conn->in.rlen : 0;
     trickle(&h, 60);
-    CHECK(h.conn != NULL && h.conn->rlen > buffered); /* the timer still reads it */
+    CHECK(h.conn != NULL && h.conn->in.rlen > buffered); /* the timer still reads it */
     h_send(&h, "\r\nHost: t\r\n\r\n", 13);
     run_ms(&h, 100);
     CHECK(h_responses(h.out, h.out_len, &why) == 1);
@@ -393,7 +393,7 @@ static void test_pacing(void)
     h_send(&h, post, strlen(post));
     trickle(&h, 120);
     CHECK(paced(&h) && h.conn->state == M0_CS_BODY);
-    size_t sent = (size_t)(h.conn != NULL ? h.conn->rlen - h.conn->rpos - h.conn->head_len : 0);
+    size_t sent = (size_t)(h.conn != NULL ? h.conn->in.rlen - h.conn->in.rpos - h.conn->x.head_len : 0);
     char rest[100];
     memset(rest, 'c', sizeof(rest));
     CHECK(sent < 100);
@@ -431,7 +431,7 @@ static void test_body_buffer_grows_with_input(void)
     const char *post = "POST /read HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n0123456789";
     h_send(&h, post, strlen(post));
     h_run(&h, 0);
-    CHECK(h.conn != NULL && h.conn->state == M0_CS_BODY && h.conn->rcap <= 16384);
+    CHECK(h.conn != NULL && h.conn->state == M0_CS_BODY && h.conn->in.rcap <= 16384);
     /* The rest, in one go and in pieces, arrives whole. */
     static char rest[1000000 - 10];
     memset(rest, 'r', sizeof(rest));
@@ -465,8 +465,8 @@ static void test_body_timeout_unset(void)
         uint64_t now = m0_loop_now(h.loop);
         CHECK(h.conn->deadline_ms >= now + def.body_timeout_ms - 1000);
         CHECK(h.conn->deadline_ms <= now + def.body_timeout_ms);
-        CHECK(h.conn->body_deadline_ms >= now + def.body_timeout_ms - 1000);
-        CHECK(h.conn->body_deadline_ms <= now + def.body_timeout_ms);
+        CHECK(h.conn->x.body_deadline_ms >= now + def.body_timeout_ms - 1000);
+        CHECK(h.conn->x.body_deadline_ms <= now + def.body_timeout_ms);
     }
     h_close(&h);
 }

@@ -49,6 +49,22 @@ static int hold;          /* atomic: while set, a pool thread keeps its answered
 static int holding;       /* atomic: a pool thread is keeping one */
 
 /* A pool thread's request: read the body, answer "n=<body bytes>". */
+/* A head of status, Content-Length len and, unless keep, Connection: close,
+ * into buf (its text) and *h (http/response_head.h); its length. */
+static size_t handoff_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len,
+                           int keep)
+{
+    m0_head_out b;
+    m0_head_out_init(&b, buf, cap, f, 2);
+    m0_head_out_status(&b, status);
+    m0_head_out_length(&b, len);
+    if (!keep)
+        m0_head_out_raw(&b, "Connection: close\r\n", 19);
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_head_out_view(&b, status, (int64_t)len, h);
+    return b.len;
+}
+
 static void serve_detached(m0_conn *c)
 {
     char buf[256], body[32], head[96];
@@ -61,14 +77,15 @@ static void serve_detached(m0_conn *c)
     }
     int keep = m0_conn_keep_alive(c);
     int blen = snprintf(body, sizeof(body), "n=%zu", n);
-    int hlen = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n", blen,
-                        keep ? "" : "Connection: close\r\n");
-    struct iovec iov[2] = {{head, (size_t)hlen}, {body, (size_t)blen}};
+    m0_field_span f[2];
+    m0_response_head rh;
+    size_t hlen = handoff_head(head, sizeof(head), f, &rh, 200, (size_t)blen, keep);
+    struct iovec iov[2] = {{head, hlen}, {body, (size_t)blen}};
     /* Every other answer is left for the loop to send (m0_conn_writev_final),
      * the others are sent from this thread: both hand-backs run under TSan. */
     static int turn;
     int final = __atomic_add_fetch(&turn, 1, __ATOMIC_RELAXED) & 1;
-    int w = final ? m0_conn_writev_final(c, iov, 2, 1) : m0_conn_writev(c, iov, 2, 1);
+    int w = final ? m0_conn_writev_final(c, &rh, iov, 2, 1) : m0_conn_writev(c, &rh, iov, 2, 1);
     if (__atomic_load_n(&hold, __ATOMIC_ACQUIRE)) { /* answered, not handed back yet */
         __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&gil); /* blocked in a view: the GIL is released there */

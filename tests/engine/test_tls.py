@@ -506,6 +506,139 @@ def test_a_ticket_resumes_across_one_hup_but_not_two(serve, pki, version):
     assert "ERROR" not in s.log
 
 
+def _chain_sent(s):
+    """The subjects of the certificates the server sends, in order (openssl s_client -showcerts)."""
+    import subprocess
+
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{s.port}", "-showcerts"],
+                         input=b"", capture_output=True, timeout=30, env=tool_env()).stdout.decode()
+    return re.findall(r"^ *\d+ s:(.*)$", out, re.M)
+
+
+def test_the_chain_sent_is_built_once_from_the_same_files(serve, pki, tmp_path):
+    """The chain is built when the context is made (SSL_CTX_build_cert_chain), not looked up in the
+    verify store at every handshake (OpenSSL's auto-chain): the server sends what it sent before, the
+    certificate file's chain when it has one, else the leaf and the issuers --ssl-ca-certs holds."""
+    leaf_only = _chain_sent(serve("tls_app:app", *tls_args(pki)))
+    assert len(leaf_only) == 1, leaf_only
+    with_store = _chain_sent(serve("tls_app:app", *tls_args(pki, "--ssl-ca-certs", pki.ca_file)))
+    assert len(with_store) == 2 and with_store[0] == leaf_only[0], with_store
+    chain_file = tmp_path / "chain.pem"
+    chain_file.write_bytes(b"".join(p.bytes() for p in pki.server.cert_chain_pems) + pki.ca.cert_pem.bytes())
+    in_file = _chain_sent(serve("tls_app:app", "--ssl-certfile", str(chain_file), "--ssl-keyfile", pki.key))
+    assert in_file == with_store, in_file
+
+
+def _proc_reads(pid):
+    """read(2)-like syscalls the process has made (/proc/PID/io's syscr)."""
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("syscr:")).split()[1])
+
+
+def test_a_handshake_and_its_request_take_a_few_reads(serve, pki):
+    """The session's BIO reads ahead of what OpenSSL asks for (a record's 5-byte header, then its
+    body): a flight of several records takes one read(2), not two per record. A full TLS 1.3
+    handshake, a GET and the client's close took about 9 reads of the server; now about 4."""
+    s = serve("tls_app:app", *tls_args(pki))
+    ctx = client_ctx(pki)
+    pid, _, _ = _pid_and_reuse(s, ctx)
+    n = 40
+    before = _proc_reads(pid)
+    for _ in range(n):
+        _pid_and_reuse(s, ctx)
+    per_connection = (_proc_reads(pid) - before) / n
+    assert per_connection <= 6, per_connection
+
+
+def test_requests_in_several_records_of_one_segment_are_all_answered(serve, pki):
+    """Records the BIO read ahead of the session's ask wait in the session, announced by no socket
+    readiness: two GETs and an upload whose body spans several records, sent in one write, are all
+    answered without the client sending anything more."""
+    s = serve("tls_app:app", *tls_args(pki))
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_ctx(pki).wrap_bio(inc, out, server_hostname="127.0.0.1")
+    with socket.create_connection((s.host, s.port), timeout=10) as raw:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                data = raw.recv(65536)
+                assert data
+                inc.write(data)
+        raw.sendall(out.read())
+        body = bytes(range(256)) * 40  # 10,240 bytes: three records of 4,096 and less
+        tls.write(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls.write(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 4096):
+            tls.write(body[i:i + 4096])
+        raw.sendall(out.read())  # six records in one write
+        got = b""
+        want = f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
+        while got.count(b"HTTP/1.1 200") < 3 or not got.endswith(want):
+            data = raw.recv(65536)
+            assert data, got
+            inc.write(data)
+            try:
+                while True:
+                    got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+    assert got.count(b"HTTP/1.1 200") == 3, got
+
+
+def _tickets_and_reuse(s, ctx, session=None):
+    """(NewSessionTicket messages received, session reused, newest session) of one new TLS connection
+    that sends one request and reads its response (TLS 1.3's tickets arrive after the handshake,
+    before the response)."""
+    tickets = []
+
+    def seen(conn, direction, version, content_type, msg_type, data):
+        if direction == "read" and msg_type == ssl._TLSMessageType.NEWSESSION_TICKET:
+            tickets.append(bytes(data))
+
+    ctx._msg_callback = seen
+    try:
+        with socket.create_connection((s.host, s.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as t:
+                t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(t)[2] == b"ok"
+                return tickets, t.session_reused, t.session
+    finally:
+        ctx._msg_callback = None
+
+
+def test_one_ticket_per_tls_1_3_handshake_and_a_new_one_at_each_resumption(serve, pki):
+    """One TLS 1.3 session ticket after a full handshake (OpenSSL's default is two) and a new one after
+    each resumed handshake (OpenSSL's default: none): a client that uses each ticket once, as RFC 8446
+    asks and Chrome does, resumes every connection after its first."""
+    s = serve("tls_app:app", *tls_args(pki))
+    ctx = client_ctx(pki, minimum_version=ssl.TLSVersion.TLSv1_3)
+    tickets, reused, session = _tickets_and_reuse(s, ctx)
+    assert not reused and len(tickets) == 1, tickets
+    seen = set(tickets)
+    for _ in range(4):
+        tickets, reused, session = _tickets_and_reuse(s, ctx, session)
+        assert reused, "the newest ticket did not resume"
+        assert len(tickets) == 1, tickets
+        assert tickets[0] not in seen, "a resumption got back the ticket it used"
+        seen.add(tickets[0])
+
+
+def test_a_tls_1_2_ticket_is_reused_not_renewed(serve, pki):
+    """TLS 1.2: one ticket after the full handshake, none after a resumed one (its clients reuse their
+    ticket, and it still resumes)."""
+    s = serve("tls_app:app", *tls_args(pki))
+    ctx = client_ctx(pki, maximum_version=ssl.TLSVersion.TLSv1_2)
+    tickets, reused, session = _tickets_and_reuse(s, ctx)
+    assert not reused and len(tickets) == 1, tickets
+    for _ in range(3):
+        tickets, reused, session = _tickets_and_reuse(s, ctx, session)
+        assert reused and tickets == [], tickets
+
+
 def test_hup_loads_renewed_certificate_files(serve, pki, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     pki.server.cert_chain_pems[0].write_to_path(cert)

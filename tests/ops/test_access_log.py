@@ -7,6 +7,7 @@ import re
 import socket
 import time
 
+import httpx
 import pytest
 
 from http1 import read_response
@@ -162,3 +163,17 @@ def test_format_from_the_environment(serve):
     s = serve("alog_app:app", env={"M0_ACCESS_LOG_FORMAT": "ENV %(s)s %(U)s"})
     send(s, REQUEST)
     assert access_lines(s, "ENV ") == ["ENV 200 /p/a"]
+
+
+@pytest.mark.parametrize("app", ["early_hints_app:wsgi", "early_hints_app:asgi"])
+@pytest.mark.parametrize("proto", ["http/1.1", "h2c"])
+def test_response_headers_are_the_final_heads_over_both_protocols(serve, app, proto):
+    """%({name}o)s reads the final head's fields, over HTTP/1.1 and over HTTP/2 alike (the
+    head's fields as the app gave them, not text read back), and never a 103's: the ASGI
+    final head carries no Link, its 103 does."""
+    s = serve(app, "--access-log-format", "HEADS %(U)s %(s)s %({link}o)s %({content-type}o)s")
+    with httpx.Client(http1=proto == "http/1.1", http2=proto == "h2c", timeout=10) as c:
+        r = c.get(f"http://{s.host}:{s.port}/hints")
+        assert r.status_code == 200 and r.http_version == ("HTTP/2" if proto == "h2c" else "HTTP/1.1")
+    link = "</a.css>; rel=preload; as=style" if app.endswith(":wsgi") else "-"
+    assert access_lines(s, "HEADS ") == [f"HEADS /hints 200 {link} text/plain"]

@@ -627,13 +627,13 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg)
 /* Answer a canned 500 when the bridge itself fails before the app runs. */
 static int asgi_fail_500(m0_asgi *a, m0_conn *c)
 {
-    char buf[512];
+    m0_canned_response out;
     m0_asgi_log_error(a, "ASGI bridge error");
-    int n = m0_error_response(buf, sizeof(buf), 500, a->server_header);
+    int n = m0_error_response(&out, 500, a->server_header);
     if (n < 0)
         return -1;
-    struct iovec iov = {buf, (size_t)n};
-    if (m0_conn_writev(c, &iov, 1, 0) < 0)
+    struct iovec iov = {out.buf, (size_t)n};
+    if (m0_conn_writev(c, &out.head, &iov, 1, 0) < 0)
         return -1;
     m0_conn_finish(c, 0, 500, 0);
     return 0;

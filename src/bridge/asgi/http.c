@@ -274,7 +274,8 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     m0_head *head = &h->head;
     /* Trailers need the chunked coding: a client that accepts them gets it
      * even for a body known whole. */
-    if (h->trailers && h->te_trailers && !h->no_body && h->minor_version >= 1)
+    int framed = (h->req_flags & M0_REQ_FRAMED) != 0;
+    if (h->trailers && h->te_trailers && !h->no_body && h->minor_version >= 1 && !framed)
         more = 1;
     if (m0_head_reserve(head, M0_HEAD_SUFFIX_MAX) < 0)
         return -1;
@@ -288,6 +289,8 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
         } else if (!more) {
             h->resp_length = (int64_t)first_len;
             m0_head_put_content_length(head, first_len);
+        } else if (framed) {
+            /* the transport delimits the body */
         } else if (h->minor_version >= 1) {
             h->chunked = 1;
             m0_head_put(head, "Transfer-Encoding: chunked\r\n", 28);
@@ -297,7 +300,7 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
     }
     /* RFC 9110 6.5: trailers the client did not ask for (no "TE: trailers"),
      * or that no chunked body can carry, are dropped. */
-    h->trailers_send = h->trailers && h->te_trailers && (h->chunked || (h->req_flags & M0_REQ_HTTP2)) && !h->no_body;
+    h->trailers_send = h->trailers && h->te_trailers && (h->chunked || framed) && !h->no_body;
     m0_head_put_connection(head, h->status == 101, h->keep_alive, h->minor_version);
     m0_head_put(head, "\r\n", 2);
     return 0;
@@ -405,9 +408,12 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
     struct iovec iov[5];
     int n = 0;
     char chunk_head[20];
+    m0_response_head head, *hp = NULL;
     if (h->resp == RESP_STARTED) {
         iov[n].iov_base = h->head.buf;
         iov[n++].iov_len = h->head.len;
+        m0_head_view(&h->head, h->status, h->resp_length, &head);
+        hp = &head;
     }
     if (len > 0 && !h->no_body) {
         if (h->chunked) {
@@ -429,8 +435,8 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
      * Anything else is a streamed chunk, which is never held for the pass (the
      * app may block the thread next: m0_conn_writev_chunk). */
     int final = !more && !h->trailers;
-    if (n > 0 &&
-        (final ? m0_conn_writev_final(h->base.conn, iov, n, 0) : m0_conn_writev_chunk(h->base.conn, iov, n)) < 0) {
+    if (n > 0 && (final ? m0_conn_writev_final(h->base.conn, hp, iov, n, 0)
+                        : m0_conn_writev_chunk(h->base.conn, hp, iov, n)) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto done;
@@ -677,13 +683,13 @@ static void http_on_event(m0_asgi_base *base, int what)
 static void http_answer_error(m0_asgi_http *h, int status)
 {
     m0_conn *c = h->base.conn;
-    char buf[512];
-    int n = m0_error_response(buf, sizeof(buf), status, h->base.asgi->server_header);
+    m0_canned_response out;
+    int n = m0_error_response(&out, status, h->base.asgi->server_header);
     h->status = status;
     h->body_sent = 0;
     if (n > 0) {
-        struct iovec iov = {buf, (size_t)n};
-        (void)m0_conn_writev(c, &iov, 1, 0);
+        struct iovec iov = {out.buf, (size_t)n};
+        (void)m0_conn_writev(c, &out.head, &iov, 1, 0);
     }
     (void)c;
     m0_asgi_http_complete(h, 0);
@@ -799,7 +805,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     h->req_flags = req->flags;
     h->minor_version = req->minor_version;
     h->resp_length = -1;
-    for (size_t i = 0; i < req->num_headers && (req->minor_version >= 1 || (req->flags & M0_REQ_HTTP2)); i++)
+    for (size_t i = 0; i < req->num_headers && (req->minor_version >= 1 || (req->flags & M0_REQ_FRAMED)); i++)
         if (m0_span_ieq(req->headers[i].name, "te", 2) &&
             m0_te_has_trailers(req->headers[i].value.base, req->headers[i].value.len))
             h->te_trailers = 1;

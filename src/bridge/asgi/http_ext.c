@@ -25,8 +25,8 @@
 int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
 {
     PyObject *links = NULL, *seq = NULL;
-    char *buf = NULL;
-    size_t len = sizeof(EARLY_HINT_STATUS_LINE) - 1;
+    m0_head hints;
+    m0_head_init(&hints, NULL, 0);
     int rc = -1;
 
     if (h->resp > RESP_STARTED) {
@@ -43,7 +43,6 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
     if (seq == NULL)
         goto done;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    size_t need = len + 2;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed, seq is held
         if (!PyBytes_Check(v)) {
@@ -55,33 +54,26 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
             PyErr_Format(PyExc_ValueError, "invalid Link value %R (CR, LF, NUL and other controls are refused)", v);
             goto done;
         }
-        need += 6 + (size_t)PyBytes_GET_SIZE(v) + 2;
     }
     if (h->base.conn == NULL) {
         rc = m0_asgi_http_disconnected(h);
         goto done;
     }
     /* HTTP/1.1 and HTTP/2 carry 1xx heads; HTTP/1.0 does not. */
-    if (count > 0 && h->base.asgi->early_hints && (h->minor_version >= 1 || (h->req_flags & M0_REQ_HTTP2))) {
-        buf = PyMem_Malloc(need);
-        if (buf == NULL) {
-            PyErr_NoMemory();
+    if (count > 0 && h->base.asgi->early_hints && (h->req_flags & M0_REQ_INFORMATIONAL)) {
+        if (m0_head_add(&hints, EARLY_HINT_STATUS_LINE, sizeof(EARLY_HINT_STATUS_LINE) - 1) < 0)
             goto done;
-        }
-        memcpy(buf, EARLY_HINT_STATUS_LINE, len);
         for (Py_ssize_t i = 0; i < count; i++) {
             PyObject *v = PySequence_Fast_GET_ITEM(seq, i); // borrowed
-            memcpy(buf + len, "Link: ", 6);
-            len += 6;
-            memcpy(buf + len, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
-            len += (size_t)PyBytes_GET_SIZE(v);
-            memcpy(buf + len, "\r\n", 2);
-            len += 2;
+            if (m0_head_add_field(&hints, "Link", 4, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v)) < 0)
+                goto done;
         }
-        memcpy(buf + len, "\r\n", 2);
-        len += 2;
-        struct iovec iov = {buf, len};
-        if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+        if (m0_head_add(&hints, "\r\n", 2) < 0)
+            goto done;
+        m0_response_head head;
+        m0_head_view(&hints, 103, -1, &head);
+        struct iovec iov = {hints.buf, hints.len};
+        if (m0_conn_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
             m0_asgi_http_lost(h);
             rc = m0_asgi_http_disconnected(h);
             goto done;
@@ -90,7 +82,7 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
     *out = Py_NewRef(Py_None);
     rc = 1;
 done:
-    PyMem_Free(buf);
+    m0_head_reset(&hints);
     Py_XDECREF(seq);
     Py_XDECREF(links);
     return rc;
@@ -142,8 +134,7 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
                 PyErr_Format(PyExc_ValueError, "%R may not be sent as a trailer (RFC 9110 section 6.5.1)", oname);
                 goto done;
             }
-            if (h->trailers_send && (m0_head_add(&h->head, name, nlen) < 0 || m0_head_add(&h->head, ": ", 2) < 0 ||
-                                     m0_head_add(&h->head, value, vlen) < 0 || m0_head_add(&h->head, "\r\n", 2) < 0))
+            if (h->trailers_send && m0_head_add_field(&h->head, name, nlen, value, vlen) < 0)
                 goto done;
         }
     }
@@ -160,8 +151,9 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
     if (h->trailers_send) {
         if (m0_head_add(&h->head, "\r\n", 2) < 0)
             goto done;
-        struct iovec iov = {h->head.buf, h->head.len};
-        if (m0_conn_write_trailers(h->base.conn, &iov, 1) < 0) {
+        m0_response_head trailers;
+        m0_head_view(&h->head, 0, -1, &trailers);
+        if (m0_conn_write_trailers(h->base.conn, &trailers) < 0) {
             m0_asgi_http_lost(h);
             r = m0_asgi_http_disconnected(h);
             goto done;
@@ -213,7 +205,9 @@ int m0_asgi_http_pathsend(m0_asgi_http *h, PyObject *msg, PyObject **out)
     if (m0_asgi_http_head_finish(h, (size_t)sb.st_size, 0) < 0)
         goto error;
     struct iovec iov = {h->head.buf, h->head.len};
-    if (m0_conn_writev(h->base.conn, &iov, 1, 0) < 0) {
+    m0_response_head head;
+    m0_head_view(&h->head, h->status, h->resp_length, &head);
+    if (m0_conn_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto error;

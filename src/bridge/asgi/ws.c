@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../http/response.h"
+#include "../../http/response_head.h"
 #include "../http_rules.h"
 
 static PyObject *ws_send(PyObject *self, PyObject *msg);
@@ -26,18 +26,31 @@ static PyMethodDef ws_done_def = {"_done", ws_task_done, METH_O, NULL};
 static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
 {
     char buf[512];
+    m0_field_span f[6];
     int status = m0_ws_error_status(err);
     const char *body =
         status == 426 ? "Upgrade Required: WebSocket version 13 only\n" : "Bad Request: invalid WebSocket handshake\n";
-    int n =
-        snprintf(buf, sizeof(buf),
-                 "HTTP/1.1 %d %s\r\n%s%.*sContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n%s\r\n%s",
-                 status, m0_status_reason(status), status == 426 ? "Sec-WebSocket-Version: 13\r\n" : "",
-                 M0_DATE_LINE_LEN, m0_date_line(), strlen(body), a->server_header ? "Server: m0serve\r\n" : "", body);
-    struct iovec iov = {buf, (size_t)n};
-    (void)m0_conn_writev(c, &iov, 1, 0);
-    m0_conn_finish(c, 0, status, strlen(body));
+    size_t blen = strlen(body);
+    m0_head_out b;
+    m0_head_out_init(&b, buf, sizeof(buf), f, 6);
+    m0_head_out_status(&b, status);
+    if (status == 426)
+        m0_head_out_field(&b, "Sec-WebSocket-Version", 21, "13", 2);
+    m0_head_out_date(&b);
+    m0_head_out_field(&b, "Content-Type", 12, "text/plain; charset=utf-8", 25);
+    m0_head_out_length(&b, blen);
+    m0_head_out_raw(&b, "Connection: close\r\n", 19);
+    if (a->server_header)
+        m0_head_out_field(&b, "Server", 6, "m0serve", 7);
+    m0_head_out_raw(&b, "\r\n", 2);
+    m0_response_head head;
+    m0_head_out_view(&b, status, (int64_t)blen, &head);
+    m0_head_out_raw(&b, body, blen);
+    if (!b.full) {
+        struct iovec iov = {buf, b.len};
+        (void)m0_conn_writev(c, &head, &iov, 1, 0);
+    }
+    m0_conn_finish(c, 0, status, blen);
     return 1;
 }
 
@@ -88,6 +101,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     w->disconnect_code = M0_WS_CLOSE_ABNORMAL;
     m0_head_init(&w->head, w->head_inline, WS_HEAD_INLINE);
     w->tunnel = (req->flags & M0_REQ_EXTENDED_CONNECT) != 0;
+    w->framed = (req->flags & M0_REQ_FRAMED) != 0;
     if (!w->tunnel)
         m0_ws_accept(hs.key.base, hs.key.len, w->accept);
     w->deflate_on = a->ws_deflate && m0_ws_deflate_negotiate(req, &w->deflate_params);

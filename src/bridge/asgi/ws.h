@@ -69,6 +69,7 @@ typedef struct {
     int state;
     int gone;                    /* the net layer reported M0_CONN_CLOSED: no more m0_conn_* */
     int tunnel;                  /* over an HTTP/2 extended CONNECT (RFC 8441): accepted with 200, not 101 */
+    int framed;                  /* the transport delimits a response body (M0_REQ_FRAMED) */
     int paused;                  /* reading stopped on a full queue */
     int write_paused;            /* reading stopped: the peer does not read our frames */
     int app_closed;              /* the app sent websocket.close */

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../http/response.h"
+#include "../../http/response_head.h"
 #include "../http_rules.h"
 
 /* --- response heads --- */
@@ -18,9 +18,23 @@ static int head_add(m0_asgi_ws *w, const char *s, size_t n)
     return m0_head_add(&w->head, s, n);
 }
 
+static int head_add_field(m0_asgi_ws *w, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    return m0_head_add_field(&w->head, name, nlen, value, vlen);
+}
+
 static void head_free(m0_asgi_ws *w)
 {
     m0_head_reset(&w->head);
+}
+
+/* Write the head w->head holds for status, with the iov that follows it
+ * (iov[0] is its text). */
+static int head_write(m0_asgi_ws *w, int status, int64_t content_length, const struct iovec *iov, int n)
+{
+    m0_response_head head;
+    m0_head_view(&w->head, status, content_length, &head);
+    return m0_conn_writev(ws_conn(w), &head, iov, n, 0);
 }
 
 /* Append the app's headers (head.h): the bridge frames the body
@@ -65,10 +79,9 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
          * without the handshake's Upgrade, Connection or Accept. */
         if (head_add(w, "HTTP/1.1 200 OK\r\n", 17) < 0)
             goto error;
-    } else if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", 75) <
-                   0 ||
-               head_add(w, "Sec-WebSocket-Accept: ", 22) < 0 || head_add(w, w->accept, M0_WS_ACCEPT_LEN) < 0 ||
-               head_add(w, "\r\n", 2) < 0) {
+    } else if (head_add(w, "HTTP/1.1 101 Switching Protocols\r\n", 34) < 0 ||
+               head_add_field(w, "Upgrade", 7, "websocket", 9) < 0 || head_add(w, "Connection: Upgrade\r\n", 21) < 0 ||
+               head_add_field(w, "Sec-WebSocket-Accept", 20, w->accept, M0_WS_ACCEPT_LEN) < 0) {
         goto error;
     }
     if (sub != NULL && sub != Py_None) {
@@ -85,8 +98,7 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
             PyErr_Format(PyExc_ValueError, "invalid websocket.accept subprotocol %R", sub);
             goto error;
         }
-        if (head_add(w, "Sec-WebSocket-Protocol: ", 24) < 0 || head_add(w, s, (size_t)n) < 0 ||
-            head_add(w, "\r\n", 2) < 0)
+        if (head_add_field(w, "Sec-WebSocket-Protocol", 22, s, (size_t)n) < 0)
             goto error;
     }
     if (w->deflate_on) {
@@ -95,7 +107,9 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
             PyErr_NoMemory();
             goto error;
         }
-        if (head_add(w, ext, m0_ws_deflate_response(&w->deflate_params, ext)) < 0)
+        /* "Sec-WebSocket-Extensions: <value>\r\n" */
+        size_t elen = m0_ws_deflate_response(&w->deflate_params, ext);
+        if (elen < 28 || head_add_field(w, "Sec-WebSocket-Extensions", 24, ext + 26, elen - 28) < 0)
             goto error;
     }
     if (head_add_app_headers(w, headers, &has_date, &has_server, 0) < 0 ||
@@ -107,7 +121,7 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
         goto error;
     }
     struct iovec iov = {w->head.buf, w->head.len};
-    if (m0_conn_writev(ws_conn(w), &iov, 1, 0) < 0) {
+    if (head_write(w, w->tunnel ? 200 : 101, -1, &iov, 1) < 0) {
         head_free(w);
         m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
         return m0_asgi_ws_raise_disconnected(w);
@@ -135,14 +149,14 @@ error:
 void m0_asgi_ws_answer_status(m0_asgi_ws *w, int status)
 {
     char line[96];
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n", status,
-                     m0_status_reason(status));
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", status, m0_status_reason(status));
     m0_head_reset(&w->head);
-    if (head_add(w, line, (size_t)n) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
+    if (head_add(w, line, (size_t)n) < 0 || head_add_field(w, "Content-Length", 14, "0", 1) < 0 ||
+        head_add(w, "Connection: close\r\n", 19) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
         PyErr_Clear(); /* out of memory: the connection just closes */
     else if (ws_conn(w) != NULL) {
         struct iovec iov = {w->head.buf, w->head.len};
-        (void)m0_conn_writev(ws_conn(w), &iov, 1, 0);
+        (void)head_write(w, status, 0, &iov, 1);
     }
     head_free(w);
     w->status = status;
@@ -187,7 +201,8 @@ int m0_asgi_ws_response_start(m0_asgi_ws *w, PyObject *msg)
 }
 
 /* websocket.http.response.body: Content-Length when the first body is the
- * whole body, chunked otherwise (the request was HTTP/1.1). */
+ * whole body; otherwise chunked when the request was HTTP/1.1, and as it is
+ * where the transport delimits it (M0_REQ_FRAMED: an HTTP/2 stream's end). */
 int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
 {
     m0_asgi_state *st = w->base.asgi->st;
@@ -204,18 +219,26 @@ int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
     int n = 0;
     char len_line[64], chunk_head[20];
     int no_body = w->status < 200 || w->status == 204 || w->status == 304;
+    m0_response_head head, *hp = NULL;
     if (w->head.len > 0) { /* the first body: the head goes with it */
-        int k;
-        if (!more || no_body)
-            k = snprintf(len_line, sizeof(len_line), "Content-Length: %zu\r\n\r\n",
-                         no_body ? (size_t)0 : (size_t)view.len);
-        else
-            k = snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n\r\n");
-        w->resp_chunked = more && !no_body;
-        if (head_add(w, len_line, (size_t)k) < 0)
+        int64_t length = -1;
+        int k = 0;
+        if (!more || no_body) {
+            length = no_body ? 0 : (int64_t)view.len;
+            k = snprintf(len_line, sizeof(len_line), "%lld", (long long)length);
+            if (head_add_field(w, "Content-Length", 14, len_line, (size_t)k) < 0)
+                goto done;
+            k = 0;
+        } else if (!w->framed) {
+            k = snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
+        }
+        w->resp_chunked = more && !no_body && !w->framed;
+        if (head_add(w, len_line, (size_t)k) < 0 || head_add(w, "\r\n", 2) < 0)
             goto done;
         iov[n].iov_base = w->head.buf;
         iov[n++].iov_len = w->head.len;
+        m0_head_view(&w->head, w->status, length, &head);
+        hp = &head;
     }
     if (view.len > 0 && !no_body) {
         if (w->resp_chunked) {
@@ -233,7 +256,7 @@ int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
         iov[n].iov_base = M0_LAST_CHUNK;
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
-    if (n > 0 && (ws_conn(w) == NULL || m0_conn_writev(ws_conn(w), iov, n, 0) < 0)) {
+    if (n > 0 && (ws_conn(w) == NULL || m0_conn_writev(ws_conn(w), hp, iov, n, 0) < 0)) {
         head_free(w);
         m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
         m0_asgi_ws_finish(w);

@@ -198,7 +198,7 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
         hdr[0] |= 0x40;
     iov[1].iov_base = (void *)data;
     iov[1].iov_len = len;
-    return m0_conn_writev(c, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+    return m0_conn_writev(c, NULL, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
 }
 
 static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t len)

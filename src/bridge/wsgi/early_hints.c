@@ -22,10 +22,10 @@
 
 #define HINTS_STATUS_LINE "HTTP/1.1 103 Early Hints\r\n"
 
-/* Append "name: value\r\n" for each pair of `headers` to a PyMem buffer
- * (*buf, *len, *cap). 1xx fields are end-to-end metadata only: framing and
- * hop-by-hop fields are refused (RFC 9110 8.6: no Content-Length in a 1xx). */
-static int hints_fields_add(PyObject *headers, char **buf, size_t *len, size_t *cap)
+/* Append "name: value\r\n" for each pair of `headers` to h. 1xx fields are
+ * end-to-end metadata only: framing and hop-by-hop fields are refused (RFC
+ * 9110 8.6: no Content-Length in a 1xx). 1 (some), 0 (none) or -1. */
+static int hints_fields_add(PyObject *headers, m0_head *h)
 {
     PyObject *seq = PySequence_Fast(headers, "early hints must be a list of (name, value) pairs");
     if (seq == NULL)
@@ -68,27 +68,8 @@ static int hints_fields_add(PyObject *headers, char **buf, size_t *len, size_t *
             PyErr_Format(PyExc_ValueError, "%R may not be sent in a 103 Early Hints head", oname);
             goto error;
         }
-        size_t need = *len + nlen + 2 + vlen + 2 + 2; /* + the final blank line */
-        if (need > *cap) {
-            size_t ncap = *cap * 2 > need ? *cap * 2 : need;
-            char *p = PyMem_Realloc(*buf, ncap);
-            if (p == NULL) {
-                PyErr_NoMemory();
-                goto error;
-            }
-            *buf = p;
-            *cap = ncap;
-        }
-        char *p = *buf + *len;
-        memcpy(p, name, nlen);
-        p += nlen;
-        *p++ = ':';
-        *p++ = ' ';
-        memcpy(p, value, vlen);
-        p += vlen;
-        *p++ = '\r';
-        *p++ = '\n';
-        *len = (size_t)(p - *buf);
+        if (m0_head_add_field(h, name, nlen, value, vlen) < 0)
+            goto error;
     }
     Py_DECREF(seq);
     return (int)(count > 0);
@@ -101,8 +82,8 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
 {
     m0_wsgi_sr *sr = ((m0_wsgi_hints *)self)->sr;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    char *buf = NULL;
-    size_t len = sizeof(HINTS_STATUS_LINE) - 1, cap = 512;
+    m0_head h;
+    m0_head_init(&h, NULL, 0);
 
     if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
         PyErr_SetString(PyExc_TypeError, "wsgi.early_hints() takes exactly one list of (name, value) pairs");
@@ -114,11 +95,9 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
         PyErr_SetString(PyExc_RuntimeError, "wsgi.early_hints() called after the response head was sent");
         return NULL;
     }
-    buf = PyMem_Malloc(cap);
-    if (buf == NULL)
-        return PyErr_NoMemory();
-    memcpy(buf, HINTS_STATUS_LINE, len);
-    int any = hints_fields_add(args[0], &buf, &len, &cap);
+    if (m0_head_add(&h, HINTS_STATUS_LINE, sizeof(HINTS_STATUS_LINE) - 1) < 0)
+        goto error;
+    int any = hints_fields_add(args[0], &h);
     if (any < 0)
         goto error;
     /* Validated: the app's own code would fail here under any server. Sent
@@ -126,10 +105,12 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
      * has no 1xx) still connected, and with at least one field (an empty 103
      * tells the client nothing). */
     if (any && sr->w->early_hints && sr->informational && sr->c != NULL && !sr->write_error) {
-        buf[len++] = '\r';
-        buf[len++] = '\n';
-        struct iovec iov = {buf, len};
-        int rc = m0_conn_writev(sr->c, &iov, 1, 1);
+        if (m0_head_add(&h, "\r\n", 2) < 0)
+            goto error;
+        m0_response_head head;
+        m0_head_view(&h, 103, -1, &head);
+        struct iovec iov = {h.buf, h.len};
+        int rc = m0_conn_writev(sr->c, &head, &iov, 1, 1);
         if (rc < 0) {
             sr->write_error = rc;
             PyObject *a = Py_BuildValue("(is)", -rc, "client disconnected");
@@ -140,10 +121,10 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
             goto error;
         }
     }
-    PyMem_Free(buf);
+    m0_head_reset(&h);
     Py_RETURN_NONE;
 error:
-    PyMem_Free(buf);
+    m0_head_reset(&h);
     return NULL;
 }
 

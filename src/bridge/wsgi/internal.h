@@ -159,10 +159,12 @@ struct m0_wsgi_sr {
     unsigned long owner;    /* m0_wsgi_thread() of the thread running the request, 0 while
                                its response waits set aside (atomic: read by any thread) */
     int minor_version;      /* of the request */
-    int informational;      /* the request's protocol carries 1xx heads (HTTP/1.1, HTTP/2; not HTTP/1.0) */
+    int informational;      /* the request's protocol carries 1xx heads (M0_REQ_INFORMATIONAL) */
+    int framed;             /* the transport delimits the body (M0_REQ_FRAMED) */
     int is_head;            /* HEAD request */
     int status;             /* 0 until start_response succeeded */
     size_t head_len;        /* status line + app headers in w->head */
+    size_t head_nf;         /* ... and their fields' spans */
     int64_t content_length; /* from the app, -1 when absent */
     unsigned app_flags;     /* M0_WSGI_APP_* */
     int head_sent;

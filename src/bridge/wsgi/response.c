@@ -78,7 +78,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     }
     unsigned own = m0_head_own_for_status(code);
     m0_head *h = &w->head;
-    h->len = 0; /* the buffer is kept from the last response */
+    h->len = h->nf = 0; /* the buffer is kept from the last response */
     if (m0_head_reserve(h, 9 + (size_t)slen + 3) < 0)
         return -1;
     m0_head_put(h, "HTTP/1.1 ", 9);
@@ -130,6 +130,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
     if (m0_head_reserve(h, M0_HEAD_SUFFIX_MAX) < 0)
         return -1;
     sr->head_len = h->len;
+    sr->head_nf = h->nf;
     sr->content_length = f.content_length;
     sr->app_flags = (f.has_date ? M0_WSGI_APP_DATE : 0) | (f.has_server ? M0_WSGI_APP_SERVER : 0) |
                     (f.close ? M0_WSGI_APP_CLOSE : 0);
@@ -354,6 +355,7 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
     int bodyless_status = sr->status < 200 || sr->status == 204 || sr->status == 304;
 
     h->len = sr->head_len; /* room for M0_HEAD_SUFFIX_MAX is reserved past it */
+    h->nf = sr->head_nf;
     m0_head_put_date_server(h, sr->app_flags & M0_WSGI_APP_DATE, sr->app_flags & M0_WSGI_APP_SERVER, w->server_header);
     if (bodyless_status || sr->content_length >= 0) {
         /* no framing, or the app's Content-Length (already in the prefix) */
@@ -366,6 +368,8 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
         uint64_t total = sr->sent + body_len;
         m0_head_put_content_length(h, total);
         sr->content_length = (int64_t)total;
+    } else if (sr->framed) {
+        /* the transport delimits the body */
     } else if (sr->minor_version >= 1) {
         m0_head_put(h, "Transfer-Encoding: chunked\r\n", 28);
         sr->chunked = !sr->no_body;
@@ -387,6 +391,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
     struct iovec iov[SEND_IOV_MAX];
     char chunk_head[24];
     int k = 0;
+    m0_response_head head, *hp = NULL;
 
     if (sr->write_error)
         return -1;
@@ -405,6 +410,8 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
         iov[k].iov_len = head_suffix_build(sr, len, final);
         k++;
         sr->head_sent = 1;
+        m0_head_view(&sr->w->head, sr->status, sr->content_length, &head);
+        hp = &head;
     }
     if (sr->no_body)
         len = 0;
@@ -449,7 +456,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
      * the iterable ended. Bytes that reach the Content-Length are complete
      * too, but the app runs on (the iterator's next item, its close) and
      * may block: they leave now. */
-    int rc = final ? m0_conn_writev_final(sr->c, iov, k, M0_WRITE_PARK) : m0_conn_writev(sr->c, iov, k, wait);
+    int rc = final ? m0_conn_writev_final(sr->c, hp, iov, k, M0_WRITE_PARK) : m0_conn_writev(sr->c, hp, iov, k, wait);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;
@@ -472,7 +479,9 @@ void m0_wsgi_declare_length(m0_wsgi_sr *sr, uint64_t len)
     /* M0_HEAD_SUFFIX_MAX leaves room for this line and the whole suffix. */
     m0_head *h = &sr->w->head;
     h->len = sr->head_len;
+    h->nf = sr->head_nf;
     m0_head_put_content_length(h, len);
     sr->head_len = h->len;
+    sr->head_nf = h->nf;
     sr->content_length = (int64_t)len;
 }

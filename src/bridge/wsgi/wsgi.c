@@ -104,7 +104,8 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *r
     __atomic_store_n(&sr->owner, m0_wsgi_thread(), __ATOMIC_RELAXED);
     __atomic_store_n(&sr->active, 1, __ATOMIC_RELAXED);
     sr->minor_version = req->minor_version;
-    sr->informational = req->minor_version >= 1 || (req->flags & M0_REQ_HTTP2);
+    sr->informational = (req->flags & M0_REQ_INFORMATIONAL) != 0;
+    sr->framed = (req->flags & M0_REQ_FRAMED) != 0;
     sr->is_head = (req->flags & M0_REQ_HEAD) != 0;
     sr->status = 0;
     sr->head_len = 0;
@@ -173,6 +174,8 @@ m0_wsgi *m0_wsgi_new(PyObject *module, const m0_wsgi_options *opts)
         return NULL;
     }
     w = PyMem_Calloc(1, sizeof(*w));
+    if (w != NULL)
+        m0_head_init(&w->head, NULL, 0);
     if (w == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -229,6 +232,8 @@ error:
 m0_wsgi *m0_wsgi_clone(const m0_wsgi *src)
 {
     m0_wsgi *w = PyMem_Calloc(1, sizeof(*w));
+    if (w != NULL)
+        m0_head_init(&w->head, NULL, 0);
     if (w == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -619,11 +624,11 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
         if (exc != NULL && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
             interrupted = 1;
         if (!sr->head_sent && sr->c != NULL && !sr->write_error && status) {
-            char buf[512];
-            int n = m0_error_response(buf, sizeof(buf), status, w->server_header);
+            m0_canned_response out;
+            int n = m0_error_response(&out, status, w->server_header);
             if (n > 0) {
-                struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev_final(sr->c, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
+                struct iovec iov = {out.buf, (size_t)n};
+                if (m0_conn_writev_final(sr->c, &out.head, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
@@ -673,11 +678,11 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
 
     if (trio_acquire(w, &sr, &wr, &in) < 0) {
         PyErr_WriteUnraisable(w->app);
-        char buf[512];
-        int n = m0_error_response(buf, sizeof(buf), 500, w->server_header);
+        m0_canned_response out;
+        int n = m0_error_response(&out, 500, w->server_header);
         if (n > 0) {
-            struct iovec iov = {buf, (size_t)n};
-            m0_conn_writev(c, &iov, 1, 1);
+            struct iovec iov = {out.buf, (size_t)n};
+            m0_conn_writev(c, &out.head, &iov, 1, 1);
         }
         if (w->pooled)
             m0_conn_complete(c, 0, 500, 0);
@@ -824,11 +829,11 @@ static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
     m0_conn_detach(c);
     if (m0_workq_push(q, c) < 0) {
         /* No memory for the queue: answer 503 from here and hand it back. */
-        char buf[512];
-        int n = m0_error_response(buf, sizeof(buf), 503, 1);
+        m0_canned_response out;
+        int n = m0_error_response(&out, 503, 1);
         if (n > 0) {
-            struct iovec iov = {buf, (size_t)n};
-            m0_conn_writev(c, &iov, 1, 0); /* what the socket does not take, the loop flushes */
+            struct iovec iov = {out.buf, (size_t)n};
+            m0_conn_writev(c, &out.head, &iov, 1, 0); /* what the socket does not take, the loop flushes */
         }
         m0_conn_complete(c, 0, 503, 0);
     }
