@@ -58,27 +58,12 @@ typedef struct {
 
 static app_state app;
 
-/* A head of status, Content-Length len and, unless keep, Connection: close,
- * into buf (its text) and *h (http/response_head.h); its length. */
-static size_t app_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len, int keep)
-{
-    m0_head_out b;
-    m0_head_out_init(&b, buf, cap, f, 2);
-    m0_head_out_status(&b, status);
-    m0_head_out_length(&b, len);
-    if (!keep)
-        m0_head_out_raw(&b, "Connection: close\r\n", 19);
-    m0_head_out_raw(&b, "\r\n", 2);
-    m0_head_out_view(&b, status, (int64_t)len, h);
-    return b.len;
-}
-
 static void app_respond(m0_conn *c, const char *body, size_t len)
 {
     char head[96];
     m0_field_span f[2];
     m0_response_head rh;
-    size_t n = app_head(head, sizeof(head), f, &rh, 200, len, 1);
+    size_t n = test_head(head, sizeof(head), f, &rh, 200, len, 1);
     struct iovec iov[2] = {{head, n}, {(void *)body, len}};
     (void)m0_conn_writev(c, &rh, iov, 2, 0);
 }

@@ -27,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "head_harness.h"
 #include "../../src/http/response.h"
 #include "../../src/net/server_int.h"
 
@@ -51,21 +52,6 @@ typedef struct {
 
 static harness *h_current;
 
-/* A head of status, Content-Length len and, unless keep, Connection: close,
- * into buf (its text) and *h (http/response_head.h); its length. */
-static size_t h_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len, int keep)
-{
-    m0_head_out b;
-    m0_head_out_init(&b, buf, cap, f, 2);
-    m0_head_out_status(&b, status);
-    m0_head_out_length(&b, len);
-    if (!keep)
-        m0_head_out_raw(&b, "Connection: close\r\n", 19);
-    m0_head_out_raw(&b, "\r\n", 2);
-    m0_head_out_view(&b, status, (int64_t)len, h);
-    return b.len;
-}
-
 static void h_respond(m0_conn *c, const char *body, size_t len, int keep)
 {
     static char big[H_BIG];
@@ -76,7 +62,7 @@ static void h_respond(m0_conn *c, const char *body, size_t len, int keep)
     }
     m0_field_span f[2];
     m0_response_head rh;
-    size_t n = h_head(head, sizeof(head), f, &rh, 200, len, keep);
+    size_t n = test_head(head, sizeof(head), f, &rh, 200, len, keep);
     struct iovec iov[2] = {{head, n}, {(void *)body, len}};
     m0_conn_writev(c, &rh, iov, 2, 0);
 }

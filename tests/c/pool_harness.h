@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "head_harness.h"
 #include "../../src/net/server_int.h"
 #include "../../src/net/workq.h"
 

@@ -49,22 +49,6 @@ static char big[BIG_BODY > BIG_RESPONSE ? BIG_BODY : BIG_RESPONSE];
 
 /* A pool thread's request: read the body, answer "n=<body bytes>", or a
  * large body for /big. */
-/* A head of status, Content-Length len and, unless keep, Connection: close,
- * into buf (its text) and *h (http/response_head.h); its length. */
-static size_t pool_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len,
-                        int keep)
-{
-    m0_head_out b;
-    m0_head_out_init(&b, buf, cap, f, 2);
-    m0_head_out_status(&b, status);
-    m0_head_out_length(&b, len);
-    if (!keep)
-        m0_head_out_raw(&b, "Connection: close\r\n", 19);
-    m0_head_out_raw(&b, "\r\n", 2);
-    m0_head_out_view(&b, status, (int64_t)len, h);
-    return b.len;
-}
-
 static void serve_detached(m0_conn *c)
 {
     char buf[16384], body[32], head[96];
@@ -79,7 +63,7 @@ static void serve_detached(m0_conn *c)
     int blen = big_response ? BIG_RESPONSE : snprintf(body, sizeof(body), "n=%zu", n);
     m0_field_span f[2];
     m0_response_head rh;
-    size_t hlen = pool_head(head, sizeof(head), f, &rh, 200, (size_t)blen, 1);
+    size_t hlen = test_head(head, sizeof(head), f, &rh, 200, (size_t)blen, 1);
     struct iovec iov[2] = {{head, hlen}, {big_response ? big : body, (size_t)blen}};
     static int turn;
     int final = __atomic_add_fetch(&turn, 1, __ATOMIC_RELAXED) & 1;

@@ -49,22 +49,6 @@ static int hold;          /* atomic: while set, a pool thread keeps its answered
 static int holding;       /* atomic: a pool thread is keeping one */
 
 /* A pool thread's request: read the body, answer "n=<body bytes>". */
-/* A head of status, Content-Length len and, unless keep, Connection: close,
- * into buf (its text) and *h (http/response_head.h); its length. */
-static size_t handoff_head(char *buf, size_t cap, m0_field_span f[2], m0_response_head *h, int status, size_t len,
-                           int keep)
-{
-    m0_head_out b;
-    m0_head_out_init(&b, buf, cap, f, 2);
-    m0_head_out_status(&b, status);
-    m0_head_out_length(&b, len);
-    if (!keep)
-        m0_head_out_raw(&b, "Connection: close\r\n", 19);
-    m0_head_out_raw(&b, "\r\n", 2);
-    m0_head_out_view(&b, status, (int64_t)len, h);
-    return b.len;
-}
-
 static void serve_detached(m0_conn *c)
 {
     char buf[256], body[32], head[96];
@@ -79,7 +63,7 @@ static void serve_detached(m0_conn *c)
     int blen = snprintf(body, sizeof(body), "n=%zu", n);
     m0_field_span f[2];
     m0_response_head rh;
-    size_t hlen = handoff_head(head, sizeof(head), f, &rh, 200, (size_t)blen, keep);
+    size_t hlen = test_head(head, sizeof(head), f, &rh, 200, (size_t)blen, keep);
     struct iovec iov[2] = {{head, hlen}, {body, (size_t)blen}};
     /* Every other answer is left for the loop to send (m0_conn_writev_final),
      * the others are sent from this thread: both hand-backs run under TSan. */
