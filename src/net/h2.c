@@ -6,6 +6,7 @@
 #include "exchange.h"
 
 #include <poll.h>
+#include <stddef.h>
 
 /* The window over which resets are counted (rapid reset, CVE-2023-44487;
  * MadeYouReset, CVE-2025-8671): a sliding second (h2_reset_count). */
@@ -330,11 +331,12 @@ static int h2_recv(m0_h2 *h2, const char *buf, size_t len)
 
 m0_h2 *m0__h2_open(m0_conn *c)
 {
-    m0_h2 *h2 = calloc(1, sizeof(*h2));
+    m0_h2 *h2 = malloc(sizeof(*h2));
     if (h2 == NULL) {
         m0__conn_close(c, 1);
         return NULL;
     }
+    memset(h2, 0, offsetof(m0_h2, scratch)); /* the scratch (64 KiB) is written before it is read */
     h2->c = c;
     h2->reset_window_ms = m0_loop_now(c->srv->loop);
     c->h2 = h2;
