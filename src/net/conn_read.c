@@ -78,8 +78,8 @@ static void conn_readable(m0_conn *c, uint32_t events)
             }
             if (n > 0)
                 got += (size_t)n;
-            if (n == 0)
-                m0__conn_interest(c); /* stop reading; answer what is buffered */
+            if (n == 0 && c->in.rlen > c->in.rpos)
+                m0__conn_interest(c); /* stop reading; answer what is buffered (with nothing, the close follows) */
             m0__conn_process(c);
             /* One read per readiness unless it filled the buffer. */
             if (n <= 0 || (size_t)n < room || c->state != M0_CS_HEAD || c->in.peer_eof)
