@@ -128,8 +128,11 @@ static inline void m0__conn_notify(m0_conn *c, int what)
     c->refs++;
     if (c->x.static_send != NULL)
         m0__static_event(c, what); /* a file's response, not the handler's */
-    else if (srv->handler.on_event != NULL)
+    else if (srv->handler.on_event != NULL) {
+        m0__app_enter(srv);
         srv->handler.on_event(srv->handler_ctx, c, what);
+        m0__app_leave(srv);
+    }
     m0__conn_release(c);
 }
 

@@ -521,13 +521,37 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
 /* sendfile(2) has no MSG_NOSIGNAL: unless SIGPIPE is ignored (Python's
  * default, which an application may undo), it is blocked around the call
  * and a SIGPIPE raised by it is consumed, so a peer that goes away during a
- * file response cannot kill the worker. */
+ * file response cannot kill the worker.
+ *
+ * The disposition is read with sigaction(2), and by the loop's own sends
+ * (a static file's, between calls into the app) once per pass: what was
+ * read is forgotten at the pass's end (server.c) and whenever a call into
+ * the handler returns (m0__app_leave), because the app's code runs only
+ * there or between passes (the loop's thread holds the GIL for its pass).
+ * A send inside a call into the app, or on a thread that owns a detached
+ * connection, reads it every time. On a free-threaded build another thread
+ * may change the disposition while a pass runs; such a change is seen from
+ * the next pass, as it could come between a read and the send anyway. Over
+ * TLS the bytes leave by send(2) with MSG_NOSIGNAL: nothing to read. */
+static int sigpipe_ignored(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    int loop_own = !c->x.detached && __atomic_load_n(&srv->in_app, __ATOMIC_RELAXED) == 0;
+    int known = loop_own ? __atomic_load_n(&srv->sigpipe, __ATOMIC_RELAXED) : M0_SIGPIPE_UNKNOWN;
+    if (known != M0_SIGPIPE_UNKNOWN)
+        return known == M0_SIGPIPE_IGNORED;
+    struct sigaction sa;
+    int ignored = sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+    if (loop_own)
+        __atomic_store_n(&srv->sigpipe, ignored ? M0_SIGPIPE_IGNORED : M0_SIGPIPE_RAISED, __ATOMIC_RELAXED);
+    return ignored;
+}
+
 ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
     if (c->state == M0_CS_CLOSED || c->out.broken)
         return -EPIPE;
-    struct sigaction sa;
-    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+    if ((M0_MSG_NOSIGNAL != 0 && c->tls != NULL) || sigpipe_ignored(c))
         return conn_sendfile(c, fd, offset, count, blocking);
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);

@@ -112,6 +112,8 @@ void m0_server_post_drain(m0_server *srv, int graceful)
 static void server_pass_end(void *arg)
 {
     m0_server *srv = arg;
+    __atomic_store_n(&srv->sigpipe, M0_SIGPIPE_UNKNOWN,
+                     __ATOMIC_RELAXED); /* read again in the next pass (conn_write.c) */
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
     if (srv->h2_deferred != NULL) {

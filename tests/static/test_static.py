@@ -542,6 +542,37 @@ def test_clients_that_go_away_mid_send(servers, transport, tmp_path):
     assert status == 200 and body == b"ok"
 
 
+def _leave_mid_send(s, transport, path, pipelined=b""):
+    """A request for a large file, a part of it read, and the connection closed with the
+    rest unread: the kernel answers the server's next bytes with a reset."""
+    sock = connect(s, transport, rcvbuf=65536)
+    sock.sendall(pipelined + raw_request(path))
+    _read_some(sock, 200000)
+    sock.close()
+    time.sleep(0.2)  # time for the reset to reach the server, and its next send to fail
+
+
+def test_clients_that_go_away_mid_send_whatever_the_app_does_with_sigpipe(servers, transport, tmp_path):
+    """The worker survives a peer that leaves during a file whether SIGPIPE is ignored (Python's
+    default) or default, including when a view changes it between the loop's file sends, on the
+    same connection just before the file, and back."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "big.bin").write_bytes(b"b" * (8 * 1024 * 1024))
+    (d / "ok.txt").write_bytes(b"ok")
+    s = servers.get(transport, "--static-path-mount", str(d), app="static_sigpipe_app:app")
+    big = "/static/big.bin"
+    for view in ("/sigpipe/ignore", "/sigpipe/default", "/sigpipe/ignore", "/sigpipe/default"):
+        _leave_mid_send(s, transport, big)  # the loop's knowledge from before the view
+        status, _, body = get(s, transport, view)
+        assert status == 200 and body.startswith(b"SIGPIPE"), body
+        _leave_mid_send(s, transport, big)
+        _leave_mid_send(s, transport, big, pipelined=raw_request(view))
+        assert s.proc.poll() is None, f"the worker died after {view}: {s.log}"
+    status, _, body = get(s, transport, "/static/ok.txt")
+    assert status == 200 and body == b"ok"
+
+
 def read_response_after(sock, first):
     """read_response on sock whose first bytes were already read (first)."""
     import http1
