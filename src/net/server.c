@@ -252,7 +252,8 @@ void m0_server_free(m0_server *srv)
     m0_recycle_clear(&srv->rbufs);
     m0_recycle_clear(&srv->hdrs);
     m0_recycle_clear(&srv->wbufs);
-    m0_access_log_buf_free(srv->log_buf); /* writes what it holds */
+    m0__static_cache_free(srv->static_cache); /* every connection is closed: every file given back */
+    m0_access_log_buf_free(srv->log_buf);     /* writes what it holds */
     free(srv);
 }
 
