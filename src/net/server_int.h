@@ -276,6 +276,8 @@ struct m0_conn {
                                     * is back); the owner reads it */
         m0_conn *held_prev;        /* loop */
         m0_conn *held_next;
+        int more; /* the next sendmsg says MSG_MORE: a file's bytes follow it at once
+                   * (static_file.c); cleared by that sendmsg */
     } out;
 
     /* --- pacing (pace.c): the loop thread's alone ---

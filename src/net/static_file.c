@@ -556,9 +556,15 @@ int m0__static_serve(m0_conn *c)
         finish(c, keep, status, blen);
         return 1;
     }
-    /* The head leaves now (not held for the pass's end): the body follows it. */
+    /* The head leaves now (not held for the pass's end): the body follows
+     * it. By sendfile on plaintext HTTP/1.1, at once: the head says
+     * MSG_MORE, so that it leaves in the file's first packet (sendfile's
+     * last piece pushes them; a head left queued is flushed without it). */
     struct iovec iov = {buf, (size_t)(p - buf)};
-    if (m0_conn_writev_chunk(c, &rh, &iov, 1) < 0) {
+    c->out.more = c->tls == NULL && !(req->flags & M0_REQ_HTTP2);
+    int w = m0_conn_writev_chunk(c, &rh, &iov, 1);
+    c->out.more = 0;
+    if (w < 0) {
         send_cut(c, t.fd, t.f, status, 0);
         return 1;
     }

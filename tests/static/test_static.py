@@ -573,6 +573,40 @@ def test_clients_that_go_away_mid_send_whatever_the_app_does_with_sigpipe(server
     assert status == 200 and body == b"ok"
 
 
+def test_no_answer_waits_for_more(servers, transport, tmp_path):
+    """A file's head is sent saying more follows (its body by sendfile, in the same packet): no
+    answer may wait for bytes that do not come (a corked segment waits 200 ms). A HEAD, a 304, an
+    empty file, a small one and files by sendfile, on one connection, each whole at once."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "zero.txt").write_bytes(b"")
+    (d / "small.txt").write_bytes(b"s" * 100)
+    (d / "mid.bin").write_bytes(b"m" * (16 * 1024 + 1))  # just past what is read into the head's write
+    (d / "big.bin").write_bytes(b"b" * (512 * 1024))
+    s = servers.get(transport, "--static-path-mount", str(d))
+    etag = get(s, transport, "/static/big.bin", method="HEAD")[1]["etag"]
+    cases = [
+        ("/static/big.bin", "HEAD", (), 200, 0),
+        ("/static/big.bin", "GET", (("If-None-Match", etag),), 304, 0),
+        ("/static/zero.txt", "GET", (), 200, 0),
+        ("/static/small.txt", "GET", (), 200, 100),
+        ("/static/mid.bin", "GET", (), 200, 16 * 1024 + 1),
+        ("/static/big.bin", "GET", (("Range", "bytes=0-20000"),), 206, 20001),
+        ("/static/big.bin", "GET", (), 200, 512 * 1024),
+    ]
+    took = {i: [] for i in range(len(cases))}
+    with connect(s, transport) as sock:
+        for _ in range(8):
+            for i, (path, method, headers, want_status, want_len) in enumerate(cases):
+                t0 = time.monotonic()
+                status, _, body = get(s, transport, path, method=method, headers=headers, sock=sock)
+                took[i].append(time.monotonic() - t0)
+                assert status == want_status and len(body) == want_len
+    for i, times in took.items():
+        times.sort()
+        assert times[len(times) // 2] < 0.1, f"{cases[i][:2]} took {times} s"
+
+
 # --- the loop's open files ---------------------------------------------------------------------------
 
 
