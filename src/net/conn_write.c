@@ -480,15 +480,28 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             return -EAGAIN;
         }
     }
+    /* Plaintext, not waiting: a sendfile(2) that moved fewer bytes than
+     * asked found the socket full (or the file's end), and the one after it
+     * would fail with EAGAIN. It is not made: the connection waits for
+     * M0_CONN_WRITABLE from the sendfile that came short (see below) and
+     * answers -EAGAIN until then. */
+    int plain_nowait = blocking == M0_WRITE_NOWAIT && c->tls == NULL && !c->x.detached;
+    if (plain_nowait && (c->flags & M0_CF_WRITABLE_WANTED))
+        return -EAGAIN;
     c->x.resp_started = 1;
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = m0__conn_sendfile_some(c, fd, &off, count - sent);
+        size_t want = count - sent;
+        ssize_t n = m0__conn_sendfile_some(c, fd, &off, want);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
             c->out.send_deadline_ms = 0; /* progress */
+            if (plain_nowait && (size_t)n < want) {
+                conn_sendfile_blocked(c);
+                break;
+            }
             continue;
         }
         if (n == 0)
