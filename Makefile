@@ -158,7 +158,7 @@ test-c-access_log:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_access_log tests/c/test_access_log.c src/net/access_log.c src/http/response.c
 	./$(C_BUILD)/test_access_log
 test-c-static:
-	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_static tests/c/test_static.c src/net/static_path.c src/net/static_cond.c src/net/static_mime.c
+	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_static tests/c/test_static.c src/net/static_path.c src/net/static_cond.c src/net/static_mime.c src/net/static_cache.c $(LOOP_SRCS) src/http/response.c -lpthread
 	./$(C_BUILD)/test_static
 test-c-metrics:
 	$(NICE) clang $(CFLAGS_TEST) -o $(C_BUILD)/test_metrics tests/c/test_metrics.c src/net/metrics.c

@@ -128,8 +128,11 @@ static inline void m0__conn_notify(m0_conn *c, int what)
     c->refs++;
     if (c->x.static_send != NULL)
         m0__static_event(c, what); /* a file's response, not the handler's */
-    else if (srv->handler.on_event != NULL)
+    else if (srv->handler.on_event != NULL) {
+        m0__app_enter(srv);
         srv->handler.on_event(srv->handler_ctx, c, what);
+        m0__app_leave(srv);
+    }
     m0__conn_release(c);
 }
 
@@ -279,7 +282,14 @@ static inline ssize_t m0__conn_sendv(m0_conn *c, const struct iovec *iov, int io
     if (__builtin_expect(c->tls != NULL, 0))
         return m0__conn_tls_sendv(c, iov, iovcnt);
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    ssize_t n = sendmsg(c->io.fd, &msg, M0_MSG_NOSIGNAL);
+    int flags = M0_MSG_NOSIGNAL;
+#if defined(MSG_MORE) && !defined(M0_PORTABLE)
+    if (__builtin_expect(c->out.more, 0)) {
+        flags |= MSG_MORE; /* a head whose file follows: one packet for both */
+        c->out.more = 0;
+    }
+#endif
+    ssize_t n = sendmsg(c->io.fd, &msg, flags);
     if (n > 0)
         M0_TRACE(M0_TR_SENT, c, n, 0);
     return n;

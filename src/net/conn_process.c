@@ -77,7 +77,9 @@ void m0__conn_dispatch(m0_conn *c)
             srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
             m0__balance_note(srv);
         }
+        m0__app_enter(srv);
         r = srv->handler.on_request(srv->handler_ctx, c, &c->x.req);
+        m0__app_leave(srv);
         if (bal) {
             srv->bal_busy = 0;
             m0__balance_note(srv);

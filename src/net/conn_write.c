@@ -480,15 +480,28 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             return -EAGAIN;
         }
     }
+    /* Plaintext, not waiting: a sendfile(2) that moved fewer bytes than
+     * asked found the socket full (or the file's end), and the one after it
+     * would fail with EAGAIN. It is not made: the connection waits for
+     * M0_CONN_WRITABLE from the sendfile that came short (see below) and
+     * answers -EAGAIN until then. */
+    int plain_nowait = blocking == M0_WRITE_NOWAIT && c->tls == NULL && !c->x.detached;
+    if (plain_nowait && (c->flags & M0_CF_WRITABLE_WANTED))
+        return -EAGAIN;
     c->x.resp_started = 1;
     size_t sent = 0;
     off_t off = offset;
     while (sent < count) {
-        ssize_t n = m0__conn_sendfile_some(c, fd, &off, count - sent);
+        size_t want = count - sent;
+        ssize_t n = m0__conn_sendfile_some(c, fd, &off, want);
         if (n > 0) {
             m0_metrics_add(c->srv->cfg.metrics, M0_MET_BYTES_OUT, n);
             sent += (size_t)n;
             c->out.send_deadline_ms = 0; /* progress */
+            if (plain_nowait && (size_t)n < want) {
+                conn_sendfile_blocked(c);
+                break;
+            }
             continue;
         }
         if (n == 0)
@@ -521,13 +534,37 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
 /* sendfile(2) has no MSG_NOSIGNAL: unless SIGPIPE is ignored (Python's
  * default, which an application may undo), it is blocked around the call
  * and a SIGPIPE raised by it is consumed, so a peer that goes away during a
- * file response cannot kill the worker. */
+ * file response cannot kill the worker.
+ *
+ * The disposition is read with sigaction(2), and by the loop's own sends
+ * (a static file's, between calls into the app) once per pass: what was
+ * read is forgotten at the pass's end (server.c) and whenever a call into
+ * the handler returns (m0__app_leave), because the app's code runs only
+ * there or between passes (the loop's thread holds the GIL for its pass).
+ * A send inside a call into the app, or on a thread that owns a detached
+ * connection, reads it every time. On a free-threaded build another thread
+ * may change the disposition while a pass runs; such a change is seen from
+ * the next pass, as it could come between a read and the send anyway. Over
+ * TLS the bytes leave by send(2) with MSG_NOSIGNAL: nothing to read. */
+static int sigpipe_ignored(m0_conn *c)
+{
+    m0_server *srv = c->srv;
+    int loop_own = !c->x.detached && __atomic_load_n(&srv->in_app, __ATOMIC_RELAXED) == 0;
+    int known = loop_own ? __atomic_load_n(&srv->sigpipe, __ATOMIC_RELAXED) : M0_SIGPIPE_UNKNOWN;
+    if (known != M0_SIGPIPE_UNKNOWN)
+        return known == M0_SIGPIPE_IGNORED;
+    struct sigaction sa;
+    int ignored = sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+    if (loop_own)
+        __atomic_store_n(&srv->sigpipe, ignored ? M0_SIGPIPE_IGNORED : M0_SIGPIPE_RAISED, __ATOMIC_RELAXED);
+    return ignored;
+}
+
 ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
 {
     if (c->state == M0_CS_CLOSED || c->out.broken)
         return -EPIPE;
-    struct sigaction sa;
-    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+    if ((M0_MSG_NOSIGNAL != 0 && c->tls != NULL) || sigpipe_ignored(c))
         return conn_sendfile(c, fd, offset, count, blocking);
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);

@@ -524,7 +524,10 @@ void m0__h2_kick(m0_h2 *h2, int final)
         }
         if (m0_loop_in_events(srv->loop) || srv->h2_flush_asked)
             return;
-        if (srv->handler.on_defer(srv->handler_ctx, srv) == 0) {
+        m0__app_enter(srv);
+        int deferred = srv->handler.on_defer(srv->handler_ctx, srv) == 0;
+        m0__app_leave(srv);
+        if (deferred) {
             srv->h2_flush_asked = 1;
             return;
         }
@@ -793,7 +796,14 @@ static void h2_dispatch(m0_h2 *h2)
         sc->refs++;
         int gated = m0__request_begin(sc);
         /* gated and still pending: the gate's file on its way (static_file.c) */
-        int r = gated ? sc->x.pending != 0 : srv->handler.on_request(srv->handler_ctx, sc, &sc->x.req);
+        int r;
+        if (gated) {
+            r = sc->x.pending != 0;
+        } else {
+            m0__app_enter(srv);
+            r = srv->handler.on_request(srv->handler_ctx, sc, &sc->x.req);
+            m0__app_leave(srv);
+        }
         if (gated && sc->x.pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
             s->gated = 1; /* no handler runs it: the next stream's turn */
             h2->busy = 0;

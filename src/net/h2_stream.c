@@ -144,8 +144,11 @@ void m0__h2_stream_end(m0_h2_stream *s)
         sc->refs++;
         if (sc->x.static_send != NULL)
             m0__static_event(sc, M0_CONN_CLOSED); /* a file's response, not the handler's */
-        else if (srv->handler.on_event != NULL)
+        else if (srv->handler.on_event != NULL) {
+            m0__app_enter(srv);
             srv->handler.on_event(srv->handler_ctx, sc, M0_CONN_CLOSED);
+            m0__app_leave(srv);
+        }
         sc->refs--;
     }
     stream_conn_drop(s);

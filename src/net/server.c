@@ -112,6 +112,8 @@ void m0_server_post_drain(m0_server *srv, int graceful)
 static void server_pass_end(void *arg)
 {
     m0_server *srv = arg;
+    __atomic_store_n(&srv->sigpipe, M0_SIGPIPE_UNKNOWN,
+                     __ATOMIC_RELAXED); /* read again in the next pass (conn_write.c) */
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
     if (srv->h2_deferred != NULL) {
@@ -250,7 +252,8 @@ void m0_server_free(m0_server *srv)
     m0_recycle_clear(&srv->rbufs);
     m0_recycle_clear(&srv->hdrs);
     m0_recycle_clear(&srv->wbufs);
-    m0_access_log_buf_free(srv->log_buf); /* writes what it holds */
+    m0__static_cache_free(srv->static_cache); /* every connection is closed: every file given back */
+    m0_access_log_buf_free(srv->log_buf);     /* writes what it holds */
     free(srv);
 }
 

@@ -276,6 +276,8 @@ struct m0_conn {
                                     * is back); the owner reads it */
         m0_conn *held_prev;        /* loop */
         m0_conn *held_next;
+        int more; /* the next sendmsg says MSG_MORE: a file's bytes follow it at once
+                   * (static_file.c); cleared by that sendmsg */
     } out;
 
     /* --- pacing (pace.c): the loop thread's alone ---
@@ -395,7 +397,31 @@ struct m0_server {
     struct m0_access_log_buf *log_buf;
     int log_batch;
     int max_requests_told; /* max_requests_fd was written */
+    /* conn_write.c: SIGPIPE's disposition as a file send of the loop last
+     * read it (M0_SIGPIPE_*), and the calls into the app under way (a pool
+     * thread may leave one while another owns the loop: atomic). */
+    int sigpipe;
+    int in_app;
+    /* static_cache.c: the loop's open files (NULL until its first file). */
+    struct m0_static_cache *static_cache;
 };
+
+/* What a file send knows of SIGPIPE (m0__h1_sendfile): the disposition is
+ * read once per pass and forgotten at the pass's end and whenever the app
+ * has run (m0__app_leave), since the app may change it. */
+enum { M0_SIGPIPE_UNKNOWN = 0, M0_SIGPIPE_IGNORED, M0_SIGPIPE_RAISED };
+
+/* Around every call of the loop's thread into the handler (the app). */
+static inline void m0__app_enter(m0_server *srv)
+{
+    __atomic_add_fetch(&srv->in_app, 1, __ATOMIC_RELAXED);
+}
+
+static inline void m0__app_leave(m0_server *srv)
+{
+    __atomic_sub_fetch(&srv->in_app, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&srv->sigpipe, M0_SIGPIPE_UNKNOWN, __ATOMIC_RELAXED);
+}
 
 /* listener.c */
 void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events);

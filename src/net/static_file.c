@@ -14,9 +14,11 @@
  * parked (m0_conn_park) and goes on at M0_CONN_WRITABLE: a slow reader
  * holds a file descriptor and this small state, no thread and no buffer.
  *
- * The file is opened and its size taken once; a file that ends before the
- * promised length (truncated while it was sent) cuts the response: HTTP/1.1
- * closes the connection, HTTP/2 resets the stream. */
+ * The file comes from the loop's open files (static_cache.c: kept open
+ * between requests, its fstat taken again at each) and its size is taken
+ * once per request; a file that ends before the promised length (truncated
+ * while it was sent) cuts the response: HTTP/1.1 closes the connection,
+ * HTTP/2 resets the stream. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@
 /* A response whose body waits on its peer (c->static_send). */
 typedef struct m0_static_send {
     int fd;
+    m0_static_file *f; /* the loop's open file fd belongs to (static_cache.c), or NULL: fd is the response's */
     int status;
     int keep;
     off_t off;      /* next byte of the file to send */
@@ -150,23 +153,33 @@ static void answer_short(m0_conn *c, int status, const char *allow)
 
 /* --- the body --- */
 
+/* A response is done with its file: given back to the loop's open files,
+ * or closed. */
+static void file_done(int fd, m0_static_file *f)
+{
+    if (f != NULL)
+        m0__static_file_release(f);
+    else if (fd >= 0)
+        close(fd);
+}
+
 static void send_free(m0_conn *c)
 {
     m0_static_send *s = c->x.static_send;
     c->x.static_send = NULL;
     if (s != NULL) {
-        close(s->fd);
+        file_done(s->fd, s->f);
         free(s);
     }
 }
 
 /* The response is cut short: the file ended early, or the connection
- * failed. HTTP/1.1 closes, HTTP/2 resets the stream. */
-static void send_cut(m0_conn *c, int fd, int status, uint64_t sent)
+ * failed. HTTP/1.1 closes, HTTP/2 resets the stream. fd, f: a file not yet
+ * in c->x.static_send (fd -1: none). */
+static void send_cut(m0_conn *c, int fd, m0_static_file *f, int status, uint64_t sent)
 {
     send_free(c);
-    if (fd >= 0)
-        close(fd);
+    file_done(fd, f);
     m0_conn_cut(c);
     finish(c, 0, status, sent);
 }
@@ -190,7 +203,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
             if (c->x.static_send != s) {
                 m0_static_send *held = malloc(sizeof(*held));
                 if (held == NULL) {
-                    send_cut(c, s->fd, s->status, s->total - s->left);
+                    send_cut(c, s->fd, s->f, s->status, s->total - s->left);
                     return 1;
                 }
                 *held = *s;
@@ -202,16 +215,17 @@ static int send_pump(m0_conn *c, m0_static_send *s)
         /* 0: the file ended before its promised length (truncated while
          * sent); < 0: the peer went away or the file failed. */
         uint64_t sent = s->total - s->left;
-        int fd = c->x.static_send == s ? -1 : s->fd;
-        send_cut(c, fd, s->status, sent);
+        int own = c->x.static_send != s; /* on the caller's stack: its file is not in c->x.static_send */
+        send_cut(c, own ? s->fd : -1, own ? s->f : NULL, s->status, sent);
         return 1;
     }
-    int fd = c->x.static_send == s ? -1 : s->fd;
+    int own = c->x.static_send != s;
+    int fd = own ? s->fd : -1;
+    m0_static_file *f = own ? s->f : NULL;
     int status = s->status, keep = s->keep;
     uint64_t total = s->total;
     send_free(c);
-    if (fd >= 0)
-        close(fd);
+    file_done(fd, f);
     finish(c, keep && m0_conn_keep_alive(c), status, total);
     return 1;
 }
@@ -234,28 +248,29 @@ typedef struct {
     char rel[M0_STATIC_PATH_MAX + M0_STATIC_NAME_MAX + 8]; /* the file's path beneath the mount */
     size_t rel_len;
     int fd;
+    m0_static_file *f; /* the loop's open file fd belongs to, or NULL: fd is ours */
     struct stat st;
     const char *encoding; /* "br", "gzip" or NULL */
 } target;
 
-/* Open t->rel beneath m and stat it: 0 with a regular file, else -errno
- * (-EISDIR for a directory, whose fd is kept). */
-static int target_open(const m0_static *st, const m0_static_mount *m, target *t)
+static void target_close(target *t)
 {
-    t->fd = m0__static_open(st, m, t->rel);
+    file_done(t->fd, t->f);
+    t->fd = -1;
+    t->f = NULL;
+}
+
+/* Open t->rel beneath m (from the loop's open files) and stat it: 0 with a
+ * regular file, else -errno (-EISDIR for a directory, whose fd is kept). */
+static int target_open(m0_conn *c, const m0_static *st, const m0_static_mount *m, target *t)
+{
+    t->fd = m0__static_cache_open(c->srv->static_cache, st, m, t->rel, t->rel_len, &t->st, &t->f);
     if (t->fd < 0)
         return t->fd;
-    if (fstat(t->fd, &t->st) < 0) {
-        int err = -errno;
-        close(t->fd);
-        t->fd = -1;
-        return err;
-    }
     if (S_ISDIR(t->st.st_mode))
         return -EISDIR;
     if (!S_ISREG(t->st.st_mode)) {
-        close(t->fd);
-        t->fd = -1;
+        target_close(t);
         return -ENOENT; /* a FIFO, a device, a socket */
     }
     return 0;
@@ -271,7 +286,7 @@ static int target_open(const m0_static *st, const m0_static_mount *m, target *t)
  * once the entry expires, the file itself until then; a colliding entry at
  * most skips a sibling. Per thread (the gate runs on loop threads): no lock. */
 #define SIB_SLOTS 256
-#define SIB_TTL_MS 2000
+#define SIB_TTL_MS M0_STATIC_TTL_MS
 
 typedef struct {
     uint64_t key, ino, mtime, size, until_ms;
@@ -312,16 +327,16 @@ static void target_variant(m0_conn *c, const m0_static *st, const m0_static_moun
         memcpy(v.rel, t->rel, t->rel_len);
         memcpy(v.rel + t->rel_len, codings[i].suffix, 4);
         v.rel_len = t->rel_len + 3;
-        int r = target_open(st, m, &v);
+        int r = target_open(c, st, m, &v);
         if (r < 0) {
-            if (v.fd >= 0)
-                close(v.fd);
+            target_close(&v);
             if (r == -ENOENT)
                 found_absent |= 1u << i;
             continue;
         }
-        close(t->fd);
+        target_close(t);
         t->fd = v.fd;
+        t->f = v.f;
         t->st = v.st;
         t->encoding = codings[i].coding;
         return;
@@ -355,30 +370,28 @@ static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_sp
     int dir = 0;
     t->encoding = NULL;
     t->fd = -1;
+    t->f = NULL;
     if (m0__static_decode(rest, t->rel, M0_STATIC_PATH_MAX, &t->rel_len, &dir) < 0) {
         answer_short(c, 404, NULL);
         return -1;
     }
-    int r = target_open(st, m, t);
+    int r = target_open(c, st, m, t);
     if (r == -EISDIR) {
-        close(t->fd);
-        t->fd = -1;
+        target_close(t);
         r = -ENOENT;
         if (st->dir_to_file_len != 0) {
             if (t->rel_len != 0)
                 t->rel[t->rel_len++] = '/';
             memcpy(t->rel + t->rel_len, st->dir_to_file, st->dir_to_file_len + 1);
             t->rel_len += st->dir_to_file_len;
-            r = target_open(st, m, t);
+            r = target_open(c, st, m, t);
             if (r == -EISDIR) {
-                close(t->fd);
-                t->fd = -1;
+                target_close(t);
                 r = -ENOENT;
             }
         }
     } else if (r == 0 && dir) {
-        close(t->fd); /* "file.css/": not a directory */
-        t->fd = -1;
+        target_close(t); /* "file.css/": not a directory */
         r = -ENOENT;
     }
     if (r < 0) {
@@ -401,6 +414,8 @@ int m0__static_serve(m0_conn *c)
         answer_short(c, 405, "GET, HEAD");
         return 1;
     }
+    if (c->srv->static_cache == NULL)
+        (void)m0__static_cache_new(c->srv->loop, &c->srv->static_cache); /* none: every file opened anew */
     target t;
     if (find(c, st, m, rest, &t) < 0)
         return 1;
@@ -465,7 +480,7 @@ int m0__static_serve(m0_conn *c)
     m0_response_head rh;
     head_start(c, &b, status, keep);
     if (status == 416) {
-        close(t.fd);
+        target_close(&t);
         FIELD_LIT(&b, "Content-Type", "text/plain; charset=utf-8");
         FIELD_LIT(&b, "Content-Length", "0");
         char range[32] = "bytes */";
@@ -510,14 +525,14 @@ int m0__static_serve(m0_conn *c)
     m0_head_out_raw(&b, "\r\n", 2);
     m0_head_out_view(&b, status, status == 304 ? -1 : (int64_t)blen, &rh);
     if (b.full) {
-        close(t.fd);
-        send_cut(c, -1, status, 0); /* a head past its room: nothing sent, the connection ends */
+        target_close(&t);
+        send_cut(c, -1, NULL, status, 0); /* a head past its room: nothing sent, the connection ends */
         return 1;
     }
     char *p = buf + b.len;
 
     if (status == 304 || head || blen == 0) {
-        close(t.fd);
+        target_close(&t);
         struct iovec iov = {buf, (size_t)(p - buf)};
         if (m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
@@ -530,9 +545,9 @@ int m0__static_serve(m0_conn *c)
         do {
             got = pread(t.fd, p, (size_t)blen, (off_t)first);
         } while (got < 0 && errno == EINTR);
-        close(t.fd);
+        target_close(&t);
         if (got != (ssize_t)blen) {
-            send_cut(c, -1, status, 0); /* shorter than its size: nothing sent, the connection ends */
+            send_cut(c, -1, NULL, status, 0); /* shorter than its size: nothing sent, the connection ends */
             return 1;
         }
         struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
@@ -541,13 +556,19 @@ int m0__static_serve(m0_conn *c)
         finish(c, keep, status, blen);
         return 1;
     }
-    /* The head leaves now (not held for the pass's end): the body follows it. */
+    /* The head leaves now (not held for the pass's end): the body follows
+     * it. By sendfile on plaintext HTTP/1.1, at once: the head says
+     * MSG_MORE, so that it leaves in the file's first packet (sendfile's
+     * last piece pushes them; a head left queued is flushed without it). */
     struct iovec iov = {buf, (size_t)(p - buf)};
-    if (m0_conn_writev_chunk(c, &rh, &iov, 1) < 0) {
-        send_cut(c, t.fd, status, 0);
+    c->out.more = c->tls == NULL && !(req->flags & M0_REQ_HTTP2);
+    int w = m0_conn_writev_chunk(c, &rh, &iov, 1);
+    c->out.more = 0;
+    if (w < 0) {
+        send_cut(c, t.fd, t.f, status, 0);
         return 1;
     }
-    m0_static_send s = {t.fd, status, keep, (off_t)first, blen, blen};
+    m0_static_send s = {t.fd, t.f, status, keep, (off_t)first, blen, blen};
     (void)send_pump(c, &s);
     return 1;
 }

@@ -6,9 +6,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../http/parser.h"
+#include "loop.h"
 #include "server.h"
 #include "static.h"
 
@@ -60,6 +62,32 @@ int m0__static_hashed_name(const char *name, size_t len);
 /* The q of the coding token (lower case) in an Accept-Encoding value:
  * 1 when it is accepted (q > 0), 0 when absent or q=0. */
 int m0__static_accepts(m0_span ae, const char *coding, size_t len);
+
+/* --- static_cache.c --- */
+
+/* How long a loop trusts what it found of a path: the open files below, and
+ * the precompressed siblings found absent (static_file.c). */
+#define M0_STATIC_TTL_MS 2000
+/* The open files a loop keeps, at most. */
+#define M0_STATIC_CACHE_FILES 128
+
+/* The loop's open files (the contract is at the top of static_cache.c):
+ * one per m0_server, made at its first file, used by the loop's thread
+ * only. */
+typedef struct m0_static_cache m0_static_cache;
+typedef struct m0_static_file m0_static_file;
+int m0__static_cache_new(m0_loop *loop, m0_static_cache **out);
+/* Closes every file no response holds; a held one at its release. */
+void m0__static_cache_free(m0_static_cache *fc);
+size_t m0__static_cache_size(const m0_static_cache *fc);
+/* Open rel (len bytes) beneath m, from the cache when it holds the path, and
+ * take its fstat in *sb: a descriptor, or -errno (m0__static_open's). With
+ * *out set, the descriptor is the cache's: the caller gives it back with
+ * m0__static_file_release(*out) and never closes it; with *out NULL
+ * (anything but a regular file, or fc NULL) it is the caller's to close. */
+int m0__static_cache_open(m0_static_cache *fc, const m0_static *st, const m0_static_mount *m, const char *rel,
+                          size_t len, struct stat *sb, m0_static_file **out);
+void m0__static_file_release(m0_static_file *f);
 
 /* --- static_file.c --- */
 

@@ -1,7 +1,8 @@
 /* Static files' parts without a server (src/net/static_path.c, static_cond.c,
- * static_mime.c), under ASan/UBSan: the request path's checks, the open
- * beneath a mount by openat2 and by the walk, HTTP dates, entity tags,
- * ranges, hashed names, Accept-Encoding and the Content-Type table. */
+ * static_mime.c, static_cache.c), under ASan/UBSan: the request path's
+ * checks, the open beneath a mount by openat2 and by the walk, the loop's
+ * open files, HTTP dates, entity tags, ranges, hashed names,
+ * Accept-Encoding and the Content-Type table. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +161,130 @@ static void test_open(void)
     CHECK(system(cmd) == 0);
 }
 
+/* --- the loop's open files --- */
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+static int fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+static int read_at(int fd, char *buf, size_t cap)
+{
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    return (int)n;
+}
+
+static void test_cache(void)
+{
+    char base[] = "/tmp/m0static-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char p[600], q[600], buf[64];
+    put_file(base, "a.txt", "A");
+    mkdir(strcat(strcpy(p, base), "/dir"), 0755);
+    m0_static *st;
+    CHECK(m0_static_new(&st) == 0);
+    CHECK(m0_static_add(st, "/static", base) == 0);
+    const m0_static_mount *m = &st->mounts[0];
+    m0_loop *loop;
+    CHECK(m0_loop_new(&loop) == 0);
+    int fds0 = count_fds();
+    m0_static_cache *fc;
+    CHECK(m0__static_cache_new(loop, &fc) == 0);
+    struct stat sb;
+    m0_static_file *f1, *f2;
+
+    /* a file served twice is opened once, and shared */
+    int fd1 = m0__static_cache_open(fc, st, m, "a.txt", 5, &sb, &f1);
+    int fd2 = m0__static_cache_open(fc, st, m, "a.txt", 5, &sb, &f2);
+    CHECK(fd1 >= 0 && f1 != NULL && fd2 == fd1 && f2 == f1 && sb.st_size == 1);
+    CHECK(m0__static_cache_size(fc) == 1 && count_fds() == fds0 + 1);
+    m0__static_file_release(f1);
+    m0__static_file_release(f2);
+    CHECK(fd_open(fd1));
+
+    /* changed in place: the same descriptor, the new size at once */
+    put_file(base, "a.txt", "AAA");
+    fd2 = m0__static_cache_open(fc, st, m, "a.txt", 5, &sb, &f2);
+    CHECK(fd2 == fd1 && sb.st_size == 3 && read_at(fd2, buf, sizeof(buf)) == 3);
+    m0__static_file_release(f2);
+
+    /* replaced by a rename over its name: opened again at once, the old closed */
+    put_file(base, "new.txt", "NEW!");
+    snprintf(p, sizeof(p), "%s/new.txt", base);
+    snprintf(q, sizeof(q), "%s/a.txt", base);
+    CHECK(rename(p, q) == 0);
+    fd2 = m0__static_cache_open(fc, st, m, "a.txt", 5, &sb, &f2);
+    CHECK(fd2 >= 0 && f2 != NULL && sb.st_size == 4 && read_at(fd2, buf, sizeof(buf)) == 4 && strcmp(buf, "NEW!") == 0);
+    CHECK(m0__static_cache_size(fc) == 1 && count_fds() == fds0 + 1);
+
+    /* deleted while a response holds it: 404 at once; closed when that response ends */
+    CHECK(unlink(q) == 0);
+    CHECK(m0__static_cache_open(fc, st, m, "a.txt", 5, &sb, &f1) == -ENOENT && f1 == NULL);
+    CHECK(m0__static_cache_size(fc) == 0 && fd_open(fd2));
+    m0__static_file_release(f2);
+    CHECK(count_fds() == fds0);
+
+    /* a directory is the caller's own */
+    int dfd = m0__static_cache_open(fc, st, m, "dir", 3, &sb, &f1);
+    CHECK(dfd >= 0 && f1 == NULL && S_ISDIR(sb.st_mode) && m0__static_cache_size(fc) == 0);
+    close(dfd);
+
+    /* bounded: the least recently used leave; one a response holds is closed at its release */
+    put_file(base, "held.txt", "H");
+    int held = m0__static_cache_open(fc, st, m, "held.txt", 8, &sb, &f1);
+    CHECK(held >= 0 && f1 != NULL);
+    for (int i = 0; i < M0_STATIC_CACHE_FILES + 40; i++) {
+        char name[32];
+        int len = snprintf(name, sizeof(name), "f%d.txt", i);
+        put_file(base, name, "x");
+        int fd = m0__static_cache_open(fc, st, m, name, (size_t)len, &sb, &f2);
+        CHECK(fd >= 0 && f2 != NULL);
+        m0__static_file_release(f2);
+        if (i == 0) { /* used again: the newest, kept */
+            CHECK(m0__static_cache_open(fc, st, m, "f0.txt", 6, &sb, &f2) == fd);
+            m0__static_file_release(f2);
+        }
+    }
+    CHECK(m0__static_cache_size(fc) == M0_STATIC_CACHE_FILES);
+    CHECK(count_fds() == fds0 + M0_STATIC_CACHE_FILES + 1);
+    CHECK(fd_open(held));
+    m0__static_file_release(f1);
+    CHECK(count_fds() == fds0 + M0_STATIC_CACHE_FILES);
+
+    /* the end closes every file, and one still held at its release */
+    int fd = m0__static_cache_open(fc, st, m, "f3.txt", 6, &sb, &f1);
+    CHECK(fd >= 0 && f1 != NULL);
+    m0__static_cache_free(fc);
+    CHECK(count_fds() == fds0 + 1 && fd_open(fd));
+    m0__static_file_release(f1);
+    CHECK(count_fds() == fds0);
+
+    /* no cache: a plain open, the caller's */
+    put_file(base, "b.txt", "B");
+    fd = m0__static_cache_open(NULL, st, m, "b.txt", 5, &sb, &f1);
+    CHECK(fd >= 0 && f1 == NULL && sb.st_size == 1);
+    close(fd);
+
+    m0_loop_free(loop);
+    m0_static_free(st);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    CHECK(system(cmd) == 0);
+}
+
 /* --- dates, entity tags, ranges, names, codings, types --- */
 
 static void test_dates(void)
@@ -241,6 +367,7 @@ int main(void)
     test_decode();
     test_route();
     test_open();
+    test_cache();
     test_dates();
     test_etags();
     test_ranges();

@@ -542,6 +542,176 @@ def test_clients_that_go_away_mid_send(servers, transport, tmp_path):
     assert status == 200 and body == b"ok"
 
 
+def _leave_mid_send(s, transport, path, pipelined=b""):
+    """A request for a large file, a part of it read, and the connection closed with the
+    rest unread: the kernel answers the server's next bytes with a reset."""
+    sock = connect(s, transport, rcvbuf=65536)
+    sock.sendall(pipelined + raw_request(path))
+    _read_some(sock, 200000)
+    sock.close()
+    time.sleep(0.2)  # time for the reset to reach the server, and its next send to fail
+
+
+def test_clients_that_go_away_mid_send_whatever_the_app_does_with_sigpipe(servers, transport, tmp_path):
+    """The worker survives a peer that leaves during a file whether SIGPIPE is ignored (Python's
+    default) or default, including when a view changes it between the loop's file sends, on the
+    same connection just before the file, and back."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "big.bin").write_bytes(b"b" * (8 * 1024 * 1024))
+    (d / "ok.txt").write_bytes(b"ok")
+    s = servers.get(transport, "--static-path-mount", str(d), app="static_sigpipe_app:app")
+    big = "/static/big.bin"
+    for view in ("/sigpipe/ignore", "/sigpipe/default", "/sigpipe/ignore", "/sigpipe/default"):
+        _leave_mid_send(s, transport, big)  # the loop's knowledge from before the view
+        status, _, body = get(s, transport, view)
+        assert status == 200 and body.startswith(b"SIGPIPE"), body
+        _leave_mid_send(s, transport, big)
+        _leave_mid_send(s, transport, big, pipelined=raw_request(view))
+        assert s.proc.poll() is None, f"the worker died after {view}: {s.log}"
+    status, _, body = get(s, transport, "/static/ok.txt")
+    assert status == 200 and body == b"ok"
+
+
+def test_no_answer_waits_for_more(servers, transport, tmp_path):
+    """A file's head is sent saying more follows (its body by sendfile, in the same packet): no
+    answer may wait for bytes that do not come (a corked segment waits 200 ms). A HEAD, a 304, an
+    empty file, a small one and files by sendfile, on one connection, each whole at once."""
+    d = tmp_path / "www"
+    d.mkdir()
+    (d / "zero.txt").write_bytes(b"")
+    (d / "small.txt").write_bytes(b"s" * 100)
+    (d / "mid.bin").write_bytes(b"m" * (16 * 1024 + 1))  # just past what is read into the head's write
+    (d / "big.bin").write_bytes(b"b" * (512 * 1024))
+    s = servers.get(transport, "--static-path-mount", str(d))
+    etag = get(s, transport, "/static/big.bin", method="HEAD")[1]["etag"]
+    cases = [
+        ("/static/big.bin", "HEAD", (), 200, 0),
+        ("/static/big.bin", "GET", (("If-None-Match", etag),), 304, 0),
+        ("/static/zero.txt", "GET", (), 200, 0),
+        ("/static/small.txt", "GET", (), 200, 100),
+        ("/static/mid.bin", "GET", (), 200, 16 * 1024 + 1),
+        ("/static/big.bin", "GET", (("Range", "bytes=0-20000"),), 206, 20001),
+        ("/static/big.bin", "GET", (), 200, 512 * 1024),
+    ]
+    took = {i: [] for i in range(len(cases))}
+    with connect(s, transport) as sock:
+        for _ in range(8):
+            for i, (path, method, headers, want_status, want_len) in enumerate(cases):
+                t0 = time.monotonic()
+                status, _, body = get(s, transport, path, method=method, headers=headers, sock=sock)
+                took[i].append(time.monotonic() - t0)
+                assert status == want_status and len(body) == want_len
+    for i, times in took.items():
+        times.sort()
+        assert times[len(times) // 2] < 0.1, f"{cases[i][:2]} took {times} s"
+
+
+# --- the loop's open files ---------------------------------------------------------------------------
+
+
+def test_open_files_follow_the_files(servers, transport, tmp_path):
+    """The loop keeps a file open between requests (at most 2 s), and takes its fstat at each: a
+    file changed or cut shorter in place is sent with its new length at once; one replaced by a
+    rename over its name, or deleted, is served fresh (or 404) at once; one renamed away while a
+    new file takes its name, within 2 s; a precompressed sibling likewise."""
+    d = tmp_path / "www"
+    d.mkdir()
+    f = d / "page.txt"
+    f.write_bytes(b"one")
+    css = b"p { color: blue }\n" * 40
+    (d / "s.css").write_bytes(css)
+    (d / "s.css.gz").write_bytes(gzip.compress(css))
+    s = servers.get(transport, "--static-path-mount", str(d))
+    page = "/static/page.txt"
+    with connect(s, transport) as sock:  # one connection: one loop, one cache
+        assert get(s, transport, page, sock=sock)[2] == b"one"
+        f.write_bytes(b"second, longer")  # in place: the same inode, open in the cache
+        status, h, body = get(s, transport, page, sock=sock)
+        assert (status, h["content-length"], body) == (200, "14", b"second, longer")
+        os.truncate(f, 6)
+        status, h, body = get(s, transport, page, sock=sock)
+        assert (status, h["content-length"], body) == (200, "6", b"second")
+        (d / "tmp").write_bytes(b"third")
+        os.replace(d / "tmp", f)
+        assert get(s, transport, page, sock=sock)[2] == b"third"
+        os.unlink(f)
+        assert get(s, transport, page, sock=sock)[0] == 404
+        f.write_bytes(b"fourth")
+        assert get(s, transport, page, sock=sock)[2] == b"fourth"
+        os.rename(f, d / "old.txt")  # the open file keeps a name: fstat cannot tell
+        f.write_bytes(b"fifth, after a rename away")
+        t0 = time.monotonic()
+        while True:
+            status, _, body = get(s, transport, page, sock=sock)
+            if body == b"fifth, after a rename away":
+                break
+            assert status == 200 and body == b"fourth"  # the old file meanwhile, never a mix
+            assert time.monotonic() - t0 < 2.5, "the new file was not served within the cache's 2 s"
+            time.sleep(0.1)
+        ae = [("Accept-Encoding", "gzip")]
+        _, h, body = get(s, transport, "/static/s.css", headers=ae, sock=sock)
+        assert h.get("content-encoding") == "gzip" and gzip.decompress(body) == css
+        (d / "tmp").write_bytes(gzip.compress(b"b { }\n"))
+        os.replace(d / "tmp", d / "s.css.gz")
+        _, h, body = get(s, transport, "/static/s.css", headers=ae, sock=sock)
+        assert h.get("content-encoding") == "gzip" and gzip.decompress(body) == b"b { }\n"
+
+
+def test_many_distinct_files_hold_a_bounded_number_of_descriptors(servers, transport, tmp_path):
+    """A flood of distinct paths: the loop keeps at most 128 files open, and closes them all once
+    they expire (2 s), with no request to prompt it."""
+    d = tmp_path / "www"
+    d.mkdir()
+    n = 400
+    for i in range(n):
+        (d / f"f{i}.txt").write_bytes(b"%d" % i)
+    s = servers.get(transport, "--static-path-mount", str(d))
+    pid = worker_pid(s)
+
+    def fds():
+        return len(os.listdir(f"/proc/{pid}/fd"))
+
+    with connect(s, transport) as sock:
+        assert get(s, transport, "/static/f0.txt", sock=sock)[2] == b"0"
+        base = fds()  # the connection's and one open file's
+        peak = base
+        for i in range(n):
+            status, _, body = get(s, transport, f"/static/f{i}.txt", sock=sock)
+            assert status == 200 and body == b"%d" % i
+            if i % 20 == 0:
+                peak = max(peak, fds())
+        peak = max(peak, fds())
+    assert peak <= base + 128 + 4, f"{peak - base} more descriptors than with one file open"
+    wait_until(lambda: fds() < base, 6, "the open files closed once expired")
+
+
+def test_one_open_file_serves_concurrent_responses(servers, transport, root):
+    """Responses of one file on several connections at once, whole and ranges, each parked at its
+    own offset: the loop's one descriptor is read at each response's offset."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = servers.get(transport, *base_args(root))
+    want = (root / "big.bin").read_bytes()
+
+    def fetch(i):
+        sock = connect(s, transport, rcvbuf=65536)
+        try:
+            headers = [("Range", f"bytes={i * 100003}-")] if i % 2 else []
+            sock.sendall(raw_request("/static/big.bin", headers=headers))
+            status, _, body, _ = read_response(sock, timeout=20)
+            return status, body, i
+        finally:
+            sock.close()
+
+    with ThreadPoolExecutor(6) as ex:
+        for status, body, i in ex.map(fetch, range(6)):
+            if i % 2:
+                assert status == 206 and body == want[i * 100003:]
+            else:
+                assert status == 200 and body == want
+
+
 def read_response_after(sock, first):
     """read_response on sock whose first bytes were already read (first)."""
     import http1
