@@ -490,6 +490,61 @@ def threads_table(row, art, versions):
     return "\n".join(lines)
 
 
+# Issue 39: with the server on both cores, a second loop (free-threaded build) or a second worker
+# gives at least this many times the first one's requests a second (CPU-bound view).
+TOTAL_GOALS = {"--threads": 1.8, "--workers": 1.6}
+
+
+def _one_partner(row, arm):
+    """The one-loop or one-worker arm of the same server and interpreter an arm of two is compared with."""
+    name = arm["name"]
+    for two, one in (("-t2", "-t1"), ("-w2", "-w1")):
+        if two in name:
+            return _arm(row, name.replace(two, one, 1))
+    return None
+
+
+def threads_total_table(row, art, versions):
+    """The rows with the server on every CPU of the host: each arm's total rate and cores, and each arm
+    of two loops or workers against the one of its server and interpreter (same-round ratios of rps and
+    server cores); then the issue's goals for the CPU-bound view."""
+    head = ["interpreter", "server", "rps", "server cores", "CPU µs/req", "÷ one: rps", "÷ one: server cores"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|"]
+    goals = []
+    for arm in row["arms"]:
+        label, interp = _label(arm, versions), _interpreter(arm, art)
+        if arm["status"] != "ok":
+            why = _skip_text(arm) if arm["status"] == "skipped" else \
+                f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
+            lines.append(f"| {interp} | {label} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+            continue
+        one = _one_partner(row, arm)
+        ratios = ["–", "–"]
+        if one is not None and one["status"] == "ok":
+            r = same_round_ratio(arm, one, "rps")
+            ratios = [_fmt_ratio(r), _fmt_ratio(same_round_ratio(arm, one, "cores"))]
+            flag = next((f for f in TOTAL_GOALS if f"{f} 2" in " ".join(arm.get("command") or [])), None)
+            ft = (arm.get("python") or {}).get("build") == "free-threaded"
+            if row["id"].startswith("cpu-") and arm.get("is_m0serve") and flag and r and (ft or flag != "--threads"):
+                goal = TOTAL_GOALS[flag]
+                goals.append(f"`{flag} 2` ÷ `{flag} 1`, Python {interp}: {_fmt_ratio(r)} rps, goal ≥ {goal:.1f}×: "
+                             f"**{'met' if r[0] >= goal else 'not met'}**.")
+        cells = [interp, label, fmt_med(arm, "rps", "int"), fmt_med(arm, "cores", "cores"),
+                 fmt_med(arm, "cpu_us_per_req", "us")] + ratios
+        lines.append("| " + " | ".join(cells) + " |")
+    cpus = row.get("server_cpus") or ""
+    if "," not in cpus:
+        lines += ["", f"Every server here ran on CPU {cpus or '?'} alone (the host has one CPU): not the parallel "
+                      "case these rows are about."]
+    else:
+        lines += ["", f"Servers on CPUs {cpus}, wrk pinned to CPU {art['settings']['wrk_cpu']} among them (it takes "
+                      "its share of that core, as a deployment's clients and proxy do): the rates are totals, "
+                      "what the server got done with the host's cores."]
+    if goals:
+        lines += [""] + goals
+    return "\n".join(lines)
+
+
 def same_round_ratio(arm, ref, metric):
     """Median and range of arm/ref for `metric` over the rounds both measured (round r against round r,
     the same machine state: the arms of a row alternate). (median, min, max) or None."""
@@ -857,6 +912,8 @@ def _suite_body(suite, art):
                 parts.append(_with_notes(idle_table(row, versions), row["arms"], versions))
             elif suite == "memory":
                 parts.append(_with_notes(memory_table(row, versions), row["arms"], versions))
+            elif suite == "threads" and row["id"].endswith("-both"):
+                parts.append(_with_notes(threads_total_table(row, art, versions), row["arms"], versions))
             elif suite == "threads":
                 parts.append(_with_notes(threads_table(row, art, versions), row["arms"], versions))
                 parts.append("")

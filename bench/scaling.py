@@ -10,7 +10,11 @@ result: the absolutes move between runs on a shared machine). wrk shares the cor
     .venv-3.13t/bin/python -m bench.scaling --arms m0serve-t1,m0serve-t2
 
 --comparators DIR: where gunicorn, granian and uvicorn are installed (their arms are skipped when
-absent). --ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR
+absent; on 3.13t Granian's workers are threads of one process, granian-w1 its one-thread arm).
+--bytecode: every arm imports the apps from .pyc files compiled before the run (PYTHONPYCACHEPREFIX),
+not from their source: on a free-threaded 3.13 the compiler leaves a view's int constants mortal and
+two threads running it contend on their counts (docs/ARCHITECTURE.md, "Free-threaded builds"), which
+m0serve's loader avoids and another server may not. --ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR
 (another build, `pip install --target DIR CHECKOUT`), in the same rounds.
 """
 from __future__ import annotations
@@ -45,9 +49,9 @@ def command(arm, args, port):
     if arm == "gunicorn-w2":
         exe = cmp_dir / "gunicorn"
         return [str(exe), "-w", "2", "-b", f"127.0.0.1:{port}", wsgi] if exe.exists() else None
-    if arm == "granian-w2":
+    if arm in ("granian-w1", "granian-w2"):
         exe = cmp_dir / "granian"
-        return [str(exe), "--interface", "wsgi", "--workers", "2", *host, wsgi] if exe.exists() else None
+        return [str(exe), "--interface", "wsgi", "--workers", arm[-1], *host, wsgi] if exe.exists() else None
     if arm == "uvicorn-w2":
         exe = cmp_dir / "uvicorn"
         return [str(exe), asgi, "--workers", "2", "--no-access-log", "--log-level", "warning",
@@ -134,9 +138,15 @@ def main(argv=None):
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--comparators", help="the bin directory of gunicorn, granian and uvicorn")
     p.add_argument("--ref-site", help="a directory with another m0serve package, for the ref-ARM arms")
+    p.add_argument("--bytecode", action="store_true", help="the apps from .pyc files compiled before the run")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     env = dict(os.environ)
+    if args.bytecode:
+        prefix = tempfile.mkdtemp(prefix="m0-scaling-pyc-")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = prefix
+        subprocess.run([args.python, "-m", "compileall", "-q", str(APPS)], env=env, check=True)
     env["PYTHONPATH"] = os.pathsep.join([str(APPS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     arms = args.arms.split(",")
     out = []
@@ -172,7 +182,7 @@ def main(argv=None):
         out.append({"connections": c, "app": args.app, "rounds": rounds})
     if args.json:
         Path(args.json).write_text(json.dumps({"provenance": provenance(args.python), "ref_site": args.ref_site,
-                                               "results": out}, indent=1))
+                                               "bytecode": args.bytecode, "results": out}, indent=1))
     return 0
 
 

@@ -1,4 +1,5 @@
 """The suites: which rows, which arms. Every row has one worker per server unless it says otherwise."""
+import os
 from dataclasses import replace
 
 from . import env
@@ -153,6 +154,24 @@ def threads():
                                       label=f"Granian --workers 2 (threads), Python {key}"))
         rows.append(Row(row_id, f"{what}, 16 connections: --threads 2 vs --workers 2 on each interpreter", app,
                         arms, server_cpus=cpus))
+
+    # Total throughput with the server on every CPU of the host (wrk's too, as a deployment's clients
+    # share its cores): one process's second loop or second worker against its first, the same-round
+    # ratio of each "2" arm to its "1" arm on the same interpreter (render.threads_total_table).
+    both = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    py = dict(env.THREADS_PYTHONS)
+    for row_id, app, what in (("cpu-c16-both", CPU_VIEW, "CPU-bound WSGI view"),
+                              ("inline-c16-both", WSGI_HELLO, "Bare WSGI hello")):
+        arms = []
+        for key, flag, n in (("3.13t", "--threads", 1), ("3.13t", "--threads", 2), ("3.13t", "--workers", 2),
+                             ("3.11", "--workers", 1), ("3.11", "--workers", 2)):
+            arms.append(S.m0serve("wsgi", extra=[flag, str(n)], name=f"m0serve-{flag[2]}{n}@{key}",
+                                  label=f"m0serve {flag} {n}, Python {key}", python=py[key], python_key=key))
+        for n in (1, 2):
+            arms.append(S.granian("wsgi", workers=n, python=py["3.13t"], python_key="3.13t",
+                                  name=f"granian-w{n}@3.13t", label=f"Granian --workers {n} (threads), Python 3.13t"))
+        rows.append(Row(row_id, f"{what}, 16 connections, the server on every CPU: two loops or workers vs one",
+                        app, arms, server_cpus=both))
 
     def arm(extra, name, label):
         return S.m0serve("wsgi", extra=extra, name=name, label=label)

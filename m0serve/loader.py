@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import inspect
 import os
 import sys
@@ -35,6 +36,56 @@ def _is_missing(e, module_name):
     return e.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
 
 
+def _bytecode_constants_wanted():
+    """Whether source modules should be loaded with the constants a .pyc gives them: on a
+    free-threaded 3.13, where the compiler leaves a code object's non-string constants (an int
+    such as 1_000_003) mortal and unmarshalling a .pyc makes them immortal. A mortal constant is
+    owned by the thread that imported the module; every other thread that runs the code takes
+    and drops it with atomic operations on one shared counter, and two threads in the same loop
+    contend on its cache line: cpu_wsgi.py's view cost twice the CPU per call on two threads
+    as on one (plain Python threads alike), and 1.0x on two from its .pyc."""
+    if sys.version_info[:2] != (3, 13):
+        return False  # 3.14 immortalizes compiled constants itself (gh-130851)
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return gil is not None and not gil()
+
+
+class _BytecodeSourceLoader(importlib.machinery.SourceFileLoader):
+    """SourceFileLoader whose code objects come out as from the module's .pyc (a marshal round
+    trip: what the next start, which finds the .pyc, runs anyway)."""
+
+    def source_to_code(self, data, path, *, _optimize=-1):
+        import marshal
+
+        return marshal.loads(marshal.dumps(super().source_to_code(data, path, _optimize=_optimize)))
+
+
+_bytecode_hook = None
+
+
+def use_bytecode_constants():
+    """Load modules compiled from source (no .pyc, or PYTHONDONTWRITEBYTECODE) with immortal
+    constants on a free-threaded 3.13 (see _bytecode_constants_wanted): the file finder's hook
+    with _BytecodeSourceLoader for .py files, the rest as the import system has it. Modules
+    already imported keep their code. Idempotent; True when installed."""
+    global _bytecode_hook
+    if _bytecode_hook is not None:
+        return True
+    if not _bytecode_constants_wanted():
+        return False
+    mach = importlib.machinery
+    for i, hook in enumerate(sys.path_hooks):
+        if getattr(hook, "__qualname__", "").startswith("FileFinder.path_hook."):
+            _bytecode_hook = mach.FileFinder.path_hook(
+                (mach.ExtensionFileLoader, mach.EXTENSION_SUFFIXES),
+                (_BytecodeSourceLoader, mach.SOURCE_SUFFIXES),
+                (mach.SourcelessFileLoader, mach.BYTECODE_SUFFIXES))
+            sys.path_hooks[i] = _bytecode_hook
+            sys.path_importer_cache.clear()
+            return True
+    return False
+
+
 def load(spec, factory=False, app_dir="."):
     """Import `module:attr[.attr...]` and return the object (called first when a factory).
 
@@ -43,6 +94,7 @@ def load(spec, factory=False, app_dir="."):
     factory named without --factory raise AppLoadError.
     """
     prepare_path(app_dir)
+    use_bytecode_constants()
     module_name, _, attr_path = spec.partition(":")
     call = factory
     if attr_path.endswith("()"):

@@ -467,3 +467,36 @@ def test_wsload_parses_the_load_generators_output():
     assert wsload.parse("handshake 0 failed\n", ws)["failed"]
     argv = wsload.command(8000, {"size": 1024, "text": True, "deflate": True, "open": 1000}, 0, 5, 1, open_=1000)
     assert argv[:3] == ["taskset", "-c", "1"] and argv[-5:] == ["1024", "-t", "-z", "-o", "1000"]
+
+
+def _total_row(t2_rps, server_cpus="0,1"):
+    arms = []
+    for name, flag, rps, cores, build in (("m0serve-t1@3.13t", "--threads 1", 500, 1.0, "free-threaded"),
+                                          ("m0serve-t2@3.13t", "--threads 2", t2_rps, 1.9, "free-threaded"),
+                                          ("m0serve-w1@3.11", "--workers 1", 500, 1.0, "GIL"),
+                                          ("m0serve-w2@3.11", "--workers 2", 850, 1.9, "GIL")):
+        a = _arm_record(name, [_round(i, rps, cores) for i in range(1, 4)], is_m0=True)
+        a["command"] = ["taskset", "-c", server_cpus, "python", "-m", "m0serve", "cpu_wsgi:app", *flag.split()]
+        a["python"] = {"version": "3.13.5" if build == "free-threaded" else "3.11.7", "build": build}
+        arms.append(a)
+    row = {"id": "cpu-c16-both", "title": "CPU", "app": "cpu_wsgi:app", "path": "/", "method": "GET", "arms": arms,
+           "status": "ok", "failures": [], "server_cpus": server_cpus, "connections": 16, "body_size": 0}
+    row["reference"] = runner._reference(arms)
+    row["ratios"] = runner._ratios(arms, row["reference"])
+    return row
+
+
+def test_threads_total_table_puts_two_against_one_and_states_the_goals():
+    """With the server on every CPU, each arm of two loops or workers is put against the one of its server
+    and interpreter (same-round ratios of the total rps and of the cores), and the issue's goals are
+    claimed per flag: --threads on the free-threaded build (>= 1.8x), --workers (>= 1.6x)."""
+    art = make_artifact()
+    out = render.threads_total_table(_total_row(950), art, {})
+    lines = {ln.split(" | ")[1]: ln for ln in out.splitlines() if ln.startswith("| 3.")}
+    assert "| 1.90× (1.90–1.90) | 1.90× (1.90–1.90) |" in lines["m0serve-t2@3.13t"]
+    assert lines["m0serve-t1@3.13t"].endswith("| – | – |")
+    assert "`--threads 2` ÷ `--threads 1`, Python 3.13.5 (free-threaded): 1.90× (1.90–1.90) rps, goal ≥ 1.8×: **met**" in out
+    assert "`--workers 2` ÷ `--workers 1`, Python 3.11.7 (GIL): 1.70× (1.70–1.70) rps, goal ≥ 1.6×: **met**" in out
+    assert "Servers on CPUs 0,1" in out
+    assert "**not met**" in render.threads_total_table(_total_row(800), art, {})  # 1.60x
+    assert "alone" in render.threads_total_table(_total_row(950, server_cpus="0"), art, {})
