@@ -45,7 +45,7 @@ def _bytecode_constants_wanted():
     contend on its cache line: cpu_wsgi.py's view cost twice the CPU per call on two threads
     as on one (plain Python threads alike), and 1.0x on two from its .pyc."""
     if sys.version_info[:2] != (3, 13):
-        return False  # 3.14 immortalizes compiled constants itself (gh-130851)
+        return False  # only 3.13 is run here; CPython's gh-130851 has 3.14 immortalize them itself
     gil = getattr(sys, "_is_gil_enabled", None)
     return gil is not None and not gil()
 
