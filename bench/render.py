@@ -459,9 +459,7 @@ def threads_table(row, art, versions):
     for arm in row["arms"]:
         label, interp = _label(arm, versions), _interpreter(arm, art)
         if arm["status"] != "ok":
-            why = _skip_text(arm) if arm["status"] == "skipped" else \
-                f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
-            lines.append(f"| {interp} | {label} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+            lines.append(_failed_cells(arm, f"{interp} | {label}", len(head) - 1))
             continue
         partner = _threads_partner(row, arm)
         ratios = ["–"] * 4
@@ -514,9 +512,7 @@ def threads_total_table(row, art, versions):
     for arm in row["arms"]:
         label, interp = _label(arm, versions), _interpreter(arm, art)
         if arm["status"] != "ok":
-            why = _skip_text(arm) if arm["status"] == "skipped" else \
-                f"**{FAILED}**: {_esc(arm.get('failure', arm['status']))[:160]}"
-            lines.append(f"| {interp} | {label} | {why} | " + " | ".join(["–"] * (len(head) - 3)) + " |")
+            lines.append(_failed_cells(arm, f"{interp} | {label}", len(head) - 1))
             continue
         one = _one_partner(row, arm)
         ratios = ["–", "–"]
