@@ -73,9 +73,11 @@ void m0__conn_dispatch(m0_conn *c)
     int r = 0;
     if (!gated) {
         int bal = srv->bal != NULL;
+        uint64_t view_ns = 0;
         if (bal) {
             srv->bal_busy = 1; /* a view runs: the peers do not wait for this loop to accept */
             m0__balance_note(srv);
+            view_ns = m0__conn_clock_ns();
         }
         m0__app_enter(srv);
         r = srv->handler.on_request(srv->handler_ctx, c, &c->x.req);
@@ -83,6 +85,8 @@ void m0__conn_dispatch(m0_conn *c)
         if (bal) {
             srv->bal_busy = 0;
             m0__balance_note(srv);
+            if (m0__conn_clock_ns() - view_ns >= M0_ACCEPT_BETWEEN_NS)
+                m0__listeners_take_between(srv); /* a long view: a waiting client is not left to the pass's end */
         }
     } else {
         r = c->x.pending != 0; /* the gate's file still on its way (static_file.c) */

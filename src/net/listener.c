@@ -242,6 +242,16 @@ void m0__listeners_take_one(m0_server *srv)
     }
 }
 
+void m0__listeners_take_between(m0_server *srv)
+{
+    if (!srv->listening || srv->draining || listener_peer_has_fewer(srv))
+        return;
+    for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (!l->inlet && l->io.fd >= 0)
+            listener_accept(srv, l, M0_ACCEPT_PER_WAKE);
+    }
+}
+
 void m0__listeners_shutdown(m0_server *srv)
 {
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {

@@ -436,6 +436,19 @@ void m0__listeners_take_queued(m0_server *srv);
 /* Accept one connection from each listener that holds one (the balance's
  * step aside is over). */
 void m0__listeners_take_one(m0_server *srv);
+/* Balanced (m0_server_balance): after a view that ran this long, the loop
+ * looks at its listeners before the next event of its pass
+ * (m0__listeners_take_between). */
+#define M0_ACCEPT_BETWEEN_NS 1000000
+/* Accept one connection from each listener, as a wake-up of the listener
+ * would, between two requests of a pass: a loop whose pass runs many long
+ * views (each of its connections has a request) otherwise accepted one
+ * connection per pass, and a client connecting to two busy loops waited for
+ * rounds of views that grew with every connection accepted (seconds, with a
+ * few dozen clients and views of tens of milliseconds). Nothing while the
+ * listeners are out of the set (a drain, a pause, the limit, a step aside)
+ * or while an idle peer with fewer open connections would take it. */
+void m0__listeners_take_between(m0_server *srv);
 /* shutdown(2) the listeners (cfg.listeners_private, at a drain). */
 void m0__listeners_shutdown(m0_server *srv);
 

@@ -115,3 +115,40 @@ def test_a_worker_inside_a_view_leaves_new_connections_to_the_idle_one(serve):
     assert owners == pids - {result["owner"]}, (owners, result["owner"])
     assert slowest < 1.0, slowest  # none waited for the worker in the view
     assert s.stop() == 0
+
+
+def test_clients_connecting_while_both_workers_are_busy_are_accepted_in_one_pass(serve):
+    """32 keep-alive clients connect at once, each sending its next request as soon as a response
+    came (wrk's closed loop), to --workers 2 whose views take 50 ms: every client has its first
+    response within a pass of its worker's views (16 x 50 ms), not after seconds. A loop that took
+    one connection per wake-up accepted one per round of its connections' views, each round longer
+    than the last: the sixteenth connection of a worker waited up to 50 ms x (1 + 2 + ... + 16), 7 s."""
+    s = serve("spread_app:app", "--workers", "2")
+    worker_pids(s, 2)
+    time.sleep(0.5)
+    n, started = 32, time.monotonic()
+    first = [None] * n
+    stop = threading.Event()
+
+    def client(i):
+        with socket.create_connection((s.host, s.port), timeout=15) as c:
+            while not stop.is_set():
+                c.sendall(b"GET /sleep?s=0.05 HTTP/1.1\r\nHost: t\r\n\r\n")
+                status, _, _, _ = read_response(c, timeout=15)
+                assert status == 200
+                if first[i] is None:
+                    first[i] = time.monotonic() - started
+                if all(t is not None for t in first):
+                    stop.set()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    stop.wait(12)
+    stop.set()
+    for t in threads:
+        t.join(20)
+    assert all(t is not None for t in first), first
+    # 16 views of 50 ms per worker: about 0.8 s; one accept per pass: 3.7 s and 3.8 s in two runs.
+    assert max(first) < 2.0, sorted(first)
+    assert s.stop() == 0
