@@ -108,6 +108,12 @@ def run_arm(arm, args, env, connections):
         time.sleep(1.0)
         warm = wrk.command(f"http://127.0.0.1:{port}/", connections, 2)
         wrk.run(warm, timeout_s=60)
+        # The warm-up's clients left with a request each in flight: the loops that hold them run
+        # those views (of clients gone) before they see the ends, and a burst that connects
+        # meanwhile goes to the loop that is free, all of it (a keep-alive connection stays where it
+        # was accepted): the measured run would start lopsided on a server still busy with a run
+        # that ended. Its connections close first.
+        time.sleep(1.0)
         cmd = wrk.command(f"http://127.0.0.1:{port}/", connections, args.duration)
         cpu0 = cpu_seconds(proc.pid)
         kids0 = {k: cpu_seconds(k) for k in children(proc.pid)}
