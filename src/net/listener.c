@@ -242,9 +242,30 @@ void m0__listeners_take_one(m0_server *srv)
     }
 }
 
+/* Balanced: whether every peer is live and either inside a handler or
+ * holding more open connections than this loop: a connection queued now
+ * would wait for this loop's pass to end. A peer not running yet (or gone)
+ * or an idle one with no more open takes it at its own wake-up (with the
+ * GIL, a peer of the same process waits for this loop's thread to drop it:
+ * taking the burst here between views would take all of it). */
+static int listener_peers_all_busy(const m0_server *srv)
+{
+    int32_t mine = (int32_t)__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
+    int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED);
+    size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
+    for (size_t i = 0; i < n; i++) {
+        if (i == srv->bal_self)
+            continue;
+        int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
+        if (v < 0 || (!(v & 1) && (v >> 1) <= mine))
+            return 0;
+    }
+    return 1;
+}
+
 void m0__listeners_take_between(m0_server *srv)
 {
-    if (!srv->listening || srv->draining || listener_peer_has_fewer(srv))
+    if (!srv->listening || srv->draining || !listener_peers_all_busy(srv))
         return;
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
         if (!l->inlet && l->io.fd >= 0)

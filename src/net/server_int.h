@@ -445,9 +445,10 @@ void m0__listeners_take_one(m0_server *srv);
  * views (each of its connections has a request) otherwise accepted one
  * connection per pass, and a client connecting to two busy loops waited for
  * rounds of views that grew with every connection accepted (seconds, with a
- * few dozen clients and views of tens of milliseconds). Nothing while the
- * listeners are out of the set (a drain, a pause, the limit, a step aside)
- * or while an idle peer with fewer open connections would take it. */
+ * few dozen clients and views of tens of milliseconds). Only while every
+ * peer is busy in a view or holds more (else a peer takes it at its own
+ * wake-up), and not while the listeners are out of the set (a drain, a
+ * pause, the limit, a step aside). */
 void m0__listeners_take_between(m0_server *srv);
 /* shutdown(2) the listeners (cfg.listeners_private, at a drain). */
 void m0__listeners_shutdown(m0_server *srv);
