@@ -113,7 +113,10 @@ def test_stuck_worker_stack_is_logged_then_replaced(serve):
     assert isinstance(result.get("r"), OSError), result  # the stuck request was cut off
     wait_until(lambda: set(map(int, re.findall(r"worker (\d+) ready", s.log))) - first, 10, "a replacement")
     replacement = (set(map(int, re.findall(r"worker (\d+) ready", s.log))) - first).pop()
-    wait_until(lambda: replacement in loop.pids(), 10, "the replacement to serve")
+    # More than five answers, the replacement's among them: with the accept hand-off (poll) a
+    # connection handed to the stuck worker's inlet waits until that worker is killed and the
+    # acceptor reclaims it (2.3 s in one run), so the count is waited for, not assumed.
+    wait_until(lambda: replacement in loop.pids() and len(loop.results) > 5, 10, "the replacement to serve")
     loop.stop()
     assert loop.failures() == []
     assert len(loop.results) > 5
