@@ -14,7 +14,7 @@ import pytest
 
 from http1 import header, read_response, recv_until_eof
 from helpers import rss_kb, wait_until
-from servers import TEST_H2, http1_only
+from servers import TEST_H2, TEST_TLS, http1_only
 
 POOL = ("--blocking-threads", "4")
 MODES = {"inline": (), "pool": POOL}
@@ -520,7 +520,9 @@ def test_pool_memory_returns_to_baseline(serve):
     queue), each freed in the arena of the thread that took it (the loop's owner changes), and
     glibc keeps up to twice its mmap threshold (raised to the largest block freed) free at the top
     of each arena: 9-10 MB of such cache were measured under the parallel suite, so the bound
-    there is 16 MB."""
+    there is 16 MB. Over TLS the same holds (records are decrypted into the loop's buffers and
+    the body is copied out by the pool thread): 11 MB was read once under CI's load, while 16,000
+    uploads on one server grew it by 2.2 MB after its first 1,600, so the bound is 16 MB there too."""
     threads = int(POOL[1])
     srv = serve("pool_app:app", *POOL)
     pid = srv.proc.pid
@@ -552,7 +554,7 @@ def test_pool_memory_returns_to_baseline(serve):
     after = rss_kb(pid)
     burst()
     grown = min(after, rss_kb(pid)) - before
-    bound = 16 if TEST_H2 else 8
+    bound = 16 if TEST_H2 or TEST_TLS else 8
     assert grown < bound * 1024, f"RSS grew by {grown} KiB across identical bursts of 800 KB uploads"
 
 
