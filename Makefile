@@ -70,12 +70,12 @@ XDIST := --dist loadfile --no-loadscope-reorder
 TSAN_SECONDS ?= 5
 # What CI runs on 3.13t (.ci/run): the free-threading tests, the WSGI and ASGI probes, and every
 # --threads / --blocking-threads test, and the request's callables used from another thread.
-FT_TESTS := engine/test_free_threaded.py engine/test_engine.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py \
+FT_TESTS := engine/test_free_threaded.py asgi/test_asgi_threads.py engine/test_engine.py wsgi/test_wsgi_environ.py wsgi/test_wsgi_response.py \
 	wsgi/test_wsgi_input.py wsgi/test_wsgi_errors.py asgi/test_asgi_http.py wsgi/test_wsgi_pool.py \
 	engine/test_bridge_edges.py::test_wsgi_callables_from_another_thread_are_refused \
 	engine/test_bridge_edges.py::test_wsgi_write_from_a_resumed_response \
 	ops/test_log_config.py::test_access_log_through_the_logger_with_pool_and_loop_threads \
-	ops/test_readiness.py::test_shutdown_delay_with_threads
+	ops/test_readiness.py::test_shutdown_delay_with_threads ops/test_cli.py::test_asgi_threads_with_a_gil_exits_2_with_one_line
 
 .PHONY: all deps build-deps python-ft tsan-threads test-ft venv build serve test test-all test-all-py test-all-asan-tls test-c $(C_TEST_TARGETS) asan-build test-poll test-poll-py test-tls-py test-asan-tls test-asan-h2 test-asan test-portable test-kqueue test-py test-docs wheel-check fuzz fuzz-apps autobahn bench bench-parser format clean
 

@@ -8,6 +8,7 @@ result: the absolutes move between runs on a shared machine). wrk shares the cor
     .venv-3.11/bin/python -m bench.scaling --comparators /tmp/cmp/bin
     .venv-3.11/bin/python -m bench.scaling --app hello --connections 64,256
     .venv-3.13t/bin/python -m bench.scaling --arms m0serve-t1,m0serve-t2
+    .venv-3.13t/bin/python -m bench.scaling --arms m0serve-asgi-t1,m0serve-asgi-t2,m0serve-asgi-w2
 
 --comparators DIR: where gunicorn, granian and uvicorn are installed (their arms are skipped when
 absent; on 3.13t Granian's workers are threads of one process, granian-w1 its one-thread arm).
@@ -46,6 +47,9 @@ def command(arm, args, port):
           "m0serve-t2": ["--threads", "2"], "m0serve-w2-reuse-port": ["--workers", "2", "--reuse-port"]}
     if arm in m0:
         return [py, "-m", "m0serve", wsgi, *m0[arm], *host]
+    if arm.startswith("m0serve-asgi-") and arm.replace("-asgi", "") in m0:
+        # the ASGI app (--threads N on a free-threaded build: N asyncio loops, asgi.LoopGroup)
+        return [py, "-m", "m0serve", asgi, "--interface", "asgi", *m0[arm.replace("-asgi", "")], *host]
     if arm == "gunicorn-w2":
         exe = cmp_dir / "gunicorn"
         return [str(exe), "-w", "2", "-b", f"127.0.0.1:{port}", wsgi] if exe.exists() else None

@@ -30,6 +30,8 @@ should not respawn it in a loop.
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 import time
 
 from . import _core, logs
@@ -200,6 +202,13 @@ class Worker:
         self.kwargs.pop("heartbeat_index", None)
         self.graceful_timeout = float(getattr(config, "graceful_timeout", 30.0) or 0.0)
         self.tick_interval = TICK
+        # With a balance table (--threads) the engine steps aside for a peer loop and takes the
+        # connection itself when a 10 ms timer fires: its timers must run when due, not at the
+        # next tick (run_balanced).
+        self.balanced = "balance" in self.kwargs
+        self.stop_requested = None  # shutdown(graceful) asked for before the server was built
+        self.after_done = None  # a coroutine function awaited once serving ends (LoopGroup)
+        self.on_serving = None  # called on this loop once its server serves (LoopGroup)
 
     # -- options passed to the C bridge --
     def asgi_options(self, state):
@@ -219,15 +228,20 @@ class Worker:
         except LifespanFailure:
             raise SystemExit(BOOT_ERROR) from None
         try:
-            listeners = self.kwargs.pop("listeners")
-            self.kwargs["asgi"] = self.asgi_options(lifespan.state)
-            self.server = _core.Server(self.app, "asgi", listeners, **self.kwargs)
-            self.loop.add_reader(self.server.fileno(), self.server.run_once)
-            self.tick()
-            handle = ServerHandle(self.server, self)
-            if self.on_ready is not None:
-                self.on_ready(handle)
-            await self.done
+            if self.stop_requested is None:
+                listeners = self.kwargs.pop("listeners")
+                self.kwargs["asgi"] = self.asgi_options(lifespan.state)
+                self.server = _core.Server(self.app, "asgi", listeners, **self.kwargs)
+                self.loop.add_reader(self.server.fileno(), self.run_balanced if self.balanced else self.server.run_once)
+                self.tick()
+                handle = ServerHandle(self.server, self)
+                if self.on_ready is not None:
+                    self.on_ready(handle)
+                if self.on_serving is not None:
+                    self.on_serving()
+                await self.done
+            if self.after_done is not None:
+                await self.after_done()
         finally:
             if self.server is not None:
                 try:
@@ -247,10 +261,30 @@ class Worker:
             return
         self.check_drained()
         if not self.done.done():
-            self.tick_handle = self.loop.call_later(STOP_TICK if self.stopping else self.tick_interval, self.tick)
+            delay = STOP_TICK if self.stopping else self.tick_interval
+            if self.balanced:
+                due = self.server.next_timeout()
+                if 0 <= due < delay * 1000:
+                    delay = due / 1000
+            self.tick_handle = self.loop.call_later(delay, self.tick)
+
+    def run_balanced(self):
+        """The reader's callback with a balance table: a pass, then the tick moved up to the
+        engine's next timer when that is due sooner (a step aside's 10 ms)."""
+        self.server.run_once()
+        due = self.server.next_timeout()
+        if due >= 0 and self.tick_handle is not None:
+            when = self.loop.time() + due / 1000
+            if when < self.tick_handle.when():
+                self.tick_handle.cancel()
+                self.tick_handle = self.loop.call_at(when, self.tick)
 
     def request_shutdown(self, graceful=True):
         if self.server is None:
+            # Still starting (its lifespan runs): it stops instead of serving.
+            self.stop_requested = graceful and self.stop_requested is not False
+            if not self.done.done():
+                self.done.set_result(None)
             return
         if not self.stopping:
             self.stopping = True
@@ -359,6 +393,12 @@ def cancel_leftover_tasks(loop, timeout=LEFTOVER_TIMEOUT):
 def run_worker(server_kwargs, app, config, on_ready=None):
     """Serve the ASGI app until shutdown (see the module docstring)."""
     loop = new_event_loop(getattr(config, "loop", "auto") or "auto")
+    _run_loop(Worker(server_kwargs, app, config, on_ready, loop))
+
+
+def _run_loop(worker):
+    """Run worker's event loop on this thread until it is done, then close the loop."""
+    loop, config = worker.loop, worker.config
     asyncio.set_event_loop(loop)
     blocking = getattr(config, "blocking_threads", 0) or 0
     if blocking:
@@ -368,7 +408,6 @@ def run_worker(server_kwargs, app, config, on_ready=None):
 
         loop.set_default_executor(ThreadPoolExecutor(max_workers=blocking, thread_name_prefix="m0serve-blocking"))
     log.debug("ASGI event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
-    worker = Worker(server_kwargs, app, config, on_ready, loop)
     try:
         loop.run_until_complete(worker.main())
     finally:
@@ -379,3 +418,136 @@ def run_worker(server_kwargs, app, config, on_ready=None):
             pass
         asyncio.set_event_loop(None)
         loop.close()
+
+
+class LoopGroup:
+    """--threads N on a free-threaded build: N asyncio loops in one worker, each driving its own
+    C loop over the shared listeners, the engine's balance table spreading the connections.
+
+    Loop 0 runs on the calling (main) thread, so that the signal handlers go on it; the others
+    each on a thread of its own. Each loop runs the app's lifespan for itself, as a worker
+    process does: its own startup, its own ``state``, its own shutdown. What a lifespan creates
+    belongs to its event loop (a connection pool, a client), and the state it yields reaches
+    only the requests of that loop. on_ready(group) runs on loop 0 once every loop serves; the
+    group is then the server the signal policy controls. One loop ending on its own (its share
+    of --max-requests, a failed startup) ends them all; loop 0 closes last."""
+
+    def __init__(self, kwargs_per_loop, app, config, on_ready, on_loop_serving=None):
+        name = getattr(config, "loop", "auto") or "auto"
+        self.workers = []
+        for i, kwargs in enumerate(kwargs_per_loop):
+            w = Worker(kwargs, app, config, None, new_event_loop(name))
+            w.on_serving = functools.partial(self._serving, i)
+            w.after_done = functools.partial(self._after_done, i)
+            self.workers.append(w)
+        self.on_ready = on_ready
+        self.on_loop_serving = on_loop_serving
+        self.on_leave = None  # called once when a loop ends on its own (the supervisor is told)
+        self.stop_accepting = None  # called once at the first shutdown (the accept hand-off's close)
+        self.lock = threading.Lock()
+        self.serving = 0
+        self.finished = 0
+        self.stopping = False
+        self.error = None  # the first exception a loop ended with
+        self.others_done = None  # loop 0's future: every other loop has closed
+
+    # -- what the signal policy and the supervisor see --
+    def shutdown(self, graceful=True):
+        self._shutdown(graceful)
+
+    def _shutdown(self, graceful):
+        """Tell every loop to stop; whether this was the group's first shutdown."""
+        with self.lock:
+            first, self.stopping = not self.stopping, True
+            stop_accepting, self.stop_accepting = self.stop_accepting, None
+        if stop_accepting is not None:
+            stop_accepting()  # the in-process accept hand-off: the loops' inlets then read end-of-file
+        for w in self.workers:
+            try:
+                w.loop.call_soon_threadsafe(w.request_shutdown, graceful)
+            except RuntimeError:
+                pass  # that loop is closed already
+        return first
+
+    def set_ready(self, ready):
+        for w in self.workers:
+            if w.server is not None:
+                w.server.set_ready(ready)
+
+    @property
+    def connections(self):
+        return sum(w.server.connections for w in self.workers if w.server is not None)
+
+    @property
+    def requests(self):
+        return sum(w.server.requests for w in self.workers if w.server is not None)
+
+    def _serving(self, i):
+        if self.on_loop_serving is not None:
+            self.on_loop_serving(i)
+        with self.lock:
+            self.serving += 1
+            everyone = self.serving == len(self.workers)
+        if everyone and self.on_ready is not None:
+            self.workers[0].loop.call_soon_threadsafe(self.on_ready, self)
+
+    async def _after_done(self, i):
+        """Loop i stopped serving: the others stop too; loop 0 then waits for them to close."""
+        if self._shutdown(True) and self.on_leave is not None:
+            self.on_leave()  # its share of --max-requests: the worker retires
+        if i == 0:
+            await self.others_done
+
+    def _ended(self, i, error):
+        """Loop i's worker returned (error: what it raised, or None)."""
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            if i > 0:
+                self.finished += 1
+                last = self.finished == len(self.workers) - 1
+            else:
+                last = False
+        if error is not None:
+            self._shutdown(True)  # a failed startup, or a bug: the worker exits with it
+        if last:
+            try:
+                self.workers[0].loop.call_soon_threadsafe(
+                    lambda: self.others_done.done() or self.others_done.set_result(None))
+            except RuntimeError:
+                pass  # loop 0 ended first (it raised): nothing waits
+
+    def _run(self, i):
+        try:
+            _run_loop(self.workers[i])
+        except BaseException as e:  # noqa: BLE001 - raised again by run() on the main thread
+            self._ended(i, e)
+        else:
+            self._ended(i, None)
+
+    def run(self):
+        first = self.workers[0]
+        self.others_done = first.loop.create_future()
+        if len(self.workers) == 1:
+            self.others_done.set_result(None)
+        threads = [threading.Thread(target=self._run, args=(i,), name=f"m0serve-loop-{i}", daemon=True)
+                   for i in range(1, len(self.workers))]
+        for t in threads:
+            t.start()
+        self._run(0)
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+        if self.error is not None:
+            raise self.error
+
+
+def run_loops(kwargs_per_loop, app, config, on_ready=None, on_loop_serving=None, on_leave=None,
+              stop_accepting=None):
+    """Serve the ASGI app on len(kwargs_per_loop) event loops (LoopGroup) until shutdown.
+    on_loop_serving(i) runs on loop i once it serves; on_leave() when one loop ends on its own;
+    stop_accepting() at the first shutdown."""
+    group = LoopGroup(kwargs_per_loop, app, config, on_ready, on_loop_serving)
+    group.on_leave = on_leave
+    group.stop_accepting = stop_accepting
+    group.run()

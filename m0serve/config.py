@@ -17,6 +17,18 @@ from dataclasses import dataclass
 
 from . import configfile
 
+
+def free_threaded():
+    """Whether this interpreter runs Python threads in parallel (a free-threaded build, GIL off)."""
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return gil is not None and not gil()
+
+
+# ASGI with --threads: one asyncio loop per thread (asgi.LoopGroup), which scales only where
+# threads run Python in parallel; with a GIL the loops would take turns on one core.
+ASGI_THREADS_REFUSED = ("an ASGI app runs its --threads event loops in parallel only on a free-threaded "
+                        "Python (3.13t with the GIL off); use --workers")
+
 ENV_PREFIX = "M0_"
 
 
@@ -729,8 +741,8 @@ def _check(cfg):
         raise ConfigError("argument --forwarded-host: needs --proxy-headers")
     if cfg.proxy_protocol_timeout <= 0:
         raise ConfigError("argument --proxy-protocol-timeout: must be > 0")
-    if cfg.threads > 1 and cfg.interface == "asgi":
-        raise ConfigError("argument --threads: ASGI runs one event loop per worker process; use --workers")
+    if cfg.threads > 1 and cfg.interface == "asgi" and not free_threaded():
+        raise ConfigError("argument --threads: " + ASGI_THREADS_REFUSED)
     _check_tls(cfg)
     _check_static(cfg)
     if cfg.access_log_format is not None:

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from . import logs, worker
+from . import config, logs, worker
 
 
 class AppLoadError(Exception):
@@ -217,10 +217,9 @@ def resolve_app(cfg, first_failure=None):
     interface = cfg.interface
     if interface == "auto":
         interface = detect_interface(app)
-    if interface == "asgi" and cfg.threads > 1:
+    if interface == "asgi" and cfg.threads > 1 and not config.free_threaded():
         # What config._check says of --interface asgi, once the app showed itself ASGI.
-        fail(2, "argument --threads: %s is an ASGI application, which runs one event loop per worker process; "
-             "use --workers", cfg.app)
+        fail(2, "argument --threads: %s is an ASGI application: %s", cfg.app, config.ASGI_THREADS_REFUSED)
     if interface == "asgi":
         try:
             worker.asgi_driver()

@@ -32,7 +32,7 @@ import socket
 import sys
 
 from . import handoff, hooks, logs
-from .config import server_options
+from .config import ASGI_THREADS_REFUSED, free_threaded, server_options
 
 log = logs.log
 slog = logs.signal_log  # in signal handlers: a handler may interrupt a log call
@@ -294,9 +294,8 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
     thread's current request began (0 when idle) and the thread's ident, which names it
     in the stack dump."""
     fds = [s.fileno() for s in listener_socks]
-    if interface == "asgi" and cfg.threads > 1:
-        raise UnsupportedInterface("--threads applies to WSGI apps: an ASGI worker runs one event loop; "
-                                   "use --workers for more")
+    if interface == "asgi" and cfg.threads > 1 and not free_threaded():
+        raise UnsupportedInterface(ASGI_THREADS_REFUSED)
     loop_beat = None
     if interface == "asgi" and heartbeat is not None:
         # One request in flight for a long time is normal for ASGI (streams, long
@@ -306,8 +305,10 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         loop_beat = (heartbeat, heartbeat_index)
         heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
-    if interface == "asgi":
-        # No balance: the engine's timers run from asyncio's ticker there, too late for its step aside.
+    threads, blocking = max(1, cfg.threads), cfg.blocking_threads if interface == "wsgi" else 0
+    if interface == "asgi" and threads == 1:
+        # No balance for one loop: a worker's one asyncio loop runs the engine's timers from its
+        # ticker (asgi.Worker.tick), too late for a step aside; several loops move it up to them.
         kwargs.pop("balance", None)
         kwargs.pop("balance_index", None)
     register_stack_dump()
@@ -324,18 +325,17 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
             policy.install(server, loop=asyncio.get_running_loop())
         else:
             policy.install(server)
-        if loop_beat is not None:
+        if loop_beat is not None and threads == 1:  # several loops: each beats its own (_serve_asgi_loops)
             _start_loop_beat(*loop_beat, interval=min(1.0, max(0.05, cfg.worker_timeout / 4)))
         if on_ready is not None:
             on_ready()
 
-    if interface == "asgi":
+    if interface == "asgi" and threads == 1:
         asgi_driver()(kwargs, app, cfg, ready)
         return
     from . import _core
 
     listeners = kwargs.pop("listeners")
-    threads, blocking = max(1, cfg.threads), cfg.blocking_threads if interface == "wsgi" else 0
     if threads == 1 and blocking == 0:
         if heartbeat is not None:
             kwargs.update(heartbeat=heartbeat, heartbeat_index=heartbeat_index)
@@ -366,32 +366,47 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         # The loops of this one process would all wake for each connection (no EPOLLEXCLUSIVE):
         # one thread accepts and hands each to one loop (the supervisor does it for its workers).
         route = handoff.Route(threads)
+    per_loop = []
+    for i in range(threads):
+        kw_i = dict(kwargs, multithread=threads > 1)
+        if interface != "asgi":
+            kw_i["blocking_threads"] = blocking
+        if "balance" in kw_i:
+            kw_i["balance_index"] = kwargs["balance_index"] + i
+        if heartbeat is not None and interface != "asgi":
+            # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
+            kw_i.update(heartbeat=heartbeat,
+                        heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
+        if inlets:
+            kw_i["listeners"] = [listeners[i]]
+        elif route is not None:
+            kw_i["listeners"] = [route.inlets[i].fileno()]
+        else:
+            kw_i["listeners"] = listeners
+        per_loop.append(kw_i)
     try:
-        for i in range(threads):
-            kw_i = dict(kwargs, blocking_threads=blocking, multithread=threads > 1)
-            if "balance" in kw_i:
-                kw_i["balance_index"] = kwargs["balance_index"] + i
-            if heartbeat is not None:
-                # the loop's own thread beats the last of its loop's slots (ServerGroup.serve)
-                kw_i.update(heartbeat=heartbeat,
-                            heartbeat_index=heartbeat_index + 2 * (i * loop_threads(blocking) + blocking))
-            if inlets:
-                own = [listeners[i]]
-            elif route is not None:
-                own = [route.inlets[i].fileno()]
-            else:
-                own = listeners
-            group.servers.append(_core.Server(app, interface, own, **kw_i))
+        if interface != "asgi":
+            group.servers = [_core.Server(app, interface, kw_i.pop("listeners"), **kw_i) for kw_i in per_loop]
         if route is not None:
             group.acceptor = handoff.start(listener_socks)
             route.in_parent(keep=True)  # each Server holds its own copy of its inlet
             route.open(group.acceptor)  # the acceptor a copy of each, to see what a loop left unread
-            route.close_spares()
+            if interface != "asgi":
+                route.close_spares()  # ASGI: each loop makes its Server once its lifespan started
     except BaseException:
         if route is not None:
             route.close(group.acceptor)
         group.close_acceptor()
         raise
+    if interface == "asgi":
+        try:
+            _serve_asgi_loops(per_loop, app, cfg, ready, policy, loop_beat, blocking=cfg.blocking_threads,
+                              stop_accepting=group.close_acceptor)
+        finally:
+            group.close_acceptor()
+            if route is not None:
+                route.close_spares()
+        return
     # One loop leaving on its own drains the others: tell the supervisor, which then hands
     # this worker no more connections (the inlets' end-of-file lets the loops finish).
     group.on_leave = policy.on_drain if policy.supervised else None
@@ -399,6 +414,21 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         group.serve(blocking, heartbeat, heartbeat_index, ready)
     finally:
         group.close_acceptor()
+
+
+def _serve_asgi_loops(per_loop, app, cfg, ready, policy, loop_beat, blocking, stop_accepting):
+    """--threads N with ASGI (asgi.LoopGroup; ready(group) runs on loop 0 once all serve): loop i
+    beats its own heartbeat slot, the first of the slots its loop would have with WSGI."""
+    from . import asgi
+
+    def on_loop_serving(i):
+        if loop_beat is not None:
+            buf, index = loop_beat[0], loop_beat[1] + 2 * i * loop_threads(blocking)
+            _beat_ident(buf, index)
+            _start_loop_beat(buf, index, interval=min(1.0, max(0.05, cfg.worker_timeout / 4)))
+
+    asgi.run_loops(per_loop, app, cfg, ready, on_loop_serving,
+                   on_leave=policy.on_drain if policy.supervised else None, stop_accepting=stop_accepting)
 
 
 def _beat_ident(buf, index):

@@ -332,6 +332,13 @@ static PyObject *Server_run_once(ServerObject *self, PyObject *Py_UNUSED(ignored
     return PyLong_FromLong(r);
 }
 
+/* For a driver that polls fileno() itself (ASGI): the loop's timers run
+ * only in run_once, so it calls run_once again within this many ms. */
+static PyObject *Server_next_timeout(ServerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLong(m0_loop_next_timeout(self->loop));
+}
+
 static PyObject *Server_fileno(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromLong(m0_loop_fd(self->loop));
@@ -373,6 +380,9 @@ static PyMethodDef Server_methods[] = {
     {"run_once", (PyCFunction)Server_run_once, METH_NOARGS,
      "run_once()\n--\n\nOne non-blocking pass of the loop; returns the number of events handled."},
     {"fileno", (PyCFunction)Server_fileno, METH_NOARGS, "fileno()\n--\n\nThe epoll fd."},
+    {"next_timeout", (PyCFunction)Server_next_timeout, METH_NOARGS,
+     "next_timeout()\n--\n\nMilliseconds until the loop's next timer is due (0: due now), -1 with none: "
+     "a driver polling fileno() calls run_once() by then."},
     {"set_ready", (PyCFunction)Server_set_ready, METH_O,
      "set_ready(ready)\n--\n\nNot ready: the health path answers 503 and responses close their connections, "
      "while the server keeps serving (thread-safe)."},

@@ -40,7 +40,6 @@ from m0serve.loader import AppLoadError, detect_interface, load
         (["cli_hello:app", "--body-timeout", "-2"], "--body-timeout"),
         (["cli_hello:app", "--send-timeout", "x"], "--send-timeout"),
         (["cli_hello:app", "--workers-max-rss", "-5"], "--workers-max-rss"),
-        (["cli_hello:app", "--interface", "asgi", "--threads", "2"], "--threads"),
         (["no_colon_here"], "APP"),
         ([], "APP"),
     ],
@@ -51,6 +50,15 @@ def test_bad_flag_or_value_exits_2_with_one_line(args, name):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert name in lines[0], r.stderr
+
+
+def test_asgi_threads_with_a_gil_exits_2_with_one_line():
+    """--interface asgi --threads 2 where a GIL holds the loops to one core (a GIL build, or a
+    free-threaded one run with PYTHON_GIL=1): refused before the app is imported."""
+    r = run_cli("cli_hello:app", "--interface", "asgi", "--threads", "2", env={"PYTHON_GIL": "1"})
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--threads" in lines[0] and "free-threaded" in lines[0], r.stderr
 
 
 @pytest.mark.parametrize(

@@ -181,12 +181,16 @@ def test_gunicorn_flags_get_the_flag_to_use(args, hints):
 
 @pytest.mark.parametrize("mode", [[], ["--workers", "2"]])
 def test_threads_with_an_app_found_to_be_asgi_is_one_line_exit_2(serve, mode):
-    s = serve("sup_asgi:app", "--threads", "2", *mode, wait=False)
+    """With a GIL (a GIL build, or a free-threaded one run with PYTHON_GIL=1) an ASGI app's
+    --threads loops would take turns on one core: refused (asgi/test_asgi_threads.py serves them
+    on a free-threaded build)."""
+    s = serve("sup_asgi:app", "--threads", "2", *mode, wait=False, env={"PYTHON_GIL": "1"})
     assert s.proc.wait(20) == 2
     s._reader.join(5)
     errors = [line for line in s.lines if "m0serve: error:" in line]
-    assert errors == ["m0serve: error: argument --threads: sup_asgi:app is an ASGI application, which runs one "
-                      "event loop per worker process; use --workers\n"], s.log
+    assert errors == ["m0serve: error: argument --threads: sup_asgi:app is an ASGI application: an ASGI app "
+                      "runs its --threads event loops in parallel only on a free-threaded Python (3.13t with "
+                      "the GIL off); use --workers\n"], s.log
     if not mode:
         assert s.log.strip() == errors[0].strip()
 
