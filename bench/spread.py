@@ -10,6 +10,7 @@ of the 8 on one.
     .venv-3.11/bin/python -m bench.spread --arms m0serve,m0serve-reuse-port,gunicorn,granian,uvicorn \
         --comparators /tmp/cmp/bin
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-threads   # --threads 2 on a free-threaded build
+    .venv-3.13t/bin/python -m bench.spread --arms m0serve-asgi-threads   # the same, ASGI: two asyncio loops
 
 --ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR (another
 build, `pip install --target DIR CHECKOUT`), in the same run.
@@ -54,6 +55,10 @@ def arm_command(arm, python, port, comparators=None):
         return [python, "-m", "m0serve", "who_wsgi:app", "--workers", "2", "--reuse-port", *host]
     if arm == "m0serve-threads":
         return [python, "-m", "m0serve", "who_wsgi:app", "--threads", "2", *host]
+    if arm == "m0serve-asgi":  # --workers 2, the ASGI app: one asyncio loop per worker
+        return [python, "-m", "m0serve", "who_wsgi:asgi", "--interface", "asgi", "--workers", "2", *host]
+    if arm == "m0serve-asgi-threads":  # two asyncio loops (a free-threaded build)
+        return [python, "-m", "m0serve", "who_wsgi:asgi", "--interface", "asgi", "--threads", "2", *host]
     if arm == "gunicorn":
         exe = bindir / "gunicorn"
         return [str(exe), "-w", "2", "-k", "gthread", "--threads", "1", "-b", f"127.0.0.1:{port}",
@@ -154,7 +159,7 @@ def measure(arm, args, env):
             log.seek(0)
             raise RuntimeError(f"{arm} did not serve: {argv}\n{log.read().decode(errors='replace')[-2000:]}")
         time.sleep(args.settle)  # every worker up and waiting
-        key = (lambda who: who) if arm.endswith("m0serve-threads") else (lambda who: who.split(":")[0] if who else None)
+        key = (lambda who: who) if arm.endswith("threads") else (lambda who: who.split(":")[0] if who else None)
         trials = []
         for _ in range(args.trials):
             owners = one_trial(port, key)

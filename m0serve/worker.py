@@ -306,11 +306,6 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
         heartbeat = None
     kwargs = server_kwargs(cfg, fds, **kw)
     threads, blocking = max(1, cfg.threads), cfg.blocking_threads if interface == "wsgi" else 0
-    if interface == "asgi" and threads == 1:
-        # No balance for one loop: a worker's one asyncio loop runs the engine's timers from its
-        # ticker (asgi.Worker.tick), too late for a step aside; several loops move it up to them.
-        kwargs.pop("balance", None)
-        kwargs.pop("balance_index", None)
     register_stack_dump()
     log.debug("worker %d: %s app %s on listener fd(s) %s, %d event loop(s), %d blocking thread(s) each, "
               "max requests %s, limit connections %s", os.getpid(), interface,

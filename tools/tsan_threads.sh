@@ -3,7 +3,8 @@
 #
 # Builds m0serve._core from every C file of meson.build (linked, as meson links it, to OpenSSL,
 # zlib and libnghttp2) with gcc -fsanitize=thread, serves tests/apps/ft_app.py with --threads 2
-# (then --threads 2 --blocking-threads 2) from that build with the runtime preloaded into
+# (then --threads 2 --blocking-threads 2, then the ASGI tests/apps/ft_asgi_app.py with --threads 2:
+# two asyncio loops) from that build with the runtime preloaded into
 # PYTHON (meant for the free-threaded 3.13t: without a GIL every cross-thread access of the
 # engine is real), loads each for SECONDS with wrk (127.0.0.1, 2 threads, 8 connections),
 # stops the server and prints TSan's reports, counted apart: under load, and at shutdown.
@@ -31,13 +32,15 @@ gcc -std=gnu11 -g -O1 -fPIC -shared -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-mis
 rt=$(gcc -print-file-name=libtsan.so)
 log=$out/tsan
 status=0
-for extra in "" "--blocking-threads 2"; do
+for mode in "ft_app:app" "ft_app:app --blocking-threads 2" "ft_asgi_app:app --interface asgi"; do
+  app=${mode%% *}
+  extra=${mode#"$app"}
   rm -f "$log".*
   # shellcheck disable=SC2086
   # (from inside $out: the repository's own m0serve/ has no _core)
   (cd "$out" && exec env PYTHONPATH="$root/$out:$root/tests/apps" LD_PRELOAD="$rt" \
     TSAN_OPTIONS="log_path=$root/$log second_deadlock_stack=1 halt_on_error=0" \
-    "$py" -m m0serve ft_app:app --host 127.0.0.1 --port 0 --threads 2 $extra >server.log 2>&1) &
+    "$py" -m m0serve "$app" --host 127.0.0.1 --port 0 --threads 2 $extra >server.log 2>&1) &
   pid=$!
   port=""
   for _ in $(seq 1 200); do
@@ -50,7 +53,7 @@ for extra in "" "--blocking-threads 2"; do
     kill "$pid" 2>/dev/null || true
     exit 2
   fi
-  echo "== --threads 2 $extra: wrk -t2 -c8 -d${secs}s, /now and /hold?n=20000"
+  echo "== $app --threads 2$extra: wrk -t2 -c8 -d${secs}s, /now and /hold?n=20000"
   wrk -t2 -c8 -d"${secs}s" "http://127.0.0.1:$port/now" | grep -E 'Requests/sec|requests in|errors' || true
   wrk -t2 -c8 -d"${secs}s" "http://127.0.0.1:$port/hold?n=20000" | grep -E 'Requests/sec|requests in|errors' || true
   # Reports so far came while the server was under load; the rest come at shutdown (see above).

@@ -215,23 +215,38 @@ static void listener_accept(m0_server *srv, m0_listener *l, int max)
     }
 }
 
-/* Balanced: whether a live peer has fewer open connections than this loop
- * (it then takes the next one; this loop steps aside). */
-static int listener_peer_has_fewer(const m0_server *srv)
+/* Balanced: what this loop's peers (the other live slots of the balance
+ * table) are doing, against this loop's open connections. */
+typedef struct {
+    /* a live peer outside a view (a loop in a view accepts nothing until it
+     * is out) has fewer open: it takes the next connection, this loop steps
+     * aside */
+    int idle_has_fewer;
+    /* every peer is live and either inside a view or holding more open: a
+     * connection queued now would wait for this loop's pass to end. A peer
+     * not running yet (or gone), or an idle one with no more open, takes it
+     * at its own wake-up (with the GIL, a peer of the same process waits for
+     * this loop's thread to drop it: taking the burst here between views
+     * would take all of it). */
+    int all_busy;
+} listener_peers;
+
+static listener_peers listener_peers_now(const m0_server *srv)
 {
     int32_t mine = (int32_t)__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
     int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED); /* the header: slots that may be in use */
     size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
+    listener_peers p = {0, 1};
     for (size_t i = 0; i < n; i++) {
         if (i == srv->bal_self)
             continue;
         int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
-        /* live (v >= 0), outside a handler (a loop in a view accepts
-         * nothing until it is out), and fewer open */
         if (v >= 0 && !(v & 1) && (v >> 1) < mine)
-            return 1;
+            p.idle_has_fewer = 1;
+        if (v < 0 || (!(v & 1) && (v >> 1) <= mine))
+            p.all_busy = 0;
     }
-    return 0;
+    return p;
 }
 
 void m0__listeners_take_one(m0_server *srv)
@@ -242,30 +257,9 @@ void m0__listeners_take_one(m0_server *srv)
     }
 }
 
-/* Balanced: whether every peer is live and either inside a handler or
- * holding more open connections than this loop: a connection queued now
- * would wait for this loop's pass to end. A peer not running yet (or gone)
- * or an idle one with no more open takes it at its own wake-up (with the
- * GIL, a peer of the same process waits for this loop's thread to drop it:
- * taking the burst here between views would take all of it). */
-static int listener_peers_all_busy(const m0_server *srv)
-{
-    int32_t mine = (int32_t)__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED);
-    int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED);
-    size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
-    for (size_t i = 0; i < n; i++) {
-        if (i == srv->bal_self)
-            continue;
-        int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
-        if (v < 0 || (!(v & 1) && (v >> 1) <= mine))
-            return 0;
-    }
-    return 1;
-}
-
 void m0__listeners_take_between(m0_server *srv)
 {
-    if (!srv->listening || srv->draining || !listener_peers_all_busy(srv))
+    if (!srv->listening || srv->draining || !listener_peers_now(srv).all_busy)
         return;
     for (m0_listener *l = srv->listeners; l != NULL; l = l->next) {
         if (!l->inlet && l->io.fd >= 0)
@@ -312,7 +306,7 @@ void m0__listener_io(m0_loop *loop, m0_io *io, uint32_t events)
     if (srv->draining)
         return;
     m0__balance_note(srv); /* this loop runs: a peer may wait for it from now on */
-    if (srv->bal != NULL && listener_peer_has_fewer(srv)) {
+    if (srv->bal != NULL && listener_peers_now(srv).idle_has_fewer) {
         /* Step aside: the peer, woken too, takes it; if it has not within
          * M0_ACCEPT_DEFER_MS (inside a view, or not scheduled), this loop
          * takes it then. */

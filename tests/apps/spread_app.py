@@ -1,6 +1,6 @@
 """Accept-spread test app (tests/ops/test_accept_spread.py): "/" burns about 2 ms of pure-Python CPU
 and answers "pid:thread" (the worker and the loop that served it); /sleep?s=N sleeps in the view
-(a loop busy in a view)."""
+(a loop busy in a view). `app` is WSGI, `asgi` the same in ASGI (/sleep blocks its event loop too)."""
 import os
 import threading
 import time
@@ -22,3 +22,14 @@ def app(environ, start_response):
     body = f"{os.getpid()}:{threading.get_ident()}".encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+async def asgi(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    environ = {"PATH_INFO": scope["path"], "QUERY_STRING": scope["query_string"].decode()}
+    status_headers = []
+    body = b"".join(app(environ, lambda status, headers: status_headers.append(headers)))
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(k.lower().encode(), v.encode()) for k, v in status_headers[0]]})
+    await send({"type": "http.response.body", "body": body})
