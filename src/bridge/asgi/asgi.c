@@ -417,10 +417,15 @@ static int asgi_bind_loop(m0_asgi *a)
         return -1;
     a->task_type = PyObject_GetAttrString(asyncio, "Task");
     /* Looked up here, not when the module is imported: a WSGI server never imports asyncio (about
-     * 60 ms of its start). ASGI runs one loop per process (--threads is refused), so one thread
-     * sets it. */
-    if (a->st->cancelled_error == NULL)
-        a->st->cancelled_error = PyObject_GetAttrString(asyncio, "CancelledError");
+     * 60 ms of its start). The loops of --threads bind at once, each on its own thread: the first
+     * to publish it wins (the same class), and each reads it after its own acquire load here. */
+    if (__atomic_load_n(&a->st->cancelled_error, __ATOMIC_ACQUIRE) == NULL) {
+        PyObject *cancelled = PyObject_GetAttrString(asyncio, "CancelledError");
+        PyObject *none = NULL;
+        if (cancelled != NULL && !__atomic_compare_exchange_n(&a->st->cancelled_error, &none, cancelled, 0,
+                                                              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            Py_DECREF(cancelled); /* another loop published it first */
+    }
 #if PY_VERSION_HEX >= 0x030C0000
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
     int ok = a->task_type != NULL && a->eager_kwnames != NULL && a->st->cancelled_error != NULL;
