@@ -208,3 +208,28 @@ def test_workers_with_threads_serve_on_every_loop(serve):
         s.close()
     assert srv.stop() == 0, srv.log
     assert len(re.findall(r"LIFESPAN-SHUTDOWN", srv.log)) == 4, srv.log
+
+
+def test_websockets_echo_on_both_loops(serve):
+    """Sixteen WebSockets opened at once over two loops (each loop's sessions, ping timers and
+    per-message deflate its own), every message echoed, then a graceful stop closes them."""
+    import asyncio
+
+    import websockets.asyncio.client
+
+    srv = serve("ws_app:app", "--threads", "2", "--ws-ping-interval", "0.2")
+
+    async def client(i):
+        async with websockets.asyncio.client.connect(f"ws://{srv.host}:{srv.port}/echo") as ws:
+            for j in range(20):
+                await ws.send(f"{i}:{j}")
+                assert await ws.recv() == f"{i}:{j}"
+            await asyncio.sleep(0.5)  # pings go out on each loop's timers meanwhile
+            await ws.send(b"x" * 70_000)
+            assert await ws.recv() == b"x" * 70_000
+
+    async def main():
+        await asyncio.gather(*(client(i) for i in range(16)))
+
+    asyncio.run(main())
+    assert srv.stop() == 0, srv.log
