@@ -7,6 +7,7 @@ many workers left under the load.
     .venv-3.11/bin/python -m bench.restarts                      # every row, 20 s each
     .venv-3.11/bin/python -m bench.restarts --rows maxreq,hup --duration 8 --tls both --post both
     .venv-3.11/bin/python -m bench.restarts --ref-site /tmp/ref/site  # another build of m0serve (an A/B)
+    .venv-3.13t/bin/python -m bench.restarts --interface asgi --threads 2  # ASGI, two asyncio loops a worker
 
 --ref-site: a directory holding another m0serve package (`pip install --target DIR CHECKOUT`), put
 first on the server's PYTHONPATH. --json FILE writes the rows with the command lines.
@@ -99,7 +100,9 @@ def run_row(args, row, tls, post, tmp, env, cert):
         flags += ["--ssl-certfile", cert[0], "--ssl-keyfile", cert[1]]
     port = free_port()
     log_path = Path(tmp) / f"{row}-{int(tls)}-{int(post)}.log"
-    proc, argv = start_server(args.python, "echo_wsgi:app" if post else "hello_wsgi:app", flags, env, port, log_path)
+    app = ("echo_%s:app" if post else "hello_%s:app") % args.interface
+    flags = [*flags, "--interface", args.interface, *(["--threads", str(args.threads)] if args.threads > 1 else [])]
+    proc, argv = start_server(args.python, app, flags, env, port, log_path)
     script = None
     if post:
         script = wrk.write_script(tmp, "post.lua", wrk.lua_script("POST", wrk.POST_BODY_SIZE))
@@ -147,12 +150,14 @@ def main(argv=None):
     p.add_argument("--tls", choices=["off", "on", "both"], default="both")
     p.add_argument("--post", choices=["off", "on", "both"], default="both")
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs m0serve")
+    p.add_argument("--interface", choices=["wsgi", "asgi"], default="wsgi", help="the apps' interface")
+    p.add_argument("--threads", type=int, default=1, help="--threads of each worker (ASGI: a free-threaded build)")
     p.add_argument("--ref-site", help="a directory with another m0serve package, first on PYTHONPATH")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args(argv)
     choice = {"off": [False], "on": [True], "both": [False, True]}
     env = dict(os.environ)
-    path = [str(APPS)] + ([args.ref_site] if args.ref_site else [])
+    path = [str(APPS), str(ROOT / "tests" / "apps")] + ([args.ref_site] if args.ref_site else [])
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     rows = []
     with tempfile.TemporaryDirectory(prefix="m0-restarts-") as tmp:
