@@ -315,3 +315,23 @@ class KeepAliveClients:
         for t in self.threads:
             t.join(15)
         return self
+
+
+def hold_then_now(get, srv, n):
+    """(when /now was sent, when it was served, when /hold?n=n's call ended), on the CLOCK_MONOTONIC
+    every process shares, for the free-threading probes (apps ft_app.py, ft_asgi_app.py): /hold
+    holds its loop in one C call; /now goes out on a new connection once /hold runs with at least
+    half a second of it left (a trial where not is run again), so that only another loop can serve
+    it at once. get(srv, path) returns a response's body."""
+    for wait in (0.3, 1.0, 3.0):
+        held = []
+        t = threading.Thread(target=lambda: held.append(get(srv, f"/hold?n={n}").split()), daemon=True)
+        t.start()
+        time.sleep(wait)
+        sent = time.monotonic()
+        now = float(get(srv, "/now"))
+        t.join(120)
+        start, end = map(float, held[0])
+        if start < sent and end - sent > 0.5:
+            return sent, now, end
+    raise AssertionError("/hold never ran long enough after /now was sent")

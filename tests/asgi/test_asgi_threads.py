@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from helpers import hold_then_now
 from http1 import read_response
 
 FREE_THREADED = hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled()
@@ -86,30 +87,13 @@ def test_each_loop_serves_with_the_state_of_its_own_lifespan(serve):
     assert srv.log.count("Application shutdown complete.") == 2, srv.log
 
 
-def hold_then_now(srv, n):
-    """(when /now was sent, when it was served, when /hold?n=n's coroutine ended): /now goes out
-    on a new connection once /hold runs with at least half a second left (else tried again)."""
-    for wait in (0.3, 1.0, 3.0):
-        held = []
-        t = threading.Thread(target=lambda: held.append(get(srv, f"/hold?n={n}").split()), daemon=True)
-        t.start()
-        time.sleep(wait)
-        sent = time.monotonic()
-        now = float(get(srv, "/now"))
-        t.join(120)
-        start, end = map(float, held[0])
-        if start < sent and end - sent > 0.5:
-            return sent, now, end
-    pytest.fail("/hold never ran long enough after /now was sent")
-
-
 @pytest.mark.parametrize("threads", ["2", "1"])
 def test_a_loop_held_by_a_coroutine_does_not_delay_the_other(serve, threads):
     """A coroutine that holds its loop in one C call (sum over a range) does not delay a new
     connection's request: the other loop takes it and answers in the first half of what was left
     of the hold. With one loop (the control), the request waits for the hold to end."""
     srv = serve(APP, "--threads", threads)
-    sent, now, end = hold_then_now(srv, 100_000_000)
+    sent, now, end = hold_then_now(get, srv, 100_000_000)
     mid = (sent + end) / 2
     if threads == "2":
         assert now < mid, (sent, now, end)

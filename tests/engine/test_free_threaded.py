@@ -3,11 +3,10 @@ Python on several threads at once. Skipped on a GIL build, where neither can hol
 (`make test PY=3.13t` runs them; .ci/run does)."""
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
+from helpers import hold_then_now
 from http1 import read_response
 from servers import server_env
 
@@ -33,25 +32,6 @@ def test_gil_stays_off(serve):
     assert "GIL" not in srv.log, srv.log
 
 
-def hold_then_now(srv, n):
-    """(when /now was sent to the other loop, when it was served, when /hold?n=n's view ended),
-    on the CLOCK_MONOTONIC every process shares. /now is sent once /hold is in its view with
-    at least half a second of it left (a trial where not is run again): only the other loop
-    then waits in epoll_wait."""
-    for wait in (0.3, 1.0, 3.0):
-        held = []
-        t = threading.Thread(target=lambda: held.append(get(srv, f"/hold?n={n}").split()), daemon=True)
-        t.start()
-        time.sleep(wait)
-        sent = time.monotonic()
-        now = float(get(srv, "/now"))
-        t.join(120)
-        start, end = map(float, held[0])
-        if start < sent and end - sent > 0.5:
-            return sent, now, end
-    pytest.fail("/hold never ran long enough after /now was sent")
-
-
 @pytest.mark.parametrize("gil", ["off", "on"])
 def test_threads_run_python_in_parallel(serve, gil):
     """--threads 2: a view that holds the CPU in one C call (sum over a range never lets a
@@ -63,7 +43,7 @@ def test_threads_run_python_in_parallel(serve, gil):
     # "off": the interpreter's default, so that a module that turns the GIL back on fails here
     srv = serve(APP, "--threads", "2", env={"PYTHON_GIL": "1"} if gil == "on" else None)
     assert get(srv, "/gil") == gil.encode()
-    sent, now, end = hold_then_now(srv, 100_000_000)
+    sent, now, end = hold_then_now(get, srv, 100_000_000)
     mid = (sent + end) / 2
     if gil == "off":
         assert now < mid, (sent, now, end)
