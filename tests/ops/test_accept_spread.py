@@ -152,5 +152,6 @@ def test_clients_connecting_while_both_workers_are_busy_are_accepted_in_one_pass
         t.join(20)
     assert all(t is not None for t in first), first
     # 16 views of 50 ms per worker: about 0.8 s; one accept per pass: 3.7 s and 3.8 s in two runs.
-    assert max(first) < 2.0, sorted(first)
+    # With a busy loop beside the suite on both cores, 2.01 s was read once in 11 runs.
+    assert max(first) < 2.5, sorted(first)
     assert s.stop() == 0
