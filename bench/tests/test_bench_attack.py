@@ -251,7 +251,9 @@ def test_http1_bystander_reports_every_answer_and_an_empty_reason_phrase(serve):
     r = bystander.run(srv.port, "/", 0.5)
     assert r["requests"] > 50 and r["non_2xx"] == 0 and not any(r["errors"].values()), r
     lat = r["latency_s"]
-    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and r["requests"] * lat["p50"] < 0.5 * 1.1
+    # Half the requests took at least p50, one after another within the run: requests x p50 is at most
+    # twice its duration (a latency in the wrong unit fails by far; 1.15x the duration was read once under CI's load).
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and r["requests"] * lat["p50"] <= 2 * r["duration_s"]
     # A status line with no reason phrase (Hypercorn's), which h2load --h1 counts as a failed request.
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
