@@ -280,7 +280,13 @@ def _haproxy_unix(tmp_path, port, version):
     conf = (HAPROXY_UNIX_FRONTEND.replace("SOCKET", sock).replace("PORT", str(port))
             .replace("SEND_PROXY", "send-proxy" if version == "v1" else "send-proxy-v2"))
     conf += "\nfrontend web\n    bind :80\n    default_backend app\n"  # the port HAProxy() waits on
-    return HAProxy(str(tmp_path / "haproxy"), conf), sock
+    ha = HAProxy(str(tmp_path / "haproxy"), conf)
+    # HAProxy binds a UNIX socket under a temporary name and renames it into place: the TCP port
+    # HAProxy() waited on can answer first (a connect found no file once under CI's load).
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return ha, sock
 
 
 @pytest.mark.parametrize("version", ["v1"])
