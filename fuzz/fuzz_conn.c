@@ -20,8 +20,8 @@
  * or blocking reads, writes blocking, sends a file with sendfile (blocking,
  * or non-blocking continued on M0_CONN_WRITABLE), upgrades the connection
  * (101, then echoes the raw stream) or hands the request to "the pool"
- * (m0_conn_detach; the fuzzer, as the owning thread, reads and writes
- * blocking and calls m0_conn_complete). The check: what each peer receives
+ * (m0_exchange_detach; the fuzzer, as the owning thread, reads and writes
+ * blocking and calls m0_exchange_complete). The check: what each peer receives
  * parses as responses, nothing follows a "Connection: close" one, and every
  * response the handler framed (it tags each with X-Id) arrives with exactly
  * the body bytes it framed, or a prefix of them when the connection ended
@@ -86,7 +86,7 @@ struct s_world;
 
 typedef struct {
     struct s_world *w;
-    m0_conn *conn; /* NULL once closed */
+    m0_exchange *conn; /* NULL once closed */
     int peer;
     sbuf in; /* what the peer received */
     int eof;
@@ -124,7 +124,7 @@ static int s_new_id(s_world *w)
 }
 
 /* The head and body of a tagged response; the body is recorded as framed. */
-static int s_respond(s_conn *sc, m0_conn *c, int id, const char *body, size_t len, int keep, int blocking)
+static int s_respond(s_conn *sc, m0_exchange *c, int id, const char *body, size_t len, int keep, int blocking)
 {
     char head[200];
     int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nX-Id: %d\r\nContent-Length: %zu\r\n%s\r\n", id, len,
@@ -133,7 +133,7 @@ static int s_respond(s_conn *sc, m0_conn *c, int id, const char *body, size_t le
     f->declared = len;
     sb_put(&f->body, body, len);
     struct iovec iov[2] = {{head, (size_t)n}, {(void *)body, len}};
-    return m0_conn_writev(c, NULL, iov, 2, blocking);
+    return m0_exchange_writev(c, NULL, iov, 2, blocking);
 }
 
 static const char *s_file_bytes(void)
@@ -148,25 +148,25 @@ static const char *s_file_bytes(void)
 enum { K_NONE, K_READ, K_SENDFILE, K_UPGRADE };
 
 /* Finish the pending request of sc with "read=N". */
-static void s_read_done(s_conn *sc, m0_conn *c)
+static void s_read_done(s_conn *sc, m0_exchange *c)
 {
     char body[64];
     int len = snprintf(body, sizeof(body), "read=%llu", (unsigned long long)sc->read);
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(c);
     sc->kind = K_NONE;
     if (s_respond(sc, c, sc->id, body, (size_t)len, keep, 0) < 0) {
-        m0_conn_abort(c);
+        m0_exchange_abort(c);
         return;
     }
-    m0_conn_finish(c, keep, 200, (uint64_t)len);
+    m0_exchange_finish(c, keep, 200, (uint64_t)len);
 }
 
 /* Non-blocking body read: 1 done (answered or aborted), 0 waiting. */
-static int s_read_some(s_conn *sc, m0_conn *c)
+static int s_read_some(s_conn *sc, m0_exchange *c)
 {
     char buf[4096];
     for (;;) {
-        ssize_t n = m0_conn_body_read(c, buf, sizeof(buf), 0);
+        ssize_t n = m0_exchange_body_read(c, buf, sizeof(buf), 0);
         if (n > 0) {
             sc->read += (uint64_t)n;
             if (sc->kind == K_UPGRADE) {
@@ -174,9 +174,9 @@ static int s_read_some(s_conn *sc, m0_conn *c)
                 s_framed *f = &sc->w->framed[sc->id];
                 sb_put(&f->body, buf, (size_t)n);
                 struct iovec iov = {buf, (size_t)n};
-                if (m0_conn_writev(c, NULL, &iov, 1, 0) < 0) {
+                if (m0_exchange_writev(c, NULL, &iov, 1, 0) < 0) {
                     sc->kind = K_NONE;
-                    m0_conn_abort(c);
+                    m0_exchange_abort(c);
                     return 1;
                 }
             }
@@ -186,12 +186,12 @@ static int s_read_some(s_conn *sc, m0_conn *c)
             return 0;
         if (sc->kind == K_UPGRADE) {
             sc->kind = K_NONE;
-            m0_conn_finish(c, 0, 101, sc->read);
+            m0_exchange_finish(c, 0, 101, sc->read);
             return 1;
         }
         if (n < 0) {
             sc->kind = K_NONE;
-            m0_conn_abort(c);
+            m0_exchange_abort(c);
             return 1;
         }
         s_read_done(sc, c);
@@ -200,30 +200,30 @@ static int s_read_some(s_conn *sc, m0_conn *c)
 }
 
 /* Non-blocking sendfile: 1 done, 0 waiting for M0_CONN_WRITABLE. */
-static int s_sendfile_some(s_conn *sc, m0_conn *c)
+static int s_sendfile_some(s_conn *sc, m0_exchange *c)
 {
     while (sc->file_left > 0) {
         ssize_t n = 0;
-        if (m0_conn_write_pending(c) == 0)
-            n = m0_conn_sendfile(c, sc->w->file, sc->file_off, (size_t)sc->file_left, 0);
-        if (n == -EAGAIN || (n == 0 && m0_conn_write_pending(c) > 0))
+        if (m0_exchange_write_pending(c) == 0)
+            n = m0_exchange_sendfile(c, sc->w->file, sc->file_off, (size_t)sc->file_left, 0);
+        if (n == -EAGAIN || (n == 0 && m0_exchange_write_pending(c) > 0))
             return 0;
         if (n <= 0) {
             sc->kind = K_NONE;
-            m0_conn_abort(c);
+            m0_exchange_abort(c);
             return 1;
         }
         sc->file_off += n;
         sc->file_left -= (uint64_t)n;
     }
     sc->kind = K_NONE;
-    m0_conn_finish(c, m0_conn_keep_alive(c), 200, (uint64_t)sc->file_off);
+    m0_exchange_finish(c, m0_exchange_keep_alive(c), 200, (uint64_t)sc->file_off);
     return 1;
 }
 
-static s_conn *s_of(m0_conn *c)
+static s_conn *s_of(m0_exchange *c)
 {
-    return m0_conn_data(c);
+    return m0_exchange_data(c);
 }
 
 /* The target picks the behaviour (<n>: one character, its value less '0'
@@ -231,7 +231,7 @@ static s_conn *s_of(m0_conn *c)
  * n*3000 bytes (non-blocking), /S<n> blocking, /b<n> a blocking write of
  * n*4096 bytes, /u upgrade, /d hand to the pool,
  * /c answer and close, /x abort, other: echo the target. */
-static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int s_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     s_world *w = ctx;
     s_conn *sc = s_of(c);
@@ -250,7 +250,7 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
     case 'R': {
         char buf[4096];
         ssize_t n;
-        while ((n = m0_conn_body_read(c, buf, sizeof(buf), 1)) > 0)
+        while ((n = m0_exchange_body_read(c, buf, sizeof(buf), 1)) > 0)
             sc->read += (uint64_t)n;
         if (n < 0)
             return -1;
@@ -260,7 +260,7 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
     case 's':
     case 'S': {
         size_t len = arg * 3000 < S_FILE ? arg * 3000 : S_FILE;
-        int keep = m0_conn_keep_alive(c);
+        int keep = m0_exchange_keep_alive(c);
         char head[200];
         int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nX-Id: %d\r\nContent-Length: %zu\r\n%s\r\n", id, len,
                          keep ? "" : "Connection: close\r\n");
@@ -268,13 +268,13 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
         f->declared = len;
         sb_put(&f->body, s_file_bytes(), len);
         struct iovec iov = {head, (size_t)n};
-        if (m0_conn_writev(c, NULL, &iov, 1, op == 'S') < 0)
+        if (m0_exchange_writev(c, NULL, &iov, 1, op == 'S') < 0)
             return -1;
         if (op == 'S') {
-            ssize_t sent = m0_conn_sendfile(c, w->file, 0, len, 1);
+            ssize_t sent = m0_exchange_sendfile(c, w->file, 0, len, 1);
             if (sent != (ssize_t)len)
                 return -1;
-            m0_conn_finish(c, keep, 200, len);
+            m0_exchange_finish(c, keep, 200, len);
             return 0;
         }
         sc->kind = K_SENDFILE;
@@ -286,12 +286,12 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
         size_t len = arg * 4096;
         char *body = malloc(len ? len : 1);
         memset(body, 'b', len);
-        int keep = m0_conn_keep_alive(c);
+        int keep = m0_exchange_keep_alive(c);
         int r = s_respond(sc, c, id, body, len, keep, 1);
         free(body);
         if (r < 0)
             return -1;
-        m0_conn_finish(c, keep, 200, len);
+        m0_exchange_finish(c, keep, 200, len);
         return 0;
     }
     case 'u': {
@@ -304,9 +304,9 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
                          id);
         w->framed[id].declared = UINT64_MAX;
         struct iovec iov = {head, (size_t)n};
-        if (m0_conn_writev(c, NULL, &iov, 1, 0) < 0)
+        if (m0_exchange_writev(c, NULL, &iov, 1, 0) < 0)
             return -1;
-        m0_conn_upgrade(c);
+        m0_exchange_upgrade(c);
         sc->kind = K_UPGRADE;
         sc->upgraded = 1;
         return s_read_some(sc, c) ? 0 : 1;
@@ -314,7 +314,7 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
     case 'd':
         if (w->ndetached == S_CONNS)
             break;
-        m0_conn_detach(c);
+        m0_exchange_detach(c);
         w->detached[w->ndetached++] = sc;
         return 1;
     case 'x':
@@ -322,17 +322,17 @@ static int s_on_request(void *ctx, m0_conn *c, const m0_request *req)
     case 'c':
         if (s_respond(sc, c, id, "closing", 7, 0, 0) < 0)
             return -1;
-        m0_conn_finish(c, 0, 200, 7);
+        m0_exchange_finish(c, 0, 200, 7);
         return 0;
     }
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(c);
     if (s_respond(sc, c, id, t->base, t->len, keep, 0) < 0)
         return -1;
-    m0_conn_finish(c, keep, 200, t->len);
+    m0_exchange_finish(c, keep, 200, t->len);
     return 0;
 }
 
-static void s_on_event(void *ctx, m0_conn *c, int what)
+static void s_on_event(void *ctx, m0_exchange *c, int what)
 {
     (void)ctx;
     s_conn *sc = s_of(c);
@@ -355,17 +355,17 @@ static void s_run_pool(s_world *w)
 {
     while (w->ndetached > 0) {
         s_conn *sc = w->detached[--w->ndetached];
-        m0_conn *c = sc->conn;
+        m0_exchange *c = sc->conn;
         char buf[4096];
         ssize_t n;
-        while ((n = m0_conn_body_read(c, buf, sizeof(buf), 1)) > 0)
+        while ((n = m0_exchange_body_read(c, buf, sizeof(buf), 1)) > 0)
             sc->read += (uint64_t)n;
-        int keep = n == 0 && m0_conn_keep_alive(c);
+        int keep = n == 0 && m0_exchange_keep_alive(c);
         char body[64];
         int len = snprintf(body, sizeof(body), "pool=%llu", (unsigned long long)sc->read);
         if (n < 0 || s_respond(sc, c, sc->id, body, (size_t)len, keep, 1) < 0)
             keep = 0;
-        m0_conn_complete(c, keep, 200, (uint64_t)len);
+        m0_exchange_complete(c, keep, 200, (uint64_t)len);
     }
 }
 
@@ -409,10 +409,11 @@ static int s_open(s_world *w)
     memset(sc, 0, sizeof(*sc));
     sc->w = w;
     sc->peer = sv[1];
-    sc->conn = m0__conn_new(w->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
-    if (sc->conn == NULL)
+    m0_conn *c = m0__conn_new(w->srv, sv[0], (struct sockaddr *)&peer, sizeof(peer));
+    if (c == NULL)
         abort();
-    m0_conn_set_data(sc->conn, sc);
+    sc->conn = &c->x;
+    m0_exchange_set_data(sc->conn, sc);
     return w->nconns++;
 }
 

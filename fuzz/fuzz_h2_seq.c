@@ -20,7 +20,7 @@
  * answers 300,000 bytes; "/read" reads the body as it comes, then answers
  * its length; "/defer" answers later, when an app step says (finish, a
  * streamed chunk, a cut, an abort); "/hold" is an app that runs on after
- * its stream ends (m0_conn_call_hold) until an app step ends it; "/early"
+ * its stream ends (m0_exchange_call_hold) until an app step ends it; "/early"
  * sends 103 Early Hints first.
  *
  * Besides memory safety (ASan/UBSan, leaks), it asserts the transport's
@@ -41,9 +41,9 @@ static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define APP_MAX 64 /* requests the app keeps (deferred or held) */
 
 typedef struct {
-    m0_conn *c;    /* NULL once it ended (or its connection did) */
-    m0_call *call; /* /hold: the call held past the stream's end */
-    int kind;      /* ROUTE_* */
+    m0_exchange *c; /* NULL once it ended (or its connection did) */
+    m0_call *call;  /* /hold: the call held past the stream's end */
+    int kind;       /* ROUTE_* */
     uint64_t read;
 } app_req;
 
@@ -58,14 +58,14 @@ typedef struct {
 
 static app_state app;
 
-static void app_respond(m0_conn *c, const char *body, size_t len)
+static void app_respond(m0_exchange *c, const char *body, size_t len)
 {
     char head[96];
     m0_field_span f[2];
     m0_response_head rh;
     size_t n = test_head(head, sizeof(head), f, &rh, 200, len, 1);
     struct iovec iov[2] = {{head, n}, {(void *)body, len}};
-    (void)m0_conn_writev(c, &rh, iov, 2, 0);
+    (void)m0_exchange_writev(c, &rh, iov, 2, 0);
 }
 
 static void app_check(void)
@@ -80,7 +80,7 @@ static void app_check(void)
 static void app_end(app_req *r)
 {
     if (r->c != NULL) {
-        m0_conn_set_data(r->c, NULL);
+        m0_exchange_set_data(r->c, NULL);
         r->c = NULL;
     }
     if (r->call != NULL) {
@@ -99,11 +99,11 @@ static app_req *app_slot(void)
     return NULL;
 }
 
-static int app_read(m0_conn *c, app_req *r)
+static int app_read(m0_exchange *c, app_req *r)
 {
     char buf[4096];
     for (;;) {
-        ssize_t n = m0_conn_body_read(c, buf, sizeof(buf), 0);
+        ssize_t n = m0_exchange_body_read(c, buf, sizeof(buf), 0);
         if (n > 0) {
             r->read += (uint64_t)n;
             continue;
@@ -111,7 +111,7 @@ static int app_read(m0_conn *c, app_req *r)
         if (n == -EAGAIN)
             return 0;
         if (n < 0) {
-            m0_conn_abort(c);
+            m0_exchange_abort(c);
             app_end(r);
             return -1;
         }
@@ -120,12 +120,12 @@ static int app_read(m0_conn *c, app_req *r)
     char body[32];
     int len = snprintf(body, sizeof(body), "%llu", (unsigned long long)r->read);
     app_respond(c, body, (size_t)len);
-    m0_conn_finish(c, m0_conn_keep_alive(c), 200, (uint64_t)len);
+    m0_exchange_finish(c, m0_exchange_keep_alive(c), 200, (uint64_t)len);
     app_end(r);
     return 1;
 }
 
-static int app_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int app_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     (void)ctx;
     int kind = ROUTE_ROOT;
@@ -139,7 +139,7 @@ static int app_on_request(void *ctx, m0_conn *c, const m0_request *req)
         memset(big, 'b', sizeof(big));
         app_respond(c, big, sizeof(big));
         app.calls--;
-        m0_conn_finish(c, m0_conn_keep_alive(c), 200, sizeof(big));
+        m0_exchange_finish(c, m0_exchange_keep_alive(c), 200, sizeof(big));
         return 0;
     }
     if (kind == ROUTE_EARLY) {
@@ -147,34 +147,34 @@ static int app_on_request(void *ctx, m0_conn *c, const m0_request *req)
         static const m0_field_span link = {26, 4, 32, 21};
         m0_response_head rh = {103, -1, hints, sizeof(hints) - 1, &link, 1};
         struct iovec iov = {(void *)hints, sizeof(hints) - 1};
-        (void)m0_conn_writev(c, &rh, &iov, 1, 0);
+        (void)m0_exchange_writev(c, &rh, &iov, 1, 0);
     }
     app_req *r = kind == ROUTE_READ || kind == ROUTE_DEFER || kind == ROUTE_HOLD ? app_slot() : NULL;
     if (r == NULL) {
         app_respond(c, req->path.base, req->path.len);
         app.calls--;
-        m0_conn_finish(c, m0_conn_keep_alive(c), 200, req->path.len);
+        m0_exchange_finish(c, m0_exchange_keep_alive(c), 200, req->path.len);
         return 0;
     }
     memset(r, 0, sizeof(*r));
     r->c = c;
     r->kind = kind;
-    m0_conn_set_data(c, r);
+    m0_exchange_set_data(c, r);
     if (kind == ROUTE_HOLD)
-        r->call = m0_conn_call_hold(c);
+        r->call = m0_exchange_call_hold(c);
     if (kind == ROUTE_READ)
         return app_read(c, r) == 0 ? 1 : 0;
     return 1;
 }
 
-static void app_on_event(void *ctx, m0_conn *c, int what)
+static void app_on_event(void *ctx, m0_exchange *c, int what)
 {
     (void)ctx;
-    app_req *r = m0_conn_data(c);
+    app_req *r = m0_exchange_data(c);
     if (r == NULL)
         return;
     if (what == M0_CONN_CLOSED) {
-        m0_conn_set_data(c, NULL);
+        m0_exchange_set_data(c, NULL);
         r->c = NULL;
         if (r->call == NULL)
             app_end(r); /* a held call runs on without its stream */
@@ -193,7 +193,7 @@ static void app_step(unsigned i, unsigned action)
     app_req *r = &app.reqs[i % APP_MAX];
     if (r->kind < 0)
         return;
-    m0_conn *c = r->c;
+    m0_exchange *c = r->c;
     if (c == NULL) {
         app_end(r); /* a call that outlived its stream returns */
         return;
@@ -201,23 +201,23 @@ static void app_step(unsigned i, unsigned action)
     switch (action % 4) {
     case 0:
         app_respond(c, "done", 4);
-        m0_conn_finish(c, m0_conn_keep_alive(c), 200, 4);
+        m0_exchange_finish(c, m0_exchange_keep_alive(c), 200, 4);
         app_end(r);
         break;
     case 1: {
         static const char head[] = "HTTP/1.1 200 OK\r\n\r\nchunk";
         m0_response_head rh = {200, -1, head, 19, NULL, 0};
         struct iovec iov = {(void *)head, sizeof(head) - 1};
-        (void)m0_conn_writev_chunk(c, &rh, &iov, 1);
+        (void)m0_exchange_writev_chunk(c, &rh, &iov, 1);
         break;
     }
     case 2:
-        m0_conn_cut(c);
-        m0_conn_finish(c, 0, 200, 0);
+        m0_exchange_cut(c);
+        m0_exchange_finish(c, 0, 200, 0);
         app_end(r);
         break;
     default:
-        m0_conn_abort(c);
+        m0_exchange_abort(c);
         app_end(r);
         break;
     }

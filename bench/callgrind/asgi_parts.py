@@ -28,8 +28,8 @@ inclusive count of a few functions, divided by N, splits the request:
   receive(): message dict         http_receive_op
   send(): start, header fields    http_start (status, m0_head_add_asgi_fields: the app's header list)
   send(): body, framing           http_send_op without http_start, the write and the completion
-  engine: write                   m0_conn_writev (the writev syscall's user-space side)
-  engine: finish                  m0_asgi_http_complete (detach, m0_conn_finish: keep-alive re-arm)
+  engine: write                   m0_exchange_writev (the writev syscall's user-space side)
+  engine: finish                  m0_asgi_http_complete (detach, m0_exchange_finish: keep-alive re-arm)
   loop: wake-up, reader callback, other
                                   the rest of the process: uvloop waking, its reader callback calling
                                   Server.run_once, epoll, the idle ticker
@@ -74,7 +74,7 @@ APPS = {
 }
 FUNCS = ["conn_io_cb", "m0_asgi_http_request", "m0_asgi_scope_new", "asgi_headers_list", "m0_asgi_task_new",
          "task_step", "TaskStepMethWrapper_call", "runner_send", "runner_iternext", "http_receive_op", "http_send_op",
-         "http_start", "m0_head_add_asgi_fields", "m0_conn_writev", "m0_asgi_http_complete",
+         "http_start", "m0_head_add_asgi_fields", "m0_exchange_writev", "m0_conn_writev", "m0_asgi_http_complete",
          "__pyx_f_6uvloop_4loop_4Loop__on_idle"]
 WARMUP = 300
 
@@ -171,7 +171,7 @@ def parts(c, total):
     idle = g("__pyx_f_6uvloop_4loop_4Loop__on_idle", 0)
     eager = g("m0_asgi_task_new", 0) > runner  # the first step ran inside Task()
     receive, send = g("http_receive_op", 0), g("http_send_op", 0)
-    start, write, complete = g("http_start", 0), g("m0_conn_writev", 0), g("m0_asgi_http_complete", 0)
+    start, write, complete = g("http_start", 0), g("m0_exchange_writev", 0) or g("m0_conn_writev", 0), g("m0_asgi_http_complete", 0)
     rows = [
         ("engine: read, parse, dispatch", g("conn_io_cb", 0) - g("m0_asgi_http_request", 0)),
         ("scope dict", g("m0_asgi_scope_new", 0) - g("asgi_headers_list", 0)),

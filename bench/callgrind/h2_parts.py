@@ -34,7 +34,8 @@ FUNCS = ["m0_asgi_tls_extension", "m0_tls_recv", "m0_tls_sendv", "conn_io_cb", "
          "m0__h2_stream_write", "response_submit", "m0__h2s_finish", "m0__h2_stream_end",
          "m0_asgi_http_request", "m0_asgi_scope_new", "asgi_headers_list", "m0_asgi_task_new", "task_step",
          "TaskStepMethWrapper_call", "runner_send", "runner_iternext", "http_receive_op", "http_send_op",
-         "http_start", "m0_head_add_asgi_fields", "m0_conn_writev", "m0_asgi_http_complete", "m0_conn_finish",
+         "http_start", "m0_head_add_asgi_fields", "m0_exchange_writev", "m0_conn_writev", "m0_asgi_http_complete",
+         "m0_exchange_finish", "m0_conn_finish",
          "conn_send", "m0__conn_flush", "__pyx_f_6uvloop_4loop_4Loop__on_idle", "m0_loop_run_once",
          "__pyx_f_6uvloop_4loop_4Loop__on_idle", "srv_run_once", "Server_run_once", "m0_server_run_once"]
 

@@ -49,7 +49,7 @@ static void pool_run_item(void *arg, void *item)
         clock_gettime(CLOCK_MONOTONIC, &now);
         *pt->beat = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     }
-    m0_wsgi_serve_detached(pt->w, (m0_conn *)item);
+    m0_wsgi_serve_detached(pt->w, (m0_exchange *)item);
     if (pt->beat != NULL)
         *pt->beat = 0;
     if (PyErr_Occurred()) /* the bridge never leaves one: do not lose it */
@@ -171,9 +171,9 @@ static void pool_wind_down(ServerObject *self, int drain)
         m0_server_drain_abort(self->srv);
     else
         m0_server_abort(self->srv);
-    m0_conn *c;
+    m0_exchange *c;
     while ((c = m0_workq_pop(self->workq)) != NULL)
-        m0_conn_complete(c, 0, 503, 0);
+        m0_exchange_complete(c, 0, 503, 0);
     (void)m0_workq_quiesce(self->workq, 1, M0_POOL_WIND_DOWN_MS); /* a view that never ends keeps its connection */
     m0_server_take_completed(self->srv);
     PyEval_RestoreThread(ts);

@@ -66,7 +66,7 @@ enum {
     M0_REQ_HEAD = 1u << 4,             /* method is HEAD */
     M0_REQ_HTTP2 = 1u << 5,            /* an HTTP/2 stream (net/h2.h): minor_version is 0 */
     M0_REQ_EXTENDED_CONNECT = 1u << 6, /* HTTP/2 extended CONNECT (RFC 8441): `upgrade` is its :protocol,
-                                        * the stream becomes the tunnel once answered 2xx (m0_conn_upgrade) */
+                                        * the stream becomes the tunnel once answered 2xx (m0_exchange_upgrade) */
     /* What the transport does for the handler, so that it need not know
      * the protocol: */
     M0_REQ_INFORMATIONAL = 1u << 7, /* the client takes 1xx heads before the final one (HTTP/1.1,

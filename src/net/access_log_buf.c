@@ -2,7 +2,7 @@
  * by its loop thread, written out with one write(2) per batch of lines.
  *
  * Who writes what: every line is formatted and appended by the loop thread
- * (pool threads never log: they complete through m0_conn_complete and the
+ * (pool threads never log: they complete through m0_exchange_complete and the
  * loop finishes the response). The `busy` flag is taken around each append
  * and each write; the only other party that takes it is
  * m0_access_log_buf_flush_all(), which runs from a signal handler (the stack

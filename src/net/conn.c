@@ -359,7 +359,7 @@ void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
     int n = m0_error_response(&out, status, c->srv->cfg.server_header);
     if (n > 0) {
         struct iovec iov = {out.buf, (size_t)n};
-        if (m0_conn_writev(c, &out.head, &iov, 1, 0) < 0) {
+        if (m0_exchange_writev(&c->x, &out.head, &iov, 1, 0) < 0) {
             m0__conn_close(c, 1);
             return;
         }
@@ -373,23 +373,27 @@ void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 
 /* --- accessors --- */
 
-const m0_request *m0_conn_request(const m0_conn *c)
+const m0_request *m0_exchange_request(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return &c->x.req;
 }
 
-void *m0_conn_data(const m0_conn *c)
+void *m0_exchange_data(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->data;
 }
 
-void m0_conn_set_data(m0_conn *c, void *data)
+void m0_exchange_set_data(m0_exchange *x, void *data)
 {
+    m0_conn *c = m0__xconn(x);
     c->data = data;
 }
 
-m0_server *m0_conn_server(const m0_conn *c)
+m0_server *m0_exchange_server(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->srv;
 }
 
@@ -406,19 +410,22 @@ static void conn_local_resolve(const m0_conn *cc)
         addr_format((struct sockaddr *)&ss, c->addr.local_host, sizeof(c->addr.local_host), &c->addr.local_port);
 }
 
-struct m0_tls_conn *m0_conn_tls(const m0_conn *c)
+struct m0_tls_conn *m0_exchange_tls(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->tls;
 }
 
-const char *m0_conn_local_host(const m0_conn *c)
+const char *m0_exchange_local_host(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     conn_local_resolve(c);
     return c->addr.local_host;
 }
 
-int m0_conn_local_port(const m0_conn *c)
+int m0_exchange_local_port(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     conn_local_resolve(c);
     return c->addr.local_port;
 }

@@ -95,7 +95,7 @@ ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         /* Body bytes already here: the client did not wait, no 100 needed.
          * Once response bytes were written a 100 would land inside the
          * response: never then (the connection closes after it instead,
-         * see m0_conn_keep_alive). */
+         * see m0_exchange_keep_alive). */
         c->x.continue_sent = 1;
         if (c->in.rlen <= c->in.rpos + c->x.head_len) {
             int r = m0__conn_send_continue(c, blocking);

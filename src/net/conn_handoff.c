@@ -1,6 +1,6 @@
 /* Responses away from the dispatch: parked until the peer reads (the loop
- * thread's own), and requests handed to another thread (m0_conn_detach) and
- * back (m0_conn_complete, m0_conn_set_aside, m0_conn_hand_closed), through
+ * thread's own), and requests handed to another thread (m0_exchange_detach) and
+ * back (m0_exchange_complete, m0_exchange_set_aside, m0_exchange_hand_closed), through
  * the server's done list, which the loop takes on its wake-up. The thread
  * rule of each field involved is beside it (struct m0_conn, server_int.h). */
 #include <pthread.h>
@@ -22,15 +22,16 @@ void m0__h1_park(m0_conn *c)
 static void conn_finish_completed(m0_conn *c);
 static void conn_hand_back(m0_conn *c, int urgent);
 
-void m0_conn_detach(m0_conn *c)
+void m0_exchange_detach(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     /* The epoll interest is left as it is (no syscall per request): an event
      * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
      * end goes now: the loop must not touch the buffer the owner appends to. */
     if (c->out.held)
         (void)m0__conn_release_held(c); /* a gone peer fails the owner's first write */
     /* A response's last bytes are left in the write buffer by its thread
-     * (m0_conn_writev_final), which may not take a block from the loop's
+     * (m0_exchange_writev_final), which may not take a block from the loop's
      * recycle allocator: give it one kept there now, so that it does not
      * malloc one per request (the loop frees or keeps it when the connection
      * idles; conn_finish_completed gives an unused one back). */
@@ -43,8 +44,9 @@ void m0_conn_detach(m0_conn *c)
     m0_timer_stop(c->srv->loop, &c->timer);
 }
 
-void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0_exchange_complete(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
+    m0_conn *c = m0__xconn(x);
     m0_server *srv = c->srv;
     c->x.done_keep = keep_alive;
     c->x.done_status = status;
@@ -63,22 +65,25 @@ void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_byte
     conn_hand_back(c, urgent);
 }
 
-void m0_conn_set_aside(m0_conn *c)
+void m0_exchange_set_aside(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->x.done_parked = 1;
     c->x.done_next = NULL;
     conn_hand_back(c, 1); /* its queued output waits for the loop */
 }
 
-void m0_conn_hand_closed(m0_conn *c)
+void m0_exchange_hand_closed(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->refs++; /* dropped when it comes back (conn_finish_completed) */
     c->x.done_closed = 1;
     c->x.detached = 1;
 }
 
-int m0_conn_closed(const m0_conn *c)
+int m0_exchange_closed(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->state == M0_CS_CLOSED;
 }
 
@@ -146,25 +151,25 @@ static void conn_finish_completed(m0_conn *c)
             c->x.done_closed = c->x.done_parked = 0;
             m0__conn_release(c);
         } else if (c->x.done_parked && !c->x.abort_after) {
-            /* Set aside: it waits for its peer, unfinished (m0_conn_set_aside). */
+            /* Set aside: it waits for its peer, unfinished (m0_exchange_set_aside). */
             c->x.done_parked = 0;
             c->x.pool_held = 0;
-            m0_conn_park(c);
+            m0_exchange_park(&c->x);
         } else if (c->x.abort_after) {
             /* Its request ends as any other (in-flight gauge, duration,
-             * access-log line), then the connection closes (m0_conn_finish). */
+             * access-log line), then the connection closes (m0_exchange_finish). */
             c->x.done_parked = 0;
             c->x.pool_held = 0;
-            m0_conn_finish(c, 0, c->x.done_status, c->x.done_bytes);
+            m0_exchange_finish(&c->x, 0, c->x.done_status, c->x.done_bytes);
         } else {
             if (c->x.pool_held && c->out.wlen > c->out.wpos)
-                m0__conn_hold(c); /* sent with this pass's other output (m0_conn_writev_final) */
+                m0__conn_hold(c); /* sent with this pass's other output (m0_exchange_writev_final) */
             else if (c->out.wlen > c->out.wpos)
                 m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
             else if (c->out.wlen == 0 && c->out.wbuf != NULL)
-                m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_conn_detach) */
+                m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_exchange_detach) */
             c->x.pool_held = 0;
-            m0_conn_finish(c, c->x.done_keep, c->x.done_status, c->x.done_bytes);
+            m0_exchange_finish(&c->x, c->x.done_keep, c->x.done_status, c->x.done_bytes);
         }
         c = next;
     }

@@ -130,7 +130,7 @@ static inline void m0__conn_notify(m0_conn *c, int what)
         m0__static_event(c, what); /* a file's response, not the handler's */
     else if (srv->handler.on_event != NULL) {
         m0__app_enter(srv);
-        srv->handler.on_event(srv->handler_ctx, c, what);
+        srv->handler.on_event(srv->handler_ctx, &c->x, what);
         m0__app_leave(srv);
     }
     m0__conn_release(c);
@@ -254,7 +254,7 @@ int m0__conn_wait(m0_conn *c, short events, uint64_t deadline_ms);
 uint64_t m0__conn_now_ms(void);
 /* Send "100 Continue" now (the response has not started). */
 int m0__conn_send_continue(m0_conn *c, int blocking);
-/* m0_conn_writev, non-blocking, never held for the pass (an HTTP/2 session's
+/* m0_exchange_writev, non-blocking, never held for the pass (an HTTP/2 session's
  * frames that carry a streamed chunk). */
 int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt);
 

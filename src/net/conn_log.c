@@ -9,7 +9,7 @@
  * sent, so a response sent at the pass's end never precedes its line. The
  * lines of pool threads' completions, which the loop's wake-up finishes
  * after the pass's end, are written once per batch of them (srv->log_batch);
- * a finished keep-alive response does not wake the loop (m0_conn_complete),
+ * a finished keep-alive response does not wake the loop (m0_exchange_complete),
  * so its line comes with the loop's next pass (the client's next request, at
  * the latest the serve loop's one-second wait), timed to its completion.
  * Any other line (a timer's 408, an ASGI task finishing in asyncio outside a
@@ -52,10 +52,10 @@ void m0__conn_log_head(m0_conn *c, const m0_response_head *head)
 void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
 {
     const m0_server_config *cfg = &c->srv->cfg;
-    const char *client = m0_conn_client_host(c); /* the peer, or the client a trusted proxy names */
+    const char *client = m0_exchange_client_host(&c->x); /* the peer, or the client a trusted proxy names */
     m0_access_entry e = {
         .peer_host = client,
-        .peer_port = m0_conn_client_port(c),
+        .peer_port = m0_exchange_client_port(&c->x),
         .ipv6 = strchr(client, ':') != NULL,
         .req = req,
         .status = status,

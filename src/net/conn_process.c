@@ -80,7 +80,7 @@ void m0__conn_dispatch(m0_conn *c)
             view_ns = m0__conn_clock_ns();
         }
         m0__app_enter(srv);
-        r = srv->handler.on_request(srv->handler_ctx, c, &c->x.req);
+        r = srv->handler.on_request(srv->handler_ctx, &c->x, &c->x.req);
         m0__app_leave(srv);
         if (bal) {
             srv->bal_busy = 0;
@@ -172,7 +172,7 @@ static int conn_head_changed(m0_conn *c)
 
 /* Parse and dispatch buffered requests in order until one stays pending,
  * the buffer holds no complete head, or the connection closes. A loop, not
- * recursion: m0_conn_finish() inside on_request only updates the state and
+ * recursion: m0_exchange_finish() inside on_request only updates the state and
  * the loop here picks up the next request. */
 void m0__conn_process(m0_conn *c)
 {
@@ -284,8 +284,8 @@ void m0__conn_process(m0_conn *c)
 
 /* --- finishing a response --- */
 
-/* m0_conn_keep_alive of an HTTP/1.x connection (not an HTTP/2 stream):
- * m0_conn_finish, which has told the two apart already, asks it directly.
+/* m0_exchange_keep_alive of an HTTP/1.x connection (not an HTTP/2 stream):
+ * m0_exchange_finish, which has told the two apart already, asks it directly.
  * told: the response's head is written (the finish): a drain or readiness
  * lost since does not close a connection the client was told stays open
  * (its next request may be on its way: it is answered, with a close). */
@@ -331,8 +331,9 @@ int m0__h1_keep_alive(const m0_conn *c)
     return conn_keep_alive_h1(c, 0);
 }
 
-void m0_conn_cut(m0_conn *c)
+void m0_exchange_cut(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->x.resp_cut = 1;
 }
 

@@ -220,7 +220,7 @@ void m0__conn_pace_init(m0_server *srv)
 
 static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
 {
-    m0_conn *c = (m0_conn *)io;
+    m0_conn *c = (m0_conn *)((char *)io - offsetof(m0_conn, io));
     c->refs++;
     if (c->x.detached) {
         /* Its interest was left as it was at the hand-off, so the next

@@ -320,7 +320,7 @@ static int conn_flush_keeping_up(m0_conn *c)
 
 /* What a write may leave queued instead of sending now: nothing, the loop
  * thread's output until its pass ends, or also a pool thread's last bytes of
- * a response (m0_conn_writev_final). Only bytes that end a response may
+ * a response (m0_exchange_writev_final). Only bytes that end a response may
  * wait: a view may block again as soon as a write returns (a streamed
  * response between its chunks), and what it wrote must not wait for that. */
 enum { HOLD_NONE, HOLD_PASS, HOLD_FINAL };
@@ -412,7 +412,7 @@ static int conn_writev(m0_conn *c, const struct iovec *iov, int iovcnt, int bloc
     if (hold == HOLD_FINAL && c->x.detached && c->out.wlen == c->out.wpos && total <= M0_HOLD_MAX) {
         /* A pool thread's last bytes of a response: left in the write buffer
          * for the loop, which sends them with the other completions it takes
-         * in one pass (m0_conn_complete wakes it; conn_finish_completed holds
+         * in one pass (m0_exchange_complete wakes it; conn_finish_completed holds
          * them). The client then wakes once per batch, as with the loop's own
          * held output, not once per response sent from the pool thread. */
         if (wbuf_append(c, iov, iovcnt, 0) < 0)
@@ -669,7 +669,7 @@ void m0__conn_flush(m0_conn *c)
             return;
     }
     /* A parked response's app runs when it is notified: only once nothing is
-     * queued (m0_conn_park); an async handler's waits below the low-water mark. */
+     * queued (m0_exchange_park); an async handler's waits below the low-water mark. */
     size_t below = (c->flags & M0_CF_DRAIN_WANTED) ? 1 : M0_WRITE_LOW_WATER;
     if ((c->flags & M0_CF_WRITABLE_WANTED) && c->out.wlen - c->out.wpos < below) {
         c->flags &= ~(M0_CF_WRITABLE_WANTED | M0_CF_DRAIN_WANTED);

@@ -35,63 +35,76 @@ const m0__exchange_ops m0__h1_exchange_logged = {
     .carried = 0,
 };
 
-int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0_exchange_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->writev(c, head, iov, iovcnt, blocking);
 }
 
-int m0_conn_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+int m0_exchange_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->writev_chunk(c, head, iov, iovcnt);
 }
 
-int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0_exchange_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                             int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->writev_final(c, head, iov, iovcnt, blocking);
 }
 
-ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0_exchange_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->sendfile(c, fd, offset, count, blocking);
 }
 
-int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers)
+int m0_exchange_write_trailers(m0_exchange *x, const m0_response_head *trailers)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->write_trailers(c, trailers);
 }
 
-size_t m0_conn_write_pending(const m0_conn *c)
+size_t m0_exchange_write_pending(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->xops->write_pending(c);
 }
 
-ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0_exchange_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     return c->xops->body_read(c, dst, cap, blocking);
 }
 
-int m0_conn_keep_alive(const m0_conn *c)
+int m0_exchange_keep_alive(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->xops->keep_alive(c);
 }
 
-void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0_exchange_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->x.pending)
         c->xops->finish(c, keep_alive, status, body_bytes);
 }
 
-void m0_conn_park(m0_conn *c)
+void m0_exchange_park(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->xops->park(c);
 }
 
-void m0_conn_abort(m0_conn *c)
+void m0_exchange_abort(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->xops->abort(c);
 }
 
-void m0_conn_upgrade(m0_conn *c)
+void m0_exchange_upgrade(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     c->xops->upgrade(c);
 }

@@ -14,7 +14,7 @@
 static void gate_answer(m0_conn *c, int status, const char *body, int retry_after)
 {
     const m0_server *srv = c->srv;
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(&c->x);
     size_t blen = strlen(body);
     char buf[512];
     m0_field_span f[5];
@@ -42,11 +42,11 @@ static void gate_answer(m0_conn *c, int status, const char *body, int retry_afte
         return;
     }
     struct iovec iov = {buf, b.len};
-    if (m0_conn_writev(c, &head, &iov, 1, 0) < 0) {
+    if (m0_exchange_writev(&c->x, &head, &iov, 1, 0) < 0) {
         m0__conn_close(c, 1);
         return;
     }
-    m0_conn_finish(c, keep, status, (c->x.req.flags & M0_REQ_HEAD) ? 0 : blen);
+    m0_exchange_finish(&c->x, keep, status, (c->x.req.flags & M0_REQ_HEAD) ? 0 : blen);
 }
 
 int m0__gate(m0_conn *c)

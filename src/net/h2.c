@@ -347,7 +347,7 @@ m0_h2 *m0__h2_open(m0_conn *c)
     }
     c->state = M0_CS_H2;
     c->timer_kind = M0_TIMER_NONE;
-    (void)m0_conn_local_host(c); /* resolved once here: stream connections have no socket to ask */
+    (void)m0_exchange_local_host(&c->x); /* resolved once here: stream connections have no socket to ask */
     return h2;
 }
 
@@ -594,7 +594,8 @@ void m0__h2_after(m0_h2 *h2)
  * (h2->write_now, m0__h2_kick). */
 static int h2_conn_writev(m0_h2 *h2, const struct iovec *iov, int iovcnt)
 {
-    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt) : m0_conn_writev(h2->c, NULL, iov, iovcnt, 0);
+    return h2->write_now ? m0__conn_writev_now(h2->c, iov, iovcnt)
+                         : m0_exchange_writev(&h2->c->x, NULL, iov, iovcnt, 0);
 }
 
 void m0__h2_write(m0_h2 *h2)
@@ -751,7 +752,7 @@ static void h2_dispatch(m0_h2 *h2)
         memset(sc, 0, sizeof(*sc) + m0__conn_log_slot_size(srv));
         sc->srv = srv;
         sc->io.fd = -1;
-        m0_timer_init(&sc->timer, NULL); /* never armed; m0_conn_detach stops it */
+        m0_timer_init(&sc->timer, NULL); /* never armed; m0_exchange_detach stops it */
         sc->xops = &m0__h2_exchange;
         sc->h2s = s;
         sc->state = M0_CS_REQUEST;
@@ -801,7 +802,7 @@ static void h2_dispatch(m0_h2 *h2)
             r = sc->x.pending != 0;
         } else {
             m0__app_enter(srv);
-            r = srv->handler.on_request(srv->handler_ctx, sc, &sc->x.req);
+            r = srv->handler.on_request(srv->handler_ctx, &sc->x, &sc->x.req);
             m0__app_leave(srv);
         }
         if (gated && sc->x.pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
@@ -849,52 +850,6 @@ void m0__h2_close(m0_conn *c)
     c->h2 = NULL;
     m0__h2_calls_end(h2->calls);
     free(h2);
-}
-
-void m0__h2_drain(m0_conn *c)
-{
-    m0_h2 *h2 = h2_of(c);
-    if (h2 == NULL || h2->goaway || h2->drain_first)
-        return;
-    if (nghttp2_session_get_last_proc_stream_id(h2->ses) == 0) {
-        /* Accepted, its first request not here yet: answered, as an HTTP/1.1
-         * connection in that state is (m0_server_drain), so that recycling a
-         * worker loses no request. The client is told a GOAWAY is coming (the
-         * shutdown notice); the GOAWAY naming the last stream follows the
-         * first request's dispatch (h2_dispatch), and the keep-alive timeout
-         * bounds a client that sends none. */
-        h2->drain_first = 1;
-        if (!h2->notice) {
-            h2->notice = 1;
-            nghttp2_submit_shutdown_notice(h2->ses);
-        }
-        m0__h2_after(h2);
-        return;
-    }
-    if (!h2->notice) {
-        /* RFC 9113 6.8: the shutdown notice first (a GOAWAY naming the
-         * largest stream id), the GOAWAY naming the last stream a while
-         * after (m0__h2_timer): a stream the client opened before it read
-         * the notice is on its way, and is served rather than refused. */
-        h2->notice = 1;
-        nghttp2_submit_shutdown_notice(h2->ses);
-        h2->drain_at_ms = m0_loop_now(c->srv->loop) + H2_DRAIN_NOTICE_MS;
-        m0__h2_timer_at(h2, h2->drain_at_ms);
-        m0__h2_after(h2);
-        return;
-    }
-    m0__h2_goaway_last(h2);
-}
-
-void m0__h2_goaway_last(m0_h2 *h2)
-{
-    h2->goaway = 1;
-    h2->drain_at_ms = 0;
-    /* The streams accepted so far are answered; the last id tells the client
-     * which ones (RFC 9113 6.8). */
-    nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
-                          NGHTTP2_NO_ERROR, NULL, 0);
-    m0__h2_after(h2);
 }
 
 void m0__h2_idle(m0_conn *c)

@@ -30,12 +30,12 @@
  *    line and fields, as http/response.h frames them) becomes the HEADERS of
  *    nghttp2_submit_response, without the connection-specific fields (RFC
  *    9113 8.2.2), and its body bytes are queued per stream and sent by the
- *    data provider as flow control allows; m0_conn_finish ends the stream.
+ *    data provider as flow control allows; m0_exchange_finish ends the stream.
  *
  * ASGI streams run concurrently (the handler returns 1 and finishes later);
  * WSGI inline streams run in order, each to its end inside on_request. With
  * the WSGI blocking pool (cfg.http2_pool) every complete stream is
- * dispatched at once and detached (m0_conn_detach) to a pool thread, which
+ * dispatched at once and detached (m0_exchange_detach) to a pool thread, which
  * writes and reads through h2_pool.c: the thread rule is there.
  *
  * Loop thread only, but for the functions h2_pool.c lets a stream
@@ -50,7 +50,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "server.h"
+#include "server_int.h"
 
 /* Whether buf[0..len) starts with the client preface's request line. */
 #define H2_PREFACE_LINE "PRI * HTTP/2.0\r\n"
@@ -101,7 +101,7 @@ void m0__h2_flush_deferred(m0_server *srv);
 extern const struct m0__exchange_ops m0__h2_exchange;
 
 int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-/* m0_conn_writev_final: queued in the stream only; the finish that follows sends it. */
+/* m0_exchange_writev_final: queued in the stream only; the finish that follows sends it. */
 int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
 ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
@@ -112,7 +112,7 @@ int m0__h2s_keep_alive(const m0_conn *c);
 void m0__h2s_park(m0_conn *c);
 void m0__h2s_abort(m0_conn *c);
 /* An answered extended CONNECT: the stream becomes the tunnel (no body limit,
- * no body deadline); its DATA is what m0_conn_body_read and m0_conn_writev
+ * no body deadline); its DATA is what m0_exchange_body_read and m0_exchange_writev
  * carry until either side ends the stream. */
 void m0__h2s_upgrade(m0_conn *c);
 

@@ -25,7 +25,7 @@ typedef struct m0_h2_stream m0_h2_stream;
 /* When a stream's handler waiting for M0_CONN_WRITABLE is told (m0__h2_send):
  * an async writer (ASGI send()) below the low-water mark; a response set
  * aside (m0__h2s_park) and a file's next piece (m0__h2s_sendfile) once the
- * stream's queue is empty, as over HTTP/1.1 (server.h, m0_conn_park). */
+ * stream's queue is empty, as over HTTP/1.1 (server.h, m0_exchange_park). */
 enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2 };
 
 typedef struct m0_h2 {
@@ -119,14 +119,14 @@ struct m0_h2_stream {
                     * handler's turn (h2->busy), so the connection's other streams are dispatched */
     char *out;
     size_t out_len, out_pos, out_cap;
-    int out_done;      /* m0_conn_finish */
-    int cut;           /* ... of a response the handler could not finish (m0_conn_cut): the data
+    int out_done;      /* m0_exchange_finish */
+    int cut;           /* ... of a response the handler could not finish (m0_exchange_cut): the data
                         * provider resets the stream (INTERNAL_ERROR) after the queued bytes */
     int deferred;      /* the data provider ran out: resume it on more output */
     int want_writable; /* the handler waits for M0_CONN_WRITABLE: H2_WAKE_* */
     int64_t resp_length;
     uint64_t sent;
-    /* Trailers (m0_conn_write_trailers): their bytes and fields, sent by the
+    /* Trailers (m0_exchange_write_trailers): their bytes and fields, sent by the
      * data provider after the last DATA frame. */
     char *trl;
     size_t trl_len, trl_cap;
@@ -307,7 +307,7 @@ void m0__h2_stream_window(m0_h2_stream *s);
 /* A response the stream answers itself (431, 413): status only. */
 void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
 /* Loop thread: the response bytes of s's stream connection c, as
- * m0_conn_writev takes them: head (NULL: none) submitted, the body bytes
+ * m0_exchange_writev takes them: head (NULL: none) submitted, the body bytes
  * after its text into s->out; no nghttp2 call that sends (safe under
  * srv->h2_lock). 0, -EPIPE, -ENOMEM, or -EPROTO (a head HTTP/2 cannot
  * carry, body bytes before the final head: the caller resets). */

@@ -1,5 +1,5 @@
 /* HTTP/2 streams owned by another thread (cfg.http2_pool: the WSGI blocking
- * pool). The handler detaches a stream connection (m0_conn_detach) and a
+ * pool). The handler detaches a stream connection (m0_exchange_detach) and a
  * pool thread runs its request; the session, nghttp2 and the stream's
  * queues stay the loop's. What crosses threads, under srv->h2_lock:
  *
@@ -13,7 +13,7 @@
  *    an iterator's write (M0_WRITE_PARK) waits while the client keeps
  *    reading (M0_H2P_STALL_MS without progress, M0_H2P_FLUSH_MS in all) and
  *    returns with the rest queued: the bridge then sets the response aside
- *    (m0_conn_set_aside), the loop parks it, and M0_CONN_WRITABLE hands it
+ *    (m0_exchange_set_aside), the loop parks it, and M0_CONN_WRITABLE hands it
  *    to a free thread once the stream's queue is below the low-water mark.
  *    Flow control is the client's: the data provider takes from the queue
  *    what the windows allow, and signals h2_cond as it does.

@@ -146,7 +146,7 @@ void m0__h2_stream_end(m0_h2_stream *s)
             m0__static_event(sc, M0_CONN_CLOSED); /* a file's response, not the handler's */
         else if (srv->handler.on_event != NULL) {
             m0__app_enter(srv);
-            srv->handler.on_event(srv->handler_ctx, sc, M0_CONN_CLOSED);
+            srv->handler.on_event(srv->handler_ctx, &sc->x, M0_CONN_CLOSED);
             m0__app_leave(srv);
         }
         sc->refs--;
@@ -693,7 +693,7 @@ void m0__h2s_park(m0_conn *c)
 /* keep_alive is not the stream's: 0 may be graceful (the app's Connection:
  * close, --max-requests, a drain), and the stream then ends as any other; the
  * session's GOAWAY is the connection's business. A response the handler
- * could not finish says so with m0_conn_cut, and its stream is reset. */
+ * could not finish says so with m0_exchange_cut, and its stream is reset. */
 void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
 {
     (void)keep_alive;

@@ -1,6 +1,7 @@
 /* HTTP/2's deadlines on the connection's one timer (contract in h2.h and
- * h2_int.h): the streams' head and body deadlines, and the streams held back
- * by the bound on app calls in flight. */
+ * h2_int.h): the streams' head and body deadlines, the streams held back by
+ * the bound on app calls in flight, and the drain's GOAWAY that follows its
+ * shutdown notice. */
 #include "h2_int.h"
 
 /* --- the connection's timer ---
@@ -119,4 +120,53 @@ void m0__h2_timer(m0_conn *c)
     }
     if (next != 0)
         m0__h2_timer_at(h2, next);
+}
+
+/* --- the drain: the shutdown notice, then, on the timer, the GOAWAY
+ * naming the last stream (RFC 9113 6.8) --- */
+
+void m0__h2_drain(m0_conn *c)
+{
+    m0_h2 *h2 = c->h2;
+    if (h2 == NULL || h2->goaway || h2->drain_first)
+        return;
+    if (nghttp2_session_get_last_proc_stream_id(h2->ses) == 0) {
+        /* Accepted, its first request not here yet: answered, as an HTTP/1.1
+         * connection in that state is (m0_server_drain), so that recycling a
+         * worker loses no request. The client is told a GOAWAY is coming (the
+         * shutdown notice); the GOAWAY naming the last stream follows the
+         * first request's dispatch (h2_dispatch), and the keep-alive timeout
+         * bounds a client that sends none. */
+        h2->drain_first = 1;
+        if (!h2->notice) {
+            h2->notice = 1;
+            nghttp2_submit_shutdown_notice(h2->ses);
+        }
+        m0__h2_after(h2);
+        return;
+    }
+    if (!h2->notice) {
+        /* RFC 9113 6.8: the shutdown notice first (a GOAWAY naming the
+         * largest stream id), the GOAWAY naming the last stream a while
+         * after (m0__h2_timer): a stream the client opened before it read
+         * the notice is on its way, and is served rather than refused. */
+        h2->notice = 1;
+        nghttp2_submit_shutdown_notice(h2->ses);
+        h2->drain_at_ms = m0_loop_now(c->srv->loop) + H2_DRAIN_NOTICE_MS;
+        m0__h2_timer_at(h2, h2->drain_at_ms);
+        m0__h2_after(h2);
+        return;
+    }
+    m0__h2_goaway_last(h2);
+}
+
+void m0__h2_goaway_last(m0_h2 *h2)
+{
+    h2->goaway = 1;
+    h2->drain_at_ms = 0;
+    /* The streams accepted so far are answered; the last id tells the client
+     * which ones (RFC 9113 6.8). */
+    nghttp2_submit_goaway(h2->ses, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h2->ses),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+    m0__h2_after(h2);
 }

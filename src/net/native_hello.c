@@ -41,19 +41,19 @@ static char *put(char *p, const char *s, size_t n)
     return p + n;
 }
 
-static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int hello_on_request(void *ctx, m0_exchange *x, const m0_request *req)
 {
     const m0_native_hello *h = ctx;
     int keep = 1;
     if ((req->flags & M0_REQ_CHUNKED) || req->content_length > 0) {
         char sink[16384];
         ssize_t n;
-        while ((n = m0_conn_body_read(c, sink, sizeof(sink), 1)) > 0) {
+        while ((n = m0_exchange_body_read(x, sink, sizeof(sink), 1)) > 0) {
         }
         if (n < 0)
             keep = 0;
     }
-    keep = keep && m0_conn_keep_alive(c);
+    keep = keep && m0_exchange_keep_alive(x);
     char out[256];
     char *p = out;
     p = put(p, LIT(HELLO_STATUS));
@@ -74,9 +74,9 @@ static int hello_on_request(void *ctx, m0_conn *c, const m0_request *req)
         body = 13;
     }
     struct iovec iov = {out, (size_t)(p - out)};
-    if (m0_conn_writev(c, &head, &iov, 1, 0) < 0)
+    if (m0_exchange_writev(x, &head, &iov, 1, 0) < 0)
         keep = 0;
-    m0_conn_finish(c, keep, 200, body);
+    m0_exchange_finish(x, keep, 200, body);
     return 0;
 }
 

@@ -166,23 +166,27 @@ void m0__proxy_headers_resolve(m0_conn *c)
 
 /* --- accessors --- */
 
-const char *m0_conn_client_host(const m0_conn *c)
+const char *m0_exchange_client_host(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->x.fwd_client ? c->x.fwd_client_host : c->addr.peer_host;
 }
 
-int m0_conn_client_port(const m0_conn *c)
+int m0_exchange_client_port(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->x.fwd_client ? c->x.fwd_client_port : c->addr.peer_port;
 }
 
-int m0_conn_forwarded_scheme(const m0_conn *c)
+int m0_exchange_forwarded_scheme(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->x.fwd_scheme;
 }
 
-int m0_conn_forwarded_host(const m0_conn *c, m0_span *authority, m0_span *host, int *port)
+int m0_exchange_forwarded_host(const m0_exchange *x, m0_span *authority, m0_span *host, int *port)
 {
+    const m0_conn *c = m0__xconn_c(x);
     if (c->x.fwd_hostname_len == 0)
         return 0;
     *authority = (m0_span){c->x.fwd_authority, c->x.fwd_authority_len};

@@ -281,7 +281,7 @@ static void server_drain(m0_server *srv, int take_queue)
         m0__listeners_shutdown(srv); /* out of the SO_REUSEPORT group: new connections go to the others */
     /* A keep-alive client may be sending its next request at this very
      * moment: closing its connection now would lose that request. So from
-     * now on every response says "Connection: close" (m0_conn_keep_alive
+     * now on every response says "Connection: close" (m0_exchange_keep_alive
      * answers 0) and its connection closes after it (lingering when input
      * follows), and a connection idle now is closed only once it has been
      * quiet for M0_DRAIN_QUIET_MS (its next request, when it comes first,
@@ -363,7 +363,7 @@ void m0_server_abort(m0_server *srv)
         m0_conn *next = c->next;
         if (c->x.detached) {
             if (!c->x.abort_after) {
-                /* atomic: the owner reads it in m0_conn_complete */
+                /* atomic: the owner reads it in m0_exchange_complete */
                 __atomic_store_n(&c->x.abort_after, 1, __ATOMIC_RELAXED);
                 shutdown(c->io.fd, SHUT_RDWR);
             }

@@ -4,27 +4,27 @@
  * A connection owns its read buffer (the parsed request's spans point into
  * it) and its write buffer. It dispatches one request at a time to the
  * handler and answers pipelined requests in order: the next buffered request
- * is parsed only after m0_conn_finish() for the current one.
+ * is parsed only after m0_exchange_finish() for the current one.
  *
  * Handlers: a synchronous handler (native hello, WSGI inline) calls
- * m0_conn_finish() before on_request returns 0. An asynchronous handler (ASGI)
- * returns 1 and calls m0_conn_finish() later, from any callback of the same
+ * m0_exchange_finish() before on_request returns 0. An asynchronous handler (ASGI)
+ * returns 1 and calls m0_exchange_finish() later, from any callback of the same
  * thread; it is told about body data, write space and disconnects through
  * on_event. The net layer never frees a connection while a handler callback
  * for it is on the stack, and after on_event(M0_CONN_CLOSED) returns the
- * handler must not touch the m0_conn again.
+ * handler must not touch the m0_exchange again.
  *
  * Hand-off to another thread (the WSGI blocking pool): inside on_request the
- * handler calls m0_conn_detach() and returns 1. From then on the connection
+ * handler calls m0_exchange_detach() and returns 1. From then on the connection
  * belongs to the other thread, which may call only the blocking I/O functions
- * below (body_read, writev, sendfile with blocking = 1), m0_conn_keep_alive,
- * the address accessors and finally m0_conn_complete(); the loop does not
+ * below (body_read, writev, sendfile with blocking = 1), m0_exchange_keep_alive,
+ * the address accessors and finally m0_exchange_complete(); the loop does not
  * read, write, time out or free it meanwhile (an abort shuts its socket down
  * so that the owner's I/O fails at once, and closes it when it comes back).
  *
  * Request bodies up to cfg.body_buffer_size are read by the loop before
  * on_request is called, so a slow uploader holds only its own connection;
- * larger bodies are streamed through m0_conn_body_read.
+ * larger bodies are streamed through m0_exchange_body_read.
  *
  * Error convention: 0 or a count on success, -errno on failure.
  * No Python.h here.
@@ -44,7 +44,7 @@
 #include "proxy.h"
 
 typedef struct m0_server m0_server;
-typedef struct m0_conn m0_conn;
+typedef struct m0_exchange m0_exchange;
 typedef struct m0_call m0_call;
 
 enum {
@@ -56,12 +56,12 @@ enum {
 
 typedef struct {
     /* A complete request head was parsed. req and every span in it stay valid
-     * until m0_conn_finish(). Return 0 when the response is complete (the
-     * handler called m0_conn_finish), 1 when it will be finished later, -1 to
+     * until m0_exchange_finish(). Return 0 when the response is complete (the
+     * handler called m0_exchange_finish), 1 when it will be finished later, -1 to
      * abort the connection without a response. */
-    int (*on_request)(void *ctx, m0_conn *c, const m0_request *req);
+    int (*on_request)(void *ctx, m0_exchange *x, const m0_request *req);
     /* Asynchronous handlers only (may be NULL for synchronous ones). */
-    void (*on_event)(void *ctx, m0_conn *c, int what);
+    void (*on_event)(void *ctx, m0_exchange *x, int what);
     /* Optional (NULL: output is sent as it comes). Called outside the loop's
      * passes when the engine holds back the final bytes of responses to send
      * them together (HTTP/2: the streams of one connection in one write);
@@ -129,7 +129,8 @@ typedef struct {
     int http2;
     int http2_concurrent; /* the handler runs a connection's streams at once (ASGI) */
     int http2_websocket;  /* the handler serves WebSockets: extended CONNECT offered (RFC 8441) */
-    int http2_pool; /* the handler hands each stream to another thread (m0_conn_detach: the WSGI pool), all at once */
+    int http2_pool; /* the handler hands each stream to another thread (m0_exchange_detach: the WSGI pool), all at once
+                     */
     uint32_t http2_max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
     uint32_t http2_max_resets;             /* RST_STREAM frames a second before GOAWAY ENHANCE_YOUR_CALM, 0: no limit */
     /* NULL: none; else the static files the loop serves itself under their
@@ -214,50 +215,50 @@ void m0_server_share_inflight(m0_server *srv, uint32_t *counter);
  * ASGI task whose HTTP/2 stream the client reset). Such calls still count
  * against the HTTP/2 connection's bound on work in flight (twice its stream
  * limit): a handler that lets an app run past M0_CONN_CLOSED holds the call
- * from the request's dispatch (m0_conn_call_hold) until the app returns
+ * from the request's dispatch (m0_exchange_call_hold) until the app returns
  * (m0_call_release). NULL (nothing to release) for a request on an HTTP/1.1
  * connection, which serves one request at a time. Loop thread; a call may
  * be released after its connection and its server are gone. */
-m0_call *m0_conn_call_hold(m0_conn *c);
+m0_call *m0_exchange_call_hold(m0_exchange *x);
 void m0_call_release(m0_call *call);
 
 /* --- per connection, for handlers --- */
 
-void *m0_conn_data(const m0_conn *c);
+void *m0_exchange_data(const m0_exchange *x);
 /* The pending request (valid until it is finished). */
-const m0_request *m0_conn_request(const m0_conn *c);
-void m0_conn_set_data(m0_conn *c, void *data);
-m0_server *m0_conn_server(const m0_conn *c);
+const m0_request *m0_exchange_request(const m0_exchange *x);
+void m0_exchange_set_data(m0_exchange *x, void *data);
+m0_server *m0_exchange_server(const m0_exchange *x);
 
 /* The connection's TLS session (net/tls.h), NULL when it is plaintext. */
-struct m0_tls_conn *m0_conn_tls(const m0_conn *c);
+struct m0_tls_conn *m0_exchange_tls(const m0_exchange *x);
 
 /* The local address, looked up on first use and cached. Host is numeric
  * ("127.0.0.1", "::1"); for a Unix socket host is "" and port 0. */
-const char *m0_conn_local_host(const m0_conn *c);
-int m0_conn_local_port(const m0_conn *c);
+const char *m0_exchange_local_host(const m0_exchange *x);
+int m0_exchange_local_port(const m0_exchange *x);
 
 /* The client as a trusted proxy describes it (X-Forwarded-For, Forwarded,
  * or the PROXY protocol), else the peer: same forms as the peer accessors.
  * A hop that did not tell its address ("unknown", "_obfuscated") is given as
  * sent, with port 0. Valid until the request is finished. */
-const char *m0_conn_client_host(const m0_conn *c);
-int m0_conn_client_port(const m0_conn *c);
+const char *m0_exchange_client_host(const m0_exchange *x);
+int m0_exchange_client_port(const m0_exchange *x);
 /* The scheme a trusted proxy forwarded for the pending request:
  * M0_SCHEME_HTTP, M0_SCHEME_HTTPS, or M0_SCHEME_NONE (the server's own). */
-int m0_conn_forwarded_scheme(const m0_conn *c);
+int m0_exchange_forwarded_scheme(const m0_exchange *x);
 /* The host a trusted proxy forwarded (X-Forwarded-Host/-Port, Forwarded
  * host=; only with M0_FWD_HOST): 1 with *authority (host[:port]), *host (its
  * host part; an IPv6 literal keeps its brackets) and *port (explicit, else
  * the forwarded scheme's default, else -1); 0 when none. */
-int m0_conn_forwarded_host(const m0_conn *c, m0_span *authority, m0_span *host, int *port);
+int m0_exchange_forwarded_host(const m0_exchange *x, m0_span *authority, m0_span *host, int *port);
 
 /* Whether the connection stays open after this response, as the net layer
  * decides it (request's keep-alive, the per-connection cap, draining, a
  * peer that finished sending and has no further request buffered). The
  * handler writes "Connection: close" in its head when this is 0, and may
- * always choose to close by passing keep_alive = 0 to m0_conn_finish. */
-int m0_conn_keep_alive(const m0_conn *c);
+ * always choose to close by passing keep_alive = 0 to m0_exchange_finish. */
+int m0_exchange_keep_alive(const m0_exchange *x);
 
 /* Read decoded request body bytes (Content-Length and chunked framing are
  * handled here). The first call sends "HTTP/1.1 100 Continue" when the
@@ -269,7 +270,7 @@ int m0_conn_keep_alive(const m0_conn *c);
  * -EAGAIN (non-blocking and nothing buffered: the socket is re-armed and
  * on_event(M0_CONN_BODY) follows). Bytes not yet read stay in the kernel
  * beyond one read buffer: that is the read backpressure. */
-ssize_t m0_conn_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
+ssize_t m0_exchange_body_read(m0_exchange *x, char *dst, size_t cap, int blocking);
 
 /* How a write or a sendfile may wait for the peer (their `blocking`
  * argument). A thread that returns from a write with bytes still queued is
@@ -292,8 +293,8 @@ enum {
      * M0_WRITE_STALL_MS, conn_write.c), and while more than 16 MiB is
      * queued; then return with the rest queued. The caller must not run the
      * app before the queue drained: it ends the response (the loop sends the
-     * rest), or sets it aside when m0_conn_write_pending() is not 0
-     * (m0_conn_park, m0_conn_set_aside), to be resumed at M0_CONN_WRITABLE. */
+     * rest), or sets it aside when m0_exchange_write_pending() is not 0
+     * (m0_exchange_park, m0_exchange_set_aside), to be resumed at M0_CONN_WRITABLE. */
     M0_WRITE_PARK = 2,
 };
 
@@ -306,20 +307,21 @@ enum {
  * socket takes at once, the rest copied into the connection's write
  * buffer, then waiting as `blocking` (M0_WRITE_*) says. 0, or -EPIPE,
  * -ECONNRESET, -ETIMEDOUT, -ENOMEM. Non-blocking (loop thread only):
- * m0_conn_write_pending() says how much is queued (backpressure: wait for
+ * m0_exchange_write_pending() says how much is queued (backpressure: wait for
  * M0_CONN_WRITABLE). */
-int m0_conn_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0_exchange_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* A streamed chunk written on the loop's thread (ASGI; non-blocking): never
- * held for the pass's end, as m0_conn_writev's are while the pass dispatches.
+ * held for the pass's end, as m0_exchange_writev's are while the pass dispatches.
  * An app may block the thread before it yields again (an eager task runs
  * inside the pass, Python 3.12+), and only what ends a response may wait. */
-int m0_conn_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0_exchange_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt);
 /* The same for the last bytes of a response. On a thread that owns a
  * detached connection, small final bytes are left queued for the loop to send
  * when it takes the completion back (with the other completions of its pass);
- * the caller must complete the connection (m0_conn_complete) without waiting
- * on anything else. Otherwise as m0_conn_writev. */
-int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+ * the caller must complete the connection (m0_exchange_complete) without waiting
+ * on anything else. Otherwise as m0_exchange_writev. */
+int m0_exchange_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                             int blocking);
 /* sendfile(2) count bytes of fd from offset, after the queued output.
  * M0_WRITE_SENT: returns once count bytes are sent or at end of file
  * (fewer), or -errno (the same deadline as writev). M0_WRITE_NOWAIT and
@@ -328,14 +330,14 @@ int m0_conn_writev_final(m0_conn *c, const m0_response_head *head, const struct 
  * it took none (queued output first, or a full socket); the caller then
  * parks or sets aside the response, or (the loop's thread) waits for
  * M0_CONN_WRITABLE. */
-ssize_t m0_conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
-size_t m0_conn_write_pending(const m0_conn *c);
+ssize_t m0_exchange_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking);
+size_t m0_exchange_write_pending(const m0_exchange *x);
 /* The end of a response with trailers (a head of status 0, http/
  * response_head.h): its text is the last chunk and the trailer section as
  * HTTP/1.1 frames them ("0\r\n", "name: value\r\n" lines, "\r\n"), written
- * as m0_conn_writev (non-blocking) does; on an HTTP/2 stream its fields
+ * as m0_exchange_writev (non-blocking) does; on an HTTP/2 stream its fields
  * become a HEADERS frame that ends the stream (net/h2.h). */
-int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers);
+int m0_exchange_write_trailers(m0_exchange *x, const m0_response_head *trailers);
 /* The write buffer mark above which an async handler should wait. */
 #define M0_WRITE_HIGH_WATER (256 * 1024)
 
@@ -343,13 +345,13 @@ int m0_conn_write_trailers(m0_conn *c, const m0_response_head *trailers);
  * once the write buffer is flushed (a short response, an error after the
  * head). status and body_bytes feed the access log. Then the next pipelined
  * request is dispatched. */
-void m0_conn_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
+void m0_exchange_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes);
 /* The response the handler finishes next is incomplete (the app failed after
- * its head): called before m0_conn_finish or m0_conn_complete, by the thread
+ * its head): called before m0_exchange_finish or m0_exchange_complete, by the thread
  * that owns c. keep_alive = 0 alone may be graceful (the app's "Connection:
  * close"); a cut is not: HTTP/1.1 closes the connection, an HTTP/2 stream is
  * reset with INTERNAL_ERROR after the bytes written before (RFC 9113 8.1). */
-void m0_conn_cut(m0_conn *c);
+void m0_exchange_cut(m0_exchange *x);
 
 /* The handler's response waits for the peer to read (a write left bytes
  * queued, or a sendfile found the socket full): the request stays pending,
@@ -358,37 +360,37 @@ void m0_conn_cut(m0_conn *c);
  * the handler then runs the app, and nothing may stay queued meanwhile), and
  * a peer that reads nothing for the send timeout has its connection closed
  * (M0_CONN_CLOSED). */
-void m0_conn_park(m0_conn *c);
+void m0_exchange_park(m0_exchange *x);
 
 /* Hand the pending request to another thread (see the top of this file).
  * Loop thread, inside on_request, which then returns 1. */
-void m0_conn_detach(m0_conn *c);
-/* The owning thread's m0_conn_finish: thread-safe; the loop's thread
+void m0_exchange_detach(m0_exchange *x);
+/* The owning thread's m0_exchange_finish: thread-safe; the loop's thread
  * finishes the response (flushes what is queued, keep-alive, the next
  * pipelined request) at its next pass. The caller must not touch c after. */
-void m0_conn_complete(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
-/* The owning thread's m0_conn_park: its response waits for the peer (bytes
+void m0_exchange_complete(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes);
+/* The owning thread's m0_exchange_park: its response waits for the peer (bytes
  * queued, or a full socket), so the thread goes back to work. The
  * loop takes the connection back unfinished and parks it; once the peer
  * drained the queue the handler gets M0_CONN_WRITABLE on the loop's thread,
- * and may hand the connection to a thread again (m0_conn_detach); a close
+ * and may hand the connection to a thread again (m0_exchange_detach); a close
  * meanwhile gives it M0_CONN_CLOSED there. The caller must not touch c after. */
-void m0_conn_set_aside(m0_conn *c);
+void m0_exchange_set_aside(m0_exchange *x);
 /* Loop thread, inside on_event(M0_CONN_CLOSED) for a connection whose
  * handler state needs another thread to be released (a set-aside response
  * of the pool): c stays allocated, owned by that thread, which hands it back
- * with m0_conn_complete (the loop then frees it). */
-void m0_conn_hand_closed(m0_conn *c);
+ * with m0_exchange_complete (the loop then frees it). */
+void m0_exchange_hand_closed(m0_exchange *x);
 /* Whether c was closed (the peer went away, or the server aborted it). */
-int m0_conn_closed(const m0_conn *c);
+int m0_exchange_closed(const m0_exchange *x);
 
 /* After a 101 response: the connection becomes a raw byte stream.
- * m0_conn_body_read then returns raw bytes until EOF; no more requests are
+ * m0_exchange_body_read then returns raw bytes until EOF; no more requests are
  * parsed. */
-void m0_conn_upgrade(m0_conn *c);
+void m0_exchange_upgrade(m0_exchange *x);
 
 /* Close now, without finishing (the handler gets no M0_CONN_CLOSED for a
  * close it asked for). */
-void m0_conn_abort(m0_conn *c);
+void m0_exchange_abort(m0_exchange *x);
 
 #endif

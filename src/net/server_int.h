@@ -5,6 +5,7 @@
 #define M0_NET_SERVER_INT_H
 
 #include <netinet/in.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -28,6 +29,11 @@
  * milliseconds of the last response, which is then answered with a close. */
 #define M0_DRAIN_QUIET_MS 1000
 #define M0_CONN_FREELIST_MAX 64
+
+/* The transport a request and its response travel on: HTTP/1.1's socket,
+ * or the stand-in an HTTP/2 stream carries (h2_int.h). Handlers never see it:
+ * they are given the exchange embedded in it (server.h). */
+typedef struct m0_conn m0_conn;
 
 /* Where a connection is in its requests (c->state). */
 typedef enum m0_conn_state {
@@ -81,7 +87,7 @@ enum {
     M0_CF_RDHUP = 1u << 4,           /* EPOLLRDHUP seen while unread input fills the read buffer (peer_eof
                                       * follows): RDHUP is no longer watched; never cleared */
     M0_CF_WRITABLE_WANTED = 1u << 5, /* notify M0_CONN_WRITABLE below the low-water mark: set by a write or
-                                      * sendfile that queued without blocking and by m0_conn_park, cleared by
+                                      * sendfile that queued without blocking and by m0_exchange_park, cleared by
                                       * m0__conn_flush as it notifies and by a lingering close */
     M0_CF_OUT_BLOCKED = 1u << 6,     /* pipelined requests wait, too many responses unsent: set by
                                       * m0__conn_process, cleared by m0__conn_flush below the low-water mark */
@@ -93,7 +99,7 @@ enum {
                                       * cleared by the timer, dispatch and close) */
     M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
     M0_CF_DRAIN_WANTED = 1u << 11,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
-                                      * m0_conn_park, cleared with WRITABLE_WANTED) */
+                                      * m0_exchange_park, cleared with WRITABLE_WANTED) */
 };
 
 typedef struct m0_listener {
@@ -106,8 +112,8 @@ typedef struct m0_listener {
 /* A connection. Its fields are grouped by owner.
  *
  * The thread rule, once for every group: "the owner" of a connection is the
- * loop thread, or, from m0_conn_detach until the loop takes the connection
- * back (m0_conn_complete, m0_conn_set_aside, m0_conn_hand_closed), the thread
+ * loop thread, or, from m0_exchange_detach until the loop takes the connection
+ * back (m0_exchange_complete, m0_exchange_set_aside, m0_exchange_hand_closed), the thread
  * running its request (a pool thread). The owner alone reads and writes the
  * input, body and output groups and the handler's data; meanwhile the loop
  * thread reads none of them (conn_io_cb, m0__conn_interest and the timer
@@ -121,7 +127,7 @@ typedef struct m0_listener {
  * connection's): one request and its response. The transport carries it
  * (m0__exchange_ops, conn_int.h); the connection holds the transport's
  * state around it. */
-typedef struct m0_exchange {
+struct m0_exchange {
     uint32_t nreq;     /* requests dispatched: loop, at dispatch; the owner reads it */
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched (loop) */
     /* --- the request: while one is pending, [in.rpos, in.rpos + head_len)
@@ -135,25 +141,25 @@ typedef struct m0_exchange {
     /* --- hand-off: the fields both threads touch while a thread owns the
      * connection (conn_handoff.c), each a field of its own, not a bit of
      * `flags` (two threads writing bits of one word race) --- */
-    int detached;    /* owned by another thread: set by m0_conn_detach, cleared when the loop takes it back;
+    int detached;    /* owned by another thread: set by m0_exchange_detach, cleared when the loop takes it back;
                       * read by both threads meanwhile */
     int abort_after; /* the server aborted while detached: close once it comes back. Set by
-                      * m0_server_abort (loop) while the owner may read it (m0_conn_complete): atomic */
+                      * m0_server_abort (loop) while the owner may read it (m0_exchange_complete): atomic */
     int pending;     /* a request is dispatched and not finished: set at dispatch, cleared by finish,
                       * close and the hand-back of an aborted one (loop); read by the loop after the
                       * hand-off and by the owner (m0__conn_log_head) */
     int pool_held;   /* the owner left the response's last bytes queued for the loop to send
-                      * (m0_conn_writev_final): set by the owner, cleared by the loop when it takes the
+                      * (m0_exchange_writev_final): set by the owner, cleared by the loop when it takes the
                       * connection back */
-    /* m0_conn_complete's arguments, carried to the loop thread: done_* are
+    /* m0_exchange_complete's arguments, carried to the loop thread: done_* are
      * written by the owner before it takes done_lock, read by the loop after */
     m0_conn *done_next; /* the server's done list (under done_lock) */
     int muted;          /* the loop stopped watching it while it was away: wake the loop when it comes
                          * back. Set by the loop, cleared when it takes it back; read by the owner (all
                          * under done_lock) */
     int done_keep;
-    int done_parked; /* m0_conn_set_aside: taken back unfinished, and parked */
-    int done_closed; /* m0_conn_hand_closed: closed while away; the loop drops its reference when it comes back */
+    int done_parked; /* m0_exchange_set_aside: taken back unfinished, and parked */
+    int done_closed; /* m0_exchange_hand_closed: closed while away; the loop drops its reference when it comes back */
     int done_status;
     uint64_t done_bytes;
     uint64_t done_ns; /* monotonic ns of the completion (the response's end), 0: not taken */
@@ -177,7 +183,7 @@ typedef struct m0_exchange {
     /* --- the response's state: the owner's --- */
     int resp_started; /* response bytes of the pending request were written: cleared at dispatch
                        * (loop), set by the owner's writes */
-    int resp_cut;     /* the pending request's response is incomplete (m0_conn_cut): cleared at
+    int resp_cut;     /* the pending request's response is incomplete (m0_exchange_cut): cleared at
                        * dispatch (loop), set by the owner before it finishes */
 
     /* --- proxy (proxy.c): the client as a trusted proxy describes it, per
@@ -193,7 +199,7 @@ typedef struct m0_exchange {
 
     /* --- an HTTP/2 stream connection's: its app call, counted against its
      * HTTP/2 connection until this one is destroyed and every holder let go
-     * (m0_conn_call_hold); once orphaned (h2_pool.c), its request's fields
+     * (m0_exchange_call_hold); once orphaned (h2_pool.c), its request's fields
      * and header array, taken from the stream that ended, freed with it --- */
     m0_call *h2_call;
     char *h2_fields;
@@ -202,12 +208,16 @@ typedef struct m0_exchange {
      * on the peer (the loop thread's; NULL otherwise): its events go to
      * m0__static_event, not to the handler. */
     struct m0_static_send *static_send;
-} m0_exchange;
+};
 
 struct m0_conn {
+    /* The exchange first: a handler's m0_exchange * and the connection it is
+     * embedded in are one address (m0__xconn), so that no call of server.h
+     * pays for the conversion. */
+    m0_exchange x;
     /* --- lifetime and state: the loop thread's --- */
     m0_io io;       /* loop (the registration stays as it was while detached) */
-    m0_timer timer; /* loop: stopped by m0_conn_detach */
+    m0_timer timer; /* loop: stopped by m0_exchange_detach */
     m0_server *srv; /* set at accept; read by every thread */
     m0_conn *prev;  /* loop: the server's list of connections */
     m0_conn *next;
@@ -219,8 +229,7 @@ struct m0_conn {
     uint64_t deadline_ms;     /* loop; lazy: the timer may fire earlier and re-arm */
     /* The transport that carries the connection's exchanges (conn_int.h):
      * HTTP/1.1's, or an HTTP/2 stream's for a stream connection. */
-    const struct m0__exchange_ops *xops;
-    m0_exchange x;
+    const struct m0__exchange_ops *xops; /* for x, above */
 
     /* --- input: the owner's (m0__conn_fill, conn_read.c; a blocking body
      * read on the owning thread reads the socket too) ---
@@ -247,8 +256,8 @@ struct m0_conn {
      *  - the loop thread while the connection is attached: the loop's own
      *    writes and those of a view it runs (inline), the EPOLLOUT flush
      *    (m0__conn_flush) and the pass-end flush of held output;
-     *  - from m0_conn_detach (which sends held output first) until the loop
-     *    takes the connection back (m0_conn_complete, m0_conn_set_aside),
+     *  - from m0_exchange_detach (which sends held output first) until the loop
+     *    takes the connection back (m0_exchange_complete, m0_exchange_set_aside),
      *    the thread that owns the request: its writes, its waits for input
      *    (m0__conn_wait sends while it waits) and its final bytes left for
      *    the loop (pool_held), which the loop sends once it has it back.
@@ -272,7 +281,7 @@ struct m0_conn {
                                     * (re)started, -1 unknown: less at its expiry means the peer reads */
         uint64_t send_settle_ms;   /* loop ms at which send_outq is taken again (0: taken): see m0__conn_arm */
         int held;                  /* in the server's held list: output waits for the pass's end. Set and
-                                    * cleared by the loop thread (0 from m0_conn_detach until the connection
+                                    * cleared by the loop thread (0 from m0_exchange_detach until the connection
                                     * is back); the owner reads it */
         m0_conn *held_prev;        /* loop */
         m0_conn *held_next;
@@ -318,6 +327,17 @@ struct m0_conn {
     struct m0_h2 *h2;
     struct m0_h2_stream *h2s;
 };
+
+/* The connection an exchange is embedded in (every exchange is one's c->x). */
+static inline m0_conn *m0__xconn(m0_exchange *x)
+{
+    return (m0_conn *)((char *)x - offsetof(m0_conn, x));
+}
+
+static inline const m0_conn *m0__xconn_c(const m0_exchange *x)
+{
+    return (const m0_conn *)((const char *)x - offsetof(m0_conn, x));
+}
 
 struct m0_server {
     m0_loop *loop;

@@ -7,11 +7,11 @@
  * The body leaves through the connection's own calls (server.h): a small
  * file is read and written with its head in one write (held for the
  * pass's end with the other responses of the batch); a larger one goes by
- * m0_conn_sendfile, without waiting: sendfile(2) on plaintext HTTP/1.1,
+ * m0_exchange_sendfile, without waiting: sendfile(2) on plaintext HTTP/1.1,
  * reads into SSL_write over TLS (conn_io.c), DATA frames read from the file
  * at most M0_WRITE_HIGH_WATER ahead of the client over HTTP/2
  * (m0__h2s_sendfile). When the peer does not take more, the response is
- * parked (m0_conn_park) and goes on at M0_CONN_WRITABLE: a slow reader
+ * parked (m0_exchange_park) and goes on at M0_CONN_WRITABLE: a slow reader
  * holds a file descriptor and this small state, no thread and no buffer.
  *
  * The file comes from the loop's open files (static_cache.c: kept open
@@ -118,13 +118,13 @@ static void finish(m0_conn *c, int keep, int status, uint64_t body_bytes)
             m0_metrics_add(m, M0_MET_STATIC + status / 100 - 2, 1);
         m0_metrics_add(m, M0_MET_STATIC_BYTES, (int64_t)body_bytes);
     }
-    m0_conn_finish(c, keep, status, body_bytes);
+    m0_exchange_finish(&c->x, keep, status, body_bytes);
 }
 
 /* allow: the Allow field's value (a 405), or NULL. */
 static void answer_short(m0_conn *c, int status, const char *allow)
 {
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(&c->x);
     char buf[512];
     m0_field_span f[HEAD_FIELDS];
     m0_head_out b;
@@ -146,7 +146,7 @@ static void answer_short(m0_conn *c, int status, const char *allow)
         sent = blen;
     }
     struct iovec iov = {buf, b.len};
-    if (b.full || m0_conn_writev(c, &head, &iov, 1, M0_WRITE_NOWAIT) < 0)
+    if (b.full || m0_exchange_writev(&c->x, &head, &iov, 1, M0_WRITE_NOWAIT) < 0)
         keep = 0;
     finish(c, keep, status, b.full ? 0 : sent);
 }
@@ -180,7 +180,7 @@ static void send_cut(m0_conn *c, int fd, m0_static_file *f, int status, uint64_t
 {
     send_free(c);
     file_done(fd, f);
-    m0_conn_cut(c);
+    m0_exchange_cut(&c->x);
     finish(c, 0, status, sent);
 }
 
@@ -191,7 +191,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
     int held = c->x.static_send == s;
     while (s->left > 0) {
         size_t count = s->left > (uint64_t)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)s->left;
-        ssize_t n = m0_conn_sendfile(c, s->fd, s->off, count, M0_WRITE_NOWAIT);
+        ssize_t n = m0_exchange_sendfile(&c->x, s->fd, s->off, count, M0_WRITE_NOWAIT);
         if (held && c->x.static_send != s)
             return 1; /* the connection closed in the call (an HTTP/2 session's write failed): s went with it */
         if (n > 0) {
@@ -209,7 +209,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
                 *held = *s;
                 c->x.static_send = held;
             }
-            m0_conn_park(c);
+            m0_exchange_park(&c->x);
             return 0;
         }
         /* 0: the file ended before its promised length (truncated while
@@ -226,7 +226,7 @@ static int send_pump(m0_conn *c, m0_static_send *s)
     uint64_t total = s->total;
     send_free(c);
     file_done(fd, f);
-    finish(c, keep && m0_conn_keep_alive(c), status, total);
+    finish(c, keep && m0_exchange_keep_alive(&c->x), status, total);
     return 1;
 }
 
@@ -472,7 +472,7 @@ int m0__static_serve(m0_conn *c)
     }
 
     /* the head */
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(&c->x);
     char buf[1024 + SMALL_FILE];
     m0_field_span f[HEAD_FIELDS];
     m0_head_out b;
@@ -488,7 +488,7 @@ int m0__static_serve(m0_conn *c)
         m0_head_out_raw(&b, "\r\n", 2);
         m0_head_out_view(&b, 416, 0, &rh);
         struct iovec iov = {buf, b.len};
-        if (b.full || m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (b.full || m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, 416, 0);
         return 1;
@@ -534,7 +534,7 @@ int m0__static_serve(m0_conn *c)
     if (status == 304 || head || blen == 0) {
         target_close(&t);
         struct iovec iov = {buf, (size_t)(p - buf)};
-        if (m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, status, 0);
         return 1;
@@ -551,7 +551,7 @@ int m0__static_serve(m0_conn *c)
             return 1;
         }
         struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
-        if (m0_conn_writev(c, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
         finish(c, keep, status, blen);
         return 1;
@@ -562,7 +562,7 @@ int m0__static_serve(m0_conn *c)
      * last piece pushes them; a head left queued is flushed without it). */
     struct iovec iov = {buf, (size_t)(p - buf)};
     c->out.more = c->tls == NULL && !(req->flags & M0_REQ_HTTP2);
-    int w = m0_conn_writev_chunk(c, &rh, &iov, 1);
+    int w = m0_exchange_writev_chunk(&c->x, &rh, &iov, 1);
     c->out.more = 0;
     if (w < 0) {
         send_cut(c, t.fd, t.f, status, 0);

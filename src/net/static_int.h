@@ -14,6 +14,8 @@
 #include "server.h"
 #include "static.h"
 
+typedef struct m0_conn m0_conn; /* server_int.h */
+
 /* A path beneath a mount: at most this many bytes once decoded. */
 #define M0_STATIC_PATH_MAX 1024
 

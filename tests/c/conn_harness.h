@@ -12,7 +12,7 @@
  *   other     answers the target, never touching the body
  *
  * Every response has a Content-Length; "Connection: close" when the net
- * layer says the connection will not be kept (m0_conn_keep_alive) or the
+ * layer says the connection will not be kept (m0_exchange_keep_alive) or the
  * handler closes. Shared by tests/c/test_conn.c and fuzz/fuzz_conn.c; one
  * translation unit each (static functions). */
 #ifndef M0_TESTS_CONN_HARNESS_H
@@ -52,7 +52,7 @@ typedef struct {
 
 static harness *h_current;
 
-static void h_respond(m0_conn *c, const char *body, size_t len, int keep)
+static void h_respond(m0_exchange *c, const char *body, size_t len, int keep)
 {
     static char big[H_BIG];
     char head[160];
@@ -64,7 +64,7 @@ static void h_respond(m0_conn *c, const char *body, size_t len, int keep)
     m0_response_head rh;
     size_t n = test_head(head, sizeof(head), f, &rh, 200, len, keep);
     struct iovec iov[2] = {{head, n}, {(void *)body, len}};
-    m0_conn_writev(c, &rh, iov, 2, 0);
+    m0_exchange_writev(c, &rh, iov, 2, 0);
 }
 
 static int h_span_is(const m0_span *s, const char *lit)
@@ -73,11 +73,11 @@ static int h_span_is(const m0_span *s, const char *lit)
 }
 
 /* Read what the body has; 1 when it ended (answered), 0 when waiting, -1 on error (aborted). */
-static int h_read_body(m0_conn *c, h_req *r)
+static int h_read_body(m0_exchange *c, h_req *r)
 {
     char buf[4096];
     for (;;) {
-        ssize_t n = m0_conn_body_read(c, buf, sizeof(buf), 0);
+        ssize_t n = m0_exchange_body_read(c, buf, sizeof(buf), 0);
         if (n > 0) {
             r->read += (uint64_t)n;
             continue;
@@ -85,24 +85,24 @@ static int h_read_body(m0_conn *c, h_req *r)
         if (n == -EAGAIN)
             return 0;
         if (n < 0) {
-            m0_conn_set_data(c, NULL);
+            m0_exchange_set_data(c, NULL);
             free(r);
-            m0_conn_abort(c);
+            m0_exchange_abort(c);
             return -1;
         }
         break;
     }
     char body[64];
     int len = snprintf(body, sizeof(body), "read=%llu", (unsigned long long)r->read);
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(c);
     h_respond(c, body, (size_t)len, keep);
-    m0_conn_set_data(c, NULL);
+    m0_exchange_set_data(c, NULL);
     free(r);
-    m0_conn_finish(c, keep, 200, (uint64_t)len);
+    m0_exchange_finish(c, keep, 200, (uint64_t)len);
     return 1;
 }
 
-static int h_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int h_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     harness *h = ctx;
     h->requests++;
@@ -116,33 +116,33 @@ static int h_on_request(void *ctx, m0_conn *c, const m0_request *req)
             char buf[64];
             h_respond(c, "early", 5, 0);
             free(r);
-            (void)m0_conn_body_read(c, buf, sizeof(buf), 0);
-            m0_conn_finish(c, 0, 200, 5);
+            (void)m0_exchange_body_read(c, buf, sizeof(buf), 0);
+            m0_exchange_finish(c, 0, 200, 5);
             return 0;
         }
-        m0_conn_set_data(c, r);
+        m0_exchange_set_data(c, r);
         int done = h_read_body(c, r);
         return done == 0 ? 1 : 0;
     }
-    int keep = m0_conn_keep_alive(c) && !h_span_is(t, "/close");
+    int keep = m0_exchange_keep_alive(c) && !h_span_is(t, "/close");
     if (h_span_is(t, "/big")) {
         h_respond(c, NULL, H_BIG, keep);
-        m0_conn_finish(c, keep, 200, H_BIG);
+        m0_exchange_finish(c, keep, 200, H_BIG);
         return 0;
     }
     h_respond(c, t->base, t->len, keep);
-    m0_conn_finish(c, keep, 200, t->len);
+    m0_exchange_finish(c, keep, 200, t->len);
     return 0;
 }
 
-static void h_on_event(void *ctx, m0_conn *c, int what)
+static void h_on_event(void *ctx, m0_exchange *c, int what)
 {
     harness *h = ctx;
-    h_req *r = m0_conn_data(c);
+    h_req *r = m0_exchange_data(c);
     if (what == M0_CONN_CLOSED) {
         h->closed_events++;
         if (r != NULL) {
-            m0_conn_set_data(c, NULL);
+            m0_exchange_set_data(c, NULL);
             free(r);
         }
         return;

@@ -21,16 +21,16 @@ static m0_workq *q;
 static int requests;  /* dispatched (loop thread) */
 static int pass_held; /* the pass's leader holds the "GIL" (touched by the leader only) */
 
-static void serve_detached(m0_conn *c);
+static void serve_detached(m0_exchange *c);
 static int run_pass(void *arg, int held);
 
 /* Loop thread: hand the request to the pool. */
-static int pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int pool_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     (void)ctx;
     (void)req;
     requests++;
-    m0_conn_detach(c);
+    m0_exchange_detach(c);
     if (m0_workq_push(q, c) < 0)
         abort();
     return 1;

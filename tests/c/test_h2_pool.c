@@ -2,9 +2,9 @@
  * src/net/h2_pool.c), built with -fsanitize=thread by `make test-c`. Three
  * threads run m0_workq_serve over one loop with a mutex for the GIL, as
  * serve() and run_pool() do; the handler detaches each stream connection
- * (m0_conn_detach) and a pool thread answers it with the calls the WSGI pool
- * makes: m0_conn_body_read (blocking), m0_conn_writev (M0_WRITE_SENT) or
- * m0_conn_writev_final, m0_conn_complete. Two clients (nghttp2 client
+ * (m0_exchange_detach) and a pool thread answers it with the calls the WSGI pool
+ * makes: m0_exchange_body_read (blocking), m0_exchange_writev (M0_WRITE_SENT) or
+ * m0_exchange_writev_final, m0_exchange_complete. Two clients (nghttp2 client
  * sessions over socketpairs) keep several streams of one connection open at
  * once, so that streams of one session are completed from different threads
  * while the loop runs its passes: GETs, small bodies (whole before the
@@ -49,13 +49,14 @@ static char big[BIG_BODY > BIG_RESPONSE ? BIG_BODY : BIG_RESPONSE];
 
 /* A pool thread's request: read the body, answer "n=<body bytes>", or a
  * large body for /big. */
-static void serve_detached(m0_conn *c)
+static void serve_detached(m0_exchange *c)
 {
     char buf[16384], body[32], head[96];
     size_t n = 0;
-    int big_response = c->x.req.path.len == 4 && memcmp(c->x.req.path.base, "/big", 4) == 0;
+    const m0_request *req = m0_exchange_request(c);
+    int big_response = req->path.len == 4 && memcmp(req->path.base, "/big", 4) == 0;
     for (;;) {
-        ssize_t r = m0_conn_body_read(c, buf, sizeof(buf), 1);
+        ssize_t r = m0_exchange_body_read(c, buf, sizeof(buf), 1);
         if (r <= 0)
             break;
         n += (size_t)r;
@@ -67,8 +68,9 @@ static void serve_detached(m0_conn *c)
     struct iovec iov[2] = {{head, hlen}, {big_response ? big : body, (size_t)blen}};
     static int turn;
     int final = __atomic_add_fetch(&turn, 1, __ATOMIC_RELAXED) & 1;
-    int w = final ? m0_conn_writev_final(c, &rh, iov, 2, M0_WRITE_PARK) : m0_conn_writev(c, &rh, iov, 2, M0_WRITE_SENT);
-    m0_conn_complete(c, w == 0, 200, (uint64_t)blen);
+    int w = final ? m0_exchange_writev_final(c, &rh, iov, 2, M0_WRITE_PARK)
+                  : m0_exchange_writev(c, &rh, iov, 2, M0_WRITE_SENT);
+    m0_exchange_complete(c, w == 0, 200, (uint64_t)blen);
     __atomic_add_fetch(&answered, 1, __ATOMIC_RELAXED);
 }
 

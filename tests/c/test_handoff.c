@@ -1,11 +1,11 @@
-/* The hand-off of a connection between a loop's threads (m0_conn_detach,
- * m0_conn_complete: the WSGI --blocking-threads mode), built with
+/* The hand-off of a connection between a loop's threads (m0_exchange_detach,
+ * m0_exchange_complete: the WSGI --blocking-threads mode), built with
  * -fsanitize=thread by `make test-c`. Three threads run m0_workq_serve over
  * one loop, with a mutex for the GIL, as serve() and run_pool() do: the loop
  * serves keep-alive clients over socketpairs and its passes queue each
  * request; the thread that takes one answers it with the blocking calls the
- * WSGI pool makes (m0_conn_body_read, m0_conn_keep_alive, m0_conn_writev or
- * m0_conn_writev_final, m0_conn_complete) while another may run the loop's
+ * WSGI pool makes (m0_exchange_body_read, m0_exchange_keep_alive, m0_exchange_writev or
+ * m0_exchange_writev_final, m0_exchange_complete) while another may run the loop's
  * passes, with the connection's m0__conn_process and the other connections.
  * The fields that two threads touch while one owns a connection
  * (server_int.h: c->flags is the loop owner's alone, the flags the request's
@@ -49,27 +49,27 @@ static int hold;          /* atomic: while set, a pool thread keeps its answered
 static int holding;       /* atomic: a pool thread is keeping one */
 
 /* A pool thread's request: read the body, answer "n=<body bytes>". */
-static void serve_detached(m0_conn *c)
+static void serve_detached(m0_exchange *c)
 {
     char buf[256], body[32], head[96];
     size_t n = 0;
     for (;;) {
-        ssize_t r = m0_conn_body_read(c, buf, sizeof(buf), 1);
+        ssize_t r = m0_exchange_body_read(c, buf, sizeof(buf), 1);
         if (r <= 0)
             break;
         n += (size_t)r;
     }
-    int keep = m0_conn_keep_alive(c);
+    int keep = m0_exchange_keep_alive(c);
     int blen = snprintf(body, sizeof(body), "n=%zu", n);
     m0_field_span f[2];
     m0_response_head rh;
     size_t hlen = test_head(head, sizeof(head), f, &rh, 200, (size_t)blen, keep);
     struct iovec iov[2] = {{head, hlen}, {body, (size_t)blen}};
-    /* Every other answer is left for the loop to send (m0_conn_writev_final),
+    /* Every other answer is left for the loop to send (m0_exchange_writev_final),
      * the others are sent from this thread: both hand-backs run under TSan. */
     static int turn;
     int final = __atomic_add_fetch(&turn, 1, __ATOMIC_RELAXED) & 1;
-    int w = final ? m0_conn_writev_final(c, &rh, iov, 2, 1) : m0_conn_writev(c, &rh, iov, 2, 1);
+    int w = final ? m0_exchange_writev_final(c, &rh, iov, 2, 1) : m0_exchange_writev(c, &rh, iov, 2, 1);
     if (__atomic_load_n(&hold, __ATOMIC_ACQUIRE)) { /* answered, not handed back yet */
         __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&gil); /* blocked in a view: the GIL is released there */
@@ -77,7 +77,7 @@ static void serve_detached(m0_conn *c)
             usleep(1000);
         pthread_mutex_lock(&gil);
     }
-    m0_conn_complete(c, w == 0 ? keep : 0, 200, (uint64_t)blen);
+    m0_exchange_complete(c, w == 0 ? keep : 0, 200, (uint64_t)blen);
     __atomic_add_fetch(&answered, 1, __ATOMIC_RELAXED);
 }
 
@@ -89,7 +89,7 @@ static int held_fd = -1;
 
 /* A pass of the pool mode (pool_run_pass in src/bridge/serve.c). Once the
  * clients are done: one more request, held by its thread while the server
- * is aborted (m0_server_abort writes abort_after, which m0_conn_complete
+ * is aborted (m0_server_abort writes abort_after, which m0_exchange_complete
  * reads on that thread). */
 static int run_pass(void *arg, int held)
 {
@@ -111,7 +111,7 @@ static int run_pass(void *arg, int held)
     }
     if (stage == 1 && __atomic_load_n(&holding, __ATOMIC_ACQUIRE)) {
         /* Released first: nothing orders the abort after the holding
-         * thread's m0_conn_complete, as in a real shutdown. */
+         * thread's m0_exchange_complete, as in a real shutdown. */
         __atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
         m0_server_abort(srv);
         stage = 2;

@@ -17,7 +17,7 @@ static void test_keep_alive_pipelining_and_a_big_response(void)
     SSL *ssl = tls_open(&h, NULL);
     CHECK(ssl != NULL);
     CHECK(tls_handshake(&h, ssl) == 0);
-    CHECK(h.conn != NULL && m0_conn_tls(h.conn) != NULL);
+    CHECK(h.conn != NULL && m0_exchange_tls(&h.conn->x) != NULL);
     static const char one[] = "GET /a HTTP/1.1\r\nHost: t\r\n\r\n";
     tls_send(&h, ssl, one, sizeof(one) - 1);
     tls_drain(&h, ssl);

@@ -1,4 +1,4 @@
-/* ASGI HTTP: one object per request, attached to its m0_conn from the head
+/* ASGI HTTP: one object per request, attached to its m0_exchange from the head
  * until the response is complete (or the client goes away). It carries the
  * receive()/send() callables and the done callback of the app's Task.
  *
@@ -14,7 +14,7 @@
  * Content-Length); without a length a streamed body is chunked (HTTP/1.1) or
  * close-delimited (HTTP/1.0). A write that leaves more than
  * M0_WRITE_HIGH_WATER queued waits for M0_CONN_WRITABLE. The final body
- * finishes the m0_conn, which may dispatch the next pipelined request at once.
+ * finishes the m0_exchange, which may dispatch the next pipelined request at once.
  *
  * The extensions' messages (early hints, trailers, pathsend) are in
  * http_ext.c; http_internal.h is the contract between the two.
@@ -66,7 +66,7 @@ static PyObject *http_request_msg(m0_asgi_state *st, PyObject *body, int more) /
 static int http_body_read(m0_asgi_http *h, PyObject **msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
-    m0_conn *c = h->base.conn;
+    m0_exchange *c = h->base.conn;
     *msg = NULL;
     if (h->content_length == 0 || (h->content_length < 0 && !(h->req_flags & M0_REQ_CHUNKED))) {
         h->body_done = 1;
@@ -91,7 +91,7 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
                 return -1;
             alloc = next;
         }
-        n = m0_conn_body_read(c, PyBytes_AS_STRING(buf) + got, alloc - got, 0);
+        n = m0_exchange_body_read(c, PyBytes_AS_STRING(buf) + got, alloc - got, 0);
         if (n <= 0)
             break;
         got += (size_t)n;
@@ -229,7 +229,7 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
         return -1;
     /* After a 101 no HTTP is parsed: the connection closes after it (the
      * http scope carries no upgraded stream). */
-    h->keep_alive = code == 101 ? 0 : m0_conn_keep_alive(h->base.conn);
+    h->keep_alive = code == 101 ? 0 : m0_exchange_keep_alive(h->base.conn);
     h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
     const char *reason = m0_status_reason((int)code);
     size_t rlen = strlen(reason);
@@ -310,14 +310,14 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
  * the next pipelined request) and wake a receive() waiting for the end. */
 void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
 {
-    m0_conn *c = h->base.conn;
+    m0_exchange *c = h->base.conn;
     h->resp = RESP_DONE;
     head_free(h);
     if (c == NULL)
         return;
     Py_INCREF(h);
     m0_asgi_detach(&h->base);
-    m0_conn_finish(c, keep_alive, h->status, h->body_sent);
+    m0_exchange_finish(c, keep_alive, h->status, h->body_sent);
     if (h->recv_waiter != NULL)
         http_recv_wake(h, http_disconnect_msg(h->base.asgi->st));
     Py_DECREF(h);
@@ -328,7 +328,7 @@ void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
  * for the end here. */
 void m0_asgi_http_lost(m0_asgi_http *h)
 {
-    m0_conn *c = h->base.conn;
+    m0_exchange *c = h->base.conn;
     h->disconnected = 1;
     h->resp = RESP_DONE;
     head_free(h);
@@ -338,7 +338,7 @@ void m0_asgi_http_lost(m0_asgi_http *h)
         return;
     Py_INCREF(h);
     m0_asgi_detach(&h->base);
-    m0_conn_abort(c);
+    m0_exchange_abort(c);
     Py_DECREF(h);
 }
 
@@ -355,7 +355,7 @@ int m0_asgi_http_disconnected(m0_asgi_http *h)
 /* Wait for the write buffer to drain below the high-water mark, if needed. */
 static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
 {
-    if (h->base.conn == NULL || m0_conn_write_pending(h->base.conn) <= M0_WRITE_HIGH_WATER) {
+    if (h->base.conn == NULL || m0_exchange_write_pending(h->base.conn) <= M0_WRITE_HIGH_WATER) {
         *out = Py_NewRef(Py_None);
         return 1;
     }
@@ -433,10 +433,10 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
     }
     /* The response's end (no trailers follow): its finish comes next, below.
      * Anything else is a streamed chunk, which is never held for the pass (the
-     * app may block the thread next: m0_conn_writev_chunk). */
+     * app may block the thread next: m0_exchange_writev_chunk). */
     int final = !more && !h->trailers;
-    if (n > 0 && (final ? m0_conn_writev_final(h->base.conn, hp, iov, n, 0)
-                        : m0_conn_writev_chunk(h->base.conn, hp, iov, n)) < 0) {
+    if (n > 0 && (final ? m0_exchange_writev_final(h->base.conn, hp, iov, n, 0)
+                        : m0_exchange_writev_chunk(h->base.conn, hp, iov, n)) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto done;
@@ -669,7 +669,7 @@ static void http_on_event(m0_asgi_base *base, int what)
             Py_DECREF(fut);
             return;
         }
-        if (base->conn != NULL && m0_conn_write_pending(base->conn) > M0_WRITE_HIGH_WATER)
+        if (base->conn != NULL && m0_exchange_write_pending(base->conn) > M0_WRITE_HIGH_WATER)
             return;
         h->send_waiter = NULL;
         if (m0_asgi_future_resolve(a, fut, Py_None) < 0)
@@ -682,14 +682,14 @@ static void http_on_event(m0_asgi_base *base, int what)
 
 static void http_answer_error(m0_asgi_http *h, int status)
 {
-    m0_conn *c = h->base.conn;
+    m0_exchange *c = h->base.conn;
     m0_canned_response out;
     int n = m0_error_response(&out, status, h->base.asgi->server_header);
     h->status = status;
     h->body_sent = 0;
     if (n > 0) {
         struct iovec iov = {out.buf, (size_t)n};
-        (void)m0_conn_writev(c, &out.head, &iov, 1, 0);
+        (void)m0_exchange_writev(c, &out.head, &iov, 1, 0);
     }
     (void)c;
     m0_asgi_http_complete(h, 0);
@@ -723,7 +723,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
                 m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
             /* The client sees a truncated body and the close (HTTP/1.1), or
              * the stream's reset (HTTP/2). */
-            m0_conn_cut(h->base.conn);
+            m0_exchange_cut(h->base.conn);
             m0_asgi_http_complete(h, 0);
         }
     } else if (h->base.conn != NULL) {
@@ -792,7 +792,7 @@ int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st)
     return st->http_type == NULL ? -1 : 0;
 }
 
-int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
+int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *runner = NULL;
     m0_asgi_http *h = PyObject_GC_New(m0_asgi_http, a->st->http_type);
@@ -820,7 +820,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req)
     if (receive == NULL || send == NULL)
         goto error;
     m0_asgi_attach(a, &h->base, c);
-    h->call = m0_conn_call_hold(c); /* counted until the app returns, its stream gone or not */
+    h->call = m0_exchange_call_hold(c); /* counted until the app returns, its stream gone or not */
     PyObject *args[3] = {scope, receive, send};
     coro = PyObject_Vectorcall(a->app, args, 3, NULL);
     if (coro == NULL) {

@@ -73,7 +73,7 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
         m0_response_head head;
         m0_head_view(&hints, 103, -1, &head);
         struct iovec iov = {hints.buf, hints.len};
-        if (m0_conn_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
+        if (m0_exchange_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
             m0_asgi_http_lost(h);
             rc = m0_asgi_http_disconnected(h);
             goto done;
@@ -153,7 +153,7 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
             goto done;
         m0_response_head trailers;
         m0_head_view(&h->head, 0, -1, &trailers);
-        if (m0_conn_write_trailers(h->base.conn, &trailers) < 0) {
+        if (m0_exchange_write_trailers(h->base.conn, &trailers) < 0) {
             m0_asgi_http_lost(h);
             r = m0_asgi_http_disconnected(h);
             goto done;
@@ -207,7 +207,7 @@ int m0_asgi_http_pathsend(m0_asgi_http *h, PyObject *msg, PyObject **out)
     struct iovec iov = {h->head.buf, h->head.len};
     m0_response_head head;
     m0_head_view(&h->head, h->status, h->resp_length, &head);
-    if (m0_conn_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
+    if (m0_exchange_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto error;
@@ -248,7 +248,7 @@ void m0_asgi_http_pathsend_close(m0_asgi_http *h)
  * continues it), -1 on error. */
 int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
 {
-    m0_conn *c = h->base.conn;
+    m0_exchange *c = h->base.conn;
     if (h->resp_length >= 0 && h->body_sent + h->pathsend.left > (uint64_t)h->resp_length) {
         /* Never past the declared length: the stream would desync. */
         m0_asgi_http_pathsend_close(h);
@@ -262,9 +262,9 @@ int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
             return m0_asgi_http_disconnected(h);
         }
         ssize_t n = 0;
-        if (m0_conn_write_pending(c) == 0)
-            n = m0_conn_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
-        if (n == -EAGAIN || (n == 0 && m0_conn_write_pending(c) > 0)) {
+        if (m0_exchange_write_pending(c) == 0)
+            n = m0_exchange_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
+        if (n == -EAGAIN || (n == 0 && m0_exchange_write_pending(c) > 0)) {
             if (h->send_waiter == NULL) {
                 PyObject *fut = m0_asgi_future_new(h->base.asgi);
                 if (fut == NULL)

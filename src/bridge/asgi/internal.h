@@ -8,7 +8,7 @@
  * held; nothing is thread-safe and nothing needs to be.
  *
  * Per-connection objects. The handler stores one Python object per active
- * request as the m0_conn's data. Its struct starts with m0_asgi_base, whose
+ * request as the m0_exchange's data. Its struct starts with m0_asgi_base, whose
  * on_event the handler calls for M0_CONN_BODY / M0_CONN_WRITABLE /
  * M0_CONN_CLOSED. While attached (base->conn != NULL) the connection holds a
  * strong reference to the object; m0_asgi_detach() drops it. After
@@ -29,16 +29,16 @@
  *   4. m0_asgi_task_start(a, app(scope, receive, send), done_cb), or (as
  *      HTTP does) m0_asgi_task_new(a, m0_asgi_runner_new(...)), which ends
  *      the exchange inside the task's last step and starts eagerly on 3.12+,
- *   5. on websocket.accept writes the 101 head with m0_conn_writev and calls
- *      m0_conn_upgrade(c): from then m0_conn_body_read() returns raw frame
+ *   5. on websocket.accept writes the 101 head with m0_exchange_writev and calls
+ *      m0_exchange_upgrade(c): from then m0_exchange_body_read() returns raw frame
  *      bytes; on a denial it writes an HTTP response and calls
- *      m0_conn_finish(c, 0, status, bytes) then m0_asgi_detach(),
- *   6. on the end calls m0_conn_finish(c, 0, 101, 0) (or m0_conn_abort) and
+ *      m0_exchange_finish(c, 0, status, bytes) then m0_asgi_detach(),
+ *   6. on the end calls m0_exchange_finish(c, 0, 101, 0) (or m0_exchange_abort) and
  *      m0_asgi_detach().
  *
- * Write failures: m0_conn_writev/m0_conn_sendfile returning an error leave
+ * Write failures: m0_exchange_writev/m0_exchange_sendfile returning an error leave
  * the connection pending (net/ marks it broken, nothing more): the part that
- * wrote must finish or m0_conn_abort() it and detach, or the socket stays in
+ * wrote must finish or m0_exchange_abort() it and detach, or the socket stays in
  * CLOSE-WAIT and a graceful shutdown waits for its timeout.
  *
  * Error convention: NULL / -1 with a Python exception set, as in bridge/.
@@ -130,7 +130,7 @@ typedef void (*m0_asgi_event_fn)(m0_asgi_base *self, int what);
 struct m0_asgi_base {
     PyObject_HEAD m0_asgi_event_fn on_event; /* required */
     m0_asgi *asgi;                           /* borrowed; the bridge outlives its objects */
-    m0_conn *conn;                           /* NULL once detached */
+    m0_exchange *conn;                       /* NULL once detached */
     m0_asgi_base *prev, *next;               /* the bridge's list of attached objects */
 };
 
@@ -185,16 +185,16 @@ struct m0_asgi {
  * "extensions". For an absolute-form target (RFC 9112 3.2.2) the "host"
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
-PyObject *m0_asgi_scope_new(m0_asgi *a, m0_conn *c, const m0_request *req, int websocket); /* scope.c */
+PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *c, const m0_request *req, int websocket); /* scope.c */
 /* tls_scope.c: the `tls` extension's dict for c (a new dict, its chain a new
  * list: the app may change them), None when c is plaintext, NULL on error.
  * Built once per TLS session and kept in a->tls_cache; _clear empties it. */
-PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_conn *c);
+PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_exchange *c);
 void m0_asgi_tls_cache_clear(m0_asgi *a);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
  * its data, taking a reference for the connection. */
-void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_conn *c);
+void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c);
 /* Clear the connection's data and drop its reference. The caller must hold
  * its own reference across the call. No-op when already detached. */
 void m0_asgi_detach(m0_asgi_base *obj);
@@ -245,7 +245,7 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
 /* 1 when the request was taken asynchronously, 0 when it should be served as
  * HTTP (WebSocket disabled, or not an upgrade), -1 with an exception set to
  * abort the connection. */
-int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req);
+int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req);
 /* The WebSocket part of the module state: its type and strings. */
 typedef struct m0_asgi_ws_state m0_asgi_ws_state;
 int m0_asgi_ws_module_init(PyObject *module, m0_asgi_state *st);
@@ -283,6 +283,6 @@ PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn 
 
 int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st);
 /* Start the HTTP request req on c: returns 1 (finished later) or -1. */
-int m0_asgi_http_request(m0_asgi *a, m0_conn *c, const m0_request *req);
+int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req);
 
 #endif

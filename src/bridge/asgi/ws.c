@@ -1,5 +1,5 @@
 /* ASGI WebSocket, the object: one per upgrade request, attached to its
- * m0_conn from the head until the connection is finished or gone. The
+ * m0_exchange from the head until the connection is finished or gone. The
  * upgrade request is validated with http/ws.h before the app runs (400, or
  * 426 for another protocol version); then the app's send() goes, by the
  * object's state, to the handshake's answers (ws_handshake.c) or to the open
@@ -23,7 +23,7 @@ static PyMethodDef ws_done_def = {"_done", ws_task_done, METH_O, NULL};
 /* --- the upgrade request --- */
 
 /* A refused handshake: 400, or 426 naming the version we speak. */
-static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
+static int ws_refuse(m0_asgi *a, m0_exchange *c, int err)
 {
     char buf[512];
     m0_field_span f[6];
@@ -48,9 +48,9 @@ static int ws_refuse(m0_asgi *a, m0_conn *c, int err)
     m0_head_out_raw(&b, body, blen);
     if (!b.full) {
         struct iovec iov = {buf, b.len};
-        (void)m0_conn_writev(c, &head, &iov, 1, 0);
+        (void)m0_exchange_writev(c, &head, &iov, 1, 0);
     }
-    m0_conn_finish(c, 0, status, blen);
+    m0_exchange_finish(c, 0, status, blen);
     return 1;
 }
 
@@ -78,7 +78,7 @@ static PyObject *ws_subprotocols(const m0_request *req)
     return list;
 }
 
-int m0_asgi_ws_request(m0_asgi *a, m0_conn *c, const m0_request *req)
+int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
 {
     PyObject *scope = NULL, *subs = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL,
              *connect = NULL;

@@ -103,7 +103,7 @@ typedef struct {
 /* --- inline helpers --- */
 
 /* The connection, while it may still be used. */
-static inline m0_conn *ws_conn(m0_asgi_ws *w)
+static inline m0_exchange *ws_conn(m0_asgi_ws *w)
 {
     return w->gone ? NULL : w->base.conn;
 }
@@ -128,7 +128,7 @@ int m0_asgi_ws_raise_disconnected(m0_asgi_ws *w);
 /* Queue websocket.disconnect (once) with code and reason (borrowed, may be NULL). */
 void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason);
 /* The connection is over: timers stopped, a blocked send() woken, the
- * m0_conn finished and the object detached. */
+ * m0_exchange finished and the object detached. */
 void m0_asgi_ws_finish(m0_asgi_ws *w);
 /* Close: our close frame (when send_frame and open), websocket.disconnect, finish. */
 void m0_asgi_ws_close_with(m0_asgi_ws *w, int code, const char *reason, int send_frame);

@@ -189,7 +189,7 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
 {
     uint8_t hdr[M0_WS_MAX_HEADER];
     struct iovec iov[2];
-    m0_conn *c = ws_conn(w);
+    m0_exchange *c = ws_conn(w);
     if (c == NULL)
         return -1;
     iov[0].iov_base = hdr;
@@ -198,7 +198,7 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
         hdr[0] |= 0x40;
     iov[1].iov_base = (void *)data;
     iov[1].iov_len = len;
-    return m0_conn_writev(c, NULL, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+    return m0_exchange_writev(c, NULL, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
 }
 
 static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t len)
@@ -238,11 +238,11 @@ void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
 }
 
 /* The connection is over: stop the timers, wake a blocked send(), finish the
- * m0_conn (flush, half-close, linger) and detach; when the net layer closed
+ * m0_exchange (flush, half-close, linger) and detach; when the net layer closed
  * it, the bridge detaches us after on_event returns. */
 void m0_asgi_ws_finish(m0_asgi_ws *w)
 {
-    m0_conn *c = ws_conn(w);
+    m0_exchange *c = ws_conn(w);
     w->state = WS_CLOSED;
     ws_timer_cancel(&w->ping_timer);
     ws_timer_cancel(&w->timeout_timer);
@@ -260,7 +260,7 @@ void m0_asgi_ws_finish(m0_asgi_ws *w)
     Py_INCREF(w);
     if (c != NULL) {
         m0_asgi_detach(&w->base);
-        m0_conn_finish(c, 0, w->status, w->body_sent);
+        m0_exchange_finish(c, 0, w->status, w->body_sent);
     }
     PyObject *fut = w->send_waiter;
     w->send_waiter = NULL;
@@ -453,7 +453,7 @@ static int ws_pump_full(m0_asgi_ws *w)
         w->paused = 1;
         return 1;
     }
-    if (m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+    if (m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
         w->write_paused = 1;
         return 1;
     }
@@ -510,7 +510,7 @@ void m0_asgi_ws_pump(m0_asgi_ws *w)
             break;
         /* Not full and nothing parseable left: rbuf holds at most a partial
          * frame head, so there is room to read into. */
-        ssize_t n = m0_conn_body_read(ws_conn(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
+        ssize_t n = m0_exchange_body_read(ws_conn(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
         if (n == -EAGAIN)
             break; /* re-armed: M0_CONN_BODY follows */
         if (n <= 0) {
@@ -659,7 +659,7 @@ int m0_asgi_ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
         m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
         return m0_asgi_ws_raise_disconnected(w);
     }
-    if (ws_conn(w) != NULL && m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+    if (ws_conn(w) != NULL && m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
         PyObject *fut = m0_asgi_future_new(w->base.asgi);
         if (fut == NULL)
             return -1;
@@ -736,7 +736,7 @@ void m0_asgi_ws_on_event(m0_asgi_base *base, int what)
     if (what == M0_CONN_WRITABLE && w->write_paused && w->state == WS_OPEN)
         m0_asgi_ws_pump(w);
     if (what == M0_CONN_WRITABLE && w->send_waiter != NULL && w->state != WS_CLOSED) {
-        if (ws_conn(w) != NULL && m0_conn_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER)
+        if (ws_conn(w) != NULL && m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER)
             return;
         PyObject *fut = w->send_waiter;
         w->send_waiter = NULL;

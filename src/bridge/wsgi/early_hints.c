@@ -110,7 +110,7 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
         m0_response_head head;
         m0_head_view(&h, 103, -1, &head);
         struct iovec iov = {h.buf, h.len};
-        int rc = m0_conn_writev(sr->c, &head, &iov, 1, 1);
+        int rc = m0_exchange_writev(sr->c, &head, &iov, 1, 1);
         if (rc < 0) {
             sr->write_error = rc;
             PyObject *a = Py_BuildValue("(is)", -rc, "client disconnected");

@@ -175,7 +175,7 @@ static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking)
 {
     while (park->left > 0 && sr->c != NULL) {
-        ssize_t n = m0_conn_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
+        ssize_t n = m0_exchange_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
         if (n == -EAGAIN)
             return 2;
         if (n < 0) {

@@ -1,5 +1,5 @@
 /* wsgi.input: the request body, streamed from the connection with blocking
- * m0_conn_body_read calls (the net layer decodes Content-Length and chunked
+ * m0_exchange_body_read calls (the net layer decodes Content-Length and chunked
  * framing and sends "100 Continue" on the first read). Nothing is buffered
  * beyond one readahead buffer used by readline(); read(n) reads straight into
  * the bytes object it returns. Past the end of the body, and once the request
@@ -17,7 +17,7 @@
  * grows as the body arrives. */
 #define INPUT_TRUST_MAX (1024 * 1024)
 
-void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req)
+void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *c, const m0_request *req)
 {
     in->c = c;
     in->err = 0;
@@ -67,7 +67,7 @@ static Py_ssize_t input_raw(m0_wsgi_input *in, char *dst, size_t cap)
         input_set_error(in->err);
         return -1;
     }
-    ssize_t n = m0_conn_body_read(in->c, dst, cap, 1);
+    ssize_t n = m0_exchange_body_read(in->c, dst, cap, 1);
     if (n > 0) {
         if (in->remaining > 0) {
             in->remaining = in->remaining > n ? in->remaining - n : 0;

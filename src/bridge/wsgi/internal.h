@@ -119,7 +119,7 @@ struct m0_wsgi {
     size_t root_len;
     int server_header;
     int multithread; /* wsgi.multithread: requests run on a pool of threads */
-    int pooled;      /* this copy runs on a pool thread: finish with m0_conn_complete */
+    int pooled;      /* this copy runs on a pool thread: finish with m0_exchange_complete */
     int early_hints; /* wsgi.early_hints sends its 103 (else it only validates) */
 
     /* Reusable per-request objects (strong) and the request being served. */
@@ -152,7 +152,7 @@ struct m0_wsgi {
 struct m0_wsgi_sr {
     PyObject_HEAD vectorcallfunc vectorcall;
     m0_wsgi *w;             /* valid while active */
-    m0_conn *c;             /* NULL once the peer is gone */
+    m0_exchange *c;         /* NULL once the peer is gone */
     m0_wsgi_input *input;   /* borrowed, valid while active */
     PyObject *write;        /* borrowed, valid while active */
     int active;             /* the request is being served (atomic: read by any thread) */
@@ -194,11 +194,11 @@ typedef struct {
 } m0_wsgi_hints;
 
 struct m0_wsgi_input {
-    PyObject_HEAD m0_conn *c; /* NULL when the request is over or the peer gone */
-    int eof;                  /* the body end was read */
-    int err;                  /* -errno of the failed body read, 0 if none */
-    int64_t remaining;        /* declared body bytes not yet read, -1 when chunked */
-    char *buf;                /* readahead for readline, allocated on first use */
+    PyObject_HEAD m0_exchange *c; /* NULL when the request is over or the peer gone */
+    int eof;                      /* the body end was read */
+    int err;                      /* -errno of the failed body read, 0 if none */
+    int64_t remaining;            /* declared body bytes not yet read, -1 when chunked */
+    char *buf;                    /* readahead for readline, allocated on first use */
     size_t pos, len, cap;
     int busy; /* a read is running (it may wait without the GIL): another is refused */
 };
@@ -211,12 +211,12 @@ typedef struct {
 /* environ.c */
 int m0_wsgi_environ_init(m0_wsgi_state *st);
 PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_path);
-PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *input);
+PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *req, PyObject *input);
 void m0_wsgi_environ_clear_cache(m0_wsgi *w);
 
 /* input.c */
 extern PyType_Spec m0_wsgi_input_spec;
-void m0_wsgi_input_reset(m0_wsgi_input *in, m0_conn *c, const m0_request *req);
+void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *c, const m0_request *req);
 
 /* response.c */
 extern PyType_Spec m0_wsgi_sr_spec;

@@ -66,7 +66,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyErr_Format(PyExc_ValueError, "status %R is informational (1xx): a WSGI response must be final", status);
         return -1;
     }
-    if (code == 101 && (sr->c == NULL || !(m0_conn_request(sr->c)->flags & M0_REQ_UPGRADE))) {
+    if (code == 101 && (sr->c == NULL || !(m0_exchange_request(sr->c)->flags & M0_REQ_UPGRADE))) {
         /* A 101 the client did not ask for: a proxy that tunnels on 101
          * would forward its later bytes to the app as requests. */
         PyErr_Format(PyExc_ValueError, "status %R to a request without Upgrade", status);
@@ -351,7 +351,7 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
 {
     m0_wsgi *w = sr->w;
     m0_head *h = &w->head;
-    int keep = m0_conn_keep_alive(sr->c) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
+    int keep = m0_exchange_keep_alive(sr->c) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
     int bodyless_status = sr->status < 200 || sr->status == 204 || sr->status == 304;
 
     h->len = sr->head_len; /* room for M0_HEAD_SUFFIX_MAX is reserved past it */
@@ -452,11 +452,12 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
     }
     if (k == 0)
         return 0;
-    /* Only the response's end may be left for the loop (m0_conn_writev_final):
+    /* Only the response's end may be left for the loop (m0_exchange_writev_final):
      * the iterable ended. Bytes that reach the Content-Length are complete
      * too, but the app runs on (the iterator's next item, its close) and
      * may block: they leave now. */
-    int rc = final ? m0_conn_writev_final(sr->c, hp, iov, k, M0_WRITE_PARK) : m0_conn_writev(sr->c, hp, iov, k, wait);
+    int rc = final ? m0_exchange_writev_final(sr->c, hp, iov, k, M0_WRITE_PARK)
+                   : m0_exchange_writev(sr->c, hp, iov, k, wait);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;

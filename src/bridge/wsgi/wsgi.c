@@ -5,7 +5,7 @@
  * build the environ (environ.c), call app(environ, start_response) by
  * vectorcall, send the result (a list or tuple of bytes in one writev with
  * the head; a file_wrapper by sendfile; anything else by iteration, chunked
- * when its length is unknown), close the result, then m0_conn_finish as the
+ * when its length is unknown), close the result, then m0_exchange_finish as the
  * very last step: the net layer may dispatch the next pipelined request from
  * inside it, so nothing of this request is touched after it.
  *
@@ -95,7 +95,7 @@ static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_inpu
     return 0;
 }
 
-static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_conn *c, const m0_request *req, PyObject *wr, m0_wsgi_input *in)
+static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_exchange *c, const m0_request *req, PyObject *wr, m0_wsgi_input *in)
 {
     sr->w = w;
     sr->c = c;
@@ -378,20 +378,20 @@ static int result_close(m0_wsgi *w, PyObject *result)
  * while it runs (nothing would send it). An item's write waits while the
  * peer keeps up (M0_WRITE_PARK); whatever it left queued sets the response
  * aside, and the app is called again once the queue is empty
- * (M0_CONN_WRITABLE after m0_conn_park). */
+ * (M0_CONN_WRITABLE after m0_exchange_park). */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return sr->c != NULL && m0_conn_write_pending(sr->c) > 0;
+    return sr->c != NULL && m0_exchange_write_pending(sr->c) > 0;
 }
 
 /* Set the connection aside until its peer reads: parked by the loop thread
  * itself (inline), or handed back to the loop by a pool thread. */
-static void conn_set_aside(m0_wsgi *w, m0_conn *c)
+static void conn_set_aside(m0_wsgi *w, m0_exchange *c)
 {
     if (w->pooled)
-        m0_conn_set_aside(c);
+        m0_exchange_set_aside(c);
     else
-        m0_conn_park(c);
+        m0_exchange_park(c);
 }
 
 /* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
@@ -404,7 +404,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
      * running no app code, when it has no item left: the last item is then
      * sent as the response's end (framed with a Content-Length when it is
      * the only one, and left for the loop to send with its batch on a pool
-     * thread, m0_conn_writev_final). */
+     * thread, m0_exchange_writev_final). */
     int sized = Py_IS_TYPE(it, &PyListIter_Type) || Py_IS_TYPE(it, &PyTupleIter_Type);
     int ended = 0;
     while ((item = PyIter_Next(it)) != NULL) {
@@ -583,11 +583,11 @@ typedef struct {
 
 /* The end of every request: close the result, log what went wrong, send the
  * canned error when nothing was sent, release the per-request objects and
- * finish the connection (m0_conn_finish, or m0_conn_complete on a pool
+ * finish the connection (m0_exchange_finish, or m0_exchange_complete on a pool
  * thread). failed: an exception is set (the app failed). Steals sr, wr, in
  * and result (which may be NULL). */
-static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_sr *sr, PyObject *wr, m0_wsgi_input *in,
-                        PyObject *result, int failed, m0_wsgi_sr *outer)
+static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_wsgi_sr *sr, PyObject *wr,
+                        m0_wsgi_input *in, PyObject *result, int failed, m0_wsgi_sr *outer)
 {
     PyObject *exc = NULL, *close_exc = NULL;
     int keep_alive = 0, status = 500, interrupted = 0, cut = 0;
@@ -628,17 +628,17 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
             int n = m0_error_response(&out, status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {out.buf, (size_t)n};
-                if (m0_conn_writev_final(sr->c, &out.head, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
+                if (m0_exchange_writev_final(sr->c, &out.head, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
         keep_alive = 0;
-        cut = sr->head_sent; /* the body stops short: not a response's end (m0_conn_cut) */
+        cut = sr->head_sent; /* the body stops short: not a response's end (m0_exchange_cut) */
     }
     uint64_t body_bytes = sr->no_body ? 0 : sr->sent;
     Py_CLEAR(exc);
     Py_XDECREF(result);
-    m0_conn *live = sr->c; /* NULL when the peer went away during the request */
+    m0_exchange *live = sr->c; /* NULL when the peer went away during the request */
     sr_end(sr);
     w->active = outer;
     Py_DECREF(in);
@@ -650,12 +650,12 @@ static void request_end(m0_wsgi *w, m0_conn *c, const m0_request *req, m0_wsgi_s
         /* The connection is this thread's until it is handed back, closed
          * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
         if (cut)
-            m0_conn_cut(c);
-        m0_conn_complete(c, live != NULL ? keep_alive : 0, status, body_bytes);
+            m0_exchange_cut(c);
+        m0_exchange_complete(c, live != NULL ? keep_alive : 0, status, body_bytes);
     } else if (live != NULL) {
         if (cut)
-            m0_conn_cut(live);
-        m0_conn_finish(live, keep_alive, status, body_bytes);
+            m0_exchange_cut(live);
+        m0_exchange_finish(live, keep_alive, status, body_bytes);
     }
 }
 
@@ -666,7 +666,7 @@ static void parked_free(m0_wsgi_parked *p)
     PyMem_Free(p);
 }
 
-static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     m0_wsgi *w = ctx;
     m0_wsgi_sr *sr = NULL;
@@ -682,12 +682,12 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
         int n = m0_error_response(&out, 500, w->server_header);
         if (n > 0) {
             struct iovec iov = {out.buf, (size_t)n};
-            m0_conn_writev(c, &out.head, &iov, 1, 1);
+            m0_exchange_writev(c, &out.head, &iov, 1, 1);
         }
         if (w->pooled)
-            m0_conn_complete(c, 0, 500, 0);
+            m0_exchange_complete(c, 0, 500, 0);
         else
-            m0_conn_finish(c, 0, 500, 0);
+            m0_exchange_finish(c, 0, 500, 0);
         return 0;
     }
     sr_begin(sr, w, c, req, wr, in);
@@ -716,7 +716,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
                 p->resume = resume;
                 w->active = outer;
                 sr_own(sr, 0);
-                m0_conn_set_data(c, p);
+                m0_exchange_set_data(c, p);
                 conn_set_aside(w, c);
                 return 1;
             }
@@ -734,7 +734,7 @@ static int wsgi_on_request(void *ctx, m0_conn *c, const m0_request *req)
 }
 
 /* The peer read enough of a parked response: send more, park again or end. */
-static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
+static void wsgi_resume(m0_wsgi *w, m0_exchange *c, m0_wsgi_parked *p)
 {
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
@@ -751,19 +751,19 @@ static void wsgi_resume(m0_wsgi *w, m0_conn *c, m0_wsgi_parked *p)
         conn_set_aside(w, c);
         return;
     }
-    m0_conn *live = sr->c;
-    m0_conn_set_data(c, NULL); /* c stays allocated while this callback runs, closed or not */
+    m0_exchange *live = sr->c;
+    m0_exchange_set_data(c, NULL); /* c stays allocated while this callback runs, closed or not */
     PyObject *result = p->result;
     m0_wsgi_input *in = p->in;
     PyObject *wr = p->wr;
     parked_free(p);
-    request_end(w, live != NULL ? live : c, m0_conn_request(c), sr, wr, in, result, rc < 0, outer);
+    request_end(w, live != NULL ? live : c, m0_exchange_request(c), sr, wr, in, result, rc < 0, outer);
 }
 
-static void wsgi_on_event(void *ctx, m0_conn *c, int what)
+static void wsgi_on_event(void *ctx, m0_exchange *c, int what)
 {
     m0_wsgi *w = ctx;
-    m0_wsgi_parked *p = m0_conn_data(c);
+    m0_wsgi_parked *p = m0_exchange_data(c);
     if (what == M0_CONN_WRITABLE) {
         if (p != NULL && !p->running)
             wsgi_resume(w, c, p);
@@ -784,12 +784,12 @@ static void wsgi_on_event(void *ctx, m0_conn *c, int what)
             p->sr->input->c = NULL;
         if (p->running)
             return; /* the resume in progress ends it */
-        m0_conn_set_data(c, NULL);
+        m0_exchange_set_data(c, NULL);
         m0_wsgi_sr *psr = p->sr;
         PyObject *result = p->result, *wr = p->wr;
         m0_wsgi_input *in = p->in;
         parked_free(p);
-        request_end(w, c, m0_conn_request(c), psr, wr, in, result, 0, w->active);
+        request_end(w, c, m0_exchange_request(c), psr, wr, in, result, 0, w->active);
     }
 }
 
@@ -798,44 +798,44 @@ const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event, NULL};
 /* A pool thread: a queued request, or a set-aside response whose peer read
  * its queue (resumed by whichever thread is free) or went away (its
  * objects released here, with the GIL). */
-void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c)
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *c)
 {
-    m0_wsgi_parked *p = m0_conn_data(c);
+    m0_wsgi_parked *p = m0_exchange_data(c);
     if (p == NULL) {
-        wsgi_on_request(w, c, m0_conn_request(c));
+        wsgi_on_request(w, c, m0_exchange_request(c));
         return;
     }
-    if (!m0_conn_closed(c)) {
+    if (!m0_exchange_closed(c)) {
         wsgi_resume(w, c, p);
         return;
     }
     p->sr->c = NULL;
     if (p->sr->input != NULL)
         p->sr->input->c = NULL;
-    m0_conn_set_data(c, NULL);
+    m0_exchange_set_data(c, NULL);
     m0_wsgi_sr *psr = p->sr;
     PyObject *result = p->result, *wr = p->wr;
     m0_wsgi_input *in = p->in;
     parked_free(p);
-    request_end(w, c, m0_conn_request(c), psr, wr, in, result, 0, w->active); /* hands c back */
+    request_end(w, c, m0_exchange_request(c), psr, wr, in, result, 0, w->active); /* hands c back */
 }
 
 /* Inside a pass, on the leader's thread, with or without the GIL
  * (net/workq.h): no Python here. Queue the request for a pool thread. */
-static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
+static int wsgi_pool_on_request(void *ctx, m0_exchange *c, const m0_request *req)
 {
     (void)req;
     m0_workq *q = ctx;
-    m0_conn_detach(c);
+    m0_exchange_detach(c);
     if (m0_workq_push(q, c) < 0) {
         /* No memory for the queue: answer 503 from here and hand it back. */
         m0_canned_response out;
         int n = m0_error_response(&out, 503, 1);
         if (n > 0) {
             struct iovec iov = {out.buf, (size_t)n};
-            m0_conn_writev(c, &out.head, &iov, 1, 0); /* what the socket does not take, the loop flushes */
+            m0_exchange_writev(c, &out.head, &iov, 1, 0); /* what the socket does not take, the loop flushes */
         }
-        m0_conn_complete(c, 0, 503, 0);
+        m0_exchange_complete(c, 0, 503, 0);
     }
     return 1;
 }
@@ -843,20 +843,20 @@ static int wsgi_pool_on_request(void *ctx, m0_conn *c, const m0_request *req)
 /* Loop thread, without the GIL: a set-aside response (its m0_wsgi_parked
  * is the connection's data) goes back to the pool when its peer drained the
  * queue, or when the connection closed (its objects need the GIL). */
-static void wsgi_pool_on_event(void *ctx, m0_conn *c, int what)
+static void wsgi_pool_on_event(void *ctx, m0_exchange *c, int what)
 {
     m0_workq *q = ctx;
-    if (m0_conn_data(c) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
+    if (m0_exchange_data(c) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
         return;
     if (what == M0_CONN_CLOSED)
-        m0_conn_hand_closed(c);
+        m0_exchange_hand_closed(c);
     else
-        m0_conn_detach(c);
+        m0_exchange_detach(c);
     if (m0_workq_push(q, c) < 0) {
         /* No memory for the queue: the response's objects stay (a leak),
          * the connection is given up. */
-        m0_conn_set_data(c, NULL);
-        m0_conn_complete(c, 0, 500, 0);
+        m0_exchange_set_data(c, NULL);
+        m0_exchange_complete(c, 0, 500, 0);
     }
 }
 

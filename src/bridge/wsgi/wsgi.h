@@ -45,7 +45,7 @@ extern const m0_handler m0_wsgi_handler;
  * and runs m0_wsgi_serve_detached for every connection it pops. */
 extern const m0_handler m0_wsgi_pool_handler;
 m0_wsgi *m0_wsgi_clone(const m0_wsgi *w);
-/* With the GIL held; finishes with m0_conn_complete. */
-void m0_wsgi_serve_detached(m0_wsgi *w, m0_conn *c);
+/* With the GIL held; finishes with m0_exchange_complete. */
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *c);
 
 #endif
