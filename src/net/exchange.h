@@ -18,16 +18,14 @@ static inline int m0__request_begin(m0_conn *c)
     m0_server *srv = c->srv;
     __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
     m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, 1);
-    if (srv->heartbeat != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL) {
+    if (srv->req_timed) {
         c->x.start_ns = m0__conn_clock_ns();
         if (srv->heartbeat != NULL)
             *srv->heartbeat = (int64_t)c->x.start_ns;
     }
     if (srv->cfg.proxy.headers)
         m0__proxy_headers_resolve(c);
-    int gated = (srv->cfg.proxy.health_path_len != 0 || srv->cfg.proxy.limit_concurrency != 0 ||
-                 srv->cfg.static_files != NULL) &&
-                m0__gate(c);
+    int gated = srv->req_gated && m0__gate(c);
     if (srv->cfg.max_requests != 0 && __atomic_load_n(&srv->requests, __ATOMIC_RELAXED) >= srv->cfg.max_requests)
         m0_server_max_requests(srv); /* after the gate: the health path does not count */
     return gated;

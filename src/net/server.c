@@ -142,6 +142,8 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     srv->loop = loop;
     srv->inflight_count = &srv->inflight;
     srv->cfg = *cfg;
+    srv->req_timed = cfg->access_log_fd >= 0 || cfg->metrics != NULL;
+    srv->req_gated = cfg->proxy.health_path_len != 0 || cfg->proxy.limit_concurrency != 0 || cfg->static_files != NULL;
     srv->handler = *handler;
     srv->handler_ctx = handler_ctx;
     /* A head may use its request line, one maximal field and 64 KiB more. */
@@ -398,6 +400,7 @@ uint64_t m0_server_requests(const m0_server *srv)
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot)
 {
     srv->heartbeat = slot;
+    srv->req_timed = slot != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL;
 }
 
 void m0_server_share_inflight(m0_server *srv, uint32_t *counter)

@@ -371,6 +371,13 @@ struct m0_server {
     size_t trim_peak;        /* trim.c: open connections at their peak since the last trim */
     m0_timer trim_timer;     /* armed after a fall in open connections: malloc_trim */
     volatile int64_t *heartbeat;
+    /* What a request's begin asks of the configuration (exchange.h), folded
+     * when it is set (m0_server_new, m0_server_set_heartbeat): req_timed, a
+     * request's start is taken (a heartbeat, an access log or metrics);
+     * req_gated, the gate is asked (a health path, a concurrency limit or
+     * static files). */
+    int req_timed;
+    int req_gated;
     size_t head_cap; /* read buffer growth limit while waiting for a head */
     m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */
     m0_conn *freelist;
