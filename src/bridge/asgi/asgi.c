@@ -442,7 +442,7 @@ static int asgi_bind_loop(m0_asgi *a)
 void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c)
 {
     obj->asgi = a;
-    obj->conn = c;
+    obj->x = c;
     Py_INCREF(obj);
     m0_exchange_set_data(c, obj);
     obj->prev = NULL;
@@ -454,10 +454,10 @@ void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c)
 
 void m0_asgi_detach(m0_asgi_base *obj)
 {
-    m0_exchange *c = obj->conn;
+    m0_exchange *c = obj->x;
     if (c == NULL)
         return;
-    obj->conn = NULL;
+    obj->x = NULL;
     if (m0_exchange_data(c) == obj)
         m0_exchange_set_data(c, NULL);
     m0_asgi *a = obj->asgi;
@@ -485,7 +485,7 @@ void m0_asgi_drain(m0_asgi *a)
             PyErr_Clear();
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(live); i++) {
         m0_asgi_base *b = (m0_asgi_base *)PyList_GET_ITEM(live, i); // borrowed
-        if (b->conn != NULL && b->on_event != NULL)
+        if (b->x != NULL && b->on_event != NULL)
             b->on_event(b, M0_ASGI_DRAIN);
     }
     Py_DECREF(live);

@@ -66,7 +66,7 @@ static PyObject *http_request_msg(m0_asgi_state *st, PyObject *body, int more) /
 static int http_body_read(m0_asgi_http *h, PyObject **msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
-    m0_exchange *c = h->base.conn;
+    m0_exchange *c = h->base.x;
     *msg = NULL;
     if (h->content_length == 0 || (h->content_length < 0 && !(h->req_flags & M0_REQ_CHUNKED))) {
         h->body_done = 1;
@@ -123,7 +123,7 @@ static int http_receive_op(PyObject *owner, PyObject *arg, PyObject **out)
     (void)arg;
     m0_asgi_http *h = (m0_asgi_http *)owner;
     m0_asgi *a = h->base.asgi;
-    if (h->disconnected || h->resp == RESP_DONE || h->base.conn == NULL) {
+    if (h->disconnected || h->resp == RESP_DONE || h->base.x == NULL) {
         *out = http_disconnect_msg(a->st);
         return *out == NULL ? -1 : 1;
     }
@@ -229,7 +229,7 @@ __attribute__((noinline)) static int http_start(m0_asgi_http *h, PyObject *msg)
         return -1;
     /* After a 101 no HTTP is parsed: the connection closes after it (the
      * http scope carries no upgraded stream). */
-    h->keep_alive = code == 101 ? 0 : m0_exchange_keep_alive(h->base.conn);
+    h->keep_alive = code == 101 ? 0 : m0_exchange_keep_alive(h->base.x);
     h->no_body = (h->req_flags & M0_REQ_HEAD) || code < 200 || code == 204 || code == 304;
     const char *reason = m0_status_reason((int)code);
     size_t rlen = strlen(reason);
@@ -310,7 +310,7 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
  * the next pipelined request) and wake a receive() waiting for the end. */
 void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
 {
-    m0_exchange *c = h->base.conn;
+    m0_exchange *c = h->base.x;
     h->resp = RESP_DONE;
     head_free(h);
     if (c == NULL)
@@ -328,7 +328,7 @@ void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
  * for the end here. */
 void m0_asgi_http_lost(m0_asgi_http *h)
 {
-    m0_exchange *c = h->base.conn;
+    m0_exchange *c = h->base.x;
     h->disconnected = 1;
     h->resp = RESP_DONE;
     head_free(h);
@@ -355,7 +355,7 @@ int m0_asgi_http_disconnected(m0_asgi_http *h)
 /* Wait for the write buffer to drain below the high-water mark, if needed. */
 static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
 {
-    if (h->base.conn == NULL || m0_exchange_write_pending(h->base.conn) <= M0_WRITE_HIGH_WATER) {
+    if (h->base.x == NULL || m0_exchange_write_pending(h->base.x) <= M0_WRITE_HIGH_WATER) {
         *out = Py_NewRef(Py_None);
         return 1;
     }
@@ -382,7 +382,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         goto done;
     /* Python ran above (the body's buffer export, more_body's truth): the
      * client may be gone, or the response over. */
-    if (h->base.conn == NULL || h->resp == RESP_DONE || h->resp == RESP_NONE) {
+    if (h->base.x == NULL || h->resp == RESP_DONE || h->resp == RESP_NONE) {
         m0_asgi_http_disconnected(h);
         goto done;
     }
@@ -435,8 +435,8 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
      * Anything else is a streamed chunk, which is never held for the pass (the
      * app may block the thread next: m0_exchange_writev_chunk). */
     int final = !more && !h->trailers;
-    if (n > 0 && (final ? m0_exchange_writev_final(h->base.conn, hp, iov, n, 0)
-                        : m0_exchange_writev_chunk(h->base.conn, hp, iov, n)) < 0) {
+    if (n > 0 && (final ? m0_exchange_writev_final(h->base.x, hp, iov, n, 0)
+                        : m0_exchange_writev_chunk(h->base.x, hp, iov, n)) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto done;
@@ -472,7 +472,7 @@ done:
  * meant). Closes the connection; the caller's send() raises. */
 static void http_pathsend_abort(m0_asgi_http *h)
 {
-    int live = h->base.conn != NULL;
+    int live = h->base.x != NULL;
     m0_asgi_http_pathsend_close(h);
     m0_asgi_http_lost(h);
     if (live) /* Python runs in the logger: the response is over by now */
@@ -543,7 +543,7 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
     case RESP_NONE:
         if (strcmp(t, "http.response.start") != 0)
             break;
-        if (h->base.conn == NULL)
+        if (h->base.x == NULL)
             return m0_asgi_http_disconnected(h);
         if (http_start(h, msg) < 0)
             return -1;
@@ -557,13 +557,13 @@ static int http_send_dispatch(m0_asgi_http *h, PyObject *msg, PyObject **out)
     case RESP_BODY:
         if (strcmp(t, "http.response.body") != 0)
             break;
-        if (h->base.conn == NULL)
+        if (h->base.x == NULL)
             return m0_asgi_http_disconnected(h);
         return http_send_body(h, msg, out);
     case RESP_TRAILERS:
         if (strcmp(t, "http.response.trailers") != 0)
             break;
-        if (h->base.conn == NULL)
+        if (h->base.x == NULL)
             return m0_asgi_http_disconnected(h);
         return m0_asgi_http_trailers(h, msg, out);
     default:
@@ -669,7 +669,7 @@ static void http_on_event(m0_asgi_base *base, int what)
             Py_DECREF(fut);
             return;
         }
-        if (base->conn != NULL && m0_exchange_write_pending(base->conn) > M0_WRITE_HIGH_WATER)
+        if (base->x != NULL && m0_exchange_write_pending(base->x) > M0_WRITE_HIGH_WATER)
             return;
         h->send_waiter = NULL;
         if (m0_asgi_future_resolve(a, fut, Py_None) < 0)
@@ -682,7 +682,7 @@ static void http_on_event(m0_asgi_base *base, int what)
 
 static void http_answer_error(m0_asgi_http *h, int status)
 {
-    m0_exchange *c = h->base.conn;
+    m0_exchange *c = h->base.x;
     m0_canned_response out;
     int n = m0_error_response(&out, status, h->base.asgi->server_header);
     h->status = status;
@@ -713,7 +713,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
     if (exc != NULL && !cancelled)
         m0_asgi_log_exception(a, "Exception in ASGI application", exc);
     m0_asgi_http_pathsend_close(h);
-    if (h->base.conn != NULL && h->resp != RESP_DONE) {
+    if (h->base.x != NULL && h->resp != RESP_DONE) {
         if (h->resp == RESP_NONE || h->resp == RESP_STARTED) {
             if (exc == NULL && h->body_error == 0)
                 m0_asgi_log_exception(a, "ASGI callable returned without starting response", NULL);
@@ -723,10 +723,10 @@ static void http_app_done(PyObject *self, PyObject *exc)
                 m0_asgi_log_exception(a, "ASGI callable returned without completing response", NULL);
             /* The client sees a truncated body and the close (HTTP/1.1), or
              * the stream's reset (HTTP/2). */
-            m0_exchange_cut(h->base.conn);
+            m0_exchange_cut(h->base.x);
             m0_asgi_http_complete(h, 0);
         }
-    } else if (h->base.conn != NULL) {
+    } else if (h->base.x != NULL) {
         m0_asgi_detach(&h->base);
     }
     Py_CLEAR(h->recv_waiter);
@@ -852,7 +852,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
     if (h->task == NULL || (a->tasks != NULL && PySet_Add(a->tasks, h->task) < 0)) {
         m0_asgi_log_error(a, "Exception in ASGI application");
         Py_CLEAR(h->task);
-        if (h->base.conn != NULL)
+        if (h->base.x != NULL)
             http_answer_error(h, 500);
         if (runner == NULL || h->task == NULL) {
             /* close the never-started coroutine quietly */

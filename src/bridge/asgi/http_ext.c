@@ -55,7 +55,7 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
             goto done;
         }
     }
-    if (h->base.conn == NULL) {
+    if (h->base.x == NULL) {
         rc = m0_asgi_http_disconnected(h);
         goto done;
     }
@@ -73,7 +73,7 @@ int m0_asgi_http_early_hint(m0_asgi_http *h, PyObject *msg, PyObject **out)
         m0_response_head head;
         m0_head_view(&hints, 103, -1, &head);
         struct iovec iov = {hints.buf, hints.len};
-        if (m0_exchange_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
+        if (m0_exchange_writev(h->base.x, &head, &iov, 1, 0) < 0) {
             m0_asgi_http_lost(h);
             rc = m0_asgi_http_disconnected(h);
             goto done;
@@ -139,7 +139,7 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
         }
     }
     /* Python may have run above (more_trailers' truth). */
-    if (h->base.conn == NULL || h->resp != RESP_TRAILERS) {
+    if (h->base.x == NULL || h->resp != RESP_TRAILERS) {
         r = m0_asgi_http_disconnected(h);
         goto done;
     }
@@ -153,7 +153,7 @@ int m0_asgi_http_trailers(m0_asgi_http *h, PyObject *msg, PyObject **out)
             goto done;
         m0_response_head trailers;
         m0_head_view(&h->head, 0, -1, &trailers);
-        if (m0_exchange_write_trailers(h->base.conn, &trailers) < 0) {
+        if (m0_exchange_write_trailers(h->base.x, &trailers) < 0) {
             m0_asgi_http_lost(h);
             r = m0_asgi_http_disconnected(h);
             goto done;
@@ -181,7 +181,7 @@ int m0_asgi_http_pathsend(m0_asgi_http *h, PyObject *msg, PyObject **out)
     Py_INCREF(path); /* __fspath__ is Python: it may take path out of msg */
     if (!PyUnicode_FSConverter(path, &fspath))
         goto error;
-    if (h->base.conn == NULL || h->resp != RESP_STARTED) {
+    if (h->base.x == NULL || h->resp != RESP_STARTED) {
         m0_asgi_http_disconnected(h);
         goto error;
     }
@@ -207,7 +207,7 @@ int m0_asgi_http_pathsend(m0_asgi_http *h, PyObject *msg, PyObject **out)
     struct iovec iov = {h->head.buf, h->head.len};
     m0_response_head head;
     m0_head_view(&h->head, h->status, h->resp_length, &head);
-    if (m0_exchange_writev(h->base.conn, &head, &iov, 1, 0) < 0) {
+    if (m0_exchange_writev(h->base.x, &head, &iov, 1, 0) < 0) {
         m0_asgi_http_lost(h);
         m0_asgi_http_disconnected(h);
         goto error;
@@ -248,7 +248,7 @@ void m0_asgi_http_pathsend_close(m0_asgi_http *h)
  * continues it), -1 on error. */
 int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
 {
-    m0_exchange *c = h->base.conn;
+    m0_exchange *c = h->base.x;
     if (h->resp_length >= 0 && h->body_sent + h->pathsend.left > (uint64_t)h->resp_length) {
         /* Never past the declared length: the stream would desync. */
         m0_asgi_http_pathsend_close(h);

@@ -10,7 +10,7 @@
  * Per-connection objects. The handler stores one Python object per active
  * request as the m0_exchange's data. Its struct starts with m0_asgi_base, whose
  * on_event the handler calls for M0_CONN_BODY / M0_CONN_WRITABLE /
- * M0_CONN_CLOSED. While attached (base->conn != NULL) the connection holds a
+ * M0_CONN_CLOSED. While attached (base->x != NULL) the connection holds a
  * strong reference to the object; m0_asgi_detach() drops it. After
  * M0_CONN_CLOSED the handler detaches the object itself once on_event
  * returns, so on_event(CLOSED) must only resolve waiters and mark state: it
@@ -130,7 +130,7 @@ typedef void (*m0_asgi_event_fn)(m0_asgi_base *self, int what);
 struct m0_asgi_base {
     PyObject_HEAD m0_asgi_event_fn on_event; /* required */
     m0_asgi *asgi;                           /* borrowed; the bridge outlives its objects */
-    m0_exchange *conn;                       /* NULL once detached */
+    m0_exchange *x;                          /* the request's exchange; NULL once detached */
     m0_asgi_base *prev, *next;               /* the bridge's list of attached objects */
 };
 

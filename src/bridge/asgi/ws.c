@@ -159,7 +159,7 @@ error:
     Py_XDECREF(receive);
     Py_XDECREF(send);
     Py_XDECREF(done);
-    if (w->base.conn != NULL)
+    if (w->base.x != NULL)
         m0_asgi_detach(&w->base);
     Py_DECREF(w);
     return -1;
@@ -211,7 +211,7 @@ static int ws_send_dispatch(m0_asgi_ws *w, PyObject *msg, PyObject **out)
     int r = -1;
     switch (w->state) {
     case WS_CONNECTING:
-        if (ws_conn(w) == NULL) {
+        if (ws_exchange(w) == NULL) {
             r = m0_asgi_ws_raise_disconnected(w);
         } else if (strcmp(t, "websocket.accept") == 0) {
             r = m0_asgi_ws_accept(w, msg);

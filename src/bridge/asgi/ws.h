@@ -102,10 +102,10 @@ typedef struct {
 
 /* --- inline helpers --- */
 
-/* The connection, while it may still be used. */
-static inline m0_exchange *ws_conn(m0_asgi_ws *w)
+/* The exchange, while it may still be used. */
+static inline m0_exchange *ws_exchange(m0_asgi_ws *w)
 {
-    return w->gone ? NULL : w->base.conn;
+    return w->gone ? NULL : w->base.x;
 }
 
 static inline void ws_log_error(m0_asgi_ws *w, const char *msg)

@@ -34,7 +34,7 @@ static int head_write(m0_asgi_ws *w, int status, int64_t content_length, const s
 {
     m0_response_head head;
     m0_head_view(&w->head, status, content_length, &head);
-    return m0_exchange_writev(ws_conn(w), &head, iov, n, 0);
+    return m0_exchange_writev(ws_exchange(w), &head, iov, n, 0);
 }
 
 /* Append the app's headers (head.h): the bridge frames the body
@@ -127,12 +127,12 @@ int m0_asgi_ws_accept(m0_asgi_ws *w, PyObject *msg)
         return m0_asgi_ws_raise_disconnected(w);
     }
     head_free(w);
-    m0_exchange_upgrade(ws_conn(w));
+    m0_exchange_upgrade(ws_exchange(w));
     w->status = 101;
     w->state = WS_OPEN;
     m0_ws_parser_init(&w->parser, w->base.asgi->ws_max_size, 1);
     w->parser.allow_rsv1 = w->deflate != NULL;
-    if (m0_server_draining(m0_exchange_server(ws_conn(w)))) {
+    if (m0_server_draining(m0_exchange_server(ws_exchange(w)))) {
         /* accepted while the server drains: open and close at once */
         m0_asgi_ws_close_with(w, M0_WS_CLOSE_SERVICE_RESTART, NULL, 1);
         return 0;
@@ -154,7 +154,7 @@ void m0_asgi_ws_answer_status(m0_asgi_ws *w, int status)
     if (head_add(w, line, (size_t)n) < 0 || head_add_field(w, "Content-Length", 14, "0", 1) < 0 ||
         head_add(w, "Connection: close\r\n", 19) < 0 || head_add_common(w, 0, 0) < 0 || head_add(w, "\r\n", 2) < 0)
         PyErr_Clear(); /* out of memory: the connection just closes */
-    else if (ws_conn(w) != NULL) {
+    else if (ws_exchange(w) != NULL) {
         struct iovec iov = {w->head.buf, w->head.len};
         (void)head_write(w, status, 0, &iov, 1);
     }
@@ -256,7 +256,7 @@ int m0_asgi_ws_response_body(m0_asgi_ws *w, PyObject *msg)
         iov[n].iov_base = M0_LAST_CHUNK;
         iov[n++].iov_len = M0_LAST_CHUNK_LEN;
     }
-    if (n > 0 && (ws_conn(w) == NULL || m0_exchange_writev(ws_conn(w), hp, iov, n, 0) < 0)) {
+    if (n > 0 && (ws_exchange(w) == NULL || m0_exchange_writev(ws_exchange(w), hp, iov, n, 0) < 0)) {
         head_free(w);
         m0_asgi_ws_queue_disconnect(w, M0_WS_CLOSE_ABNORMAL, NULL);
         m0_asgi_ws_finish(w);

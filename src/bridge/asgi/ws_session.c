@@ -189,7 +189,7 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
 {
     uint8_t hdr[M0_WS_MAX_HEADER];
     struct iovec iov[2];
-    m0_exchange *c = ws_conn(w);
+    m0_exchange *c = ws_exchange(w);
     if (c == NULL)
         return -1;
     iov[0].iov_base = hdr;
@@ -242,7 +242,7 @@ void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
  * it, the bridge detaches us after on_event returns. */
 void m0_asgi_ws_finish(m0_asgi_ws *w)
 {
-    m0_exchange *c = ws_conn(w);
+    m0_exchange *c = ws_exchange(w);
     w->state = WS_CLOSED;
     ws_timer_cancel(&w->ping_timer);
     ws_timer_cancel(&w->timeout_timer);
@@ -453,7 +453,7 @@ static int ws_pump_full(m0_asgi_ws *w)
         w->paused = 1;
         return 1;
     }
-    if (m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+    if (m0_exchange_write_pending(ws_exchange(w)) > M0_WRITE_HIGH_WATER) {
         w->write_paused = 1;
         return 1;
     }
@@ -467,7 +467,7 @@ static int ws_pump_full(m0_asgi_ws *w)
 static void ws_pump_parse(m0_asgi_ws *w)
 {
     size_t off = 0;
-    while (off < w->rlen && w->state == WS_OPEN && ws_conn(w) != NULL && !ws_pump_full(w)) {
+    while (off < w->rlen && w->state == WS_OPEN && ws_exchange(w) != NULL && !ws_pump_full(w)) {
         m0_ws_chunk ch;
         int r = m0_ws_parse(&w->parser, w->rbuf + off, w->rlen - off, &ch);
         if (r == M0_WS_INCOMPLETE)
@@ -502,15 +502,15 @@ void m0_asgi_ws_pump(m0_asgi_ws *w)
 {
     Py_INCREF(w);
     w->paused = w->write_paused = 0;
-    while (w->state == WS_OPEN && ws_conn(w) != NULL) {
+    while (w->state == WS_OPEN && ws_exchange(w) != NULL) {
         ws_pump_parse(w);
-        if (w->state != WS_OPEN || ws_conn(w) == NULL || w->paused || w->write_paused)
+        if (w->state != WS_OPEN || ws_exchange(w) == NULL || w->paused || w->write_paused)
             break;
         if (ws_pump_full(w))
             break;
         /* Not full and nothing parseable left: rbuf holds at most a partial
          * frame head, so there is room to read into. */
-        ssize_t n = m0_exchange_body_read(ws_conn(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
+        ssize_t n = m0_exchange_body_read(ws_exchange(w), (char *)w->rbuf + w->rlen, WS_READ_BUF - w->rlen, 0);
         if (n == -EAGAIN)
             break; /* re-armed: M0_CONN_BODY follows */
         if (n <= 0) {
@@ -659,7 +659,7 @@ int m0_asgi_ws_send_data(m0_asgi_ws *w, PyObject *msg, PyObject **out)
         m0_asgi_ws_close_with(w, M0_WS_CLOSE_ABNORMAL, NULL, 0);
         return m0_asgi_ws_raise_disconnected(w);
     }
-    if (ws_conn(w) != NULL && m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER) {
+    if (ws_exchange(w) != NULL && m0_exchange_write_pending(ws_exchange(w)) > M0_WRITE_HIGH_WATER) {
         PyObject *fut = m0_asgi_future_new(w->base.asgi);
         if (fut == NULL)
             return -1;
@@ -736,7 +736,7 @@ void m0_asgi_ws_on_event(m0_asgi_base *base, int what)
     if (what == M0_CONN_WRITABLE && w->write_paused && w->state == WS_OPEN)
         m0_asgi_ws_pump(w);
     if (what == M0_CONN_WRITABLE && w->send_waiter != NULL && w->state != WS_CLOSED) {
-        if (ws_conn(w) != NULL && m0_exchange_write_pending(ws_conn(w)) > M0_WRITE_HIGH_WATER)
+        if (ws_exchange(w) != NULL && m0_exchange_write_pending(ws_exchange(w)) > M0_WRITE_HIGH_WATER)
             return;
         PyObject *fut = w->send_waiter;
         w->send_waiter = NULL;
