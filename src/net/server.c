@@ -130,6 +130,15 @@ void m0_server_flush_deferred(m0_server *srv)
     m0__h2_flush_deferred(srv);
 }
 
+/* What a request's begin asks of the configuration, folded once it is set
+ * (server_int.h, req_timed and req_gated). */
+static void server_fold_request_begin(m0_server *srv)
+{
+    const m0_server_config *cfg = &srv->cfg;
+    srv->req_timed = srv->heartbeat != NULL || cfg->access_log_fd >= 0 || cfg->metrics != NULL;
+    srv->req_gated = cfg->proxy.health_path_len != 0 || cfg->proxy.limit_concurrency != 0 || cfg->static_files != NULL;
+}
+
 int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, const m0_handler *handler,
                   void *handler_ctx)
 {
@@ -142,8 +151,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
     srv->loop = loop;
     srv->inflight_count = &srv->inflight;
     srv->cfg = *cfg;
-    srv->req_timed = cfg->access_log_fd >= 0 || cfg->metrics != NULL;
-    srv->req_gated = cfg->proxy.health_path_len != 0 || cfg->proxy.limit_concurrency != 0 || cfg->static_files != NULL;
+    server_fold_request_begin(srv);
     srv->handler = *handler;
     srv->handler_ctx = handler_ctx;
     /* A head may use its request line, one maximal field and 64 KiB more. */
@@ -400,7 +408,7 @@ uint64_t m0_server_requests(const m0_server *srv)
 void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot)
 {
     srv->heartbeat = slot;
-    srv->req_timed = slot != NULL || srv->cfg.access_log_fd >= 0 || srv->cfg.metrics != NULL;
+    server_fold_request_begin(srv);
 }
 
 void m0_server_share_inflight(m0_server *srv, uint32_t *counter)
