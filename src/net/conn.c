@@ -60,7 +60,10 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
      * the access log's slot after the struct starts empty too. */
     memset(c, 0, sizeof(*c) + m0__conn_log_slot_size(srv));
     c->srv = srv;
-    c->xops = m0__conn_log_slot_size(srv) != 0 ? &m0__h1_exchange_logged : &m0__h1_exchange;
+    c->x.ops = m0__conn_log_slot_size(srv) != 0 ? &m0__h1_exchange_logged : &m0__h1_exchange;
+    c->x.srv = srv;
+    c->x.addr = &c->addr;
+    c->x.log_slot = m0__conn_log_slot_size(srv) != 0 ? (void *)(c + 1) : NULL; /* m0_conn's alignment suits it */
     c->io.fd = fd;
     c->io.cb = m0_conn_io_cb;
     m0_timer_init(&c->timer, conn_timer_cb);
@@ -129,21 +132,22 @@ void m0__conn_close(m0_conn *c, int notify)
     m0__conn_unhold(c);
     m0__server_unlink(srv, c);
     int was_pending = c->x.pending;
-    m0__gate_done(c);
+    m0__gate_done(&c->x);
     if (c->x.pending) {
         c->x.pending = 0;
         m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
         if (srv->heartbeat != NULL)
             *srv->heartbeat = 0;
     }
-    if (notify && (was_pending || c->data != NULL))
+    if (notify && (was_pending || c->x.data != NULL))
         m0__conn_notify(c, M0_CONN_CLOSED); /* frees c unless a frame holds it */
     else if (c->refs == 0)
         m0__conn_destroy(c);
 }
 
-void m0__h1_abort(m0_conn *c)
+void m0__h1_abort(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     m0__conn_close(c, 0);
 }
 
@@ -365,7 +369,7 @@ void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
         }
         m0_metrics_engine_status(c->srv->cfg.metrics, status);
         if (c->srv->cfg.access_log_fd >= 0)
-            m0__conn_log(c, req, status, (uint64_t)n - out.head.len, 0);
+            m0__exchange_log(&c->x, req, status, (uint64_t)n - out.head.len, 0);
     }
     c->timer_kind = M0_TIMER_NONE;
     m0__conn_close_after(c, 1);
@@ -375,26 +379,22 @@ void m0__conn_error_of(m0_conn *c, int status, const m0_request *req)
 
 const m0_request *m0_exchange_request(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return &c->x.req;
+    return &x->req;
 }
 
 void *m0_exchange_data(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->data;
+    return x->data;
 }
 
 void m0_exchange_set_data(m0_exchange *x, void *data)
 {
-    m0_conn *c = m0__xconn(x);
-    c->data = data;
+    x->data = data;
 }
 
 m0_server *m0_exchange_server(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->srv;
+    return x->srv;
 }
 
 static void conn_local_resolve(const m0_conn *cc)
@@ -416,16 +416,17 @@ struct m0_tls_conn *m0_exchange_tls(const m0_exchange *x)
     return c->tls;
 }
 
+/* A stream's addresses are a copy of its connection's, resolved before. */
 const char *m0_exchange_local_host(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    conn_local_resolve(c);
-    return c->addr.local_host;
+    if (!x->ops->carried)
+        conn_local_resolve(m0__xconn_c(x));
+    return x->addr->local_host;
 }
 
 int m0_exchange_local_port(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    conn_local_resolve(c);
-    return c->addr.local_port;
+    if (!x->ops->carried)
+        conn_local_resolve(m0__xconn_c(x));
+    return x->addr->local_port;
 }

@@ -81,8 +81,9 @@ static void body_compact(m0_conn *c)
     }
 }
 
-ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0__h1_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->state == M0_CS_CLOSED)
         return -ECONNRESET;
     if ((c->state != M0_CS_REQUEST && c->state != M0_CS_RAW) || cap == 0)

@@ -7,8 +7,9 @@
 
 #include "conn_int.h"
 
-void m0__h1_park(m0_conn *c)
+void m0__h1_park(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     m0_server *srv = c->srv;
     if (c->state == M0_CS_CLOSED)
         return;
@@ -35,7 +36,7 @@ void m0_exchange_detach(m0_exchange *x)
      * recycle allocator: give it one kept there now, so that it does not
      * malloc one per request (the loop frees or keeps it when the connection
      * idles; conn_finish_completed gives an unused one back). */
-    if (c->out.wbuf == NULL && !c->xops->carried && c->srv->wbufs.n > 0) {
+    if (c->out.wbuf == NULL && !c->x.ops->carried && c->srv->wbufs.n > 0) {
         c->out.wbuf = m0_recycle_get(&c->srv->wbufs);
         c->out.wcap = M0_WBUF_INITIAL;
     }
@@ -59,8 +60,8 @@ void m0_exchange_complete(m0_exchange *x, int keep_alive, int status, uint64_t b
      * wakes the loop anyway (conn_io_cb), or for the loop's next pass. An
      * HTTP/2 stream's end is sent when the loop takes it back: at once. */
     size_t next = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
-    int urgent = !keep_alive || c->xops->carried || c->out.wlen > c->out.wpos || !c->x.body_done || c->in.rlen > next ||
-                 __atomic_load_n(&c->x.abort_after, __ATOMIC_RELAXED) ||
+    int urgent = !keep_alive || c->x.ops->carried || c->out.wlen > c->out.wpos || !c->x.body_done ||
+                 c->in.rlen > next || __atomic_load_n(&c->x.abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
     conn_hand_back(c, urgent);
 }

@@ -127,7 +127,7 @@ static inline void m0__conn_notify(m0_conn *c, int what)
     }
     c->refs++;
     if (c->x.static_send != NULL)
-        m0__static_event(c, what); /* a file's response, not the handler's */
+        m0__static_event(&c->x, what); /* a file's response, not the handler's */
     else if (srv->handler.on_event != NULL) {
         m0__app_enter(srv);
         srv->handler.on_event(srv->handler_ctx, &c->x, what);
@@ -171,16 +171,16 @@ static inline int m0__conn_backed_up(m0_conn *c)
 }
 void m0__conn_send_deadline(m0_conn *c);
 
-/* conn_log.c: the access-log line of a response (req NULL: a canned error
- * before a request was parsed). */
-void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
-/* Bytes after each m0_conn (allocated with it, zeroed with it) holding the
- * response header values the access-log format asks for; 0 when it asks for
- * none. */
+/* conn_log.c: the access-log line of an exchange's response (req NULL: a
+ * canned error before a request was parsed). */
+void m0__exchange_log(m0_exchange *x, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns);
+/* Bytes after each m0_conn and each HTTP/2 stream (allocated with it,
+ * zeroed with it; its exchange's log_slot) holding the response header
+ * values the access-log format asks for; 0 when it asks for none. */
 size_t m0__conn_log_slot_size(const m0_server *srv);
 /* A response's bytes are being written: record the header values the format
  * asks for from its head. Only called when cfg.access_log_format is set. */
-void m0__conn_log_head(m0_conn *c, const m0_response_head *head);
+void m0__exchange_log_head(m0_exchange *x, const m0_response_head *head);
 
 /* The exchange's transports: what carries a request and its response for
  * the handler. Each server.h call about the pending exchange (exchange.c)
@@ -188,18 +188,19 @@ void m0__conn_log_head(m0_conn *c, const m0_response_head *head);
  * the conn_*.c file of their concern) or an HTTP/2 stream's (h2.h,
  * m0__h2_exchange). The handler never learns which carries it. */
 typedef struct m0__exchange_ops {
-    int (*writev)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-    int (*writev_chunk)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
-    int (*writev_final)(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-    ssize_t (*sendfile)(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
-    int (*write_trailers)(m0_conn *c, const m0_response_head *trailers);
-    size_t (*write_pending)(const m0_conn *c);
-    ssize_t (*body_read)(m0_conn *c, char *dst, size_t cap, int blocking);
-    int (*keep_alive)(const m0_conn *c);
-    void (*finish)(m0_conn *c, int keep_alive, int status, uint64_t body_bytes); /* of a pending request */
-    void (*park)(m0_conn *c);
-    void (*abort)(m0_conn *c);
-    void (*upgrade)(m0_conn *c);
+    int (*writev)(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+    int (*writev_chunk)(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+    int (*writev_final)(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                        int blocking);
+    ssize_t (*sendfile)(m0_exchange *x, int fd, off_t offset, size_t count, int blocking);
+    int (*write_trailers)(m0_exchange *x, const m0_response_head *trailers);
+    size_t (*write_pending)(const m0_exchange *x);
+    ssize_t (*body_read)(m0_exchange *x, char *dst, size_t cap, int blocking);
+    int (*keep_alive)(const m0_exchange *x);
+    void (*finish)(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes); /* of a pending request */
+    void (*park)(m0_exchange *x);
+    void (*abort)(m0_exchange *x);
+    void (*upgrade)(m0_exchange *x);
     /* Carried by another connection's session (an HTTP/2 stream): no socket
      * and no buffers of its own; its end goes out as soon as the loop takes
      * it back from a thread. */
@@ -209,22 +210,35 @@ typedef struct m0__exchange_ops {
 /* exchange.c: HTTP/1.1's, and the same with the heads' fields given to
  * the access log (a format that asks for response fields). */
 extern const m0__exchange_ops m0__h1_exchange, m0__h1_exchange_logged;
-int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
-int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
-int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+int m0__h1_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h1_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                        int blocking);
+int m0__h1_writev_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                         int blocking);
+int m0__h1_writev_chunk_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+int m0__h1_writev_final_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
                                int blocking);
-ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
-int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers);
-size_t m0__h1_write_pending(const m0_conn *c);
-ssize_t m0__h1_body_read(m0_conn *c, char *dst, size_t cap, int blocking); /* conn_body.c */
-int m0__h1_keep_alive(const m0_conn *c);                                   /* conn_process.c */
-void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
-void m0__h1_upgrade(m0_conn *c);
-void m0__h1_park(m0_conn *c);  /* conn_handoff.c */
-void m0__h1_abort(m0_conn *c); /* conn.c */
+ssize_t m0__h1_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking);
+int m0__h1_write_trailers(m0_exchange *x, const m0_response_head *trailers);
+size_t m0__h1_write_pending(const m0_exchange *x);
+ssize_t m0__h1_body_read(m0_exchange *x, char *dst, size_t cap, int blocking); /* conn_body.c */
+int m0__h1_keep_alive(const m0_exchange *x);                                   /* conn_process.c */
+void m0__h1_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes);
+void m0__h1_upgrade(m0_exchange *x);
+void m0__h1_park(m0_exchange *x);  /* conn_handoff.c */
+void m0__h1_abort(m0_exchange *x); /* conn.c */
+
+/* The next write of x's response says MSG_MORE: a file's bytes follow it at
+ * once (static_file.c). HTTP/1.1 over plain TCP only: TLS records and an
+ * HTTP/2 stream's frames are framed by their own writers. */
+static inline void m0__exchange_more(m0_exchange *x, int more)
+{
+    if (x->ops->carried)
+        return;
+    m0_conn *c = m0__xconn(x);
+    c->out.more = more && c->tls == NULL;
+}
 
 /* conn_write.c: the output. Every byte leaves through one routine
  * (conn_send), called only by the owner of the connection's queued output:

@@ -1,7 +1,8 @@
 /* The connection's side of the access log (net/access_log.h): the line of
  * each finished response, formatted into the server's line buffer, and the
  * response header values a format asks for, read from the head as it is
- * written into the slot allocated after the m0_conn.
+ * written into the slot allocated after its m0_conn or HTTP/2 stream (the
+ * exchange's log_slot).
  *
  * When lines are written: a line logged by an event callback of the loop's
  * pass stays in the buffer; the pass's end writes them all with one write(2)
@@ -29,33 +30,26 @@ size_t m0__conn_log_slot_size(const m0_server *srv)
     return m0_access_log_slot_size(srv->cfg.access_log_format);
 }
 
-static m0_access_log_slot *conn_slot(m0_conn *c)
-{
-    if (m0__conn_log_slot_size(c->srv) == 0)
-        return NULL;
-    return (m0_access_log_slot *)(void *)(c + 1); /* m0_conn's alignment suits the slot */
-}
-
 /* Which request a slot's values belong to. */
-static uint64_t conn_tag(const m0_conn *c)
+static uint64_t exchange_tag(const m0_exchange *x)
 {
-    return c->x.start_ns ^ ((uint64_t)c->x.nreq << 40);
+    return x->start_ns ^ ((uint64_t)x->nreq << 40);
 }
 
-void m0__conn_log_head(m0_conn *c, const m0_response_head *head)
+void m0__exchange_log_head(m0_exchange *x, const m0_response_head *head)
 {
-    m0_access_log_slot *slot = conn_slot(c);
-    if (slot != NULL && c->x.pending)
-        m0_access_log_record_head(c->srv->cfg.access_log_format, slot, conn_tag(c), head);
+    m0_access_log_slot *slot = x->log_slot;
+    if (slot != NULL && x->pending)
+        m0_access_log_record_head(x->srv->cfg.access_log_format, slot, exchange_tag(x), head);
 }
 
-void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
+void m0__exchange_log(m0_exchange *x, const m0_request *req, int status, uint64_t body_bytes, uint64_t ns)
 {
-    const m0_server_config *cfg = &c->srv->cfg;
-    const char *client = m0_exchange_client_host(&c->x); /* the peer, or the client a trusted proxy names */
+    const m0_server_config *cfg = &x->srv->cfg;
+    const char *client = m0_exchange_client_host(x); /* the peer, or the client a trusted proxy names */
     m0_access_entry e = {
         .peer_host = client,
-        .peer_port = m0_exchange_client_port(&c->x),
+        .peer_port = m0_exchange_client_port(x),
         .ipv6 = strchr(client, ':') != NULL,
         .req = req,
         .status = status,
@@ -67,14 +61,14 @@ void m0__conn_log(m0_conn *c, const m0_request *req, int status, uint64_t body_b
     clock_gettime(CLOCK_REALTIME, &now);
     e.wall_s = (int64_t)now.tv_sec;
     e.wall_ms = (int)(now.tv_nsec / 1000000);
-    m0_server *srv = c->srv;
+    m0_server *srv = x->srv;
     char *line = m0_access_log_buf_reserve(srv->log_buf);
     size_t n;
     if (cfg->access_log_format == NULL) {
         n = m0_access_log_default(&e, line, M0_ACCESS_LOG_LINE_MAX);
     } else {
-        m0_access_log_slot *slot = conn_slot(c);
-        if (slot != NULL && req != NULL && slot->recorded && slot->tag == conn_tag(c))
+        m0_access_log_slot *slot = x->log_slot;
+        if (slot != NULL && req != NULL && slot->recorded && slot->tag == exchange_tag(x))
             e.resp = slot;
         n = m0_access_log_format(cfg->access_log_format, &e, line, M0_ACCESS_LOG_LINE_MAX);
         if (slot != NULL)

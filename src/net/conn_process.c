@@ -69,7 +69,7 @@ void m0__conn_dispatch(m0_conn *c)
     c->x.resp_cut = 0;
     c->out.send_deadline_ms = 0;
     c->x.nreq++;
-    int gated = m0__request_begin(c);
+    int gated = m0__request_begin(&c->x);
     int r = 0;
     if (!gated) {
         int bal = srv->bal != NULL;
@@ -326,8 +326,9 @@ static int conn_keep_alive_h1(const m0_conn *c, int told)
     return 1;
 }
 
-int m0__h1_keep_alive(const m0_conn *c)
+int m0__h1_keep_alive(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return conn_keep_alive_h1(c, 0);
 }
 
@@ -337,12 +338,13 @@ void m0_exchange_cut(m0_exchange *x)
     c->x.resp_cut = 1;
 }
 
-void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0__h1_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->x.resp_cut)
         keep_alive = 0; /* the close is what tells the client */
     c->out.send_deadline_ms = 0;
-    m0__request_end(c, status, body_bytes);
+    m0__request_end(&c->x, status, body_bytes);
     if (c->x.abort_after) { /* the server aborted while a pool thread had it */
         m0__conn_close(c, 1);
         return;
@@ -379,8 +381,9 @@ void m0__h1_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0__conn_release(c);
 }
 
-void m0__h1_upgrade(m0_conn *c)
+void m0__h1_upgrade(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->state != M0_CS_REQUEST)
         return;
     c->state = M0_CS_RAW;

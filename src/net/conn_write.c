@@ -344,8 +344,9 @@ int m0__conn_send_continue(m0_conn *c, int blocking)
 /* HTTP/1.1 sends a head's text as it is (head describes the start of iov).
  * The _logged variants (m0__h1_exchange_logged: an access-log format that
  * asks for response fields) first give the head's fields to the log. */
-int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     (void)head;
     /* A waiting write is a view's (WSGI), which runs on after it returns:
      * never held. The loop's own non-blocking writes are whole responses
@@ -354,8 +355,9 @@ int m0__h1_writev(m0_conn *c, const m0_response_head *head, const struct iovec *
     return conn_writev(c, iov, iovcnt, blocking, blocking ? HOLD_NONE : HOLD_PASS);
 }
 
-int m0__h1_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+int m0__h1_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
+    m0_conn *c = m0__xconn(x);
     (void)head;
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
@@ -365,32 +367,34 @@ int m0__conn_writev_now(m0_conn *c, const struct iovec *iov, int iovcnt)
     return conn_writev(c, iov, iovcnt, 0, HOLD_NONE);
 }
 
-int m0__h1_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     (void)head;
     return conn_writev(c, iov, iovcnt, blocking, HOLD_FINAL);
 }
 
-int m0__h1_writev_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h1_writev_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                         int blocking)
 {
     if (head != NULL)
-        m0__conn_log_head(c, head);
-    return m0__h1_writev(c, head, iov, iovcnt, blocking);
+        m0__exchange_log_head(x, head);
+    return m0__h1_writev(x, head, iov, iovcnt, blocking);
 }
 
-int m0__h1_writev_chunk_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+int m0__h1_writev_chunk_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
     if (head != NULL)
-        m0__conn_log_head(c, head);
-    return m0__h1_writev_chunk(c, head, iov, iovcnt);
+        m0__exchange_log_head(x, head);
+    return m0__h1_writev_chunk(x, head, iov, iovcnt);
 }
 
-int m0__h1_writev_final_logged(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+int m0__h1_writev_final_logged(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
                                int blocking)
 {
     if (head != NULL)
-        m0__conn_log_head(c, head);
-    return m0__h1_writev_final(c, head, iov, iovcnt, blocking);
+        m0__exchange_log_head(x, head);
+    return m0__h1_writev_final(x, head, iov, iovcnt, blocking);
 }
 
 void m0__conn_hold(m0_conn *c)
@@ -560,8 +564,9 @@ static int sigpipe_ignored(m0_conn *c)
     return ignored;
 }
 
-ssize_t m0__h1_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0__h1_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->state == M0_CS_CLOSED || c->out.broken)
         return -EPIPE;
     if ((M0_MSG_NOSIGNAL != 0 && c->tls != NULL) || sigpipe_ignored(c))
@@ -621,14 +626,15 @@ void m0__server_flush_held(void *arg)
     }
 }
 
-int m0__h1_write_trailers(m0_conn *c, const m0_response_head *trailers)
+int m0__h1_write_trailers(m0_exchange *x, const m0_response_head *trailers)
 {
     struct iovec iov = {(void *)trailers->text, trailers->len};
-    return m0__h1_writev(c, NULL, &iov, 1, 0);
+    return m0__h1_writev(x, NULL, &iov, 1, 0);
 }
 
-size_t m0__h1_write_pending(const m0_conn *c)
+size_t m0__h1_write_pending(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     return c->out.wlen - c->out.wpos;
 }
 

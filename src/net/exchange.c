@@ -37,74 +37,62 @@ const m0__exchange_ops m0__h1_exchange_logged = {
 
 int m0_exchange_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->writev(c, head, iov, iovcnt, blocking);
+    return x->ops->writev(x, head, iov, iovcnt, blocking);
 }
 
 int m0_exchange_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->writev_chunk(c, head, iov, iovcnt);
+    return x->ops->writev_chunk(x, head, iov, iovcnt);
 }
 
 int m0_exchange_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
                              int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->writev_final(c, head, iov, iovcnt, blocking);
+    return x->ops->writev_final(x, head, iov, iovcnt, blocking);
 }
 
 ssize_t m0_exchange_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->sendfile(c, fd, offset, count, blocking);
+    return x->ops->sendfile(x, fd, offset, count, blocking);
 }
 
 int m0_exchange_write_trailers(m0_exchange *x, const m0_response_head *trailers)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->write_trailers(c, trailers);
+    return x->ops->write_trailers(x, trailers);
 }
 
 size_t m0_exchange_write_pending(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->xops->write_pending(c);
+    return x->ops->write_pending(x);
 }
 
 ssize_t m0_exchange_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    return c->xops->body_read(c, dst, cap, blocking);
+    return x->ops->body_read(x, dst, cap, blocking);
 }
 
 int m0_exchange_keep_alive(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->xops->keep_alive(c);
+    return x->ops->keep_alive(x);
 }
 
 void m0_exchange_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
-    m0_conn *c = m0__xconn(x);
-    if (c->x.pending)
-        c->xops->finish(c, keep_alive, status, body_bytes);
+    if (x->pending)
+        x->ops->finish(x, keep_alive, status, body_bytes);
 }
 
 void m0_exchange_park(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    c->xops->park(c);
+    x->ops->park(x);
 }
 
 void m0_exchange_abort(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    c->xops->abort(c);
+    x->ops->abort(x);
 }
 
 void m0_exchange_upgrade(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    c->xops->upgrade(c);
+    x->ops->upgrade(x);
 }

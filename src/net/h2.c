@@ -753,7 +753,10 @@ static void h2_dispatch(m0_h2 *h2)
         sc->srv = srv;
         sc->io.fd = -1;
         m0_timer_init(&sc->timer, NULL); /* never armed; m0_exchange_detach stops it */
-        sc->xops = &m0__h2_exchange;
+        sc->x.ops = &m0__h2_exchange;
+        sc->x.srv = srv;
+        sc->x.addr = &sc->addr;
+        sc->x.log_slot = m0__conn_log_slot_size(srv) != 0 ? (void *)(sc + 1) : NULL;
         sc->h2s = s;
         sc->state = M0_CS_REQUEST;
         sc->addr.family = c->addr.family;
@@ -795,7 +798,7 @@ static void h2_dispatch(m0_h2 *h2)
          * ends the stream as it is sent, which destroys an unheld stream
          * connection, and the release below would destroy it again. */
         sc->refs++;
-        int gated = m0__request_begin(sc);
+        int gated = m0__request_begin(&sc->x);
         /* gated and still pending: the gate's file on its way (static_file.c) */
         int r;
         if (gated) {
@@ -811,7 +814,7 @@ static void h2_dispatch(m0_h2 *h2)
         }
         if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->x.pending))) {
             /* no response: the stream is reset */
-            m0__h2s_abort(sc);
+            m0__h2s_abort(&sc->x);
         }
         m0__conn_release(sc);
     }

@@ -100,20 +100,21 @@ void m0__h2_flush_deferred(m0_server *srv);
 /* The transport of a stream connection's exchange (conn_int.h): these functions. */
 extern const struct m0__exchange_ops m0__h2_exchange;
 
-int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+int m0__h2s_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
 /* m0_exchange_writev_final: queued in the stream only; the finish that follows sends it. */
-int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
-ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking);
-void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes);
-size_t m0__h2s_write_pending(const m0_conn *c);
-int m0__h2s_trailers(m0_conn *c, const m0_response_head *trailers);
-int m0__h2s_keep_alive(const m0_conn *c);
-void m0__h2s_park(m0_conn *c);
-void m0__h2s_abort(m0_conn *c);
+int m0__h2s_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                         int blocking);
+ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking);
+ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking);
+void m0__h2s_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes);
+size_t m0__h2s_write_pending(const m0_exchange *x);
+int m0__h2s_trailers(m0_exchange *x, const m0_response_head *trailers);
+int m0__h2s_keep_alive(const m0_exchange *x);
+void m0__h2s_park(m0_exchange *x);
+void m0__h2s_abort(m0_exchange *x);
 /* An answered extended CONNECT: the stream becomes the tunnel (no body limit,
  * no body deadline); its DATA is what m0_exchange_body_read and m0_exchange_writev
  * carry until either side ends the stream. */
-void m0__h2s_upgrade(m0_conn *c);
+void m0__h2s_upgrade(m0_exchange *x);
 
 #endif

@@ -129,12 +129,12 @@ void m0__h2_stream_end(m0_h2_stream *s)
             h2->open--;
             h2->busy = 0;
         }
-    } else if (sc != NULL && (sc->x.pending || sc->data != NULL)) {
+    } else if (sc != NULL && (sc->x.pending || sc->x.data != NULL)) {
         m0_server *srv = sc->srv;
         if (sc->x.pending) {
             sc->x.pending = 0;
             h2->open--;
-            m0__gate_done(sc);
+            m0__gate_done(&sc->x);
             m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
             if (!srv->cfg.http2_concurrent && !s->gated)
                 h2->busy = 0;
@@ -143,7 +143,7 @@ void m0__h2_stream_end(m0_h2_stream *s)
         sc->state = M0_CS_CLOSED;
         sc->refs++;
         if (sc->x.static_send != NULL)
-            m0__static_event(sc, M0_CONN_CLOSED); /* a file's response, not the handler's */
+            m0__static_event(&sc->x, M0_CONN_CLOSED); /* a file's response, not the handler's */
         else if (srv->handler.on_event != NULL) {
             m0__app_enter(srv);
             srv->handler.on_event(srv->handler_ctx, &sc->x, M0_CONN_CLOSED);
@@ -367,7 +367,7 @@ void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
         int known = s->has_method && s->has_path && s->path[1] > 0 && s->f != NULL && m0__h2_fields_alloc(s) == 0;
         if (known)
             m0__h2_request_build(s, &req);
-        m0__conn_log(h2->c, known ? &req : NULL, status, 0, 0);
+        m0__exchange_log(&h2->c->x, known ? &req : NULL, status, 0, 0);
     }
 }
 
@@ -517,13 +517,14 @@ static int stream_wait_sent(m0_conn *c)
     }
 }
 
-int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->x.detached)
         return m0__h2p_writev(c, head, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
     int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
-        m0__h2s_abort(c);
+        m0__h2s_abort(&c->x);
         return -EPIPE;
     }
     if (r < 0)
@@ -544,13 +545,15 @@ int m0__h2s_writev(m0_conn *c, const m0_response_head *head, const struct iovec 
     return 0;
 }
 
-int m0__h2s_writev_final(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2s_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                         int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->x.detached)
         return m0__h2p_writev(c, head, iov, iovcnt, blocking);
     int r = m0__h2_stream_write(c, head, iov, iovcnt);
     if (r == -EPROTO) {
-        m0__h2s_abort(c);
+        m0__h2s_abort(&c->x);
         return -EPIPE;
     }
     return r; /* sent by the finish that follows (m0__h2_kick) */
@@ -567,7 +570,7 @@ int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct i
         if (s->submitted)
             return -EPROTO; /* a second final head */
         if (h2->c->srv->cfg.access_log_format != NULL)
-            m0__conn_log_head(c, head);
+            m0__exchange_log_head(&c->x, head);
         if (response_submit(h2, s, head) < 0)
             return -EPROTO;
         skip = head->len;
@@ -601,8 +604,9 @@ int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct i
     return 0;
 }
 
-ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     if (c->x.detached)
         return m0__h2p_body_read(c, dst, cap, blocking);
     for (;;) {
@@ -655,23 +659,26 @@ ssize_t m0__h2s_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
     }
 }
 
-size_t m0__h2s_write_pending(const m0_conn *c)
+size_t m0__h2s_write_pending(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     if (c->x.detached)
         return m0__h2p_write_pending(c);
     const m0_h2_stream *s = c->h2s;
     return s == NULL ? 0 : s->out_len - s->out_pos;
 }
 
-int m0__h2s_keep_alive(const m0_conn *c)
+int m0__h2s_keep_alive(const m0_exchange *x)
 {
+    const m0_conn *c = m0__xconn_c(x);
     if (c->x.detached)
         return m0__h2p_keep_alive(c);
     return c->h2s != NULL && !c->out.broken;
 }
 
-void m0__h2s_park(m0_conn *c)
+void m0__h2s_park(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     m0_h2_stream *s = c->h2s;
     if (s != NULL) {
         s->want_writable = H2_WAKE_EMPTY;
@@ -684,7 +691,7 @@ void m0__h2s_park(m0_conn *c)
      * set-aside response whose stream ends is (m0__h2_stream_end). */
     if (c->x.pending) {
         c->x.pending = 0;
-        m0__gate_done(c);
+        m0__gate_done(&c->x);
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
     }
     m0__conn_notify(c, M0_CONN_CLOSED);
@@ -694,14 +701,15 @@ void m0__h2s_park(m0_conn *c)
  * close, --max-requests, a drain), and the stream then ends as any other; the
  * session's GOAWAY is the connection's business. A response the handler
  * could not finish says so with m0_exchange_cut, and its stream is reset. */
-void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
+void m0__h2s_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
+    m0_conn *c = m0__xconn(x);
     (void)keep_alive;
     if (!c->x.pending)
         return;
     m0_server *srv = c->srv;
     m0_h2_stream *s = c->h2s;
-    m0__request_end(c, status, body_bytes);
+    m0__request_end(&c->x, status, body_bytes);
     if (s == NULL) {
         /* A thread's request whose stream ended while it ran (h2_pool.c): the
          * orphaned stream connection goes with it. */
@@ -737,8 +745,9 @@ void m0__h2s_finish(m0_conn *c, int keep_alive, int status, uint64_t body_bytes)
     m0__h2_kick(h2, 1);
 }
 
-void m0__h2s_upgrade(m0_conn *c)
+void m0__h2s_upgrade(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     m0_h2_stream *s = c->h2s;
     if (s == NULL || s->protocol[1] == 0)
         return;
@@ -747,13 +756,14 @@ void m0__h2s_upgrade(m0_conn *c)
     c->x.body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
-void m0__h2s_abort(m0_conn *c)
+void m0__h2s_abort(m0_exchange *x)
 {
+    m0_conn *c = m0__xconn(x);
     m0_h2_stream *s = c->h2s;
     if (c->x.pending) {
         c->x.pending = 0;
         m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0__gate_done(c);
+        m0__gate_done(&c->x);
         if (s != NULL) {
             s->h2->open--;
             if (!c->srv->cfg.http2_concurrent && !s->gated)
@@ -770,8 +780,9 @@ void m0__h2s_abort(m0_conn *c)
     m0__h2_kick(h2, 1);
 }
 
-ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blocking)
+ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
 {
+    m0_conn *c = m0__xconn(x);
     /* The file's bytes go through the stream's queue like any body bytes.
      * On the loop's thread without a wait (M0_WRITE_NOWAIT, M0_WRITE_PARK) a
      * stream is a socket that takes at most M0_WRITE_HIGH_WATER at a time:
@@ -782,7 +793,7 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
     if (loop_nowait) {
         if (c->h2s == NULL || c->out.broken)
             return -EPIPE;
-        if (m0__h2s_write_pending(c) > 0) {
+        if (m0__h2s_write_pending(x) > 0) {
             c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
         }
@@ -808,7 +819,7 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
                 nghttp2_session_resume_data(s->h2->ses, s->id);
             }
             m0__h2_kick(s->h2, 0);
-            if (c->h2s != NULL && m0__h2s_write_pending(c) > 0) /* the kick may have ended the stream */
+            if (c->h2s != NULL && m0__h2s_write_pending(x) > 0) /* the kick may have ended the stream */
                 c->h2s->want_writable = H2_WAKE_EMPTY;          /* the writer waits for an empty queue (pathsend) */
             return n;
         }
@@ -825,18 +836,19 @@ ssize_t m0__h2s_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int blo
         if (n == 0)
             break;
         struct iovec iov = {buf, (size_t)n};
-        int r = m0__h2s_writev(c, NULL, &iov, 1, blocking);
+        int r = m0__h2s_writev(x, NULL, &iov, 1, blocking);
         if (r < 0)
             return r;
         done += (size_t)n;
     }
-    if (loop_nowait && c->h2s != NULL && m0__h2s_write_pending(c) > 0)
+    if (loop_nowait && c->h2s != NULL && m0__h2s_write_pending(x) > 0)
         c->h2s->want_writable = H2_WAKE_EMPTY; /* the writer waits for an empty queue (pathsend) */
     return done == 0 && !blocking ? 0 : (ssize_t)done;
 }
 
-int m0__h2s_trailers(m0_conn *c, const m0_response_head *t)
+int m0__h2s_trailers(m0_exchange *x, const m0_response_head *t)
 {
+    m0_conn *c = m0__xconn(x);
     m0_h2_stream *s = c->h2s;
     if (s == NULL || c->out.broken || s->ng_closed)
         return -EPIPE;
@@ -863,9 +875,9 @@ int m0__h2s_trailers(m0_conn *c, const m0_response_head *t)
 }
 
 /* A stream's chunk is never held for the pass's end either. */
-static int h2s_writev_chunk(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+static int h2s_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    return m0__h2s_writev(c, head, iov, iovcnt, 0);
+    return m0__h2s_writev(x, head, iov, iovcnt, 0);
 }
 
 const m0__exchange_ops m0__h2_exchange = {

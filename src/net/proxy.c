@@ -12,18 +12,18 @@
 /* Whether the socket's peer is in --forwarded-allow-ips (cached per
  * connection; a PROXY header resets it for the address it gives, and one
  * that names no client withdraws it). */
-static int conn_peer_trusted(m0_conn *c)
+static int peer_trusted(const m0_server *srv, m0_addr *a)
 {
-    if (c->addr.peer_trust == 0) {
-        const m0_trust *t = &c->srv->cfg.proxy.trust;
+    if (a->peer_trust == 0) {
+        const m0_trust *t = &srv->cfg.proxy.trust;
         int ok;
-        if (c->addr.family == AF_UNIX)
+        if (a->family == AF_UNIX)
             ok = t->any || t->unix_ok;
         else
-            ok = m0_trust_match_text(t, c->addr.peer_host, strlen(c->addr.peer_host));
-        c->addr.peer_trust = ok ? 1 : 2;
+            ok = m0_trust_match_text(t, a->peer_host, strlen(a->peer_host));
+        a->peer_trust = ok ? 1 : 2;
     }
-    return c->addr.peer_trust == 1;
+    return a->peer_trust == 1;
 }
 
 /* --- the PROXY protocol --- */
@@ -49,7 +49,7 @@ int m0__proxy_protocol_read(m0_conn *c)
         m0__conn_arm(c, M0_TIMER_IDLE, cfg->header_timeout_ms);
         return 1;
     }
-    if (r <= 0 || !conn_peer_trusted(c)) {
+    if (r <= 0 || !peer_trusted(c->srv, &c->addr)) {
         m0__conn_close(c, 1);
         return -1;
     }
@@ -112,7 +112,7 @@ static size_t authority_split(const char *s, size_t len, int *port)
     return hlen;
 }
 
-static void conn_forwarded_host_set(m0_conn *c, m0_span host, int fwd_port)
+static void forwarded_host_set(m0_exchange *x, m0_span host, int fwd_port)
 {
     int port;
     size_t hlen = authority_split(host.base, host.len, &port);
@@ -120,78 +120,74 @@ static void conn_forwarded_host_set(m0_conn *c, m0_span host, int fwd_port)
         return;
     if (port < 0 && fwd_port >= 0) {
         /* X-Forwarded-Port completes a host without one. */
-        int n = snprintf(c->x.fwd_authority, sizeof(c->x.fwd_authority), "%.*s:%d", (int)hlen, host.base, fwd_port);
-        if (n <= 0 || (size_t)n >= sizeof(c->x.fwd_authority))
+        int n = snprintf(x->fwd_authority, sizeof(x->fwd_authority), "%.*s:%d", (int)hlen, host.base, fwd_port);
+        if (n <= 0 || (size_t)n >= sizeof(x->fwd_authority))
             return;
-        c->x.fwd_authority_len = (size_t)n;
+        x->fwd_authority_len = (size_t)n;
         port = fwd_port;
     } else {
-        if (host.len >= sizeof(c->x.fwd_authority))
+        if (host.len >= sizeof(x->fwd_authority))
             return;
-        memcpy(c->x.fwd_authority, host.base, host.len);
-        c->x.fwd_authority[host.len] = '\0';
-        c->x.fwd_authority_len = host.len;
+        memcpy(x->fwd_authority, host.base, host.len);
+        x->fwd_authority[host.len] = '\0';
+        x->fwd_authority_len = host.len;
     }
     if (port < 0)
-        port = c->x.fwd_scheme == M0_SCHEME_HTTPS ? 443 : c->x.fwd_scheme == M0_SCHEME_HTTP ? 80 : -1;
-    c->x.fwd_port = port;
-    c->x.fwd_hostname_len = hlen;
+        port = x->fwd_scheme == M0_SCHEME_HTTPS ? 443 : x->fwd_scheme == M0_SCHEME_HTTP ? 80 : -1;
+    x->fwd_port = port;
+    x->fwd_hostname_len = hlen;
 }
 
-void m0__proxy_headers_resolve(m0_conn *c)
+void m0__proxy_headers_resolve(m0_exchange *x)
 {
-    const m0_proxy_config *pc = &c->srv->cfg.proxy;
-    c->x.fwd_client = 0;
-    c->x.fwd_scheme = M0_SCHEME_NONE;
-    c->x.fwd_hostname_len = 0;
-    c->x.fwd_authority_len = 0;
-    c->x.fwd_port = -1;
-    if (!conn_peer_trusted(c))
+    const m0_proxy_config *pc = &x->srv->cfg.proxy;
+    x->fwd_client = 0;
+    x->fwd_scheme = M0_SCHEME_NONE;
+    x->fwd_hostname_len = 0;
+    x->fwd_authority_len = 0;
+    x->fwd_port = -1;
+    if (!peer_trusted(x->srv, x->addr))
         return;
     m0_forwarded f;
-    if (!m0_forwarded_resolve(&c->x.req, &pc->trust, pc->fwd_flags, &f))
+    if (!m0_forwarded_resolve(&x->req, &pc->trust, pc->fwd_flags, &f))
         return;
-    if (f.client.len > 0 && f.client.len < sizeof(c->x.fwd_client_host)) {
-        memcpy(c->x.fwd_client_host, f.client.base, f.client.len);
-        c->x.fwd_client_host[f.client.len] = '\0';
-        c->x.fwd_client_port = f.client_port >= 0 ? f.client_port : 0;
-        c->x.fwd_client = 1;
+    if (f.client.len > 0 && f.client.len < sizeof(x->fwd_client_host)) {
+        memcpy(x->fwd_client_host, f.client.base, f.client.len);
+        x->fwd_client_host[f.client.len] = '\0';
+        x->fwd_client_port = f.client_port >= 0 ? f.client_port : 0;
+        x->fwd_client = 1;
     }
-    c->x.fwd_scheme = f.scheme;
+    x->fwd_scheme = f.scheme;
     if (f.host.len > 0)
-        conn_forwarded_host_set(c, f.host, f.port);
-    else if (f.port >= 0 && c->x.req.host.len > 0)
-        conn_forwarded_host_set(c, c->x.req.host, f.port);
+        forwarded_host_set(x, f.host, f.port);
+    else if (f.port >= 0 && x->req.host.len > 0)
+        forwarded_host_set(x, x->req.host, f.port);
 }
 
 /* --- accessors --- */
 
 const char *m0_exchange_client_host(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->x.fwd_client ? c->x.fwd_client_host : c->addr.peer_host;
+    return x->fwd_client ? x->fwd_client_host : x->addr->peer_host;
 }
 
 int m0_exchange_client_port(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->x.fwd_client ? c->x.fwd_client_port : c->addr.peer_port;
+    return x->fwd_client ? x->fwd_client_port : x->addr->peer_port;
 }
 
 int m0_exchange_forwarded_scheme(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->x.fwd_scheme;
+    return x->fwd_scheme;
 }
 
 int m0_exchange_forwarded_host(const m0_exchange *x, m0_span *authority, m0_span *host, int *port)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    if (c->x.fwd_hostname_len == 0)
+    if (x->fwd_hostname_len == 0)
         return 0;
-    *authority = (m0_span){c->x.fwd_authority, c->x.fwd_authority_len};
-    *host = (m0_span){c->x.fwd_authority, c->x.fwd_hostname_len};
-    *port = c->x.fwd_port;
+    *authority = (m0_span){x->fwd_authority, x->fwd_authority_len};
+    *host = (m0_span){x->fwd_authority, x->fwd_hostname_len};
+    *port = x->fwd_port;
     return 1;
 }
 

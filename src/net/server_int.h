@@ -93,12 +93,10 @@ enum {
                                       * m0__conn_process, cleared by m0__conn_flush below the low-water mark */
     M0_CF_PP_WAIT = 1u << 7,         /* proxy.c: a PROXY protocol header is expected before the first
                                       * request (set at accept, cleared once it is read) */
-    M0_CF_COUNTED = 1u << 8,         /* gate.c: counted in srv->inflight (set by m0__gate, cleared by
-                                      * m0__gate_done at finish and close) */
-    M0_CF_PACED = 1u << 9,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0__pace_note,
+    M0_CF_PACED = 1u << 8,           /* pace.c: read by the pace timer, not on EPOLLIN (set by m0__pace_note,
                                       * cleared by the timer, dispatch and close) */
-    M0_CF_PACE_LINKED = 1u << 10,    /* pace.c: in the server's list of paced connections */
-    M0_CF_DRAIN_WANTED = 1u << 11,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
+    M0_CF_PACE_LINKED = 1u << 9,     /* pace.c: in the server's list of paced connections */
+    M0_CF_DRAIN_WANTED = 1u << 10,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
                                       * m0_exchange_park, cleared with WRITABLE_WANTED) */
 };
 
@@ -123,11 +121,34 @@ typedef struct m0_listener {
  * hand-off) is then the owner's to read. The hand-off itself orders these
  * accesses: the work queue's mutex (workq.c) going out, the server's
  * done_lock coming back (conn_handoff.c). */
+/* The addresses of an exchange's peer (struct m0_conn's, or the copy an
+ * HTTP/2 stream keeps: its exchange may outlive its connection). local_* a
+ * cache filled on first use; peer_trust (proxy.c): the peer is in the
+ * trusted table: 0 not yet known, 1 yes, 2 no. */
+typedef struct m0_addr {
+    int family;
+    int peer_port;
+    int local_port; /* -1 until asked */
+    int peer_trust;
+    char peer_host[46];
+    char local_host[46];
+} m0_addr;
+
 /* The pending exchange of a connection (HTTP/1.1's, or an HTTP/2 stream
  * connection's): one request and its response. The transport carries it
  * (m0__exchange_ops, conn_int.h); the connection holds the transport's
  * state around it. */
 struct m0_exchange {
+    /* --- what carries it, fixed when it is made: its transport's calls
+     * (m0__exchange_ops, conn_int.h), the server, its peer's addresses and
+     * the access log's slot for the response's fields (NULL: the format asks
+     * for none) --- */
+    const struct m0__exchange_ops *ops;
+    m0_server *srv;
+    m0_addr *addr;
+    void *log_slot;
+    void *data;        /* the handler's: the owner's */
+    int counted;       /* gate.c: counted in srv->inflight (set by m0__gate, cleared by m0__gate_done) */
     uint32_t nreq;     /* requests dispatched: loop, at dispatch; the owner reads it */
     uint64_t start_ns; /* monotonic ns when the pending request was dispatched (loop) */
     /* --- the request: while one is pending, [in.rpos, in.rpos + head_len)
@@ -221,15 +242,11 @@ struct m0_conn {
     m0_server *srv; /* set at accept; read by every thread */
     m0_conn *prev;  /* loop: the server's list of connections */
     m0_conn *next;
-    void *data;               /* the handler's: the owner's */
     int refs;                 /* loop: net-layer frames on the stack for this connection */
     m0_conn_state state;      /* written by the loop thread; the owner reads it */
     unsigned flags;           /* M0_CF_*: the loop thread's alone, even while detached (see M0_CF_*) */
     m0_timer_kind timer_kind; /* loop */
     uint64_t deadline_ms;     /* loop; lazy: the timer may fire earlier and re-arm */
-    /* The transport that carries the connection's exchanges (conn_int.h):
-     * HTTP/1.1's, or an HTTP/2 stream's for a stream connection. */
-    const struct m0__exchange_ops *xops; /* for x, above */
 
     /* --- input: the owner's (m0__conn_fill, conn_read.c; a blocking body
      * read on the owning thread reads the socket too) ---
@@ -301,17 +318,8 @@ struct m0_conn {
     } pace;
 
     /* --- addresses: set at accept (a PROXY header replaces the peer's, on
-     * the loop before the first request); local_* a cache the owner fills
-     * on first use; peer_trust (proxy.c): the peer is in the trusted table:
-     * 0 not yet known, 1 yes, 2 no --- */
-    struct {
-        int family;
-        int peer_port;
-        int local_port; /* -1 until asked */
-        int peer_trust;
-        char peer_host[46];
-        char local_host[46];
-    } addr;
+     * the loop before the first request); the exchange's x.addr points here --- */
+    m0_addr addr;
 
     /* --- transport (conn_io.c): the TLS session (NULL: plaintext), the
      * owner's like the output; the ring of sessions holding input, the loop
@@ -496,19 +504,19 @@ int m0__conn_take_completed_or_mute(m0_conn *c);
 
 /* proxy.c */
 int m0__proxy_protocol_read(m0_conn *c);
-void m0__proxy_headers_resolve(m0_conn *c);
+void m0__proxy_headers_resolve(m0_exchange *x);
 /* gate.c: answer the health path, a static file (static_file.c) or refuse
  * past the concurrency limit from the loop: 1 when the request was answered
- * (finished, or a file's body still on its way: c->pending stays set and the
+ * (finished, or a file's body still on its way: x->pending stays set and the
  * caller treats it as a response the handler finishes later), 0 to
  * dispatch. */
-int m0__gate(m0_conn *c);
-/* The request of c is no longer in flight (inline: on every finish and close). */
-static inline void m0__gate_done(m0_conn *c)
+int m0__gate(m0_exchange *x);
+/* The request of x is no longer in flight (inline: on every finish and close). */
+static inline void m0__gate_done(m0_exchange *x)
 {
-    if (c->flags & M0_CF_COUNTED) {
-        c->flags &= ~M0_CF_COUNTED;
-        __atomic_sub_fetch(c->srv->inflight_count, 1, __ATOMIC_RELAXED);
+    if (x->counted) {
+        x->counted = 0;
+        __atomic_sub_fetch(x->srv->inflight_count, 1, __ATOMIC_RELAXED);
     }
 }
 

@@ -33,7 +33,7 @@
 /* Bodies up to this are read into the head's write. */
 #define SMALL_FILE 16384
 
-/* A response whose body waits on its peer (c->static_send). */
+/* A response whose body waits on its peer (x->static_send). */
 typedef struct m0_static_send {
     int fd;
     m0_static_file *f; /* the loop's open file fd belongs to (static_cache.c), or NULL: fd is the response's */
@@ -97,41 +97,41 @@ static char *put_hex(char *p, uint64_t v)
 #define FIELD_LIT(b, name, value) m0_head_out_field(b, name, sizeof(name) - 1, value, sizeof(value) - 1)
 
 /* The status line, Date, Server and the connection's fields. */
-static void head_start(m0_conn *c, m0_head_out *b, int status, int keep)
+static void head_start(m0_exchange *x, m0_head_out *b, int status, int keep)
 {
     m0_head_out_status(b, status);
     m0_head_out_date(b);
-    if (c->srv->cfg.server_header)
+    if (x->srv->cfg.server_header)
         FIELD_LIT(b, "Server", "m0serve");
     if (!keep)
         m0_head_out_raw(b, "Connection: close\r\n", 19);
-    else if (c->x.req.minor_version == 0 && !(c->x.req.flags & M0_REQ_HTTP2))
+    else if (x->req.minor_version == 0 && !(x->req.flags & M0_REQ_HTTP2))
         m0_head_out_raw(b, "Connection: keep-alive\r\n", 24);
 }
 
 /* The response is complete: counted (the static metrics), then finished. */
-static void finish(m0_conn *c, int keep, int status, uint64_t body_bytes)
+static void finish(m0_exchange *x, int keep, int status, uint64_t body_bytes)
 {
-    m0_metrics *m = c->srv->cfg.metrics;
+    m0_metrics *m = x->srv->cfg.metrics;
     if (m != NULL) {
         if (status >= 200 && status < 600)
             m0_metrics_add(m, M0_MET_STATIC + status / 100 - 2, 1);
         m0_metrics_add(m, M0_MET_STATIC_BYTES, (int64_t)body_bytes);
     }
-    m0_exchange_finish(&c->x, keep, status, body_bytes);
+    m0_exchange_finish(x, keep, status, body_bytes);
 }
 
 /* allow: the Allow field's value (a 405), or NULL. */
-static void answer_short(m0_conn *c, int status, const char *allow)
+static void answer_short(m0_exchange *x, int status, const char *allow)
 {
-    int keep = m0_exchange_keep_alive(&c->x);
+    int keep = m0_exchange_keep_alive(x);
     char buf[512];
     m0_field_span f[HEAD_FIELDS];
     m0_head_out b;
     m0_head_out_init(&b, buf, sizeof(buf), f, HEAD_FIELDS);
     const char *body = m0_status_reason(status);
     size_t blen = strlen(body) + 1;
-    head_start(c, &b, status, keep);
+    head_start(x, &b, status, keep);
     FIELD_LIT(&b, "Content-Type", "text/plain; charset=utf-8");
     m0_head_out_length(&b, blen);
     if (allow != NULL)
@@ -140,15 +140,15 @@ static void answer_short(m0_conn *c, int status, const char *allow)
     m0_response_head head;
     m0_head_out_view(&b, status, (int64_t)blen, &head);
     uint64_t sent = 0;
-    if (!(c->x.req.flags & M0_REQ_HEAD)) {
+    if (!(x->req.flags & M0_REQ_HEAD)) {
         m0_head_out_raw(&b, body, blen - 1);
         m0_head_out_raw(&b, "\n", 1);
         sent = blen;
     }
     struct iovec iov = {buf, b.len};
-    if (b.full || m0_exchange_writev(&c->x, &head, &iov, 1, M0_WRITE_NOWAIT) < 0)
+    if (b.full || m0_exchange_writev(x, &head, &iov, 1, M0_WRITE_NOWAIT) < 0)
         keep = 0;
-    finish(c, keep, status, b.full ? 0 : sent);
+    finish(x, keep, status, b.full ? 0 : sent);
 }
 
 /* --- the body --- */
@@ -163,10 +163,10 @@ static void file_done(int fd, m0_static_file *f)
         close(fd);
 }
 
-static void send_free(m0_conn *c)
+static void send_free(m0_exchange *x)
 {
-    m0_static_send *s = c->x.static_send;
-    c->x.static_send = NULL;
+    m0_static_send *s = x->static_send;
+    x->static_send = NULL;
     if (s != NULL) {
         file_done(s->fd, s->f);
         free(s);
@@ -175,24 +175,24 @@ static void send_free(m0_conn *c)
 
 /* The response is cut short: the file ended early, or the connection
  * failed. HTTP/1.1 closes, HTTP/2 resets the stream. fd, f: a file not yet
- * in c->x.static_send (fd -1: none). */
-static void send_cut(m0_conn *c, int fd, m0_static_file *f, int status, uint64_t sent)
+ * in x->static_send (fd -1: none). */
+static void send_cut(m0_exchange *x, int fd, m0_static_file *f, int status, uint64_t sent)
 {
-    send_free(c);
+    send_free(x);
     file_done(fd, f);
-    m0_exchange_cut(&c->x);
-    finish(c, 0, status, sent);
+    m0_exchange_cut(x);
+    finish(x, 0, status, sent);
 }
 
 /* Send what the peer takes of s's body. 1: finished (s freed, the request
  * finished), 0: parked until M0_CONN_WRITABLE. */
-static int send_pump(m0_conn *c, m0_static_send *s)
+static int send_pump(m0_exchange *x, m0_static_send *s)
 {
-    int held = c->x.static_send == s;
+    int held = x->static_send == s;
     while (s->left > 0) {
         size_t count = s->left > (uint64_t)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)s->left;
-        ssize_t n = m0_exchange_sendfile(&c->x, s->fd, s->off, count, M0_WRITE_NOWAIT);
-        if (held && c->x.static_send != s)
+        ssize_t n = m0_exchange_sendfile(x, s->fd, s->off, count, M0_WRITE_NOWAIT);
+        if (held && x->static_send != s)
             return 1; /* the connection closed in the call (an HTTP/2 session's write failed): s went with it */
         if (n > 0) {
             s->off += n;
@@ -200,45 +200,45 @@ static int send_pump(m0_conn *c, m0_static_send *s)
             continue;
         }
         if (n == -EAGAIN) {
-            if (c->x.static_send != s) {
+            if (x->static_send != s) {
                 m0_static_send *held = malloc(sizeof(*held));
                 if (held == NULL) {
-                    send_cut(c, s->fd, s->f, s->status, s->total - s->left);
+                    send_cut(x, s->fd, s->f, s->status, s->total - s->left);
                     return 1;
                 }
                 *held = *s;
-                c->x.static_send = held;
+                x->static_send = held;
             }
-            m0_exchange_park(&c->x);
+            m0_exchange_park(x);
             return 0;
         }
         /* 0: the file ended before its promised length (truncated while
          * sent); < 0: the peer went away or the file failed. */
         uint64_t sent = s->total - s->left;
-        int own = c->x.static_send != s; /* on the caller's stack: its file is not in c->x.static_send */
-        send_cut(c, own ? s->fd : -1, own ? s->f : NULL, s->status, sent);
+        int own = x->static_send != s; /* on the caller's stack: its file is not in x->static_send */
+        send_cut(x, own ? s->fd : -1, own ? s->f : NULL, s->status, sent);
         return 1;
     }
-    int own = c->x.static_send != s;
+    int own = x->static_send != s;
     int fd = own ? s->fd : -1;
     m0_static_file *f = own ? s->f : NULL;
     int status = s->status, keep = s->keep;
     uint64_t total = s->total;
-    send_free(c);
+    send_free(x);
     file_done(fd, f);
-    finish(c, keep && m0_exchange_keep_alive(&c->x), status, total);
+    finish(x, keep && m0_exchange_keep_alive(x), status, total);
     return 1;
 }
 
-void m0__static_event(m0_conn *c, int what)
+void m0__static_event(m0_exchange *x, int what)
 {
-    m0_static_send *s = c->x.static_send;
+    m0_static_send *s = x->static_send;
     if (what == M0_CONN_CLOSED) {
-        send_free(c);
+        send_free(x);
         return;
     }
     if (what == M0_CONN_WRITABLE && s != NULL)
-        (void)send_pump(c, s);
+        (void)send_pump(x, s);
     /* M0_CONN_BODY: the request's body is not read; the connection discards it at the finish. */
 }
 
@@ -262,9 +262,9 @@ static void target_close(target *t)
 
 /* Open t->rel beneath m (from the loop's open files) and stat it: 0 with a
  * regular file, else -errno (-EISDIR for a directory, whose fd is kept). */
-static int target_open(m0_conn *c, const m0_static *st, const m0_static_mount *m, target *t)
+static int target_open(m0_exchange *x, const m0_static *st, const m0_static_mount *m, target *t)
 {
-    t->fd = m0__static_cache_open(c->srv->static_cache, st, m, t->rel, t->rel_len, &t->st, &t->f);
+    t->fd = m0__static_cache_open(x->srv->static_cache, st, m, t->rel, t->rel_len, &t->st, &t->f);
     if (t->fd < 0)
         return t->fd;
     if (S_ISDIR(t->st.st_mode))
@@ -307,14 +307,14 @@ static uint64_t sib_key(const m0_static_mount *m, const char *rel, size_t len)
 
 /* The precompressed sibling "<rel>.br" or "<rel>.gz" when the client takes
  * that coding and it is a regular file: it replaces t's file. */
-static void target_variant(m0_conn *c, const m0_static *st, const m0_static_mount *m, target *t, m0_span ae)
+static void target_variant(m0_exchange *x, const m0_static *st, const m0_static_mount *m, target *t, m0_span ae)
 {
     static const struct {
         const char *coding;
         size_t len;
         const char *suffix;
     } codings[] = {{"br", 2, ".br"}, {"gzip", 4, ".gz"}};
-    uint64_t now = m0_loop_now(c->srv->loop);
+    uint64_t now = m0_loop_now(x->srv->loop);
     uint64_t key = sib_key(m, t->rel, t->rel_len);
     sib_entry *e = &sib_cache[key % SIB_SLOTS];
     int known = e->key == key && e->ino == (uint64_t)t->st.st_ino && e->mtime == mtime_ns(&t->st) &&
@@ -327,7 +327,7 @@ static void target_variant(m0_conn *c, const m0_static *st, const m0_static_moun
         memcpy(v.rel, t->rel, t->rel_len);
         memcpy(v.rel + t->rel_len, codings[i].suffix, 4);
         v.rel_len = t->rel_len + 3;
-        int r = target_open(c, st, m, &v);
+        int r = target_open(x, st, m, &v);
         if (r < 0) {
             target_close(&v);
             if (r == -ENOENT)
@@ -365,17 +365,17 @@ static uint64_t mtime_ns(const struct stat *st)
 
 /* Find, check and open the file of a request under m; answers the request
  * itself when there is none (404, 403, 503). 0 with t open, else -1. */
-static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_span rest, target *t)
+static int find(m0_exchange *x, const m0_static *st, const m0_static_mount *m, m0_span rest, target *t)
 {
     int dir = 0;
     t->encoding = NULL;
     t->fd = -1;
     t->f = NULL;
     if (m0__static_decode(rest, t->rel, M0_STATIC_PATH_MAX, &t->rel_len, &dir) < 0) {
-        answer_short(c, 404, NULL);
+        answer_short(x, 404, NULL);
         return -1;
     }
-    int r = target_open(c, st, m, t);
+    int r = target_open(x, st, m, t);
     if (r == -EISDIR) {
         target_close(t);
         r = -ENOENT;
@@ -384,7 +384,7 @@ static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_sp
                 t->rel[t->rel_len++] = '/';
             memcpy(t->rel + t->rel_len, st->dir_to_file, st->dir_to_file_len + 1);
             t->rel_len += st->dir_to_file_len;
-            r = target_open(c, st, m, t);
+            r = target_open(x, st, m, t);
             if (r == -EISDIR) {
                 target_close(t);
                 r = -ENOENT;
@@ -395,36 +395,36 @@ static int find(m0_conn *c, const m0_static *st, const m0_static_mount *m, m0_sp
         r = -ENOENT;
     }
     if (r < 0) {
-        answer_short(c, r == -EACCES ? 403 : r == -EMFILE || r == -ENFILE || r == -ENOMEM ? 503 : 404, NULL);
+        answer_short(x, r == -EACCES ? 403 : r == -EMFILE || r == -ENFILE || r == -ENOMEM ? 503 : 404, NULL);
         return -1;
     }
     return 0;
 }
 
-int m0__static_serve(m0_conn *c)
+int m0__static_serve(m0_exchange *x)
 {
-    const m0_static *st = c->srv->cfg.static_files;
-    const m0_request *req = &c->x.req;
+    const m0_static *st = x->srv->cfg.static_files;
+    const m0_request *req = &x->req;
     m0_span rest;
     const m0_static_mount *m = m0__static_route(st, req->path, &rest);
     if (m == NULL)
         return 0;
     int head = (req->flags & M0_REQ_HEAD) != 0;
     if (!head && (req->method.len != 3 || memcmp(req->method.base, "GET", 3) != 0)) {
-        answer_short(c, 405, "GET, HEAD");
+        answer_short(x, 405, "GET, HEAD");
         return 1;
     }
-    if (c->srv->static_cache == NULL)
-        (void)m0__static_cache_new(c->srv->loop, &c->srv->static_cache); /* none: every file opened anew */
+    if (x->srv->static_cache == NULL)
+        (void)m0__static_cache_new(x->srv->loop, &x->srv->static_cache); /* none: every file opened anew */
     target t;
-    if (find(c, st, m, rest, &t) < 0)
+    if (find(x, st, m, rest, &t) < 0)
         return 1;
     m0_span ae = FIELD(req, "accept-encoding");
     int vary = 0;
     if (ae.base != NULL) {
         vary = m0__static_accepts(ae, "br", 2) || m0__static_accepts(ae, "gzip", 4);
         if (vary)
-            target_variant(c, st, m, &t, ae);
+            target_variant(x, st, m, &t, ae);
     }
 
     /* validators */
@@ -472,13 +472,13 @@ int m0__static_serve(m0_conn *c)
     }
 
     /* the head */
-    int keep = m0_exchange_keep_alive(&c->x);
+    int keep = m0_exchange_keep_alive(x);
     char buf[1024 + SMALL_FILE];
     m0_field_span f[HEAD_FIELDS];
     m0_head_out b;
     m0_head_out_init(&b, buf, 1024, f, HEAD_FIELDS); /* the body may follow, within buf */
     m0_response_head rh;
-    head_start(c, &b, status, keep);
+    head_start(x, &b, status, keep);
     if (status == 416) {
         target_close(&t);
         FIELD_LIT(&b, "Content-Type", "text/plain; charset=utf-8");
@@ -488,9 +488,9 @@ int m0__static_serve(m0_conn *c)
         m0_head_out_raw(&b, "\r\n", 2);
         m0_head_out_view(&b, 416, 0, &rh);
         struct iovec iov = {buf, b.len};
-        if (b.full || m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (b.full || m0_exchange_writev(x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        finish(c, keep, 416, 0);
+        finish(x, keep, 416, 0);
         return 1;
     }
     uint64_t blen = status == 206 ? last - first + 1 : size;
@@ -526,7 +526,7 @@ int m0__static_serve(m0_conn *c)
     m0_head_out_view(&b, status, status == 304 ? -1 : (int64_t)blen, &rh);
     if (b.full) {
         target_close(&t);
-        send_cut(c, -1, NULL, status, 0); /* a head past its room: nothing sent, the connection ends */
+        send_cut(x, -1, NULL, status, 0); /* a head past its room: nothing sent, the connection ends */
         return 1;
     }
     char *p = buf + b.len;
@@ -534,9 +534,9 @@ int m0__static_serve(m0_conn *c)
     if (status == 304 || head || blen == 0) {
         target_close(&t);
         struct iovec iov = {buf, (size_t)(p - buf)};
-        if (m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_exchange_writev(x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        finish(c, keep, status, 0);
+        finish(x, keep, status, 0);
         return 1;
     }
     if (blen <= SMALL_FILE) {
@@ -547,13 +547,13 @@ int m0__static_serve(m0_conn *c)
         } while (got < 0 && errno == EINTR);
         target_close(&t);
         if (got != (ssize_t)blen) {
-            send_cut(c, -1, NULL, status, 0); /* shorter than its size: nothing sent, the connection ends */
+            send_cut(x, -1, NULL, status, 0); /* shorter than its size: nothing sent, the connection ends */
             return 1;
         }
         struct iovec iov = {buf, (size_t)(p - buf) + (size_t)blen};
-        if (m0_exchange_writev(&c->x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
+        if (m0_exchange_writev(x, &rh, &iov, 1, M0_WRITE_NOWAIT) < 0)
             keep = 0;
-        finish(c, keep, status, blen);
+        finish(x, keep, status, blen);
         return 1;
     }
     /* The head leaves now (not held for the pass's end): the body follows
@@ -561,14 +561,14 @@ int m0__static_serve(m0_conn *c)
      * MSG_MORE, so that it leaves in the file's first packet (sendfile's
      * last piece pushes them; a head left queued is flushed without it). */
     struct iovec iov = {buf, (size_t)(p - buf)};
-    c->out.more = c->tls == NULL && !(req->flags & M0_REQ_HTTP2);
-    int w = m0_exchange_writev_chunk(&c->x, &rh, &iov, 1);
-    c->out.more = 0;
+    m0__exchange_more(x, 1);
+    int w = m0_exchange_writev_chunk(x, &rh, &iov, 1);
+    m0__exchange_more(x, 0);
     if (w < 0) {
-        send_cut(c, t.fd, t.f, status, 0);
+        send_cut(x, t.fd, t.f, status, 0);
         return 1;
     }
     m0_static_send s = {t.fd, t.f, status, keep, (off_t)first, blen, blen};
-    (void)send_pump(c, &s);
+    (void)send_pump(x, &s);
     return 1;
 }

@@ -97,9 +97,9 @@ void m0__static_file_release(m0_static_file *f);
  * was (finished, or its body still on its way: c->pending stays set and
  * M0_CONN_WRITABLE / M0_CONN_CLOSED go to m0__static_event), 0 when the
  * request is not under a route. */
-int m0__static_serve(m0_conn *c);
+int m0__static_serve(m0_exchange *x);
 /* An event of a connection whose file is still being sent
  * (c->static_send != NULL): instead of the handler's on_event. */
-void m0__static_event(m0_conn *c, int what);
+void m0__static_event(m0_exchange *x, int what);
 
 #endif

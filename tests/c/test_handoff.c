@@ -198,7 +198,7 @@ int main(void)
     m0_server_config_defaults(&cfg);
     cfg.body_buffer_size = 0; /* every body is read by the pool thread */
     /* An access-log format with a response field: the pool thread records it
-     * from the head it writes (m0__conn_log_head), the loop writes the line. */
+     * from the head it writes (m0__exchange_log_head), the loop writes the line. */
     static const char fmt[] = "%(s)s %({content-length}o)s";
     char err[128];
     m0_access_log *alog = NULL;
