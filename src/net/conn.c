@@ -99,15 +99,7 @@ m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, sockl
 __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
 {
     m0_server *srv = c->srv;
-    if (c->x.h2_call != NULL) {
-        m0_call_release(c->x.h2_call);
-        c->x.h2_call = NULL;
-    }
     m0__conn_buffers_release(c);
-    free(c->x.h2_fields);
-    free(c->x.h2_hdr);
-    c->x.h2_fields = NULL;
-    c->x.h2_hdr = NULL;
     if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
         c->next = srv->freelist;
         srv->freelist = c;
@@ -156,7 +148,7 @@ void m0__h1_abort(m0_exchange *x)
 /* How long queued output may make no progress before the connection closes. */
 uint32_t m0__conn_send_timeout(const m0_conn *c)
 {
-    return c->srv->cfg.send_timeout_ms ? c->srv->cfg.send_timeout_ms : 30000;
+    return m0__send_timeout(c->srv);
 }
 
 int m0__conn_outq(const m0_conn *c)
@@ -410,10 +402,24 @@ static void conn_local_resolve(const m0_conn *cc)
         addr_format((struct sockaddr *)&ss, c->addr.local_host, sizeof(c->addr.local_host), &c->addr.local_port);
 }
 
-struct m0_tls_conn *m0_exchange_tls(const m0_exchange *x)
+struct m0_tls_conn *m0__h1_tls(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->tls;
+    return m0__xconn_c(x)->tls;
+}
+
+void m0__h1_hold(m0_exchange *x)
+{
+    m0__xconn(x)->refs++;
+}
+
+void m0__h1_release(m0_exchange *x)
+{
+    m0__conn_release(m0__xconn(x));
+}
+
+int m0__h1_closed(const m0_exchange *x)
+{
+    return m0__xconn_c(x)->state == M0_CS_CLOSED;
 }
 
 /* A stream's addresses are a copy of its connection's, resolved before. */

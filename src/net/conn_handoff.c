@@ -20,11 +20,15 @@ void m0__h1_park(m0_exchange *x)
     m0__conn_interest(c);
 }
 
-static void conn_finish_completed(m0_conn *c);
-static void conn_hand_back(m0_conn *c, int urgent);
+static void finish_completed(m0_exchange *x);
+static void hand_back(m0_exchange *x, int urgent);
 
 void m0_exchange_detach(m0_exchange *x)
 {
+    if (x->ops->carried) {
+        x->detached = 1; /* an HTTP/2 stream: no socket, no buffer, no timer of its own */
+        return;
+    }
     m0_conn *c = m0__xconn(x);
     /* The epoll interest is left as it is (no syscall per request): an event
      * while it is away is handled in conn_io_cb (conn_read.c). Output held for the pass's
@@ -35,70 +39,64 @@ void m0_exchange_detach(m0_exchange *x)
      * (m0_exchange_writev_final), which may not take a block from the loop's
      * recycle allocator: give it one kept there now, so that it does not
      * malloc one per request (the loop frees or keeps it when the connection
-     * idles; conn_finish_completed gives an unused one back). */
-    if (c->out.wbuf == NULL && !c->x.ops->carried && c->srv->wbufs.n > 0) {
+     * idles; finish_completed gives an unused one back). */
+    if (c->out.wbuf == NULL && c->srv->wbufs.n > 0) {
         c->out.wbuf = m0_recycle_get(&c->srv->wbufs);
         c->out.wcap = M0_WBUF_INITIAL;
     }
-    c->x.detached = 1;
+    x->detached = 1;
     c->timer_kind = M0_TIMER_NONE;
     m0_timer_stop(c->srv->loop, &c->timer);
 }
 
 void m0_exchange_complete(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_server *srv = c->srv;
-    c->x.done_keep = keep_alive;
-    c->x.done_status = status;
-    c->x.done_bytes = body_bytes;
-    c->x.done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0__conn_clock_ns() : 0;
-    c->x.done_next = NULL;
+    m0_server *srv = x->srv;
+    x->done_keep = keep_alive;
+    x->done_status = status;
+    x->done_bytes = body_bytes;
+    x->done_ns = srv->cfg.metrics != NULL || srv->cfg.access_log_fd >= 0 ? m0__conn_clock_ns() : 0;
+    x->done_next = NULL;
     /* The loop is woken only when it has something to do for this response
      * now: output to flush, a close, input already buffered. A finished
      * keep-alive exchange waits for the client's next request, whose arrival
      * wakes the loop anyway (conn_io_cb), or for the loop's next pass. An
      * HTTP/2 stream's end is sent when the loop takes it back: at once. */
-    size_t next = c->x.body_mode == M0_BODY_CHUNKED ? c->x.body_raw : c->x.body_rd;
-    int urgent = !keep_alive || c->x.ops->carried || c->out.wlen > c->out.wpos || !c->x.body_done ||
-                 c->in.rlen > next || __atomic_load_n(&c->x.abort_after, __ATOMIC_RELAXED) ||
+    int urgent = !keep_alive || x->ops->carried || __atomic_load_n(&x->abort_after, __ATOMIC_RELAXED) ||
                  __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
-    conn_hand_back(c, urgent);
+    if (!urgent) {
+        const m0_conn *c = m0__xconn(x);
+        size_t next = x->body_mode == M0_BODY_CHUNKED ? x->body_raw : x->body_rd;
+        urgent = c->out.wlen > c->out.wpos || !x->body_done || c->in.rlen > next;
+    }
+    hand_back(x, urgent);
 }
 
 void m0_exchange_set_aside(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    c->x.done_parked = 1;
-    c->x.done_next = NULL;
-    conn_hand_back(c, 1); /* its queued output waits for the loop */
+    x->done_parked = 1;
+    x->done_next = NULL;
+    hand_back(x, 1); /* its queued output waits for the loop */
 }
 
 void m0_exchange_hand_closed(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    c->refs++; /* dropped when it comes back (conn_finish_completed) */
-    c->x.done_closed = 1;
-    c->x.detached = 1;
+    x->ops->hold(x); /* dropped when it comes back (finish_completed) */
+    x->done_closed = 1;
+    x->detached = 1;
 }
 
-int m0_exchange_closed(const m0_exchange *x)
+/* The owner gives x back to the loop (the done list), waking it when urgent. */
+static void hand_back(m0_exchange *x, int urgent)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    return c->state == M0_CS_CLOSED;
-}
-
-/* The owner gives c back to the loop (the done list), waking it when urgent. */
-static void conn_hand_back(m0_conn *c, int urgent)
-{
-    m0_server *srv = c->srv;
+    m0_server *srv = x->srv;
     pthread_mutex_lock(&srv->done_lock);
     if (srv->done_tail != NULL)
-        srv->done_tail->x.done_next = c;
+        srv->done_tail->done_next = x;
     else
-        srv->done_head = c;
-    srv->done_tail = c;
-    urgent |= c->x.muted; /* its next request may already be waiting unwatched */
+        srv->done_head = x;
+    srv->done_tail = x;
+    urgent |= x->muted; /* its next request may already be waiting unwatched */
     pthread_mutex_unlock(&srv->done_lock);
     if (urgent)
         m0_async_send(&srv->wake);
@@ -110,12 +108,12 @@ static void conn_hand_back(m0_conn *c, int urgent)
 void m0__conn_take_completed(m0_server *srv)
 {
     pthread_mutex_lock(&srv->done_lock);
-    m0_conn *c = srv->done_head;
+    m0_exchange *x = srv->done_head;
     srv->done_head = srv->done_tail = NULL;
     pthread_mutex_unlock(&srv->done_lock);
     if (srv->cfg.http2_pool)
         m0__h2p_absorb(srv); /* the streams' last output, before their completions end them */
-    conn_finish_completed(c);
+    finish_completed(x);
 }
 
 /* Loop thread, for a detached c that had an event: take the completed
@@ -126,52 +124,60 @@ int m0__conn_take_completed_or_mute(m0_conn *c)
 {
     m0_server *srv = c->srv;
     pthread_mutex_lock(&srv->done_lock);
-    m0_conn *list = srv->done_head;
+    m0_exchange *list = srv->done_head;
     srv->done_head = srv->done_tail = NULL;
     int found = 0;
-    for (m0_conn *d = list; d != NULL; d = d->x.done_next)
-        found |= d == c;
+    for (m0_exchange *d = list; d != NULL; d = d->done_next)
+        found |= d == &c->x;
     if (!found)
         c->x.muted = 1;
     pthread_mutex_unlock(&srv->done_lock);
     if (srv->cfg.http2_pool)
         m0__h2p_absorb(srv);
-    conn_finish_completed(list);
+    finish_completed(list);
     return !found;
 }
 
-static void conn_finish_completed(m0_conn *c)
+/* The output an HTTP/1.1 connection's thread left queued (pool_held: the
+ * response's last bytes, sent with this pass's other output). */
+static void conn_output_taken(m0_conn *c)
 {
-    while (c != NULL) {
-        m0_conn *next = c->x.done_next;
-        c->x.done_next = NULL;
-        c->x.detached = 0;
-        c->x.muted = 0;
-        if (c->x.done_closed) {
+    if (c->x.pool_held && c->out.wlen > c->out.wpos)
+        m0__conn_hold(c); /* sent with this pass's other output (m0_exchange_writev_final) */
+    else if (c->out.wlen > c->out.wpos)
+        m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
+    else if (c->out.wlen == 0 && c->out.wbuf != NULL)
+        m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_exchange_detach) */
+}
+
+static void finish_completed(m0_exchange *x)
+{
+    while (x != NULL) {
+        m0_exchange *next = x->done_next;
+        x->done_next = NULL;
+        x->detached = 0;
+        x->muted = 0;
+        if (x->done_closed) {
             /* Closed while a thread released its handler state: free now. */
-            c->x.done_closed = c->x.done_parked = 0;
-            m0__conn_release(c);
-        } else if (c->x.done_parked && !c->x.abort_after) {
+            x->done_closed = x->done_parked = 0;
+            x->ops->release(x);
+        } else if (x->done_parked && !x->abort_after) {
             /* Set aside: it waits for its peer, unfinished (m0_exchange_set_aside). */
-            c->x.done_parked = 0;
-            c->x.pool_held = 0;
-            m0_exchange_park(&c->x);
-        } else if (c->x.abort_after) {
+            x->done_parked = 0;
+            x->pool_held = 0;
+            m0_exchange_park(x);
+        } else if (x->abort_after) {
             /* Its request ends as any other (in-flight gauge, duration,
              * access-log line), then the connection closes (m0_exchange_finish). */
-            c->x.done_parked = 0;
-            c->x.pool_held = 0;
-            m0_exchange_finish(&c->x, 0, c->x.done_status, c->x.done_bytes);
+            x->done_parked = 0;
+            x->pool_held = 0;
+            m0_exchange_finish(x, 0, x->done_status, x->done_bytes);
         } else {
-            if (c->x.pool_held && c->out.wlen > c->out.wpos)
-                m0__conn_hold(c); /* sent with this pass's other output (m0_exchange_writev_final) */
-            else if (c->out.wlen > c->out.wpos)
-                m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
-            else if (c->out.wlen == 0 && c->out.wbuf != NULL)
-                m0__conn_wbuf_release(c); /* not written to: an idle connection holds none (m0_exchange_detach) */
-            c->x.pool_held = 0;
-            m0_exchange_finish(&c->x, c->x.done_keep, c->x.done_status, c->x.done_bytes);
+            if (!x->ops->carried)
+                conn_output_taken(m0__xconn(x));
+            x->pool_held = 0;
+            m0_exchange_finish(x, x->done_keep, x->done_status, x->done_bytes);
         }
-        c = next;
+        x = next;
     }
 }

@@ -32,6 +32,12 @@ void m0__conn_interest(m0_conn *c);
 void m0__conn_close_after(m0_conn *c, int linger);
 void m0__conn_error(m0_conn *c, int status);
 void m0__conn_error_of(m0_conn *c, int status, const m0_request *req);
+/* The send timeout (a peer that takes no output for it is gone):
+ * --send-timeout, or 30 s when the configuration leaves it 0. */
+static inline uint32_t m0__send_timeout(const m0_server *srv)
+{
+    return srv->cfg.send_timeout_ms ? srv->cfg.send_timeout_ms : 30000;
+}
 /* The request body's timeout: --body-timeout, or 60 s (every default's)
  * when the configuration leaves it 0. */
 static inline uint32_t m0__conn_body_timeout(const m0_server_config *cfg)
@@ -201,6 +207,12 @@ typedef struct m0__exchange_ops {
     void (*park)(m0_exchange *x);
     void (*abort)(m0_exchange *x);
     void (*upgrade)(m0_exchange *x);
+    /* A frame's reference (m0_exchange_hand_closed), and its release: the
+     * last one frees a closed exchange. */
+    void (*hold)(m0_exchange *x);
+    void (*release)(m0_exchange *x);
+    int (*closed)(const m0_exchange *x);              /* m0_exchange_closed */
+    struct m0_tls_conn *(*tls)(const m0_exchange *x); /* m0_exchange_tls */
     /* Carried by another connection's session (an HTTP/2 stream): no socket
      * and no buffers of its own; its end goes out as soon as the loop takes
      * it back from a thread. */
@@ -228,6 +240,10 @@ void m0__h1_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_byt
 void m0__h1_upgrade(m0_exchange *x);
 void m0__h1_park(m0_exchange *x);  /* conn_handoff.c */
 void m0__h1_abort(m0_exchange *x); /* conn.c */
+void m0__h1_hold(m0_exchange *x);
+void m0__h1_release(m0_exchange *x);
+int m0__h1_closed(const m0_exchange *x);
+struct m0_tls_conn *m0__h1_tls(const m0_exchange *x);
 
 /* The next write of x's response says MSG_MORE: a file's bytes follow it at
  * once (static_file.c). HTTP/1.1 over plain TCP only: TLS records and an

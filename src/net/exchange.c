@@ -16,6 +16,10 @@ const m0__exchange_ops m0__h1_exchange = {
     .park = m0__h1_park,
     .abort = m0__h1_abort,
     .upgrade = m0__h1_upgrade,
+    .hold = m0__h1_hold,
+    .release = m0__h1_release,
+    .closed = m0__h1_closed,
+    .tls = m0__h1_tls,
     .carried = 0,
 };
 
@@ -32,6 +36,10 @@ const m0__exchange_ops m0__h1_exchange_logged = {
     .park = m0__h1_park,
     .abort = m0__h1_abort,
     .upgrade = m0__h1_upgrade,
+    .hold = m0__h1_hold,
+    .release = m0__h1_release,
+    .closed = m0__h1_closed,
+    .tls = m0__h1_tls,
     .carried = 0,
 };
 
@@ -95,4 +103,14 @@ void m0_exchange_abort(m0_exchange *x)
 void m0_exchange_upgrade(m0_exchange *x)
 {
     x->ops->upgrade(x);
+}
+
+int m0_exchange_closed(const m0_exchange *x)
+{
+    return x->ops->closed(x);
+}
+
+struct m0_tls_conn *m0_exchange_tls(const m0_exchange *x)
+{
+    return x->ops->tls(x);
 }

@@ -185,8 +185,8 @@ static int on_data_chunk_recv(nghttp2_session *ses, uint8_t flags, int32_t strea
      * the body buffer. Bytes nobody will read are dropped, their window
      * given back. */
     nghttp2_session_consume_connection(ses, len);
-    if (s == NULL || s->body_too_large || (s->sc != NULL && !s->sc->x.pending) || s->ng_closed ||
-        (s->submitted && s->sc == NULL)) { /* ... or answered without the handler (a 408) */
+    if (s == NULL || s->body_too_large || (s->dispatched && !s->x.pending) || s->ng_closed ||
+        (s->submitted && !s->dispatched)) { /* ... or answered without the handler (a 408) */
         nghttp2_session_consume_stream(ses, stream_id, len);
         return 0;
     }
@@ -347,7 +347,7 @@ m0_h2 *m0__h2_open(m0_conn *c)
     }
     c->state = M0_CS_H2;
     c->timer_kind = M0_TIMER_NONE;
-    (void)m0_exchange_local_host(&c->x); /* resolved once here: stream connections have no socket to ask */
+    (void)m0_exchange_local_host(&c->x); /* resolved once here: its streams' exchanges copy it */
     return h2;
 }
 
@@ -691,14 +691,14 @@ again:
         m0_h2_stream *next = s->next;
         if (s->ng_closed) {
             m0__h2_stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
-        } else if (s->body_event && s->sc != NULL && s->sc->x.pending) {
+        } else if (s->body_event && s->dispatched && s->x.pending) {
             s->body_event = s->want_body = 0;
-            m0__conn_notify(s->sc, M0_CONN_BODY);
-        } else if (s->want_writable && s->sc != NULL &&
+            m0__h2x_notify(s, M0_CONN_BODY);
+        } else if (s->want_writable && s->dispatched &&
                    (s->want_writable == H2_WAKE_EMPTY ? s->out_len == s->out_pos
                                                       : s->out_len - s->out_pos < M0_WRITE_LOW_WATER)) {
             s->want_writable = H2_WAKE_NONE;
-            m0__conn_notify(s->sc, M0_CONN_WRITABLE);
+            m0__h2x_notify(s, M0_CONN_WRITABLE);
         }
         s = next;
     }
@@ -736,87 +736,39 @@ static void h2_dispatch(m0_h2 *h2)
             nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
             continue;
         }
-        /* A stream connection ends in the server's freelist (m0__conn_destroy):
-         * taken from there first, as m0__conn_new does. */
-        m0_conn *sc = srv->freelist;
-        if (sc != NULL) {
-            srv->freelist = sc->next;
-            srv->nfree--;
-        } else {
-            sc = malloc(sizeof(*sc) + m0__conn_log_slot_size(srv));
-        }
-        if (sc == NULL) {
-            nghttp2_submit_rst_stream(h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-            continue;
-        }
-        memset(sc, 0, sizeof(*sc) + m0__conn_log_slot_size(srv));
-        sc->srv = srv;
-        sc->io.fd = -1;
-        m0_timer_init(&sc->timer, NULL); /* never armed; m0_exchange_detach stops it */
-        sc->x.ops = &m0__h2_exchange;
-        sc->x.srv = srv;
-        sc->x.addr = &sc->addr;
-        sc->x.log_slot = m0__conn_log_slot_size(srv) != 0 ? (void *)(sc + 1) : NULL;
-        sc->h2s = s;
-        sc->state = M0_CS_REQUEST;
-        sc->addr.family = c->addr.family;
-        sc->addr.peer_port = c->addr.peer_port;
-        memcpy(sc->addr.peer_host, c->addr.peer_host, sizeof(sc->addr.peer_host));
-        sc->addr.local_port = c->addr.local_port;
-        memcpy(sc->addr.local_host, c->addr.local_host, sizeof(sc->addr.local_host));
-        sc->tls = c->tls;
-        sc->addr.peer_trust = c->addr.peer_trust;
-        sc->x.body_done = 1;
-        sc->x.continue_sent = 1;
-        /* The body's deadline from the end of its head, as the loop counted
-         * it while buffering, plus the time the stream waited for a busy
-         * handler (its client held to the body buffer by flow control). */
-        uint64_t now_ms = m0__conn_now_ms();
-        sc->x.body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done ? s->body_deadline_ms + (now_ms - s->ready_ms)
-                                                                         : now_ms + m0__conn_body_timeout(&srv->cfg);
-        /* The PROXY protocol's client is the connection's, for each stream. */
-        if (c->x.fwd_client) {
-            sc->x.fwd_client = 1;
-            sc->x.fwd_client_port = c->x.fwd_client_port;
-            memcpy(sc->x.fwd_client_host, c->x.fwd_client_host, sizeof(sc->x.fwd_client_host));
-        }
-        sc->x.fwd_scheme = c->x.fwd_scheme;
-        sc->x.fwd_port = -1;
-        s->sc = sc;
-        /* The app call counts against the connection until the stream
-         * connection is destroyed and the handler let go (h2_calls.c),
-         * however the stream ends. */
-        sc->x.h2_call = m0__h2_call_new(h2);
-        m0__h2_request_build(s, &sc->x.req);
-        sc->x.headers = NULL; /* s->hdr is the stream's */
-        sc->x.pending = 1;
-        sc->x.nreq = 1;
+        m0__h2x_init(s, c, m0__conn_now_ms());
+        /* The app call counts against the connection until the stream is
+         * freed and the handler let go (h2_calls.c), however it ends. */
+        s->x.h2_call = m0__h2_call_new(h2);
+        m0__h2_request_build(s, &s->x.req);
+        s->x.headers = NULL; /* s->hdr is the stream's */
+        s->x.pending = 1;
         h2->open++;
         if (!srv->cfg.http2_concurrent)
             h2->busy = 1;
         /* Held across the gate too: an answer without a body (a HEAD, a 304)
-         * ends the stream as it is sent, which destroys an unheld stream
-         * connection, and the release below would destroy it again. */
-        sc->refs++;
-        int gated = m0__request_begin(&sc->x);
+         * ends the stream as it is sent, which frees an unheld stream, and
+         * the code below reads it. */
+        m0__h2x_hold(s);
+        int gated = m0__request_begin(&s->x);
         /* gated and still pending: the gate's file on its way (static_file.c) */
         int r;
         if (gated) {
-            r = sc->x.pending != 0;
+            r = s->x.pending != 0;
         } else {
             m0__app_enter(srv);
-            r = srv->handler.on_request(srv->handler_ctx, &sc->x, &sc->x.req);
+            r = srv->handler.on_request(srv->handler_ctx, &s->x, &s->x.req);
             m0__app_leave(srv);
         }
-        if (gated && sc->x.pending && sc->h2s == s && !srv->cfg.http2_concurrent) {
+        if (gated && s->x.pending && s->h2 != NULL && !srv->cfg.http2_concurrent) {
             s->gated = 1; /* no handler runs it: the next stream's turn */
             h2->busy = 0;
         }
-        if (sc->h2s != NULL && (r < 0 || (r == 0 && sc->x.pending))) {
+        if (s->h2 != NULL && (r < 0 || (r == 0 && s->x.pending))) {
             /* no response: the stream is reset */
-            m0__h2s_abort(&sc->x);
+            m0__h2s_abort(&s->x);
         }
-        m0__conn_release(sc);
+        m0__h2x_release(s);
     }
     if (c->state != M0_CS_H2)
         return;

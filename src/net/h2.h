@@ -9,11 +9,10 @@
  * on that error, before the first request.
  *
  * The connection (state M0_CS_H2) then owns one nghttp2 server session. Each
- * stream is handed to the server's handler as a request on a connection of
- * its own, a stream connection: an m0_conn without a socket (c->h2s set)
- * whose request, addresses and TLS session are those of the stream and of its
- * connection. The handler uses the m0_conn functions of server.h as for
- * HTTP/1.1; those of a stream connection come here (the m0__h2s_* functions):
+ * stream carries an exchange of its own (embedded in the stream, h2_int.h),
+ * whose request is the stream's and whose addresses and TLS session are its
+ * connection's. The handler uses the m0_exchange functions of server.h as for
+ * HTTP/1.1; a stream's come here (the m0__h2s_* functions):
  *
  *  - A serial or pool handler's (WSGI) request is dispatched complete
  *    (END_STREAM) when its body fits cfg.body_buffer_size, else once it is
@@ -72,7 +71,7 @@ int m0__h2_upgrade_wanted(const m0_conn *c, const m0_request *req);
  * head_len bytes are consumed) as stream 1. c may be closed when this returns. */
 void m0__h2_upgrade(m0_conn *c);
 /* Loop thread (cfg.http2_pool): move the output the threads wrote to
- * detached stream connections into their streams, and send it. */
+ * detached exchanges into their streams, and send it. */
 void m0__h2p_absorb(m0_server *srv);
 /* Readable (state M0_CS_H2). */
 void m0__h2_readable(m0_conn *c, uint32_t events);
@@ -94,10 +93,13 @@ void m0__h2_timer(m0_conn *c);
  * responses, gathered for one write per session): the pass's end, and
  * m0_server_flush_deferred. */
 void m0__h2_flush_deferred(m0_server *srv);
+/* Free the streams retired in the pass (srv->h2_retired): at its end, and
+ * when the server is freed. */
+void m0__h2_retired_free(m0_server *srv);
 
-/* --- a stream connection (c->h2s != NULL), server.h's functions (h2_stream.c) --- */
+/* --- a stream's exchange, server.h's functions (h2_stream.c) --- */
 
-/* The transport of a stream connection's exchange (conn_int.h): these functions. */
+/* The transport of a stream's exchange (conn_int.h): these functions. */
 extern const struct m0__exchange_ops m0__h2_exchange;
 
 int m0__h2s_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);

@@ -1,6 +1,6 @@
 /* The app calls in flight of an HTTP/2 connection (contract in h2_int.h and
  * server.h): the bound on work in flight holds however a stream ends, so a
- * call counts from its dispatch until its stream connection is destroyed and
+ * call counts from its dispatch until its stream is freed and
  * every holder (a handler whose app runs on, m0_exchange_call_hold) let go. The
  * count is referenced by the session and by each call, and freed with the
  * last of them: a call may end after its connection and its server. */
@@ -8,7 +8,7 @@
 
 struct m0_call {
     m0_h2_calls *of;
-    uint32_t holders; /* the stream connection, and each m0_exchange_call_hold */
+    uint32_t holders; /* the stream's exchange, and each m0_exchange_call_hold */
 };
 
 m0_h2_calls *m0__h2_calls_new(m0_h2 *h2)
@@ -49,8 +49,7 @@ m0_call *m0__h2_call_new(m0_h2 *h2)
 
 m0_call *m0_exchange_call_hold(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_call *call = c->x.h2_call;
+    m0_call *call = x->h2_call;
     if (call != NULL)
         call->holders++;
     return call;

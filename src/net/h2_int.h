@@ -2,7 +2,7 @@
  * h2.h), and the functions shared by its two files: h2.c (the session, the
  * nghttp2 callbacks, the connection's input and output, the dispatch) and
  * h2_stream.c (the stream table, the request built from a header block, the
- * stream connection's m0__h2s_* functions and the data provider). */
+ * stream's exchange and its m0__h2s_* functions, and the data provider). */
 #ifndef M0_NET_H2_INT_H
 #define M0_NET_H2_INT_H
 
@@ -70,9 +70,22 @@ typedef struct m0_h2 {
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
 
+/* A stream. Its exchange is the handler's from the dispatch (x.ops set,
+ * `dispatched`). The stream is freed when it ends, unless its exchange is
+ * held then: by another thread (x.detached, h2_pool.c) or by a frame on the
+ * loop's stack (refs: a handler call). It is then orphaned: out of its
+ * session (h2 NULL, under srv->h2_lock with a pool), its exchange closed and
+ * broken (writes fail, reads end), its request's fields kept; it is freed
+ * when the last holder lets go (m0__h2x_release, or the thread's hand-back
+ * finishing it). */
 struct m0_h2_stream {
-    m0_h2 *h2;
-    m0_conn *sc; /* the stream connection, from dispatch until it is released */
+    m0_exchange x; /* first: a handler's m0_exchange * is the stream's address (m0__h2x_stream) */
+    m0_h2 *h2;     /* the session; NULL once orphaned */
+    int dispatched;
+    int refs;     /* loop: frames on the stack holding the exchange */
+    int x_closed; /* the stream ended while its exchange was the handler's: m0_exchange_closed */
+    int broken;   /* the exchange's output fails: set when the stream ends or is reset under a thread */
+    m0_addr addr; /* the connection's, copied at dispatch (an orphan outlives its connection): x.addr */
     int32_t id;
     m0_h2_stream *prev, *next; /* h2->streams */
     m0_h2_stream *ready_next;
@@ -104,9 +117,9 @@ struct m0_h2_stream {
     /* The body's deadline (monotonic ms, 0: none): body_timeout_ms from the
      * end of the head, for the whole body, as on HTTP/1.1. The loop enforces
      * it while it buffers the body before the dispatch (m0__h2_timer: 408);
-     * the stream connection's reader after (sc->body_deadline_ms, which
-     * leaves out the time the stream waited in the ready list for a busy
-     * handler: ready_ms, when it was queued). */
+     * the exchange's reader after (x.body_deadline_ms, which leaves out the
+     * time the stream waited in the ready list for a busy handler: ready_ms,
+     * when it was queued). */
     uint64_t body_deadline_ms;
     uint64_t ready_ms;
     uint64_t head_deadline_ms; /* the header block's end is due (m0_loop_now ms; m0__h2_timer) */
@@ -133,7 +146,7 @@ struct m0_h2_stream {
     nghttp2_nv *trl_nv;
     size_t trl_n;
     int ng_closed; /* nghttp2 closed the stream */
-    /* Output of a detached stream connection (h2_pool.c), under srv->h2_lock:
+    /* Output of a detached exchange (h2_pool.c), under srv->h2_lock:
      * the heads its thread wrote (h2p_stage_head's records), which the loop
      * submits first, then the body bytes, which it moves into out. */
     char *stage;
@@ -179,8 +192,8 @@ typedef struct m0_h2_calls {
 m0_h2_calls *m0__h2_calls_new(m0_h2 *h2);
 /* The session ends: its count stays for the calls still out. */
 void m0__h2_calls_end(m0_h2_calls *calls);
-/* A dispatched stream's call, held by its stream connection; NULL when out
- * of memory. */
+/* A dispatched stream's call, held by its exchange; NULL when out of
+ * memory. */
 m0_call *m0__h2_call_new(m0_h2 *h2);
 
 /* A stream's receive window: the SETTINGS the session sends leave
@@ -285,8 +298,33 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id);
 /* Free a stream kept in h2->spare (the session ends). */
 void m0__h2_stream_release(m0_h2_stream *s);
 /* nghttp2 closed the stream, or the connection closes: a handler that still
- * has it is told M0_CONN_CLOSED, then it is freed. Outside nghttp2 calls. */
+ * has it is told M0_CONN_CLOSED, then it is freed, or orphaned while its
+ * exchange is held (struct m0_h2_stream). Outside nghttp2 calls. */
 void m0__h2_stream_end(m0_h2_stream *s);
+
+/* The stream whose exchange x is (every m0__h2_exchange exchange is one's s->x). */
+static inline m0_h2_stream *m0__h2x_stream(m0_exchange *x)
+{
+    return (m0_h2_stream *)(void *)((char *)x - offsetof(m0_h2_stream, x));
+}
+
+static inline const m0_h2_stream *m0__h2x_stream_c(const m0_exchange *x)
+{
+    return (const m0_h2_stream *)(const void *)((const char *)x - offsetof(m0_h2_stream, x));
+}
+/* A frame on the loop's stack holds s's exchange across a handler call;
+ * the release frees an orphan that nothing else holds. */
+static inline void m0__h2x_hold(m0_h2_stream *s)
+{
+    s->refs++;
+}
+void m0__h2x_release(m0_h2_stream *s);
+/* Tell the handler `what` (M0_CONN_*) about s's exchange (a file's
+ * response: static_file.c), holding it across the call. */
+void m0__h2x_notify(m0_h2_stream *s, int what);
+/* Make s's exchange the handler's: its transport, server, addresses (a copy
+ * of c's), log slot, body deadline and the PROXY protocol's client. */
+void m0__h2x_init(m0_h2_stream *s, m0_conn *c, uint64_t now_ms);
 /* One decoded field of s's request head (a pseudo-header or a field line),
  * counted against the limits of an HTTP/1.1 head: past them s->too_large
  * (answered 431). 0, or -ENOMEM. */
@@ -294,7 +332,7 @@ int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const
 /* The header array of s (the limit's count, and one for the Host that
  * :authority becomes): 0, or -ENOMEM. */
 int m0__h2_fields_alloc(m0_h2_stream *s);
-/* Build the m0_request of s in its stream connection (spans into s->f). */
+/* Build the m0_request of s in its exchange (spans into s->f). */
 void m0__h2_request_build(m0_h2_stream *s, m0_request *req);
 /* The Content-Length of s's request head, before the dispatch (the fields
  * are offsets then): -1 when there is none. */
@@ -306,23 +344,23 @@ int64_t m0__h2_stream_content_length(const m0_h2_stream *s);
 void m0__h2_stream_window(m0_h2_stream *s);
 /* A response the stream answers itself (431, 413): status only. */
 void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status);
-/* Loop thread: the response bytes of s's stream connection c, as
- * m0_exchange_writev takes them: head (NULL: none) submitted, the body bytes
- * after its text into s->out; no nghttp2 call that sends (safe under
- * srv->h2_lock). 0, -EPIPE, -ENOMEM, or -EPROTO (a head HTTP/2 cannot
- * carry, body bytes before the final head: the caller resets). */
-int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt);
+/* Loop thread: the response bytes of s's exchange, as m0_exchange_writev
+ * takes them: head (NULL: none) submitted, the body bytes after its text
+ * into s->out; no nghttp2 call that sends (safe under srv->h2_lock). 0,
+ * -EPIPE, -ENOMEM, or -EPROTO (a head HTTP/2 cannot carry, body bytes
+ * before the final head: the caller resets). */
+int m0__h2_stream_write(m0_h2_stream *s, const m0_response_head *head, const struct iovec *iov, int iovcnt);
 
 /* --- streams owned by another thread (h2_pool.c; cfg.http2_pool) --- */
 
-/* The detached stream connection c's functions (its owning thread). */
-int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
-ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking);
-size_t m0__h2p_write_pending(const m0_conn *c);
-int m0__h2p_keep_alive(const m0_conn *c);
-/* Loop thread: s's stream ends while its stream connection is detached
- * (running on a thread, or handed to one): the connection stays, orphaned
- * (c->h2s NULL, broken, closed), until it comes back. */
+/* A detached exchange's functions (its owning thread). */
+int m0__h2p_writev(m0_h2_stream *s, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking);
+ssize_t m0__h2p_body_read(m0_h2_stream *s, char *dst, size_t cap, int blocking);
+size_t m0__h2p_write_pending(const m0_h2_stream *s);
+int m0__h2p_keep_alive(const m0_h2_stream *s);
+/* Loop thread, under srv->h2_lock: s leaves its session while a thread
+ * holds its exchange (h2 NULL, broken): the thread's I/O fails at once and
+ * its waits end. */
 void m0__h2p_orphan(m0_h2_stream *s);
 /* Loop thread: s is freed (out of srv->h2_kicks; its unread body out of
  * h2->in_buffered). */

@@ -1,5 +1,5 @@
 /* HTTP/2 streams owned by another thread (cfg.http2_pool: the WSGI blocking
- * pool). The handler detaches a stream connection (m0_exchange_detach) and a
+ * pool). The handler detaches a stream's exchange (m0_exchange_detach) and a
  * pool thread runs its request; the session, nghttp2 and the stream's
  * queues stay the loop's. What crosses threads, under srv->h2_lock:
  *
@@ -23,9 +23,9 @@
  *    reads is put on srv->h2_kicks (in_kick) for the loop to give the
  *    window back.
  *  - The end of the stream while a thread has it (a reset, the connection
- *    closing): the stream connection is orphaned (c->h2s NULL, broken,
- *    closed): the thread's I/O fails at once, its waits end, and the
- *    connection is freed when the thread hands it back (m0__h2s_finish).
+ *    closing): the stream is orphaned (s->h2 NULL, broken): the thread's
+ *    I/O fails at once, its waits end, and the stream is freed when the
+ *    thread hands it back (m0__h2s_finish).
  *
  * The thread never calls nghttp2 and never holds h2_lock while it waits for
  * the GIL (the GIL is released before a wait and taken back after the
@@ -66,29 +66,19 @@ void m0__h2p_forget(m0_h2_stream *s)
 
 void m0__h2p_orphan(m0_h2_stream *s)
 {
-    m0_conn *sc = s->sc;
-    m0_server *srv = sc->srv;
-    /* The request's spans point into the stream's fields: they go with the
-     * connection, which the thread and its completion still read. */
-    sc->x.h2_fields = s->f;
-    sc->x.h2_hdr = s->hdr;
-    s->f = NULL;
-    s->flen = s->fcap = 0;
-    s->hdr = NULL;
+    m0_server *srv = s->x.srv;
     pthread_mutex_lock(&srv->h2_lock);
-    sc->h2s = NULL;
-    sc->out.broken = 1;
-    sc->state = M0_CS_CLOSED;
+    s->h2 = NULL;
+    s->broken = 1;
     if (s->kicked)
         kick_unlink(srv, s);
     m0__h2p_unlock(srv, 1);
 }
 
-/* Under h2_lock: the bytes of c's response not handed to nghttp2 yet. */
-static size_t queued(const m0_conn *c)
+/* Under h2_lock: the bytes of s's response not handed to nghttp2 yet. */
+static size_t queued(const m0_h2_stream *s)
 {
-    const m0_h2_stream *s = c->h2s;
-    return s == NULL ? 0 : s->stage_len + (s->out_len - s->out_pos);
+    return s->h2 == NULL ? 0 : s->stage_len + (s->out_len - s->out_pos);
 }
 
 static uint64_t now_ms(void)
@@ -120,24 +110,24 @@ static void cond_wait_ms(m0_server *srv, uint64_t wait_ms)
 
 /* The owning thread waits, without the GIL, as `blocking` says (top of
  * this file). 0, -EPIPE (the stream ended), -ETIMEDOUT. */
-static int h2p_wait(m0_conn *c, int blocking)
+static int h2p_wait(m0_h2_stream *s, int blocking)
 {
-    m0_server *srv = c->srv;
+    m0_server *srv = s->x.srv;
     const m0_server_config *cfg = &srv->cfg;
     void *token = cfg->block_release != NULL ? cfg->block_release() : NULL;
     pthread_mutex_lock(&srv->h2_lock);
     uint64_t now = now_ms(), progress_at = now;
     uint64_t stall = M0_H2P_STALL_MS, until = UINT64_MAX;
     if (blocking == M0_WRITE_SENT) {
-        uint32_t t = m0__conn_send_timeout(c);
+        uint32_t t = m0__send_timeout(srv);
         stall = t != 0 ? t : UINT64_MAX / 2;
     } else {
         until = now + M0_H2P_FLUSH_MS;
     }
-    size_t last = queued(c);
+    size_t last = queued(s);
     int r = 0;
-    while (c->h2s != NULL && !c->out.broken) {
-        size_t left = queued(c);
+    while (s->h2 != NULL && !s->broken) {
+        size_t left = queued(s);
         if (left == 0)
             break;
         if (left < last) {
@@ -152,7 +142,7 @@ static int h2p_wait(m0_conn *c, int blocking)
         cond_wait_ms(srv, deadline - now);
         now = now_ms();
     }
-    if (r == 0 && (c->h2s == NULL || c->out.broken))
+    if (r == 0 && (s->h2 == NULL || s->broken))
         r = -EPIPE;
     pthread_mutex_unlock(&srv->h2_lock);
     if (cfg->block_acquire != NULL)
@@ -199,7 +189,7 @@ static int h2p_stage_head(m0_h2_stream *s, const m0_response_head *head)
 
 /* Loop thread, under h2_lock: submit the staged heads in order. 0 or the
  * first failure. */
-static int h2p_submit_heads(m0_conn *sc, m0_h2_stream *s)
+static int h2p_submit_heads(m0_h2_stream *s)
 {
     size_t at = 0;
     int r = 0;
@@ -215,7 +205,7 @@ static int h2p_submit_heads(m0_conn *sc, m0_h2_stream *s)
         m0_response_head head = {rec.status, rec.content_length, s->stage_heads + at, rec.len, f, rec.nfields};
         struct iovec iov = {s->stage_heads + at, rec.len};
         at += rec.len;
-        r = m0__h2_stream_write(sc, &head, &iov, 1);
+        r = m0__h2_stream_write(s, &head, &iov, 1);
         if (f != fields)
             free(f);
     }
@@ -223,12 +213,11 @@ static int h2p_submit_heads(m0_conn *sc, m0_h2_stream *s)
     return r;
 }
 
-int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+int m0__h2p_writev(m0_h2_stream *s, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
 {
-    m0_server *srv = c->srv;
+    m0_server *srv = s->x.srv;
     pthread_mutex_lock(&srv->h2_lock);
-    m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->out.broken) {
+    if (s->h2 == NULL || s->broken) {
         pthread_mutex_unlock(&srv->h2_lock);
         return -EPIPE;
     }
@@ -250,23 +239,22 @@ int m0__h2p_writev(m0_conn *c, const m0_response_head *head, const struct iovec 
         m0_async_send(&srv->wake);
     if (blocking == M0_WRITE_NOWAIT)
         return 0;
-    return h2p_wait(c, blocking);
+    return h2p_wait(s, blocking);
 }
 
 /* The body is read from the stream's queue, which the loop fills as DATA
  * arrives (on_data_chunk_recv, under h2_lock) and whose window it gives
  * back once told (in_kick, m0__h2p_absorb). A blocking read waits for bytes
  * without the GIL until the body's deadline; the copy is made with it. */
-ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
+ssize_t m0__h2p_body_read(m0_h2_stream *s, char *dst, size_t cap, int blocking)
 {
-    m0_server *srv = c->srv;
+    m0_server *srv = s->x.srv;
     const m0_server_config *cfg = &srv->cfg;
     for (;;) {
         pthread_mutex_lock(&srv->h2_lock);
-        m0_h2_stream *s = c->h2s;
         ssize_t r = 0;
         int wake = 0, wait = 0;
-        if (s == NULL) {
+        if (s->h2 == NULL) {
             r = -ECONNRESET;
         } else {
             size_t avail = s->in_len - s->in_pos;
@@ -302,13 +290,13 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
         void *token = cfg->block_release != NULL ? cfg->block_release() : NULL;
         pthread_mutex_lock(&srv->h2_lock);
         int timed_out = 0;
-        while (c->h2s != NULL && c->h2s->in_len == c->h2s->in_pos && !c->h2s->in_done && !c->h2s->body_too_large) {
+        while (s->h2 != NULL && s->in_len == s->in_pos && !s->in_done && !s->body_too_large) {
             uint64_t now = now_ms();
-            if (c->x.body_deadline_ms != 0 && now >= c->x.body_deadline_ms) {
+            if (s->x.body_deadline_ms != 0 && now >= s->x.body_deadline_ms) {
                 timed_out = 1;
                 break;
             }
-            cond_wait_ms(srv, c->x.body_deadline_ms != 0 ? c->x.body_deadline_ms - now : 1000);
+            cond_wait_ms(srv, s->x.body_deadline_ms != 0 ? s->x.body_deadline_ms - now : 1000);
         }
         pthread_mutex_unlock(&srv->h2_lock);
         if (cfg->block_acquire != NULL)
@@ -318,20 +306,20 @@ ssize_t m0__h2p_body_read(m0_conn *c, char *dst, size_t cap, int blocking)
     }
 }
 
-size_t m0__h2p_write_pending(const m0_conn *c)
+size_t m0__h2p_write_pending(const m0_h2_stream *s)
 {
-    m0_server *srv = c->srv;
+    m0_server *srv = s->x.srv;
     pthread_mutex_lock(&srv->h2_lock);
-    size_t n = queued(c);
+    size_t n = queued(s);
     pthread_mutex_unlock(&srv->h2_lock);
     return n;
 }
 
-int m0__h2p_keep_alive(const m0_conn *c)
+int m0__h2p_keep_alive(const m0_h2_stream *s)
 {
-    m0_server *srv = c->srv;
+    m0_server *srv = s->x.srv;
     pthread_mutex_lock(&srv->h2_lock);
-    int r = c->h2s != NULL && !c->out.broken;
+    int r = s->h2 != NULL && !s->broken;
     pthread_mutex_unlock(&srv->h2_lock);
     return r;
 }
@@ -347,16 +335,15 @@ void m0__h2p_absorb(m0_server *srv)
     while (srv->h2_kicks != NULL) {
         m0_h2_stream *s = srv->h2_kicks;
         kick_unlink(srv, s);
-        m0_conn *sc = s->sc;
-        if (sc != NULL && (s->stage_len > 0 || s->stage_heads_len > 0)) {
+        if (s->dispatched && (s->stage_len > 0 || s->stage_heads_len > 0)) {
             struct iovec iov = {s->stage, s->stage_len};
-            int r = h2p_submit_heads(sc, s);
+            int r = h2p_submit_heads(s);
             if (r == 0 && s->stage_len > 0)
-                r = m0__h2_stream_write(sc, NULL, &iov, 1);
-            if (r < 0 && !sc->out.broken) {
+                r = m0__h2_stream_write(s, NULL, &iov, 1);
+            if (r < 0 && !s->broken) {
                 /* A head HTTP/2 cannot carry, or no memory: the stream is
                  * reset, the thread's next write fails. */
-                sc->out.broken = 1;
+                s->broken = 1;
                 s->out_done = 1;
                 if (!s->ng_closed)
                     nghttp2_submit_rst_stream(s->h2->ses, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
@@ -366,7 +353,7 @@ void m0__h2p_absorb(m0_server *srv)
         s->stage_heads_len = 0;
         if (s->in_kick) {
             s->in_kick = 0;
-            if (sc != NULL)
+            if (s->dispatched)
                 m0__h2_stream_window(s); /* a thread read body bytes: their window */
         }
         if (!s->h2->kicked) {

@@ -1,6 +1,6 @@
 /* HTTP/2 streams: the stream table, the request built from a header block,
- * and the stream connections the handler sees, their m0__h2s_* functions and
- * the data provider that sends their bodies (contract in h2.h). */
+ * and the exchange each stream carries for the handler, its m0__h2s_*
+ * functions and the data provider that sends its body (contract in h2.h). */
 #include "h2_int.h"
 
 #include "exchange.h"
@@ -18,6 +18,7 @@
 
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 {
+    size_t slot = m0__conn_log_slot_size(h2->c->srv);
     m0_h2_stream *s = h2->spare;
     if (s != NULL) {
         h2->spare = s->next;
@@ -26,12 +27,12 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
         char *f = s->f, *in = s->in, *out = s->out;
         size_t fcap = s->fcap, in_cap = s->in_cap, out_cap = s->out_cap;
         m0_header *hdr = s->hdr;
-        memset(s, 0, sizeof(*s));
+        memset(s, 0, sizeof(*s) + slot);
         s->f = f, s->fcap = fcap, s->in = in, s->in_cap = in_cap;
         s->out = out, s->out_cap = out_cap;
         s->hdr = hdr;
     } else {
-        s = calloc(1, sizeof(*s));
+        s = calloc(1, sizeof(*s) + slot);
         if (s == NULL)
             return NULL;
     }
@@ -45,7 +46,37 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
     return s;
 }
 
-static void stream_free(m0_h2_stream *s)
+void m0__h2x_init(m0_h2_stream *s, m0_conn *c, uint64_t now_ms)
+{
+    m0_server *srv = c->srv;
+    m0_exchange *x = &s->x;
+    x->ops = &m0__h2_exchange;
+    x->srv = srv;
+    s->addr = c->addr;
+    x->addr = &s->addr;
+    x->log_slot = m0__conn_log_slot_size(srv) != 0 ? (void *)(s + 1) : NULL; /* the stream's alignment suits it */
+    x->body_done = 1;
+    x->continue_sent = 1;
+    /* The body's deadline from the end of its head, as the loop counted it
+     * while buffering, plus the time the stream waited for a busy handler
+     * (its client held to the body buffer by flow control). */
+    x->body_deadline_ms = s->body_deadline_ms != 0 && !s->in_done ? s->body_deadline_ms + (now_ms - s->ready_ms)
+                                                                  : now_ms + m0__conn_body_timeout(&srv->cfg);
+    /* The PROXY protocol's client is the connection's, for each stream. */
+    if (c->x.fwd_client) {
+        x->fwd_client = 1;
+        x->fwd_client_port = c->x.fwd_client_port;
+        memcpy(x->fwd_client_host, c->x.fwd_client_host, sizeof(x->fwd_client_host));
+    }
+    x->fwd_scheme = c->x.fwd_scheme;
+    x->fwd_port = -1;
+    x->nreq = 1;
+    s->dispatched = 1;
+}
+
+/* The session's part of s goes: out of its list, nghttp2's and the pool's
+ * (its unread body out of h2->in_buffered). */
+static void stream_unlink(m0_h2_stream *s)
 {
     m0_h2 *h2 = s->h2;
     if (s->prev != NULL)
@@ -54,16 +85,33 @@ static void stream_free(m0_h2_stream *s)
         h2->streams = s->next;
     if (s->next != NULL)
         s->next->prev = s->prev;
+    s->prev = s->next = NULL;
     if (h2->ses != NULL)
         nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
     if (h2->c->srv->cfg.http2_pool)
-        m0__h2p_forget(s); /* and its unread body out of h2->in_buffered */
+        m0__h2p_forget(s);
     else
         h2->in_buffered -= s->in_len - s->in_pos;
+}
+
+/* What a stream holds beyond its reusable buffers. */
+static void stream_clear(m0_h2_stream *s)
+{
+    if (s->x.h2_call != NULL) {
+        m0_call_release(s->x.h2_call);
+        s->x.h2_call = NULL;
+    }
     free(s->stage);
     free(s->stage_heads);
     free(s->trl);
     free(s->trl_nv);
+}
+
+static void stream_free(m0_h2_stream *s)
+{
+    m0_h2 *h2 = s->h2;
+    stream_unlink(s);
+    stream_clear(s);
     if (h2->ses != NULL && h2->nspare < H2_SPARE_MAX && s->in_cap <= 64 * 1024 && s->out_cap <= 64 * 1024 &&
         s->fcap <= 16 * 1024) {
         s->next = h2->spare; /* m0__h2_stream_new resets it */
@@ -83,33 +131,56 @@ void m0__h2_stream_release(m0_h2_stream *s)
     free(s);
 }
 
-/* The stream connection goes: the handler finished with it or was told it
- * closed. It is freed once no net-layer frame holds it. */
-static void stream_conn_drop(m0_h2_stream *s)
+/* An orphan nothing holds any more: retired, freed at the pass's end
+ * (srv->h2_retired). Its call ends now. */
+static void orphan_free(m0_h2_stream *s)
 {
-    m0_conn *sc = s->sc;
-    if (sc == NULL)
-        return;
-    if (sc->x.detached) { /* another thread's: it stays until it comes back */
-        m0__h2p_orphan(s);
-        s->sc = NULL;
-        return;
+    m0_server *srv = s->x.srv;
+    if (s->x.h2_call != NULL) {
+        m0_call_release(s->x.h2_call);
+        s->x.h2_call = NULL;
     }
-    s->sc = NULL;
-    sc->h2s = NULL;
-    sc->state = M0_CS_CLOSED;
-    sc->out.broken = 1;
-    if (sc->refs == 0)
-        m0__conn_destroy(sc);
+    s->next = srv->h2_retired;
+    srv->h2_retired = s;
+}
+
+void m0__h2_retired_free(m0_server *srv)
+{
+    while (srv->h2_retired != NULL) {
+        m0_h2_stream *s = srv->h2_retired;
+        srv->h2_retired = s->next;
+        stream_clear(s);
+        m0__h2_stream_release(s);
+    }
+}
+
+void m0__h2x_release(m0_h2_stream *s)
+{
+    if (--s->refs == 0 && s->h2 == NULL && !s->x.detached)
+        orphan_free(s);
+}
+
+void m0__h2x_notify(m0_h2_stream *s, int what)
+{
+    m0_server *srv = s->x.srv;
+    m0__h2x_hold(s);
+    if (s->x.static_send != NULL)
+        m0__static_event(&s->x, what); /* a file's response, not the handler's */
+    else if (srv->handler.on_event != NULL) {
+        m0__app_enter(srv);
+        srv->handler.on_event(srv->handler_ctx, &s->x, what);
+        m0__app_leave(srv);
+    }
+    m0__h2x_release(s);
 }
 
 /* nghttp2 closed the stream, or the connection closes: tell a handler that
- * still has it, then free it. Outside nghttp2 calls only. */
+ * still has it, then free it, or orphan it while its exchange is held.
+ * Outside nghttp2 calls only. */
 void m0__h2_stream_end(m0_h2_stream *s)
 {
-    m0_conn *sc = s->sc;
     m0_h2 *h2 = s->h2;
-    if (s->queued && !s->submitted && sc == NULL) {
+    if (s->queued && !s->submitted && !s->dispatched) {
         /* Still in the ready list: out of it. */
         m0_h2_stream **pp = &h2->ready, *prev = NULL;
         while (*pp != NULL && *pp != s) {
@@ -122,36 +193,40 @@ void m0__h2_stream_end(m0_h2_stream *s)
                 h2->ready_tail = prev;
         }
     }
-    if (sc != NULL && sc->x.detached) {
+    if (s->dispatched && s->x.detached) {
         /* A thread runs its request: the session stops counting it, the
          * request ends when the thread hands it back (m0__h2s_finish). */
-        if (sc->x.pending) {
+        if (s->x.pending) {
             h2->open--;
             h2->busy = 0;
         }
-    } else if (sc != NULL && (sc->x.pending || sc->x.data != NULL)) {
-        m0_server *srv = sc->srv;
-        if (sc->x.pending) {
-            sc->x.pending = 0;
+    } else if (s->dispatched && (s->x.pending || s->x.data != NULL)) {
+        m0_server *srv = s->x.srv;
+        if (s->x.pending) {
+            s->x.pending = 0;
             h2->open--;
-            m0__gate_done(&sc->x);
+            m0__gate_done(&s->x);
             m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
             if (!srv->cfg.http2_concurrent && !s->gated)
                 h2->busy = 0;
         }
-        sc->out.broken = 1;
-        sc->state = M0_CS_CLOSED;
-        sc->refs++;
-        if (sc->x.static_send != NULL)
-            m0__static_event(&sc->x, M0_CONN_CLOSED); /* a file's response, not the handler's */
-        else if (srv->handler.on_event != NULL) {
-            m0__app_enter(srv);
-            srv->handler.on_event(srv->handler_ctx, &sc->x, M0_CONN_CLOSED);
-            m0__app_leave(srv);
-        }
-        sc->refs--;
+        s->broken = 1;
+        s->x_closed = 1;
+        m0__h2x_notify(s, M0_CONN_CLOSED);
     }
-    stream_conn_drop(s);
+    if (s->dispatched && (s->x.detached || s->refs > 0)) {
+        /* Its exchange is held: the stream leaves its session and stays
+         * until the holder lets go. */
+        stream_unlink(s);
+        s->x_closed = 1;
+        if (s->x.detached) {
+            m0__h2p_orphan(s); /* h2 NULL and broken under the lock the thread reads them with */
+        } else {
+            s->h2 = NULL;
+            s->broken = 1;
+        }
+        return;
+    }
     stream_free(s);
 }
 
@@ -261,7 +336,7 @@ int m0__h2_stream_field(m0_h2_stream *s, const uint8_t *name, size_t nlen, const
 
 #define SPAN_AT(s, slot) ((m0_span){(s)->f + (slot)[0], (slot)[1]})
 
-/* Build the m0_request of s in its stream connection (spans into s->f). */
+/* Build the m0_request of s in its exchange (spans into s->f). */
 void m0__h2_request_build(m0_h2_stream *s, m0_request *req)
 {
     memset(req, 0, sizeof(*req));
@@ -371,7 +446,7 @@ void m0__h2_stream_answer(m0_h2 *h2, m0_h2_stream *s, int status)
     }
 }
 
-/* --- the stream connection --- */
+/* --- the stream's exchange --- */
 
 static ssize_t data_take(nghttp2_session *ses, int32_t stream_id, uint8_t *buf, size_t length, uint32_t *data_flags,
                          m0_h2_stream *s);
@@ -470,7 +545,7 @@ static int response_submit(m0_h2 *h2, m0_h2_stream *s, const m0_response_head *h
         goto out;
     }
     s->resp_length = head->content_length;
-    s->no_body = (s->sc->x.req.flags & M0_REQ_HEAD) || head->status == 204 || head->status == 304;
+    s->no_body = (s->x.req.flags & M0_REQ_HEAD) || head->status == 204 || head->status == 304;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     r = nghttp2_submit_response(h2->ses, s->id, nv, n, s->no_body ? NULL : &prd) != 0 ? -EPROTO : 0;
     if (r == 0)
@@ -487,14 +562,14 @@ out:
  * stream's bytes and the connection's queue are below the high-water mark,
  * moving the connection's I/O meanwhile (the client's window updates come
  * in as it reads), within the send timeout of no progress; the response is
- * then not queued whole in memory ahead of a slow client. */
-static int stream_wait_sent(m0_conn *c)
+ * then not queued whole in memory ahead of a slow client. The caller holds
+ * s. */
+static int stream_wait_sent(m0_h2_stream *s)
 {
-    uint32_t t = m0__conn_send_timeout(c);
+    uint32_t t = m0__send_timeout(s->x.srv);
     uint64_t last = UINT64_MAX, deadline = 0;
     for (;;) {
-        m0_h2_stream *s = c->h2s;
-        if (s == NULL || c->out.broken || s->ng_closed)
+        if (s->h2 == NULL || s->broken || s->ng_closed)
             return -EPIPE;
         m0_h2 *h2 = s->h2;
         m0_conn *hc = h2->c;
@@ -517,65 +592,74 @@ static int stream_wait_sent(m0_conn *c)
     }
 }
 
-int m0__h2s_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+/* The loop's write of s's exchange, s held by the caller: the session may
+ * end the stream as it sends (s->h2 NULL after). */
+static int stream_writev(m0_h2_stream *s, const m0_response_head *head, const struct iovec *iov, int iovcnt,
+                         int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    if (c->x.detached)
-        return m0__h2p_writev(c, head, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
-    int r = m0__h2_stream_write(c, head, iov, iovcnt);
+    int r = m0__h2_stream_write(s, head, iov, iovcnt);
     if (r == -EPROTO) {
-        m0__h2s_abort(&c->x);
+        m0__h2s_abort(&s->x);
         return -EPIPE;
     }
     if (r < 0)
         return r;
-    m0__h2_kick(c->h2s->h2, 0);
-    if (blocking == M0_WRITE_SENT && !c->srv->cfg.http2_concurrent)
-        return stream_wait_sent(c);
+    m0__h2_kick(s->h2, 0);
+    if (blocking == M0_WRITE_SENT && !s->x.srv->cfg.http2_concurrent)
+        return stream_wait_sent(s);
     /* Bytes left queued: M0_CONN_WRITABLE follows once the stream's queue
      * drains below the low-water mark (m0__h2_send), as a socket's does
      * (conn_writev). The queue drains as the client's WINDOW_UPDATEs let the
      * data provider take it, not only when the connection's socket becomes
      * writable: an async handler waiting for room (ASGI send()) is woken
      * there. */
-    m0_h2_stream *s = c->h2s; /* the kick may have ended the stream */
-    if (s != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER &&
+    if (s->h2 != NULL && blocking == M0_WRITE_NOWAIT && s->out_len - s->out_pos >= M0_WRITE_LOW_WATER &&
         s->want_writable == H2_WAKE_NONE)
         s->want_writable = H2_WAKE_LOW;
     return 0;
 }
 
+int m0__h2s_writev(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt, int blocking)
+{
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (x->detached)
+        return m0__h2p_writev(s, head, iov, iovcnt, blocking); /* a thread's (h2_pool.c) */
+    m0__h2x_hold(s);
+    int r = stream_writev(s, head, iov, iovcnt, blocking);
+    m0__h2x_release(s);
+    return r;
+}
+
 int m0__h2s_writev_final(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt,
                          int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    if (c->x.detached)
-        return m0__h2p_writev(c, head, iov, iovcnt, blocking);
-    int r = m0__h2_stream_write(c, head, iov, iovcnt);
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (x->detached)
+        return m0__h2p_writev(s, head, iov, iovcnt, blocking);
+    int r = m0__h2_stream_write(s, head, iov, iovcnt);
     if (r == -EPROTO) {
-        m0__h2s_abort(&c->x);
+        m0__h2s_abort(x);
         return -EPIPE;
     }
     return r; /* sent by the finish that follows (m0__h2_kick) */
 }
 
-int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct iovec *iov, int iovcnt)
+int m0__h2_stream_write(m0_h2_stream *s, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
-    m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->out.broken || s->ng_closed)
+    if (s->h2 == NULL || s->broken || s->ng_closed)
         return -EPIPE;
     m0_h2 *h2 = s->h2;
     size_t skip = 0; /* the head's HTTP/1.1 text, which begins iov */
     if (head != NULL) {
         if (s->submitted)
             return -EPROTO; /* a second final head */
-        if (h2->c->srv->cfg.access_log_format != NULL)
-            m0__exchange_log_head(&c->x, head);
+        if (s->x.log_slot != NULL)
+            m0__exchange_log_head(&s->x, head);
         if (response_submit(h2, s, head) < 0)
             return -EPROTO;
         skip = head->len;
     }
-    c->x.resp_started = 1;
+    s->x.resp_started = 1;
     for (int i = 0; i < iovcnt; i++) {
         const char *p = iov[i].iov_base;
         size_t n = iov[i].iov_len;
@@ -604,14 +688,13 @@ int m0__h2_stream_write(m0_conn *c, const m0_response_head *head, const struct i
     return 0;
 }
 
-ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
+/* The loop's read of s's body, s held by the caller. */
+static ssize_t stream_body_read(m0_h2_stream *s, char *dst, size_t cap, int blocking)
 {
-    m0_conn *c = m0__xconn(x);
-    if (c->x.detached)
-        return m0__h2p_body_read(c, dst, cap, blocking);
+    m0_exchange *x = &s->x;
+    m0_server *srv = x->srv;
     for (;;) {
-        m0_h2_stream *s = c->h2s;
-        if (s == NULL || s->ng_closed)
+        if (s->h2 == NULL || s->ng_closed)
             return -ECONNRESET;
         m0_h2 *h2 = s->h2;
         size_t avail = s->in_len - s->in_pos;
@@ -621,13 +704,13 @@ ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
             s->in_pos += n;
             /* The app took it: the client may send as much again. The
              * connection's count is shared with the pool's threads, if any. */
-            int locked = c->srv->cfg.http2_pool;
+            int locked = srv->cfg.http2_pool;
             if (locked)
-                m0__h2p_lock(c->srv);
+                m0__h2p_lock(srv);
             h2->in_buffered -= n;
             m0__h2_stream_window(s);
             if (locked)
-                m0__h2p_unlock(c->srv, 0);
+                m0__h2p_unlock(srv, 0);
             if (!h2->in_ng)
                 m0__h2_write(h2);
             return (ssize_t)n;
@@ -636,65 +719,74 @@ ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
             return -EFBIG;
         if (s->in_done || cap == 0)
             return 0;
-        if (!blocking && c->x.body_deadline_ms != 0) {
+        if (!blocking && x->body_deadline_ms != 0) {
             /* A reader that waits for M0_CONN_BODY (ASGI): past the body's
              * deadline it fails; before, m0__h2_timer wakes it at it. */
             uint64_t now = m0__conn_now_ms();
-            if (now >= c->x.body_deadline_ms) {
+            if (now >= x->body_deadline_ms) {
                 s->want_body = 0;
-                m0_metrics_add(c->srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
+                m0_metrics_add(srv->cfg.metrics, M0_MET_TIMEOUT_BODY, 1);
                 return -ETIMEDOUT;
             }
-            m0__h2_timer_at(h2, c->x.body_deadline_ms);
+            m0__h2_timer_at(h2, x->body_deadline_ms);
         }
-        if (!blocking || c->srv->cfg.http2_concurrent || h2->in_ng) {
+        if (!blocking || srv->cfg.http2_concurrent || h2->in_ng) {
             s->want_body = 1;
             return -EAGAIN;
         }
         /* An inline view reads a body that streams: the connection's input
          * is read here, for its deadline. */
-        int r = m0__h2_pump(h2, c->x.body_deadline_ms);
+        int r = m0__h2_pump(h2, x->body_deadline_ms);
         if (r < 0)
             return r == -ETIMEDOUT || r == -EINTR ? r : -ECONNRESET;
     }
 }
 
+ssize_t m0__h2s_body_read(m0_exchange *x, char *dst, size_t cap, int blocking)
+{
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (x->detached)
+        return m0__h2p_body_read(s, dst, cap, blocking);
+    m0__h2x_hold(s);
+    ssize_t r = stream_body_read(s, dst, cap, blocking);
+    m0__h2x_release(s);
+    return r;
+}
+
 size_t m0__h2s_write_pending(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    if (c->x.detached)
-        return m0__h2p_write_pending(c);
-    const m0_h2_stream *s = c->h2s;
-    return s == NULL ? 0 : s->out_len - s->out_pos;
+    const m0_h2_stream *s = m0__h2x_stream_c(x);
+    if (x->detached)
+        return m0__h2p_write_pending(s);
+    return s->h2 == NULL ? 0 : s->out_len - s->out_pos;
 }
 
 int m0__h2s_keep_alive(const m0_exchange *x)
 {
-    const m0_conn *c = m0__xconn_c(x);
-    if (c->x.detached)
-        return m0__h2p_keep_alive(c);
-    return c->h2s != NULL && !c->out.broken;
+    const m0_h2_stream *s = m0__h2x_stream_c(x);
+    if (x->detached)
+        return m0__h2p_keep_alive(s);
+    return s->h2 != NULL && !s->broken;
 }
 
 void m0__h2s_park(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_h2_stream *s = c->h2s;
-    if (s != NULL) {
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (s->h2 != NULL) {
         s->want_writable = H2_WAKE_EMPTY;
         return;
     }
-    if (!c->srv->cfg.http2_pool)
+    if (!x->srv->cfg.http2_pool)
         return;
     /* A thread set aside the response of a stream that ended meanwhile
      * (h2_pool.c): its request ends here, and the handler is told, as a
      * set-aside response whose stream ends is (m0__h2_stream_end). */
-    if (c->x.pending) {
-        c->x.pending = 0;
-        m0__gate_done(&c->x);
-        m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+    if (x->pending) {
+        x->pending = 0;
+        m0__gate_done(x);
+        m0_metrics_add(x->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
     }
-    m0__conn_notify(c, M0_CONN_CLOSED);
+    m0__h2x_notify(s, M0_CONN_CLOSED); /* its release frees the orphan */
 }
 
 /* keep_alive is not the stream's: 0 may be graceful (the app's Connection:
@@ -703,18 +795,17 @@ void m0__h2s_park(m0_exchange *x)
  * could not finish says so with m0_exchange_cut, and its stream is reset. */
 void m0__h2s_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_bytes)
 {
-    m0_conn *c = m0__xconn(x);
     (void)keep_alive;
-    if (!c->x.pending)
+    if (!x->pending)
         return;
-    m0_server *srv = c->srv;
-    m0_h2_stream *s = c->h2s;
-    m0__request_end(&c->x, status, body_bytes);
-    if (s == NULL) {
-        /* A thread's request whose stream ended while it ran (h2_pool.c): the
-         * orphaned stream connection goes with it. */
-        if (srv->cfg.http2_pool && c->state == M0_CS_CLOSED && c->refs == 0)
-            m0__conn_destroy(c);
+    m0_server *srv = x->srv;
+    m0_h2_stream *s = m0__h2x_stream(x);
+    m0__request_end(x, status, body_bytes);
+    if (s->h2 == NULL) {
+        /* A request whose stream ended while a thread or a frame had it:
+         * the orphan goes once nothing holds it. */
+        if (s->refs == 0 && !x->detached)
+            orphan_free(s);
         return;
     }
     m0_h2 *h2 = s->h2;
@@ -736,7 +827,7 @@ void m0__h2s_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_by
     } else {
         /* Cut: the data provider resets the stream after the queued bytes (a
          * HEAD's, 204's or 304's ended with its HEADERS: nothing is missing). */
-        s->cut = c->x.resp_cut && !s->no_body;
+        s->cut = x->resp_cut && !s->no_body;
         if (s->deferred) {
             s->deferred = 0;
             nghttp2_session_resume_data(h2->ses, s->id);
@@ -747,31 +838,30 @@ void m0__h2s_finish(m0_exchange *x, int keep_alive, int status, uint64_t body_by
 
 void m0__h2s_upgrade(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_h2_stream *s = c->h2s;
-    if (s == NULL || s->protocol[1] == 0)
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (s->h2 == NULL || s->protocol[1] == 0)
         return;
     s->tunnel = 1;
     s->body_deadline_ms = 0;
-    c->x.body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
+    x->body_deadline_ms = 0; /* a WebSocket's reads wait as long as it is open */
 }
 
 void m0__h2s_abort(m0_exchange *x)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_h2_stream *s = c->h2s;
-    if (c->x.pending) {
-        c->x.pending = 0;
-        m0_metrics_add(c->srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
-        m0__gate_done(&c->x);
-        if (s != NULL) {
+    m0_h2_stream *s = m0__h2x_stream(x);
+    m0_server *srv = x->srv;
+    if (x->pending) {
+        x->pending = 0;
+        m0_metrics_add(srv->cfg.metrics, M0_MET_IN_FLIGHT, -1);
+        m0__gate_done(x);
+        if (s->h2 != NULL) {
             s->h2->open--;
-            if (!c->srv->cfg.http2_concurrent && !s->gated)
+            if (!srv->cfg.http2_concurrent && !s->gated)
                 s->h2->busy = 0;
         }
     }
-    c->out.broken = 1;
-    if (s == NULL)
+    s->broken = 1;
+    if (s->h2 == NULL)
         return;
     m0_h2 *h2 = s->h2;
     s->out_done = 1;
@@ -780,26 +870,26 @@ void m0__h2s_abort(m0_exchange *x)
     m0__h2_kick(h2, 1);
 }
 
-ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
+/* The file bytes of s's exchange: the loop's (s held by the caller), or a
+ * detached exchange's thread's. */
+static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t count, int blocking)
 {
-    m0_conn *c = m0__xconn(x);
     /* The file's bytes go through the stream's queue like any body bytes.
      * On the loop's thread without a wait (M0_WRITE_NOWAIT, M0_WRITE_PARK) a
      * stream is a socket that takes at most M0_WRITE_HIGH_WATER at a time:
      * -EAGAIN while anything is queued, so that the caller sets the response
      * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
      * the whole file into memory ahead of a slow client. */
-    int loop_nowait = !c->x.detached && blocking != M0_WRITE_SENT;
+    int loop_nowait = !s->x.detached && blocking != M0_WRITE_SENT;
     if (loop_nowait) {
-        if (c->h2s == NULL || c->out.broken)
+        if (s->h2 == NULL || s->broken)
             return -EPIPE;
-        if (m0__h2s_write_pending(x) > 0) {
-            c->h2s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
+        if (s->out_len > s->out_pos) {
+            s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
         }
         if (count > M0_WRITE_HIGH_WATER)
             count = M0_WRITE_HIGH_WATER;
-        m0_h2_stream *s = c->h2s;
         if (s->submitted && !s->no_body && !s->ng_closed) {
             /* The head went before: the file's bytes are read straight into
              * the stream's queue (empty here), not through a buffer of ours. */
@@ -813,14 +903,14 @@ ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int
                 return n < 0 ? -errno : 0;
             s->out_pos = 0;
             s->out_len = (size_t)n;
-            c->x.resp_started = 1;
+            s->x.resp_started = 1;
             if (s->deferred) {
                 s->deferred = 0;
                 nghttp2_session_resume_data(s->h2->ses, s->id);
             }
             m0__h2_kick(s->h2, 0);
-            if (c->h2s != NULL && m0__h2s_write_pending(x) > 0) /* the kick may have ended the stream */
-                c->h2s->want_writable = H2_WAKE_EMPTY;          /* the writer waits for an empty queue (pathsend) */
+            if (s->h2 != NULL && s->out_len > s->out_pos) /* the kick may have ended the stream */
+                s->want_writable = H2_WAKE_EMPTY;         /* the writer waits for an empty queue (pathsend) */
             return n;
         }
     }
@@ -836,21 +926,31 @@ ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int
         if (n == 0)
             break;
         struct iovec iov = {buf, (size_t)n};
-        int r = m0__h2s_writev(x, NULL, &iov, 1, blocking);
+        int r = s->x.detached ? m0__h2p_writev(s, NULL, &iov, 1, blocking) : stream_writev(s, NULL, &iov, 1, blocking);
         if (r < 0)
             return r;
         done += (size_t)n;
     }
-    if (loop_nowait && c->h2s != NULL && m0__h2s_write_pending(x) > 0)
-        c->h2s->want_writable = H2_WAKE_EMPTY; /* the writer waits for an empty queue (pathsend) */
+    if (loop_nowait && s->h2 != NULL && s->out_len > s->out_pos)
+        s->want_writable = H2_WAKE_EMPTY; /* the writer waits for an empty queue (pathsend) */
     return done == 0 && !blocking ? 0 : (ssize_t)done;
+}
+
+ssize_t m0__h2s_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int blocking)
+{
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (x->detached)
+        return stream_sendfile(s, fd, offset, count, blocking); /* through the thread's writes (h2_pool.c) */
+    m0__h2x_hold(s);
+    ssize_t r = stream_sendfile(s, fd, offset, count, blocking);
+    m0__h2x_release(s);
+    return r;
 }
 
 int m0__h2s_trailers(m0_exchange *x, const m0_response_head *t)
 {
-    m0_conn *c = m0__xconn(x);
-    m0_h2_stream *s = c->h2s;
-    if (s == NULL || c->out.broken || s->ng_closed)
+    m0_h2_stream *s = m0__h2x_stream(x);
+    if (s->h2 == NULL || s->broken || s->ng_closed)
         return -EPIPE;
     /* The fields point into s->trl, a copy of the text (which no longer
      * grows), their names in lower case. */
@@ -874,6 +974,28 @@ int m0__h2s_trailers(m0_exchange *x, const m0_response_head *t)
     return 0;
 }
 
+static void h2s_hold(m0_exchange *x)
+{
+    m0__h2x_hold(m0__h2x_stream(x));
+}
+
+static void h2s_release(m0_exchange *x)
+{
+    m0__h2x_release(m0__h2x_stream(x));
+}
+
+static int h2s_closed(const m0_exchange *x)
+{
+    return m0__h2x_stream_c(x)->x_closed;
+}
+
+/* The session's connection's (NULL once the stream is orphaned). */
+static struct m0_tls_conn *h2s_tls(const m0_exchange *x)
+{
+    const m0_h2_stream *s = m0__h2x_stream_c(x);
+    return s->h2 != NULL ? s->h2->c->tls : NULL;
+}
+
 /* A stream's chunk is never held for the pass's end either. */
 static int h2s_writev_chunk(m0_exchange *x, const m0_response_head *head, const struct iovec *iov, int iovcnt)
 {
@@ -893,5 +1015,9 @@ const m0__exchange_ops m0__h2_exchange = {
     .park = m0__h2s_park,
     .abort = m0__h2s_abort,
     .upgrade = m0__h2s_upgrade,
+    .hold = h2s_hold,
+    .release = h2s_release,
+    .closed = h2s_closed,
+    .tls = h2s_tls,
     .carried = 1,
 };

@@ -30,7 +30,7 @@
 /* Whether the loop waits for s's body before its dispatch. */
 static int h2_awaits_body(const m0_h2_stream *s)
 {
-    return s->body_deadline_ms != 0 && s->headers_done && !s->queued && !s->in_done && !s->ng_closed && s->sc == NULL;
+    return s->body_deadline_ms != 0 && s->headers_done && !s->queued && !s->in_done && !s->ng_closed && !s->dispatched;
 }
 
 void m0__h2_timer(m0_conn *c)
@@ -58,7 +58,6 @@ void m0__h2_timer(m0_conn *c)
         }
     }
     for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
-        m0_conn *sc = s->sc;
         if (s->tunnel && s->out_done && !s->ng_closed && s->body_deadline_ms != 0) {
             /* A tunnel we ended whose client half did not end in time. */
             if (now >= s->body_deadline_ms) {
@@ -84,13 +83,13 @@ void m0__h2_timer(m0_conn *c)
                 next = s->head_deadline_ms;
             continue;
         }
-        if (s->want_body && sc != NULL && sc->x.pending && !sc->x.detached && sc->x.body_deadline_ms != 0 &&
+        if (s->want_body && s->dispatched && s->x.pending && !s->x.detached && s->x.body_deadline_ms != 0 &&
             !s->in_done) {
-            if (now >= sc->x.body_deadline_ms) {
+            if (now >= s->x.body_deadline_ms) {
                 s->body_event = 1; /* told by m0__h2_send: it reads, and fails */
                 answered = 1;
-            } else if (next == 0 || sc->x.body_deadline_ms < next) {
-                next = sc->x.body_deadline_ms;
+            } else if (next == 0 || s->x.body_deadline_ms < next) {
+                next = s->x.body_deadline_ms;
             }
             continue;
         }

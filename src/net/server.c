@@ -122,6 +122,8 @@ static void server_pass_end(void *arg)
             m0_access_log_buf_flush(srv->log_buf);
     }
     m0__server_flush_held(srv);
+    if (srv->h2_retired != NULL)
+        m0__h2_retired_free(srv);
 }
 
 void m0_server_flush_deferred(m0_server *srv)
@@ -252,6 +254,7 @@ void m0_server_free(m0_server *srv)
     pthread_mutex_destroy(&srv->done_lock);
     pthread_mutex_destroy(&srv->h2_lock);
     pthread_cond_destroy(&srv->h2_cond);
+    m0__h2_retired_free(srv);
     while (srv->freelist != NULL) {
         m0_conn *c = srv->freelist;
         srv->freelist = c->next;

@@ -174,10 +174,10 @@ struct m0_exchange {
                       * connection back */
     /* m0_exchange_complete's arguments, carried to the loop thread: done_* are
      * written by the owner before it takes done_lock, read by the loop after */
-    m0_conn *done_next; /* the server's done list (under done_lock) */
-    int muted;          /* the loop stopped watching it while it was away: wake the loop when it comes
-                         * back. Set by the loop, cleared when it takes it back; read by the owner (all
-                         * under done_lock) */
+    m0_exchange *done_next; /* the server's done list (under done_lock) */
+    int muted;              /* the loop stopped watching it while it was away: wake the loop when it comes
+                             * back. Set by the loop, cleared when it takes it back; read by the owner (all
+                             * under done_lock) */
     int done_keep;
     int done_parked; /* m0_exchange_set_aside: taken back unfinished, and parked */
     int done_closed; /* m0_exchange_hand_closed: closed while away; the loop drops its reference when it comes back */
@@ -218,13 +218,9 @@ struct m0_exchange {
     char fwd_client_host[64];
     char fwd_authority[264];
 
-    /* --- an HTTP/2 stream connection's: its app call, counted against its
-     * HTTP/2 connection until this one is destroyed and every holder let go
-     * (m0_exchange_call_hold); once orphaned (h2_pool.c), its request's fields
-     * and header array, taken from the stream that ended, freed with it --- */
+    /* An HTTP/2 stream's: its app call, counted against its connection until
+     * the stream is freed and every holder let go (m0_exchange_call_hold). */
     m0_call *h2_call;
-    char *h2_fields;
-    void *h2_hdr;
     /* static_file.c: the file of the pending response, while its body waits
      * on the peer (the loop thread's; NULL otherwise): its events go to
      * m0__static_event, not to the handler. */
@@ -330,10 +326,8 @@ struct m0_conn {
         int on;
     } ring;
 
-    /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2, or, on a
-     * stream connection (no socket), its stream (NULL once it ended) */
+    /* h2.c: the HTTP/2 session of a connection in state M0_CS_H2 */
     struct m0_h2 *h2;
-    struct m0_h2_stream *h2s;
 };
 
 /* The connection an exchange is embedded in (every exchange is one's c->x). */
@@ -400,18 +394,23 @@ struct m0_server {
      * posted drain/abort requests, taken by the loop on `wake`. */
     m0_async wake;
     pthread_mutex_t done_lock;
-    m0_conn *done_head;
-    m0_conn *done_tail;
-    /* h2_pool.c (cfg.http2_pool): what the threads that own stream
-     * connections share with the loop. h2_lock guards the streams' staged
-     * output (h2_kicks: the streams that have some), the stream of a detached
-     * stream connection (c->h2s, c->broken, c->state), and a stream's queued
+    m0_exchange *done_head;
+    m0_exchange *done_tail;
+    /* h2_pool.c (cfg.http2_pool): what the threads that own streams'
+     * exchanges share with the loop. h2_lock guards the streams' staged
+     * output (h2_kicks: the streams that have some), whether a detached
+     * exchange's stream is orphaned (s->h2, s->broken), and a stream's queued
      * body (out_pos, out_len) and request body (h2_kicks is stored atomically:
      * m0__h2p_absorb looks at it without the lock); h2_cond is signalled when a
      * queued body moved or a stream ended (h2_waiters: threads waiting). */
     pthread_mutex_t h2_lock;
     pthread_cond_t h2_cond;
     struct m0_h2_stream *h2_kicks;
+    /* h2_stream.c: orphaned streams nothing holds any more, freed at the
+     * pass's end (m0__h2_retired_free): a handler that touches its exchange
+     * after M0_CONN_CLOSED in the same call finds it closed, as an HTTP/1.1
+     * connection's exchange stays readable in the server's freelist. */
+    struct m0_h2_stream *h2_retired;
     int h2_waiters;
     /* h2.c: sessions whose responses' final bytes wait for the pass's end or
      * for m0_server_flush_deferred (handler.on_defer), and whether that flush
