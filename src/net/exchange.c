@@ -1,6 +1,6 @@
 /* The handler's calls about its pending exchange (server.h), each passed to
  * the transport that carries it (conn_int.h, m0__exchange_ops): HTTP/1.1's
- * table is here, an HTTP/2 stream's in h2_stream.c. */
+ * table is here, an HTTP/2 stream's in h2_exchange.c. */
 #include "conn_int.h"
 
 const m0__exchange_ops m0__h1_exchange = {

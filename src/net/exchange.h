@@ -1,5 +1,5 @@
 /* A request's begin and end, the same for every protocol that carries one
- * (HTTP/1.1: conn_process.c; HTTP/2: h2.c's dispatch and h2_stream.c's
+ * (HTTP/1.1: conn_process.c; HTTP/2: h2.c's dispatch and h2_exchange.c's
  * finish): what the server counts, times and logs of a request is decided
  * here once, in one order. Inline: both run on every request.
  *

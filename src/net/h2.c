@@ -1,6 +1,6 @@
 /* HTTP/2 on a connection: the nghttp2 session, its callbacks, the
  * connection's input and output and the dispatch of the streams (contract
- * in h2.h; the streams and their connections are h2_stream.c's). */
+ * in h2.h; the streams are h2_stream.c's, their exchanges h2_exchange.c's). */
 #include "h2_int.h"
 
 #include "exchange.h"

@@ -1,4 +1,4 @@
-/* HTTP/2 on a connection, through libnghttp2 (h2.c, h2_stream.c): no
+/* HTTP/2 on a connection, through libnghttp2 (h2*.c): no
  * framing and no HPACK of our own.
  *
  * A connection becomes HTTP/2 when its first bytes are the client preface
@@ -97,7 +97,7 @@ void m0__h2_flush_deferred(m0_server *srv);
  * when the server is freed. */
 void m0__h2_retired_free(m0_server *srv);
 
-/* --- a stream's exchange, server.h's functions (h2_stream.c) --- */
+/* --- a stream's exchange, server.h's functions (h2_exchange.c) --- */
 
 /* The transport of a stream's exchange (conn_int.h): these functions. */
 extern const struct m0__exchange_ops m0__h2_exchange;

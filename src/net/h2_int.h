@@ -1,8 +1,9 @@
 /* Private to src/net/h2*.c: the HTTP/2 session and its streams (contract in
- * h2.h), and the functions shared by its two files: h2.c (the session, the
- * nghttp2 callbacks, the connection's input and output, the dispatch) and
- * h2_stream.c (the stream table, the request built from a header block, the
- * stream's exchange and its m0__h2s_* functions, and the data provider). */
+ * h2.h), and the functions shared by its files: h2.c (the session, the
+ * nghttp2 callbacks, the connection's input and output, the dispatch),
+ * h2_stream.c (the stream table and a stream's life, the request built from
+ * a header block, the response head and the data provider) and
+ * h2_exchange.c (the stream's exchange: its m0__h2s_* functions). */
 #ifndef M0_NET_H2_INT_H
 #define M0_NET_H2_INT_H
 
@@ -319,6 +320,9 @@ static inline void m0__h2x_hold(m0_h2_stream *s)
     s->refs++;
 }
 void m0__h2x_release(m0_h2_stream *s);
+/* An orphan nothing holds any more: its call ends, and it is retired, freed
+ * at the pass's end (srv->h2_retired). */
+void m0__h2_stream_retire(m0_h2_stream *s);
 /* Tell the handler `what` (M0_CONN_*) about s's exchange (a file's
  * response: static_file.c), holding it across the call. */
 void m0__h2x_notify(m0_h2_stream *s, int what);
