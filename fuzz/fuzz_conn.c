@@ -203,10 +203,10 @@ static int s_read_some(s_conn *sc, m0_exchange *c)
 static int s_sendfile_some(s_conn *sc, m0_exchange *c)
 {
     while (sc->file_left > 0) {
-        ssize_t n = 0;
-        if (m0_exchange_write_pending(c) == 0)
-            n = m0_exchange_sendfile(c, sc->w->file, sc->file_off, (size_t)sc->file_left, 0);
-        if (n == -EAGAIN || (n == 0 && m0_exchange_write_pending(c) > 0))
+        /* Whatever is queued: the sendfile sends it first, or says -EAGAIN
+         * and arranges M0_CONN_WRITABLE (server.h). */
+        ssize_t n = m0_exchange_sendfile(c, sc->w->file, sc->file_off, (size_t)sc->file_left, 0);
+        if (n == -EAGAIN)
             return 0;
         if (n <= 0) {
             sc->kind = K_NONE;

@@ -261,10 +261,12 @@ int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
             m0_asgi_http_pathsend_close(h);
             return m0_asgi_http_disconnected(h);
         }
-        ssize_t n = 0;
-        if (m0_exchange_write_pending(c) == 0)
-            n = m0_exchange_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
-        if (n == -EAGAIN || (n == 0 && m0_exchange_write_pending(c) > 0)) {
+        /* Called whatever is queued: the sendfile sends the queued output
+         * first, and when it cannot (-EAGAIN) arranges M0_CONN_WRITABLE. A
+         * queue seen here without that call (output held for the pass's
+         * end) has no wake-up arranged. */
+        ssize_t n = m0_exchange_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
+        if (n == -EAGAIN) {
             if (h->send_waiter == NULL) {
                 PyObject *fut = m0_asgi_future_new(h->base.asgi);
                 if (fut == NULL)
