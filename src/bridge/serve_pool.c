@@ -171,9 +171,9 @@ static void pool_wind_down(ServerObject *self, int drain)
         m0_server_drain_abort(self->srv);
     else
         m0_server_abort(self->srv);
-    m0_exchange *c;
-    while ((c = m0_workq_pop(self->workq)) != NULL)
-        m0_exchange_complete(c, 0, 503, 0);
+    m0_exchange *x;
+    while ((x = m0_workq_pop(self->workq)) != NULL)
+        m0_exchange_complete(x, 0, 503, 0);
     (void)m0_workq_quiesce(self->workq, 1, M0_POOL_WIND_DOWN_MS); /* a view that never ends keeps its connection */
     m0_server_take_completed(self->srv);
     PyEval_RestoreThread(ts);

@@ -439,12 +439,12 @@ static int asgi_bind_loop(m0_asgi *a)
 
 /* --- attach / detach --- */
 
-void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c)
+void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *x)
 {
     obj->asgi = a;
-    obj->x = c;
+    obj->x = x;
     Py_INCREF(obj);
-    m0_exchange_set_data(c, obj);
+    m0_exchange_set_data(x, obj);
     obj->prev = NULL;
     obj->next = a->live;
     if (a->live != NULL)
@@ -454,12 +454,12 @@ void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c)
 
 void m0_asgi_detach(m0_asgi_base *obj)
 {
-    m0_exchange *c = obj->x;
-    if (c == NULL)
+    m0_exchange *x = obj->x;
+    if (x == NULL)
         return;
     obj->x = NULL;
-    if (m0_exchange_data(c) == obj)
-        m0_exchange_set_data(c, NULL);
+    if (m0_exchange_data(x) == obj)
+        m0_exchange_set_data(x, NULL);
     m0_asgi *a = obj->asgi;
     if (obj->prev != NULL)
         obj->prev->next = obj->next;
@@ -630,7 +630,7 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg)
 /* --- the handler --- */
 
 /* Answer a canned 500 when the bridge itself fails before the app runs. */
-static int asgi_fail_500(m0_asgi *a, m0_exchange *c)
+static int asgi_fail_500(m0_asgi *a, m0_exchange *x)
 {
     m0_canned_response out;
     m0_asgi_log_error(a, "ASGI bridge error");
@@ -638,9 +638,9 @@ static int asgi_fail_500(m0_asgi *a, m0_exchange *c)
     if (n < 0)
         return -1;
     struct iovec iov = {out.buf, (size_t)n};
-    if (m0_exchange_writev(c, &out.head, &iov, 1, 0) < 0)
+    if (m0_exchange_writev(x, &out.head, &iov, 1, 0) < 0)
         return -1;
-    m0_exchange_finish(c, 0, 500, 0);
+    m0_exchange_finish(x, 0, 500, 0);
     return 0;
 }
 
@@ -649,13 +649,13 @@ int m0_asgi_serves_websockets(const m0_asgi *a)
     return a->ws_enabled;
 }
 
-static int asgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
+static int asgi_on_request(void *ctx, m0_exchange *x, const m0_request *req)
 {
     m0_asgi *a = ctx;
     if (a->create_task == NULL && asgi_bind_loop(a) < 0)
-        return asgi_fail_500(a, c);
+        return asgi_fail_500(a, x);
     if ((req->flags & M0_REQ_UPGRADE) && m0_span_ieq(req->upgrade, "websocket", 9)) {
-        int r = m0_asgi_ws_request(a, c, req);
+        int r = m0_asgi_ws_request(a, x, req);
         if (r > 0)
             return 1;
         if (r < 0) {
@@ -663,15 +663,15 @@ static int asgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
             return -1;
         }
     }
-    if (m0_asgi_http_request(a, c, req) < 0)
-        return asgi_fail_500(a, c);
+    if (m0_asgi_http_request(a, x, req) < 0)
+        return asgi_fail_500(a, x);
     return 1;
 }
 
-static void asgi_on_event(void *ctx, m0_exchange *c, int what)
+static void asgi_on_event(void *ctx, m0_exchange *x, int what)
 {
     (void)ctx;
-    m0_asgi_base *b = m0_exchange_data(c);
+    m0_asgi_base *b = m0_exchange_data(x);
     if (b == NULL)
         return;
     Py_INCREF(b);

@@ -66,7 +66,7 @@ static PyObject *http_request_msg(m0_asgi_state *st, PyObject *body, int more) /
 static int http_body_read(m0_asgi_http *h, PyObject **msg)
 {
     m0_asgi_state *st = h->base.asgi->st;
-    m0_exchange *c = h->base.x;
+    m0_exchange *x = h->base.x;
     *msg = NULL;
     if (h->content_length == 0 || (h->content_length < 0 && !(h->req_flags & M0_REQ_CHUNKED))) {
         h->body_done = 1;
@@ -91,7 +91,7 @@ static int http_body_read(m0_asgi_http *h, PyObject **msg)
                 return -1;
             alloc = next;
         }
-        n = m0_exchange_body_read(c, PyBytes_AS_STRING(buf) + got, alloc - got, 0);
+        n = m0_exchange_body_read(x, PyBytes_AS_STRING(buf) + got, alloc - got, 0);
         if (n <= 0)
             break;
         got += (size_t)n;
@@ -310,14 +310,14 @@ int m0_asgi_http_head_finish(m0_asgi_http *h, size_t first_len, int more)
  * the next pipelined request) and wake a receive() waiting for the end. */
 void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
 {
-    m0_exchange *c = h->base.x;
+    m0_exchange *x = h->base.x;
     h->resp = RESP_DONE;
     head_free(h);
-    if (c == NULL)
+    if (x == NULL)
         return;
     Py_INCREF(h);
     m0_asgi_detach(&h->base);
-    m0_exchange_finish(c, keep_alive, h->status, h->body_sent);
+    m0_exchange_finish(x, keep_alive, h->status, h->body_sent);
     if (h->recv_waiter != NULL)
         http_recv_wake(h, http_disconnect_msg(h->base.asgi->st));
     Py_DECREF(h);
@@ -328,17 +328,17 @@ void m0_asgi_http_complete(m0_asgi_http *h, int keep_alive)
  * for the end here. */
 void m0_asgi_http_lost(m0_asgi_http *h)
 {
-    m0_exchange *c = h->base.x;
+    m0_exchange *x = h->base.x;
     h->disconnected = 1;
     h->resp = RESP_DONE;
     head_free(h);
     if (h->recv_waiter != NULL)
         http_recv_wake(h, http_disconnect_msg(h->base.asgi->st));
-    if (c == NULL)
+    if (x == NULL)
         return;
     Py_INCREF(h);
     m0_asgi_detach(&h->base);
-    m0_exchange_abort(c);
+    m0_exchange_abort(x);
     Py_DECREF(h);
 }
 
@@ -682,16 +682,16 @@ static void http_on_event(m0_asgi_base *base, int what)
 
 static void http_answer_error(m0_asgi_http *h, int status)
 {
-    m0_exchange *c = h->base.x;
+    m0_exchange *x = h->base.x;
     m0_canned_response out;
     int n = m0_error_response(&out, status, h->base.asgi->server_header);
     h->status = status;
     h->body_sent = 0;
     if (n > 0) {
         struct iovec iov = {out.buf, (size_t)n};
-        (void)m0_exchange_writev(c, &out.head, &iov, 1, 0);
+        (void)m0_exchange_writev(x, &out.head, &iov, 1, 0);
     }
-    (void)c;
+    (void)x;
     m0_asgi_http_complete(h, 0);
 }
 
@@ -792,7 +792,7 @@ int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st)
     return st->http_type == NULL ? -1 : 0;
 }
 
-int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
+int m0_asgi_http_request(m0_asgi *a, m0_exchange *x, const m0_request *req)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *runner = NULL;
     m0_asgi_http *h = PyObject_GC_New(m0_asgi_http, a->st->http_type);
@@ -812,15 +812,15 @@ int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
     m0_head_init(&h->head, h->head_inline, HEAD_INLINE);
     h->pathsend.fd = -1;
     PyObject_GC_Track(h);
-    scope = m0_asgi_scope_new(a, c, req, 0);
+    scope = m0_asgi_scope_new(a, x, req, 0);
     if (scope == NULL)
         goto error;
     receive = PyCFunction_New(&http_receive_def, (PyObject *)h);
     send = PyCFunction_New(&http_send_def, (PyObject *)h);
     if (receive == NULL || send == NULL)
         goto error;
-    m0_asgi_attach(a, &h->base, c);
-    h->call = m0_exchange_call_hold(c); /* counted until the app returns, its stream gone or not */
+    m0_asgi_attach(a, &h->base, x);
+    h->call = m0_exchange_call_hold(x); /* counted until the app returns, its stream gone or not */
     PyObject *args[3] = {scope, receive, send};
     coro = PyObject_Vectorcall(a->app, args, 3, NULL);
     if (coro == NULL) {

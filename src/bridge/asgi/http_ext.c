@@ -248,7 +248,7 @@ void m0_asgi_http_pathsend_close(m0_asgi_http *h)
  * continues it), -1 on error. */
 int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
 {
-    m0_exchange *c = h->base.x;
+    m0_exchange *x = h->base.x;
     if (h->resp_length >= 0 && h->body_sent + h->pathsend.left > (uint64_t)h->resp_length) {
         /* Never past the declared length: the stream would desync. */
         m0_asgi_http_pathsend_close(h);
@@ -257,7 +257,7 @@ int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
         return -1;
     }
     while (h->pathsend.left > 0) {
-        if (c == NULL) {
+        if (x == NULL) {
             m0_asgi_http_pathsend_close(h);
             return m0_asgi_http_disconnected(h);
         }
@@ -265,7 +265,7 @@ int m0_asgi_http_sendfile_step(m0_asgi_http *h, PyObject **out)
          * first, and when it cannot (-EAGAIN) arranges M0_CONN_WRITABLE. A
          * queue seen here without that call (output held for the pass's
          * end) has no wake-up arranged. */
-        ssize_t n = m0_exchange_sendfile(c, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
+        ssize_t n = m0_exchange_sendfile(x, h->pathsend.fd, h->pathsend.offset, (size_t)h->pathsend.left, 0);
         if (n == -EAGAIN) {
             if (h->send_waiter == NULL) {
                 PyObject *fut = m0_asgi_future_new(h->base.asgi);

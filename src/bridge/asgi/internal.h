@@ -185,16 +185,16 @@ struct m0_asgi {
  * "extensions". For an absolute-form target (RFC 9112 3.2.2) the "host"
  * header and "server" come from the target's authority (http_rules.h).
  * websocket != 0 builds a websocket scope. */
-PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *c, const m0_request *req, int websocket); /* scope.c */
+PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *x, const m0_request *req, int websocket); /* scope.c */
 /* tls_scope.c: the `tls` extension's dict for c (a new dict, its chain a new
  * list: the app may change them), None when c is plaintext, NULL on error.
  * Built once per TLS session and kept in a->tls_cache; _clear empties it. */
-PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_exchange *c);
+PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_exchange *x);
 void m0_asgi_tls_cache_clear(m0_asgi *a);
 
 /* Attach obj (whose struct starts with m0_asgi_base, on_event set) to c as
  * its data, taking a reference for the connection. */
-void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *c);
+void m0_asgi_attach(m0_asgi *a, m0_asgi_base *obj, m0_exchange *x);
 /* Clear the connection's data and drop its reference. The caller must hold
  * its own reference across the call. No-op when already detached. */
 void m0_asgi_detach(m0_asgi_base *obj);
@@ -245,7 +245,7 @@ PyObject *m0_asgi_disconnected_new(m0_asgi *a, const char *msg);
 /* 1 when the request was taken asynchronously, 0 when it should be served as
  * HTTP (WebSocket disabled, or not an upgrade), -1 with an exception set to
  * abort the connection. */
-int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req);
+int m0_asgi_ws_request(m0_asgi *a, m0_exchange *x, const m0_request *req);
 /* The WebSocket part of the module state: its type and strings. */
 typedef struct m0_asgi_ws_state m0_asgi_ws_state;
 int m0_asgi_ws_module_init(PyObject *module, m0_asgi_state *st);
@@ -283,6 +283,6 @@ PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn 
 
 int m0_asgi_http_module_init(PyObject *module, m0_asgi_state *st);
 /* Start the HTTP request req on c: returns 1 (finished later) or -1. */
-int m0_asgi_http_request(m0_asgi *a, m0_exchange *c, const m0_request *req);
+int m0_asgi_http_request(m0_asgi *a, m0_exchange *x, const m0_request *req);
 
 #endif

@@ -254,12 +254,12 @@ static PyObject *asgi_scheme(m0_asgi *a, int forwarded, int websocket)
 
 /* A TLS connection's scope: its own extensions dict, the shared ones and
  * `tls` (the template's dict is shared by every plaintext scope). */
-static int asgi_scope_tls(m0_asgi *a, PyObject *scope, m0_exchange *c, int websocket)
+static int asgi_scope_tls(m0_asgi *a, PyObject *scope, m0_exchange *x, int websocket)
 {
     PyObject *ext = websocket ? PyDict_New() : PyDict_Copy(a->http_extensions);
     if (ext == NULL)
         return -1;
-    PyObject *tls = m0_asgi_tls_extension(a, c);
+    PyObject *tls = m0_asgi_tls_extension(a, x);
     if (tls == NULL || PyDict_SetItem(ext, a->st->s_tls, tls) < 0 ||
         PyDict_SetItem(scope, a->st->s_extensions, ext) < 0) {
         Py_XDECREF(tls);
@@ -271,7 +271,7 @@ static int asgi_scope_tls(m0_asgi *a, PyObject *scope, m0_exchange *c, int webso
     return 0;
 }
 
-PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *c, const m0_request *req, int websocket)
+PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *x, const m0_request *req, int websocket)
 {
     m0_asgi_state *st = a->st;
     if (!websocket && a->http_template == NULL && (a->http_template = asgi_http_template(a)) == NULL)
@@ -279,13 +279,13 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *c, const m0_request *req, i
     PyObject *scope = websocket ? PyDict_New() : PyDict_Copy(a->http_template);
     if (scope == NULL)
         return NULL;
-    const char *peer = m0_exchange_client_host(c);
-    const char *local = m0_exchange_local_host(c);
+    const char *peer = m0_exchange_client_host(x);
+    const char *local = m0_exchange_local_host(x);
     m0_target_authority ta;
     /* A host a trusted proxy forwarded (--proxy-headers) wins over the target's. */
     int absolute =
-        m0_exchange_forwarded_host(c, &ta.authority, &ta.host, &ta.port) || m0_target_authority_get(req, &ta);
-    PyObject *scheme = asgi_scheme(a, m0_exchange_forwarded_scheme(c), websocket);
+        m0_exchange_forwarded_host(x, &ta.authority, &ta.host, &ta.port) || m0_target_authority_get(req, &ta);
+    PyObject *scheme = asgi_scheme(a, m0_exchange_forwarded_scheme(x), websocket);
     PyObject *raw_path;
     if (PyBytes_GET_SIZE(a->root_path_bytes) == 0 || asgi_is_asterisk(req->path)) {
         raw_path = PyBytes_FromStringAndSize(req->path.base, (Py_ssize_t)req->path.len);
@@ -316,18 +316,18 @@ PyObject *m0_asgi_scope_new(m0_asgi *a, m0_exchange *c, const m0_request *req, i
         (fill && PyDict_SetItem(scope, st->s_root_path, a->root_path) < 0) ||
         scope_set(scope, st->s_headers, asgi_headers_list(st, req, absolute ? &ta.authority : NULL)) < 0 ||
         scope_set(scope, st->s_client,
-                  (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_exchange_client_port(c))
+                  (peer != NULL && peer[0] != '\0') ? asgi_addr(peer, m0_exchange_client_port(x))
                                                     : Py_NewRef(Py_None)) < 0 ||
         scope_set(scope, st->s_server,
-                  absolute ? asgi_authority_addr(&ta, m0_exchange_local_port(c))
-                           : asgi_server_addr(a, local, m0_exchange_local_port(c))) < 0 ||
+                  absolute ? asgi_authority_addr(&ta, m0_exchange_local_port(x))
+                           : asgi_server_addr(a, local, m0_exchange_local_port(x))) < 0 ||
         (a->state != NULL && scope_set(scope, st->s_state, PyDict_Copy(a->state)) < 0)) {
         Py_CLEAR(scope);
     }
     /* Built before the chain, so released here whether or not it got to them. */
     Py_XDECREF(scheme);
     Py_XDECREF(raw_path);
-    if (scope != NULL && m0_exchange_tls(c) != NULL && asgi_scope_tls(a, scope, c, websocket) < 0)
+    if (scope != NULL && m0_exchange_tls(x) != NULL && asgi_scope_tls(a, scope, x, websocket) < 0)
         Py_CLEAR(scope);
     return scope;
 }

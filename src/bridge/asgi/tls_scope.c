@@ -53,9 +53,9 @@ static PyObject *tls_extension_build(void *arg, m0_tls_conn *tc)
     return d;
 }
 
-PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_exchange *c)
+PyObject *m0_asgi_tls_extension(m0_asgi *a, m0_exchange *x)
 {
-    m0_tls_conn *tc = m0_exchange_tls(c);
+    m0_tls_conn *tc = m0_exchange_tls(x);
     if (tc == NULL)
         return Py_NewRef(Py_None);
     m0_asgi_state *st = a->st;

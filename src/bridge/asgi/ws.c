@@ -23,7 +23,7 @@ static PyMethodDef ws_done_def = {"_done", ws_task_done, METH_O, NULL};
 /* --- the upgrade request --- */
 
 /* A refused handshake: 400, or 426 naming the version we speak. */
-static int ws_refuse(m0_asgi *a, m0_exchange *c, int err)
+static int ws_refuse(m0_asgi *a, m0_exchange *x, int err)
 {
     char buf[512];
     m0_field_span f[6];
@@ -48,9 +48,9 @@ static int ws_refuse(m0_asgi *a, m0_exchange *c, int err)
     m0_head_out_raw(&b, body, blen);
     if (!b.full) {
         struct iovec iov = {buf, b.len};
-        (void)m0_exchange_writev(c, &head, &iov, 1, 0);
+        (void)m0_exchange_writev(x, &head, &iov, 1, 0);
     }
-    m0_exchange_finish(c, 0, status, blen);
+    m0_exchange_finish(x, 0, status, blen);
     return 1;
 }
 
@@ -78,7 +78,7 @@ static PyObject *ws_subprotocols(const m0_request *req)
     return list;
 }
 
-int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
+int m0_asgi_ws_request(m0_asgi *a, m0_exchange *x, const m0_request *req)
 {
     PyObject *scope = NULL, *subs = NULL, *receive = NULL, *send = NULL, *done = NULL, *coro = NULL, *task = NULL,
              *connect = NULL;
@@ -88,7 +88,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
         return 0; /* served as plain HTTP */
     int rc = m0_ws_handshake_check(req, &hs);
     if (rc < 0)
-        return ws_refuse(a, c, rc);
+        return ws_refuse(a, x, rc);
 
     m0_asgi_ws *w = PyObject_GC_New(m0_asgi_ws, st->ws_type);
     if (w == NULL)
@@ -109,7 +109,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
     PyObject_GC_Track(w);
     if (w->queue == NULL)
         goto error;
-    scope = m0_asgi_scope_new(a, c, req, 1);
+    scope = m0_asgi_scope_new(a, x, req, 1);
     subs = ws_subprotocols(req);
     if (scope == NULL || subs == NULL || PyDict_SetItem(scope, w->ws->s_subprotocols, subs) < 0 ||
         PyDict_SetItem(scope, st->s_extensions, w->ws->extensions) < 0)
@@ -122,7 +122,7 @@ int m0_asgi_ws_request(m0_asgi *a, m0_exchange *c, const m0_request *req)
     done = PyCFunction_New(&ws_done_def, (PyObject *)w);
     if (receive == NULL || send == NULL || done == NULL)
         goto error;
-    m0_asgi_attach(a, &w->base, c);
+    m0_asgi_attach(a, &w->base, x);
     PyObject *args[3] = {scope, receive, send};
     coro = PyObject_Vectorcall(a->app, args, 3, NULL);
     if (coro == NULL) {

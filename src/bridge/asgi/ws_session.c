@@ -189,8 +189,8 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
 {
     uint8_t hdr[M0_WS_MAX_HEADER];
     struct iovec iov[2];
-    m0_exchange *c = ws_exchange(w);
-    if (c == NULL)
+    m0_exchange *x = ws_exchange(w);
+    if (x == NULL)
         return -1;
     iov[0].iov_base = hdr;
     iov[0].iov_len = m0_ws_frame_header(hdr, 1, opcode, len, NULL);
@@ -198,7 +198,7 @@ static int ws_write_frame_rsv1(m0_asgi_ws *w, int opcode, int rsv1, const void *
         hdr[0] |= 0x40;
     iov[1].iov_base = (void *)data;
     iov[1].iov_len = len;
-    return m0_exchange_writev(c, NULL, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
+    return m0_exchange_writev(x, NULL, iov, len > 0 ? 2 : 1, 0) < 0 ? -1 : 0;
 }
 
 static int ws_write_frame(m0_asgi_ws *w, int opcode, const void *data, size_t len)
@@ -242,7 +242,7 @@ void m0_asgi_ws_queue_disconnect(m0_asgi_ws *w, int code, PyObject *reason)
  * it, the bridge detaches us after on_event returns. */
 void m0_asgi_ws_finish(m0_asgi_ws *w)
 {
-    m0_exchange *c = ws_exchange(w);
+    m0_exchange *x = ws_exchange(w);
     w->state = WS_CLOSED;
     ws_timer_cancel(&w->ping_timer);
     ws_timer_cancel(&w->timeout_timer);
@@ -258,9 +258,9 @@ void m0_asgi_ws_finish(m0_asgi_ws *w)
     w->zbuf = NULL;
     w->zcap = 0;
     Py_INCREF(w);
-    if (c != NULL) {
+    if (x != NULL) {
         m0_asgi_detach(&w->base);
-        m0_exchange_finish(c, 0, w->status, w->body_sent);
+        m0_exchange_finish(x, 0, w->status, w->body_sent);
     }
     PyObject *fut = w->send_waiter;
     w->send_waiter = NULL;

@@ -104,13 +104,13 @@ static PyObject *hints_vectorcall(PyObject *self, PyObject *const *args, size_t 
      * only when enabled, to an HTTP/1.1 or HTTP/2 client (not HTTP/1.0, which
      * has no 1xx) still connected, and with at least one field (an empty 103
      * tells the client nothing). */
-    if (any && sr->w->early_hints && sr->informational && sr->c != NULL && !sr->write_error) {
+    if (any && sr->w->early_hints && sr->informational && sr->x != NULL && !sr->write_error) {
         if (m0_head_add(&h, "\r\n", 2) < 0)
             goto error;
         m0_response_head head;
         m0_head_view(&h, 103, -1, &head);
         struct iovec iov = {h.buf, h.len};
-        int rc = m0_exchange_writev(sr->c, &head, &iov, 1, 1);
+        int rc = m0_exchange_writev(sr->x, &head, &iov, 1, 1);
         if (rc < 0) {
             sr->write_error = rc;
             PyObject *a = Py_BuildValue("(is)", -rc, "client disconnected");

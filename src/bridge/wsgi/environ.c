@@ -565,7 +565,7 @@ error:
     return NULL;
 }
 
-PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *req, PyObject *input)
+PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *x, const m0_request *req, PyObject *input)
 {
     m0_target_authority ta;
     m0_wsgi_state *st = w->st;
@@ -583,11 +583,11 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *re
                        : req->minor_version == 0   ? M0_WSGI_STR(st, http10)
                                                    : M0_WSGI_STR(st, http11)) < 0)
         goto error;
-    const char *local = m0_exchange_local_host(c), *peer = m0_exchange_client_host(c);
-    int peer_port = m0_exchange_client_port(c);
+    const char *local = m0_exchange_local_host(x), *peer = m0_exchange_client_host(x);
+    int peer_port = m0_exchange_client_port(x);
     if (set_steal(env, M0_WSGI_STR(st, SERVER_NAME), latin1_cached(&w->local_host_val, local, strlen(local))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, SERVER_PORT),
-                  port_cached(&w->local_port_val, &w->local_port, m0_exchange_local_port(c))) < 0 ||
+                  port_cached(&w->local_port_val, &w->local_port, m0_exchange_local_port(x))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, REMOTE_ADDR), latin1_cached(&w->peer_host_val, peer, strlen(peer))) < 0 ||
         set_steal(env, M0_WSGI_STR(st, REMOTE_PORT),
                   port_cached(&w->peer_port_val[(unsigned)peer_port % M0_WSGI_PORT_CACHE],
@@ -600,7 +600,7 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *re
         goto error;
     /* The connection itself is TLS (CGI's and mod_ssl's HTTPS=on, and its
      * SSL_* variables). */
-    m0_tls_conn *tc = m0_exchange_tls(c);
+    m0_tls_conn *tc = m0_exchange_tls(x);
     if (tc != NULL) {
         PyObject *vars = m0_tls_info_cached(&w->tls_vars, tc, tls_vars_build, NULL); // borrowed
         if (vars == NULL || PyDict_SetItem(env, M0_WSGI_STR(st, HTTPS), M0_WSGI_STR(st, on)) < 0 ||
@@ -608,12 +608,12 @@ PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *re
             goto error;
     }
     /* What a trusted proxy forwarded (--proxy-headers) wins. */
-    int scheme = m0_exchange_forwarded_scheme(c);
+    int scheme = m0_exchange_forwarded_scheme(x);
     if (scheme != M0_SCHEME_NONE &&
         PyDict_SetItem(env, M0_WSGI_STR(st, wsgi_url_scheme),
                        scheme == M0_SCHEME_HTTPS ? M0_WSGI_STR(st, scheme_https) : M0_WSGI_STR(st, scheme_http)) < 0)
         goto error;
-    if (m0_exchange_forwarded_host(c, &ta.authority, &ta.host, &ta.port) && authority_set(w, env, &ta) < 0)
+    if (m0_exchange_forwarded_host(x, &ta.authority, &ta.host, &ta.port) && authority_set(w, env, &ta) < 0)
         goto error;
     return env;
 error:

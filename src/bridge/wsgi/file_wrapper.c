@@ -174,8 +174,8 @@ static int file_send(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 
 static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking)
 {
-    while (park->left > 0 && sr->c != NULL) {
-        ssize_t n = m0_exchange_sendfile(sr->c, park->fd, park->off, (size_t)park->left, blocking);
+    while (park->left > 0 && sr->x != NULL) {
+        ssize_t n = m0_exchange_sendfile(sr->x, park->fd, park->off, (size_t)park->left, blocking);
         if (n == -EAGAIN)
             return 2;
         if (n < 0) {
@@ -193,7 +193,7 @@ static int file_send_some(m0_wsgi_sr *sr, m0_wsgi_resume *park, int blocking)
 
 int m0_wsgi_file_send_more(m0_wsgi_sr *sr, m0_wsgi_resume *park)
 {
-    if (sr->c == NULL) {
+    if (sr->x == NULL) {
         sr->write_error = -ECONNRESET;
         m0_wsgi_resume_release(park);
         return 0;
@@ -209,7 +209,7 @@ int m0_wsgi_file_wrapper_send(m0_wsgi_sr *sr, m0_wsgi_file_wrapper *fw, m0_wsgi_
     int fd = fw_regular_fd(fw, &pos, &size);
     if (fd < 0)
         return 0;
-    if (!sr->active || sr->c == NULL) {
+    if (!sr->active || sr->x == NULL) {
         sr->write_error = -ECONNRESET;
         return 1;
     }

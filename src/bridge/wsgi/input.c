@@ -17,9 +17,9 @@
  * grows as the body arrives. */
 #define INPUT_TRUST_MAX (1024 * 1024)
 
-void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *c, const m0_request *req)
+void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *x, const m0_request *req)
 {
-    in->c = c;
+    in->x = x;
     in->err = 0;
     in->pos = in->len = 0;
     in->busy = 0;
@@ -61,13 +61,13 @@ static void input_set_error(int err)
  * of the body (or when the request is over), -1 with an exception. */
 static Py_ssize_t input_raw(m0_wsgi_input *in, char *dst, size_t cap)
 {
-    if (in->eof || in->c == NULL)
+    if (in->eof || in->x == NULL)
         return 0;
     if (in->err) {
         input_set_error(in->err);
         return -1;
     }
-    ssize_t n = m0_exchange_body_read(in->c, dst, cap, 1);
+    ssize_t n = m0_exchange_body_read(in->x, dst, cap, 1);
     if (n > 0) {
         if (in->remaining > 0) {
             in->remaining = in->remaining > n ? in->remaining - n : 0;
@@ -99,7 +99,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     if (want == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
     /* Bound the allocation by what the body can still hold. */
-    if (in->eof || in->c == NULL)
+    if (in->eof || in->x == NULL)
         alloc = buffered;
     else if (in->remaining >= 0)
         alloc = buffered + ((uint64_t)in->remaining < INPUT_TRUST_MAX ? (size_t)in->remaining : INPUT_TRUST_MAX);
@@ -119,7 +119,7 @@ static PyObject *input_read_n(m0_wsgi_input *in, Py_ssize_t size)
     }
     while (got < want) {
         if (got == alloc) {
-            if (in->eof || in->c == NULL)
+            if (in->eof || in->x == NULL)
                 break;
             size_t next = alloc * 2;
             if (next > want)

@@ -152,7 +152,7 @@ struct m0_wsgi {
 struct m0_wsgi_sr {
     PyObject_HEAD vectorcallfunc vectorcall;
     m0_wsgi *w;             /* valid while active */
-    m0_exchange *c;         /* NULL once the peer is gone */
+    m0_exchange *x;         /* NULL once the peer is gone */
     m0_wsgi_input *input;   /* borrowed, valid while active */
     PyObject *write;        /* borrowed, valid while active */
     int active;             /* the request is being served (atomic: read by any thread) */
@@ -194,7 +194,7 @@ typedef struct {
 } m0_wsgi_hints;
 
 struct m0_wsgi_input {
-    PyObject_HEAD m0_exchange *c; /* NULL when the request is over or the peer gone */
+    PyObject_HEAD m0_exchange *x; /* NULL when the request is over or the peer gone */
     int eof;                      /* the body end was read */
     int err;                      /* -errno of the failed body read, 0 if none */
     int64_t remaining;            /* declared body bytes not yet read, -1 when chunked */
@@ -211,12 +211,12 @@ typedef struct {
 /* environ.c */
 int m0_wsgi_environ_init(m0_wsgi_state *st);
 PyObject *m0_wsgi_template_new(m0_wsgi *w, PyObject *url_scheme, PyObject *root_path);
-PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *c, const m0_request *req, PyObject *input);
+PyObject *m0_wsgi_environ_build(m0_wsgi *w, m0_exchange *x, const m0_request *req, PyObject *input);
 void m0_wsgi_environ_clear_cache(m0_wsgi *w);
 
 /* input.c */
 extern PyType_Spec m0_wsgi_input_spec;
-void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *c, const m0_request *req);
+void m0_wsgi_input_reset(m0_wsgi_input *in, m0_exchange *x, const m0_request *req);
 
 /* response.c */
 extern PyType_Spec m0_wsgi_sr_spec;

@@ -66,7 +66,7 @@ static int head_prefix_build(m0_wsgi_sr *sr, PyObject *status, PyObject *headers
         PyErr_Format(PyExc_ValueError, "status %R is informational (1xx): a WSGI response must be final", status);
         return -1;
     }
-    if (code == 101 && (sr->c == NULL || !(m0_exchange_request(sr->c)->flags & M0_REQ_UPGRADE))) {
+    if (code == 101 && (sr->x == NULL || !(m0_exchange_request(sr->x)->flags & M0_REQ_UPGRADE))) {
         /* A 101 the client did not ask for: a proxy that tunnels on 101
          * would forward its later bytes to the app as requests. */
         PyErr_Format(PyExc_ValueError, "status %R to a request without Upgrade", status);
@@ -351,7 +351,7 @@ static size_t head_suffix_build(m0_wsgi_sr *sr, size_t body_len, int final)
 {
     m0_wsgi *w = sr->w;
     m0_head *h = &w->head;
-    int keep = m0_exchange_keep_alive(sr->c) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
+    int keep = m0_exchange_keep_alive(sr->x) && !(sr->app_flags & M0_WSGI_APP_CLOSE);
     int bodyless_status = sr->status < 200 || sr->status == 204 || sr->status == 304;
 
     h->len = sr->head_len; /* room for M0_HEAD_SUFFIX_MAX is reserved past it */
@@ -395,7 +395,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
 
     if (sr->write_error)
         return -1;
-    if (sr->c == NULL) {
+    if (sr->x == NULL) {
         sr->write_error = -ECONNRESET;
         return -1;
     }
@@ -456,8 +456,8 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
      * the iterable ended. Bytes that reach the Content-Length are complete
      * too, but the app runs on (the iterator's next item, its close) and
      * may block: they leave now. */
-    int rc = final ? m0_exchange_writev_final(sr->c, hp, iov, k, M0_WRITE_PARK)
-                   : m0_exchange_writev(sr->c, hp, iov, k, wait);
+    int rc = final ? m0_exchange_writev_final(sr->x, hp, iov, k, M0_WRITE_PARK)
+                   : m0_exchange_writev(sr->x, hp, iov, k, wait);
     if (rc < 0) {
         sr->write_error = rc;
         return -1;
@@ -468,7 +468,7 @@ int m0_wsgi_send(m0_wsgi_sr *sr, const struct iovec *body, int n, size_t len, in
 
 int m0_wsgi_keep_alive(const m0_wsgi_sr *sr)
 {
-    if (!sr->keep_alive || sr->overflow || sr->write_error || sr->c == NULL)
+    if (!sr->keep_alive || sr->overflow || sr->write_error || sr->x == NULL)
         return 0;
     if (!sr->no_body && sr->content_length >= 0 && sr->sent != (uint64_t)sr->content_length)
         return 0;

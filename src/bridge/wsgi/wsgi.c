@@ -10,7 +10,7 @@
  * inside it, so nothing of this request is touched after it.
  *
  * Re-entrancy: the connection may go away during any call into Python (a
- * signal handler aborting the server): on_event(M0_CONN_CLOSED) clears sr->c
+ * signal handler aborting the server): on_event(M0_CONN_CLOSED) clears sr->x
  * and the input's c, and every step re-checks them.
  */
 #include <errno.h>
@@ -95,10 +95,10 @@ static int trio_acquire(m0_wsgi *w, m0_wsgi_sr **sr, PyObject **wr, m0_wsgi_inpu
     return 0;
 }
 
-static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_exchange *c, const m0_request *req, PyObject *wr, m0_wsgi_input *in)
+static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_exchange *x, const m0_request *req, PyObject *wr, m0_wsgi_input *in)
 {
     sr->w = w;
-    sr->c = c;
+    sr->x = x;
     sr->input = in;
     sr->write = wr;
     __atomic_store_n(&sr->owner, m0_wsgi_thread(), __ATOMIC_RELAXED);
@@ -118,15 +118,15 @@ static void sr_begin(m0_wsgi_sr *sr, m0_wsgi *w, m0_exchange *c, const m0_reques
     sr->overflow = 0;
     sr->write_error = 0;
     sr->sent = 0;
-    m0_wsgi_input_reset(in, c, req);
+    m0_wsgi_input_reset(in, x, req);
 }
 
 static void sr_end(m0_wsgi_sr *sr)
 {
     __atomic_store_n(&sr->active, 0, __ATOMIC_RELAXED);
-    sr->c = NULL;
+    sr->x = NULL;
     if (sr->input != NULL)
-        sr->input->c = NULL;
+        sr->input->x = NULL;
     sr->input = NULL;
     sr->write = NULL;
     sr->w = NULL;
@@ -381,17 +381,17 @@ static int result_close(m0_wsgi *w, PyObject *result)
  * (M0_CONN_WRITABLE after m0_exchange_park). */
 static int can_park(const m0_wsgi_sr *sr)
 {
-    return sr->c != NULL && m0_exchange_write_pending(sr->c) > 0;
+    return sr->x != NULL && m0_exchange_write_pending(sr->x) > 0;
 }
 
 /* Set the connection aside until its peer reads: parked by the loop thread
  * itself (inline), or handed back to the loop by a pool thread. */
-static void conn_set_aside(m0_wsgi *w, m0_exchange *c)
+static void conn_set_aside(m0_wsgi *w, m0_exchange *x)
 {
     if (w->pooled)
-        m0_exchange_set_aside(c);
+        m0_exchange_set_aside(x);
     else
-        m0_exchange_park(c);
+        m0_exchange_park(x);
 }
 
 /* Send the items of it. 0 when it is exhausted (or the peer is gone, or the
@@ -427,7 +427,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
                 break; /* peer gone, past the Content-Length, or sent whole */
         }
         Py_CLEAR(item);
-        if (sr->c == NULL) /* closed while the iterator ran */
+        if (sr->x == NULL) /* closed while the iterator ran */
             break;
         if (can_park(sr))
             return 1;
@@ -439,7 +439,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
         PyErr_SetString(PyExc_RuntimeError, "the application returned without calling start_response()");
         return -1;
     }
-    if (!ended && !sr->write_error && !sr->overflow && sr->c != NULL)
+    if (!ended && !sr->write_error && !sr->overflow && sr->x != NULL)
         m0_wsgi_send(sr, NULL, 0, 0, 1, M0_WRITE_PARK);
     return 0;
 error:
@@ -578,7 +578,7 @@ typedef struct {
     m0_wsgi_input *in; /* strong */
     PyObject *result;  /* strong */
     m0_wsgi_resume resume;
-    int running; /* resuming: a close during it only clears sr->c */
+    int running; /* resuming: a close during it only clears sr->x */
 } m0_wsgi_parked;
 
 /* The end of every request: close the result, log what went wrong, send the
@@ -586,7 +586,7 @@ typedef struct {
  * finish the connection (m0_exchange_finish, or m0_exchange_complete on a pool
  * thread). failed: an exception is set (the app failed). Steals sr, wr, in
  * and result (which may be NULL). */
-static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_wsgi_sr *sr, PyObject *wr,
+static void request_end(m0_wsgi *w, m0_exchange *x, const m0_request *req, m0_wsgi_sr *sr, PyObject *wr,
                         m0_wsgi_input *in, PyObject *result, int failed, m0_wsgi_sr *outer)
 {
     PyObject *exc = NULL, *close_exc = NULL;
@@ -600,7 +600,7 @@ static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_ws
         }
         if (sr->overflow)
             log_error(w, "WSGI response longer than its Content-Length: truncated, connection closed", req, NULL);
-        else if (sr->head_sent && !sr->write_error && sr->c != NULL && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
+        else if (sr->head_sent && !sr->write_error && sr->x != NULL && !m0_wsgi_keep_alive(sr) && !sr->no_body &&
                  sr->content_length >= 0 && sr->sent < (uint64_t)sr->content_length)
             log_error(w, "WSGI response shorter than its Content-Length: connection closed", req, NULL);
         status = sr->status;
@@ -610,7 +610,7 @@ static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_ws
         if (result != NULL && result_close(w, result) < 0)
             close_exc = m0_exc_fetch();
         status = sr->head_sent ? sr->status : error_status(sr, in);
-        if (exc != NULL && !sr->write_error && in->err == 0 && sr->c != NULL) {
+        if (exc != NULL && !sr->write_error && in->err == 0 && sr->x != NULL) {
             log_error(w,
                       sr->head_sent
                           ? "Exception in WSGI application after the response head was sent: connection closed"
@@ -623,12 +623,12 @@ static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_ws
         }
         if (exc != NULL && PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
             interrupted = 1;
-        if (!sr->head_sent && sr->c != NULL && !sr->write_error && status) {
+        if (!sr->head_sent && sr->x != NULL && !sr->write_error && status) {
             m0_canned_response out;
             int n = m0_error_response(&out, status, w->server_header);
             if (n > 0) {
                 struct iovec iov = {out.buf, (size_t)n};
-                if (m0_exchange_writev_final(sr->c, &out.head, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
+                if (m0_exchange_writev_final(sr->x, &out.head, &iov, 1, M0_WRITE_PARK) < 0) /* the whole response */
                     sr->write_error = -EPIPE;
             }
         }
@@ -638,7 +638,7 @@ static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_ws
     uint64_t body_bytes = sr->no_body ? 0 : sr->sent;
     Py_CLEAR(exc);
     Py_XDECREF(result);
-    m0_exchange *live = sr->c; /* NULL when the peer went away during the request */
+    m0_exchange *live = sr->x; /* NULL when the peer went away during the request */
     sr_end(sr);
     w->active = outer;
     Py_DECREF(in);
@@ -650,8 +650,8 @@ static void request_end(m0_wsgi *w, m0_exchange *c, const m0_request *req, m0_ws
         /* The connection is this thread's until it is handed back, closed
          * or not: the loop closes it (no M0_CONN_CLOSED while detached). */
         if (cut)
-            m0_exchange_cut(c);
-        m0_exchange_complete(c, live != NULL ? keep_alive : 0, status, body_bytes);
+            m0_exchange_cut(x);
+        m0_exchange_complete(x, live != NULL ? keep_alive : 0, status, body_bytes);
     } else if (live != NULL) {
         if (cut)
             m0_exchange_cut(live);
@@ -666,7 +666,7 @@ static void parked_free(m0_wsgi_parked *p)
     PyMem_Free(p);
 }
 
-static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
+static int wsgi_on_request(void *ctx, m0_exchange *x, const m0_request *req)
 {
     m0_wsgi *w = ctx;
     m0_wsgi_sr *sr = NULL;
@@ -682,18 +682,18 @@ static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
         int n = m0_error_response(&out, 500, w->server_header);
         if (n > 0) {
             struct iovec iov = {out.buf, (size_t)n};
-            m0_exchange_writev(c, &out.head, &iov, 1, 1);
+            m0_exchange_writev(x, &out.head, &iov, 1, 1);
         }
         if (w->pooled)
-            m0_exchange_complete(c, 0, 500, 0);
+            m0_exchange_complete(x, 0, 500, 0);
         else
-            m0_exchange_finish(c, 0, 500, 0);
+            m0_exchange_finish(x, 0, 500, 0);
         return 0;
     }
-    sr_begin(sr, w, c, req, wr, in);
+    sr_begin(sr, w, x, req, wr, in);
     w->active = sr;
 
-    env = m0_wsgi_environ_build(w, c, req, (PyObject *)in);
+    env = m0_wsgi_environ_build(w, x, req, (PyObject *)in);
     int failed = env == NULL;
     if (!failed) {
         app = Py_NewRef(w->app);
@@ -705,7 +705,7 @@ static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
     Py_CLEAR(env);
     if (!failed) {
         int rc = result_send(w, sr, result, &resume);
-        if (rc == 1 && sr->c != NULL) {
+        if (rc == 1 && sr->x != NULL) {
             m0_wsgi_parked *p = PyMem_Calloc(1, sizeof(*p));
             if (p != NULL) {
                 p->w = w;
@@ -716,8 +716,8 @@ static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
                 p->resume = resume;
                 w->active = outer;
                 sr_own(sr, 0);
-                m0_exchange_set_data(c, p);
-                conn_set_aside(w, c);
+                m0_exchange_set_data(x, p);
+                conn_set_aside(w, x);
                 return 1;
             }
             /* No memory to wait: the rest of the response is dropped. */
@@ -729,12 +729,12 @@ static int wsgi_on_request(void *ctx, m0_exchange *c, const m0_request *req)
         Py_CLEAR(resume.it);
         failed = rc < 0;
     }
-    request_end(w, c, req, sr, wr, in, result, failed, outer);
+    request_end(w, x, req, sr, wr, in, result, failed, outer);
     return 0;
 }
 
 /* The peer read enough of a parked response: send more, park again or end. */
-static void wsgi_resume(m0_wsgi *w, m0_exchange *c, m0_wsgi_parked *p)
+static void wsgi_resume(m0_wsgi *w, m0_exchange *x, m0_wsgi_parked *p)
 {
     m0_wsgi_sr *sr = p->sr;
     m0_wsgi_sr *outer = w->active;
@@ -745,51 +745,51 @@ static void wsgi_resume(m0_wsgi *w, m0_exchange *c, m0_wsgi_parked *p)
     p->running = 0;
     if (rc == 2)
         rc = 1;
-    if (rc == 1 && sr->c != NULL) {
+    if (rc == 1 && sr->x != NULL) {
         w->active = outer;
         sr_own(sr, 0);
-        conn_set_aside(w, c);
+        conn_set_aside(w, x);
         return;
     }
-    m0_exchange *live = sr->c;
-    m0_exchange_set_data(c, NULL); /* c stays allocated while this callback runs, closed or not */
+    m0_exchange *live = sr->x;
+    m0_exchange_set_data(x, NULL); /* c stays allocated while this callback runs, closed or not */
     PyObject *result = p->result;
     m0_wsgi_input *in = p->in;
     PyObject *wr = p->wr;
     parked_free(p);
-    request_end(w, live != NULL ? live : c, m0_exchange_request(c), sr, wr, in, result, rc < 0, outer);
+    request_end(w, live != NULL ? live : x, m0_exchange_request(x), sr, wr, in, result, rc < 0, outer);
 }
 
-static void wsgi_on_event(void *ctx, m0_exchange *c, int what)
+static void wsgi_on_event(void *ctx, m0_exchange *x, int what)
 {
     m0_wsgi *w = ctx;
-    m0_wsgi_parked *p = m0_exchange_data(c);
+    m0_wsgi_parked *p = m0_exchange_data(x);
     if (what == M0_CONN_WRITABLE) {
         if (p != NULL && !p->running)
-            wsgi_resume(w, c, p);
+            wsgi_resume(w, x, p);
         return;
     }
     if (what != M0_CONN_CLOSED)
         return;
     m0_wsgi_sr *sr = w->active;
-    if (sr != NULL && sr->c == c) {
-        sr->c = NULL;
+    if (sr != NULL && sr->x == x) {
+        sr->x = NULL;
         if (sr->input != NULL)
-            sr->input->c = NULL;
+            sr->input->x = NULL;
     }
     if (p != NULL) {
         /* The peer of a parked response went away. */
-        p->sr->c = NULL;
+        p->sr->x = NULL;
         if (p->sr->input != NULL)
-            p->sr->input->c = NULL;
+            p->sr->input->x = NULL;
         if (p->running)
             return; /* the resume in progress ends it */
-        m0_exchange_set_data(c, NULL);
+        m0_exchange_set_data(x, NULL);
         m0_wsgi_sr *psr = p->sr;
         PyObject *result = p->result, *wr = p->wr;
         m0_wsgi_input *in = p->in;
         parked_free(p);
-        request_end(w, c, m0_exchange_request(c), psr, wr, in, result, 0, w->active);
+        request_end(w, x, m0_exchange_request(x), psr, wr, in, result, 0, w->active);
     }
 }
 
@@ -798,44 +798,44 @@ const m0_handler m0_wsgi_handler = {wsgi_on_request, wsgi_on_event, NULL};
 /* A pool thread: a queued request, or a set-aside response whose peer read
  * its queue (resumed by whichever thread is free) or went away (its
  * objects released here, with the GIL). */
-void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *c)
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *x)
 {
-    m0_wsgi_parked *p = m0_exchange_data(c);
+    m0_wsgi_parked *p = m0_exchange_data(x);
     if (p == NULL) {
-        wsgi_on_request(w, c, m0_exchange_request(c));
+        wsgi_on_request(w, x, m0_exchange_request(x));
         return;
     }
-    if (!m0_exchange_closed(c)) {
-        wsgi_resume(w, c, p);
+    if (!m0_exchange_closed(x)) {
+        wsgi_resume(w, x, p);
         return;
     }
-    p->sr->c = NULL;
+    p->sr->x = NULL;
     if (p->sr->input != NULL)
-        p->sr->input->c = NULL;
-    m0_exchange_set_data(c, NULL);
+        p->sr->input->x = NULL;
+    m0_exchange_set_data(x, NULL);
     m0_wsgi_sr *psr = p->sr;
     PyObject *result = p->result, *wr = p->wr;
     m0_wsgi_input *in = p->in;
     parked_free(p);
-    request_end(w, c, m0_exchange_request(c), psr, wr, in, result, 0, w->active); /* hands c back */
+    request_end(w, x, m0_exchange_request(x), psr, wr, in, result, 0, w->active); /* hands c back */
 }
 
 /* Inside a pass, on the leader's thread, with or without the GIL
  * (net/workq.h): no Python here. Queue the request for a pool thread. */
-static int wsgi_pool_on_request(void *ctx, m0_exchange *c, const m0_request *req)
+static int wsgi_pool_on_request(void *ctx, m0_exchange *x, const m0_request *req)
 {
     (void)req;
     m0_workq *q = ctx;
-    m0_exchange_detach(c);
-    if (m0_workq_push(q, c) < 0) {
+    m0_exchange_detach(x);
+    if (m0_workq_push(q, x) < 0) {
         /* No memory for the queue: answer 503 from here and hand it back. */
         m0_canned_response out;
         int n = m0_error_response(&out, 503, 1);
         if (n > 0) {
             struct iovec iov = {out.buf, (size_t)n};
-            m0_exchange_writev(c, &out.head, &iov, 1, 0); /* what the socket does not take, the loop flushes */
+            m0_exchange_writev(x, &out.head, &iov, 1, 0); /* what the socket does not take, the loop flushes */
         }
-        m0_exchange_complete(c, 0, 503, 0);
+        m0_exchange_complete(x, 0, 503, 0);
     }
     return 1;
 }
@@ -843,20 +843,20 @@ static int wsgi_pool_on_request(void *ctx, m0_exchange *c, const m0_request *req
 /* Loop thread, without the GIL: a set-aside response (its m0_wsgi_parked
  * is the connection's data) goes back to the pool when its peer drained the
  * queue, or when the connection closed (its objects need the GIL). */
-static void wsgi_pool_on_event(void *ctx, m0_exchange *c, int what)
+static void wsgi_pool_on_event(void *ctx, m0_exchange *x, int what)
 {
     m0_workq *q = ctx;
-    if (m0_exchange_data(c) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
+    if (m0_exchange_data(x) == NULL || (what != M0_CONN_WRITABLE && what != M0_CONN_CLOSED))
         return;
     if (what == M0_CONN_CLOSED)
-        m0_exchange_hand_closed(c);
+        m0_exchange_hand_closed(x);
     else
-        m0_exchange_detach(c);
-    if (m0_workq_push(q, c) < 0) {
+        m0_exchange_detach(x);
+    if (m0_workq_push(q, x) < 0) {
         /* No memory for the queue: the response's objects stay (a leak),
          * the connection is given up. */
-        m0_exchange_set_data(c, NULL);
-        m0_exchange_complete(c, 0, 500, 0);
+        m0_exchange_set_data(x, NULL);
+        m0_exchange_complete(x, 0, 500, 0);
     }
 }
 

@@ -46,6 +46,6 @@ extern const m0_handler m0_wsgi_handler;
 extern const m0_handler m0_wsgi_pool_handler;
 m0_wsgi *m0_wsgi_clone(const m0_wsgi *w);
 /* With the GIL held; finishes with m0_exchange_complete. */
-void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *c);
+void m0_wsgi_serve_detached(m0_wsgi *w, m0_exchange *x);
 
 #endif
