@@ -47,9 +47,9 @@ static void addr_format(const struct sockaddr *sa, char *host, size_t hostcap, i
 m0_conn *m0__conn_new(m0_server *srv, int fd, const struct sockaddr *peer, socklen_t peerlen)
 {
     (void)peerlen;
-    m0_conn *c = srv->freelist;
+    m0_link *k = m0_list_pop(&srv->freelist);
+    m0_conn *c = k != NULL ? M0_OF(k, m0_conn, link) : NULL;
     if (c != NULL) {
-        srv->freelist = c->next;
         srv->nfree--;
     } else {
         c = malloc(sizeof(*c) + m0__conn_log_slot_size(srv));
@@ -101,8 +101,7 @@ __attribute__((noinline)) void m0__conn_destroy(m0_conn *c)
     m0_server *srv = c->srv;
     m0__conn_buffers_release(c);
     if (srv != NULL && srv->nfree < M0_CONN_FREELIST_MAX) {
-        c->next = srv->freelist;
-        srv->freelist = c;
+        m0_list_push(&srv->freelist, &c->link);
         srv->nfree++;
         return;
     }

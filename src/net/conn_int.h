@@ -120,25 +120,32 @@ extern void (*const m0_conn_io_cb)(m0_loop *loop, m0_io *io, uint32_t events);
  * streamed) to the handler. */
 void m0__conn_process(m0_conn *c);
 void m0__conn_dispatch(m0_conn *c);
+/* Tell whoever answers x `what` (M0_CONN_*): the file being sent for it
+ * (static_file.c), else the handler. The caller holds x across the call. */
+static inline void m0__exchange_tell(m0_exchange *x, int what)
+{
+    m0_server *srv = x->srv;
+    if (x->static_send != NULL) {
+        m0__static_event(x, what); /* a file's response, not the handler's */
+    } else if (srv->handler.on_event != NULL) {
+        m0__app_enter(srv);
+        srv->handler.on_event(srv->handler_ctx, x, what);
+        m0__app_leave(srv);
+    }
+}
+
 /* Tell the handler `what` (M0_CONN_*) about c, holding a reference across
  * the call: c may be closed when this returns, and is freed then unless
  * another frame still holds it. */
 static inline void m0__conn_notify(m0_conn *c, int what)
 {
-    m0_server *srv = c->srv;
     if (c->h2 != NULL) {
         if (what == M0_CONN_WRITABLE)
             m0__h2_writable(c); /* the session's output, not a request's */
         return;
     }
     c->refs++;
-    if (c->x.static_send != NULL)
-        m0__static_event(&c->x, what); /* a file's response, not the handler's */
-    else if (srv->handler.on_event != NULL) {
-        m0__app_enter(srv);
-        srv->handler.on_event(srv->handler_ctx, &c->x, what);
-        m0__app_leave(srv);
-    }
+    m0__exchange_tell(&c->x, what);
     m0__conn_release(c);
 }
 
@@ -266,14 +273,8 @@ static inline void m0__conn_unhold(m0_conn *c)
 {
     if (!c->out.held)
         return;
-    if (c->out.held_prev != NULL)
-        c->out.held_prev->out.held_next = c->out.held_next;
-    else
-        c->srv->held = c->out.held_next;
-    if (c->out.held_next != NULL)
-        c->out.held_next->out.held_prev = c->out.held_prev;
+    m0_list_unlink(&c->srv->held, &c->out.held_link);
     c->out.held = 0;
-    c->out.held_prev = c->out.held_next = NULL;
 }
 void m0__conn_hold(m0_conn *c);        /* join it: its queued output goes at the pass's end */
 int m0__conn_release_held(m0_conn *c); /* ... and send what the socket takes now */
@@ -357,7 +358,7 @@ void m0__pace_init(m0_server *srv, void (*tick)(m0_loop *loop, m0_timer *t));
 int m0__pace_note(m0_conn *c, size_t n);
 void m0__pace_stop(m0_conn *c);
 int m0__pace_incomplete(const m0_conn *c); /* waiting for the rest of a head or of a buffered body */
-m0_conn *m0__pace_batch(m0_server *srv);
+m0_list m0__pace_batch(m0_server *srv);    /* the paced list, taken whole: each held */
 int m0__pace_window_end(m0_conn *c, uint64_t now);
 /* conn_read.c: one read of c as on EPOLLIN; the pace timer's reads. */
 void m0__conn_read_now(m0_conn *c);

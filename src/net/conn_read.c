@@ -200,11 +200,9 @@ void m0__conn_read_now(m0_conn *c)
 static void conn_pace_tick(m0_loop *loop, m0_timer *t)
 {
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, pace_timer));
-    m0_conn *batch = m0__pace_batch(srv);
-    while (batch != NULL) {
-        m0_conn *c = batch;
-        batch = c->pace.next;
-        c->pace.prev = c->pace.next = NULL;
+    m0_list batch = m0__pace_batch(srv);
+    for (m0_link *k; (k = m0_list_pop(&batch)) != NULL;) {
+        m0_conn *c = M0_OF(k, m0_conn, pace.link);
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && m0__pace_incomplete(c))
             m0__conn_read_now(c);
         if (c->state != M0_CS_CLOSED && (c->flags & M0_CF_PACED) && !m0__pace_window_end(c, m0_loop_now(loop)))

@@ -33,11 +33,7 @@ static void conn_hold(m0_conn *c)
 {
     m0_server *srv = c->srv;
     c->out.held = 1;
-    c->out.held_prev = NULL;
-    c->out.held_next = srv->held;
-    if (srv->held != NULL)
-        srv->held->out.held_prev = c;
-    srv->held = c;
+    m0_list_push(&srv->held, &c->out.held_link);
 }
 
 static int conn_send(m0_conn *c, const struct iovec *iov, int iovcnt, size_t *done);
@@ -607,8 +603,8 @@ void m0__conn_send_deadline(m0_conn *c)
 void m0__server_flush_held(void *arg)
 {
     m0_server *srv = arg;
-    while (srv->held != NULL) {
-        m0_conn *c = srv->held;
+    while (srv->held.first != NULL) {
+        m0_conn *c = M0_OF(srv->held.first, m0_conn, out.held_link);
         m0__conn_unhold(c);
         if (c->state == M0_CS_CLOSED)
             continue;

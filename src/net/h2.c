@@ -441,7 +441,7 @@ int m0__h2_pump(m0_h2 *h2, uint64_t deadline_ms)
 static int h2_stalled(m0_h2 *h2)
 {
     int conn_closed = nghttp2_session_get_remote_window_size(h2->ses) <= 0;
-    for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
+    for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
         if (!s->submitted || s->ng_closed || s->no_body || s->out_len == s->out_pos)
             continue;
         if (conn_closed || nghttp2_session_get_stream_remote_window_size(h2->ses, s->id) <= 0)
@@ -473,13 +473,7 @@ static void h2_defer_unlink(m0_h2 *h2)
     if (!h2->deferred)
         return;
     m0_server *srv = h2->c->srv;
-    if (h2->defer_prev != NULL)
-        h2->defer_prev->defer_next = h2->defer_next;
-    else
-        srv->h2_deferred = h2->defer_next;
-    if (h2->defer_next != NULL)
-        h2->defer_next->defer_prev = h2->defer_prev;
-    h2->defer_prev = h2->defer_next = NULL;
+    m0_list_unlink(&srv->h2_deferred, &h2->defer_link);
     h2->deferred = 0;
 }
 
@@ -516,11 +510,7 @@ void m0__h2_kick(m0_h2 *h2, int final)
     if (final && srv->handler.on_defer != NULL) {
         if (!h2->deferred) {
             h2->deferred = 1;
-            h2->defer_prev = NULL;
-            h2->defer_next = srv->h2_deferred;
-            if (srv->h2_deferred != NULL)
-                srv->h2_deferred->defer_prev = h2;
-            srv->h2_deferred = h2;
+            m0_list_push(&srv->h2_deferred, &h2->defer_link);
         }
         if (m0_loop_in_events(srv->loop) || srv->h2_flush_asked)
             return;
@@ -539,8 +529,8 @@ void m0__h2_flush_deferred(m0_server *srv)
 {
     /* m0__h2_after takes each session off the list (and a session that
      * closes meanwhile leaves it in m0__h2_close). */
-    while (srv->h2_deferred != NULL)
-        m0__h2_after(srv->h2_deferred);
+    while (srv->h2_deferred.first != NULL)
+        m0__h2_after(M0_OF(srv->h2_deferred.first, m0_h2, defer_link));
 }
 
 /* After input or output: dispatch what is ready, send, end closed streams,
@@ -573,7 +563,7 @@ void m0__h2_after(m0_h2 *h2)
     if (c->state == M0_CS_H2) {
         if (!nghttp2_session_want_read(h2->ses) && !nghttp2_session_want_write(h2->ses)) {
             m0__conn_close_after(c, 1);
-        } else if (h2->streams == NULL && h2->open == 0) {
+        } else if (h2->streams.first == NULL && h2->open == 0) {
             if (h2->goaway) {
                 m0__conn_close_after(c, 1);
             } else if (c->timer_kind == M0_TIMER_NONE) {
@@ -686,9 +676,9 @@ void m0__h2_send(m0_h2 *h2)
     h2->polling = 1;
 again:
     h2->repoll = 0;
-    m0_h2_stream *s = h2->streams;
+    m0_h2_stream *s = m0__h2_stream_of(h2->streams.first);
     while (s != NULL && c->state == M0_CS_H2) {
-        m0_h2_stream *next = s->next;
+        m0_h2_stream *next = m0__h2_stream_of(s->link.next);
         if (s->ng_closed) {
             m0__h2_stream_end(s); /* a handler that still has it gets M0_CONN_CLOSED */
         } else if (s->body_event && s->dispatched && s->x.pending) {
@@ -793,11 +783,9 @@ void m0__h2_close(m0_conn *c)
         return;
     h2_defer_unlink(h2);
     h2->goaway = 1;
-    while (h2->streams != NULL)
-        m0__h2_stream_end(h2->streams);
-    while (h2->spare != NULL) {
-        m0_h2_stream *s = h2->spare;
-        h2->spare = s->next;
+    while (h2->streams.first != NULL)
+        m0__h2_stream_end(m0__h2_stream_of(h2->streams.first));
+    for (m0_h2_stream *s; (s = m0__h2_stream_of(m0_list_pop(&h2->spare))) != NULL;) {
         m0__h2_stream_release(s);
     }
     nghttp2_session_del(h2->ses);

@@ -32,8 +32,8 @@ enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2 };
 typedef struct m0_h2 {
     nghttp2_session *ses;
     m0_conn *c;
-    m0_h2_stream *streams; /* every stream of the session (doubly linked) */
-    m0_h2_stream *ready;   /* complete requests not dispatched yet, in arrival order */
+    m0_list streams;     /* every stream of the session (m0_h2_stream.link) */
+    m0_h2_stream *ready; /* complete requests not dispatched yet, in arrival order */
     m0_h2_stream *ready_tail;
     int in_ng;            /* inside an nghttp2 call: no nghttp2 call from the callbacks it makes */
     int dispatching;      /* h2_dispatch is on the stack */
@@ -64,9 +64,9 @@ typedef struct m0_h2 {
     uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
     struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
     int kicked;
-    struct m0_h2 *defer_prev, *defer_next; /* in srv->h2_deferred */
+    m0_link defer_link; /* on srv->h2_deferred */
     int deferred;
-    m0_h2_stream *spare; /* ended streams kept with their buffers for the next ones */
+    m0_list spare; /* ended streams kept with their buffers for the next ones (m0_h2_stream.link) */
     uint32_t nspare;
     uint8_t scratch[H2_SEND_CHUNK];
 } m0_h2;
@@ -88,7 +88,7 @@ struct m0_h2_stream {
     int broken;   /* the exchange's output fails: set when the stream ends or is reset under a thread */
     m0_addr addr; /* the connection's, copied at dispatch (an orphan outlives its connection): x.addr */
     int32_t id;
-    m0_h2_stream *prev, *next; /* h2->streams */
+    m0_link link; /* on h2->streams; then h2->spare or srv->h2_retired */
     m0_h2_stream *ready_next;
     /* The request's fields, copied: names and values in `f`, their offsets in
      * hdr until the dispatch makes them spans. */
@@ -154,8 +154,8 @@ struct m0_h2_stream {
     size_t stage_len, stage_cap;
     char *stage_heads;
     size_t stage_heads_len, stage_heads_cap;
-    int kicked; /* in srv->h2_kicks */
-    m0_h2_stream *kick_prev, *kick_next;
+    int kicked;        /* in srv->h2_kicks */
+    m0_link kick_link; /* on srv->h2_kicks */
 };
 
 /* How much of s's body (buffered of it unread now) the stream may hold
@@ -302,6 +302,12 @@ void m0__h2_stream_release(m0_h2_stream *s);
  * has it is told M0_CONN_CLOSED, then it is freed, or orphaned while its
  * exchange is held (struct m0_h2_stream). Outside nghttp2 calls. */
 void m0__h2_stream_end(m0_h2_stream *s);
+
+/* The stream of a link of a stream list (m0_h2_stream.link), NULL for NULL. */
+static inline m0_h2_stream *m0__h2_stream_of(m0_link *k)
+{
+    return k != NULL ? M0_OF(k, m0_h2_stream, link) : NULL;
+}
 
 /* The stream whose exchange x is (every m0__h2_exchange exchange is one's s->x). */
 static inline m0_h2_stream *m0__h2x_stream(m0_exchange *x)

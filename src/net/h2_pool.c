@@ -44,13 +44,7 @@
 /* Under h2_lock. */
 static void kick_unlink(m0_server *srv, m0_h2_stream *s)
 {
-    if (s->kick_prev != NULL)
-        s->kick_prev->kick_next = s->kick_next;
-    else
-        __atomic_store_n(&srv->h2_kicks, s->kick_next, __ATOMIC_RELEASE);
-    if (s->kick_next != NULL)
-        s->kick_next->kick_prev = s->kick_prev;
-    s->kick_prev = s->kick_next = NULL;
+    m0_list_unlink(&srv->h2_kicks, &s->kick_link);
     s->kicked = 0;
 }
 
@@ -156,13 +150,9 @@ static int kick_add(m0_server *srv, m0_h2_stream *s)
 {
     if (s->kicked)
         return 0;
-    int wake = srv->h2_kicks == NULL;
+    int wake = srv->h2_kicks.first == NULL;
     s->kicked = 1;
-    s->kick_prev = NULL;
-    s->kick_next = srv->h2_kicks;
-    if (srv->h2_kicks != NULL)
-        srv->h2_kicks->kick_prev = s;
-    __atomic_store_n(&srv->h2_kicks, s, __ATOMIC_RELEASE);
+    m0_list_push(&srv->h2_kicks, &s->kick_link);
     return wake;
 }
 
@@ -328,12 +318,12 @@ void m0__h2p_absorb(m0_server *srv)
 {
     /* Most wake-ups bring none (HTTP/1.1 completions): no lock for them. A
      * stream put on the list after this look woke the loop again. */
-    if (__atomic_load_n(&srv->h2_kicks, __ATOMIC_ACQUIRE) == NULL)
+    if (m0_list_empty_acquire(&srv->h2_kicks))
         return;
     m0_h2 *run = NULL;
     pthread_mutex_lock(&srv->h2_lock);
-    while (srv->h2_kicks != NULL) {
-        m0_h2_stream *s = srv->h2_kicks;
+    while (srv->h2_kicks.first != NULL) {
+        m0_h2_stream *s = M0_OF(srv->h2_kicks.first, m0_h2_stream, kick_link);
         kick_unlink(srv, s);
         if (s->dispatched && (s->stage_len > 0 || s->stage_heads_len > 0)) {
             struct iovec iov = {s->stage, s->stage_len};

@@ -20,9 +20,8 @@
 m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 {
     size_t slot = m0__conn_log_slot_size(h2->c->srv);
-    m0_h2_stream *s = h2->spare;
+    m0_h2_stream *s = m0__h2_stream_of(m0_list_pop(&h2->spare));
     if (s != NULL) {
-        h2->spare = s->next;
         h2->nspare--;
         /* Everything but the buffers (kept with their capacities, empty) is zero. */
         char *f = s->f, *in = s->in, *out = s->out;
@@ -40,10 +39,7 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
     s->h2 = h2;
     s->id = id;
     s->resp_length = -1;
-    s->next = h2->streams;
-    if (h2->streams != NULL)
-        h2->streams->prev = s;
-    h2->streams = s;
+    m0_list_push(&h2->streams, &s->link);
     return s;
 }
 
@@ -52,13 +48,7 @@ m0_h2_stream *m0__h2_stream_new(m0_h2 *h2, int32_t id)
 static void stream_unlink(m0_h2_stream *s)
 {
     m0_h2 *h2 = s->h2;
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        h2->streams = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
+    m0_list_unlink(&h2->streams, &s->link);
     if (h2->ses != NULL)
         nghttp2_session_set_stream_user_data(h2->ses, s->id, NULL);
     if (h2->c->srv->cfg.http2_pool)
@@ -87,8 +77,7 @@ static void stream_free(m0_h2_stream *s)
     stream_clear(s);
     if (h2->ses != NULL && h2->nspare < H2_SPARE_MAX && s->in_cap <= 64 * 1024 && s->out_cap <= 64 * 1024 &&
         s->fcap <= 16 * 1024) {
-        s->next = h2->spare; /* m0__h2_stream_new resets it */
-        h2->spare = s;
+        m0_list_push(&h2->spare, &s->link); /* m0__h2_stream_new resets it */
         h2->nspare++;
         return;
     }
@@ -111,15 +100,12 @@ void m0__h2_stream_retire(m0_h2_stream *s)
         m0_call_release(s->x.h2_call);
         s->x.h2_call = NULL;
     }
-    s->next = srv->h2_retired;
-    srv->h2_retired = s;
+    m0_list_push(&srv->h2_retired, &s->link);
 }
 
 void m0__h2_retired_free(m0_server *srv)
 {
-    while (srv->h2_retired != NULL) {
-        m0_h2_stream *s = srv->h2_retired;
-        srv->h2_retired = s->next;
+    for (m0_h2_stream *s; (s = m0__h2_stream_of(m0_list_pop(&srv->h2_retired))) != NULL;) {
         stream_clear(s);
         m0__h2_stream_release(s);
     }
@@ -133,15 +119,8 @@ void m0__h2x_release(m0_h2_stream *s)
 
 void m0__h2x_notify(m0_h2_stream *s, int what)
 {
-    m0_server *srv = s->x.srv;
     m0__h2x_hold(s);
-    if (s->x.static_send != NULL)
-        m0__static_event(&s->x, what); /* a file's response, not the handler's */
-    else if (srv->handler.on_event != NULL) {
-        m0__app_enter(srv);
-        srv->handler.on_event(srv->handler_ctx, &s->x, what);
-        m0__app_leave(srv);
-    }
+    m0__exchange_tell(&s->x, what);
     m0__h2x_release(s);
 }
 

@@ -57,7 +57,7 @@ void m0__h2_timer(m0_conn *c)
             next = h2->drain_at_ms;
         }
     }
-    for (m0_h2_stream *s = h2->streams; s != NULL; s = s->next) {
+    for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
         if (s->tunnel && s->out_done && !s->ng_closed && s->body_deadline_ms != 0) {
             /* A tunnel we ended whose client half did not end in time. */
             if (now >= s->body_deadline_ms) {

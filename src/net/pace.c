@@ -21,11 +21,7 @@
 static void pace_link(m0_server *srv, m0_conn *c)
 {
     c->flags |= M0_CF_PACE_LINKED;
-    c->pace.prev = NULL;
-    c->pace.next = srv->paced;
-    if (srv->paced != NULL)
-        srv->paced->pace.prev = c;
-    srv->paced = c;
+    m0_list_push(&srv->paced, &c->pace.link);
     if (!m0_timer_armed(&srv->pace_timer))
         m0_timer_start(srv->loop, &srv->pace_timer, srv->cfg.pace_window_ms);
 }
@@ -35,13 +31,7 @@ static void pace_unlink(m0_server *srv, m0_conn *c)
     if (!(c->flags & M0_CF_PACE_LINKED))
         return;
     c->flags &= ~M0_CF_PACE_LINKED;
-    if (c->pace.prev != NULL)
-        c->pace.prev->pace.next = c->pace.next;
-    else
-        srv->paced = c->pace.next;
-    if (c->pace.next != NULL)
-        c->pace.next->pace.prev = c->pace.prev;
-    c->pace.prev = c->pace.next = NULL;
+    m0_list_unlink(&srv->paced, &c->pace.link);
 }
 
 int m0__pace_incomplete(const m0_conn *c)
@@ -90,13 +80,14 @@ void m0__pace_stop(m0_conn *c)
         pace_unlink(c->srv, c);
 }
 
-m0_conn *m0__pace_batch(m0_server *srv)
+m0_list m0__pace_batch(m0_server *srv)
 {
     /* This window's connections, apart from any paced during the pass, each
      * held: reading one may close others (an abort) before their turn. */
-    m0_conn *batch = srv->paced;
-    srv->paced = NULL;
-    for (m0_conn *c = batch; c != NULL; c = c->pace.next) {
+    m0_list batch = srv->paced;
+    srv->paced.first = NULL;
+    for (m0_link *k = batch.first; k != NULL; k = k->next) {
+        m0_conn *c = M0_OF(k, m0_conn, pace.link);
         c->flags &= ~M0_CF_PACE_LINKED;
         c->refs++;
     }
@@ -117,6 +108,6 @@ int m0__pace_window_end(m0_conn *c, uint64_t now)
 
 void m0__pace_init(m0_server *srv, void (*tick)(m0_loop *loop, m0_timer *t))
 {
-    srv->paced = NULL;
+    srv->paced.first = NULL;
     m0_timer_init(&srv->pace_timer, tick);
 }

@@ -116,13 +116,13 @@ static void server_pass_end(void *arg)
                      __ATOMIC_RELAXED); /* read again in the next pass (conn_write.c) */
     if (srv->log_buf != NULL)
         m0_access_log_buf_flush(srv->log_buf);
-    if (srv->h2_deferred != NULL) {
+    if (srv->h2_deferred.first != NULL) {
         m0__h2_flush_deferred(srv); /* the streams that ended in this pass, a write per session */
         if (srv->log_buf != NULL)
             m0_access_log_buf_flush(srv->log_buf);
     }
     m0__server_flush_held(srv);
-    if (srv->h2_retired != NULL)
+    if (srv->h2_retired.first != NULL)
         m0__h2_retired_free(srv);
 }
 
@@ -193,11 +193,7 @@ int m0_server_new(m0_server **out, m0_loop *loop, const m0_server_config *cfg, c
 
 void m0__server_link(m0_server *srv, m0_conn *c)
 {
-    c->prev = NULL;
-    c->next = srv->conns;
-    if (srv->conns != NULL)
-        srv->conns->prev = c;
-    srv->conns = c;
+    m0_list_push(&srv->conns, &c->link);
     size_t n = __atomic_add_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
     m0__balance_note(srv);
@@ -206,13 +202,7 @@ void m0__server_link(m0_server *srv, m0_conn *c)
 
 void m0__server_unlink(m0_server *srv, m0_conn *c)
 {
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        srv->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    c->prev = c->next = NULL;
+    m0_list_unlink(&srv->conns, &c->link);
     m0_metrics_add(srv->cfg.metrics, M0_MET_CONNECTIONS, -1);
     size_t n = __atomic_sub_fetch(&srv->nconns, 1, __ATOMIC_RELAXED);
     m0__trim_note(srv, n);
@@ -255,9 +245,8 @@ void m0_server_free(m0_server *srv)
     pthread_mutex_destroy(&srv->h2_lock);
     pthread_cond_destroy(&srv->h2_cond);
     m0__h2_retired_free(srv);
-    while (srv->freelist != NULL) {
-        m0_conn *c = srv->freelist;
-        srv->freelist = c->next;
+    for (m0_link *k; (k = m0_list_pop(&srv->freelist)) != NULL;) {
+        m0_conn *c = M0_OF(k, m0_conn, link);
         srv->nfree--;
         c->srv = NULL;
         m0__conn_destroy(c);
@@ -309,11 +298,11 @@ static void server_drain(m0_server *srv, int take_queue)
     uint64_t now = m0_loop_now(srv->loop);
     uint32_t ka = srv->cfg.keep_alive_timeout_ms;
     uint32_t quiet = ka < M0_DRAIN_QUIET_MS ? ka : M0_DRAIN_QUIET_MS;
-    m0_conn *c = srv->conns;
+    m0_conn *c = m0__conn_of(srv->conns.first);
     if (c != NULL)
         c->refs++;
     while (c != NULL) {
-        m0_conn *next = c->next;
+        m0_conn *next = m0__conn_of(c->link.next);
         if (next != NULL)
             next->refs++;
         if (c->state == M0_CS_H2) {
@@ -371,9 +360,9 @@ void m0_server_abort(m0_server *srv)
     /* A connection another thread owns cannot be freed under it: its socket
      * is shut down so that the owner's I/O fails at once, and it closes when
      * it comes back (m0__conn_take_completed). */
-    m0_conn *c = srv->conns;
+    m0_conn *c = m0__conn_of(srv->conns.first);
     while (c != NULL) {
-        m0_conn *next = c->next;
+        m0_conn *next = m0__conn_of(c->link.next);
         if (c->x.detached) {
             if (!c->x.abort_after) {
                 /* atomic: the owner reads it in m0_exchange_complete */
@@ -389,7 +378,7 @@ void m0_server_abort(m0_server *srv)
                 int gone = next->state == M0_CS_CLOSED;
                 m0__conn_release(next);
                 if (gone) {
-                    c = srv->conns;
+                    c = m0__conn_of(srv->conns.first);
                     continue;
                 }
             }

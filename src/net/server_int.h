@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include "list.h"
 #include "recycle.h"
 #include "server.h"
 
@@ -233,11 +234,10 @@ struct m0_conn {
      * pays for the conversion. */
     m0_exchange x;
     /* --- lifetime and state: the loop thread's --- */
-    m0_io io;       /* loop (the registration stays as it was while detached) */
-    m0_timer timer; /* loop: stopped by m0_exchange_detach */
-    m0_server *srv; /* set at accept; read by every thread */
-    m0_conn *prev;  /* loop: the server's list of connections */
-    m0_conn *next;
+    m0_io io;                 /* loop (the registration stays as it was while detached) */
+    m0_timer timer;           /* loop: stopped by m0_exchange_detach */
+    m0_server *srv;           /* set at accept; read by every thread */
+    m0_link link;             /* loop: on the server's list of connections, or its freelist once closed */
     int refs;                 /* loop: net-layer frames on the stack for this connection */
     m0_conn_state state;      /* written by the loop thread; the owner reads it */
     unsigned flags;           /* M0_CF_*: the loop thread's alone, even while detached (see M0_CF_*) */
@@ -296,10 +296,9 @@ struct m0_conn {
         int held;                  /* in the server's held list: output waits for the pass's end. Set and
                                     * cleared by the loop thread (0 from m0_exchange_detach until the connection
                                     * is back); the owner reads it */
-        m0_conn *held_prev;        /* loop */
-        m0_conn *held_next;
-        int more; /* the next sendmsg says MSG_MORE: a file's bytes follow it at once
-                   * (static_file.c); cleared by that sendmsg */
+        m0_link held_link;         /* loop: on srv->held while held */
+        int more;                  /* the next sendmsg says MSG_MORE: a file's bytes follow it at once
+                                    * (static_file.c); cleared by that sendmsg */
     } out;
 
     /* --- pacing (pace.c): the loop thread's alone ---
@@ -309,8 +308,7 @@ struct m0_conn {
     struct {
         uint64_t mark_ms;
         uint64_t bytes; /* read in the window */
-        m0_conn *prev;  /* the server's paced list, while M0_CF_PACE_LINKED */
-        m0_conn *next;
+        m0_link link;   /* on the server's paced list, while M0_CF_PACE_LINKED */
     } pace;
 
     /* --- addresses: set at accept (a PROXY header replaces the peer's, on
@@ -330,6 +328,12 @@ struct m0_conn {
     struct m0_h2 *h2;
 };
 
+/* The connection of a link of the server's lists of connections (m0_conn.link), NULL for NULL. */
+static inline m0_conn *m0__conn_of(m0_link *k)
+{
+    return k != NULL ? M0_OF(k, m0_conn, link) : NULL;
+}
+
 /* The connection an exchange is embedded in (every exchange is one's c->x). */
 static inline m0_conn *m0__xconn(m0_exchange *x)
 {
@@ -347,7 +351,7 @@ struct m0_server {
     m0_handler handler;
     void *handler_ctx;
     m0_listener *listeners;
-    m0_conn *conns; /* doubly linked list of open connections */
+    m0_list conns; /* the open connections (m0_conn.link) */
     size_t nconns;
     uint64_t requests;
     int draining;
@@ -366,7 +370,7 @@ struct m0_server {
     int bal_busy; /* inside on_request (conn_process.c) */
     int accept_deferred;
     m0_timer defer_timer;
-    m0_conn *paced;          /* pace.c: connections read by pace_timer (loop thread only) */
+    m0_list paced;           /* pace.c: connections read by pace_timer (m0_conn.pace.link; loop thread only) */
     m0_timer pace_timer;     /* armed while `paced` is not empty */
     m0_conn *tls_ring;       /* conn_io.c: TLS connections to read again (their session holds input) */
     m0_timer tls_ring_timer; /* armed (0 ms) while `tls_ring` is not empty */
@@ -380,9 +384,9 @@ struct m0_server {
      * static files). */
     int req_timed;
     int req_gated;
-    size_t head_cap; /* read buffer growth limit while waiting for a head */
-    m0_conn *held;   /* output held back until the end of the loop's pass (conn_write.c) */
-    m0_conn *freelist;
+    size_t head_cap;  /* read buffer growth limit while waiting for a head */
+    m0_list held;     /* output held back until the end of the loop's pass (m0_conn.out.held_link; conn_write.c) */
+    m0_list freelist; /* closed connections kept for the next accepts (m0_conn.link) */
     size_t nfree;
     /* Read buffers (M0_RBUF_INITIAL bytes) and header arrays released by
      * idle connections, for the next connection that has input. */
@@ -405,17 +409,17 @@ struct m0_server {
      * queued body moved or a stream ended (h2_waiters: threads waiting). */
     pthread_mutex_t h2_lock;
     pthread_cond_t h2_cond;
-    struct m0_h2_stream *h2_kicks;
+    m0_list h2_kicks; /* m0_h2_stream.kick_link */
     /* h2_stream.c: orphaned streams nothing holds any more, freed at the
      * pass's end (m0__h2_retired_free): a handler that touches its exchange
      * after M0_CONN_CLOSED in the same call finds it closed, as an HTTP/1.1
      * connection's exchange stays readable in the server's freelist. */
-    struct m0_h2_stream *h2_retired;
+    m0_list h2_retired; /* m0_h2_stream.link */
     int h2_waiters;
     /* h2.c: sessions whose responses' final bytes wait for the pass's end or
      * for m0_server_flush_deferred (handler.on_defer), and whether that flush
      * was asked for. Loop thread only. */
-    struct m0_h2 *h2_deferred;
+    m0_list h2_deferred; /* m0_h2.defer_link */
     int h2_flush_asked;
     int posted;  /* M0_POSTED_* bits, atomic */
     int unready; /* m0_server_set_ready(0): health 503, no keep-alive; atomic */

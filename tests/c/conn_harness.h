@@ -230,7 +230,7 @@ static int h_run(harness *h, int hold)
                 break;
         }
     }
-    if (h->conn != NULL && h->srv->conns == NULL)
+    if (h->conn != NULL && h->srv->conns.first == NULL)
         h->conn = NULL; /* closed (the server holds one connection) */
     return i;
 }

@@ -409,8 +409,8 @@ static void test_pacing(void)
     CHECK(paced(&h));
     shutdown(h.peer, SHUT_WR);
     run_ms(&h, 100);
-    CHECK(h.conn == NULL || h.srv->conns == NULL || h.conn->state == M0_CS_LINGER);
-    CHECK(h.srv->paced == NULL);
+    CHECK(h.conn == NULL || h.srv->conns.first == NULL || h.conn->state == M0_CS_LINGER);
+    CHECK(h.srv->paced.first == NULL);
     h_close(&h);
 
     /* pace_window_ms 0: pacing is off. */
