@@ -1,6 +1,6 @@
 /* libFuzzer driver for HTTP/2 on a connection (src/net/h2.c on libnghttp2)
  * over a socketpair, with the stub handler of tests/c/conn_harness.h (its
- * HTTP/1.1-framed responses go through the stream connections' output seam).
+ * HTTP/1.1-framed responses go through each stream's exchange, the output seam).
  *
  * Input: byte 0 selects the configuration (a concurrent handler as for ASGI
  * or a serial one as for WSGI, small limits, a peer that reads only at the

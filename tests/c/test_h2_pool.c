@@ -1,7 +1,7 @@
 /* HTTP/2 streams run by the WSGI pool's threads (cfg.http2_pool,
  * src/net/h2_pool.c), built with -fsanitize=thread by `make test-c`. Three
  * threads run m0_workq_serve over one loop with a mutex for the GIL, as
- * serve() and run_pool() do; the handler detaches each stream connection
+ * serve() and run_pool() do; the handler detaches each stream's exchange
  * (m0_exchange_detach) and a pool thread answers it with the calls the WSGI pool
  * makes: m0_exchange_body_read (blocking), m0_exchange_writev (M0_WRITE_SENT) or
  * m0_exchange_writev_final, m0_exchange_complete. Two clients (nghttp2 client
