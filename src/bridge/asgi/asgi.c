@@ -151,7 +151,6 @@ int m0_asgi_module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->http_type);
     Py_VISIT(st->ws_type);
     Py_VISIT(st->runner_type);
-    Py_VISIT(st->cancelled_error);
     Py_VISIT(st->disconnected);
     Py_VISIT(st->asgi_version);
     return 0;
@@ -167,7 +166,6 @@ void m0_asgi_module_clear(PyObject *module)
     Py_CLEAR(st->http_type);
     m0_asgi_ws_module_clear(st);
     Py_CLEAR(st->runner_type);
-    Py_CLEAR(st->cancelled_error);
     Py_CLEAR(st->disconnected);
     Py_CLEAR(st->asgi_version);
     Py_CLEAR(st->http_10);
@@ -354,6 +352,7 @@ void m0_asgi_free(m0_asgi *a)
     Py_CLEAR(a->loop);
     Py_CLEAR(a->create_task);
     Py_CLEAR(a->task_type);
+    Py_CLEAR(a->cancelled_error);
     Py_CLEAR(a->eager_kwnames);
     Py_CLEAR(a->task_kwargs);
     Py_CLEAR(a->create_future);
@@ -417,21 +416,15 @@ static int asgi_bind_loop(m0_asgi *a)
         return -1;
     a->task_type = PyObject_GetAttrString(asyncio, "Task");
     /* Looked up here, not when the module is imported: a WSGI server never imports asyncio (about
-     * 60 ms of its start). The loops of --threads bind at once, each on its own thread: the first
-     * to publish it wins (the same class), and each reads it after its own acquire load here. */
-    if (__atomic_load_n(&a->st->cancelled_error, __ATOMIC_ACQUIRE) == NULL) {
-        PyObject *cancelled = PyObject_GetAttrString(asyncio, "CancelledError");
-        PyObject *none = NULL;
-        if (cancelled != NULL && !__atomic_compare_exchange_n(&a->st->cancelled_error, &none, cancelled, 0,
-                                                              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            Py_DECREF(cancelled); /* another loop published it first */
-    }
+     * 60 ms of its start). Each bridge holds its own reference: the loops of --threads bind at
+     * once, each on its own thread, and share nothing here. */
+    a->cancelled_error = PyObject_GetAttrString(asyncio, "CancelledError");
 #if PY_VERSION_HEX >= 0x030C0000
     a->eager_kwnames = Py_BuildValue("(ss)", "loop", "eager_start");
-    int ok = a->task_type != NULL && a->eager_kwnames != NULL && a->st->cancelled_error != NULL;
+    int ok = a->task_type != NULL && a->eager_kwnames != NULL && a->cancelled_error != NULL;
 #else
     a->task_kwargs = Py_BuildValue("{sO}", "loop", a->loop);
-    int ok = a->task_type != NULL && a->task_kwargs != NULL && a->st->cancelled_error != NULL;
+    int ok = a->task_type != NULL && a->task_kwargs != NULL && a->cancelled_error != NULL;
 #endif
     Py_DECREF(asyncio);
     return ok ? 0 : -1;

@@ -210,18 +210,18 @@ typedef struct {
     PyObject_HEAD PyObject *coro; /* strong; NULL once finished */
     PyObject *owner;              /* strong; NULL once finished */
     m0_asgi_done_fn done;
-    PyObject *cancelled_error; /* borrowed from the module state */
+    PyObject *cancelled_error; /* strong: the bridge's asyncio.CancelledError */
 } m0_asgi_runner;
 
-PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn done, PyObject *owner)
+PyObject *m0_asgi_runner_new(m0_asgi *a, PyObject *coro, m0_asgi_done_fn done, PyObject *owner)
 {
-    m0_asgi_runner *r = PyObject_GC_New(m0_asgi_runner, st->runner_type);
+    m0_asgi_runner *r = PyObject_GC_New(m0_asgi_runner, a->st->runner_type);
     if (r == NULL)
         return NULL;
     r->coro = Py_NewRef(coro);
     r->owner = Py_NewRef(owner);
     r->done = done;
-    r->cancelled_error = st->cancelled_error;
+    r->cancelled_error = Py_NewRef(a->cancelled_error);
     PyObject_GC_Track(r);
     return (PyObject *)r;
 }
@@ -314,6 +314,7 @@ static int runner_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(r->coro);
     Py_VISIT(r->owner);
+    Py_VISIT(r->cancelled_error);
     return 0;
 }
 
@@ -322,6 +323,7 @@ static int runner_clear(PyObject *self)
     m0_asgi_runner *r = (m0_asgi_runner *)self;
     Py_CLEAR(r->coro);
     Py_CLEAR(r->owner);
+    Py_CLEAR(r->cancelled_error);
     return 0;
 }
 

@@ -700,7 +700,7 @@ static void http_app_done(PyObject *self, PyObject *exc)
 {
     m0_asgi_http *h = (m0_asgi_http *)self;
     m0_asgi *a = h->base.asgi;
-    int cancelled = exc != NULL && PyErr_GivenExceptionMatches(exc, a->st->cancelled_error);
+    int cancelled = exc != NULL && PyErr_GivenExceptionMatches(exc, a->cancelled_error);
     m0_call_release(h->call);
     h->call = NULL;
     PyObject *task = h->task;
@@ -842,7 +842,7 @@ int m0_asgi_http_request(m0_asgi *a, m0_exchange *x, const m0_request *req)
         }
         Py_SETREF(coro, it);
     }
-    runner = m0_asgi_runner_new(a->st, coro, http_app_done, (PyObject *)h);
+    runner = m0_asgi_runner_new(a, coro, http_app_done, (PyObject *)h);
     PyObject *task = runner != NULL ? m0_asgi_task_new(a, runner) : NULL;
     if (task != NULL && h->app_done) {
         Py_DECREF(task); /* finished eagerly: nothing to keep */

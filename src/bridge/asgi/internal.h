@@ -100,7 +100,6 @@ struct m0_asgi_state {
     PyTypeObject *op_type;     /* the awaitable returned by receive()/send() */
     PyTypeObject *http_type;   /* per-request HTTP object (http.c) */
     PyTypeObject *runner_type; /* the coroutine wrapper a request task runs */
-    PyObject *cancelled_error; /* asyncio.CancelledError, set when the first app binds its loop */
     PyObject *disconnected;    /* m0serve._core.ClientDisconnected(OSError) */
     PyObject *asgi_version;    /* {"version": "3.0", "spec_version": "2.4"} */
     PyObject *http_10, *http_11, *http_2;
@@ -141,16 +140,17 @@ struct m0_asgi {
     PyObject *logger;    /* strong, Py_None when none */
     PyObject *root_path; /* strong str */
     PyObject *root_path_bytes;
-    PyObject *scheme;        /* strong str: "http"/"https" */
-    PyObject *ws_scheme;     /* strong str: "ws"/"wss" */
-    PyObject *state;         /* strong dict or NULL: lifespan state */
-    PyObject *loop;          /* strong or NULL until the first request */
-    PyObject *create_task;   /* bound loop.create_task */
-    PyObject *task_type;     /* asyncio.Task */
-    PyObject *eager_kwnames; /* ("loop", "eager_start") on 3.12+, else NULL */
-    PyObject *task_kwargs;   /* {"loop": loop} before 3.12, else NULL */
-    PyObject *create_future; /* bound loop.create_future */
-    PyObject *call_soon;     /* bound loop.call_soon */
+    PyObject *scheme;          /* strong str: "http"/"https" */
+    PyObject *ws_scheme;       /* strong str: "ws"/"wss" */
+    PyObject *state;           /* strong dict or NULL: lifespan state */
+    PyObject *loop;            /* strong or NULL until the first request */
+    PyObject *create_task;     /* bound loop.create_task */
+    PyObject *task_type;       /* asyncio.Task */
+    PyObject *cancelled_error; /* asyncio.CancelledError */
+    PyObject *eager_kwnames;   /* ("loop", "eager_start") on 3.12+, else NULL */
+    PyObject *task_kwargs;     /* {"loop": loop} before 3.12, else NULL */
+    PyObject *create_future;   /* bound loop.create_future */
+    PyObject *call_soon;       /* bound loop.call_soon */
     /* The engine's deferred flush (m0_handler.on_defer): a callable whose
      * self is a capsule naming this bridge (its context, cleared when the
      * bridge is freed: a callback still scheduled then does nothing), and the
@@ -277,7 +277,7 @@ typedef void (*m0_asgi_done_fn)(PyObject *owner, PyObject *exc);
  * swallowed (the task ends normally: no "exception was never retrieved");
  * CancelledError, KeyboardInterrupt and SystemExit are handed to done() and
  * then propagate. Give it to loop.create_task(). */
-PyObject *m0_asgi_runner_new(m0_asgi_state *st, PyObject *coro, m0_asgi_done_fn done, PyObject *owner);
+PyObject *m0_asgi_runner_new(m0_asgi *a, PyObject *coro, m0_asgi_done_fn done, PyObject *owner);
 
 /* --- http.c --- */
 
