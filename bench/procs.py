@@ -128,6 +128,15 @@ def _cpu_totals():
     return sum(v[:8]), idle
 
 
+def host_busy_seconds():
+    """CPU seconds every CPU of the machine has been busy since boot (/proc/stat: all but idle and iowait).
+    The difference over a measured window is what the server, the client and the kernel's softirq work
+    cost together: over loopback a byte's transmission and its receipt are charged to whichever
+    process's context runs them, so the server's own CPU alone shifts with the client's timing."""
+    total, idle = _cpu_totals()
+    return (total - idle) / CLK_TCK
+
+
 def host_busy(interval_s=0.5):
     """Share of all CPUs busy over interval_s (0..1): other work on a shared machine."""
     t0, i0 = _cpu_totals()

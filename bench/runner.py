@@ -26,7 +26,7 @@ from . import servers as S
 
 SERVER_CPU = 0
 WRK_CPU = 1
-METRICS = ("rps", "cores", "cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores",
+METRICS = ("rps", "cores", "cpu_us_per_req", "host_cpu_us_per_req", "rps_per_core", "p50_ms", "p90_ms", "p99_ms", "attack_idle_cores",
            "rss_per_conn", "h2_rps", "h2_p50_ms", "h2_p90_ms", "h2_p99_ms", "rss_growth")
 FAILED = "MEASUREMENT FAILED"
 
@@ -516,6 +516,7 @@ class RowRunner:
                            track_rss=any(self.load(a)["attack"] for a in self.row.arms),
                            path=self.row.extra.get("attack_path")) as attack:
             before = procs.tree(proc.pid)
+            host0 = procs.host_busy_seconds()
             t0 = time.monotonic()
             client = self.row.extra.get("client")
             rss = {}
@@ -538,6 +539,7 @@ class RowRunner:
                                       timeout_s=duration_s + 60)
             wall = time.monotonic() - t0
             after = procs.tree(proc.pid)
+            host_cpu_s = procs.host_busy_seconds() - host0
         cpu_s = procs.cpu_seconds_between(before, after)
         req = result.get("requests", 0)
         lat = result.get("latency_s", {})
@@ -549,6 +551,9 @@ class RowRunner:
             "cpu_s": cpu_s,
             "cores": cpu_s / wall if wall else None,
             "cpu_us_per_req": cpu_s / req * 1e6 if req else None,
+            # the whole machine's CPU (server, client, kernel) over the window, per request
+            "host_cpu_s": host_cpu_s,
+            "host_cpu_us_per_req": host_cpu_s / req * 1e6 if req else None,
             "rps_per_core": req / cpu_s if cpu_s else None,
             "p50_ms": lat["p50"] * 1e3 if "p50" in lat else None,
             "p90_ms": lat["p90"] * 1e3 if "p90" in lat else None,
@@ -852,7 +857,9 @@ def _brief(rec):
     p99 = rec["p99_ms"] if rec["p99_ms"] is not None else float("nan")
     if rec.get("rss_per_conn") is not None:
         return f"{rec['requests']:,} connections held, {rec['rss_per_conn'] / 1024:.1f} KiB RSS each{f}"
-    return f"{rec['rps'] or 0:,.0f} rps, {cores:.2f} cores, p99 {p99:.2f} ms{f}"
+    host = rec.get("host_cpu_us_per_req")
+    host = f", machine {host / 1e3:.2f} ms CPU/request" if host else ""
+    return f"{rec['rps'] or 0:,.0f} rps, {cores:.2f} cores{host}, p99 {p99:.2f} ms{f}"
 
 
 def _reference(arms):
