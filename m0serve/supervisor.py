@@ -70,6 +70,8 @@ def worker_rss(pid):
 
 
 BALANCE_LINE = 64  # the engine's M0_BALANCE_LINE: a cache line per loop
+BALANCE_GONE = -1  # no loop in the slot (never started, exited, or draining)
+BALANCE_BOOTING = -2  # the engine's M0_BALANCE_BOOTING: a loop forked or set up, not running yet
 
 
 def balance_table(loops):
@@ -78,6 +80,15 @@ def balance_table(loops):
     table = mmap.mmap(-1, BALANCE_LINE * (1 + loops))
     table.write(b"\0" * BALANCE_LINE + b"\xff" * (BALANCE_LINE * loops))
     return table
+
+
+def balance_mark(table, first, n, value):
+    """Write value (BALANCE_GONE, BALANCE_BOOTING) into slots first..first+n-1 of a balance table, and
+    cover them in its header (the slots that may be in use)."""
+    for i in range(first, first + n):
+        struct.pack_into("i", table, (1 + i) * BALANCE_LINE, value)
+    used = struct.unpack_from("i", table, 0)[0]
+    struct.pack_into("i", table, 0, max(used, first + n))
 
 
 def _now():
@@ -502,7 +513,10 @@ class Supervisor:
             struct.pack_into("qq", self.heartbeat, (slot * self.beat_threads + j) * 16, 0, 0)
         if self.metrics is not None:
             self.metrics.reset(slot)
-        self._balance_clear(slot)
+        # Its loops are peers from now on: the workers started with it wait for it a while (its app's
+        # import) before they keep a burst of connections to themselves (the engine's
+        # M0_BALANCE_BOOT_WAIT_MS; a worker forked later finds its peers past theirs).
+        self._balance_clear(slot, BALANCE_BOOTING)
         max_requests = w.max_requests = self.cfg.effective_max_requests(self.rand)
         try:
             status_r, status_w = portable.pipe(os.O_CLOEXEC)
@@ -664,15 +678,11 @@ class Supervisor:
             self._on_exit(w, status)
             self.hooks.run("child_exit", self, w)
 
-    def _balance_clear(self, slot):
-        """The slots of a worker that is gone (or not yet serving): no loop there to defer to. The
-        header (the slots that may be in use) covers them from now on."""
+    def _balance_clear(self, slot, value=BALANCE_GONE):
+        """The slots of a worker that is gone (BALANCE_GONE: no loop there to defer to) or forked
+        (BALANCE_BOOTING). The header (the slots that may be in use) covers them from now on."""
         if self.balance is not None:
-            line = BALANCE_LINE
-            first, n = (1 + slot * self.loops) * line, self.loops * line
-            self.balance[first:first + n] = b"\xff" * n
-            used = struct.unpack_from("i", self.balance, 0)[0]
-            struct.pack_into("i", self.balance, 0, max(used, (slot + 1) * self.loops))
+            balance_mark(self.balance, slot * self.loops, self.loops, value)
 
     def _render_metrics(self):
         return self.metrics.render([w.slot for w in self.workers.values()])

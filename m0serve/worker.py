@@ -344,12 +344,10 @@ def run(cfg, app, interface, listener_socks, *, policy, on_ready=None, heartbeat
     if threads > 1 and not inlets and "balance" not in kwargs and not handoff.wanted(cfg):
         # Several loops over the same listeners and no table from a supervisor (one process, or a
         # worker's own --reuse-port socket): the worker's loops balance among themselves.
-        import struct
-
-        from .supervisor import balance_table
+        from .supervisor import BALANCE_BOOTING, balance_mark, balance_table
 
         kwargs["balance"] = balance_table(threads)
-        struct.pack_into("i", kwargs["balance"], 0, threads)
+        balance_mark(kwargs["balance"], 0, threads, BALANCE_BOOTING)  # each loop publishes once it runs
         kwargs["balance_index"] = 0
     if threads > 1 and kwargs.get("proxy", {}).get("limit_concurrency"):
         import mmap

@@ -53,11 +53,15 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
 }
 
 /* The balance's step aside is over: the listeners are back, and what they
- * still hold is taken (listener.c). */
+ * still hold is taken (listener.c); unless a peer started with this loop
+ * still boots, which is waited for a while longer. */
 static void server_defer_timer(m0_loop *loop, m0_timer *t)
 {
-    (void)loop;
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, defer_timer));
+    if (m0__balance_wait_booting(srv)) {
+        m0_timer_start(loop, t, M0_ACCEPT_DEFER_MS);
+        return;
+    }
     srv->accept_deferred = 0;
     m0__listeners_update(srv);
     if (!srv->draining)
@@ -73,9 +77,10 @@ void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
     srv->bal = table;
     srv->bal_n = n;
     srv->bal_self = self;
-    /* Not a peer to wait for until its loop runs: its first connection, or
-     * the first wake-up of its listeners (listener.c), publishes it. */
-    m0__balance_store(srv, -1);
+    /* Booting until its loop runs: its first connection, or the first
+     * wake-up of its listeners (listener.c), publishes its load. */
+    m0__balance_store(srv, M0_BALANCE_BOOTING);
+    srv->bal_boot_until = m0__conn_now_ms() + M0_BALANCE_BOOT_WAIT_MS;
 }
 
 /* Loop thread: what other threads posted (completions, drain, abort). */

@@ -196,12 +196,20 @@ void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
  * slot per loop (a line each: no loop writes another's cache line), n of
  * them; this loop's is slot `self`. In its first int32 a loop publishes
  * (open connections << 1) | (1 while it runs a handler), -1 when there is
- * no loop there or it drains. With a table, every loop watching a listener
- * wakes for each connection (no EPOLLEXCLUSIVE), and a loop takes one only
- * when no live peer outside a handler has fewer open; else it steps aside,
- * at most M0_ACCEPT_DEFER_MS (listener.c), after which it takes the
- * connection if it is still queued. Set before m0_server_listen. */
+ * no loop there or it drains, M0_BALANCE_BOOTING while it is set up but does
+ * not run yet (the supervisor writes it too, when it forks the worker). With
+ * a table, every loop watching a listener wakes for each connection (no
+ * EPOLLEXCLUSIVE), and a loop takes one only when no live peer outside a
+ * handler has fewer open; else it steps aside, at most M0_ACCEPT_DEFER_MS
+ * (listener.c), after which it takes the connection if it is still queued.
+ * In its first M0_BALANCE_BOOT_WAIT_MS a loop counts a booting peer as one
+ * with none open, and steps aside for it until the peer runs or that time
+ * is over: the loops started together share a burst of connections that
+ * arrives before the last of them is ready (keep-alive connections stay
+ * where they were accepted). Set before m0_server_listen. */
 #define M0_BALANCE_LINE 64
+#define M0_BALANCE_BOOTING (-2)
+#define M0_BALANCE_BOOT_WAIT_MS 1000
 void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self);
 /* --limit-concurrency counts the requests in flight of every server that
  * shares `counter` (the loops of one worker: --threads), with atomic

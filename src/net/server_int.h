@@ -367,7 +367,8 @@ struct m0_server {
     int32_t *bal; /* the table's header; slot i at bal + (1 + i) * M0_BALANCE_LINE / 4 */
     size_t bal_n;
     size_t bal_self;
-    int bal_busy; /* inside on_request (conn_process.c) */
+    int bal_busy;            /* inside on_request (conn_process.c) */
+    uint64_t bal_boot_until; /* m0__conn_now_ms: until then a booting peer is waited for */
     int accept_deferred;
     m0_timer defer_timer;
     m0_list paced;           /* pace.c: connections read by pace_timer (m0_conn.pace.link; loop thread only) */
@@ -474,6 +475,9 @@ void m0__listeners_take_queued(m0_server *srv);
 /* Accept one connection from each listener that holds one (the balance's
  * step aside is over). */
 void m0__listeners_take_one(m0_server *srv);
+/* Balanced (m0_server_balance): how long a loop steps aside for a peer with
+ * fewer open connections before it takes a queued connection itself. */
+#define M0_ACCEPT_DEFER_MS 10
 /* Balanced (m0_server_balance): after a view that ran this long, the loop
  * looks at its listeners before the next event of its pass
  * (m0__listeners_take_between). */
@@ -528,6 +532,9 @@ static inline void m0__gate_done(m0_exchange *x)
  * without a table or while draining. m0__balance_store writes the slot (-1:
  * this loop takes no connection). */
 void m0__balance_note(m0_server *srv);
+/* Whether this loop steps aside for a peer that boots (listener.c: in its
+ * first M0_BALANCE_BOOT_WAIT_MS, while it holds more open than the peer). */
+int m0__balance_wait_booting(const m0_server *srv);
 void m0__balance_store(m0_server *srv, int32_t v);
 
 /* server.c */

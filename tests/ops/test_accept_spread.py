@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(TEST_TLS or TEST_H2 is not None, reason="plainte
 REQUEST = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
-def burst(s, n=8):
+def burst(s, n=8, hold=False):
     """n connections opened in a row (non-blocking connects), each sending its request as soon as it
-    is connected; the "pid:thread" (worker and loop) that answered each."""
+    is connected; the "pid:thread" (worker and loop) that answered each. hold: each connection stays
+    open until every response came (keep-alive clients), not closed once its own response is read."""
     sel = selectors.DefaultSelector()
     socks = []
     for _ in range(n):
@@ -50,6 +51,9 @@ def burst(s, n=8):
         status, _, body, _ = read_response(c)
         assert status == 200
         owners.append(body.decode())
+        if not hold:
+            c.close()
+    for c in socks:
         c.close()
     return owners
 
@@ -80,6 +84,29 @@ def test_a_burst_of_keep_alive_connections_is_spread_over_the_workers(serve, fla
     # Before: 8 of 8 on one worker in ~9 trials of 10 on this machine; now 4 or 5 on each.
     assert lopsided <= 3, trials
     assert sum(trials) / (8 * len(trials)) <= 0.75, trials
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("delay, shared", [(0.5, True), (3.0, False)], ids=["boots-in-0.5s", "boots-in-3s"])
+def test_a_burst_while_a_worker_still_boots_waits_for_it_a_while(serve, tmp_path, delay, shared):
+    """Eight clients connect as the first worker is ready, while the second still imports the app.
+    Booting 0.5 s: the ready one takes the first connection and leaves the rest queued until its
+    peer runs, so the burst is shared (before, the ready worker took all eight: its peer's slot said
+    "no loop here", and a keep-alive connection stays where it was accepted). Booting 3 s: the wait
+    ends after M0_BALANCE_BOOT_WAIT_MS (1 s) and the ready worker serves them all; nothing waits for
+    the late one longer than that."""
+    env = {"M0_TEST_BOOT_CLAIM": str(tmp_path / "claim"), "M0_TEST_BOOT_DELAY": str(delay)}
+    s = serve("slow_boot_app:app", "--workers", "2", env=env)
+    t0 = time.monotonic()
+    owners = [int(o.split(":")[0]) for o in burst(s, hold=True)]
+    took = time.monotonic() - t0
+    busiest = max(collections.Counter(owners).values())
+    if shared:
+        assert len(set(owners)) == 2 and busiest <= 6, owners
+        assert took < delay + 2.0, took
+    else:
+        assert busiest == 8, owners  # the late worker was not running yet
+        assert 0.3 < took < 2.5, took  # waited for it about 1 s, not its 3 s
     assert s.stop() == 0
 
 
