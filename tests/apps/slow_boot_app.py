@@ -1,6 +1,6 @@
 """A worker that boots late (tests/ops/test_accept_spread.py): the first process to import this
-module claims the file named by M0_TEST_BOOT_CLAIM and imports at once; every other sleeps
-M0_TEST_BOOT_DELAY seconds first, as a worker of a heavier app still importing would. The app is
+module claims the file named by SLOW_BOOT_CLAIM and imports at once; every other sleeps
+SLOW_BOOT_DELAY seconds first, as a worker of a heavier app still importing would. The app is
 spread_app's: "/" answers "pid:thread"."""
 import os
 import time
@@ -8,6 +8,6 @@ import time
 from spread_app import app  # noqa: F401
 
 try:
-    os.close(os.open(os.environ["M0_TEST_BOOT_CLAIM"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    os.close(os.open(os.environ["SLOW_BOOT_CLAIM"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
 except FileExistsError:
-    time.sleep(float(os.environ["M0_TEST_BOOT_DELAY"]))
+    time.sleep(float(os.environ["SLOW_BOOT_DELAY"]))

@@ -95,7 +95,7 @@ def test_a_burst_while_a_worker_still_boots_waits_for_it_a_while(serve, tmp_path
     "no loop here", and a keep-alive connection stays where it was accepted). Booting 3 s: the wait
     ends after M0_BALANCE_BOOT_WAIT_MS (1 s) and the ready worker serves them all; nothing waits for
     the late one longer than that."""
-    env = {"M0_TEST_BOOT_CLAIM": str(tmp_path / "claim"), "M0_TEST_BOOT_DELAY": str(delay)}
+    env = {"SLOW_BOOT_CLAIM": str(tmp_path / "claim"), "SLOW_BOOT_DELAY": str(delay)}
     s = serve("slow_boot_app:app", "--workers", "2", env=env)
     t0 = time.monotonic()
     owners = [int(o.split(":")[0]) for o in burst(s, hold=True)]
