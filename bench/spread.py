@@ -4,13 +4,16 @@ view that burns about 2 ms of pure-Python CPU (bench/apps/who_wsgi.py) and reads
 thread answered it; a keep-alive connection stays with whoever accepted it, so that owner serves
 every request it will carry. Repeated for --trials trials on one server; reported per arm: the mean
 share of the busiest worker (1/N is an even spread, 1.0 all on one) and how many trials put 7 or 8
-of the 8 on one.
+of the 8 on one. With --fresh each trial starts its own server and bursts as soon as it answers a
+first request (a proxy's pool reconnecting to a restarted server, a benchmark started at once):
+the workers started together may not all run yet.
 
     .venv-3.11/bin/python -m bench.spread                        # m0serve --workers 2, 20 trials
     .venv-3.11/bin/python -m bench.spread --arms m0serve,m0serve-reuse-port,gunicorn,granian,uvicorn \
         --comparators /tmp/cmp/bin
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-threads   # --threads 2 on a free-threaded build
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-asgi-threads   # the same, ASGI: two asyncio loops
+    .venv-3.11/bin/python -m bench.spread --fresh                # a new server per trial, no settling
 
 --ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR (another
 build, `pip install --target DIR CHECKOUT`), in the same run.
@@ -141,7 +144,8 @@ def one_trial(port, owner_of):
     return owners
 
 
-def measure(arm, args, env):
+def start(arm, args, env):
+    """The arm's server on a free port, serving: (process, port, argv); None when not installed."""
     port = free_port()
     if arm.startswith("ref-"):
         # the same arm on the build in --ref-site, in the same run (an A/B)
@@ -154,24 +158,44 @@ def measure(arm, args, env):
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, cwd=str(APPS), env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    if not wait_serving(port, proc):
+        stop(proc)
+        log.seek(0)
+        raise RuntimeError(f"{arm} did not serve: {argv}\n{log.read().decode(errors='replace')[-2000:]}")
+    return proc, port, argv
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
     try:
-        if not wait_serving(port, proc):
-            log.seek(0)
-            raise RuntimeError(f"{arm} did not serve: {argv}\n{log.read().decode(errors='replace')[-2000:]}")
-        time.sleep(args.settle)  # every worker up and waiting
-        key = (lambda who: who) if arm.endswith("threads") else (lambda who: who.split(":")[0] if who else None)
-        trials = []
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def measure(arm, args, env):
+    key = (lambda who: who) if arm.endswith("threads") else (lambda who: who.split(":")[0] if who else None)
+    trials = []
+    server, argv = None, None
+    try:
         for _ in range(args.trials):
+            if server is None:
+                server = start(arm, args, env)
+                if server is None:
+                    return None
+                if not args.fresh:
+                    time.sleep(args.settle)  # every worker up and waiting
+            proc, port, argv = server
             owners = one_trial(port, key)
             trials.append(sorted(collections.Counter(owners).values(), reverse=True))
+            if args.fresh:
+                server = None
+                stop(proc)
             time.sleep(args.pause)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if server is not None:
+            stop(server[0])
     busiest = [t[0] for t in trials]
     return {"arm": arm, "command": argv, "trials": trials,
             "mean_busiest_share": sum(busiest) / (CLIENTS * len(busiest)),
@@ -188,6 +212,8 @@ def main(argv=None):
     p.add_argument("--ref-site", help="a directory with another m0serve package, for the ref-ARM arms")
     p.add_argument("--settle", type=float, default=1.0, help="seconds between serving and the first trial")
     p.add_argument("--pause", type=float, default=0.3, help="seconds between trials")
+    p.add_argument("--fresh", action="store_true",
+                   help="a new server per trial, the burst as soon as it answers (no --settle)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     env = dict(os.environ)
@@ -206,7 +232,8 @@ def main(argv=None):
         from bench.restarts import provenance
 
         Path(args.json).write_text(json.dumps({"provenance": provenance(args.python), "ref_site": args.ref_site,
-                                               "trials": args.trials, "results": results}, indent=1))
+                                               "trials": args.trials, "fresh": args.fresh, "results": results},
+                                              indent=1))
     return 0
 
 
