@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench import wrk
-from bench.restarts import provenance
+from bench.restarts import provenance, stop_server
 from bench.spread import APPS, free_port, wait_serving
 
 APPS_OF = {"cpu": ("who_wsgi:app", "who_wsgi:asgi"), "hello": ("hello_wsgi:app", "hello_asgi:app")}
@@ -125,12 +124,7 @@ def run_arm(arm, args, env, connections):
         cpu = cpu_seconds(proc.pid) - cpu0
         split = sorted((cpu_seconds(k) - c for k, c in kids0.items()), reverse=True)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_server(proc)
         time.sleep(args.cooldown)
     return {"arm": arm, "server": argv, "wrk": cmd, "rps": result["rps"], "failure": result["failure"],
             "server_cores": cpu / max(result.get("duration_s") or args.duration, 1e-9),

@@ -26,13 +26,14 @@ import json
 import os
 import selectors
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.restarts import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "bench" / "apps"
@@ -159,19 +160,10 @@ def start(arm, args, env):
     proc = subprocess.Popen(argv, cwd=str(APPS), env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     if not wait_serving(port, proc):
-        stop(proc)
+        stop_server(proc)
         log.seek(0)
         raise RuntimeError(f"{arm} did not serve: {argv}\n{log.read().decode(errors='replace')[-2000:]}")
     return proc, port, argv
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def measure(arm, args, env):
@@ -191,11 +183,11 @@ def measure(arm, args, env):
             trials.append(sorted(collections.Counter(owners).values(), reverse=True))
             if args.fresh:
                 server = None
-                stop(proc)
+                stop_server(proc)
             time.sleep(args.pause)
     finally:
         if server is not None:
-            stop(server[0])
+            stop_server(server[0])
     busiest = [t[0] for t in trials]
     return {"arm": arm, "command": argv, "trials": trials,
             "mean_busiest_share": sum(busiest) / (CLIENTS * len(busiest)),
