@@ -226,11 +226,13 @@ typedef struct {
      * this loop's thread to drop it: taking the burst here between views
      * would take all of it). */
     int all_busy;
-    /* a peer started with this loop is not running yet and this loop holds
-     * some open (in this loop's first M0_BALANCE_BOOT_WAIT_MS): it steps
-     * aside until the peer runs, not only M0_ACCEPT_DEFER_MS (a burst
-     * queued while the peers boot is theirs too) */
-    int booting_has_fewer;
+    /* in this loop's first M0_BALANCE_BOOT_WAIT_MS, a peer started with it
+     * is still starting and has fewer open: not running yet (booting), or
+     * inside a view (its first ones are cold: imports, caches, a connection
+     * pool). This loop steps aside until the peer runs or is out of its view,
+     * not only M0_ACCEPT_DEFER_MS: a burst queued while the peers start is
+     * theirs too (a keep-alive connection stays where it was accepted) */
+    int starting_has_fewer;
 } listener_peers;
 
 static listener_peers listener_peers_now(const m0_server *srv)
@@ -239,18 +241,21 @@ static listener_peers listener_peers_now(const m0_server *srv)
     int32_t used = __atomic_load_n(srv->bal, __ATOMIC_RELAXED); /* the header: slots that may be in use */
     size_t n = used > 0 && (size_t)used < srv->bal_n ? (size_t)used : srv->bal_n;
     listener_peers p = {0, 1, 0};
-    int boot_wait = -1; /* whether this loop still waits for booting peers: read once, when one is seen */
+    int boot_wait = -1; /* whether this loop still waits for starting peers: read once, when one is seen */
     for (size_t i = 0; i < n; i++) {
         if (i == srv->bal_self)
             continue;
         int32_t v = __atomic_load_n(srv->bal + (1 + i) * (M0_BALANCE_LINE / 4), __ATOMIC_RELAXED);
         if (v >= 0 && !(v & 1) && (v >> 1) < mine)
             p.idle_has_fewer = 1;
-        if (v == M0_BALANCE_BOOTING && mine > 0) {
+        int starting = (v == M0_BALANCE_BOOTING && mine > 0) || (v >= 0 && (v & 1) && (v >> 1) < mine);
+        if (starting) {
             if (boot_wait < 0)
                 boot_wait = m0_loop_now(srv->loop) < srv->bal_boot_until;
-            if (boot_wait)
-                p.idle_has_fewer = p.booting_has_fewer = 1;
+            if (boot_wait) {
+                p.idle_has_fewer = p.starting_has_fewer = 1;
+                p.all_busy = 0; /* nor between this loop's views */
+            }
         }
         if (v < 0 || (!(v & 1) && (v >> 1) <= mine))
             p.all_busy = 0;
@@ -258,9 +263,9 @@ static listener_peers listener_peers_now(const m0_server *srv)
     return p;
 }
 
-int m0__balance_wait_booting(const m0_server *srv)
+int m0__balance_wait_starting(const m0_server *srv)
 {
-    return srv->bal != NULL && !srv->draining && listener_peers_now(srv).booting_has_fewer;
+    return srv->bal != NULL && !srv->draining && listener_peers_now(srv).starting_has_fewer;
 }
 
 void m0__listeners_take_one(m0_server *srv)

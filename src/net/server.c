@@ -54,11 +54,12 @@ static void server_accept_timer(m0_loop *loop, m0_timer *t)
 
 /* The balance's step aside is over: the listeners are back, and what they
  * still hold is taken (listener.c); unless a peer started with this loop
- * still boots, which is waited for a while longer. */
+ * still starts (boots, or runs a view with fewer open), which is waited for
+ * a while longer. */
 static void server_defer_timer(m0_loop *loop, m0_timer *t)
 {
     m0_server *srv = (m0_server *)((char *)t - offsetof(m0_server, defer_timer));
-    if (m0__balance_wait_booting(srv)) {
+    if (m0__balance_wait_starting(srv)) {
         m0_timer_start(loop, t, M0_ACCEPT_DEFER_MS);
         return;
     }

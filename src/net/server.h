@@ -203,10 +203,12 @@ void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
  * handler has fewer open; else it steps aside, at most M0_ACCEPT_DEFER_MS
  * (listener.c), after which it takes the connection if it is still queued.
  * In its first M0_BALANCE_BOOT_WAIT_MS a loop counts a booting peer as one
- * with none open, and steps aside for it until the peer runs or that time
+ * with none open, and steps aside for a booting peer, or one inside a view
+ * with fewer open, until the peer runs or is out of its view, or that time
  * is over: the loops started together share a burst of connections that
- * arrives before the last of them is ready (keep-alive connections stay
- * where they were accepted). Set before m0_server_listen. */
+ * arrives before the last of them is ready or while it runs its first (cold)
+ * view (keep-alive connections stay where they were accepted). Set before
+ * m0_server_listen. */
 #define M0_BALANCE_LINE 64
 #define M0_BALANCE_BOOTING (-2)
 #define M0_BALANCE_BOOT_WAIT_MS 1000

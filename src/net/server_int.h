@@ -368,7 +368,7 @@ struct m0_server {
     size_t bal_n;
     size_t bal_self;
     int bal_busy;            /* inside on_request (conn_process.c) */
-    uint64_t bal_boot_until; /* m0__conn_now_ms: until then a booting peer is waited for */
+    uint64_t bal_boot_until; /* m0__conn_now_ms: until then a starting peer is waited for */
     int accept_deferred;
     m0_timer defer_timer;
     m0_list paced;           /* pace.c: connections read by pace_timer (m0_conn.pace.link; loop thread only) */
@@ -532,9 +532,10 @@ static inline void m0__gate_done(m0_exchange *x)
  * without a table or while draining. m0__balance_store writes the slot (-1:
  * this loop takes no connection). */
 void m0__balance_note(m0_server *srv);
-/* Whether this loop steps aside for a peer that boots (listener.c: in its
- * first M0_BALANCE_BOOT_WAIT_MS, while it holds more open than the peer). */
-int m0__balance_wait_booting(const m0_server *srv);
+/* Whether this loop steps aside for a peer that still starts (listener.c:
+ * in this loop's first M0_BALANCE_BOOT_WAIT_MS, a peer booting or inside a
+ * view, while this loop holds more open than the peer). */
+int m0__balance_wait_starting(const m0_server *srv);
 void m0__balance_store(m0_server *srv, int32_t v);
 
 /* server.c */
