@@ -17,6 +17,9 @@ void m0__h2x_init(m0_h2_stream *s, m0_conn *c, uint64_t now_ms)
     x->srv = srv;
     s->addr = c->addr;
     x->addr = &s->addr;
+    s->tls = c->tls;
+    if (s->tls != NULL)
+        m0_tls_conn_hold(s->tls);
     x->log_slot = m0__conn_log_slot_size(srv) != 0 ? (void *)(s + 1) : NULL; /* the stream's alignment suits it */
     x->body_done = 1;
     x->continue_sent = 1;
@@ -424,11 +427,11 @@ static int h2s_closed(const m0_exchange *x)
     return m0__h2x_stream_c(x)->x_closed;
 }
 
-/* The session's connection's (NULL once the stream is orphaned). */
+/* The connection's session, held by the stream: the same for an orphan (a
+ * pool thread reads it while the loop may close the connection). */
 static struct m0_tls_conn *h2s_tls(const m0_exchange *x)
 {
-    const m0_h2_stream *s = m0__h2x_stream_c(x);
-    return s->h2 != NULL ? s->h2->c->tls : NULL;
+    return m0__h2x_stream_c(x)->tls;
 }
 
 /* A stream's chunk is never held for the pass's end either. */

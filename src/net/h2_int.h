@@ -83,10 +83,12 @@ struct m0_h2_stream {
     m0_exchange x; /* first: a handler's m0_exchange * is the stream's address (m0__h2x_stream) */
     m0_h2 *h2;     /* the session; NULL once orphaned */
     int dispatched;
-    int refs;     /* loop: frames on the stack holding the exchange */
-    int x_closed; /* the stream ended while its exchange was the handler's: m0_exchange_closed */
-    int broken;   /* the exchange's output fails: set when the stream ends or is reset under a thread */
-    m0_addr addr; /* the connection's, copied at dispatch (an orphan outlives its connection): x.addr */
+    int refs;                /* loop: frames on the stack holding the exchange */
+    int x_closed;            /* the stream ended while its exchange was the handler's: m0_exchange_closed */
+    int broken;              /* the exchange's output fails: set when the stream ends or is reset under a thread */
+    m0_addr addr;            /* the connection's, copied at dispatch (an orphan outlives its connection): x.addr */
+    struct m0_tls_conn *tls; /* the connection's session, held from the dispatch to the stream's end
+                              * (m0_tls_conn_hold: it outlives the connection for an orphan) */
     int32_t id;
     m0_link link; /* on h2->streams; then h2->spare or srv->h2_retired */
     m0_h2_stream *ready_next;

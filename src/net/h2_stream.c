@@ -60,6 +60,10 @@ static void stream_unlink(m0_h2_stream *s)
 /* What a stream holds beyond its reusable buffers. */
 static void stream_clear(m0_h2_stream *s)
 {
+    if (s->tls != NULL) {
+        m0_tls_conn_release(s->tls);
+        s->tls = NULL;
+    }
     if (s->x.h2_call != NULL) {
         m0_call_release(s->x.h2_call);
         s->x.h2_call = NULL;

@@ -37,6 +37,11 @@ struct m0_tls_conn {
     int shut;            /* close_notify sent */
     int want_write;      /* a read waits for the socket to take the handshake's output */
     const char *refusal; /* the handshake refused the client's certificate: why (static text) */
+    /* m0_tls_conn_hold (loop thread only): HTTP/2 streams that read the
+     * session's facts and may outlive the connection; `let_go`: the
+     * connection freed it, the last release does. */
+    uint32_t holds;
+    int let_go;
 };
 
 /* Records of up to this much plaintext: a response's head and a small body,
@@ -212,14 +217,38 @@ void m0_tls_conn_shutdown(m0_tls_conn *tc)
     ERR_clear_error();
 }
 
+static void tls_conn_destroy(m0_tls_conn *tc)
+{
+    SSL_free(tc->ssl);
+    free(tc->ahead);
+    free(tc);
+}
+
 void m0_tls_conn_free(m0_tls_conn *tc)
 {
     if (tc == NULL)
         return;
     m0_tls_conn_shutdown(tc);
-    SSL_free(tc->ssl);
-    free(tc->ahead);
-    free(tc);
+    if (tc->holds > 0) {
+        /* A stream still reads its facts: no more I/O (the socket closes
+         * next, and its number may be reused), freed by the last release. */
+        tc->failed = 1;
+        tc->fd = -1;
+        tc->let_go = 1;
+        return;
+    }
+    tls_conn_destroy(tc);
+}
+
+void m0_tls_conn_hold(m0_tls_conn *tc)
+{
+    tc->holds++;
+}
+
+void m0_tls_conn_release(m0_tls_conn *tc)
+{
+    if (--tc->holds == 0 && tc->let_go)
+        tls_conn_destroy(tc);
 }
 
 /* A client that spoke plain HTTP to the TLS port: a short 400 in clear text,

@@ -60,7 +60,15 @@ m0_tls_conn *m0_tls_conn_new(m0_tls *t, int fd);
 int m0_tls_conn_preface(m0_tls_conn *tc, const char *data, size_t len);
 /* Send close_notify once (without waiting) unless the session failed. */
 void m0_tls_conn_shutdown(m0_tls_conn *tc);
+/* The connection lets go of its session: shut down and freed, or, while
+ * it is held, shut down and freed by the last release. */
 void m0_tls_conn_free(m0_tls_conn *tc);
+/* A hold on the session, for one that reads its facts (m0_exchange_tls) and
+ * may outlive the connection: an HTTP/2 stream whose request a pool thread
+ * runs. The session's facts stay readable until the release; it does no
+ * more I/O once the connection let go. Loop thread only. */
+void m0_tls_conn_hold(m0_tls_conn *tc);
+void m0_tls_conn_release(m0_tls_conn *tc);
 
 ssize_t m0_tls_recv(m0_tls_conn *tc, void *buf, size_t len);
 /* Writes the iovecs in order, returning the bytes written (possibly fewer)

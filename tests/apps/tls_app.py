@@ -4,6 +4,8 @@
                     then changed in place (a key added, a value replaced, its chain's list grown)
   /big?size=N       a body of N bytes, in 64 KiB pieces
   /pid              (WSGI) the worker's pid
+  /sleep?s=N        (WSGI) sleeps N seconds in the view, answers "slept"
+  /scope-to?file=F  (WSGI) /scope's JSON written to the file F too (for a client gone before it runs)
   /upload           reads the whole request body, answers "LENGTH SHA256"
   /file?size=N      a file of N bytes through wsgi.file_wrapper / http.response.pathsend (sendfile
                     without TLS)
@@ -13,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from lifespan_helper import serve_lifespan
 
 
@@ -28,6 +31,18 @@ def app(environ, start_response):
                            "client": environ["REMOTE_ADDR"]}).encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
+    if path == "/scope-to":
+        body = json.dumps({"scheme": environ["wsgi.url_scheme"], "https": environ.get("HTTPS"),
+                           "protocol": environ.get("SSL_PROTOCOL")}).encode()
+        with open(q["file"] + ".part", "wb") as f:
+            f.write(body)
+        os.rename(q["file"] + ".part", q["file"])
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+    if path == "/sleep":
+        time.sleep(float(q["s"]))
+        start_response("200 OK", [("Content-Length", "5")])
+        return [b"slept"]
     if path == "/pid":
         body = str(os.getpid()).encode()
         start_response("200 OK", [("Content-Length", str(len(body)))])

@@ -813,3 +813,37 @@ def test_a_peer_gone_mid_response_does_not_kill_a_worker_without_sig_ign(serve, 
     assert s.proc.poll() is None, s.log
     with httpx.Client(verify=client_ctx(pki)) as c:
         assert c.get(f"{s.url}/").text == "ok"
+
+
+def test_an_http2_stream_a_pool_thread_runs_after_its_connection_closed_keeps_its_tls(serve, pki, tmp_path):
+    """--blocking-threads 1 over h2: a second connection's request waits for the one thread behind a
+    slow view, and its client closes the connection meanwhile. The thread then runs it with its
+    stream orphaned (the connection and its TLS session gone): its environ still says HTTPS, with the
+    session's variables. The stream holds the session from its dispatch to its end; it used to read
+    the session through its connection, which gave none once orphaned (wsgi.url_scheme http, no
+    HTTPS) and, read while the loop closed the connection, a session being freed."""
+    s = serve("tls_app:app", *tls_args(pki), "--blocking-threads", "1")
+    ctx = client_ctx(pki)
+    ctx.set_alpn_protocols(["h2"])
+    a = H2(s.host, s.port, sock=tls_socket(s, ctx))
+    out = tmp_path / "scope.json"
+    try:
+        assert a.get("/scope").status == 200  # the thread is up
+        slow = a.request("/sleep?s=1")
+        time.sleep(0.2)  # the thread runs the slow view
+        b = H2(s.host, s.port, sock=tls_socket(s, ctx))
+        b.request(f"/scope-to?file={out}")
+        time.sleep(0.2)  # dispatched, waiting for the thread
+        b.close()
+        r = a.wait(slow)
+        assert r.status == 200 and r.body == b"slept"
+        deadline = time.monotonic() + 5
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(out.read_text()) == {"scheme": "https", "https": "on",
+                                               "protocol": a.sock.version()}
+        assert a.get("/scope").status == 200  # the worker serves on
+    finally:
+        a.close()
+    assert "ERROR" not in s.log
+    assert s.stop() == 0
