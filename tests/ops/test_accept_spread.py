@@ -26,10 +26,8 @@ pytestmark = pytest.mark.skipif(TEST_TLS or TEST_H2 is not None, reason="plainte
 REQUEST = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
-def burst(s, n=8, hold=False):
-    """n connections opened in a row (non-blocking connects), each sending its request as soon as it
-    is connected; the "pid:thread" (worker and loop) that answered each. hold: each connection stays
-    open until every response came (keep-alive clients), not closed once its own response is read."""
+def connect_at_once(s, n):
+    """n non-blocking connects in a row: (a selector with each registered for writing, the sockets)."""
     sel = selectors.DefaultSelector()
     socks = []
     for _ in range(n):
@@ -38,6 +36,14 @@ def burst(s, n=8, hold=False):
         c.connect_ex((s.host, s.port))
         socks.append(c)
         sel.register(c, selectors.EVENT_WRITE)
+    return sel, socks
+
+
+def burst(s, n=8, hold=False):
+    """n connections opened in a row (non-blocking connects), each sending its request as soon as it
+    is connected; the "pid:thread" (worker and loop) that answered each. hold: each connection stays
+    open until every response came (keep-alive clients), not closed once its own response is read."""
+    sel, socks = connect_at_once(s, n)
     left, deadline = n, time.monotonic() + 10
     while left and time.monotonic() < deadline:
         for key, _ in sel.select(1):
@@ -113,15 +119,8 @@ def test_a_burst_while_a_worker_still_boots_waits_for_it_a_while(serve, tmp_path
 def timed_burst(s, n=8):
     """burst(s, n, hold=True), with the time from the first connect at which each response came:
     [("pid:thread", seconds)] in the connections' order."""
-    sel = selectors.DefaultSelector()
-    socks = []
     t0 = time.monotonic()
-    for _ in range(n):
-        c = socket.socket()
-        c.setblocking(False)
-        c.connect_ex((s.host, s.port))
-        socks.append(c)
-        sel.register(c, selectors.EVENT_WRITE)
+    sel, socks = connect_at_once(s, n)
     answers = {}
     deadline = t0 + 15
     while len(answers) < n and time.monotonic() < deadline:
