@@ -690,20 +690,33 @@ def one_server():
     del srv
     gc.collect()
 
+# libkqueue (the kqueue backend on Linux) frees a closed kqueue's own fds from
+# its monitor thread, some time after close(2) returns: the count is read once
+# it has settled (the same for 0.3 s), and a count that settles back after the
+# three servers is no leak, one that stays up is.
+import time
+
+def settled():
+    n, deadline = len(os.listdir("/proc/self/fd")), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        m = len(os.listdir("/proc/self/fd"))
+        if m == n:
+            break
+        n = m
+    return n
+
 one_server()  # the first one opens what stays open for the process
-before = len(os.listdir("/proc/self/fd"))
+before = settled()
 for _ in range(3):
     one_server()
-# libkqueue (the kqueue backend on Linux) frees a closed kqueue's own fds from
-# its monitor thread, some time after close(2) returns: a count that settles
-# back is no leak, one that stays up is.
-import time
 deadline = time.monotonic() + 5
 while len(os.listdir("/proc/self/fd")) > before and time.monotonic() < deadline:
     time.sleep(0.05)
 print(len(os.listdir("/proc/self/fd")) - before)
 """)
-    assert out.strip() == "0", f"{out.strip()} fds left behind by three pool servers"
+    # Fewer than before: what the first server left to libkqueue's monitor closed meanwhile.
+    assert int(out.strip()) <= 0, f"{out.strip()} fds left behind by three pool servers"
 
 
 def _on_poll():
