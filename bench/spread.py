@@ -25,7 +25,6 @@ import collections
 import json
 import os
 import selectors
-import shutil
 import socket
 import subprocess
 import sys
