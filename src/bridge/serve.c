@@ -252,6 +252,14 @@ static void Server_dealloc(ServerObject *self)
 
 /* --- methods --- */
 
+/* The first entry into the loop, by serve() or run_once() (an asyncio
+ * worker's tick): the loop runs from now (m0_server_running). */
+static void serve_note_running(ServerObject *self)
+{
+    if (!__atomic_exchange_n(&self->ran, 1, __ATOMIC_RELAXED))
+        m0_server_running(self->srv);
+}
+
 static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
     /* Taken by exchange: two threads calling serve() on one object at once
@@ -261,6 +269,7 @@ static PyObject *Server_serve(ServerObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     __atomic_store_n(&self->serving_thread, PyThread_get_thread_ident(), __ATOMIC_RELEASE);
+    serve_note_running(self);
     if (self->workq != NULL) {
         PyObject *r = m0_serve_pool(self);
         __atomic_store_n(&self->serving_thread, 0, __ATOMIC_RELEASE);
@@ -321,6 +330,7 @@ static PyObject *Server_shutdown(ServerObject *self, PyObject *args, PyObject *k
 }
 static PyObject *Server_run_once(ServerObject *self, PyObject *Py_UNUSED(ignored))
 {
+    serve_note_running(self);
     int r = m0_loop_run_once(self->loop, 0);
     if (r == -EINTR)
         r = 0;

@@ -69,6 +69,7 @@ struct m0_server_object {
     int pass_nogil;               /* blocking-pool mode: the loop's leader runs this pass without the GIL (its own) */
     int shutdown_requested;       /* atomic: set by shutdown() from any thread */
     int serving;                  /* atomic: a thread is inside serve() */
+    int ran;                      /* atomic: serve() or run_once() was entered (m0_server_running told) */
     unsigned long serving_thread; /* PyThread ident of the thread inside serve() */
     m0_workq *workq;              /* blocking-pool mode: the loop's threads (net/workq.h) */
     int blocking_threads;

@@ -78,10 +78,14 @@ void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self)
     srv->bal = table;
     srv->bal_n = n;
     srv->bal_self = self;
-    /* Booting until its loop runs: its first connection, or the first
-     * wake-up of its listeners (listener.c), publishes its load. */
+    /* Booting until its loop runs (m0_server_running). */
     m0__balance_store(srv, M0_BALANCE_BOOTING);
     srv->bal_boot_until = m0__conn_now_ms() + M0_BALANCE_BOOT_WAIT_MS;
+}
+
+void m0_server_running(m0_server *srv)
+{
+    m0__balance_note(srv);
 }
 
 /* Loop thread: what other threads posted (completions, drain, abort). */

@@ -213,6 +213,12 @@ void m0_server_set_heartbeat(m0_server *srv, volatile int64_t *slot);
 #define M0_BALANCE_BOOTING (-2)
 #define M0_BALANCE_BOOT_WAIT_MS 1000
 void m0_server_balance(m0_server *srv, int32_t *table, size_t n, size_t self);
+/* Its loop runs from now (serve() is entered): its balance slot says its
+ * load, no longer M0_BALANCE_BOOTING. A loop that starts after the
+ * connections of the moment were taken is woken by none of them, and a peer
+ * past its own first M0_BALANCE_BOOT_WAIT_MS counts a booting slot as no loop
+ * at all: it would take the whole next burst. Loop thread. */
+void m0_server_running(m0_server *srv);
 /* --limit-concurrency counts the requests in flight of every server that
  * shares `counter` (the loops of one worker: --threads), with atomic
  * operations, instead of this server's own. Set before serving; NULL: back to

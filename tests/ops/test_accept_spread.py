@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import worker_pids
+from helpers import run_python, worker_pids
 from http1 import read_response
 from servers import TEST_H2, TEST_TLS
 
@@ -114,6 +114,63 @@ def test_a_burst_while_a_worker_still_boots_waits_for_it_a_while(serve, tmp_path
         assert busiest == 8, owners  # the late worker was not running yet
         assert 0.3 < took < 2.5, took  # waited for it about 1 s, not its 3 s
     assert s.stop() == 0
+
+
+def test_a_worker_that_started_after_the_last_connection_still_gets_its_share(serve, tmp_path):
+    """The second worker starts 0.5 s after the first, once the first connection was taken, and no
+    connection comes until both have run past their first M0_BALANCE_BOOT_WAIT_MS: the late one was
+    woken by no connection yet. The first burst is shared all the same (before, the late worker's
+    slot said "booting" until its listener first woke it, and a loop past its first second counts a
+    booting peer as no loop at all, so the first worker took the burst: all eight in most runs, and
+    a keep-alive connection stays where it was accepted). Its loop now says it runs as it starts."""
+    env = {"SLOW_BOOT_CLAIM": str(tmp_path / "claim"), "SLOW_BOOT_DELAY": "0.5"}
+    s = serve("slow_boot_app:app", "--workers", "2", env=env)
+    time.sleep(2.0)
+    trials = []
+    for _ in range(2):
+        owners = collections.Counter(int(o.split(":")[0]) for o in burst(s, hold=True))
+        trials.append(sorted(owners.values()))
+        time.sleep(0.2)
+    assert len(trials[0]) == 2 and trials[0][-1] <= 6, trials
+    assert s.stop() == 0
+
+
+def test_a_loop_counts_as_running_from_its_first_pass_not_its_first_connection():
+    """Two engine servers on one listener and one balance table, their passes run by hand: B runs a
+    pass while nothing is queued, then A alone is run for a while past its first
+    M0_BALANCE_BOOT_WAIT_MS. A takes the first connection; for the second it steps aside (B is
+    running, idle, with fewer open), and B's next pass takes it. Before, B's slot said "booting"
+    until its listener first woke it, and A, past its first second, counted a booting peer as no
+    loop: A took the second connection too (the whole first burst after a quiet start)."""
+    out = run_python(r"""
+import socket, time
+from m0serve import _core
+from m0serve.supervisor import BALANCE_BOOTING, balance_mark, balance_table
+
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(16)
+table = balance_table(2)
+balance_mark(table, 0, 2, BALANCE_BOOTING)
+a = _core.Server(None, "native-hello", [lsock.fileno()], balance=table, balance_index=0)
+b = _core.Server(None, "native-hello", [lsock.fileno()], balance=table, balance_index=1)
+a.run_once()
+b.run_once()  # nothing queued: no connection wakes it
+time.sleep(1.2)  # past both loops' first second
+get = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+c1 = socket.create_connection(lsock.getsockname())
+c1.sendall(get)
+deadline = time.monotonic() + 5
+while a.requests == 0 and time.monotonic() < deadline:
+    a.run_once()
+assert (a.connections, b.connections) == (1, 0), (a.connections, b.connections)
+c2 = socket.create_connection(lsock.getsockname())
+c2.sendall(get)
+a.run_once()
+b.run_once()
+print(a.connections, b.connections)
+""")
+    assert out.split() == ["1", "1"], out
 
 
 def timed_burst(s, n=8):
