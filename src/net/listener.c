@@ -92,10 +92,7 @@ int m0_server_listen(m0_server *srv, int fd)
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
         return -errno;
-    /* Accepted TCP sockets inherit TCP_NODELAY from the listener, which
-     * saves a setsockopt per connection. Not a TCP socket: ignored. */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    m0_listener_sockopts(fd);
     m0_listener *l = calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;
