@@ -6,7 +6,9 @@ every request it will carry. Repeated for --trials trials on one server; reporte
 share of the busiest worker (1/N is an even spread, 1.0 all on one) and how many trials put 7 or 8
 of the 8 on one. With --fresh each trial starts its own server and bursts as soon as it answers a
 first request (a proxy's pool reconnecting to a restarted server, a benchmark started at once):
-the workers started together may not all run yet.
+the workers started together may not all run yet; with --fresh --settle S the burst comes S seconds
+after that first request (a restarted server whose first clients come a while later: the worker that
+did not answer the first request was woken by no connection yet).
 
     .venv-3.11/bin/python -m bench.spread                        # m0serve --workers 2, 20 trials
     .venv-3.11/bin/python -m bench.spread --arms m0serve,m0serve-reuse-port,gunicorn,granian,uvicorn \
@@ -14,6 +16,7 @@ the workers started together may not all run yet.
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-threads   # --threads 2 on a free-threaded build
     .venv-3.13t/bin/python -m bench.spread --arms m0serve-asgi-threads   # the same, ASGI: two asyncio loops
     .venv-3.11/bin/python -m bench.spread --fresh                # a new server per trial, no settling
+    .venv-3.11/bin/python -m bench.spread --fresh --settle 1.5   # ... its burst 1.5 s after its first request
 
 --ref-site DIR with an arm named ref-ARM: ARM again, importing the m0serve package in DIR (another
 build, `pip install --target DIR CHECKOUT`), in the same run.
@@ -175,8 +178,7 @@ def measure(arm, args, env):
                 server = start(arm, args, env)
                 if server is None:
                     return None
-                if not args.fresh:
-                    time.sleep(args.settle)  # every worker up and waiting
+                time.sleep(args.settle)  # every worker up and waiting (--fresh: 0 unless given)
             proc, port, argv = server
             owners = one_trial(port, key)
             trials.append(sorted(collections.Counter(owners).values(), reverse=True))
@@ -201,12 +203,15 @@ def main(argv=None):
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--comparators", help="the bin directory of gunicorn, granian and uvicorn")
     p.add_argument("--ref-site", help="a directory with another m0serve package, for the ref-ARM arms")
-    p.add_argument("--settle", type=float, default=1.0, help="seconds between serving and the first trial")
+    p.add_argument("--settle", type=float, help="seconds between serving and the first trial (default 1, with "
+                   "--fresh 0: the burst as soon as it answers)")
     p.add_argument("--pause", type=float, default=0.3, help="seconds between trials")
     p.add_argument("--fresh", action="store_true",
-                   help="a new server per trial, the burst as soon as it answers (no --settle)")
+                   help="a new server per trial, the burst as soon as it answers (unless --settle)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    if args.settle is None:
+        args.settle = 0.0 if args.fresh else 1.0
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(APPS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     results = []
@@ -223,7 +228,8 @@ def main(argv=None):
         from bench.restarts import provenance
 
         Path(args.json).write_text(json.dumps({"provenance": provenance(args.python), "ref_site": args.ref_site,
-                                               "trials": args.trials, "fresh": args.fresh, "results": results},
+                                               "trials": args.trials, "fresh": args.fresh, "settle": args.settle,
+                                               "results": results},
                                               indent=1))
     return 0
 
