@@ -241,7 +241,7 @@ int m0_acceptor_new(m0_acceptor **out, const int *listen_fds, size_t n)
         if (fl < 0 || fcntl(listen_fds[i], F_SETFL, fl | O_NONBLOCK) < 0)
             r = -errno;
         a->listen_fds[i] = listen_fds[i];
-        m0_listener_sockopts(listen_fds[i]);
+        m0_tcp_sockopts(listen_fds[i], 0);
     }
     a->nlisten = n;
     if (r == 0)

@@ -10,8 +10,6 @@
  * connection, not every loop. */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -92,7 +90,7 @@ int m0_server_listen(m0_server *srv, int fd)
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
         return -errno;
-    m0_listener_sockopts(fd);
+    m0_tcp_sockopts(fd, srv->cfg.tls == NULL ? M0_TCP_NOTSENT_LOWAT : 0);
     m0_listener *l = calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;
@@ -157,6 +155,10 @@ static void inlet_io(m0_loop *loop, m0_listener *l)
         }
         if (fd < 0)
             continue;
+        /* The acceptor's listeners serve plaintext and TLS loops alike: the
+         * loop sets what its transport wants (m0_tcp_sockopts). */
+        if (srv->cfg.tls == NULL)
+            m0_tcp_sockopts(fd, M0_TCP_NOTSENT_LOWAT);
         if (m0__conn_new(srv, fd, (struct sockaddr *)&rec.peer, rec.peerlen) == NULL) {
             close(fd);
             continue;

@@ -101,29 +101,36 @@
 #endif
 
 /* Set O_NONBLOCK and FD_CLOEXEC on fd; 0 or -errno. */
-/* Unsent bytes a TCP socket holds before a send on it stops taking more
- * (TCP_NOTSENT_LOWAT). The bytes in flight are still the kernel's to size
- * (the congestion window and the send buffer's autotuning); only those not
+/* Unsent bytes a plaintext TCP socket holds before a send on it stops taking
+ * more (TCP_NOTSENT_LOWAT). The bytes in flight are still the kernel's to
+ * size (the congestion window, the send buffer's autotuning); only those not
  * yet sent are bounded. Without it a sendfile(2) of a large file fills the
  * send buffer to its autotuned top (4 MB with Linux's default tcp_wmem) per
  * connection: a client that reads slowly or not at all pins that much kernel
- * memory, and a fast one is fed from buffers too large for the caches (on
- * loopback, the 10 MiB static row: 1.7x the responses a second, 0.6x the
- * machine's CPU per response with it). 16 KiB: the value deployments of
- * HTTP/2 set; below 64 KiB the server's own CPU per response is lowest too. */
+ * memory, and a fast one is fed from buffers too large for the caches (the
+ * 10 MiB static row on loopback serves about 1.7x the responses a second
+ * with it, for about 0.6x the machine's CPU per response). 16 KiB: the value
+ * deployments of HTTP/2 set; the server's own CPU per response was lowest
+ * below 64 KiB. Not over TLS: there each wake-up's writes are records that
+ * OpenSSL builds from reads of the file, and a bound on the unsent bytes
+ * measured no better for them (the same or up to a fifth more CPU per
+ * response). */
 #define M0_TCP_NOTSENT_LOWAT 16384
 
-/* Options of a TCP listening socket, inherited by every socket it accepts
- * (one setsockopt per listener, none per connection): TCP_NODELAY (a
- * response leaves when written; output is held and batched by the engine
- * itself) and M0_TCP_NOTSENT_LOWAT. Not a TCP socket: both fail, ignored. */
-static inline void m0_listener_sockopts(int fd)
+/* TCP options of a socket: TCP_NODELAY (a response leaves when written;
+ * the engine holds and batches output itself) and, unless notsent_lowat is
+ * 0, TCP_NOTSENT_LOWAT. Set on a listening socket, every socket it accepts
+ * inherits them (one setsockopt per listener, none per connection). Not a
+ * TCP socket: both fail, ignored. */
+static inline void m0_tcp_sockopts(int fd, int notsent_lowat)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 #ifdef TCP_NOTSENT_LOWAT
-    int lowat = M0_TCP_NOTSENT_LOWAT;
-    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+    if (notsent_lowat > 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &notsent_lowat, sizeof(notsent_lowat));
+#else
+    (void)notsent_lowat;
 #endif
 }
 
