@@ -100,7 +100,6 @@
 #define M0_MSG_NOSIGNAL 0
 #endif
 
-/* Set O_NONBLOCK and FD_CLOEXEC on fd; 0 or -errno. */
 /* Unsent bytes a plaintext TCP socket holds before a send on it stops taking
  * more (TCP_NOTSENT_LOWAT). The bytes in flight are still the kernel's to
  * size (the congestion window, the send buffer's autotuning); only those not
@@ -108,7 +107,7 @@
  * send buffer to its autotuned top (4 MB with Linux's default tcp_wmem) per
  * connection: a client that reads slowly or not at all pins that much kernel
  * memory, and a fast one is fed from buffers too large for the caches (the
- * 10 MiB static row on loopback serves about 1.7x the responses a second
+ * 10 MiB static row on loopback serves about twice the responses a second
  * with it, for about 0.6x the machine's CPU per response). 16 KiB: the value
  * deployments of HTTP/2 set; the server's own CPU per response was lowest
  * below 64 KiB. Not over TLS: there each wake-up's writes are records that
@@ -134,6 +133,7 @@ static inline void m0_tcp_sockopts(int fd, int notsent_lowat)
 #endif
 }
 
+/* Set O_NONBLOCK and FD_CLOEXEC on fd; 0 or -errno. */
 static inline int m0_fd_set_nb_cloexec(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
