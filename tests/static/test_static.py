@@ -748,8 +748,10 @@ def test_slow_readers_hold_no_thread_and_no_memory(servers, transport, tmp_path)
     assert status == 200 and body == b"ok" and status2 == 200 and body2.startswith(b"hello")
     assert took < 2.0
     # HTTP/1.1: sendfile leaves the bytes in the file; TLS: one record per client in OpenSSL; HTTP/2:
-    # at most M0_WRITE_HIGH_WATER (256 KiB) queued per stream. 40 x 16 MB were asked for.
-    bound = {"h1": 8 * 1024, "tls": 12 * 1024, "h2c": 40 * 400}[transport]
+    # at most M0_WRITE_HIGH_WATER (256 KiB) queued per stream, and the connection's output the kernel
+    # does not take (a plaintext socket takes 16 KiB unsent: TCP_NOTSENT_LOWAT; before, up to 4 MB
+    # of the kernel's memory, and the process held some 50 KB less per client). 40 x 16 MB were asked for.
+    bound = {"h1": 8 * 1024, "tls": 12 * 1024, "h2c": 40 * 450}[transport]
     assert grown < bound, f"RSS grew by {grown} KB"
 
 
