@@ -574,7 +574,10 @@ ssize_t m0__h1_sendfile(m0_exchange *x, int fd, off_t offset, size_t count, int 
     sigset_t pending;
     int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     ssize_t r = conn_sendfile(c, fd, offset, count, blocking);
-    if (r == -EPIPE && !was_pending)
+    /* Whatever the result: a sendfile that moved some bytes before the
+     * peer's reset came returns their count, with the SIGPIPE of its later
+     * part raised (and a short one ends the call here). */
+    if (!was_pending)
         m0_sigpipe_take();
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
