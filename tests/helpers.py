@@ -205,15 +205,26 @@ def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0)
 
 
+def _tcp_table():
+    """The rows of /proc/net/tcp (IPv4), each split into its columns."""
+    with open("/proc/net/tcp") as f:
+        return [line.split() for line in f.readlines()[1:]]
+
+
 def listen_inode(port):
     """The inode of the TCP socket listening on 127.0.0.1:port (/proc/net/tcp), to tell which
     processes hold that listener among their descriptors."""
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            cols = line.split()
-            if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
-                return cols[9]
+    for cols in _tcp_table():
+        if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":
+            return cols[9]
     raise AssertionError(f"no listening socket on port {port}")
+
+
+def send_queues(port):
+    """The kernel's send queue (bytes written and not yet acknowledged: ss's Send-Q) of each
+    established connection whose local port is port (/proc/net/tcp)."""
+    return [int(cols[4].split(":")[0], 16) for cols in _tcp_table()
+            if cols[3] == "01" and cols[1].endswith(f":{port:04X}")]
 
 
 def send_and_read_to_close(s, data, timeout=5):

@@ -17,7 +17,7 @@ sys.path.append(str(ROOT / "tests"))  # the server fixtures of tests/conftest.py
 from bench import attack, attack_h2, render  # noqa: E402
 from conftest import serve  # noqa: E402, F401 (serve: the fixture)
 from http1 import read_response  # noqa: E402
-from helpers import wait_until  # noqa: E402
+from helpers import send_queues, wait_until  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["slowloris", "slowbody"])
@@ -45,13 +45,6 @@ def test_attackers_hold_their_connections_open_and_the_server_still_answers(serv
     assert counters["bytes_sent"] > counters["connects"] * len(head)  # and the trickled bytes on top
 
 
-def _send_queues(port):
-    """Bytes queued unsent on each of the server's established connections on `port` (ss's Send-Q)."""
-    out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"], capture_output=True,
-                         text=True, check=True).stdout
-    return [int(line.split()[1]) for line in out.splitlines() if line.strip()]
-
-
 def test_slow_readers_leave_their_responses_unread_and_the_server_still_answers(serve):
     # Four readers against a pool of two threads: each asks for big_wsgi's 8 MiB /big and reads nothing.
     srv = serve("big_wsgi:app", "--blocking-threads", "2", cwd=str(ROOT / "bench" / "apps"))
@@ -62,8 +55,8 @@ def test_slow_readers_leave_their_responses_unread_and_the_server_still_answers(
         # Each reader's response stands in the server's send queue: its 4 KiB window took the first bytes
         # and nothing since (a reader that read would have emptied the queue long before 8 MiB's rest).
         # The queue is full at the engine's TCP_NOTSENT_LOWAT (16 KiB unsent), not at the send buffer.
-        wait_until(lambda: sum(q >= 16384 for q in _send_queues(srv.port)) >= 4, 10, "four full send queues")
-        queued = _send_queues(srv.port)
+        wait_until(lambda: sum(q >= 16384 for q in send_queues(srv.port)) >= 4, 10, "four full send queues")
+        queued = send_queues(srv.port)
         assert len(queued) == 4 and all(16384 <= q < 1_000_000 for q in queued), queued
         s = srv.connect()
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -140,7 +133,7 @@ def test_idle_clients_keep_their_keep_alive_connections_open(serve):
     try:
         assert p.stdout.readline().strip() == "ready 50"
         time.sleep(1.0)
-        assert len(_send_queues(srv.port)) >= 50  # every idle connection is still established
+        assert len(send_queues(srv.port)) >= 50  # every idle connection is still established
         s = srv.connect()
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         status, _, body, _ = read_response(s)

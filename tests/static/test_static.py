@@ -17,7 +17,7 @@ import time
 import pytest
 
 import h2bridge
-from helpers import rss_kb, wait_until, worker_pid
+from helpers import rss_kb, send_queues, wait_until, worker_pid
 from http1 import header, read_response, recv_all
 from servers import TEST_H2, TEST_TLS, pki_files
 
@@ -774,20 +774,6 @@ def test_slow_readers_hold_no_thread_and_no_memory(servers, transport, tmp_path)
     assert grown < bound, f"RSS grew by {grown} KB"
 
 
-def server_send_queues(port):
-    """The kernel's send queue (bytes written and not yet acknowledged) of each established
-    connection whose local port is port, from /proc/net/tcp (IPv4)."""
-    queues = []
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            local, state, queue = fields[1], fields[3], fields[4]
-            if state == "01" and int(local.split(":")[1], 16) == port:
-                queues.append(int(queue.split(":")[0], 16))
-    return queues
-
-
 @pytest.mark.parametrize("transport, extra", [("h1", ()), ("h2c", ()), ("h1", ("--workers", "2"))],
                          ids=["h1", "h2c", "h1-workers-2"])
 def test_a_stalled_download_holds_little_kernel_memory(servers, transport, extra, tmp_path):
@@ -810,7 +796,7 @@ def test_a_stalled_download_holds_little_kernel_memory(servers, transport, extra
             c.sendall(raw_request("/static/huge.bin"))
             slow.append(c)
         time.sleep(1.0)
-        queues = server_send_queues(s.port)
+        queues = send_queues(s.port)
         assert len(queues) >= len(slow), queues
         # unsent: 16 KiB and what the last send put on top
         assert max(queues) <= 192 * 1024, queues
