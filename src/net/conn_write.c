@@ -480,14 +480,24 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             return -EAGAIN;
         }
     }
-    /* Plaintext, not waiting: a sendfile(2) that moved fewer bytes than
-     * asked found the socket full (or the file's end), and the one after it
-     * would fail with EAGAIN. It is not made: the connection waits for
-     * M0_CONN_WRITABLE from the sendfile that came short (see below) and
-     * answers -EAGAIN until then. */
+    /* Plaintext, on the loop's thread, not waiting (a static file's sends):
+     * once the connection waits for M0_CONN_WRITABLE it answers -EAGAIN
+     * until then. It waits when its socket is full: a sendfile(2) that moved
+     * fewer bytes than asked found it full (or the file's end), and the one
+     * after it would fail with EAGAIN, so it is not made. And it waits when
+     * it has had its turn, at most M0_FILE_TURN bytes a call, so that every
+     * writable connection gets a turn in a pass before any gets a second:
+     * a peer whose window is wide open (loopback, a LAN) took as much as the
+     * window in one call while every other connection's requests waited (a
+     * 13-byte request beside sixteen 10 MiB downloads: p99 14-17 ms, 4 with
+     * the turn, as nginx). TLS has no turn: its sends stop when the socket is
+     * full, and a turn there traded a longer median wait for a shorter tail. */
     int plain_nowait = blocking == M0_WRITE_NOWAIT && c->tls == NULL && !c->x.detached;
     if (plain_nowait && (c->flags & M0_CF_WRITABLE_WANTED))
         return -EAGAIN;
+    int turn_ends = plain_nowait && count > M0_FILE_TURN;
+    if (turn_ends)
+        count = M0_FILE_TURN;
     c->x.resp_started = 1;
     size_t sent = 0;
     off_t off = offset;
@@ -528,6 +538,8 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
             c->out.broken = 1;
         return -err;
     }
+    if (turn_ends && sent == count)
+        conn_sendfile_blocked(c); /* the turn is over: the next comes with M0_CONN_WRITABLE */
     return (ssize_t)sent;
 }
 
