@@ -5,6 +5,7 @@
  * queued when the peer does not read, read pacing of a trickling peer, a
  * file's turn. Built and run by `make test-c`. */
 #include "conn_harness.h"
+#include "file_harness.h"
 
 #include <sys/epoll.h>
 #include <time.h>
@@ -472,68 +473,6 @@ static void test_body_timeout_unset(void)
     h_close(&h);
 }
 
-/* A file sent the way the static mount sends it (static_file.c's pump):
- * m0_exchange_sendfile without a wait, parked on -EAGAIN, resumed by
- * M0_CONN_WRITABLE. Records what each call returned. */
-#define F_SIZE (1024 * 1024)
-#define F_CALLS 64
-typedef struct {
-    int fd;
-    off_t off;
-    size_t left;
-    ssize_t ret[F_CALLS];
-    int calls;
-} f_send;
-
-static f_send f_state;
-
-static void f_pump(m0_exchange *x)
-{
-    f_send *s = &f_state;
-    while (s->left > 0) {
-        ssize_t n = m0_exchange_sendfile(x, s->fd, s->off, s->left, M0_WRITE_NOWAIT);
-        if (s->calls < F_CALLS)
-            s->ret[s->calls] = n;
-        s->calls++;
-        if (n > 0) {
-            s->off += n;
-            s->left -= (size_t)n;
-            continue;
-        }
-        if (n == -EAGAIN) {
-            m0_exchange_park(x);
-            return;
-        }
-        m0_exchange_cut(x);
-        m0_exchange_finish(x, 0, 200, (uint64_t)s->off);
-        return;
-    }
-    m0_exchange_finish(x, 1, 200, F_SIZE);
-}
-
-static int f_on_request(void *ctx, m0_exchange *x, const m0_request *req)
-{
-    (void)ctx;
-    (void)req;
-    char head[160];
-    m0_field_span f[2];
-    m0_response_head rh;
-    size_t n = test_head(head, sizeof(head), f, &rh, 200, F_SIZE, 1);
-    struct iovec iov = {head, n};
-    m0_exchange_writev(x, &rh, &iov, 1, M0_WRITE_NOWAIT);
-    f_pump(x);
-    return f_state.left > 0;
-}
-
-static void f_on_event(void *ctx, m0_exchange *x, int what)
-{
-    (void)ctx;
-    if (what == M0_CONN_WRITABLE && f_state.left > 0)
-        f_pump(x);
-}
-
-static const m0_handler f_handler = {f_on_request, f_on_event, NULL};
-
 static void test_file_turn(void)
 {
     /* A socket that takes the whole file at once still gets it in turns of
@@ -542,30 +481,11 @@ static void test_file_turn(void)
      * while the socket has room), so that one connection's file does not
      * hold the loop from every other connection for as long as its socket
      * takes bytes. The file arrives whole all the same. */
-    char path[] = "/tmp/m0-test-turn-XXXXXX";
-    int fd = mkstemp(path);
+    int fd = f_start();
     CHECK(fd >= 0);
-    unlink(path);
-    static char chunk[65536];
-    for (int i = 0; i < F_SIZE / (int)sizeof(chunk); i++) {
-        memset(chunk, 'a' + i % 26, sizeof(chunk));
-        CHECK(write(fd, chunk, sizeof(chunk)) == (ssize_t)sizeof(chunk));
-    }
-    memset(&f_state, 0, sizeof(f_state));
-    f_state.fd = fd;
-    f_state.left = F_SIZE;
     harness h;
     CHECK(h_open_with(&h, NULL, &f_handler) == 0);
-    /* Room for the whole file (SO_SNDBUFFORCE as root; else as much as
-     * net.core.wmem_max allows): without the turn the first call took far
-     * more than M0_FILE_TURN. */
-    int big = 4 * F_SIZE;
-    if (setsockopt(h.conn->io.fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
-        setsockopt(h.conn->io.fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-    int got = 0;
-    socklen_t len = sizeof(got);
-    CHECK(getsockopt(h.conn->io.fd, SOL_SOCKET, SO_SNDBUF, &got, &len) == 0);
-    CHECK(got >= 2 * M0_FILE_TURN); /* else the check below could not fail */
+    CHECK(f_room(h.conn) >= 2 * M0_FILE_TURN); /* else the checks below could not fail */
     const char *req = "GET /file HTTP/1.1\r\nHost: t\r\n\r\n";
     h_send(&h, req, strlen(req));
     m0_loop_run_once(h.loop, 0); /* the request's pass, the peer reading nothing */
@@ -581,12 +501,7 @@ static void test_file_turn(void)
         CHECK(f_state.ret[i] == -EAGAIN || (f_state.ret[i] > 0 && f_state.ret[i] <= M0_FILE_TURN));
     const char *why = "";
     CHECK(h_responses(h.out, h.out_len, &why) == 1);
-    CHECK(h.out_len > F_SIZE);
-    const char *body = h.out + h.out_len - F_SIZE;
-    int whole = 1;
-    for (int i = 0; i < F_SIZE; i++)
-        whole &= body[i] == 'a' + (i / 65536) % 26;
-    CHECK(whole);
+    CHECK(f_body_whole(h.out, h.out_len));
     h_close(&h);
     close(fd);
 }

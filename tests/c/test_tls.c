@@ -6,8 +6,9 @@
  * through the write buffer, a client's TCP half-close after pipelined
  * requests (all answered), plain HTTP answered 400 in clear text, a PROXY
  * preface's bytes given to the session, session tickets under the current
- * and the previous keys. Built and run by `make test-c`. */
+ * and the previous keys, a file sent in turns. Built and run by `make test-c`. */
 #include "tls_harness.h"
+#include "file_harness.h"
 
 #include "check.h"
 
@@ -214,6 +215,38 @@ static void test_no_pending_input_while_a_read_waits_to_write(void)
     close(sv[1]);
 }
 
+static void test_file_turn(void)
+{
+    /* As over plaintext (test_conn.c): a file's bytes go in turns, of
+     * M0_FILE_TURN_TLS, whatever the socket would take; then the whole file. */
+    int fd = f_start();
+    CHECK(fd >= 0);
+    harness h;
+    SSL *ssl = tls_open_with(&h, NULL, &f_handler);
+    CHECK(ssl != NULL);
+    CHECK(tls_handshake(&h, ssl) == 0);
+    CHECK(f_room(h.conn) >= 4 * M0_FILE_TURN_TLS); /* else the checks below could not fail */
+    static const char req[] = "GET /file HTTP/1.1\r\nHost: t\r\n\r\n";
+    int w = SSL_write(ssl, req, sizeof(req) - 1);
+    CHECK(w == (int)sizeof(req) - 1);
+    for (int i = 0; i < 100 && f_state.calls == 0; i++)
+        m0_loop_run_once(h.loop, 0); /* until the request's pass, the peer reading nothing */
+    CHECK(f_state.calls == 2);
+    CHECK(f_state.ret[0] == M0_FILE_TURN_TLS);
+    CHECK(f_state.ret[1] == -EAGAIN);
+    tls_drain(&h, ssl);
+    CHECK(f_state.left == 0);
+    CHECK(f_state.calls >= 2 * (F_SIZE / M0_FILE_TURN_TLS) - 1);
+    for (int i = 0; i < f_state.calls && i < F_CALLS; i++)
+        CHECK(f_state.ret[i] == -EAGAIN || (f_state.ret[i] > 0 && f_state.ret[i] <= M0_FILE_TURN_TLS));
+    const char *why = "";
+    CHECK(h_responses(h.out, h.out_len, &why) == 1);
+    CHECK(f_body_whole(h.out, h.out_len));
+    SSL_free(ssl);
+    h_close(&h);
+    close(fd);
+}
+
 int main(void)
 {
     CHECK(tls_setup() == 0);
@@ -228,6 +261,7 @@ int main(void)
     test_proxy_preface();
     test_ticket_keys_current_and_previous();
     test_no_pending_input_while_a_read_waits_to_write();
+    test_file_turn();
     (void)h_run_for; /* the harness's, unused here */
     tls_teardown();
     printf("test_tls: %d checks, %d failures\n", checks, failures);

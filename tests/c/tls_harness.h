@@ -49,8 +49,9 @@ static int make_cert(void)
 static m0_tls *server_tls;
 static SSL_CTX *client_ctx;
 
-/* A harness whose connection speaks TLS, and a client session on its peer end. */
-static SSL *tls_open(harness *h, const m0_server_config *base)
+/* A harness whose connection speaks TLS to handler (NULL: the stub handler
+ * of conn_harness.h), and a client session on its peer end. */
+static SSL *tls_open_with(harness *h, const m0_server_config *base, const m0_handler *handler)
 {
     m0_server_config cfg;
     if (base != NULL)
@@ -58,12 +59,17 @@ static SSL *tls_open(harness *h, const m0_server_config *base)
     else
         m0_server_config_defaults(&cfg);
     cfg.tls = server_tls;
-    if (h_open(h, &cfg) != 0)
+    if ((handler == NULL ? h_open(h, &cfg) : h_open_with(h, &cfg, handler)) != 0)
         return NULL;
     SSL *ssl = SSL_new(client_ctx);
     SSL_set_fd(ssl, h->peer);
     SSL_set_connect_state(ssl);
     return ssl;
+}
+
+static SSL *tls_open(harness *h, const m0_server_config *base)
+{
+    return tls_open_with(h, base, NULL);
 }
 
 /* Handshake: client steps and loop passes until done. */
