@@ -11,6 +11,10 @@ Modes (each keeps CONNS connections open and re-opens any the server closes):
              socket with a small receive buffer (RCVBUF), then nothing is ever read: the response
              fills both ends' socket buffers and the server holds the rest. A connection the server
              closes (its send timeout) is seen in its TCP state, checked one connection per INTERVAL.
+  download   not hostile: keep-alive `GET PATH` (a large file) over and over on each connection,
+             every response read as fast as it comes: greedy downloaders whose windows stay open,
+             beside which the measured client asks for something small (the static suite's
+             bystander row).
   idle       not hostile: one keep-alive `GET PATH` per connection, its response read, then nothing
              (an idle keep-alive client; the server needs a --keep-alive-timeout longer than the
              measurement). What they cost is the server's: an I/O backend that scans every fd
@@ -18,7 +22,7 @@ Modes (each keeps CONNS connections open and re-opens any the server closes):
 
 Prints one line `ready <n>` once every connection is open and its first bytes are sent, then, on
 SIGTERM or after --seconds, one JSON line of counters: connects, reconnects (connections the server
-closed), bytes sent.
+closed), bytes sent; for download, responses and body bytes read too.
 """
 import argparse
 import json
@@ -57,6 +61,43 @@ def idle_head(path):
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 
 
+class Download:
+    """One download connection's place in its current response: the head's bytes until it ends, then
+    the body's bytes still to come (Content-Length; every response of the mode has one)."""
+
+    def __init__(self):
+        self.head = bytearray()
+        self.left = None
+
+    def feed(self, data):
+        """Takes the bytes read; returns (responses completed, body bytes) and keeps the rest."""
+        done = body = 0
+        view = memoryview(data)
+        while len(view):
+            if self.left is None:
+                self.head += view
+                end = self.head.find(b"\r\n\r\n")
+                if end < 0:
+                    return done, body
+                rest = len(self.head) - (end + 4)
+                view = view[len(view) - rest:]
+                length = 0
+                for line in bytes(self.head[:end]).split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                self.head.clear()
+                self.left = length
+            take = min(self.left, len(view))
+            self.left -= take
+            body += take
+            view = view[take:]
+            if self.left == 0:
+                self.left = None
+                done += 1
+        return done, body
+
+
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # linux/tcp_states.h; tcp_info's first byte is the state
 
 
@@ -75,7 +116,7 @@ class Attack:
             self.head = slowloris_head(head_bytes)
         elif mode == "slowbody":
             self.head = slowbody_head(body_bytes)
-        elif mode == "idle":
+        elif mode in ("idle", "download"):
             self.head = idle_head(path)
         else:
             self.head = slowread_head(path)
@@ -83,6 +124,10 @@ class Attack:
         self.socks = []
         self.counters = {"mode": mode, "connections": conns, "connects": 0, "reconnects": 0, "bytes_sent": 0,
                          "interval_s": interval, "head_bytes": len(self.head)}
+        self.downloads = {}  # download: socket -> Download
+        self.buf = bytearray(1 << 20)
+        if mode == "download":
+            self.counters.update(responses=0, body_bytes=0)
 
     def open_one(self):
         if self.mode == "slowread":
@@ -98,6 +143,8 @@ class Attack:
         s.setblocking(False)
         if self.mode != "slowread":  # a slow reader never reads: nothing to select on
             self.sel.register(s, selectors.EVENT_READ)
+        if self.mode == "download":
+            self.downloads[s] = Download()
         self.counters["connects"] += 1
         self.counters["bytes_sent"] += len(self.head)
         return s
@@ -108,6 +155,7 @@ class Attack:
         except (KeyError, ValueError):
             pass
         s.close()
+        self.downloads.pop(s, None)
         self.counters["reconnects"] += 1
         return self.open_one()
 
@@ -128,21 +176,23 @@ class Attack:
             for key, _ in events:
                 s = key.fileobj
                 try:
-                    data = s.recv(65536)
+                    n = s.recv_into(self.buf)
                 except BlockingIOError:
                     continue
                 except OSError:
-                    data = b""
-                if not data:  # the server closed it (a timeout): a new one takes its place
+                    n = 0
+                if not n:  # the server closed it (a timeout): a new one takes its place
                     self.socks[self.socks.index(s)] = self.replace(s)
+                elif self.mode == "download":
+                    self.downloaded(s, n)
             if time.monotonic() >= nxt and self.mode == "slowread":
                 s = self.socks[i % len(self.socks)]
                 if tcp_state(s) in (TCP_CLOSE, TCP_CLOSE_WAIT):  # the server gave up on it
                     self.socks[i % len(self.socks)] = self.replace(s)
                 i += 1
                 nxt += step
-            elif self.mode == "idle":
-                nxt = time.monotonic() + 1.0  # nothing to send: only the server's closes to see
+            elif self.mode in ("idle", "download"):
+                nxt = time.monotonic() + 1.0  # nothing sent on a clock: only the server's closes to see
             elif time.monotonic() >= nxt:
                 s = self.socks[i % len(self.socks)]
                 try:
@@ -158,18 +208,29 @@ class Attack:
             s.close()
         return self.counters
 
+    def downloaded(self, s, n):
+        """n bytes read on download connection s: each response it completes sends the next request."""
+        done, body = self.downloads[s].feed(memoryview(self.buf)[:n])
+        self.counters["body_bytes"] += body
+        for _ in range(done):
+            self.counters["responses"] += 1
+            s.setblocking(True)  # a 40-byte request into a socket that sent nothing else
+            s.sendall(self.head)
+            s.setblocking(False)
+            self.counters["bytes_sent"] += len(self.head)
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=("slowloris", "slowbody", "slowread", "idle"), required=True)
+    ap.add_argument("--mode", choices=("slowloris", "slowbody", "slowread", "idle", "download"), required=True)
     ap.add_argument("--conns", type=int, default=200)
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two bytes on one connection")
     ap.add_argument("--head-bytes", type=int, default=70_000, help="slowloris: bytes of head sent at once")
     ap.add_argument("--body-bytes", type=int, default=1_000_000, help="slowbody: the declared Content-Length")
-    ap.add_argument("--path", default=None, help="slowread: the path of the large response (/big); idle: the "
-                    "path of the one request (/)")
+    ap.add_argument("--path", default=None, help="slowread, download: the path of the large response (/big); "
+                    "idle: the path of the one request (/)")
     ap.add_argument("--rcvbuf", type=int, default=4096, help="slowread: SO_RCVBUF of each connection")
     ap.add_argument("--seconds", type=float, default=600.0)
     args = ap.parse_args(argv)

@@ -44,8 +44,8 @@ class Row:
     slow_inflight: int = 0  # mixed suite: requests to /slow kept in flight during each measurement
     slow_ms: int = 200
     target_requests: int = 0  # memory suite: one measurement runs wrk until at least this many requests
-    # "slowloris", "slowbody", "slowread" or "idle" clients (bench/attack.py), or an HTTP/2 attack "h2-..."
-    # (bench/attack_h2.py), run during each measurement
+    # "slowloris", "slowbody", "slowread", "idle" or "download" clients (bench/attack.py), or an HTTP/2
+    # attack "h2-..." (bench/attack_h2.py), run during each measurement
     attack: str = ""
     attackers: int = 0
     # "sink": the same clients aimed at a listening socket nobody accepts or reads (a control: what the

@@ -404,8 +404,9 @@ def static():
     # f100k.bin, 100 KiB; f10m.bin, 10 MiB), the same bytes for every arm: m0serve's engine, nginx (1 worker,
     # sendfile on, gzip_static on, open_file_cache off and on) and Granian's static mount, each beside a WSGI
     # hello it does not call. HTTP/1.1 keep-alive (wrk, 16 connections) and h2c with prior knowledge
-    # (h2load, 16 connections x 10 streams). Then the RSS that 1,000 slow downloaders of the 10 MiB file add
-    # (bench/attack.py slowread: a 4 KiB receive buffer, nothing read) while wrk asks for the 13-byte file.
+    # (h2load, 16 connections x 10 streams). Then a bystander's latency beside greedy downloaders (below), and
+    # the RSS that 1,000 slow downloaders of the 10 MiB file add (bench/attack.py slowread: a 4 KiB receive
+    # buffer, nothing read) while wrk asks for the 13-byte file.
     from . import static_files
 
     d = static_files.ensure_files()
@@ -444,6 +445,14 @@ def static():
             rows.append(Row("django-css-h1", "Django after collectstatic: a 24 KiB hashed stylesheet (its .gz), "
                             "whitenoise vs m0serve's mount, over HTTP/1.1 keep-alive, 16 connections",
                             "django_static:application", arms, path=css))
+    # A bystander: one client asking for the 13-byte file (wrk, 1 connection; its latency is the row's
+    # point) beside 16 greedy downloaders of the 10 MiB file (bench/attack.py download), over HTTP/1.1.
+    # Not Granian: its mount sends files chunked, and the downloaders read responses by Content-Length.
+    rows.append(Row("bystander-h1", "The 13-byte file over HTTP/1.1 keep-alive, 1 connection, beside 16 clients "
+                    "downloading the 10 MiB file", WSGI_HELLO,
+                    [S.m0serve_static(d), S.nginx(False, cache=False)],
+                    path="/static/hello.txt", connections=1, attack="download", attackers=BYSTANDER_DOWNLOADERS,
+                    extra={"attack_path": "/static/f10m.bin"}))
     slow = {"attack": "slowread", "attackers": SLOW_DOWNLOADERS}
     rows.append(Row(f"slowread{SLOW_DOWNLOADERS}", f"RSS with {SLOW_DOWNLOADERS:,} slow downloaders of the 10 MiB "
                     "file (nothing read), beside wrk on the 13-byte file", WSGI_HELLO,
@@ -453,6 +462,7 @@ def static():
 
 
 SLOW_DOWNLOADERS = 1000
+BYSTANDER_DOWNLOADERS = 16
 
 
 SUITES = {

@@ -146,6 +146,38 @@ def test_idle_clients_keep_their_keep_alive_connections_open(serve):
     assert counters["mode"] == "idle" and counters["connects"] == 50 and counters["reconnects"] == 0, counters
 
 
+def test_downloaders_read_every_response_whole_and_ask_again(serve, tmp_path):
+    # The static suite's bystander row: greedy keep-alive downloads of one large file, each response read
+    # to its Content-Length and followed by the next request on the same connection.
+    size = 2 << 20
+    (tmp_path / "big.bin").write_bytes(b"x" * size)
+    srv = serve("cli_hello:app", "--static-path-mount", str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-m", "bench.attack", "--port", str(srv.port), "--mode", "download",
+                          "--conns", "4", "--path", "/static/big.bin"], cwd=str(ROOT), stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready 4"
+        time.sleep(1.5)
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+    c = json.loads(out.strip().splitlines()[-1])
+    assert c["mode"] == "download" and c["connects"] == 4 and c["reconnects"] == 0, c
+    assert c["responses"] >= 4, c
+    # Every completed response's body, and at most one partial one per connection.
+    assert c["responses"] * size <= c["body_bytes"] < (c["responses"] + 4) * size, c
+    assert c["bytes_sent"] == (c["responses"] + 4) * c["head_bytes"], c
+
+
+def test_download_responses_are_counted_across_reads():
+    d = attack.Download()
+    two = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc"
+    assert d.feed(two) == (2, 8)
+    fed = [d.feed(two[i:i + 1]) for i in range(len(two))]  # a byte at a time
+    assert (sum(n for n, _ in fed), sum(b for _, b in fed)) == (2, 8)
+    assert d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab") == (0, 2) and d.left == 2
+
+
 # --- the HTTP/2 attackers (bench/attack_h2.py) ------------------------------------------------
 
 
