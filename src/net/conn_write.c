@@ -491,8 +491,8 @@ static ssize_t conn_sendfile(m0_conn *c, int fd, off_t offset, size_t count, int
      * window is wide open (loopback, a LAN) took as much as its window, or
      * its socket, in one call while every other connection's requests
      * waited: a 13-byte request beside sixteen 10 MiB downloads on one loop
-     * waited 14-25 ms at the 99th percentile on plaintext (4 ms with the
-     * turn, as nginx), 230-680 ms over TLS (5-6 ms with the turn). */
+     * waited 16-20 ms at the 99th percentile on plaintext (9 ms with the
+     * turn), 230-680 ms over TLS (5-6 ms with the turn). */
     int loop_nowait = blocking == M0_WRITE_NOWAIT && !c->x.detached;
     int plain_nowait = loop_nowait && c->tls == NULL;
     if (loop_nowait && (c->flags & M0_CF_WRITABLE_WANTED))

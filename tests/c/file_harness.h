@@ -7,7 +7,7 @@
 
 #include "conn_harness.h"
 
-#define F_SIZE (1024 * 1024)
+#define F_SIZE (4 * 1024 * 1024)
 #define F_CALLS 64
 typedef struct {
     int fd;
