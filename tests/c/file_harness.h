@@ -101,12 +101,27 @@ static int f_room(m0_conn *c)
     return got;
 }
 
-/* The last F_SIZE bytes of out are the file's. */
-static int f_body_whole(const char *out, size_t len)
+/* The file went whole, in turns of at most turn bytes: each call sent no
+ * more than that or answered -EAGAIN, and at least one -EAGAIN came after
+ * every turn but the last. */
+static int f_sent_in_turns(size_t turn)
 {
-    if (len < F_SIZE)
+    const f_send *s = &f_state;
+    if (s->left != 0 || s->calls < 2 * (int)(F_SIZE / turn) - 1)
         return 0;
-    const char *body = out + len - F_SIZE;
+    for (int i = 0; i < s->calls && i < F_CALLS; i++)
+        if (s->ret[i] != -EAGAIN && (s->ret[i] <= 0 || (size_t)s->ret[i] > turn))
+            return 0;
+    return 1;
+}
+
+/* The peer received one response, whose last F_SIZE bytes are the file's. */
+static int f_arrived_whole(const harness *h)
+{
+    const char *why = "";
+    if (h_responses(h->out, h->out_len, &why) != 1 || h->out_len < F_SIZE)
+        return 0;
+    const char *body = h->out + h->out_len - F_SIZE;
     for (int i = 0; i < F_SIZE; i++)
         if (body[i] != 'a' + (i / 65536) % 26)
             return 0;
