@@ -131,6 +131,36 @@ def run_arm(arm, args, env, connections):
             "busiest_worker_cpu_share": split[0] / sum(split) if len(split) > 1 and sum(split) > 0 else None}
 
 
+# How a --workers 2 arm's connections ended up: its busiest worker's share of the server's CPU in a
+# round. At or above ONE_WORKER one worker served (nearly) every connection; at or below SPREAD the
+# two shared them.
+ONE_WORKER = 0.90
+SPREAD = 0.65
+
+
+def spread_class(share):
+    """'one worker', 'spread', 'between', or None (one process, no split known)."""
+    if share is None:
+        return None
+    return "one worker" if share >= ONE_WORKER else "spread" if share <= SPREAD else "between"
+
+
+def ratios_by_ref_spread(rounds, arm, ref):
+    """arm's rps over ref's in each round that has both, grouped by how ref's connections were spread
+    in that round (spread_class): on a host whose cores the client shares, a reference that happens to
+    leave one worker idle leaves the client a core, and a median over the rounds measures how often it
+    did. {class: [ratio, ...]}, classes in the order met; rounds with no split of ref are left out."""
+    out = {}
+    for g in rounds:
+        a, b = g.get(arm), g.get(ref)
+        if not a or not b or not b["rps"]:
+            continue
+        cls = spread_class(b.get("busiest_worker_cpu_share"))
+        if cls is not None:
+            out.setdefault(cls, []).append(a["rps"] / b["rps"])
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", default="m0serve-w1,m0serve-w2,gunicorn-w2,granian-w2,uvicorn-w2")
@@ -183,6 +213,13 @@ def main(argv=None):
                   f"{' '.join(f'{x:.2f}' for x in ratios):>28} "
                   f"{statistics.median(x['server_cores'] for x in rows):>6.2f} {busiest:>15}"
                   + (f"  FAILED: {failed[0]}" if failed else ""), flush=True)
+        for arm in arms:
+            if arm.startswith("ref-") or "ref-" + arm not in arms:
+                continue
+            groups = ratios_by_ref_spread(rounds, arm, "ref-" + arm)
+            for cls, rs in groups.items():
+                print(f"  {arm} / ref-{arm}, rounds where ref's connections went to {cls}: "
+                      f"median {statistics.median(rs):.2f} of {len(rs)} ({' '.join(f'{x:.2f}' for x in rs)})")
         out.append({"connections": c, "app": args.app, "rounds": rounds})
     if args.json:
         Path(args.json).write_text(json.dumps({"provenance": provenance(args.python), "ref_site": args.ref_site,
