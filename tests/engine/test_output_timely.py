@@ -336,3 +336,56 @@ def test_every_byte_sent_is_counted(serve, mode):
     wait_until(lambda: sent.append(value(scrape(srv), "m0serve_sent_bytes_total") - before) or sent[-1] >= received,
                5, "the sent-bytes counter to reach what the clients received")
     assert sent[-1] == received
+
+
+def hello_rate(srv, seconds):
+    """Sequential keep-alive hellos for `seconds`: (answered a second, the longest wait)."""
+    n, worst = 0, 0.0
+    with srv.connect(timeout=10) as s:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            a = time.monotonic()
+            s.sendall(get("/"))
+            status, _, body, _ = read_response(s, timeout=10)
+            assert (status, body) == (200, b"Hello, world!")
+            worst = max(worst, time.monotonic() - a)
+            n += 1
+    return n / seconds, worst
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_steady_reader_of_a_streamed_body_holds_no_loop(serve, mode):
+    """One client downloads a 64 MiB generator body reading 16 KiB every 10 ms (about 1.6 MB/s,
+    never pausing long enough to look stalled) while another asks for hellos: the hellos are
+    answered at about the rate they get alone. The control: the loop's thread waited for the
+    socket while its peer kept up, so the download held it whole and the first hello waited
+    about 40 s (the bound below is 0.3 of the rate alone and 1 s at worst)."""
+    srv = serve("output_app:big_app", *MODES[mode])
+    alone, _ = hello_rate(srv, 1.0)
+    stop = threading.Event()
+    got = []
+
+    def steady():
+        with socket.socket() as h:
+            h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+            h.settimeout(10)
+            h.connect((srv.host, srv.port))
+            h.sendall(get(f"/gen?n={64 << 20}"))
+            while not stop.is_set():
+                d = h.recv(16384)
+                if not d:
+                    break
+                got.append(len(d))
+                time.sleep(0.01)
+
+    reader = threading.Thread(target=steady, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: sum(got) > 256 << 10, 10, "the download to start")
+        beside, worst = hello_rate(srv, 1.5)
+        assert reader.is_alive() and sum(got) < 64 << 20  # still downloading throughout
+    finally:
+        stop.set()
+        reader.join(15)
+    assert beside >= 0.3 * alone and worst < 1.0, (alone, beside, worst)
+    assert srv.proc.poll() is None, srv.log
