@@ -389,3 +389,23 @@ def test_a_steady_reader_of_a_streamed_body_holds_no_loop(serve, mode):
         reader.join(15)
     assert beside >= 0.3 * alone and worst < 1.0, (alone, beside, worst)
     assert srv.proc.poll() is None, srv.log
+
+
+def test_an_asgi_stream_yields_at_every_turn(serve):
+    """An ASGI app streams 2 MiB in 64 KiB messages to a client whose socket takes it all at
+    once: send() makes the app's task wait for the loop's next pass after every 256 KiB, so
+    every connection of the loop is served between two turns. The control: send() waited only
+    for a full socket, and a task that streamed to a fast reader ran to its end without a
+    yield (0 ticks of a task beside it)."""
+    srv = serve("turn_asgi_app:app", "--interface", "asgi")
+    n = 2 << 20
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.settimeout(10)
+        s.connect((srv.host, srv.port))
+        s.sendall(get(f"/stream?n={n}"))
+        status, _, body, _ = read_response(s, timeout=10)
+        assert (status, len(body)) == (200, n)
+        s.sendall(get("/ticks"))
+        status, _, ticks, _ = read_response(s, timeout=10)
+    assert status == 200 and int(ticks) >= n // (256 << 10) - 1, ticks

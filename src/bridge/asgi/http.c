@@ -352,10 +352,23 @@ int m0_asgi_http_disconnected(m0_asgi_http *h)
     return -1;
 }
 
-/* Wait for the write buffer to drain below the high-water mark, if needed. */
+/* A streamed response's turn: after this many body bytes whose send() did
+ * not make the app wait, the next one waits for M0_CONN_WRITABLE although
+ * the socket took them all (the connection waits as if it were full: the
+ * loop's next pass), so that the app's task yields and every other
+ * connection of the loop is served between two turns (a peer whose window
+ * is wide open, on loopback or a LAN, takes megabytes without a pause).
+ * Sixteen clients downloading an 8 MiB body sent in 64 KiB messages kept a
+ * 13-byte request on the same loop waiting about 57 ms at the 99th
+ * percentile without it. */
+#define M0_ASGI_SEND_TURN (256u * 1024)
+
+/* Wait for the write buffer to drain below the high-water mark, or for the
+ * next pass once the turn is over, if needed. */
 static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
 {
-    if (h->base.x == NULL || m0_exchange_write_pending(h->base.x) <= M0_WRITE_HIGH_WATER) {
+    int turn_over = h->turn_sent >= M0_ASGI_SEND_TURN;
+    if (h->base.x == NULL || (m0_exchange_write_pending(h->base.x) <= M0_WRITE_HIGH_WATER && !turn_over)) {
         *out = Py_NewRef(Py_None);
         return 1;
     }
@@ -363,6 +376,9 @@ static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
     if (fut == NULL)
         return -1;
     Py_XSETREF(h->send_waiter, Py_NewRef(fut));
+    h->turn_sent = 0;
+    if (turn_over && m0_exchange_write_pending(h->base.x) == 0)
+        m0_exchange_park(h->base.x); /* nothing queued: M0_CONN_WRITABLE at the next pass */
     *out = fut;
     return 0;
 }
@@ -446,6 +462,7 @@ static int http_send_body(m0_asgi_http *h, PyObject *msg, PyObject **out)
         head_free(h);
     }
     h->body_sent += len;
+    h->turn_sent += len;
     if (!more && h->trailers) {
         /* The response ends with the trailers message; the last chunk and
          * the trailer section are built in h->head meanwhile. */

@@ -52,6 +52,7 @@ typedef struct {
     int no_body;         /* HEAD, 1xx, 204, 304 */
     int64_t resp_length; /* Content-Length given or computed, -1 when none */
     uint64_t body_sent;  /* body bytes accepted from the app */
+    uint64_t turn_sent;  /* body bytes since send() last made the app wait (http.c: the turn) */
     int has_date, has_server;
     int te_trailers;   /* the request's TE lists "trailers" */
     int trailers;      /* http.response.start said trailers: True */
