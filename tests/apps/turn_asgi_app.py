@@ -3,19 +3,15 @@
 between its first and last send(); /ticks answers that count of the last stream."""
 import asyncio
 
+from lifespan_helper import serve_lifespan
+
 PIECE = b"t" * 65536
 last = {"ticks": -1}
 
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(scope, receive, send)
     if scope["path"] == "/stream":
         n = int(scope["query_string"].decode().partition("=")[2])
         ticks = 0
