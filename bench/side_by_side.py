@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.scaling import children
 from bench.spread import APPS, free_port, wait_serving
 
 TESTS_APPS = APPS.parent.parent / "tests" / "apps"
@@ -54,13 +55,6 @@ def start(args, site, port, extra_env):
                             start_new_session=True)
 
 
-def serving_pid(port):
-    """The pid of the process listening on port (the worker, not its supervisor)."""
-    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
-    pids = re.findall(r"pid=(\d+)", out)
-    return pids[-1] if pids else None
-
-
 def one_round(args, sites, envs):
     ports = [free_port(), free_port()]
     procs = [start(args, s, p, e) for s, p, e in zip(sites, ports, envs)]
@@ -69,7 +63,8 @@ def one_round(args, sites, envs):
             if not wait_serving(port, proc):
                 raise RuntimeError(f"a server did not serve on {port}")
         time.sleep(1.0)
-        pids = [serving_pid(p) for p in ports]
+        # taskset execs: each server's worker is its child, or the server itself when it has none
+        pids = [str((children(proc.pid) or [proc.pid])[0]) for proc in procs]
         url = [f"http://127.0.0.1:{p}{args.path}" for p in ports]
         wrks = [subprocess.Popen(["taskset", "-c", args.client_cpu, "wrk", "-t1", f"-c{args.connections}",
                                   f"-d{args.duration + 2:g}s", u], stdout=subprocess.PIPE, text=True) for u in url]
