@@ -122,17 +122,21 @@ def test_a_worker_that_started_after_the_last_connection_still_gets_its_share(se
     woken by no connection yet. The first burst is shared all the same (before, the late worker's
     slot said "booting" until its listener first woke it, and a loop past its first second counts a
     booting peer as no loop at all, so the first worker took the burst: all eight in most runs, and
-    a keep-alive connection stays where it was accepted). Its loop now says it runs as it starts."""
-    env = {"SLOW_BOOT_CLAIM": str(tmp_path / "claim"), "SLOW_BOOT_DELAY": "0.5"}
-    s = serve("slow_boot_app:app", "--workers", "2", env=env)
-    time.sleep(2.0)
-    trials = []
-    for _ in range(2):
+    a keep-alive connection stays where it was accepted). Its loop now says it runs as it starts.
+
+    Only a server's first burst says it, and one burst can be lopsided on a loaded machine (a
+    worker not scheduled within M0_ACCEPT_DEFER_MS leaves its share to its peer): three servers,
+    one after the other, and at most one first burst with 7 or 8 on one worker."""
+    firsts = []
+    for run in range(3):
+        env = {"SLOW_BOOT_CLAIM": str(tmp_path / f"claim{run}"), "SLOW_BOOT_DELAY": "0.5"}
+        s = serve("slow_boot_app:app", "--workers", "2", env=env)
+        time.sleep(2.0)
         owners = collections.Counter(int(o.split(":")[0]) for o in burst(s, hold=True))
-        trials.append(sorted(owners.values()))
-        time.sleep(0.2)
-    assert len(trials[0]) == 2 and trials[0][-1] <= 6, trials
-    assert s.stop() == 0
+        firsts.append(sorted(owners.values()))
+        assert s.stop() == 0
+    lopsided = sum(1 for counts in firsts if counts[-1] >= 7)
+    assert lopsided <= 1, firsts
 
 
 def test_a_loop_counts_as_running_from_its_first_pass_not_its_first_connection():
