@@ -100,20 +100,26 @@ def test_a_burst_while_a_worker_still_boots_waits_for_it_a_while(serve, tmp_path
     peer runs, so the burst is shared (before, the ready worker took all eight: its peer's slot said
     "no loop here", and a keep-alive connection stays where it was accepted). Booting 3 s: the wait
     ends after M0_BALANCE_BOOT_WAIT_MS (1 s) and the ready worker serves them all; nothing waits for
-    the late one longer than that."""
-    env = {"SLOW_BOOT_CLAIM": str(tmp_path / "claim"), "SLOW_BOOT_DELAY": str(delay)}
-    s = serve("slow_boot_app:app", "--workers", "2", env=env)
-    t0 = time.monotonic()
-    owners = [int(o.split(":")[0]) for o in burst(s, hold=True)]
-    took = time.monotonic() - t0
-    busiest = max(collections.Counter(owners).values())
-    if shared:
-        assert len(set(owners)) == 2 and busiest <= 6, owners
-        assert took < delay + 2.0, took
-    else:
-        assert busiest == 8, owners  # the late worker was not running yet
-        assert 0.3 < took < 2.5, took  # waited for it about 1 s, not its 3 s
-    assert s.stop() == 0
+    the late one longer than that. Once both run, a worker not scheduled within M0_ACCEPT_DEFER_MS
+    leaves its share to its peer, which a loaded machine can do to one burst: the shared case is
+    judged over three servers, one after the other, at most one of them lopsided."""
+    lopsided = []
+    for run in range(3 if shared else 1):
+        env = {"SLOW_BOOT_CLAIM": str(tmp_path / f"claim{run}"), "SLOW_BOOT_DELAY": str(delay)}
+        s = serve("slow_boot_app:app", "--workers", "2", env=env)
+        t0 = time.monotonic()
+        owners = [int(o.split(":")[0]) for o in burst(s, hold=True)]
+        took = time.monotonic() - t0
+        busiest = max(collections.Counter(owners).values())
+        if shared:
+            assert took < delay + 2.0, took
+            if busiest >= 7:
+                lopsided.append(owners)
+        else:
+            assert busiest == 8, owners  # the late worker was not running yet
+            assert 0.3 < took < 2.5, took  # waited for it about 1 s, not its 3 s
+        assert s.stop() == 0
+    assert len(lopsided) <= 1, lopsided
 
 
 def test_a_worker_that_started_after_the_last_connection_still_gets_its_share(serve, tmp_path):
