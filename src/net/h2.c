@@ -442,12 +442,29 @@ static int h2_stalled(m0_h2 *h2)
 {
     int conn_closed = nghttp2_session_get_remote_window_size(h2->ses) <= 0;
     for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
+        if (s->want_writable == H2_WAKE_PASS)
+            return 1; /* set aside for a later pass: what it waits for is the socket's EPOLLOUT */
         if (!s->submitted || s->ng_closed || s->no_body || s->out_len == s->out_pos)
             continue;
         if (conn_closed || nghttp2_session_get_stream_remote_window_size(h2->ses, s->id) <= 0)
             return 1;
     }
     return 0;
+}
+
+void m0__h2_stall_arm(m0_h2 *h2)
+{
+    m0_conn *c = h2->c;
+    uint64_t now = m0_loop_now(c->srv->loop);
+    uint32_t timeout = m0__conn_send_timeout(c);
+    if (h2->stall_since_ms == 0 || h2->data_sent != h2->stall_mark) {
+        h2->stall_mark = h2->data_sent;
+        h2->stall_since_ms = now;
+        m0__conn_arm(c, M0_TIMER_SEND, timeout);
+    } else if (c->timer_kind != M0_TIMER_SEND) {
+        uint64_t gone = now - h2->stall_since_ms;
+        m0__conn_arm(c, M0_TIMER_SEND, gone >= timeout ? 1 : (uint32_t)(timeout - gone));
+    }
 }
 
 /* A zero-window stall is bounded like a peer that does not read: the send
@@ -457,15 +474,14 @@ static void h2_stall_check(m0_h2 *h2)
 {
     m0_conn *c = h2->c;
     if (h2_stalled(h2)) {
-        if (c->timer_kind != M0_TIMER_SEND || h2->data_sent != h2->stall_mark) {
-            h2->stall_mark = h2->data_sent;
-            m0__conn_arm(c, M0_TIMER_SEND, m0__conn_send_timeout(c));
-        }
-    } else if (c->timer_kind == M0_TIMER_SEND && c->out.wlen == c->out.wpos) {
-        c->timer_kind = M0_TIMER_NONE;
-    } else {
-        m0__conn_send_deadline(c); /* bytes that wait on the peer, whatever the windows say */
+        m0__h2_stall_arm(h2);
+        return;
     }
+    h2->stall_since_ms = 0;
+    if (c->timer_kind == M0_TIMER_SEND && c->out.wlen == c->out.wpos)
+        c->timer_kind = M0_TIMER_NONE;
+    else
+        m0__conn_send_deadline(c); /* bytes that wait on the peer, whatever the windows say */
 }
 
 static void h2_defer_unlink(m0_h2 *h2)
@@ -654,6 +670,24 @@ void m0__h2_write(m0_h2 *h2)
         c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_after again once it drains (idle timer, more output) */
 }
 
+/* Whether s's handler, waiting for M0_CONN_WRITABLE (H2_WAKE_*), is told now.
+ * A stream set aside for a later pass keeps the connection watching for
+ * EPOLLOUT. */
+static int stream_wake_due(m0_h2 *h2, const m0_h2_stream *s)
+{
+    switch (s->want_writable) {
+    case H2_WAKE_LOW:
+        return s->out_len - s->out_pos < M0_WRITE_LOW_WATER;
+    case H2_WAKE_EMPTY:
+        return s->out_len == s->out_pos;
+    case H2_WAKE_PASS:
+        h2->c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_writable tells it */
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 /* m0__h2_write, then what the streams are due: ended ones end (a handler that
  * still has one gets M0_CONN_CLOSED), and handlers get M0_CONN_BODY and
  * M0_CONN_WRITABLE. */
@@ -684,9 +718,7 @@ again:
         } else if (s->body_event && s->dispatched && s->x.pending) {
             s->body_event = s->want_body = 0;
             m0__h2x_notify(s, M0_CONN_BODY);
-        } else if (s->want_writable && s->dispatched &&
-                   (s->want_writable == H2_WAKE_EMPTY ? s->out_len == s->out_pos
-                                                      : s->out_len - s->out_pos < M0_WRITE_LOW_WATER)) {
+        } else if (s->want_writable && s->dispatched && stream_wake_due(h2, s)) {
             s->want_writable = H2_WAKE_NONE;
             m0__h2x_notify(s, M0_CONN_WRITABLE);
         }
@@ -773,7 +805,21 @@ static void h2_dispatch(m0_h2 *h2)
 
 void m0__h2_writable(m0_conn *c)
 {
-    m0__h2_after(h2_of(c));
+    m0_h2 *h2 = h2_of(c);
+    if (c->flags & M0_CF_OUT_EVENT) {
+        /* The socket has room by the kernel's measure: the streams set aside
+         * in an earlier pass go on (H2_WAKE_PASS). Not at any later write
+         * that the socket took (a PING's answer at a pass's end): a client
+         * that reads nothing would be fed a turn at each PING it sends, into
+         * the room the kernel's buffer grows by, each counted as progress
+         * against the send timeout. */
+        uint64_t mark = m0__h2_pass_mark(c->srv);
+        for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
+            if (s->want_writable == H2_WAKE_PASS && mark > s->parked_mark)
+                s->want_writable = H2_WAKE_EMPTY; /* nothing queued: told by the walk below (m0__h2_send) */
+        }
+    }
+    m0__h2_after(h2);
 }
 
 void m0__h2_close(m0_conn *c)

@@ -211,7 +211,17 @@ void m0__h2s_park(m0_exchange *x)
 {
     m0_h2_stream *s = m0__h2x_stream(x);
     if (s->h2 != NULL) {
-        s->want_writable = H2_WAKE_EMPTY;
+        if (s->out_len > s->out_pos) {
+            s->want_writable = H2_WAKE_EMPTY;
+            return;
+        }
+        m0_h2 *h2 = s->h2;
+        m0_conn *c = h2->c;
+        s->want_writable = H2_WAKE_PASS;
+        s->parked_mark = m0__h2_pass_mark(x->srv);
+        c->flags |= M0_CF_WRITABLE_WANTED;
+        m0__h2_stall_arm(h2);
+        m0__conn_interest(c);
         return;
     }
     if (!x->srv->cfg.http2_pool)
@@ -317,7 +327,11 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
      * stream is a socket that takes at most M0_WRITE_HIGH_WATER at a time:
      * -EAGAIN while anything is queued, so that the caller sets the response
      * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
-     * the whole file into memory ahead of a slow client. */
+     * the whole file into memory ahead of a slow client. And -EAGAIN with
+     * nothing queued once the file has had its turn in this pass (as over
+     * HTTP/1.1, conn_sendfile: M0_FILE_TURN, M0_FILE_TURN_TLS): a client
+     * whose windows are wide open takes megabytes without a pause, and every
+     * connection of the loop is served between two turns (H2_WAKE_PASS). */
     int loop_nowait = !s->x.detached && blocking != M0_WRITE_SENT;
     if (loop_nowait) {
         if (s->h2 == NULL || s->broken)
@@ -326,6 +340,16 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
             s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
         }
+        uint64_t mark = m0__h2_pass_mark(s->x.srv);
+        if (s->file_turn_mark != mark) {
+            s->file_turn_mark = mark;
+            s->file_turn = 0;
+        }
+        size_t turn = s->h2->c->tls == NULL ? M0_FILE_TURN : M0_FILE_TURN_TLS;
+        if (s->file_turn >= turn)
+            return -EAGAIN; /* the caller sets it aside: the next pass */
+        if (count > turn - s->file_turn)
+            count = turn - s->file_turn;
         if (count > M0_WRITE_HIGH_WATER)
             count = M0_WRITE_HIGH_WATER;
         if (s->submitted && !s->no_body && !s->ng_closed) {
@@ -341,6 +365,7 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
                 return n < 0 ? -errno : 0;
             s->out_pos = 0;
             s->out_len = (size_t)n;
+            s->file_turn += (size_t)n;
             s->x.resp_started = 1;
             if (s->deferred) {
                 s->deferred = 0;

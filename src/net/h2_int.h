@@ -26,8 +26,14 @@ typedef struct m0_h2_stream m0_h2_stream;
 /* When a stream's handler waiting for M0_CONN_WRITABLE is told (m0__h2_send):
  * an async writer (ASGI send()) below the low-water mark; a response set
  * aside (m0__h2s_park) and a file's next piece (m0__h2s_sendfile) once the
- * stream's queue is empty, as over HTTP/1.1 (server.h, m0_exchange_park). */
-enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2 };
+ * stream's queue is empty, as over HTTP/1.1 (server.h, m0_exchange_park); a
+ * response set aside with nothing queued (an app's turn is over, and the
+ * socket took all of it) at the connection's first writable event of a later
+ * pass than its own, as an HTTP/1.1 connection's EPOLLOUT: every connection
+ * of the loop is served in between. Until then the connection watches for
+ * EPOLLOUT, and its send timeout runs (h2_stall_check): a client that stops
+ * reading is closed, as one whose window stays shut. */
+enum { H2_WAKE_NONE = 0, H2_WAKE_LOW = 1, H2_WAKE_EMPTY = 2, H2_WAKE_PASS = 3 };
 
 typedef struct m0_h2 {
     nghttp2_session *ses;
@@ -62,6 +68,7 @@ typedef struct m0_h2 {
     struct m0_h2_calls *calls;
     uint64_t data_sent;      /* response body bytes handed to nghttp2 so far */
     uint64_t stall_mark;     /* data_sent when the stall's send timeout was armed */
+    uint64_t stall_since_ms; /* ... and when (m0_loop_now ms; 0: no stall) */
     struct m0_h2 *kick_next; /* h2_pool.c: sessions to run after their streams' output was moved */
     int kicked;
     m0_link defer_link; /* on srv->h2_deferred */
@@ -135,11 +142,14 @@ struct m0_h2_stream {
                     * handler's turn (h2->busy), so the connection's other streams are dispatched */
     char *out;
     size_t out_len, out_pos, out_cap;
-    int out_done;      /* m0_exchange_finish */
-    int cut;           /* ... of a response the handler could not finish (m0_exchange_cut): the data
-                        * provider resets the stream (INTERNAL_ERROR) after the queued bytes */
-    int deferred;      /* the data provider ran out: resume it on more output */
-    int want_writable; /* the handler waits for M0_CONN_WRITABLE: H2_WAKE_* */
+    int out_done;         /* m0_exchange_finish */
+    int cut;              /* ... of a response the handler could not finish (m0_exchange_cut): the data
+                           * provider resets the stream (INTERNAL_ERROR) after the queued bytes */
+    int deferred;         /* the data provider ran out: resume it on more output */
+    int want_writable;    /* the handler waits for M0_CONN_WRITABLE: H2_WAKE_* */
+    uint64_t parked_mark; /* H2_WAKE_PASS: m0__h2_pass_mark when it was set aside */
+    size_t file_turn;     /* a file's bytes read into the queue at file_turn_mark (m0__h2s_sendfile) */
+    uint64_t file_turn_mark;
     int64_t resp_length;
     uint64_t sent;
     /* Trailers (m0_exchange_write_trailers): their bytes and fields, sent by the
@@ -159,6 +169,16 @@ struct m0_h2_stream {
     int kicked;        /* in srv->h2_kicks */
     m0_link kick_link; /* on srv->h2_kicks */
 };
+
+/* Where the loop is, for H2_WAKE_PASS: twice the passes ended, plus one
+ * inside a pass's events. A stream set aside at a mark is due at a larger
+ * one: in the events of a later pass, or once the pass whose events set it
+ * aside has ended; one set aside outside the loop's passes (an ASGI task)
+ * in the next pass's events. */
+static inline uint64_t m0__h2_pass_mark(const m0_server *srv)
+{
+    return srv->passes * 2 + (m0_loop_in_events(srv->loop) ? 1 : 0);
+}
 
 /* How much of s's body (buffered of it unread now) the stream may hold
  * unread with its window given back: nothing for a concurrent handler
@@ -282,6 +302,11 @@ void m0__h2_kick(m0_h2 *h2, int final);
 /* Send what the session has through the connection's write queue; calls
  * into no handler (safe from inside one). */
 void m0__h2_write(m0_h2 *h2);
+/* A response waits on the client (a window it keeps shut, a stream set
+ * aside for a later pass): the send timeout runs from the last body byte
+ * that moved (h2->stall_since_ms), however often the connection's timer is
+ * re-armed meanwhile (a write drained at a pass's end hands it back). */
+void m0__h2_stall_arm(m0_h2 *h2);
 /* m0__h2_write, then what the streams are due: ended ones end, handlers get
  * M0_CONN_BODY and M0_CONN_WRITABLE. */
 void m0__h2_send(m0_h2 *h2);

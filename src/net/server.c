@@ -134,6 +134,7 @@ static void server_pass_end(void *arg)
     m0__server_flush_held(srv);
     if (srv->h2_retired.first != NULL)
         m0__h2_retired_free(srv);
+    srv->passes++;
 }
 
 void m0_server_flush_deferred(m0_server *srv)

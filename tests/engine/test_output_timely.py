@@ -7,8 +7,10 @@ import socket
 import threading
 import time
 
+import h2.settings
 import pytest
 
+from h2client import H2
 from http1 import header, read_response
 from helpers import scrape, value, wait_until
 
@@ -391,21 +393,72 @@ def test_a_steady_reader_of_a_streamed_body_holds_no_loop(serve, mode):
     assert srv.proc.poll() is None, srv.log
 
 
-def test_an_asgi_stream_yields_at_every_turn(serve):
+MAX_WINDOW = 2**31 - 1
+
+
+def wide_open(srv, transport):
+    """A connection whose client takes a few MiB at once: 8 MiB of socket receive buffer asked
+    for, and over HTTP/2 windows of 2^31-1 for the connection and each stream. Over "h1" the
+    socket, over "h2c" an H2 client on it."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.settimeout(10)
+    s.connect((srv.host, srv.port))
+    if transport == "h1":
+        return s
+    c = H2(srv.host, srv.port, sock=s, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: MAX_WINDOW})
+    c.conn.increment_flow_control_window(MAX_WINDOW - 65535)
+    c.flush()
+    return c
+
+
+def fetch_wide(conn, transport, path):
+    """GET path on a wide_open connection: (status, body)."""
+    if transport == "h1":
+        conn.sendall(get(path))
+        status, _, body, _ = read_response(conn, timeout=10)
+        return status, body
+    r = conn.get(path)
+    assert r.ended, r.status
+    return r.status, r.body
+
+
+@pytest.mark.parametrize("transport", ["h1", "h2c"])
+def test_a_wsgi_stream_lets_the_loop_serve_others_at_every_turn(serve, transport):
+    """An inline WSGI iterator streams 2 MiB in 64 KiB items to a client whose socket takes it all
+    at once, after sending a hello to its own server on a connection of its own: the hello is
+    answered while the stream runs, within a few items, because the iterator is set aside after
+    every 256 KiB for the loop's next pass, over HTTP/1.1 and over HTTP/2 alike. The control: an
+    iterator ran until its socket was full, and a client that reads as fast as it is sent kept
+    every other connection of the loop waiting for the whole body (the hello answered after it,
+    -1 here); over HTTP/2 that stayed so after HTTP/1.1 had its turn."""
+    srv = serve("turn_wsgi_app:app", "--workers", "1")
+    n = 2 << 20
+    conn = wide_open(srv, transport)
+    try:
+        status, body = fetch_wide(conn, transport, f"/stream?n={n}&port={srv.port}")
+        assert (status, len(body)) == (200, n)
+        status, at = fetch_wide(conn, transport, "/at")
+    finally:
+        conn.close()
+    assert status == 200 and 0 <= int(at) <= 16, at
+
+
+@pytest.mark.parametrize("transport", ["h1", "h2c"])
+def test_an_asgi_stream_yields_at_every_turn(serve, transport):
     """An ASGI app streams 2 MiB in 64 KiB messages to a client whose socket takes it all at
     once: send() makes the app's task wait for the loop's next pass after every 256 KiB, so
-    every connection of the loop is served between two turns. The control: send() waited only
-    for a full socket, and a task that streamed to a fast reader ran to its end without a
+    every connection of the loop is served between two turns, over HTTP/1.1 and HTTP/2 alike.
+    The control: send() waited only for a full socket (over HTTP/2, for a stream's queue past
+    its high-water mark), and a task that streamed to a fast reader ran to its end without a
     yield (0 ticks of a task beside it)."""
     srv = serve("turn_asgi_app:app", "--interface", "asgi")
     n = 2 << 20
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.settimeout(10)
-        s.connect((srv.host, srv.port))
-        s.sendall(get(f"/stream?n={n}"))
-        status, _, body, _ = read_response(s, timeout=10)
+    conn = wide_open(srv, transport)
+    try:
+        status, body = fetch_wide(conn, transport, f"/stream?n={n}")
         assert (status, len(body)) == (200, n)
-        s.sendall(get("/ticks"))
-        status, _, ticks, _ = read_response(s, timeout=10)
+        status, ticks = fetch_wide(conn, transport, "/ticks")
+    finally:
+        conn.close()
     assert status == 200 and int(ticks) >= n // (256 << 10) - 1, ticks

@@ -12,11 +12,16 @@ import os
 import re
 import socket
 import ssl
+import struct
+import threading
 import time
 
+import h2.events
+import h2.settings
 import pytest
 
 import h2bridge
+from h2client import H2, Response
 from helpers import rss_kb, send_queues, wait_until, worker_pid
 from http1 import header, read_response, recv_all
 from servers import TEST_H2, TEST_TLS, pki_files
@@ -40,6 +45,7 @@ def root(tmp_path_factory):
     d.mkdir()
     (d / "hello.txt").write_bytes(b"Hello, world!")
     (d / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    (d / "turns.bin").write_bytes(os.urandom(8 * 1024 * 1024))
     (d / HASHED).write_bytes(b"body{}")
     (d / "style.css").write_bytes(b"p { color: red }\n" * 100)
     (d / "style.css.br").write_bytes(b"BROTLI-BYTES")
@@ -160,6 +166,87 @@ def test_head_has_the_fields_and_no_body(srv, transport):
         # the connection is still in step: the next response is the next request's
         status, h, body = get(srv, transport, "/static/hello.txt", sock=sock)
         assert status == 200 and body == b"Hello, world!"
+
+
+def tcp_bytes_received(raw):
+    """The bytes a TCP socket has received so far (tcp_info's tcpi_bytes_received), read or not."""
+    return struct.unpack_from("Q", raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232), 128)[0]
+
+
+class Drain(threading.Thread):
+    """Reads a socket as fast as the kernel gives it (no parsing) until it stays quiet for
+    `quiet` seconds: the bytes, in `data`."""
+
+    def __init__(self, sock, quiet=1.0):
+        super().__init__(daemon=True)
+        self.sock, self.quiet, self.chunks = sock, quiet, []
+        self.start()
+
+    def run(self):
+        self.sock.settimeout(self.quiet)
+        try:
+            while True:
+                d = self.sock.recv(1 << 20)
+                if not d:
+                    break
+                self.chunks.append(d)
+        except (socket.timeout, ssl.SSLError):
+            pass
+
+    @property
+    def data(self):
+        self.join(20)
+        return b"".join(self.chunks)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "h2"])
+def test_a_file_over_http2_to_a_client_that_keeps_up_has_turns(servers, root, tls):
+    """An HTTP/2 file's sends stop after a turn (M0_FILE_TURN, M0_FILE_TURN_TLS over TLS) and go
+    on in the loop's next pass although its client reads as fast as it is sent, as over HTTP/1.1
+    (tests/c/test_conn.c, test_tls.c: test_file_turn): another request dispatched in the same pass
+    is answered after the file's first turn, not after the whole file. Both requests go in one
+    write on one connection (the 8 MiB file's first, then an app's hello), read by a thread that
+    only reads (8 MiB of receive buffer, windows of 2^31-1): on the wire, the hello's answer
+    comes before half of the file's bytes. The control: a file went on while its socket took it,
+    the whole file before the hello."""
+    s = servers.get("tls" if tls else "h1", *base_args(root), app="output_app:app")
+    want = (root / "turns.bin").read_bytes()
+    sock = socket.socket(socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.settimeout(10)
+    sock.connect((s.host, s.port))
+    if tls:
+        ctx = ssl.create_default_context(cafile=pki_files()[2])
+        ctx.set_alpn_protocols(["h2"])
+        sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+    big = (1 << 31) - 1
+    c = H2(s.host, s.port, sock=sock, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: big})
+    try:
+        c.conn.increment_flow_control_window(big - 65535)
+        assert c.get("/static/hello.txt").status == 200  # the session is up
+        sids = []
+        for path in ("/static/turns.bin", "/"):
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "https" if tls else "http"),
+                                      (":authority", c.authority)], end_stream=True)
+            c.responses[sid] = Response()
+            sids.append(sid)
+        c.flush()  # one write
+        data = Drain(sock).data
+        file_sid, hello_sid = sids
+        got, before_hello = 0, None
+        for ev in c.conn.receive_data(data):  # in the wire's order
+            c.handle(ev)
+            if isinstance(ev, h2.events.DataReceived) and ev.stream_id == file_sid:
+                got += len(ev.data)
+            elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == hello_sid:
+                before_hello = got
+    finally:
+        c.close()
+    f, h = c.responses[file_sid], c.responses[hello_sid]
+    assert (f.status, f.ended, f.body == want) == (200, True, True)
+    assert (h.status, h.body) == (200, b"Hello, world!")
+    assert before_hello is not None and before_hello < len(want) // 2, (before_hello, len(want))
 
 
 def test_large_file_whole_and_keep_alive(srv, transport, root):

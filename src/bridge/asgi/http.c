@@ -362,18 +362,18 @@ int m0_asgi_http_disconnected(m0_asgi_http *h)
  * 13-byte request on the same loop waiting about 57 ms at the 99th
  * percentile without it, 5 ms with it (7-8 ms with 512 KiB, 9-13 ms with
  * 1 MiB), for about 7% more of the server's CPU per download (2-3% less
- * with 512 KiB, 5% less with 1 MiB). HTTP/1.1 only: an HTTP/2 stream's
- * output is bounded by its window and the high-water mark, and a stream
- * parked with nothing queued would have no send deadline (a client that
- * stops reading held it for good: engine/test_http2_dos.py). */
+ * with 512 KiB, 5% less with 1 MiB). Over HTTP/2 too (a client may open its
+ * windows as wide as a socket's): a stream set aside with nothing queued goes
+ * on in the loop's next pass, its send timeout running meanwhile (h2_int.h,
+ * H2_WAKE_PASS). The response is set aside whatever is queued, as a WSGI
+ * iterator's after its turn: told once the queue is empty. */
 #define M0_ASGI_SEND_TURN (256u * 1024)
 
 /* Wait for the write buffer to drain below the high-water mark, or for the
  * next pass once the turn is over, if needed. */
 static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
 {
-    int turn_over = h->turn_sent >= M0_ASGI_SEND_TURN && h->base.x != NULL &&
-                    !(m0_exchange_request(h->base.x)->flags & M0_REQ_HTTP2);
+    int turn_over = h->turn_sent >= M0_ASGI_SEND_TURN && h->base.x != NULL;
     if (h->base.x == NULL || (m0_exchange_write_pending(h->base.x) <= M0_WRITE_HIGH_WATER && !turn_over)) {
         *out = Py_NewRef(Py_None);
         return 1;
@@ -383,8 +383,8 @@ static int http_maybe_wait_writable(m0_asgi_http *h, PyObject **out)
         return -1;
     Py_XSETREF(h->send_waiter, Py_NewRef(fut));
     h->turn_sent = 0;
-    if (turn_over && m0_exchange_write_pending(h->base.x) == 0)
-        m0_exchange_park(h->base.x); /* nothing queued: M0_CONN_WRITABLE at the next pass */
+    if (turn_over)
+        m0_exchange_park(h->base.x); /* M0_CONN_WRITABLE once nothing is queued, in a later pass */
     *out = fut;
     return 0;
 }

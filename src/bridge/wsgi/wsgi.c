@@ -393,11 +393,11 @@ static int can_park(const m0_wsgi_sr *sr)
  * streamed body (64 KiB items) kept a 13-byte request on the same loop
  * waiting 100-180 ms at the 99th percentile without it, 17-22 ms with a
  * turn of 1 MiB, 6-8 ms with 256 KiB; the server's CPU per download rose
- * by about 8% with 256 KiB, 4% with 1 MiB. A pool thread has no turn: the
- * loop does not wait for it. Nor an HTTP/2 stream: its output is bounded by
- * its window and its queue's high-water mark, and a stream set aside with
- * nothing queued would have no send deadline (a client that stops reading
- * would hold it for good). */
+ * by about 8% with 256 KiB, 4% with 1 MiB. An HTTP/2 stream has its turn
+ * too (a client may open its windows as wide as a socket's); set aside with
+ * nothing queued, it goes on in the loop's next pass, its send timeout
+ * running meanwhile (h2_int.h, H2_WAKE_PASS). A pool thread has no turn: the
+ * loop does not wait for it. */
 #define M0_WSGI_ITER_TURN (1u << 18)
 
 /* Set the connection aside until its peer reads: parked by the loop thread
@@ -423,8 +423,7 @@ static int iter_send(m0_wsgi_sr *sr, PyObject *it)
      * thread, m0_exchange_writev_final). */
     int sized = Py_IS_TYPE(it, &PyListIter_Type) || Py_IS_TYPE(it, &PyTupleIter_Type);
     int ended = 0;
-    int h2 = sr->x != NULL && (m0_exchange_request(sr->x)->flags & M0_REQ_HTTP2);
-    size_t turn = sr->w->pooled || h2 ? SIZE_MAX : M0_WSGI_ITER_TURN;
+    size_t turn = sr->w->pooled ? SIZE_MAX : M0_WSGI_ITER_TURN;
     size_t sent = 0;
     while ((item = PyIter_Next(it)) != NULL) {
         if (!PyBytes_Check(item)) {
