@@ -294,6 +294,27 @@ def test_zero_window_stall_bounded_by_send_timeout(serve):
     b.check("zero-window stall")
 
 
+def test_zero_window_stall_with_pings_bounded_by_send_timeout(serve):
+    """The same client, sending a PING every 0.2 s: each answer is a write the socket takes, at
+    the end of a pass, which gives the connection's timer back to the session; the stall's
+    deadline still counts from the last body byte that moved (m0__h2_stall_arm), so the PINGs do
+    not keep the client for good."""
+    s = serve("h2_app:app", "--interface", "asgi", "--send-timeout", "1")
+    c = H2(s.host, s.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    c.request("/big?n=1000000")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6 and not c.closed:
+        try:
+            c.conn.ping(b"12345678")
+            c.flush()
+        except OSError:
+            break
+        c.pump(0.2)
+    took = time.monotonic() - t0
+    print(f"\nzero-window stall with PINGs: closed after {took:.2f} s")
+    assert c.wait_closed(1) and 0.8 < took < 4, took
+
+
 def test_max_concurrent_streams_refuses_past_the_setting(serve):
     """RFC 9113 5.1.2: a stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused."""
     s = serve("proto_app:asgi_app", "--interface", "asgi", "--http2-max-concurrent-streams", "2")
