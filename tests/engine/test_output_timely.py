@@ -423,6 +423,19 @@ def fetch_wide(conn, transport, path):
     return r.status, r.body
 
 
+def stream_then_ask(srv, transport, stream_path, n, ask_path):
+    """On one wide_open connection: stream_path, which must answer n bytes, then ask_path's body."""
+    conn = wide_open(srv, transport)
+    try:
+        status, body = fetch_wide(conn, transport, stream_path)
+        assert (status, len(body)) == (200, n)
+        status, answer = fetch_wide(conn, transport, ask_path)
+        assert status == 200
+        return int(answer)
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("transport", ["h1", "h2c"])
 def test_a_wsgi_stream_lets_the_loop_serve_others_at_every_turn(serve, transport):
     """An inline WSGI iterator streams 2 MiB in 64 KiB items to a client whose socket takes it all
@@ -434,14 +447,8 @@ def test_a_wsgi_stream_lets_the_loop_serve_others_at_every_turn(serve, transport
     -1 here); over HTTP/2 that stayed so after HTTP/1.1 had its turn."""
     srv = serve("turn_wsgi_app:app", "--workers", "1")
     n = 2 << 20
-    conn = wide_open(srv, transport)
-    try:
-        status, body = fetch_wide(conn, transport, f"/stream?n={n}&port={srv.port}")
-        assert (status, len(body)) == (200, n)
-        status, at = fetch_wide(conn, transport, "/at")
-    finally:
-        conn.close()
-    assert status == 200 and 0 <= int(at) <= 16, at
+    at = stream_then_ask(srv, transport, f"/stream?n={n}&port={srv.port}", n, "/at")
+    assert 0 <= at <= 16, at
 
 
 @pytest.mark.parametrize("transport", ["h1", "h2c"])
@@ -454,11 +461,5 @@ def test_an_asgi_stream_yields_at_every_turn(serve, transport):
     yield (0 ticks of a task beside it)."""
     srv = serve("turn_asgi_app:app", "--interface", "asgi")
     n = 2 << 20
-    conn = wide_open(srv, transport)
-    try:
-        status, body = fetch_wide(conn, transport, f"/stream?n={n}")
-        assert (status, len(body)) == (200, n)
-        status, ticks = fetch_wide(conn, transport, "/ticks")
-    finally:
-        conn.close()
-    assert status == 200 and int(ticks) >= n // (256 << 10) - 1, ticks
+    ticks = stream_then_ask(srv, transport, f"/stream?n={n}", n, "/ticks")
+    assert ticks >= n // (256 << 10) - 1, ticks
