@@ -7,9 +7,12 @@ What it measures is CPU per request (each server gets half the core), not reques
 
     .venv-3.11/bin/python -m bench.side_by_side --a - --b /tmp/m0base            # this tree vs a build
     .venv-3.11/bin/python -m bench.side_by_side --app big_wsgi:app --path /big --b /tmp/m0prev
+    .venv-3.11/bin/python -m bench.side_by_side --client h2load --app big_wsgi:app --path /big --b /tmp/m0prev
 
 --a/--b: a directory with another m0serve package (`pip install --target DIR CHECKOUT`), or - for the
 one this Python imports. --env-b K=V: an environment variable for B's server only (repeatable).
+--client h2load: HTTP/2 (h2c, prior knowledge, one stream a connection at a time, h2load's windows
+of 2^30-1) instead of wrk's HTTP/1.1.
 """
 from __future__ import annotations
 
@@ -33,6 +36,20 @@ TESTS_APPS = APPS.parent.parent / "tests" / "apps"
 def cpu_per_request(task_clock_ms, seconds, rps):
     """Microseconds of server CPU per request, from perf's task-clock (ms) over `seconds`."""
     return task_clock_ms * 1000.0 / seconds / rps if rps > 0 else float("nan")
+
+
+def client_argv(client, connections, seconds, url):
+    """The load generator's command line: wrk (HTTP/1.1) or h2load (h2c), for `seconds`."""
+    if client == "h2load":
+        return ["h2load", f"-c{connections}", "-m1", f"-D{seconds:g}", url]
+    return ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", url]
+
+
+def client_rps(client, output):
+    """Requests a second from wrk's or h2load's report."""
+    if client == "h2load":
+        return float(re.search(r"^finished in [^,]+, ([\d.]+) req/s", output, re.M).group(1))
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))
 
 
 def summary(rounds):
@@ -66,8 +83,9 @@ def one_round(args, sites, envs):
         # taskset execs: each server's worker is its child, or the server itself when it has none
         pids = [str((children(proc.pid) or [proc.pid])[0]) for proc in procs]
         url = [f"http://127.0.0.1:{p}{args.path}" for p in ports]
-        wrks = [subprocess.Popen(["taskset", "-c", args.client_cpu, "wrk", "-t1", f"-c{args.connections}",
-                                  f"-d{args.duration + 2:g}s", u], stdout=subprocess.PIPE, text=True) for u in url]
+        wrks = [subprocess.Popen(["taskset", "-c", args.client_cpu,
+                                  *client_argv(args.client, args.connections, args.duration + 2, u)],
+                                 stdout=subprocess.PIPE, text=True) for u in url]
         time.sleep(1.0)
         stats = [subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock", "-p", pid, "--", "sleep",
                                    str(args.duration)], stderr=subprocess.PIPE, text=True) for pid in pids]
@@ -81,7 +99,7 @@ def one_round(args, sites, envs):
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in procs:
             proc.wait(timeout=15)
-    rps = [float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1)) for o in outs]
+    rps = [client_rps(args.client, o) for o in outs]
     return [cpu_per_request(c, args.duration, r) for c, r in zip(clocks, rps)], rps
 
 
@@ -94,6 +112,7 @@ def main(argv=None):
     p.add_argument("--path", default="/")
     p.add_argument("--server-args", default="", help="more flags for both servers, one string")
     p.add_argument("--connections", type=int, default=16)
+    p.add_argument("--client", choices=("wrk", "h2load"), default="wrk", help="HTTP/1.1 (wrk) or h2c (h2load)")
     p.add_argument("--duration", type=float, default=3.0)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--server-cpu", default="0")
