@@ -182,6 +182,16 @@ static void conn_timer_expire(m0_loop *loop, m0_conn *c)
         m0_timer_start(loop, t, wait);
         return;
     }
+    if (c->timer_kind == M0_TIMER_SEND && c->out.send_settle_ms != 0) {
+        /* The loop was held past the whole timeout before its look at the
+         * send queue (m0__conn_arm): look now, and judge the peer's progress
+         * a settle period later. */
+        c->out.send_settle_ms = 0;
+        c->out.send_outq = m0__conn_outq(c);
+        c->deadline_ms = now + M0_SEND_SETTLE_MS;
+        m0_timer_start(loop, t, M0_SEND_SETTLE_MS);
+        return;
+    }
     m0_timer_kind kind = c->timer_kind;
     if ((kind == M0_TIMER_IDLE && c->out.wlen > c->out.wpos) ||
         (kind == M0_TIMER_SEND && m0__conn_peer_progressed(c))) {

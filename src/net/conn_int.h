@@ -61,10 +61,13 @@ static inline void m0__conn_wbuf_release(m0_conn *c)
  * keep-alive request, from conn_process.c and conn_read.c. */
 /* Arm the connection's timer for `kind` (lazy: re-arming later than the
  * armed deadline costs nothing). */
-/* The send timeout's first look at the kernel's send queue is taken again
- * this long after it starts: bytes in flight when it started (a peer's
- * delayed ACK of what its receive buffer took) are not the peer reading, and
- * counted as progress they gave a client that reads nothing a second period. */
+/* The send timeout's look at the kernel's send queue is taken this long
+ * after it starts, not as it starts: bytes in flight when it started (a
+ * peer's delayed ACK of what its receive buffer took) are not the peer
+ * reading, and counted as progress they gave a client that reads nothing a
+ * second period. A timeout too short for that looks as it starts. Not
+ * looking as it starts also spares a system call to every arm (a file's
+ * turns, an HTTP/2 stream's, each arm it). */
 #define M0_SEND_SETTLE_MS 500
 
 static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout_ms)
@@ -73,11 +76,13 @@ static inline void m0__conn_arm(m0_conn *c, m0_timer_kind kind, uint32_t timeout
     uint64_t now = m0_loop_now(loop);
     uint32_t first = timeout_ms;
     if (__builtin_expect(kind == M0_TIMER_SEND, 0)) {
-        c->out.send_outq = m0__conn_outq(c);
-        c->out.send_settle_ms = 0;
         if (timeout_ms > 2 * M0_SEND_SETTLE_MS) {
+            c->out.send_outq = -1; /* taken at send_settle_ms (conn_timer_expire) */
             c->out.send_settle_ms = now + M0_SEND_SETTLE_MS;
             first = M0_SEND_SETTLE_MS;
+        } else {
+            c->out.send_outq = m0__conn_outq(c);
+            c->out.send_settle_ms = 0;
         }
     }
     c->timer_kind = kind;
