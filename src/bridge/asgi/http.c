@@ -365,7 +365,9 @@ int m0_asgi_http_disconnected(m0_asgi_http *h)
  * with 512 KiB, 5% less with 1 MiB). Over HTTP/2 too (a client may open its
  * windows as wide as a socket's): a stream set aside with nothing queued goes
  * on in the loop's next pass, its send timeout running meanwhile (h2_int.h,
- * H2_WAKE_PASS). The response is set aside whatever is queued, as a WSGI
+ * H2_WAKE_PASS): over h2c (h2load) 32-54 ms without a turn, 13-18 ms with
+ * 1 MiB, 4-6 ms with 256 KiB, for about 18% more CPU per download (5% with
+ * 1 MiB). The response is set aside whatever is queued, as a WSGI
  * iterator's after its turn: told once the queue is empty. */
 #define M0_ASGI_SEND_TURN (256u * 1024)
 
