@@ -238,9 +238,9 @@ static void conn_io_cb(m0_loop *loop, m0_io *io, uint32_t events)
     if ((events & EPOLLOUT) && m0__conn_tls_take_want_write(c))
         events |= EPOLLIN; /* a TLS read waited for the socket to take output */
     if (events & EPOLLOUT) {
-        if (c->h2 != NULL)
-            m0__h2_out_event(c); /* streams set aside for a later pass go on (told as the flush drains) */
+        c->flags |= M0_CF_OUT_EVENT;
         m0__conn_flush(c);
+        c->flags &= ~M0_CF_OUT_EVENT;
     }
     if (c->x.detached) {
         m0__conn_release(c); /* the handler handed it to a thread as it drained (M0_CONN_WRITABLE) */

@@ -681,7 +681,7 @@ static int stream_wake_due(m0_h2 *h2, const m0_h2_stream *s)
     case H2_WAKE_EMPTY:
         return s->out_len == s->out_pos;
     case H2_WAKE_PASS:
-        h2->c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_out_event makes it due */
+        h2->c->flags |= M0_CF_WRITABLE_WANTED; /* m0__h2_writable tells it */
         return 0;
     default:
         return 0;
@@ -805,17 +805,21 @@ static void h2_dispatch(m0_h2 *h2)
 
 void m0__h2_writable(m0_conn *c)
 {
-    m0__h2_after(h2_of(c));
-}
-
-void m0__h2_out_event(m0_conn *c)
-{
     m0_h2 *h2 = h2_of(c);
-    uint64_t mark = m0__h2_pass_mark(c->srv);
-    for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
-        if (s->want_writable == H2_WAKE_PASS && mark > s->parked_mark)
-            s->want_writable = H2_WAKE_EMPTY; /* nothing queued: told by the walk (m0__h2_send) */
+    if (c->flags & M0_CF_OUT_EVENT) {
+        /* The socket has room by the kernel's measure: the streams set aside
+         * in an earlier pass go on (H2_WAKE_PASS). Not at any later write
+         * that the socket took (a PING's answer at a pass's end): a client
+         * that reads nothing would be fed a turn at each PING it sends, into
+         * the room the kernel's buffer grows by, each counted as progress
+         * against the send timeout. */
+        uint64_t mark = m0__h2_pass_mark(c->srv);
+        for (m0_h2_stream *s = m0__h2_stream_of(h2->streams.first); s != NULL; s = m0__h2_stream_of(s->link.next)) {
+            if (s->want_writable == H2_WAKE_PASS && mark > s->parked_mark)
+                s->want_writable = H2_WAKE_EMPTY; /* nothing queued: told by the walk below (m0__h2_send) */
+        }
     }
+    m0__h2_after(h2);
 }
 
 void m0__h2_close(m0_conn *c)

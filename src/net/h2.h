@@ -77,14 +77,6 @@ void m0__h2p_absorb(m0_server *srv);
 void m0__h2_readable(m0_conn *c, uint32_t events);
 /* The connection's queued output drained below the low-water mark. */
 void m0__h2_writable(m0_conn *c);
-/* The socket reported EPOLLOUT (room by the kernel's measure), before its
- * flush: the streams set aside in an earlier pass with nothing queued
- * (H2_WAKE_PASS, h2_int.h) are due, told as the flush drains. Not at any
- * later write the socket took (a PING's answer at a pass's end): a client
- * that reads nothing would be fed a turn at each PING it sends, into the
- * room its kernel buffer grows by, each counted as progress against the
- * send timeout. */
-void m0__h2_out_event(m0_conn *c);
 /* The connection closes: every stream still dispatched gets M0_CONN_CLOSED,
  * the session is freed. */
 void m0__h2_close(m0_conn *c);

@@ -328,11 +328,10 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
      * -EAGAIN while anything is queued, so that the caller sets the response
      * aside until the stream drains (M0_CONN_WRITABLE) instead of reading
      * the whole file into memory ahead of a slow client. And -EAGAIN with
-     * nothing queued once the file has had its turn (as over HTTP/1.1,
-     * conn_sendfile: M0_FILE_TURN, M0_FILE_TURN_TLS, counted across the
-     * queue's drains until the turn ends): a client whose windows are wide
-     * open takes megabytes without a pause, and every connection of the loop
-     * is served between two turns (H2_WAKE_PASS). */
+     * nothing queued once the file has had its turn in this pass (as over
+     * HTTP/1.1, conn_sendfile: M0_FILE_TURN, M0_FILE_TURN_TLS): a client
+     * whose windows are wide open takes megabytes without a pause, and every
+     * connection of the loop is served between two turns (H2_WAKE_PASS). */
     int loop_nowait = !s->x.detached && blocking != M0_WRITE_SENT;
     if (loop_nowait) {
         if (s->h2 == NULL || s->broken)
@@ -341,11 +340,14 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
             s->want_writable = H2_WAKE_EMPTY; /* M0_CONN_WRITABLE once it drained (m0__h2_send) */
             return -EAGAIN;
         }
-        size_t turn = s->h2->c->tls == NULL ? M0_FILE_TURN : M0_FILE_TURN_TLS;
-        if (s->file_turn >= turn) {
-            s->file_turn = 0; /* the next turn's, after the caller sets it aside for a later pass */
-            return -EAGAIN;
+        uint64_t mark = m0__h2_pass_mark(s->x.srv);
+        if (s->file_turn_mark != mark) {
+            s->file_turn_mark = mark;
+            s->file_turn = 0;
         }
+        size_t turn = s->h2->c->tls == NULL ? M0_FILE_TURN : M0_FILE_TURN_TLS;
+        if (s->file_turn >= turn)
+            return -EAGAIN; /* the caller sets it aside: the next pass */
         if (count > turn - s->file_turn)
             count = turn - s->file_turn;
         if (count > M0_WRITE_HIGH_WATER)

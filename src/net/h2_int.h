@@ -148,7 +148,8 @@ struct m0_h2_stream {
     int deferred;         /* the data provider ran out: resume it on more output */
     int want_writable;    /* the handler waits for M0_CONN_WRITABLE: H2_WAKE_* */
     uint64_t parked_mark; /* H2_WAKE_PASS: m0__h2_pass_mark when it was set aside */
-    size_t file_turn;     /* a file's bytes read into the queue in its current turn (m0__h2s_sendfile) */
+    size_t file_turn;     /* a file's bytes read into the queue at file_turn_mark (m0__h2s_sendfile) */
+    uint64_t file_turn_mark;
     int64_t resp_length;
     uint64_t sent;
     /* Trailers (m0_exchange_write_trailers): their bytes and fields, sent by the
@@ -173,9 +174,7 @@ struct m0_h2_stream {
  * inside a pass's events. A stream set aside at a mark is due at a larger
  * one: in the events of a later pass, or once the pass whose events set it
  * aside has ended; one set aside outside the loop's passes (an ASGI task)
- * in the next pass's events. (kqueue reports a socket's read and its write
- * as two events of one pass: a stream set aside in the first does not go
- * on at the second.) */
+ * in the next pass's events. */
 static inline uint64_t m0__h2_pass_mark(const m0_server *srv)
 {
     return srv->passes * 2 + (m0_loop_in_events(srv->loop) ? 1 : 0);

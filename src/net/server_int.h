@@ -108,6 +108,9 @@ enum {
     M0_CF_PACE_LINKED = 1u << 9,     /* pace.c: in the server's list of paced connections */
     M0_CF_DRAIN_WANTED = 1u << 10,   /* with WRITABLE_WANTED: notify only once the queue is empty (set by
                                       * m0_exchange_park, cleared with WRITABLE_WANTED) */
+    M0_CF_OUT_EVENT = 1u << 11,      /* conn_io_cb handles an EPOLLOUT: the socket has room by the kernel's
+                                      * measure (an HTTP/2 stream set aside for a later pass goes on only
+                                      * then, H2_WAKE_PASS) */
 };
 
 typedef struct m0_listener {
