@@ -346,8 +346,12 @@ static ssize_t stream_sendfile(m0_h2_stream *s, int fd, off_t offset, size_t cou
             s->file_turn = 0;
         }
         size_t turn = s->h2->c->tls == NULL ? M0_FILE_TURN : M0_FILE_TURN_TLS;
-        if (s->file_turn >= turn)
-            return -EAGAIN; /* the caller sets it aside: the next pass */
+        if (s->file_turn >= turn) {
+            /* -EAGAIN arranges M0_CONN_WRITABLE, as a full queue's does (a
+             * caller may only wait for it: ASGI pathsend): a later pass. */
+            m0__h2s_park(&s->x);
+            return -EAGAIN;
+        }
         if (count > turn - s->file_turn)
             count = turn - s->file_turn;
         if (count > M0_WRITE_HIGH_WATER)

@@ -2,6 +2,7 @@
 client holds the loop or a pool thread (DESIGN.md section 2). Each test runs inline and with
 --blocking-threads; each bound sits far below what the defect it guards against produced
 (seconds), so a slow shared machine does not turn it red while the defect would."""
+import os
 import signal
 import socket
 import threading
@@ -463,3 +464,20 @@ def test_an_asgi_stream_yields_at_every_turn(serve, transport):
     n = 2 << 20
     ticks = stream_then_ask(srv, transport, f"/stream?n={n}", n, "/ticks")
     assert ticks >= n // (256 << 10) - 1, ticks
+
+
+def test_an_asgi_pathsend_over_http2_goes_on_after_its_turns(serve, tmp_path):
+    """An ASGI app's pathsend of an 8 MiB file over h2c, to a client whose windows are wide open:
+    after each turn of the file (M0_FILE_TURN) the stream waits for a later pass, and the sendfile's
+    -EAGAIN arranges the wake-up that pathsend waits for. The control: a turn's -EAGAIN arranged
+    none, and the response stopped after its first 1 MiB."""
+    srv = serve("asgi_app:app", "--interface", "asgi")
+    f = tmp_path / "big.bin"
+    data = os.urandom(8 << 20)
+    f.write_bytes(data)
+    conn = wide_open(srv, "h2c")
+    try:
+        status, body = fetch_wide(conn, "h2c", f"/pathsend?file={f}")
+    finally:
+        conn.close()
+    assert status == 200 and len(body) == len(data) and body == data
